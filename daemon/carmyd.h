@@ -1,0 +1,59 @@
+/*
+ * carmyd.h - what carmyd's modules share. Process-local: nothing here lives
+ * in the segment.
+ */
+#ifndef CARMY_DAEMON_H
+#define CARMY_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include "shm/shm.h"
+
+#define CARMYD_DEFAULT_CAPACITY 10000
+#define CARMYD_DEFAULT_MAX_RESULT (16u * 1024)
+
+struct carmyd_config {
+	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char shm_name[64];
+	uint32_t capacity;
+	uint32_t max_result;
+	bool capacity_set;	/* given on the command line */
+	bool max_result_set;
+	bool foreground;
+	bool transient;		/* remove the segment on clean exit */
+	bool use_group;		/* --group: share socket and segment */
+	gid_t gid;
+	const char *log_file;
+};
+
+/* owners.c: the registry of live owners (one per connection), an RCU hash
+ * table. Only carmyd's main thread writes it; readers hold rcu_read_lock. */
+int owners_init(void);
+void owners_fini(void);
+int owners_add(uint32_t id, void *conn);
+void owners_del(uint32_t id);
+bool owners_alive(uint32_t id);
+unsigned long owners_count(void);
+
+/* store.c: the segment from carmyd's side. */
+struct store {
+	struct shm_view view;
+	int fd;
+	uint32_t next_owner;	/* private copy; mirrored in the header */
+	uint32_t owner_base;
+	uint32_t epoch;
+};
+int store_open(struct store *s, const struct carmyd_config *cfg);
+void store_close(struct store *s, const struct carmyd_config *cfg,
+		 bool remove);
+int store_new_owner(struct store *s, uint32_t *id);
+void store_check(struct store *s);
+void store_sweep_dead(struct store *s, const char *why);
+
+/* server.c */
+int server_run(struct store *s, const struct carmyd_config *cfg, int lfd);
+
+#endif

@@ -1,0 +1,21 @@
+/*
+ * log.h - carmyd's log: one line per event on stderr (or --log-file).
+ */
+#ifndef CARMY_DAEMON_LOG_H
+#define CARMY_DAEMON_LOG_H
+
+enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+
+extern int log_level;
+
+int log_parse_level(const char *s);
+void log_msg(int level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) \
+	do { if (log_level >= LOG_DEBUG) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
+
+#endif

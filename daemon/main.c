@@ -1,0 +1,401 @@
+/*
+ * main.c - carmyd: options, start-up and shutdown.
+ *
+ * Start-up is race-free for scripts: `carmyd` returns (or, with
+ * --foreground, prints its ready line) only once the listening socket
+ * exists, so a client started right after it can connect.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <urcu.h>
+#include <xxhash.h>
+
+#include "daemon/carmyd.h"
+#include "daemon/log.h"
+
+#define EXIT_USAGE 64
+
+static const char usage[] =
+	"usage: carmyd [OPTION]...\n"
+	"Carmy's daemon: owns the shared reservation table and records results.\n"
+	"\n"
+	"  --socket PATH        listen here (default: $CARMY_SOCKET, else\n"
+	"                       $XDG_RUNTIME_DIR/carmy/carmyd.sock, else\n"
+	"                       /tmp/carmy-$UID/carmyd.sock)\n"
+	"  --capacity N         entries the table holds (default 10000)\n"
+	"  --max-result BYTES   largest recorded result, K/M suffixes allowed\n"
+	"                       (default 16K); memory is reserved up front:\n"
+	"                       about capacity x (max-result + 1K)\n"
+	"  --segment NAME       shared memory name (default derived from socket)\n"
+	"  --group NAME         share socket and segment with this group\n"
+	"                       (default: owner only)\n"
+	"  --foreground         stay in the foreground; print a ready line\n"
+	"  --transient          remove the segment on clean exit (tests)\n"
+	"  --log-level LEVEL    error, warn, info (default) or debug\n"
+	"  --log-file PATH      append the log here instead of stderr\n"
+	"  --help, --version\n";
+
+static int parse_args(int argc, char **argv, struct carmyd_config *cfg);
+static int parse_u32(const char *opt, const char *s, uint32_t min,
+		     uint32_t max, bool suffixes, uint32_t *out);
+static int make_dirs(const struct carmyd_config *cfg);
+static int take_lock(const struct carmyd_config *cfg);
+static int listen_on(const struct carmyd_config *cfg);
+static int daemonize(int *ready_fd);
+
+int main(int argc, char **argv)
+{
+	struct carmyd_config cfg;
+	struct store store;
+	sigset_t sigs;
+	int rc, lock_fd, lfd, ready_fd = -1;
+
+	rc = parse_args(argc, argv, &cfg);
+	if (rc != 0)
+		return rc > 0 ? 0 : EXIT_USAGE;
+	umask(077);
+	signal(SIGPIPE, SIG_IGN);
+	/* Blocked from the start and read through a signalfd in the loop, so
+	 * SIGTERM always means a clean shutdown. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+
+	if (cfg.log_file != NULL) {
+		int fd = open(cfg.log_file,
+			      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+
+		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
+			fprintf(stderr, "carmyd: cannot open log file %s: %s\n",
+				cfg.log_file, strerror(errno));
+			return 1;
+		}
+		close(fd);
+	}
+	/* Daemonize before liburcu starts any thread: fork() after call_rcu
+	 * threads exist can hang the child. */
+	if (!cfg.foreground && daemonize(&ready_fd) != 0)
+		return 1;
+
+	if (make_dirs(&cfg) != 0)
+		return 1;
+	lock_fd = take_lock(&cfg);
+	if (lock_fd < 0)
+		return 1;
+	rcu_register_thread();
+	if (owners_init() != 0) {
+		log_error("cannot create the owner registry");
+		return 1;
+	}
+	if (store_open(&store, &cfg) != 0)
+		return 1;
+	lfd = listen_on(&cfg);
+	if (lfd < 0) {
+		store_close(&store, &cfg, false);
+		return 1;
+	}
+
+	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
+		 "epoch %u", cfg.socket_path, cfg.shm_name,
+		 store.view.geo.capacity, store.view.geo.max_result,
+		 store.epoch);
+	if (cfg.foreground) {
+		printf("carmyd ready socket=%s segment=%s pid=%d\n",
+		       cfg.socket_path, cfg.shm_name, (int)getpid());
+		fflush(stdout);
+	} else {
+		if (write(ready_fd, "R", 1) != 1)
+			log_warn("cannot tell the parent we are ready");
+		close(ready_fd);
+	}
+
+	rc = server_run(&store, &cfg, lfd);
+
+	close(lfd);
+	unlink(cfg.socket_path);
+	store_close(&store, &cfg, cfg.transient);
+	owners_fini();
+	rcu_unregister_thread();
+	close(lock_fd);
+	log_info("stopped");
+	return rc == 0 ? 0 : 1;
+}
+
+/* ------------------------------------------------------------ options */
+
+/* Returns 0 to run, 1 after --help/--version, -1 on a usage error. */
+static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
+{
+	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
+	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
+	       O_VERSION };
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, O_SOCKET },
+		{ "capacity", required_argument, NULL, O_CAPACITY },
+		{ "max-result", required_argument, NULL, O_MAX_RESULT },
+		{ "segment", required_argument, NULL, O_SEGMENT },
+		{ "group", required_argument, NULL, O_GROUP },
+		{ "foreground", no_argument, NULL, O_FOREGROUND },
+		{ "transient", no_argument, NULL, O_TRANSIENT },
+		{ "log-level", required_argument, NULL, O_LOG_LEVEL },
+		{ "log-file", required_argument, NULL, O_LOG_FILE },
+		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *sock = NULL, *seg = NULL;
+	int o;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->capacity = CARMYD_DEFAULT_CAPACITY;
+	cfg->max_result = CARMYD_DEFAULT_MAX_RESULT;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case O_SOCKET:
+			sock = optarg;
+			break;
+		case O_CAPACITY:
+			if (parse_u32("--capacity", optarg, 1, SHM_CAPACITY_MAX,
+				      false, &cfg->capacity) != 0)
+				return -1;
+			cfg->capacity_set = true;
+			break;
+		case O_MAX_RESULT:
+			if (parse_u32("--max-result", optarg, 0,
+				      SHM_MAX_RESULT_MAX, true,
+				      &cfg->max_result) != 0)
+				return -1;
+			cfg->max_result_set = true;
+			break;
+		case O_SEGMENT:
+			seg = optarg;
+			break;
+		case O_GROUP: {
+			struct group *g = getgrnam(optarg);
+
+			if (g == NULL) {
+				fprintf(stderr, "carmyd: --group: no group named '%s'\n",
+					optarg);
+				return -1;
+			}
+			cfg->use_group = true;
+			cfg->gid = g->gr_gid;
+			break;
+		}
+		case O_FOREGROUND:
+			cfg->foreground = true;
+			break;
+		case O_TRANSIENT:
+			cfg->transient = true;
+			break;
+		case O_LOG_LEVEL:
+			log_level = log_parse_level(optarg);
+			if (log_level < 0) {
+				fprintf(stderr, "carmyd: --log-level: expected error, "
+					"warn, info or debug, not '%s'\n", optarg);
+				return -1;
+			}
+			break;
+		case O_LOG_FILE:
+			cfg->log_file = optarg;
+			break;
+		case O_HELP:
+			fputs(usage, stdout);
+			return 1;
+		case O_VERSION:
+			printf("carmyd %s\n", PACKAGE_VERSION);
+			return 1;
+		default:
+			fputs(usage, stderr);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "carmyd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (sock != NULL) {
+		if (strlen(sock) == 0 || strlen(sock) >= sizeof(cfg->socket_path)) {
+			fprintf(stderr, "carmyd: --socket: path must be 1..%zu bytes\n",
+				sizeof(cfg->socket_path) - 1);
+			return -1;
+		}
+		strcpy(cfg->socket_path, sock);
+	} else if (carmy_default_socket(cfg->socket_path,
+					sizeof(cfg->socket_path)) < 0) {
+		fprintf(stderr, "carmyd: the default socket path is too long\n");
+		return -1;
+	}
+	if (seg != NULL) {
+		if (seg[0] != '/' || strchr(seg + 1, '/') != NULL ||
+		    strlen(seg) < 2 || strlen(seg) >= sizeof(cfg->shm_name)) {
+			fprintf(stderr, "carmyd: --segment: expected /NAME with no "
+				"other '/', at most %zu bytes\n",
+				sizeof(cfg->shm_name) - 1);
+			return -1;
+		}
+		strcpy(cfg->shm_name, seg);
+	} else {
+		/* One segment per socket path and user. */
+		snprintf(cfg->shm_name, sizeof(cfg->shm_name),
+			 "/carmy.%u.%016llx", (unsigned)getuid(),
+			 (unsigned long long)XXH3_64bits(cfg->socket_path,
+							 strlen(cfg->socket_path)));
+	}
+	return 0;
+}
+
+static int parse_u32(const char *opt, const char *s, uint32_t min,
+		     uint32_t max, bool suffixes, uint32_t *out)
+{
+	unsigned long long v, mul = 1;
+	char *end;
+
+	errno = 0;
+	if (s[0] < '0' || s[0] > '9')
+		goto bad;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		goto bad;
+	if (suffixes && (*end == 'k' || *end == 'K'))
+		mul = 1024, end++;
+	else if (suffixes && (*end == 'm' || *end == 'M'))
+		mul = 1024 * 1024, end++;
+	if (*end != '\0' || v > max / mul || v * mul < min)
+		goto bad;
+	*out = (uint32_t)(v * mul);
+	return 0;
+bad:
+	fprintf(stderr, "carmyd: %s: expected an integer from %u to %u%s, not '%s'\n",
+		opt, min, max, suffixes ? " (K and M suffixes allowed)" : "", s);
+	return -1;
+}
+
+/* ------------------------------------------------------------ start-up */
+
+/* Create the socket's directory if it is missing: owner-only, or
+ * group-readable with --group. */
+static int make_dirs(const struct carmyd_config *cfg)
+{
+	char dir[sizeof(cfg->socket_path)];
+	char *slash;
+
+	strcpy(dir, cfg->socket_path);
+	slash = strrchr(dir, '/');
+	if (slash == NULL || slash == dir)
+		return 0;
+	*slash = '\0';
+	if (mkdir(dir, cfg->use_group ? 0750 : 0700) == 0) {
+		if (cfg->use_group && (chown(dir, (uid_t)-1, cfg->gid) != 0 ||
+				       chmod(dir, 0750) != 0)) {
+			log_error("cannot share %s with the group: %s", dir,
+				  strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (errno == EEXIST)
+		return 0;
+	log_error("cannot create %s: %s", dir, strerror(errno));
+	return -1;
+}
+
+/* One carmyd per socket: an flock on PATH.lock, which the kernel releases
+ * when carmyd dies, however it dies. */
+static int take_lock(const struct carmyd_config *cfg)
+{
+	char path[sizeof(cfg->socket_path) + 8];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s.lock", cfg->socket_path);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		log_error("cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		log_error("another carmyd is already serving %s (%s is locked)",
+			  cfg->socket_path, path);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int listen_on(const struct carmyd_config *cfg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	strcpy(sa.sun_path, cfg->socket_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_error("socket: %s", strerror(errno));
+		return -1;
+	}
+	/* We hold the lock, so a socket file here is a dead carmyd's. */
+	unlink(cfg->socket_path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    chmod(cfg->socket_path, cfg->use_group ? 0660 : 0600) != 0 ||
+	    (cfg->use_group && chown(cfg->socket_path, (uid_t)-1, cfg->gid) != 0) ||
+	    listen(fd, SOMAXCONN) != 0) {
+		log_error("cannot listen on %s: %s", cfg->socket_path,
+			  strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Fork into the background. The parent waits until the child reports that
+ * it listens (one byte on a pipe) and exits 0, or exits 1 if the child
+ * failed first (its error is already on stderr). */
+static int daemonize(int *ready_fd)
+{
+	int p[2], devnull;
+	pid_t pid;
+	char c;
+
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		fprintf(stderr, "carmyd: pipe: %s\n", strerror(errno));
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "carmyd: fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid > 0) {
+		ssize_t n;
+
+		close(p[1]);
+		do
+			n = read(p[0], &c, 1);
+		while (n < 0 && errno == EINTR);
+		_exit(n == 1 ? 0 : 1);
+	}
+	close(p[0]);
+	setsid();
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull >= 0) {
+		dup2(devnull, STDIN_FILENO);
+		dup2(devnull, STDOUT_FILENO);
+		close(devnull);
+	}
+	*ready_fd = p[1];
+	return 0;
+}

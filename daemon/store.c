@@ -1,0 +1,275 @@
+/*
+ * store.c - the in-memory store: carmyd's side of the shared segment.
+ *
+ * carmyd creates the segment once, sized from --capacity and --max-result,
+ * and reserves all of its memory up front (posix_fallocate), so recording a
+ * result can never fail for lack of room. If the segment already exists
+ * (carmyd was restarted), it is validated and adopted: recorded results
+ * survive a carmyd crash, and the reservations of clients that were
+ * connected to the dead carmyd become uncertain.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <urcu/uatomic.h>
+
+#include "daemon/carmyd.h"
+#include "daemon/log.h"
+
+/* Owner ids restart from the bottom when they get this high: by then the
+ * start-up sweep has settled every ticket of the earlier epochs. */
+#define OWNER_WRAP UINT32_C(0xf0000000)
+
+static int create_segment(struct store *s, const struct carmyd_config *cfg,
+			  const struct shm_geometry *geo);
+static int attach_segment(struct store *s, const struct carmyd_config *cfg);
+static void recover(struct store *s);
+static bool dead_owner(uint32_t owner, void *arg);
+static uint64_t now_ns(void);
+
+int store_open(struct store *s, const struct carmyd_config *cfg)
+{
+	struct shm_geometry geo;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	rc = shm_geometry(cfg->capacity, cfg->max_result, &geo);
+	if (rc != 0) {
+		log_error("capacity %u with max-result %u is out of range",
+			  cfg->capacity, cfg->max_result);
+		return rc;
+	}
+	s->fd = shm_open(cfg->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+			 cfg->use_group ? 0660 : 0600);
+	if (s->fd >= 0)
+		rc = create_segment(s, cfg, &geo);
+	else if (errno == EEXIST)
+		rc = attach_segment(s, cfg);
+	else {
+		rc = -errno;
+		log_error("cannot create segment %s: %s", cfg->shm_name,
+			  strerror(errno));
+	}
+	if (rc != 0)
+		return rc;
+	recover(s);
+	return 0;
+}
+
+void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
+{
+	shm_unmap(&s->view);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	if (remove && shm_unlink(cfg->shm_name) == 0)
+		log_info("removed segment %s", cfg->shm_name);
+}
+
+/* Hand out the next owner id; ids are never reused within an epoch, and the
+ * header remembers the next one so that a restarted carmyd never reuses an
+ * id a live or zombie client may still hold. */
+int store_new_owner(struct store *s, uint32_t *id)
+{
+	if (s->next_owner >= UINT32_MAX - 1)
+		return -EOVERFLOW;
+	*id = s->next_owner++;
+	uatomic_set(&shm_header(&s->view)->sh_next_owner, s->next_owner);
+	return 0;
+}
+
+/*
+ * Run the sanity check again. carmyd itself never reads geometry from the
+ * segment (its scans use the private copy), so a client that wrote over the
+ * header cannot mislead it; but the other clients would refuse to attach.
+ * Put the header back from the private copy and say so.
+ */
+void store_check(struct store *s)
+{
+	struct shm_header *h = shm_header(&s->view);
+	struct shm_geometry geo;
+	int rc = shm_sane(s->view.base, s->view.mapped, &geo);
+
+	if (rc == 0 && memcmp(&geo, &s->view.geo, sizeof(geo)) == 0 &&
+	    h->sh_seed == s->view.seed)
+		return;
+	log_error("segment header failed its sanity check (%s): a client "
+		  "wrote over it; restoring it", carmy_errname(rc));
+	shm_format(s->view.base, &s->view.geo, s->view.seed,
+		   h->sh_created_ns);
+	uatomic_set(&h->sh_owner_base, s->owner_base);
+	uatomic_set(&h->sh_next_owner, s->next_owner);
+	uatomic_set(&h->sh_daemon_pid, (uint32_t)getpid());
+	uatomic_set(&h->sh_epoch, s->epoch);
+}
+
+/* Settle every ticket held by an owner that is not connected. */
+void store_sweep_dead(struct store *s, const char *why)
+{
+	struct shm_sweep_stats st = { 0 };
+
+	shm_sweep(&s->view, dead_owner, NULL, &st);
+	if (st.uncertain || st.freed || st.settled)
+		log_info("%s: %u running entr%s now uncertain, %u unfinished "
+			 "claim%s given back, %u settled", why, st.uncertain,
+			 st.uncertain == 1 ? "y" : "ies", st.freed,
+			 st.freed == 1 ? "" : "s", st.settled);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int create_segment(struct store *s, const struct carmyd_config *cfg,
+			  const struct shm_geometry *geo)
+{
+	uint64_t seed;
+	void *base;
+	int rc;
+
+	/* shm_open's mode is filtered by the umask; say exactly what we mean. */
+	if (fchmod(s->fd, cfg->use_group ? 0660 : 0600) != 0 ||
+	    (cfg->use_group && fchown(s->fd, (uid_t)-1, cfg->gid) != 0)) {
+		rc = -errno;
+		log_error("cannot set permissions of segment %s: %s",
+			  cfg->shm_name, strerror(errno));
+		goto fail;
+	}
+	rc = posix_fallocate(s->fd, 0, (off_t)geo->size);
+	if (rc != 0) {
+		log_error("cannot reserve %llu bytes for segment %s in /dev/shm: "
+			  "%s (lower --capacity or --max-result)",
+			  (unsigned long long)geo->size, cfg->shm_name,
+			  strerror(rc));
+		rc = -rc;
+		goto fail;
+	}
+	base = mmap(NULL, geo->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd,
+		    0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		log_error("cannot map segment: %s", strerror(errno));
+		goto fail;
+	}
+	if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+		seed = now_ns() ^ ((uint64_t)getpid() << 32);
+	shm_format(base, geo, seed, now_ns());
+	rc = shm_view_init(&s->view, base, geo->size);
+	if (rc != 0) {
+		munmap(base, geo->size);
+		goto fail;
+	}
+	log_info("created segment %s: capacity %u entries, max-result %u "
+		 "bytes, %llu bytes reserved", cfg->shm_name, geo->capacity,
+		 geo->max_result, (unsigned long long)geo->size);
+	return 0;
+fail:
+	shm_unlink(cfg->shm_name);
+	return rc;
+}
+
+static int attach_segment(struct store *s, const struct carmyd_config *cfg)
+{
+	struct stat st;
+	void *base;
+	int rc;
+
+	s->fd = shm_open(cfg->shm_name, O_RDWR | O_CLOEXEC, 0);
+	if (s->fd < 0 || fstat(s->fd, &st) != 0) {
+		rc = -errno;
+		log_error("cannot open segment %s: %s", cfg->shm_name,
+			  strerror(errno));
+		return rc;
+	}
+	if (st.st_uid != geteuid()) {
+		log_error("segment %s belongs to uid %u, not to us: refusing it",
+			  cfg->shm_name, (unsigned)st.st_uid);
+		return -EPERM;
+	}
+	if (st.st_size < (off_t)SHM_HEADER_SIZE) {
+		log_error("segment %s is truncated (%lld bytes)", cfg->shm_name,
+			  (long long)st.st_size);
+		return CARMY_ECORRUPT;
+	}
+	base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+		    MAP_SHARED, s->fd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		log_error("cannot map segment: %s", strerror(errno));
+		return rc;
+	}
+	rc = shm_view_init(&s->view, base, (size_t)st.st_size);
+	if (rc != 0) {
+		munmap(base, (size_t)st.st_size);
+		log_error("existing segment %s is unusable: %s: %s. It was left "
+			  "untouched; remove it (rm /dev/shm%s) to start afresh",
+			  cfg->shm_name, carmy_errname(rc), carmy_strerror(rc),
+			  cfg->shm_name);
+		return rc;
+	}
+	if ((cfg->capacity_set && s->view.geo.capacity != cfg->capacity) ||
+	    (cfg->max_result_set && s->view.geo.max_result != cfg->max_result)) {
+		log_error("existing segment %s has capacity %u and max-result "
+			  "%u, not what was asked; its entries are kept. Start "
+			  "with those values, or remove it to start afresh",
+			  cfg->shm_name, s->view.geo.capacity,
+			  s->view.geo.max_result);
+		shm_unmap(&s->view);
+		return -EINVAL;
+	}
+	log_info("attached to existing segment %s: capacity %u entries, "
+		 "max-result %u bytes", cfg->shm_name, s->view.geo.capacity,
+		 s->view.geo.max_result);
+	return 0;
+}
+
+/*
+ * Start a new epoch on the segment. Nobody is connected to us yet, so every
+ * ticket still held belongs to a client of an earlier carmyd: its
+ * connection is gone, and its running entries become uncertain.
+ */
+static void recover(struct store *s)
+{
+	struct shm_header *h = shm_header(&s->view);
+	uint32_t next = uatomic_read(&h->sh_next_owner);
+
+	shm_unblock_all(&s->view);
+	if (next < SHM_OWNER_MIN)
+		next = SHM_OWNER_MIN;
+	for (uint32_t e = 0; e < s->view.geo.capacity; e++) {
+		uint32_t t = uatomic_read(&s->view.tickets[e]);
+
+		if (t >= SHM_OWNER_MIN && t >= next && t < OWNER_WRAP)
+			next = t + 1;
+	}
+	store_sweep_dead(s, "start-up");
+	if (next >= OWNER_WRAP)
+		next = SHM_OWNER_MIN;
+	s->next_owner = next;
+	s->epoch = uatomic_read(&h->sh_epoch) + 1;
+	s->owner_base = next;
+	uatomic_set(&h->sh_owner_base, next);
+	uatomic_set(&h->sh_next_owner, next);
+	uatomic_set(&h->sh_daemon_pid, (uint32_t)getpid());
+	uatomic_set(&h->sh_epoch, s->epoch);
+	shm_reclaim(&s->view);
+}
+
+static bool dead_owner(uint32_t owner, void *arg)
+{
+	(void)arg;
+	return !owners_alive(owner);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

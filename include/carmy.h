@@ -1,0 +1,218 @@
+/*
+ * carmy.h - the public interface of libcarmy, Carmy's client library.
+ *
+ * Carmy makes retried tool calls safe. A call carries an identity
+ * (principal, session, request_id). Before the tool runs, carmy_begin()
+ * atomically reserves that identity in carmyd's shared-memory table, or says
+ * what to do instead:
+ *
+ *   new identity                          CARMY_RESERVED: run the tool, then
+ *                                         carmy_complete() (or carmy_release())
+ *   same identity and fingerprint, done   CARMY_REPLAY: the recorded result,
+ *                                         the tool must not run again
+ *   same identity, other fingerprint      CARMY_ECONFLICT
+ *   same identity, running / interrupted  CARMY_EUNCERTAIN
+ *   table full                            CARMY_ECAPACITY
+ *
+ * Conventions: every function returns an int, 0 (or a non-negative outcome)
+ * on success and a negative code on failure. Codes are -errno values or the
+ * CARMY_E* values below; carmy_errname() and carmy_strerror() turn any code
+ * into a stable UPPER_SNAKE name and a sentence.
+ */
+#ifndef CARMY_H
+#define CARMY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits of the identity: each part is 1..CARMY_ID_MAX bytes. */
+#define CARMY_ID_MAX 256
+/* "exec_" followed by 32 lowercase hex digits. */
+#define CARMY_EXECUTION_ID_LEN 37
+
+/* Carmy's own codes. They sit in a reserved range below -1000 so that they
+ * never collide with -errno values, which pass through unchanged. */
+enum carmy_code {
+	CARMY_OK = 0,
+	CARMY_EINVALID_ID = -1000,     /* INVALID_ID */
+	CARMY_ECONFLICT = -1001,       /* IDEMPOTENCY_CONFLICT */
+	CARMY_EUNCERTAIN = -1002,      /* EXECUTION_UNCERTAIN */
+	CARMY_ECAPACITY = -1003,       /* IDEMPOTENCY_CAPACITY */
+	CARMY_EUNAVAILABLE = -1004,    /* DAEMON_UNAVAILABLE */
+	CARMY_ERESULT_TOO_LARGE = -1005, /* RESULT_TOO_LARGE */
+	CARMY_EINVALID_ARGS = -1006,   /* INVALID_ARGUMENTS */
+	CARMY_ENOT_OWNER = -1007,      /* NOT_OWNER */
+	CARMY_ENOT_RESERVED = -1008,   /* NOT_RESERVED */
+	CARMY_EPROTOCOL = -1009,       /* PROTOCOL_ERROR */
+	CARMY_ELAYOUT = -1010,         /* SEGMENT_LAYOUT_MISMATCH */
+	CARMY_ECORRUPT = -1011,        /* SEGMENT_CORRUPT */
+	CARMY_EDISCONNECTED = -1012,   /* DISCONNECTED */
+	CARMY_EINVALID_STATUS = -1013, /* INVALID_STATUS */
+};
+
+/* Outcomes of carmy_begin() that are not errors. */
+enum carmy_outcome {
+	CARMY_RESERVED = 0,	/* the identity is yours: run the tool */
+	CARMY_REPLAY = 1,	/* finished before: use the recorded result */
+};
+
+/* The recorded status of a finished call. */
+enum carmy_status {
+	CARMY_STATUS_COMPLETED = 1,
+	CARMY_STATUS_FAILED = 2,
+	CARMY_STATUS_TIMED_OUT = 3,
+	CARMY_STATUS_CANCELLED = 4,
+};
+
+/* Where an existing entry stands, reported with CARMY_ECONFLICT and
+ * CARMY_EUNCERTAIN so that an agent can reconcile. */
+enum carmy_state {
+	CARMY_STATE_NONE = 0,
+	CARMY_STATE_RUNNING = 1,	/* its owner is still running the tool */
+	CARMY_STATE_COMPLETED = 2,	/* a result is recorded */
+	CARMY_STATE_INTERRUPTED = 3,	/* its owner died or disconnected */
+};
+
+/* A connection to carmyd. Opaque. */
+typedef struct carmy carmy_t;
+
+/* One tool call. The identity parts are opaque bytes (1..CARMY_ID_MAX each).
+ * args and meta are each one msgpack object, or NULL with length 0; maps in
+ * them are fingerprinted in canonical form (key order and integer width do
+ * not matter). tool is opaque bytes and may be empty. Nothing here is
+ * retained after the call that takes it returns. */
+struct carmy_call {
+	const void *principal;
+	size_t principal_len;
+	const void *session;
+	size_t session_len;
+	const void *request_id;
+	size_t request_id_len;
+	const void *tool;
+	size_t tool_len;
+	const void *args;
+	size_t args_len;
+	const void *meta;
+	size_t meta_len;
+};
+
+/* What carmy_begin() found. Initialise with CARMY_RESERVATION_INIT (or
+ * zero it) before first use; release with carmy_reservation_clear(). */
+struct carmy_reservation {
+	/* Set for CARMY_RESERVED, CARMY_REPLAY, CARMY_ECONFLICT and
+	 * CARMY_EUNCERTAIN: the execution this identity belongs to. */
+	char execution_id[CARMY_EXECUTION_ID_LEN + 1];
+	/* CARMY_STATE_* of the existing entry (CONFLICT, UNCERTAIN, REPLAY). */
+	int state;
+	/* For CARMY_REPLAY: the recorded status, the code it was recorded
+	 * with (0, or CARMY_ERESULT_TOO_LARGE) and a malloc'd copy of the
+	 * result bytes, NUL-terminated for convenience (not counted in
+	 * result_len). Owned by the reservation until
+	 * carmy_reservation_clear(). */
+	int status;
+	int result_code;
+	void *result;
+	size_t result_len;
+	/* Private to libcarmy: where the reservation lives. */
+	uint32_t priv_entry;
+	uint32_t priv_slot;
+	uint64_t priv_owner;
+};
+
+#define CARMY_RESERVATION_INIT { .execution_id = { 0 } }
+
+/*
+ * Connect to carmyd on socket_path (NULL: $CARMY_SOCKET, else the default
+ * path, see carmy_default_socket()) and map its shared segment.
+ * On success *out is a new handle, freed by carmy_close().
+ * Returns 0, CARMY_EUNAVAILABLE if carmyd cannot be reached, CARMY_ELAYOUT if
+ * carmyd's segment was built with another layout, CARMY_ECORRUPT or
+ * CARMY_EPROTOCOL if what carmyd offers is not sane, or -errno.
+ * Thread-safe (it touches no shared state).
+ */
+int carmy_connect(carmy_t **out, const char *socket_path);
+
+/*
+ * Close the connection and unmap the segment. Entries this handle reserved
+ * and did not complete or release become uncertain (interrupted): carmyd
+ * treats a closed connection as a dead owner. NULL is ignored. Must not race
+ * with other calls on the same handle.
+ */
+void carmy_close(carmy_t *c);
+
+/*
+ * Reserve call's identity, or report what to do instead.
+ * Returns:
+ *   CARMY_RESERVED     r->execution_id is new; run the tool, then call
+ *                      carmy_complete() or carmy_release() with r.
+ *   CARMY_REPLAY       r holds the recorded status, result and execution_id.
+ *   CARMY_ECONFLICT    the identity was used with another fingerprint;
+ *                      r->execution_id and r->state describe that entry.
+ *   CARMY_EUNCERTAIN   the identity is running (r->state RUNNING) or was
+ *                      interrupted (INTERRUPTED); do not run the tool.
+ *   CARMY_ECAPACITY    the table is full; nothing was reserved.
+ *   CARMY_EINVALID_ID, CARMY_EINVALID_ARGS, CARMY_EDISCONNECTED, -ENOMEM, ...
+ * Reserve and replay work directly in shared memory, without a system call
+ * (a replay's result copy is the one malloc). r's previous result, if any,
+ * is freed first. Thread-safe: several threads may call carmy_begin() on one
+ * handle at once.
+ */
+int carmy_begin(carmy_t *c, const struct carmy_call *call,
+		struct carmy_reservation *r);
+
+/*
+ * Record the result of a reserved call: status is a CARMY_STATUS_* value,
+ * result/len the bytes to replay (copied; NULL with len 0 is fine). Returns
+ * when carmyd has recorded it.
+ * Returns 0; CARMY_ERESULT_TOO_LARGE if len exceeds carmyd's --max-result
+ * (the call is then recorded as failed with that code, not dropped);
+ * CARMY_EINVALID_STATUS; CARMY_ENOT_RESERVED if r is not a live reservation
+ * of this handle; CARMY_EDISCONNECTED if carmyd went away (the entry is then
+ * uncertain); or -errno. Thread-safe (socket use is serialised per handle).
+ */
+int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
+		   const void *result, size_t len);
+
+/*
+ * Give back a reservation whose tool provably did not run: the identity is
+ * freed and the next call with it runs. Works in shared memory, no system
+ * call. Returns 0, CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd
+ * already declared this handle dead (the entry is then uncertain).
+ * Thread-safe.
+ */
+int carmy_release(carmy_t *c, struct carmy_reservation *r);
+
+/* Free what a reservation owns and reset it. NULL is ignored. */
+void carmy_reservation_clear(struct carmy_reservation *r);
+
+/* The --max-result of the carmyd this handle is connected to. */
+size_t carmy_max_result(const carmy_t *c);
+
+/*
+ * Write the default socket path into buf: $CARMY_SOCKET if set, else
+ * $XDG_RUNTIME_DIR/carmy/carmyd.sock, else /tmp/carmy-$UID/carmyd.sock.
+ * Returns the length, or -ENAMETOOLONG if it does not fit.
+ */
+int carmy_default_socket(char *buf, size_t size);
+
+/* Stable UPPER_SNAKE name of any code ("IDEMPOTENCY_CONFLICT", "ENOENT"...).
+ * Never NULL; static storage. */
+const char *carmy_errname(int code);
+
+/* One sentence describing any code. Never NULL; static storage. */
+const char *carmy_strerror(int code);
+
+/* Lowercase name of a CARMY_STATUS_* ("completed", "timed_out"...) or of a
+ * CARMY_STATE_* ("running", "interrupted"...); "unknown" otherwise. */
+const char *carmy_status_name(int status);
+const char *carmy_state_name(int state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CARMY_H */

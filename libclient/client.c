@@ -1,0 +1,427 @@
+/*
+ * client.c - libcarmy: the connection to carmyd and the call lifecycle.
+ *
+ * begin, replay and release run entirely in the shared segment (shm/); only
+ * connect and complete talk to carmyd, which is the one writer of recorded
+ * results and the judge of which connections are alive.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <urcu/uatomic.h>
+#include <xxhash.h>
+
+#include "carmy.h"
+#include "libclient/canon.h"
+#include "libclient/wire.h"
+#include "shm/shm.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* How long connect waits for carmyd's HELLO reply. */
+#define HELLO_TIMEOUT_MS 10000
+#define REPLY_MAX 256
+
+struct carmy {
+	int fd;
+	uint32_t owner;
+	uint32_t pid;
+	uint32_t max_result;
+	int dead;			/* carmyd declared us gone */
+	pthread_mutex_t io;		/* one request in flight per handle */
+	struct shm_view view;
+	uint64_t exec_seed;		/* execution ids: keyed hash of ... */
+	uint8_t exec_key[16];		/* ... a random key and ... */
+	uint64_t exec_count;		/* ... a counter (atomic) */
+};
+
+static int dial(const char *path, int *fdp);
+static int send_all(int fd, const void *buf, size_t len);
+static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
+		    uint8_t *buf, size_t cap);
+static void new_exec_id(carmy_t *c, uint8_t out[SHM_EXEC_LEN]);
+static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
+static uint64_t now_ns(void);
+
+/* ------------------------------------------------------------ connect */
+
+EXPORT int carmy_default_socket(char *buf, size_t size)
+{
+	const char *env = getenv("CARMY_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (env != NULL && env[0] != '\0')
+		n = snprintf(buf, size, "%s", env);
+	else if (xdg != NULL && xdg[0] == '/')
+		n = snprintf(buf, size, "%s/carmy/carmyd.sock", xdg);
+	else
+		n = snprintf(buf, size, "/tmp/carmy-%u/carmyd.sock",
+			     (unsigned)getuid());
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return n;
+}
+
+EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	uint8_t buf[REPLY_MAX];
+	msgpack_sbuffer sb;
+	struct wire_msg m;
+	carmy_t *c;
+	int rc;
+
+	*out = NULL;
+	if (socket_path == NULL) {
+		rc = carmy_default_socket(path, sizeof(path));
+		if (rc < 0)
+			return rc;
+		socket_path = path;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return -ENOMEM;
+	c->fd = -1;
+	pthread_mutex_init(&c->io, NULL);
+	if (getrandom(c->exec_key, sizeof(c->exec_key), 0) !=
+		    (ssize_t)sizeof(c->exec_key) ||
+	    getrandom(&c->exec_seed, sizeof(c->exec_seed), 0) !=
+		    (ssize_t)sizeof(c->exec_seed)) {
+		rc = -errno;
+		goto fail;
+	}
+
+	rc = dial(socket_path, &c->fd);
+	if (rc != 0)
+		goto fail;
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_hello(&sb, shm_layout_signature());
+	if (rc == 0)
+		rc = send_all(c->fd, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0)
+		goto fail;
+	rc = recv_msg(c->fd, HELLO_TIMEOUT_MS, &m, buf, sizeof(buf));
+	if (rc != 0)
+		goto fail;
+	if (m.type == WIRE_ERROR) {
+		rc = m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
+		goto fail;
+	}
+	if (m.type != WIRE_HELLO || m.u.hello_ok.owner < SHM_OWNER_MIN) {
+		rc = CARMY_EPROTOCOL;
+		goto fail;
+	}
+	rc = shm_map(m.u.hello_ok.shm_name, true, &c->view);
+	if (rc != 0)
+		goto fail;
+	if (c->view.geo.max_result != m.u.hello_ok.max_result) {
+		rc = CARMY_EPROTOCOL;
+		goto fail;
+	}
+	c->owner = m.u.hello_ok.owner;
+	c->max_result = m.u.hello_ok.max_result;
+	c->pid = (uint32_t)getpid();
+	*out = c;
+	return 0;
+fail:
+	carmy_close(c);
+	return rc;
+}
+
+EXPORT void carmy_close(carmy_t *c)
+{
+	if (c == NULL)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	shm_unmap(&c->view);
+	pthread_mutex_destroy(&c->io);
+	free(c);
+}
+
+EXPORT size_t carmy_max_result(const carmy_t *c)
+{
+	return c->max_result;
+}
+
+/* ------------------------------------------------------------ calls */
+
+EXPORT void carmy_reservation_clear(struct carmy_reservation *r)
+{
+	if (r == NULL)
+		return;
+	free(r->result);
+	memset(r, 0, sizeof(*r));
+}
+
+EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
+		       struct carmy_reservation *r)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	struct shm_claim claim;
+	struct shm_found f;
+	struct shm_result res;
+	struct shm_key key;
+	int rc;
+
+	if (c == NULL || call == NULL || r == NULL)
+		return -EINVAL;
+	carmy_reservation_clear(r);
+	if (uatomic_read(&c->dead))
+		return CARMY_EDISCONNECTED;
+	rc = shm_key_init(&key, c->view.seed, call->principal,
+			  call->principal_len, call->session, call->session_len,
+			  call->request_id, call->request_id_len);
+	if (rc != 0)
+		return rc;
+	rc = canon_fingerprint(call, fp);
+	if (rc != 0)
+		return rc;
+	new_exec_id(c, exec);
+	claim.owner = c->owner;
+	claim.pid = c->pid;
+	claim.now_ns = now_ns();
+	claim.fp = fp;
+	claim.exec = exec;
+
+	for (;;) {
+		switch (shm_reserve(&c->view, &key, &claim, &f)) {
+		case SHM_OUT_RESERVED:
+			exec_hex(f.exec, r->execution_id);
+			r->state = CARMY_STATE_RUNNING;
+			r->priv_entry = f.entry;
+			r->priv_slot = f.bucket;
+			r->priv_owner = c->owner;
+			return CARMY_RESERVED;
+		case SHM_OUT_FULL:
+			return CARMY_ECAPACITY;
+		case SHM_OUT_BUSY:
+			return CARMY_EUNAVAILABLE;
+		case SHM_OUT_DEAD:
+			uatomic_set(&c->dead, 1);
+			return CARMY_EDISCONNECTED;
+		case SHM_OUT_FOUND:
+			break;
+		}
+		exec_hex(f.exec, r->execution_id);
+		r->state = f.state == SHM_RUNNING   ? CARMY_STATE_RUNNING :
+			   f.state == SHM_COMPLETED ? CARMY_STATE_COMPLETED :
+						      CARMY_STATE_INTERRUPTED;
+		if (!f.same_fp)
+			return CARMY_ECONFLICT;
+		if (f.state != SHM_COMPLETED)
+			return CARMY_EUNCERTAIN;
+		rc = shm_read_result(&c->view, f.entry, f.word, &res);
+		if (rc == -EAGAIN)
+			continue;	/* changed while copied: look again */
+		if (rc != 0)
+			return rc;
+		exec_hex(res.exec, r->execution_id);
+		r->status = res.status;
+		r->result_code = res.result_code;
+		r->result = res.data;
+		r->result_len = res.len;
+		return CARMY_REPLAY;
+	}
+}
+
+EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
+			  const void *result, size_t len)
+{
+	uint8_t buf[REPLY_MAX], exec[SHM_EXEC_LEN];
+	struct shm_entry *en;
+	msgpack_sbuffer sb;
+	struct wire_msg m;
+	int code = 0, rc;
+	uint64_t w;
+
+	if (c == NULL || r == NULL || (result == NULL && len > 0))
+		return -EINVAL;
+	if (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED)
+		return CARMY_EINVALID_STATUS;
+	if (r->priv_owner != c->owner ||
+	    !shm_owns(&c->view, r->priv_entry, r->priv_slot, c->owner, &w))
+		return CARMY_ENOT_RESERVED;
+	if (len > c->max_result) {
+		/* Recorded, not dropped: the call failed with this code. */
+		status = CARMY_STATUS_FAILED;
+		code = CARMY_ERESULT_TOO_LARGE;
+		result = NULL;
+		len = 0;
+	}
+	en = shm_entry_at(&c->view, r->priv_entry);
+	memcpy(exec, en->en_exec, sizeof(exec));
+
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
+			       len);
+	if (rc != 0) {
+		msgpack_sbuffer_destroy(&sb);
+		return rc;
+	}
+	pthread_mutex_lock(&c->io);
+	rc = send_all(c->fd, sb.data, sb.size);
+	if (rc == 0)
+		rc = recv_msg(c->fd, -1, &m, buf, sizeof(buf));
+	pthread_mutex_unlock(&c->io);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0) {
+		uatomic_set(&c->dead, 1);
+		return rc == CARMY_EPROTOCOL ? rc : CARMY_EDISCONNECTED;
+	}
+	if (m.type == WIRE_ERROR) {
+		uatomic_set(&c->dead, 1);
+		return m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
+	}
+	if (m.type != WIRE_COMPLETE)
+		return CARMY_EPROTOCOL;
+	if (m.u.reply.code != 0)
+		return m.u.reply.code;
+	r->priv_owner = 0;	/* no longer ours to complete or release */
+	return code;
+}
+
+EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
+{
+	int rc;
+
+	if (c == NULL || r == NULL)
+		return -EINVAL;
+	if (r->priv_owner != c->owner)
+		return CARMY_ENOT_RESERVED;
+	rc = shm_release(&c->view, r->priv_entry, r->priv_slot, c->owner);
+	if (rc == 0)
+		r->priv_owner = 0;
+	return rc;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int dial(const char *path, int *fdp)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		int err = errno;
+
+		close(fd);
+		/* No socket, nobody listening, or not allowed: in every case
+		 * there is no carmyd for us, and nothing may run. */
+		if (err == ENOENT || err == ECONNREFUSED || err == EACCES ||
+		    err == ENOTDIR || err == EAGAIN)
+			return CARMY_EUNAVAILABLE;
+		return -err;
+	}
+	*fdp = fd;
+	return 0;
+}
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return CARMY_EDISCONNECTED;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Read exactly one message. Replies are small and there is only ever one
+ * outstanding, so any byte beyond the message is a protocol error. */
+static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
+		    uint8_t *buf, size_t cap)
+{
+	size_t have = 0;
+	long n;
+
+	for (;;) {
+		ssize_t got;
+
+		if (timeout_ms >= 0) {
+			struct pollfd pfd = { .fd = fd, .events = POLLIN };
+			int pr = poll(&pfd, 1, timeout_ms);
+
+			if (pr == 0)
+				return CARMY_EUNAVAILABLE;
+			if (pr < 0 && errno != EINTR)
+				return -errno;
+		}
+		got = recv(fd, buf + have, cap - have, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return CARMY_EDISCONNECTED;
+		have += (size_t)got;
+		n = wire_scan(buf, have, cap);
+		if (n < 0)
+			return CARMY_EPROTOCOL;
+		if (n > 0)
+			break;
+	}
+	if ((size_t)n != have)
+		return CARMY_EPROTOCOL;
+	return wire_decode(buf, (size_t)n, 0, m);
+}
+
+/* A new execution id: a keyed hash of a per-handle counter under a random
+ * per-handle key, so ids are unique and unpredictable without a system
+ * call. */
+static void new_exec_id(carmy_t *c, uint8_t out[SHM_EXEC_LEN])
+{
+	uint8_t in[24];
+	uint64_t n = uatomic_add_return(&c->exec_count, 1);
+	XXH128_canonical_t can;
+
+	memcpy(in, c->exec_key, 16);
+	memcpy(in + 16, &n, 8);
+	XXH128_canonicalFromHash(&can, XXH3_128bits_withSeed(in, sizeof(in),
+							     c->exec_seed));
+	memcpy(out, can.digest, SHM_EXEC_LEN);
+}
+
+static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	memcpy(out, "exec_", 5);
+	for (int i = 0; i < SHM_EXEC_LEN; i++) {
+		out[5 + 2 * i] = hex[exec[i] >> 4];
+		out[6 + 2 * i] = hex[exec[i] & 15];
+	}
+	out[CARMY_EXECUTION_ID_LEN] = '\0';
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);	/* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

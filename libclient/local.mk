@@ -1,0 +1,17 @@
+# libclient/: libcarmy, the one installed library. Only carmy_* is exported.
+noinst_LTLIBRARIES += libclient/libwire.la
+libclient_libwire_la_SOURCES = libclient/wire.h libclient/wire.c
+libclient_libwire_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(MSGPACK_CFLAGS)
+libclient_libwire_la_LIBADD = $(MSGPACK_LIBS)
+
+lib_LTLIBRARIES += libclient/libcarmy.la
+libclient_libcarmy_la_SOURCES = libclient/client.c libclient/errors.c \
+	libclient/canon.h libclient/canon.c
+libclient_libcarmy_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -pthread \
+	$(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
+libclient_libcarmy_la_LIBADD = shm/libshm.la libclient/libwire.la \
+	$(MSGPACK_LIBS) $(XXHASH_LIBS)
+libclient_libcarmy_la_LDFLAGS = -pthread -version-info 0:0:0 \
+	-export-symbols-regex '^carmy_'
+
+include libclient/canon.mk

@@ -1,0 +1,309 @@
+/*
+ * wire.c - encoding, scanning and decoding of the messages in wire.h.
+ *
+ * msgpack-c trusts the element counts it reads and reserves memory for them
+ * up front, so a five-byte array32 header claiming 4G elements costs
+ * gigabytes (DEPENDENCIES.md). wire_scan() therefore walks every message
+ * first, with a fixed-size stack and no allocation, and refuses any count or
+ * length that could not fit in what remains of the size cap. Only a complete
+ * message it accepted is passed to msgpack_unpack_next(), where each count is
+ * then bounded by bytes that are really present.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "carmy.h"
+#include "libclient/wire.h"
+
+static uint64_t be(const uint8_t *p, int n);
+static int get_uint(const msgpack_object *o, uint64_t max, uint64_t *out);
+static int get_int(const msgpack_object *o, int32_t *out);
+static int decode_from_client(const msgpack_object *a, uint32_t n,
+			      struct wire_msg *m);
+static int decode_from_daemon(const msgpack_object *a, uint32_t n,
+			      struct wire_msg *m);
+
+/* ------------------------------------------------------------ scanning */
+
+long wire_scan(const void *buf, size_t len, size_t cap)
+{
+	const uint8_t *p = buf;
+	uint64_t left[WIRE_MAX_DEPTH + 1];
+	size_t off = 0;
+	int depth = 1;
+
+	if (len > cap)
+		len = cap;
+	left[0] = 1;	/* one top-level object */
+	for (;;) {
+		uint64_t count = 0, size = 0;
+		size_t h = 1;
+		bool container = false;
+		uint8_t b;
+
+		while (depth > 0 && left[depth - 1] == 0)
+			depth--;
+		if (depth == 0)
+			return (long)off;
+		left[depth - 1]--;
+		if (off >= len)
+			return off >= cap ? CARMY_EPROTOCOL : 0;
+		b = p[off];
+
+		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 ||
+		    b == 0xc3) {
+			h = 1;
+		} else if (b <= 0x8f) {
+			container = true;
+			count = 2u * (b & 0x0f);
+		} else if (b <= 0x9f) {
+			container = true;
+			count = b & 0x0f;
+		} else if (b <= 0xbf) {
+			size = b & 0x1f;
+		} else {
+			/* Header length of each 0xc4..0xdf type, 0 for 0xc1. */
+			static const uint8_t hl[32] = {
+				/* c0 */ 1, 0, 1, 1, 2, 3, 5, 3,
+				/* c8 */ 4, 6, 5, 9, 2, 3, 5, 9,
+				/* d0 */ 2, 3, 5, 9, 2, 2, 2, 2,
+				/* d8 */ 2, 2, 3, 5, 3, 5, 3, 5,
+			};
+			h = hl[b - 0xc0];
+			if (h == 0)
+				return CARMY_EPROTOCOL;	/* 0xc1 never used */
+			if (off + h > len)
+				return off + h > cap ? CARMY_EPROTOCOL : 0;
+			switch (b) {
+			case 0xc4: case 0xc5: case 0xc6:	/* bin */
+				size = be(p + off + 1, (int)h - 1);
+				break;
+			case 0xc7: case 0xc8: case 0xc9:	/* ext + type */
+				size = be(p + off + 1, (int)h - 2);
+				break;
+			case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+				size = 1u << (b - 0xd4);	/* fixext */
+				break;
+			case 0xd9: case 0xda: case 0xdb:	/* str */
+				size = be(p + off + 1, (int)h - 1);
+				break;
+			case 0xdc: case 0xdd:			/* array */
+				container = true;
+				count = be(p + off + 1, (int)h - 1);
+				break;
+			case 0xde: case 0xdf:			/* map */
+				container = true;
+				count = 2 * be(p + off + 1, (int)h - 1);
+				break;
+			default:	/* numbers: all in the header */
+				break;
+			}
+		}
+		if (off + h > len)
+			return off + h > cap ? CARMY_EPROTOCOL : 0;
+		off += h;
+		if (container) {
+			/* Every element takes at least one byte. */
+			if (count > cap - off)
+				return CARMY_EPROTOCOL;
+			if (count == 0)
+				continue;
+			if (depth > WIRE_MAX_DEPTH)
+				return CARMY_EPROTOCOL;
+			left[depth++] = count;
+			continue;
+		}
+		if (size > cap - off)
+			return CARMY_EPROTOCOL;
+		if (off + size > len)
+			return 0;
+		off += (size_t)size;
+	}
+}
+
+/* ------------------------------------------------------------ decoding */
+
+int wire_decode(const void *buf, size_t len, int from_client,
+		struct wire_msg *m)
+{
+	msgpack_unpacked up;
+	size_t off = 0;
+	uint64_t type;
+	int rc = CARMY_EPROTOCOL;
+
+	msgpack_unpacked_init(&up);
+	if (msgpack_unpack_next(&up, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+	    off != len || up.data.type != MSGPACK_OBJECT_ARRAY ||
+	    up.data.via.array.size == 0)
+		goto out;
+	memset(m, 0, sizeof(*m));
+	if (get_uint(&up.data.via.array.ptr[0], 255, &type) != 0)
+		goto out;
+	m->type = (int)type;
+	if (from_client)
+		rc = decode_from_client(up.data.via.array.ptr,
+					up.data.via.array.size, m);
+	else
+		rc = decode_from_daemon(up.data.via.array.ptr,
+					up.data.via.array.size, m);
+out:
+	/* Strings and bins point into buf, not into the zone. */
+	msgpack_unpacked_destroy(&up);
+	return rc;
+}
+
+static int decode_from_client(const msgpack_object *a, uint32_t n,
+			      struct wire_msg *m)
+{
+	uint64_t v, e;
+
+	switch (m->type) {
+	case WIRE_HELLO:
+		if (n != 3 || get_uint(&a[1], UINT32_MAX, &v) != 0 ||
+		    get_uint(&a[2], UINT64_MAX, &m->u.hello.layout) != 0)
+			return CARMY_EPROTOCOL;
+		m->u.hello.version = (uint32_t)v;
+		return 0;
+	case WIRE_COMPLETE:
+		if (n != 6 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
+		    a[2].type != MSGPACK_OBJECT_BIN || a[2].via.bin.size != 16 ||
+		    get_int(&a[3], &m->u.complete.status) != 0 ||
+		    get_int(&a[4], &m->u.complete.result_code) != 0 ||
+		    a[5].type != MSGPACK_OBJECT_BIN)
+			return CARMY_EPROTOCOL;
+		m->u.complete.entry = (uint32_t)e;
+		memcpy(m->u.complete.exec, a[2].via.bin.ptr, 16);
+		m->u.complete.result = (const uint8_t *)a[5].via.bin.ptr;
+		m->u.complete.result_len = a[5].via.bin.size;
+		return 0;
+	default:
+		return CARMY_EPROTOCOL;
+	}
+}
+
+static int decode_from_daemon(const msgpack_object *a, uint32_t n,
+			      struct wire_msg *m)
+{
+	uint64_t owner, maxr, epoch;
+
+	switch (m->type) {
+	case WIRE_HELLO:
+		if (n != 6 || get_int(&a[1], &m->u.hello_ok.code) != 0 ||
+		    get_uint(&a[2], UINT32_MAX, &owner) != 0 ||
+		    a[3].type != MSGPACK_OBJECT_STR ||
+		    a[3].via.str.size == 0 ||
+		    a[3].via.str.size >= WIRE_SHM_NAME_MAX ||
+		    memchr(a[3].via.str.ptr, 0, a[3].via.str.size) != NULL ||
+		    get_uint(&a[4], UINT32_MAX, &maxr) != 0 ||
+		    get_uint(&a[5], UINT32_MAX, &epoch) != 0)
+			return CARMY_EPROTOCOL;
+		m->u.hello_ok.owner = (uint32_t)owner;
+		memcpy(m->u.hello_ok.shm_name, a[3].via.str.ptr,
+		       a[3].via.str.size);
+		m->u.hello_ok.max_result = (uint32_t)maxr;
+		m->u.hello_ok.epoch = (uint32_t)epoch;
+		return 0;
+	case WIRE_COMPLETE:
+	case WIRE_ERROR:
+		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
+			return CARMY_EPROTOCOL;
+		return 0;
+	default:
+		return CARMY_EPROTOCOL;
+	}
+}
+
+/* ------------------------------------------------------------ encoding */
+
+int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 3) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
+	    msgpack_pack_uint32(&pk, WIRE_VERSION) ||
+	    msgpack_pack_uint64(&pk, layout))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
+		      const uint8_t exec[16], int status, int result_code,
+		      const void *result, size_t len)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 6) ||
+	    msgpack_pack_uint8(&pk, WIRE_COMPLETE) ||
+	    msgpack_pack_uint32(&pk, entry) || msgpack_pack_bin(&pk, 16) ||
+	    msgpack_pack_bin_body(&pk, exec, 16) ||
+	    msgpack_pack_int32(&pk, status) ||
+	    msgpack_pack_int32(&pk, result_code) ||
+	    msgpack_pack_bin(&pk, len) ||
+	    (len > 0 && msgpack_pack_bin_body(&pk, result, len)))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
+		      const char *shm_name, uint32_t max_result,
+		      uint32_t epoch)
+{
+	size_t n = strlen(shm_name);
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 6) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
+	    msgpack_pack_int32(&pk, 0) || msgpack_pack_uint32(&pk, owner) ||
+	    msgpack_pack_str(&pk, n) || msgpack_pack_str_body(&pk, shm_name, n) ||
+	    msgpack_pack_uint32(&pk, max_result) ||
+	    msgpack_pack_uint32(&pk, epoch))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_reply(msgpack_sbuffer *sb, int type, int code)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 2) || msgpack_pack_uint8(&pk, (uint8_t)type) ||
+	    msgpack_pack_int32(&pk, code))
+		return -ENOMEM;
+	return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t be(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static int get_uint(const msgpack_object *o, uint64_t max, uint64_t *out)
+{
+	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max)
+		return -1;
+	*out = o->via.u64;
+	return 0;
+}
+
+static int get_int(const msgpack_object *o, int32_t *out)
+{
+	if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+	    o->via.u64 <= INT32_MAX) {
+		*out = (int32_t)o->via.u64;
+		return 0;
+	}
+	if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER &&
+	    o->via.i64 >= INT32_MIN) {
+		*out = (int32_t)o->via.i64;
+		return 0;
+	}
+	return -1;
+}

@@ -1,0 +1,92 @@
+/*
+ * wire.h - the one definition of what libcarmy and carmyd say to each other
+ * over the Unix socket. Both sides link wire.c.
+ *
+ * Every message is one msgpack array whose first element is its type. The
+ * stream needs no other framing: msgpack is self-delimiting, and wire_scan()
+ * finds where a message ends before msgpack-c ever sees it.
+ *
+ *   client -> carmyd
+ *     HELLO     [1, version, layout_signature]
+ *     COMPLETE  [2, entry, exec(bin 16), status, result_code, result(bin)]
+ *
+ *   carmyd -> client (one reply per request, in order)
+ *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch]
+ *     COMPLETE  [2, code]
+ *     ERROR     [0, code]   carmyd closes the connection after it
+ */
+#ifndef CARMY_WIRE_H
+#define CARMY_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#define WIRE_VERSION 1
+#define WIRE_MAX_DEPTH 32
+#define WIRE_SHM_NAME_MAX 64
+/* Bytes a COMPLETE needs beyond its result. */
+#define WIRE_OVERHEAD 64
+
+enum wire_type {
+	WIRE_ERROR = 0,
+	WIRE_HELLO = 1,
+	WIRE_COMPLETE = 2,
+};
+
+/* One decoded message, either direction. Pointers refer into the buffer
+ * that was decoded and live as long as it does. */
+struct wire_msg {
+	int type;
+	union {
+		struct {
+			uint32_t version;
+			uint64_t layout;
+		} hello;
+		struct {
+			int32_t code;
+			uint32_t owner;
+			char shm_name[WIRE_SHM_NAME_MAX];
+			uint32_t max_result;
+			uint32_t epoch;
+		} hello_ok;
+		struct {
+			uint32_t entry;
+			uint8_t exec[16];
+			int32_t status;
+			int32_t result_code;
+			const uint8_t *result;
+			size_t result_len;
+		} complete;
+		struct {
+			int32_t code;
+		} reply;	/* COMPLETE reply and ERROR */
+	} u;
+};
+
+/* Is there one whole msgpack object at the start of buf? Returns its length
+ * (> 0), 0 if more bytes are needed, or CARMY_EPROTOCOL if the bytes can
+ * never become a message of at most cap bytes: a reserved byte (0xc1),
+ * nesting deeper than WIRE_MAX_DEPTH, or a length or element count that
+ * would exceed cap. Runs in O(len) with no allocation, so it is safe on any
+ * bytes; only what it accepts is given to msgpack-c. */
+long wire_scan(const void *buf, size_t len, size_t cap);
+
+/* Decode exactly one message of len bytes, already accepted by wire_scan().
+ * from_client selects which direction's shapes are valid. Returns 0 or
+ * CARMY_EPROTOCOL. */
+int wire_decode(const void *buf, size_t len, int from_client,
+		struct wire_msg *m);
+
+/* Encoders append one message to sb. They return 0 or -ENOMEM. */
+int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout);
+int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
+		      const uint8_t exec[16], int status, int result_code,
+		      const void *result, size_t len);
+int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
+		      const char *shm_name, uint32_t max_result,
+		      uint32_t epoch);
+int wire_put_reply(msgpack_sbuffer *sb, int type, int code);
+
+#endif /* CARMY_WIRE_H */

@@ -1,0 +1,202 @@
+/*
+ * segment.c - geometry, layout signature and the one sanity check.
+ *
+ * Every number that locates something in the segment is derived here from
+ * (capacity, max_result). A process that attaches recomputes the geometry
+ * from the header's two inputs and insists that every stored offset and size
+ * agree, so a mismatched or scribbled header is refused before any index from
+ * it is used.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "shm/shm.h"
+
+_Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE,
+	       "header must be exactly SHM_HEADER_SIZE");
+_Static_assert(sizeof(struct shm_entry) % 64 == 0,
+	       "entries are cache-line aligned");
+
+#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
+
+/*
+ * The layout signature: a hash of the format version and of every size and
+ * offset that two builds must agree on to share a segment. A change to any
+ * of them changes the signature, and attach fails with CARMY_ELAYOUT.
+ */
+uint64_t shm_layout_signature(void)
+{
+	const uint64_t facts[] = {
+		SHM_FORMAT,
+		sizeof(struct shm_header),
+		offsetof(struct shm_header, sh_seed),
+		offsetof(struct shm_header, sh_epoch),
+		offsetof(struct shm_header, sh_next_owner),
+		sizeof(struct shm_entry),
+		offsetof(struct shm_entry, en_fingerprint),
+		offsetof(struct shm_entry, en_exec),
+		offsetof(struct shm_entry, en_ident),
+		CARMY_ID_MAX,
+		SHM_OWNER_MIN,
+		shm_word(SHM_BLOCKED, 1, 1, 1),	/* bucket word packing */
+		sizeof(uint64_t),
+	};
+
+	return XXH3_64bits(facts, sizeof(facts));
+}
+
+/* Derive the whole geometry. Returns 0 or -EINVAL if the inputs are out of
+ * range or the segment would not fit in a size_t. */
+int shm_geometry(uint32_t capacity, uint32_t max_result,
+		 struct shm_geometry *geo)
+{
+	uint64_t nb;
+
+	if (capacity == 0 || capacity > SHM_CAPACITY_MAX ||
+	    max_result > SHM_MAX_RESULT_MAX)
+		return -EINVAL;
+
+	/* At least twice the capacity, so the index stays at most half full
+	 * of live entries and probe runs stay short. */
+	nb = 64;
+	while (nb < 2 * (uint64_t)capacity)
+		nb <<= 1;
+
+	geo->capacity = capacity;
+	geo->nbuckets = (uint32_t)nb;
+	geo->max_result = max_result;
+	geo->entry_size = (uint32_t)ALIGN_UP(sizeof(struct shm_entry) +
+					     (uint64_t)max_result, 64);
+	geo->tickets_off = SHM_HEADER_SIZE;
+	geo->buckets_off = ALIGN_UP(geo->tickets_off +
+				    (uint64_t)capacity * sizeof(uint32_t), 64);
+	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
+				    4096);
+	geo->size = ALIGN_UP(geo->entries_off +
+			     (uint64_t)capacity * geo->entry_size, 4096);
+	if (geo->size > SIZE_MAX / 2)
+		return -EINVAL;
+	return 0;
+}
+
+/* Write a fresh header into zeroed memory of geo->size bytes. Zero is FREE
+ * for both tickets and buckets, so nothing else needs initialising. */
+void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
+		uint64_t now_ns)
+{
+	struct shm_header *h = base;
+
+	h->sh_layout = shm_layout_signature();
+	h->sh_size = geo->size;
+	h->sh_capacity = geo->capacity;
+	h->sh_nbuckets = geo->nbuckets;
+	h->sh_max_result = geo->max_result;
+	h->sh_entry_size = geo->entry_size;
+	h->sh_tickets_off = geo->tickets_off;
+	h->sh_buckets_off = geo->buckets_off;
+	h->sh_entries_off = geo->entries_off;
+	h->sh_seed = seed;
+	h->sh_created_ns = now_ns;
+	h->sh_epoch = 0;
+	h->sh_owner_base = SHM_OWNER_MIN;
+	h->sh_next_owner = SHM_OWNER_MIN;
+	/* The magic goes last: a segment is recognisable only when whole. */
+	__atomic_store_n(&h->sh_magic, SHM_MAGIC, __ATOMIC_RELEASE);
+}
+
+/*
+ * The one sanity check, run on every attach and before every carmyd scan.
+ * Each header field is read once into a local, and the geometry is
+ * recomputed from capacity and max_result; every stored value must match it
+ * and the whole must fit in the mapped bytes. On success *geo is the
+ * validated geometry, which the caller keeps privately from then on.
+ * Returns 0, CARMY_ELAYOUT for another build's segment, or CARMY_ECORRUPT.
+ */
+int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo)
+{
+	const volatile struct shm_header *h = base;
+	struct shm_geometry want;
+
+	if (mapped < sizeof(struct shm_header))
+		return CARMY_ECORRUPT;
+	if (h->sh_magic != SHM_MAGIC)
+		return CARMY_ECORRUPT;
+	if (h->sh_layout != shm_layout_signature())
+		return CARMY_ELAYOUT;
+	if (shm_geometry(h->sh_capacity, h->sh_max_result, &want) != 0)
+		return CARMY_ECORRUPT;
+	if (h->sh_nbuckets != want.nbuckets ||
+	    h->sh_entry_size != want.entry_size ||
+	    h->sh_tickets_off != want.tickets_off ||
+	    h->sh_buckets_off != want.buckets_off ||
+	    h->sh_entries_off != want.entries_off ||
+	    h->sh_size != want.size || want.size > mapped)
+		return CARMY_ECORRUPT;
+	*geo = want;
+	return 0;
+}
+
+/* Check a mapping and fill a view from the validated geometry. */
+int shm_view_init(struct shm_view *v, void *base, size_t mapped)
+{
+	struct shm_geometry geo;
+	int rc = shm_sane(base, mapped, &geo);
+
+	if (rc != 0)
+		return rc;
+	memset(v, 0, sizeof(*v));
+	v->base = base;
+	v->mapped = mapped;
+	v->geo = geo;
+	v->seed = ((const volatile struct shm_header *)base)->sh_seed;
+	v->tickets = (uint32_t *)(v->base + geo.tickets_off);
+	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
+	v->entries = v->base + geo.entries_off;
+	return 0;
+}
+
+/* Map an existing segment by name and check it. Returns 0, -errno from
+ * shm_open/mmap, CARMY_ELAYOUT or CARMY_ECORRUPT. */
+int shm_map(const char *name, bool writable, struct shm_view *v)
+{
+	struct stat st;
+	void *base;
+	int fd, rc;
+
+	fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	if (st.st_size < (off_t)sizeof(struct shm_header)) {
+		close(fd);
+		return CARMY_ECORRUPT;
+	}
+	base = mmap(NULL, (size_t)st.st_size,
+		    PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	rc = -errno;
+	close(fd);
+	if (base == MAP_FAILED)
+		return rc;
+	rc = shm_view_init(v, base, (size_t)st.st_size);
+	if (rc != 0)
+		munmap(base, (size_t)st.st_size);
+	return rc;
+}
+
+void shm_unmap(struct shm_view *v)
+{
+	if (v->base != NULL)
+		munmap(v->base, v->mapped);
+	v->base = NULL;
+}

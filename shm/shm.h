@@ -1,0 +1,272 @@
+/*
+ * shm.h - Carmy's shared segment: layout, sanity check and the lock-free
+ * reservation table. Linked into both carmyd and libcarmy.
+ *
+ * The full picture (layout, state machines, memory ordering) is drawn in
+ * docs/segment.md; the comments here say what each piece relies on.
+ *
+ * Layout (every offset is from the start of the segment; each process maps
+ * it at its own address, so the segment stores offsets and indexes, never
+ * pointers):
+ *
+ *   header     struct shm_header, 256 bytes
+ *   tickets    capacity x uint32_t        who holds each entry
+ *   buckets    nbuckets x uint64_t        the open-addressing index
+ *   entries    capacity x entry_size      struct shm_entry + result area
+ *
+ * An entry is reserved in two steps. First a ticket (an entry record) is
+ * taken with a CAS on its ticket word (FREE -> owner id) and filled in
+ * privately. Then one CAS on a FREE bucket publishes it (FREE -> RUNNING,
+ * naming the entry). Everything a reader needs is written before that CAS,
+ * so no reader ever sees a half-built entry, and a claimer that dies before
+ * publishing leaves only a ticket that carmyd gives back: never a stuck
+ * bucket.
+ */
+#ifndef CARMY_SHM_H
+#define CARMY_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "carmy.h"
+
+#define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
+#define SHM_FORMAT 1
+#define SHM_HEADER_SIZE 256
+#define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
+#define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
+#define SHM_FP_LEN 16
+#define SHM_EXEC_LEN 16
+
+/*
+ * Ticket words. One per entry; an entry is usable only while its ticket says
+ * so. Values from SHM_OWNER_MIN up are owner ids (one per client connection,
+ * assigned by carmyd, never reused within a segment's life).
+ *
+ *   FREE --client CAS--> owner --carmyd complete/sweep--> LIVE
+ *     ^                    |  \--carmyd sweep--> SWEEPING --> LIVE | FREE
+ *     +----client release--+
+ */
+#define SHM_TICKET_FREE 0u
+#define SHM_TICKET_LIVE 1u	/* published, completed or uncertain: no owner */
+#define SHM_TICKET_SWEEPING 2u	/* carmyd is deciding about a dead owner's entry */
+#define SHM_OWNER_MIN 16u
+
+/*
+ * Bucket words, CAS'd as one 64-bit value:
+ *
+ *   63..61 state   60..48 version   47..24 tag   23..0 entry
+ *
+ * The version grows on every transition so that a CAS with a stale word
+ * fails even if the state came back (ABA). The tag is 24 bits of the
+ * identity hash: most non-matching buckets are skipped without touching
+ * their entry.
+ *
+ *   FREE --client publish--> RUNNING --carmyd complete--> COMPLETED
+ *                              |  \---carmyd sweep (dead owner)--> UNCERTAIN
+ *                              +--client release--> TOMB
+ *   TOMB --carmyd reclaim--> FREE      (only when the next bucket is FREE,
+ *                                       which carmyd holds BLOCKED meanwhile)
+ *
+ * COMPLETED and UNCERTAIN are final: nothing in the table ever evicts them.
+ */
+enum shm_state {
+	SHM_FREE = 0,
+	SHM_RUNNING = 1,
+	SHM_COMPLETED = 2,
+	SHM_UNCERTAIN = 3,
+	SHM_TOMB = 4,
+	SHM_BLOCKED = 5,
+};
+
+#define SHM_W_STATE(w) ((unsigned)((w) >> 61))
+#define SHM_W_VER(w) ((uint32_t)(((w) >> 48) & 0x1fff))
+#define SHM_W_TAG(w) ((uint32_t)(((w) >> 24) & 0xffffff))
+#define SHM_W_ENTRY(w) ((uint32_t)((w) & 0xffffff))
+
+static inline uint64_t shm_word(unsigned state, uint32_t ver, uint32_t tag,
+				uint32_t entry)
+{
+	return ((uint64_t)state << 61) | ((uint64_t)(ver & 0x1fff) << 48) |
+	       ((uint64_t)(tag & 0xffffff) << 24) | (entry & 0xffffff);
+}
+
+/* The next word of a transition: new state, version bumped, tag and entry
+ * kept (or cleared for FREE/TOMB/BLOCKED, which name no entry). */
+static inline uint64_t shm_next(uint64_t w, unsigned state)
+{
+	if (state == SHM_FREE || state == SHM_TOMB || state == SHM_BLOCKED)
+		return shm_word(state, SHM_W_VER(w) + 1, 0, 0);
+	return shm_word(state, SHM_W_VER(w) + 1, SHM_W_TAG(w), SHM_W_ENTRY(w));
+}
+
+/* The segment header. Geometry fields are written once by carmyd at
+ * creation; the sh_ fields below the line are carmyd's to update. */
+struct shm_header {
+	uint64_t sh_magic;
+	uint64_t sh_layout;	/* shm_layout_signature() of the creator */
+	uint64_t sh_size;	/* bytes in the segment */
+	uint32_t sh_capacity;
+	uint32_t sh_nbuckets;	/* power of two, >= 2 x capacity */
+	uint32_t sh_max_result;
+	uint32_t sh_entry_size;
+	uint64_t sh_tickets_off;
+	uint64_t sh_buckets_off;
+	uint64_t sh_entries_off;
+	uint64_t sh_seed;	/* identity hash seed, random per segment */
+	uint64_t sh_created_ns;
+	/* ---- carmyd's, updated while running ---- */
+	uint32_t sh_epoch;	/* carmyd starts on this segment */
+	uint32_t sh_owner_base;	/* owners below it belong to earlier epochs */
+	uint32_t sh_next_owner;	/* next owner id to hand out */
+	uint32_t sh_daemon_pid;
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 96];
+};
+
+/* One entry record: identity, fingerprint, execution id and, once
+ * completed, the result. Filled by the reserving client before its bucket
+ * is published; the result fields are written by carmyd before the bucket
+ * turns COMPLETED. After that nothing writes it (short of a release before
+ * completion, which frees it). */
+struct shm_entry {
+	uint32_t en_bucket;	/* the bucket it is published in */
+	uint16_t en_len[3];	/* principal, session, request_id */
+	uint8_t en_status;	/* CARMY_STATUS_* once completed */
+	uint8_t en_pad;
+	uint32_t en_result_len;
+	int32_t en_result_code;	/* 0, or CARMY_ERESULT_TOO_LARGE */
+	uint32_t en_pid;	/* of the reserving process, for operators */
+	uint8_t en_fingerprint[SHM_FP_LEN];
+	uint8_t en_exec[SHM_EXEC_LEN];
+	uint64_t en_started_ns;
+	uint64_t en_finished_ns;
+	uint8_t en_ident[3 * CARMY_ID_MAX];
+} __attribute__((aligned(64)));
+
+/* Geometry derived from (capacity, max_result): the one place sizes and
+ * offsets are computed, used to create a segment and to check one. */
+struct shm_geometry {
+	uint32_t capacity;
+	uint32_t nbuckets;
+	uint32_t max_result;
+	uint32_t entry_size;
+	uint64_t tickets_off;
+	uint64_t buckets_off;
+	uint64_t entries_off;
+	uint64_t size;
+};
+
+/* A process-local view of a mapped segment. The geometry is a validated
+ * private copy: nothing in it is ever re-read from shared memory. */
+struct shm_view {
+	uint8_t *base;
+	size_t mapped;
+	struct shm_geometry geo;
+	uint64_t seed;
+	uint32_t *tickets;
+	uint64_t *buckets;
+	uint8_t *entries;
+};
+
+/* An identity ready for lookup: its three parts and its hash. */
+struct shm_key {
+	const uint8_t *part[3];
+	uint16_t len[3];
+	uint64_t hash;
+};
+
+/* What shm_reserve() found. */
+enum shm_outcome {
+	SHM_OUT_RESERVED,	/* entry/bucket are ours, RUNNING */
+	SHM_OUT_FOUND,		/* an entry for this identity exists */
+	SHM_OUT_FULL,		/* no ticket, or no FREE bucket */
+	SHM_OUT_BUSY,		/* carmyd held a bucket BLOCKED for too long */
+	SHM_OUT_DEAD,		/* carmyd swept our owner id: we are disconnected */
+};
+
+struct shm_found {
+	uint32_t entry;
+	uint32_t bucket;
+	uint64_t word;		/* the bucket word seen */
+	unsigned state;		/* SHM_RUNNING / COMPLETED / UNCERTAIN */
+	bool same_fp;
+	uint8_t exec[SHM_EXEC_LEN];
+};
+
+/* What a new reservation carries into its entry. */
+struct shm_claim {
+	uint32_t owner;
+	uint32_t pid;
+	uint64_t now_ns;
+	const uint8_t *fp;	/* SHM_FP_LEN bytes */
+	const uint8_t *exec;	/* SHM_EXEC_LEN bytes */
+};
+
+/* A recorded result, copied out of the segment by shm_read_result(). */
+struct shm_result {
+	int status;
+	int result_code;
+	uint8_t exec[SHM_EXEC_LEN];
+	void *data;		/* malloc'd, NUL-terminated; caller frees */
+	size_t len;
+};
+
+/* segment.c */
+uint64_t shm_layout_signature(void);
+int shm_geometry(uint32_t capacity, uint32_t max_result,
+		 struct shm_geometry *geo);
+void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
+		uint64_t now_ns);
+int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo);
+int shm_view_init(struct shm_view *v, void *base, size_t mapped);
+int shm_map(const char *name, bool writable, struct shm_view *v);
+void shm_unmap(struct shm_view *v);
+
+static inline struct shm_header *shm_header(const struct shm_view *v)
+{
+	return (struct shm_header *)v->base;
+}
+
+static inline struct shm_entry *shm_entry_at(const struct shm_view *v,
+					     uint32_t e)
+{
+	return (struct shm_entry *)(v->entries + (size_t)e * v->geo.entry_size);
+}
+
+static inline uint8_t *shm_result_area(const struct shm_view *v, uint32_t e)
+{
+	return (uint8_t *)shm_entry_at(v, e) + sizeof(struct shm_entry);
+}
+
+/* table.c: used by clients */
+int shm_key_init(struct shm_key *k, uint64_t seed, const void *principal,
+		 size_t plen, const void *session, size_t slen,
+		 const void *request_id, size_t rlen);
+enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
+			     const struct shm_claim *c, struct shm_found *out);
+int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
+		    struct shm_result *out);
+int shm_release(const struct shm_view *v, uint32_t entry, uint32_t bucket,
+		uint32_t owner);
+bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t bucket,
+	      uint32_t owner, uint64_t *word);
+
+/* sweep.c: used by carmyd */
+struct shm_sweep_stats {
+	uint32_t uncertain;	/* running entries turned uncertain */
+	uint32_t freed;		/* unpublished claims given back */
+	uint32_t settled;	/* already final, ticket made LIVE */
+};
+int shm_record_result(const struct shm_view *v, uint32_t entry,
+		      uint32_t owner, const uint8_t *exec, int status,
+		      int result_code, const void *data, size_t len,
+		      uint64_t now_ns);
+void shm_sweep_ticket(const struct shm_view *v, uint32_t entry,
+		      uint32_t owner, struct shm_sweep_stats *st);
+void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
+	       void *arg, struct shm_sweep_stats *st);
+uint32_t shm_reclaim(const struct shm_view *v);
+void shm_unblock_all(const struct shm_view *v);
+
+#endif /* CARMY_SHM_H */

@@ -1,0 +1,327 @@
+/*
+ * table.c - the lock-free reservation table, client side: reserve, look up,
+ * replay and release, all directly in shared memory, without a system call.
+ *
+ * Memory ordering. liburcu's uatomic_cmpxchg() is a full barrier. A
+ * reserving client fills its entry with plain stores, then publishes the
+ * bucket with uatomic_cmpxchg(): every field of the entry is visible before
+ * the bucket names it. A reader loads the bucket word, issues cmm_smp_rmb()
+ * (so its entry loads cannot pass the word load), reads the entry, issues
+ * cmm_smp_rmb() again and re-reads the word: if the word changed, what it
+ * read may be torn and it looks again. carmyd completes the same way (result
+ * first, then the COMPLETED word), so a replay never sees a partial result.
+ *
+ * Nothing read from the segment is trusted: entry indexes are bounds-checked
+ * against the private geometry and lengths are clamped, so a scribbled
+ * segment can make a lookup miss or fail, never read out of bounds.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <urcu/arch.h>
+#include <urcu/uatomic.h>
+#include <xxhash.h>
+
+#include "shm/shm.h"
+
+/* How long a reserve spins on a BLOCKED bucket (carmyd holds one for a few
+ * hundred nanoseconds while reclaiming a tombstone) before giving up. */
+#define BLOCKED_SPINS (1u << 22)
+
+static uint32_t ticket_claim(const struct shm_view *v, uint64_t hash,
+			     uint32_t owner);
+static void entry_fill(const struct shm_view *v, uint32_t e,
+		       const struct shm_key *k, const struct shm_claim *c);
+static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
+			  const struct shm_key *k);
+
+static inline uint32_t key_tag(const struct shm_key *k)
+{
+	return (uint32_t)(k->hash >> 40);
+}
+
+/* ---------------------------------------------------------------- API */
+
+/*
+ * Check an identity and hash it. Each part must be 1..CARMY_ID_MAX bytes.
+ * The parts are hashed length-delimited, so ("ab","c") and ("a","bc") are
+ * different identities. Returns 0 or CARMY_EINVALID_ID.
+ */
+int shm_key_init(struct shm_key *k, uint64_t seed, const void *principal,
+		 size_t plen, const void *session, size_t slen,
+		 const void *request_id, size_t rlen)
+{
+	uint8_t buf[3 * (2 + CARMY_ID_MAX)];
+	const void *parts[3] = { principal, session, request_id };
+	size_t lens[3] = { plen, slen, rlen };
+	size_t n = 0;
+
+	for (int i = 0; i < 3; i++) {
+		if (parts[i] == NULL || lens[i] == 0 || lens[i] > CARMY_ID_MAX)
+			return CARMY_EINVALID_ID;
+		k->part[i] = parts[i];
+		k->len[i] = (uint16_t)lens[i];
+		buf[n++] = (uint8_t)(lens[i] >> 8);
+		buf[n++] = (uint8_t)lens[i];
+		memcpy(buf + n, parts[i], lens[i]);
+		n += lens[i];
+	}
+	k->hash = XXH3_64bits_withSeed(buf, n, seed);
+	return 0;
+}
+
+/*
+ * Reserve k, or find the entry that already holds it.
+ *
+ * Probing is linear from the key's home bucket. A FREE bucket ends the
+ * probe: the identity is absent, and this is where it goes. Buckets only
+ * leave FREE by a CAS, and carmyd turns a TOMB back into FREE only while the
+ * bucket after it is BLOCKED (its version bumped), so if our CAS on the
+ * first FREE bucket succeeds, no bucket earlier in the probe can have taken
+ * the same identity meanwhile: a second inserter either loses the CAS or
+ * sees ours.
+ *
+ * The ticket is taken lazily, only once the identity is known to be absent,
+ * so replays and conflicts touch no ticket. After publishing, the ticket is
+ * read again: if carmyd has meanwhile swept our owner id (we were declared
+ * disconnected), we withdraw the bucket and report SHM_OUT_DEAD. carmyd
+ * moves the ticket away from our id with a CAS before it looks at our
+ * bucket, and both CASes are full barriers, so one of the two always sees
+ * the other.
+ */
+enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
+			     const struct shm_claim *c, struct shm_found *out)
+{
+	const uint32_t mask = v->geo.nbuckets - 1;
+	const uint32_t tag = key_tag(k) & 0xffffff;
+	uint32_t ticket = UINT32_MAX;
+	unsigned spins = 0;
+
+restart:
+	for (uint32_t n = 0, b = (uint32_t)k->hash & mask; n < v->geo.nbuckets;
+	     n++, b = (b + 1) & mask) {
+		uint64_t w = uatomic_read(&v->buckets[b]);
+		unsigned st = SHM_W_STATE(w);
+
+		if (st == SHM_FREE) {
+			uint64_t nw;
+
+			if (ticket == UINT32_MAX) {
+				ticket = ticket_claim(v, k->hash, c->owner);
+				if (ticket == UINT32_MAX)
+					return SHM_OUT_FULL;
+				entry_fill(v, ticket, k, c);
+			}
+			shm_entry_at(v, ticket)->en_bucket = b;
+			nw = shm_word(SHM_RUNNING, SHM_W_VER(w) + 1, tag, ticket);
+			if (uatomic_cmpxchg(&v->buckets[b], w, nw) != w)
+				goto restart;
+			if (uatomic_read(&v->tickets[ticket]) != c->owner) {
+				uatomic_cmpxchg(&v->buckets[b], nw,
+						shm_next(nw, SHM_TOMB));
+				return SHM_OUT_DEAD;
+			}
+			out->entry = ticket;
+			out->bucket = b;
+			out->word = nw;
+			out->state = SHM_RUNNING;
+			out->same_fp = true;
+			memcpy(out->exec, c->exec, SHM_EXEC_LEN);
+			return SHM_OUT_RESERVED;
+		}
+		if (st == SHM_BLOCKED) {
+			if (++spins > BLOCKED_SPINS)
+				goto busy;
+			caa_cpu_relax();
+			goto restart;
+		}
+		if (st == SHM_TOMB || st > SHM_BLOCKED || SHM_W_TAG(w) != tag)
+			continue;
+
+		uint32_t e = SHM_W_ENTRY(w);
+		const struct shm_entry *en;
+		bool match;
+
+		if (e >= v->geo.capacity || e == ticket)
+			continue;
+		cmm_smp_rmb();
+		en = shm_entry_at(v, e);
+		match = entry_matches(v, e, b, k);
+		out->same_fp = memcmp(en->en_fingerprint, c->fp, SHM_FP_LEN) == 0;
+		memcpy(out->exec, en->en_exec, SHM_EXEC_LEN);
+		cmm_smp_rmb();
+		if (uatomic_read(&v->buckets[b]) != w)
+			goto restart;	/* changed under us: look again */
+		if (!match)
+			continue;
+		if (ticket != UINT32_MAX)
+			uatomic_cmpxchg(&v->tickets[ticket], c->owner,
+					SHM_TICKET_FREE);
+		out->entry = e;
+		out->bucket = b;
+		out->word = w;
+		out->state = st;
+		return SHM_OUT_FOUND;
+	}
+	/* Every bucket is live or a tombstone: full until carmyd reclaims. */
+	if (ticket != UINT32_MAX)
+		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
+	return SHM_OUT_FULL;
+busy:
+	if (ticket != UINT32_MAX)
+		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
+	return SHM_OUT_BUSY;
+}
+
+/*
+ * Copy out the recorded result of a COMPLETED entry seen with bucket word
+ * `word`. The copy is validated by re-reading the word afterwards. Returns
+ * 0, -ENOMEM, or -EAGAIN if the entry changed while it was read (the caller
+ * looks it up again).
+ */
+int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
+		    struct shm_result *out)
+{
+	const struct shm_entry *en;
+	const uint64_t *bp;
+	uint32_t len, b;
+
+	if (entry >= v->geo.capacity)
+		return -EINVAL;
+	en = shm_entry_at(v, entry);
+	b = CMM_LOAD_SHARED(en->en_bucket);
+	if (b >= v->geo.nbuckets)
+		return -EAGAIN;
+	bp = &v->buckets[b];
+	cmm_smp_rmb();
+	len = CMM_LOAD_SHARED(en->en_result_len);
+	if (len > v->geo.max_result)
+		len = 0;	/* scribbled: replay an empty result */
+	out->data = malloc((size_t)len + 1);
+	if (out->data == NULL)
+		return -ENOMEM;
+	memcpy(out->data, shm_result_area(v, entry), len);
+	((uint8_t *)out->data)[len] = 0;
+	out->len = len;
+	out->status = CMM_LOAD_SHARED(en->en_status);
+	out->result_code = CMM_LOAD_SHARED(en->en_result_code);
+	memcpy(out->exec, en->en_exec, SHM_EXEC_LEN);
+	cmm_smp_rmb();
+	if (uatomic_read(bp) != word) {
+		free(out->data);
+		out->data = NULL;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+/* Is (entry, bucket) still a RUNNING reservation of owner? *word gets the
+ * bucket word seen. */
+bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t bucket,
+	      uint32_t owner, uint64_t *word)
+{
+	uint64_t w;
+
+	if (entry >= v->geo.capacity || bucket >= v->geo.nbuckets)
+		return false;
+	w = uatomic_read(&v->buckets[bucket]);
+	*word = w;
+	return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
+	       uatomic_read(&v->tickets[entry]) == owner;
+}
+
+/*
+ * Give back a reservation whose tool did not run. The bucket turns TOMB
+ * first (so no lookup finds the identity any more), then the ticket is freed.
+ * If carmyd swept our owner meanwhile, its CAS on the bucket wins or ours
+ * does; either way the result is consistent: UNCERTAIN (we report
+ * CARMY_EDISCONNECTED) or TOMB (carmyd frees the ticket).
+ * Returns 0, CARMY_ENOT_RESERVED or CARMY_EDISCONNECTED.
+ */
+int shm_release(const struct shm_view *v, uint32_t entry, uint32_t bucket,
+		uint32_t owner)
+{
+	uint64_t w = 0;
+
+	if (!shm_owns(v, entry, bucket, owner, &w)) {
+		if (entry < v->geo.capacity && bucket < v->geo.nbuckets &&
+		    SHM_W_STATE(w) == SHM_UNCERTAIN && SHM_W_ENTRY(w) == entry)
+			return CARMY_EDISCONNECTED;
+		return CARMY_ENOT_RESERVED;
+	}
+	if (uatomic_cmpxchg(&v->buckets[bucket], w, shm_next(w, SHM_TOMB)) != w)
+		return CARMY_EDISCONNECTED;
+	uatomic_cmpxchg(&v->tickets[entry], owner, SHM_TICKET_FREE);
+	return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/*
+ * Take a FREE ticket for owner. Tickets are the capacity: there are exactly
+ * capacity of them, so the (capacity + 1)th concurrent entry finds none.
+ * The search starts at a hash-derived index so that concurrent claimers
+ * rarely contend on one word. Returns the index or UINT32_MAX when full.
+ */
+static uint32_t ticket_claim(const struct shm_view *v, uint64_t hash,
+			     uint32_t owner)
+{
+	const uint32_t cap = v->geo.capacity;
+	uint32_t i = (uint32_t)((hash >> 32) % cap);
+
+	for (uint32_t n = 0; n < cap; n++) {
+		if (uatomic_read(&v->tickets[i]) == SHM_TICKET_FREE &&
+		    uatomic_cmpxchg(&v->tickets[i], SHM_TICKET_FREE, owner) ==
+			    SHM_TICKET_FREE)
+			return i;
+		if (++i == cap)
+			i = 0;
+	}
+	return UINT32_MAX;
+}
+
+/* Fill a freshly claimed entry. Plain stores: the entry is private to us
+ * until the publishing CAS, which orders them all before it. */
+static void entry_fill(const struct shm_view *v, uint32_t e,
+		       const struct shm_key *k, const struct shm_claim *c)
+{
+	struct shm_entry *en = shm_entry_at(v, e);
+	size_t off = 0;
+
+	for (int i = 0; i < 3; i++) {
+		en->en_len[i] = k->len[i];
+		memcpy(en->en_ident + off, k->part[i], k->len[i]);
+		off += k->len[i];
+	}
+	en->en_status = 0;
+	en->en_result_len = 0;
+	en->en_result_code = 0;
+	en->en_pid = c->pid;
+	memcpy(en->en_fingerprint, c->fp, SHM_FP_LEN);
+	memcpy(en->en_exec, c->exec, SHM_EXEC_LEN);
+	en->en_started_ns = c->now_ns;
+	en->en_finished_ns = 0;
+}
+
+/* Does entry e, found in bucket b, hold identity k? The lengths are read
+ * once and bounded before the compare. */
+static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
+			  const struct shm_key *k)
+{
+	const struct shm_entry *en = shm_entry_at(v, e);
+	size_t off = 0;
+
+	if (CMM_LOAD_SHARED(en->en_bucket) != b)
+		return false;
+	for (int i = 0; i < 3; i++) {
+		uint16_t len = CMM_LOAD_SHARED(en->en_len[i]);
+
+		if (len != k->len[i])
+			return false;
+		if (memcmp(en->en_ident + off, k->part[i], len) != 0)
+			return false;
+		off += len;
+	}
+	return true;
+}
