@@ -39,15 +39,15 @@ enum canon_kind {
 
 struct canon_head {
 	enum canon_kind kind;
-	unsigned width;		/* bytes of the big-endian length or count */
-	uint64_t fixed;		/* bytes every such object carries after it */
-	uint64_t n;		/* length or count held in the first byte */
+	unsigned width;	/* bytes of the big-endian length or count */
+	uint64_t fixed;	/* bytes every such object carries after it */
+	uint64_t n;	/* length or count held in the first byte */
 };
 
 /* One map entry while its map is being sorted: key and value are encoded
  * back to back in a scratch buffer, so an entry is copied out in one go. */
 struct canon_kv {
-	const char *key;	/* valid once the scratch buffer stops growing */
+	const char *key;	/* set once the scratch buffer stops moving */
 	size_t off;
 	size_t key_len;
 	size_t len;		/* key and value */
@@ -271,7 +271,8 @@ static void canon_head(uint8_t b, struct canon_head *h)
 		h->fixed = 1u << (b - 0xd0);
 		break;
 	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-		h->fixed = 1 + (1u << (b - 0xd4));	/* fixext: type + data */
+		/* fixext: type byte and 1, 2, 4, 8 or 16 bytes of data */
+		h->fixed = 1 + (1u << (b - 0xd4));
 		break;
 	case 0xdc: case 0xdd:			/* array16/32 */
 		h->kind = CANON_ARRAY;

@@ -15,3 +15,9 @@ libclient_libcarmy_la_LDFLAGS = -pthread -version-info 0:0:0 \
 	-export-symbols-regex '^carmy_'
 
 include libclient/canon.mk
+
+check_PROGRAMS += tests/libclient/check_wire
+TESTS += tests/libclient/check_wire
+tests_libclient_check_wire_SOURCES = tests/libclient/check_wire.c
+tests_libclient_check_wire_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(MSGPACK_CFLAGS)
+tests_libclient_check_wire_LDADD = libclient/libwire.la $(CHECK_LIBS) $(MSGPACK_LIBS)

@@ -23,6 +23,8 @@
 
 #include <msgpack.h>
 
+#include "carmy.h"
+
 #define WIRE_VERSION 1
 #define WIRE_MAX_DEPTH 32
 #define WIRE_SHM_NAME_MAX 64

@@ -1,2 +1,12 @@
 # tests/: one Check program per module, plus end-to-end tests against a real
 # carmyd. Long soaks and benchmarks are separate targets.
+check_LTLIBRARIES = tests/libharness.la
+tests_libharness_la_SOURCES = tests/harness.h tests/harness.c
+
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
+TEST_LIBS = tests/libharness.la libclient/libcarmy.la shm/libshm.la \
+	libclient/libwire.la $(CHECK_LIBS) $(MSGPACK_LIBS) $(XXHASH_LIBS)
+
+include tests/e2e/local.mk
+include tests/tools/local.mk
+include tests/shm/local.mk

@@ -1,0 +1,204 @@
+/*
+ * check_wire.c - the wire scanner and codec: whole, partial and hostile
+ * messages, and every message shape both ways.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "libclient/wire.h"
+
+#define CAP 1024
+
+static long scan(const char *bytes, size_t n)
+{
+	return wire_scan(bytes, n, CAP);
+}
+
+START_TEST(test_whole_message_length_and_partial_need_more)
+{
+	msgpack_sbuffer sb;
+	uint8_t exec[16] = { 1 };
+
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_complete(&sb, 7, exec, 1, 0, "result", 6), 0);
+	ck_assert_int_eq(wire_scan(sb.data, sb.size, CAP), (long)sb.size);
+	for (size_t i = 0; i < sb.size; i++)
+		ck_assert_int_eq(wire_scan(sb.data, i, CAP), 0);
+	/* Two messages back to back: the first is found alone. */
+	ck_assert_int_eq(wire_put_reply(&sb, WIRE_COMPLETE, 0), 0);
+	ck_assert_int_lt(wire_scan(sb.data, sb.size, CAP), (long)sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(test_hostile_container_headers_rejected_without_allocation)
+{
+	ck_assert_int_eq(scan("\xdd\xff\xff\xff\xff", 5), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\xdf\xff\xff\xff\xff", 5), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\xdd\xff\xff\xff\xff\x00", 6), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\xc6\xff\xff\xff\xff", 5), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\xdb\x00\x10\x00\x00", 5), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\xc9\x7f\xff\xff\xff\x01", 6), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\xc1", 1), CARMY_EPROTOCOL);
+	ck_assert_int_eq(scan("\x92\xc1", 2), CARMY_EPROTOCOL);
+	/* A count that fits the cap is only "need more". */
+	ck_assert_int_eq(scan("\xdc\x00\x10", 3), 0);
+}
+END_TEST
+
+START_TEST(test_nesting_beyond_limit_rejected)
+{
+	char deep[64];
+
+	/* 32 nested arrays around a 1 are fine; 40 are not. */
+	memset(deep, 0x91, sizeof(deep));
+	deep[WIRE_MAX_DEPTH] = 0x01;
+	ck_assert_int_eq(scan(deep, WIRE_MAX_DEPTH + 1), WIRE_MAX_DEPTH + 1);
+	memset(deep, 0x91, sizeof(deep));
+	deep[40] = 0x01;
+	ck_assert_int_eq(scan(deep, 41), CARMY_EPROTOCOL);
+}
+END_TEST
+
+START_TEST(test_message_beyond_cap_rejected)
+{
+	char *big = calloc(1, 2 * CAP);
+
+	big[0] = (char)0xc5;	/* bin16 of 2000 bytes */
+	big[1] = 0x07;
+	big[2] = (char)0xd0;
+	ck_assert_int_eq(wire_scan(big, 3, CAP), CARMY_EPROTOCOL);
+	/* array16 of 1000 three-byte bins: 3003 bytes, over the cap. */
+	big[0] = (char)0xdc;
+	big[1] = 0x03;
+	big[2] = (char)0xe8;
+	for (int i = 0; i < 600; i++)
+		memcpy(big + 3 + 3 * i, "\xc4\x01\x00", 3);
+	ck_assert_int_eq(wire_scan(big, 2 * CAP, CAP), CARMY_EPROTOCOL);
+	free(big);
+}
+END_TEST
+
+START_TEST(test_every_message_round_trips)
+{
+	msgpack_sbuffer sb;
+	struct wire_msg m;
+	uint8_t exec[16];
+
+	memset(exec, 0xab, sizeof(exec));
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_hello(&sb, UINT64_C(0xfedcba9876543210)), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_HELLO);
+	ck_assert_uint_eq(m.u.hello.version, WIRE_VERSION);
+	ck_assert(m.u.hello.layout == UINT64_C(0xfedcba9876543210));
+	/* A client message is not a valid daemon message, and vice versa. */
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), CARMY_EPROTOCOL);
+
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_complete(&sb, 42, exec, 3, 0, "a\0b", 3), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_COMPLETE);
+	ck_assert_uint_eq(m.u.complete.entry, 42);
+	ck_assert_mem_eq(m.u.complete.exec, exec, 16);
+	ck_assert_int_eq(m.u.complete.status, 3);
+	ck_assert_uint_eq(m.u.complete.result_len, 3);
+	ck_assert_mem_eq(m.u.complete.result, "a\0b", 3);
+
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_hello_ok(&sb, 17, "/carmy.0.x", 4096, 3), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
+	ck_assert_uint_eq(m.u.hello_ok.owner, 17);
+	ck_assert_str_eq(m.u.hello_ok.shm_name, "/carmy.0.x");
+	ck_assert_uint_eq(m.u.hello_ok.max_result, 4096);
+	ck_assert_uint_eq(m.u.hello_ok.epoch, 3);
+
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reply(&sb, WIRE_ERROR, CARMY_ELAYOUT), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_ERROR);
+	ck_assert_int_eq(m.u.reply.code, CARMY_ELAYOUT);
+	msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(test_wrong_shapes_rejected)
+{
+	/* [2, 1] from a client: COMPLETE with missing fields. */
+	ck_assert_int_eq(wire_decode("\x92\x02\x01", 3, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	/* Not an array. */
+	ck_assert_int_eq(wire_decode("\x01", 1, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	/* Unknown type 9. */
+	ck_assert_int_eq(wire_decode("\x91\x09", 2, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	/* COMPLETE whose exec is 15 bytes. */
+	{
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		char exec[15] = { 0 };
+
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		msgpack_pack_array(&pk, 6);
+		msgpack_pack_uint8(&pk, WIRE_COMPLETE);
+		msgpack_pack_uint32(&pk, 1);
+		msgpack_pack_bin(&pk, 15);
+		msgpack_pack_bin_body(&pk, exec, 15);
+		msgpack_pack_int32(&pk, 1);
+		msgpack_pack_int32(&pk, 0);
+		msgpack_pack_bin(&pk, 0);
+		ck_assert_int_eq(wire_decode(sb.data, sb.size, 1,
+					     &(struct wire_msg){ 0 }),
+				 CARMY_EPROTOCOL);
+		msgpack_sbuffer_destroy(&sb);
+	}
+}
+END_TEST
+
+START_TEST(test_random_bytes_never_crash_the_scanner)
+{
+	unsigned seed = 11;
+	uint8_t buf[256];
+
+	for (int i = 0; i < 200000; i++) {
+		size_t n = (size_t)rand_r(&seed) % sizeof(buf);
+		long r;
+
+		for (size_t j = 0; j < n; j++)
+			buf[j] = (uint8_t)rand_r(&seed);
+		r = wire_scan(buf, n, sizeof(buf));
+		ck_assert(r == CARMY_EPROTOCOL || (r >= 0 && (size_t)r <= n));
+		if (r > 0) {
+			struct wire_msg m;
+
+			(void)wire_decode(buf, (size_t)r, (int)(i & 1), &m);
+		}
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("wire");
+	TCase *tc = tcase_create("wire");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_whole_message_length_and_partial_need_more);
+	tcase_add_test(tc, test_hostile_container_headers_rejected_without_allocation);
+	tcase_add_test(tc, test_nesting_beyond_limit_rejected);
+	tcase_add_test(tc, test_message_beyond_cap_rejected);
+	tcase_add_test(tc, test_every_message_round_trips);
+	tcase_add_test(tc, test_wrong_shapes_rejected);
+	tcase_add_test(tc, test_random_bytes_never_crash_the_scanner);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed != 0;
+}

@@ -1,0 +1,400 @@
+/*
+ * check_table.c - the segment and its lock-free table, in one process:
+ * geometry, the sanity check, the slot state machine, sweeps and tombstone
+ * reclaim, and threads racing on one identity.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+#include <urcu/uatomic.h>
+
+#include "shm/shm.h"
+
+#define OWNER_A 100u
+#define OWNER_B 101u
+
+static struct shm_view view;
+static void *mem;
+
+static void setup_cap(uint32_t capacity, uint32_t max_result)
+{
+	struct shm_geometry geo;
+
+	ck_assert_int_eq(shm_geometry(capacity, max_result, &geo), 0);
+	ck_assert_int_eq(posix_memalign(&mem, 4096, geo.size), 0);
+	memset(mem, 0, geo.size);
+	shm_format(mem, &geo, 0x1234, 1);
+	ck_assert_int_eq(shm_view_init(&view, mem, geo.size), 0);
+}
+
+static void setup(void)
+{
+	setup_cap(16, 256);
+}
+
+static void teardown(void)
+{
+	free(mem);
+	mem = NULL;
+}
+
+static void key(struct shm_key *k, const char *rid)
+{
+	ck_assert_int_eq(shm_key_init(k, view.seed, "p", 1, "s", 1, rid,
+				      strlen(rid)), 0);
+}
+
+static enum shm_outcome reserve(const char *rid, uint32_t owner, uint8_t fpb,
+				struct shm_found *f)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	struct shm_claim c = { .owner = owner, .pid = 1, .now_ns = 1,
+			       .fp = fp, .exec = exec };
+	struct shm_key k;
+
+	memset(fp, fpb, sizeof(fp));
+	memset(exec, (int)strlen(rid), sizeof(exec));
+	exec[0] = (uint8_t)rid[0];
+	key(&k, rid);
+	return shm_reserve(&view, &k, &c, f);
+}
+
+static bool dead_a(uint32_t owner, void *arg)
+{
+	(void)arg;
+	return owner == OWNER_A;
+}
+
+/* ------------------------------------------------------------ geometry */
+
+START_TEST(test_geometry_rejects_out_of_range)
+{
+	struct shm_geometry g;
+
+	ck_assert_int_eq(shm_geometry(0, 10, &g), -EINVAL);
+	ck_assert_int_eq(shm_geometry(SHM_CAPACITY_MAX + 1, 10, &g), -EINVAL);
+	ck_assert_int_eq(shm_geometry(1, SHM_MAX_RESULT_MAX + 1, &g), -EINVAL);
+	ck_assert_int_eq(shm_geometry(10000, 16384, &g), 0);
+	ck_assert_uint_ge(g.nbuckets, 20000);
+	ck_assert_uint_eq(g.nbuckets & (g.nbuckets - 1), 0);
+	ck_assert_uint_eq(g.entry_size % 64, 0);
+	ck_assert_uint_ge(g.entry_size, sizeof(struct shm_entry) + 16384);
+}
+END_TEST
+
+START_TEST(test_sane_rejects_mismatched_layout_and_corruption)
+{
+	struct shm_header *h = mem;
+	struct shm_geometry g;
+
+	ck_assert_int_eq(shm_sane(mem, view.mapped, &g), 0);
+	ck_assert_int_eq(shm_sane(mem, view.mapped - 1, &g), CARMY_ECORRUPT);
+	ck_assert_int_eq(shm_sane(mem, 8, &g), CARMY_ECORRUPT);
+	h->sh_layout ^= 1;
+	ck_assert_int_eq(shm_sane(mem, view.mapped, &g), CARMY_ELAYOUT);
+	h->sh_layout ^= 1;
+	h->sh_buckets_off += 64;
+	ck_assert_int_eq(shm_sane(mem, view.mapped, &g), CARMY_ECORRUPT);
+	h->sh_buckets_off -= 64;
+	h->sh_capacity = 0;
+	ck_assert_int_eq(shm_sane(mem, view.mapped, &g), CARMY_ECORRUPT);
+	h->sh_capacity = 16;
+	h->sh_magic = 0;
+	ck_assert_int_eq(shm_sane(mem, view.mapped, &g), CARMY_ECORRUPT);
+}
+END_TEST
+
+START_TEST(test_sane_never_accepts_random_headers)
+{
+	struct shm_header *h = mem;
+	struct shm_geometry g;
+	unsigned seed = 7;
+
+	for (int i = 0; i < 20000; i++) {
+		uint8_t *b = mem;
+
+		for (size_t j = 0; j < sizeof(*h); j++)
+			b[j] = (uint8_t)rand_r(&seed);
+		h->sh_magic = SHM_MAGIC;
+		h->sh_layout = shm_layout_signature();
+		if (i % 2)
+			h->sh_capacity = 16;
+		if (shm_sane(mem, view.mapped, &g) == 0)
+			ck_assert_uint_le(g.size, view.mapped);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------ the table */
+
+START_TEST(test_reserve_then_same_identity_is_found_running)
+{
+	struct shm_found f, g;
+
+	ck_assert_int_eq(reserve("r1", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(view.tickets[f.entry], OWNER_A);
+	ck_assert_int_eq(reserve("r1", OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.state, SHM_RUNNING);
+	ck_assert(g.same_fp);
+	ck_assert_uint_eq(g.entry, f.entry);
+	ck_assert_mem_eq(g.exec, f.exec, SHM_EXEC_LEN);
+	ck_assert_int_eq(reserve("r1", OWNER_B, 2, &g), SHM_OUT_FOUND);
+	ck_assert(!g.same_fp);
+}
+END_TEST
+
+START_TEST(test_complete_then_replay_reads_result)
+{
+	struct shm_found f, g;
+	struct shm_result r;
+
+	ck_assert_int_eq(reserve("r1", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_B, f.exec,
+					   CARMY_STATUS_COMPLETED, 0, "x", 1, 5),
+			 CARMY_ENOT_OWNER);
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, g.exec,
+					   CARMY_STATUS_COMPLETED, 0, "x", 1, 5),
+			 CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, f.exec,
+					   CARMY_STATUS_TIMED_OUT, 0, "a\0b", 3, 5),
+			 0);
+	ck_assert_uint_eq(view.tickets[f.entry], SHM_TICKET_LIVE);
+	ck_assert_int_eq(reserve("r1", OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.state, SHM_COMPLETED);
+	ck_assert_int_eq(shm_read_result(&view, g.entry, g.word, &r), 0);
+	ck_assert_int_eq(r.status, CARMY_STATUS_TIMED_OUT);
+	ck_assert_uint_eq(r.len, 3);
+	ck_assert_mem_eq(r.data, "a\0b", 3);
+	free(r.data);
+	/* A second completion of a finished entry is refused. */
+	ck_assert_int_ne(shm_record_result(&view, f.entry, OWNER_A, f.exec,
+					   CARMY_STATUS_COMPLETED, 0, "y", 1, 5),
+			 0);
+}
+END_TEST
+
+START_TEST(test_capacity_is_exact_and_release_frees_room)
+{
+	struct shm_found f[17], g;
+	char rid[16];
+
+	for (int i = 0; i < 16; i++) {
+		snprintf(rid, sizeof(rid), "id%d", i);
+		ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+	}
+	ck_assert_int_eq(reserve("one-too-many", OWNER_A, 1, &g), SHM_OUT_FULL);
+	/* Existing entries still answer while full. */
+	ck_assert_int_eq(reserve("id3", OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_int_eq(shm_release(&view, f[3].entry, f[3].bucket, OWNER_B),
+			 CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(shm_release(&view, f[3].entry, f[3].bucket, OWNER_A), 0);
+	ck_assert_int_eq(reserve("id3", OWNER_B, 1, &g), SHM_OUT_RESERVED);
+	ck_assert_int_eq(reserve("one-too-many", OWNER_A, 1, &g), SHM_OUT_FULL);
+}
+END_TEST
+
+START_TEST(test_sweep_turns_running_uncertain_and_frees_unpublished)
+{
+	struct shm_sweep_stats st = { 0 };
+	struct shm_found f, g;
+
+	ck_assert_int_eq(reserve("run", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_int_eq(reserve("other", OWNER_B, 1, &g), SHM_OUT_RESERVED);
+	/* A claim that died before publishing: ticket held, no bucket. */
+	view.tickets[5 == f.entry || 5 == g.entry ? 6 : 5] = OWNER_A;
+	shm_sweep(&view, dead_a, NULL, &st);
+	ck_assert_uint_eq(st.uncertain, 1);
+	ck_assert_uint_eq(st.freed, 1);
+	ck_assert_int_eq(reserve("run", OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.state, SHM_UNCERTAIN);
+	ck_assert_int_eq(reserve("other", OWNER_A, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.state, SHM_RUNNING);
+	/* The dead owner can no longer release or complete it. */
+	ck_assert_int_eq(shm_release(&view, f.entry, f.bucket, OWNER_A),
+			 CARMY_EDISCONNECTED);
+}
+END_TEST
+
+START_TEST(test_bucket_left_blocked_is_busy_until_unblocked)
+{
+	struct shm_found f;
+	struct shm_key k;
+
+	/* A carmyd killed while reclaiming leaves a bucket BLOCKED: clients
+	 * give up with BUSY instead of spinning forever, and the next carmyd
+	 * releases it at start-up. */
+	key(&k, "blocked");
+	view.buckets[k.hash & (view.geo.nbuckets - 1)] =
+		shm_word(SHM_BLOCKED, 3, 0, 0);
+	ck_assert_int_eq(reserve("blocked", OWNER_A, 1, &f), SHM_OUT_BUSY);
+	for (uint32_t e = 0; e < view.geo.capacity; e++)
+		ck_assert_uint_eq(view.tickets[e], SHM_TICKET_FREE);
+	shm_unblock_all(&view);
+	ck_assert_int_eq(reserve("blocked", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+}
+END_TEST
+
+START_TEST(test_reclaim_keeps_entries_reachable)
+{
+	struct shm_found f[64], g;
+	char rid[16];
+	uint32_t tombs = 0, n;
+
+	teardown();
+	setup_cap(32, 64);	/* 64 buckets */
+	for (int round = 0; round < 50; round++) {
+		for (int i = 0; i < 24; i++) {
+			snprintf(rid, sizeof(rid), "r%d-%d", round, i);
+			ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f[i]),
+					 SHM_OUT_RESERVED);
+		}
+		/* Release every other one: tombstones between live entries. */
+		for (int i = 0; i < 24; i += 2)
+			ck_assert_int_eq(shm_release(&view, f[i].entry,
+						     f[i].bucket, OWNER_A), 0);
+		n = shm_reclaim(&view);
+		tombs += n;
+		for (int i = 1; i < 24; i += 2) {
+			snprintf(rid, sizeof(rid), "r%d-%d", round, i);
+			ck_assert_int_eq(reserve(rid, OWNER_B, 1, &g),
+					 SHM_OUT_FOUND);
+			ck_assert_uint_eq(g.entry, f[i].entry);
+			ck_assert_int_eq(shm_release(&view, f[i].entry,
+						     f[i].bucket, OWNER_A), 0);
+		}
+		shm_reclaim(&view);
+	}
+	ck_assert_uint_gt(tombs, 0);
+	/* After 50 rounds of churn through a 64-bucket index nothing is
+	 * left: every tombstone was reclaimed. */
+	shm_reclaim(&view);
+	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]), SHM_FREE);
+}
+END_TEST
+
+START_TEST(test_scribbled_buckets_and_entries_do_not_crash)
+{
+	struct shm_sweep_stats st = { 0 };
+	struct shm_found f;
+	struct shm_result r;
+	unsigned seed = 3;
+
+	ck_assert_int_eq(reserve("a", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, f.exec,
+					   CARMY_STATUS_COMPLETED, 0, "ok", 2, 1),
+			 0);
+	shm_entry_at(&view, f.entry)->en_result_len = UINT32_MAX;
+	ck_assert_int_eq(reserve("a", OWNER_B, 1, &f), SHM_OUT_FOUND);
+	ck_assert_int_eq(shm_read_result(&view, f.entry, f.word, &r), 0);
+	ck_assert_uint_le(r.len, view.geo.max_result);
+	free(r.data);
+	for (int round = 0; round < 200; round++) {
+		uint8_t *p = view.base + SHM_HEADER_SIZE;
+		size_t n = view.geo.size - SHM_HEADER_SIZE;
+
+		for (int i = 0; i < 64; i++)
+			p[(size_t)rand_r(&seed) % n] = (uint8_t)rand_r(&seed);
+		for (uint32_t b = 0; b < view.geo.nbuckets; b += 7)
+			view.buckets[b] = ((uint64_t)rand_r(&seed) << 33) ^
+					  (uint64_t)rand_r(&seed);
+		(void)reserve("a", OWNER_B, 1, &f);
+		(void)reserve("b", OWNER_B, 2, &f);
+		shm_sweep(&view, dead_a, NULL, &st);
+		shm_reclaim(&view);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------ threads */
+
+struct racer {
+	pthread_barrier_t *bar;
+	uint32_t owner;
+	enum shm_outcome out;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	struct shm_found f;
+
+	pthread_barrier_wait(r->bar);
+	r->out = reserve("contended", r->owner, 1, &f);
+	return NULL;
+}
+
+START_TEST(test_threads_racing_one_identity_reserve_once)
+{
+	enum { N = 8 };
+	pthread_barrier_t bar;
+	pthread_t t[N];
+	struct racer r[N];
+
+	for (int round = 0; round < 300; round++) {
+		int reserved = 0;
+		struct shm_found f;
+
+		teardown();
+		setup();
+		pthread_barrier_init(&bar, NULL, N);
+		for (int i = 0; i < N; i++) {
+			r[i] = (struct racer){ &bar, OWNER_A + (uint32_t)i, 0 };
+			pthread_create(&t[i], NULL, race, &r[i]);
+		}
+		for (int i = 0; i < N; i++) {
+			pthread_join(t[i], NULL);
+			if (r[i].out == SHM_OUT_RESERVED)
+				reserved++;
+			else
+				ck_assert_int_eq(r[i].out, SHM_OUT_FOUND);
+		}
+		pthread_barrier_destroy(&bar);
+		ck_assert_int_eq(reserved, 1);
+		/* Losers gave their tickets back: exactly one is held. */
+		int held = 0;
+		for (uint32_t e = 0; e < view.geo.capacity; e++)
+			held += view.tickets[e] != SHM_TICKET_FREE;
+		ck_assert_int_eq(held, 1);
+		ck_assert_int_eq(reserve("contended", OWNER_B, 1, &f),
+				 SHM_OUT_FOUND);
+	}
+}
+END_TEST
+
+static Suite *table_suite(void)
+{
+	Suite *s = suite_create("shm");
+	TCase *tc = tcase_create("table");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_geometry_rejects_out_of_range);
+	tcase_add_test(tc, test_sane_rejects_mismatched_layout_and_corruption);
+	tcase_add_test(tc, test_sane_never_accepts_random_headers);
+	tcase_add_test(tc, test_reserve_then_same_identity_is_found_running);
+	tcase_add_test(tc, test_complete_then_replay_reads_result);
+	tcase_add_test(tc, test_capacity_is_exact_and_release_frees_room);
+	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
+	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
+	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
+	tcase_add_test(tc, test_scribbled_buckets_and_entries_do_not_crash);
+	tcase_add_test(tc, test_threads_racing_one_identity_reserve_once);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(table_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed != 0;
+}
