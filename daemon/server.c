@@ -41,6 +41,7 @@ struct conn {
 	size_t rlen, rcap;
 	msgpack_sbuffer out;	/* replies not yet written */
 	size_t out_off;
+	bool want_out;		/* EPOLLOUT armed */
 };
 
 struct server {
@@ -318,7 +319,8 @@ static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
 	return flush_out(sv, c);
 }
 
-/* Write pending replies. Returns 0, or -1 if the connection was dropped. */
+/* Write pending replies; arm EPOLLOUT only while some are left. Returns 0,
+ * or -1 if the connection was dropped. */
 static int flush_out(struct server *sv, struct conn *c)
 {
 	struct epoll_event ev = { .data.ptr = c };
@@ -339,19 +341,21 @@ static int flush_out(struct server *sv, struct conn *c)
 				drop(sv, c, "does not read its replies");
 				return -1;
 			}
-			ev.events = EPOLLIN | EPOLLOUT;
-			epoll_ctl(sv->ep, EPOLL_CTL_MOD, c->fd, &ev);
+			if (!c->want_out) {
+				ev.events = EPOLLIN | EPOLLOUT;
+				epoll_ctl(sv->ep, EPOLL_CTL_MOD, c->fd, &ev);
+				c->want_out = true;
+			}
 			return 0;
 		}
 		c->out_off += (size_t)n;
 	}
-	if (c->out.size > 0) {
-		if (c->out.size > READ_CHUNK) {
-			ev.events = EPOLLIN;
-			epoll_ctl(sv->ep, EPOLL_CTL_MOD, c->fd, &ev);
-		}
-		c->out.size = 0;
-		c->out_off = 0;
+	c->out.size = 0;
+	c->out_off = 0;
+	if (c->want_out) {
+		ev.events = EPOLLIN;
+		epoll_ctl(sv->ep, EPOLL_CTL_MOD, c->fd, &ev);
+		c->want_out = false;
 	}
 	return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * canon.c - canonical msgpack and the fingerprint of a call.
  *
- * The pipeline is scan, decode, re-encode. canon_scan() walks the untrusted
+ * The pipeline is scan, decode, re-encode. wire_scan() walks the untrusted
  * bytes first, iteratively and without allocating, because msgpack-c trusts
  * every count it reads: a 5-byte array32 header claiming 4G elements makes
  * it reserve gigabytes before noticing the input ends (msgpack-c issue
@@ -23,26 +23,12 @@
 #include <xxhash.h>
 
 #include "libclient/canon.h"
+#include "libclient/wire.h"
 
 /* Version tag hashed first: a change to the canonical form or to the
  * layout of the hashed parts must change every fingerprint, so an old
  * entry is never mistaken for a new call. */
 #define CANON_DOMAIN "carmy-fp-1"
-
-/* What the first byte of an encoded object says about the bytes after it. */
-enum canon_kind {
-	CANON_BAD,		/* 0xc1, never valid */
-	CANON_SCALAR,		/* inline, fixed-size or length-prefixed */
-	CANON_ARRAY,
-	CANON_MAP,
-};
-
-struct canon_head {
-	enum canon_kind kind;
-	unsigned width;	/* bytes of the big-endian length or count */
-	uint64_t fixed;	/* bytes every such object carries after it */
-	uint64_t n;	/* length or count held in the first byte */
-};
 
 /* One map entry while its map is being sorted: key and value are encoded
  * back to back in a scratch buffer, so an entry is copied out in one go. */
@@ -53,8 +39,6 @@ struct canon_kv {
 	size_t len;		/* key and value */
 };
 
-static int canon_scan(const uint8_t *p, size_t len);
-static void canon_head(uint8_t b, struct canon_head *h);
 static int canon_put(msgpack_packer *pk, const msgpack_object *o);
 static int canon_put_map(msgpack_packer *pk, const msgpack_object_map *m);
 static int canon_kv_cmp(const void *a, const void *b);
@@ -76,9 +60,9 @@ int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out)
 		return -EINVAL;
 	if (!buf)
 		return CARMY_EINVALID_ARGS;
-	ret = canon_scan(buf, len);
-	if (ret)
-		return ret;
+	/* Exactly one whole object, every count backed by real bytes. */
+	if (wire_scan(buf, len, len) != (long)len)
+		return CARMY_EINVALID_ARGS;
 
 	msgpack_unpacked_init(&up);
 	switch (msgpack_unpack_next(&up, buf, len, &off)) {
@@ -157,140 +141,9 @@ out:
 
 /* ---------------------------------------------------------------- scan */
 
-/*
- * Accept exactly one well-formed object filling p/len, with at most
- * CANON_MAX_DEPTH nested containers. O(len) time, no allocation, no
- * recursion: the stack holds, per open container, how many objects its
- * parent still expects. A container claiming more elements than there are
- * bytes left is refused at its header, before anything is skipped, since
- * every element takes at least one byte (a map entry two).
- */
-static int canon_scan(const uint8_t *p, size_t len)
-{
-	uint64_t saved[CANON_MAX_DEPTH];
-	unsigned depth = 0;
-	uint64_t todo = 1;	/* objects still expected at this level */
-	size_t pos = 0;
-
-	for (;;) {
-		struct canon_head h;
-		uint64_t n;
-
-		while (todo == 0) {
-			if (depth == 0)
-				return pos == len ? 0 : CARMY_EINVALID_ARGS;
-			todo = saved[--depth];
-		}
-		todo--;
-
-		if (pos == len)
-			return CARMY_EINVALID_ARGS;
-		canon_head(p[pos++], &h);
-		if (h.kind == CANON_BAD)
-			return CARMY_EINVALID_ARGS;
-
-		n = h.n;
-		if (h.width) {
-			if (len - pos < h.width)
-				return CARMY_EINVALID_ARGS;
-			n = 0;
-			for (unsigned i = 0; i < h.width; i++)
-				n = n << 8 | p[pos++];
-		}
-
-		if (h.kind == CANON_SCALAR) {
-			/* n < 2^32 and fixed <= 17: the sum cannot wrap. */
-			if (len - pos < h.fixed + n)
-				return CARMY_EINVALID_ARGS;
-			pos += h.fixed + n;
-			continue;
-		}
-
-		/* Counted before the emptiness test: an empty container
-		 * still takes a level of msgpack-c's parser stack. */
-		if (depth == CANON_MAX_DEPTH)
-			return CARMY_EINVALID_ARGS;
-		if (h.kind == CANON_MAP)
-			n *= 2;
-		if (n > len - pos)
-			return CARMY_EINVALID_ARGS;
-		if (n) {
-			saved[depth++] = todo;
-			todo = n;
-		}
-	}
-}
-
-static void canon_head(uint8_t b, struct canon_head *h)
-{
-	*h = (struct canon_head){ .kind = CANON_SCALAR };
-
-	if (b <= 0x7f || b >= 0xe0)
-		return;				/* fixint */
-	if (b <= 0x8f) {
-		h->kind = CANON_MAP;
-		h->n = b & 0x0f;
-		return;
-	}
-	if (b <= 0x9f) {
-		h->kind = CANON_ARRAY;
-		h->n = b & 0x0f;
-		return;
-	}
-	if (b <= 0xbf) {
-		h->n = b & 0x1f;		/* fixstr */
-		return;
-	}
-
-	switch (b) {
-	case 0xc0: case 0xc2: case 0xc3:	/* nil, false, true */
-		break;
-	case 0xc4: case 0xd9:			/* bin8, str8 */
-		h->width = 1;
-		break;
-	case 0xc5: case 0xda:			/* bin16, str16 */
-		h->width = 2;
-		break;
-	case 0xc6: case 0xdb:			/* bin32, str32 */
-		h->width = 4;
-		break;
-	case 0xc7: case 0xc8: case 0xc9:	/* ext8/16/32 + type byte */
-		h->width = 1u << (b - 0xc7);
-		h->fixed = 1;
-		break;
-	case 0xca:				/* float32 */
-		h->fixed = 4;
-		break;
-	case 0xcb:				/* float64 */
-		h->fixed = 8;
-		break;
-	case 0xcc: case 0xcd: case 0xce: case 0xcf:	/* uint8..64 */
-		h->fixed = 1u << (b - 0xcc);
-		break;
-	case 0xd0: case 0xd1: case 0xd2: case 0xd3:	/* int8..64 */
-		h->fixed = 1u << (b - 0xd0);
-		break;
-	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-		/* fixext: type byte and 1, 2, 4, 8 or 16 bytes of data */
-		h->fixed = 1 + (1u << (b - 0xd4));
-		break;
-	case 0xdc: case 0xdd:			/* array16/32 */
-		h->kind = CANON_ARRAY;
-		h->width = b == 0xdc ? 2 : 4;
-		break;
-	case 0xde: case 0xdf:			/* map16/32 */
-		h->kind = CANON_MAP;
-		h->width = b == 0xde ? 2 : 4;
-		break;
-	default:				/* 0xc1 */
-		h->kind = CANON_BAD;
-		break;
-	}
-}
-
 /* ---------------------------------------------------------------- encode */
 
-/* Recursion is bounded: canon_scan() capped nesting at CANON_MAX_DEPTH.
+/* Recursion is bounded: wire_scan() capped nesting at CANON_MAX_DEPTH.
  * msgpack's pack functions fail only when the sbuffer cannot grow. */
 static int canon_put(msgpack_packer *pk, const msgpack_object *o)
 {
@@ -370,7 +223,7 @@ static int canon_put_map(msgpack_packer *pk, const msgpack_object_map *m)
 	if (m->size == 0)
 		return 0;
 
-	/* m->size is at most half the input length (canon_scan). */
+	/* m->size is at most half the input length (wire_scan). */
 	kv = calloc(m->size, sizeof(*kv));
 	if (!kv)
 		return -ENOMEM;

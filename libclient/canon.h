@@ -29,10 +29,11 @@
 #include <msgpack.h>
 
 #include "carmy.h"
+#include "libclient/wire.h"
 
 /* Containers nested deeper than this are refused; msgpack-c's own parser
  * stack holds exactly this many. */
-#define CANON_MAX_DEPTH 32
+#define CANON_MAX_DEPTH WIRE_MAX_DEPTH
 /* An XXH3-128 digest in canonical (big-endian) byte order. */
 #define CANON_FP_LEN 16
 

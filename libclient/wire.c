@@ -103,14 +103,13 @@ long wire_scan(const void *buf, size_t len, size_t cap)
 			return off + h > cap ? CARMY_EPROTOCOL : 0;
 		off += h;
 		if (container) {
-			/* Every element takes at least one byte. */
-			if (count > cap - off)
+			/* Every element takes at least one byte. An empty
+			 * container still counts as a level, as it does in
+			 * msgpack-c's parser stack. */
+			if (count > cap - off || depth > WIRE_MAX_DEPTH)
 				return CARMY_EPROTOCOL;
-			if (count == 0)
-				continue;
-			if (depth > WIRE_MAX_DEPTH)
-				return CARMY_EPROTOCOL;
-			left[depth++] = count;
+			if (count > 0)
+				left[depth++] = count;
 			continue;
 		}
 		if (size > cap - off)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Quick start: install what is needed, build, start carmyd on its defaults
+# and walk through the spec's four outcomes with carmy-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash tools/deps.sh
+if [ ! -x daemon/carmyd ] || [ ! -x tools/carmy-run ]; then
+	autoreconf -fi >/dev/null 2>&1
+	./configure >/dev/null
+fi
+make -j"$(nproc)" >/dev/null
+
+run=tools/carmy-run
+say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+show() { printf '$ %s\n' "$*"; "$@" || printf '(exit %d)\n' "$?"; }
+
+say "Starting carmyd on its defaults (it returns once clients can connect)"
+started=0
+if daemon/carmyd; then started=1; else echo "(carmyd is already running: using it)"; fi
+cleanup() {
+	[ -n "${slow:-}" ] && kill -9 "$slow" 2>/dev/null || true
+	[ "$started" = 1 ] && pkill -TERM -x carmyd 2>/dev/null || true
+	rm -rf "${tmp:-}"
+}
+trap cleanup EXIT
+
+id="order-$(date +%s)-$$"
+who=(--principal demo-user --session demo-session)
+
+say "1. A new identity: the tool runs and its result is recorded"
+show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
+	sh -c 'echo "{\"order_id\":$(( RANDOM % 1000 ))}"'
+
+say "2. Same identity and fingerprint: replayed, same execution_id, the tool does not run"
+show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
+	sh -c 'echo "{\"order_id\":$(( RANDOM % 1000 ))}"'
+
+say "3. Same identity, different arguments: IDEMPOTENCY_CONFLICT"
+show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
+	sh -c 'echo different'
+
+say "4. Same identity while it is still running: EXECUTION_UNCERTAIN"
+tmp=$(mktemp -d /tmp/carmy-quickstart.XXXXXX)
+mkfifo "$tmp/ready" "$tmp/gate"
+slow_cmd=(sh -c "echo started > $tmp/ready; cat $tmp/gate >/dev/null; echo done")
+$run "${who[@]}" --request-id "$id-slow" --tool slow -- "${slow_cmd[@]}" &
+slow=$!
+timeout 10 cat "$tmp/ready" >/dev/null	# the tool is running now
+show $run "${who[@]}" --request-id "$id-slow" --tool slow --json -- "${slow_cmd[@]}"
+
+say "   ... and once its process is killed (kill -9): EXECUTION_UNCERTAIN, interrupted"
+kill -9 "$slow"; wait "$slow" 2>/dev/null || true; slow=
+for _ in $(seq 1 500); do	# carmyd reacts within milliseconds
+	out=$($run "${who[@]}" --request-id "$id-slow" --tool slow --json -- "${slow_cmd[@]}" 2>/dev/null || true)
+	case "$out" in *interrupted*) break ;; esac
+done
+printf '$ %s --request-id %s-slow --tool slow --json -- ...\n%s\n' "$run" "$id" "$out"
+
+say "Done. carmyd is stopped on exit; start it again with daemon/carmyd."
