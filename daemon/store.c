@@ -98,7 +98,9 @@ void store_check(struct store *s)
 	int rc = shm_sane(s->view.base, s->view.mapped, &geo);
 
 	if (rc == 0 && memcmp(&geo, &s->view.geo, sizeof(geo)) == 0 &&
-	    h->sh_seed == s->view.seed)
+	    h->sh_seed == s->view.seed && h->sh_epoch == s->epoch &&
+	    h->sh_owner_base == s->owner_base &&
+	    h->sh_next_owner == s->next_owner)
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));

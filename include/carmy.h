@@ -132,7 +132,8 @@ struct carmy_reservation {
  * Returns 0, CARMY_EUNAVAILABLE if carmyd cannot be reached, CARMY_ELAYOUT if
  * carmyd's segment was built with another layout, CARMY_ECORRUPT or
  * CARMY_EPROTOCOL if what carmyd offers is not sane, or -errno.
- * Thread-safe (it touches no shared state).
+ * Thread-safe (it touches no shared state). A handle belongs to the process
+ * that connected it: after fork() the child must connect anew.
  */
 int carmy_connect(carmy_t **out, const char *socket_path);
 

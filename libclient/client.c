@@ -37,6 +37,7 @@ struct carmy {
 	uint32_t owner;
 	uint32_t pid;
 	uint32_t max_result;
+	uint32_t epoch;			/* carmyd's start count at HELLO */
 	int dead;			/* carmyd declared us gone */
 	pthread_mutex_t io;		/* one request in flight per handle */
 	struct shm_view view;
@@ -132,6 +133,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	}
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
+	c->epoch = m.u.hello_ok.epoch;
 	c->pid = (uint32_t)getpid();
 	*out = c;
 	return 0;
@@ -179,8 +181,14 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	if (c == NULL || call == NULL || r == NULL)
 		return -EINVAL;
 	carmy_reservation_clear(r);
-	if (uatomic_read(&c->dead))
+	/* A restarted carmyd bumps the epoch and no longer knows our owner
+	 * id: one load tells us, without a system call, that anything we
+	 * reserved now could never be completed. */
+	if (uatomic_read(&c->dead) ||
+	    uatomic_read(&shm_header(&c->view)->sh_epoch) != c->epoch) {
+		uatomic_set(&c->dead, 1);
 		return CARMY_EDISCONNECTED;
+	}
 	rc = shm_key_init(&key, c->view.seed, call->principal,
 			  call->principal_len, call->session, call->session_len,
 			  call->request_id, call->request_id_len);

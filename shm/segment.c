@@ -86,8 +86,10 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 	return 0;
 }
 
-/* Write a fresh header into zeroed memory of geo->size bytes. Zero is FREE
- * for both tickets and buckets, so nothing else needs initialising. */
+/* Write the header's fixed part (magic, layout, geometry, seed) into memory
+ * of geo->size bytes, zeroed when new. Zero is FREE for both tickets and
+ * buckets, so nothing else needs initialising; the sh_ fields carmyd updates
+ * while running are left alone. */
 void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
 		uint64_t now_ns)
 {
@@ -104,9 +106,6 @@ void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
 	h->sh_entries_off = geo->entries_off;
 	h->sh_seed = seed;
 	h->sh_created_ns = now_ns;
-	h->sh_epoch = 0;
-	h->sh_owner_base = SHM_OWNER_MIN;
-	h->sh_next_owner = SHM_OWNER_MIN;
 	/* The magic goes last: a segment is recognisable only when whole. */
 	__atomic_store_n(&h->sh_magic, SHM_MAGIC, __ATOMIC_RELEASE);
 }
