@@ -308,8 +308,22 @@ static int make_dirs(const struct carmyd_config *cfg)
 		}
 		return 0;
 	}
-	if (errno == EEXIST)
+	if (errno == EEXIST) {
+		struct stat st;
+
+		/* A directory someone else planted (in /tmp, say) could let
+		 * them replace our socket: refuse it. */
+		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			log_error("%s is not a directory", dir);
+			return -1;
+		}
+		if (st.st_uid != geteuid() && st.st_uid != 0) {
+			log_error("refusing %s: it belongs to uid %u, not to us",
+				  dir, (unsigned)st.st_uid);
+			return -1;
+		}
 		return 0;
+	}
 	log_error("cannot create %s: %s", dir, strerror(errno));
 	return -1;
 }
