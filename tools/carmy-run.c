@@ -1,0 +1,1053 @@
+/*
+ * carmy-run.c - run a command at most once per identity.
+ *
+ *   carmy-run [--socket PATH] --principal P --session S --request-id R
+ *             [--tool NAME] [--meta KEY=VALUE]... [--timeout SECONDS]
+ *             [--json] -- COMMAND [ARG]...
+ *
+ * The identity (P, S, R) is reserved in carmyd before COMMAND runs. The
+ * fingerprint covers the tool name (--tool, else COMMAND's basename), the
+ * ARGs in order (a msgpack array of str) and the --meta pairs (a msgpack
+ * map of str to str; libcarmy sorts map keys, so their order is free). The
+ * recorded result is COMMAND's exit code as 4 big-endian bytes followed by
+ * its standard output; standard error passes through live, unrecorded.
+ *
+ * Exit status:
+ *   0-255  COMMAND's own status, from this run or replayed
+ *          (128+N if COMMAND was killed by signal N)
+ *   64     usage error (bad options)
+ *   65     INVALID_ID: a part of the identity is empty or over 256 bytes
+ *   66     INVALID_ARGUMENTS: e.g. the same --meta KEY twice
+ *   69     DAEMON_UNAVAILABLE: carmyd cannot be reached
+ *   70     any other internal or system error (PROTOCOL_ERROR,
+ *          SEGMENT_LAYOUT_MISMATCH, SEGMENT_CORRUPT, DISCONNECTED, out of
+ *          memory...)
+ *   71     IDEMPOTENCY_CONFLICT: the identity was used for another call
+ *   72     EXECUTION_UNCERTAIN: the identity is running or was interrupted
+ *   73     IDEMPOTENCY_CAPACITY: carmyd's table is full
+ *   74     RESULT_TOO_LARGE: the output exceeded carmyd's --max-result;
+ *          recorded as failed, and replayed as this error
+ *   124    COMMAND timed out, in this run or replayed
+ *   126    COMMAND is not executable  \  nothing ran and the reservation
+ *   127    COMMAND was not found      /  was released: retrying may run it
+ * COMMAND did not run for 64-69, 71-73, 126 and 127; for 70 it did not run
+ * unless the error came after it started, and the identity then reports
+ * EXECUTION_UNCERTAIN. A COMMAND that exits with one of these statuses
+ * itself is told apart by --json, whose errors are objects with "error".
+ *
+ * Signals are left alone on purpose: whatever kills carmy-run closes its
+ * connection, which carmyd takes as a dead owner, so the entry becomes
+ * uncertain and is never freed for a second run. COMMAND gets SIGKILL from
+ * the kernel when carmy-run dies (PR_SET_PDEATHSIG).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <msgpack.h>
+
+#include "carmy.h"
+#include "tools/json.h"
+
+enum {
+	EXIT_USAGE = 64,
+	EXIT_INVALID_ID = 65,
+	EXIT_INVALID_ARGS = 66,
+	EXIT_UNAVAILABLE = 69,
+	EXIT_INTERNAL = 70,
+	EXIT_CONFLICT = 71,
+	EXIT_UNCERTAIN = 72,
+	EXIT_CAPACITY = 73,
+	EXIT_TOO_LARGE = 74,
+	EXIT_TIMED_OUT = 124,
+	EXIT_NOT_EXECUTABLE = 126,
+	EXIT_NOT_FOUND = 127,
+};
+
+/* The big-endian exit code in front of the recorded standard output. */
+#define HEAD_LEN 4
+/* A deadline this far away is a typo, and keeps the sums below in range. */
+#define TIMEOUT_MAX_S 1000000000ull
+#define NSEC 1000000000ull
+/* How often the exit is checked for when there is no pidfd. */
+#define POLL_TICK_NS 10000000L
+/* Largest single read, so that its count always fits an int. */
+#define READ_MAX (1u << 20)
+
+struct opts {
+	const char *socket;
+	const char *principal;
+	const char *session;
+	const char *request_id;
+	const char *tool;
+	char **meta;		/* KEY=VALUE strings, pointing into argv */
+	size_t n_meta;
+	uint64_t timeout_ns;	/* 0: no deadline */
+	bool json;
+	char **cmd;		/* COMMAND and its ARGs, NULL-terminated */
+};
+
+/*
+ * COMMAND's outcome. buf holds HEAD_LEN bytes for the exit code, then
+ * standard output, but never more than keep bytes: one past carmyd's
+ * --max-result is enough for libcarmy to see that the result is too large,
+ * and a runaway COMMAND must not make carmy-run grow without bound.
+ */
+struct capture {
+	uint8_t *buf;
+	size_t len;
+	size_t cap;
+	size_t keep;
+	int exit_code;
+	int status;		/* CARMY_STATUS_* */
+};
+
+enum run_outcome {
+	RUN_DONE,		/* COMMAND ran and ended, or timed out */
+	RUN_NOT_STARTED,	/* a system error before COMMAND could start */
+	RUN_EXEC_FAILED,	/* exec failed: COMMAND provably did not run */
+	RUN_LOST,		/* COMMAND started, then we lost track of it */
+};
+
+static const char usage_text[] =
+	"usage: carmy-run [--socket PATH] --principal P --session S --request-id R\n"
+	"                 [--tool NAME] [--meta KEY=VALUE]... [--timeout SECONDS]\n"
+	"                 [--json] -- COMMAND [ARG]...\n"
+	"Run COMMAND at most once per identity (P, S, R). A retry with the same\n"
+	"identity replays the recorded standard output and exit status instead.\n"
+	"\n"
+	"  --socket PATH        carmyd's socket (default: $CARMY_SOCKET, else\n"
+	"                       $XDG_RUNTIME_DIR/carmy/carmyd.sock, else\n"
+	"                       /tmp/carmy-$UID/carmyd.sock)\n"
+	"  --principal P        the identity of the call: who acts, in which\n"
+	"  --session S          session, and the caller's id for this request;\n"
+	"  --request-id R       1 to 256 bytes each\n"
+	"  --tool NAME          tool name for the fingerprint (default: COMMAND's\n"
+	"                       basename)\n"
+	"  --meta KEY=VALUE     request metadata for the fingerprint; repeatable,\n"
+	"                       in any order, each KEY at most once\n"
+	"  --timeout SECONDS    at the deadline, kill COMMAND's process group and\n"
+	"                       record the call as timed out (decimals allowed);\n"
+	"                       COMMAND then runs in its own process group, away\n"
+	"                       from the terminal's\n"
+	"  --json               print one JSON object on standard output instead\n"
+	"  -h, --help           print this help and exit\n"
+	"  --version            print the version and exit\n"
+	"\n"
+	"The fingerprint covers the tool name, the ARGs in order and the --meta\n"
+	"pairs. Standard output is recorded; standard error passes through live\n"
+	"and is not recorded.\n"
+	"\n"
+	"Exit status:\n"
+	"  0-255  COMMAND's own status, from this run or replayed (128+N: killed\n"
+	"         by signal N)\n"
+	"  64     usage error (bad options)\n"
+	"  65     INVALID_ID             a part of the identity is empty or too long\n"
+	"  66     INVALID_ARGUMENTS      e.g. the same --meta KEY twice\n"
+	"  69     DAEMON_UNAVAILABLE     carmyd cannot be reached\n"
+	"  70     any other internal or system error (PROTOCOL_ERROR, SEGMENT_*,\n"
+	"         DISCONNECTED, out of memory...)\n"
+	"  71     IDEMPOTENCY_CONFLICT   the identity was used for another call\n"
+	"  72     EXECUTION_UNCERTAIN    the identity is running or was interrupted\n"
+	"  73     IDEMPOTENCY_CAPACITY   carmyd's table is full\n"
+	"  74     RESULT_TOO_LARGE       output over carmyd's --max-result (recorded)\n"
+	"  124    COMMAND timed out, in this run or replayed\n"
+	"  126    COMMAND is not executable (nothing ran, reservation released)\n"
+	"  127    COMMAND was not found (nothing ran, reservation released)\n"
+	"On an error COMMAND does not run, except for an internal error (70) after\n"
+	"it started, which leaves the identity EXECUTION_UNCERTAIN.\n";
+
+static int parse_opts(int argc, char **argv, struct opts *o);
+static int set_once(const char **dst, const char *val, const char *name,
+		    char *err, size_t err_len);
+static int parse_timeout(const char *s, uint64_t *ns);
+static int std_fds_open(void);
+static bool id_ok(const char *s);
+static int pack_args(const struct opts *o, msgpack_sbuffer *sb);
+static int pack_meta(const struct opts *o, msgpack_sbuffer *sb);
+static void fill_call(const struct opts *o, const msgpack_sbuffer *args,
+		      const msgpack_sbuffer *meta, struct carmy_call *call);
+static int run_reserved(carmy_t *c, const struct opts *o,
+			struct carmy_reservation *r);
+static int replay(const struct opts *o, const struct carmy_reservation *r);
+static enum run_outcome run_command(const struct opts *o,
+				    struct capture *cap, int *err);
+static pid_t spawn(const struct opts *o, int out_w, int ctl_w);
+static void child(const struct opts *o, pid_t parent, int out_w, int ctl_w)
+	__attribute__((noreturn));
+static int exec_error(int ctl_r);
+static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
+				struct capture *cap, int *err);
+static int capture_read(int fd, struct capture *cap, size_t max);
+static int reap(pid_t pid, int *wstatus);
+static bool time_left(const struct timespec *deadline, struct timespec *left);
+static int print_result(const struct opts *o, const char *exec_id,
+			int status, bool replayed, int exit_code,
+			const void *out, size_t len);
+static int write_all(int fd, const void *buf, size_t len);
+static int report(const struct opts *o, int exit_status, const char *code,
+		  const char *msg, const char *exec_id, const char *state);
+static int report_code(const struct opts *o, int code,
+		       const struct carmy_reservation *r);
+static int exit_for(int code);
+
+int main(int argc, char **argv)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	msgpack_sbuffer args, meta;
+	struct carmy_call call;
+	struct opts o;
+	carmy_t *c = NULL;
+	int rc, status;
+
+	status = parse_opts(argc, argv, &o);
+	if (status >= 0) {
+		free(o.meta);
+		return status;
+	}
+	msgpack_sbuffer_init(&args);
+	msgpack_sbuffer_init(&meta);
+
+	rc = std_fds_open();
+	/* Checked here too, with the documented limits, so that bad input
+	 * is reported as such whether or not carmyd is up. */
+	if (rc == 0 && (!id_ok(o.principal) || !id_ok(o.session) ||
+			!id_ok(o.request_id)))
+		rc = CARMY_EINVALID_ID;
+	if (rc == 0)
+		rc = pack_args(&o, &args);
+	if (rc == 0)
+		rc = pack_meta(&o, &meta);
+	if (rc == 0)
+		rc = carmy_connect(&c, o.socket);
+	if (rc == 0) {
+		fill_call(&o, &args, &meta, &call);
+		rc = carmy_begin(c, &call, &r);
+	}
+
+	switch (rc) {
+	case CARMY_RESERVED:
+		status = run_reserved(c, &o, &r);
+		break;
+	case CARMY_REPLAY:
+		status = replay(&o, &r);
+		break;
+	default:
+		status = report_code(&o, rc, &r);
+		break;
+	}
+
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	msgpack_sbuffer_destroy(&args);
+	msgpack_sbuffer_destroy(&meta);
+	free(o.meta);
+	return status;
+}
+
+/* ------------------------------------------------------------ options */
+
+/*
+ * Returns -1 to go on, or the status to exit with. Parsing goes on past the
+ * first problem so that --json, wherever it is, shapes the usage error.
+ */
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	enum {
+		OPT_SOCKET = 256, OPT_PRINCIPAL, OPT_SESSION, OPT_REQUEST_ID,
+		OPT_TOOL, OPT_META, OPT_TIMEOUT, OPT_JSON, OPT_VERSION,
+	};
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "principal", required_argument, NULL, OPT_PRINCIPAL },
+		{ "session", required_argument, NULL, OPT_SESSION },
+		{ "request-id", required_argument, NULL, OPT_REQUEST_ID },
+		{ "tool", required_argument, NULL, OPT_TOOL },
+		{ "meta", required_argument, NULL, OPT_META },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *timeout = NULL;
+	char err[512] = "";
+	bool help = false, version = false;
+	int opt;
+
+	memset(o, 0, sizeof(*o));
+	/* Every --meta is an argument of its own: argc bounds their count. */
+	o->meta = calloc((size_t)argc, sizeof(*o->meta));
+	if (o->meta == NULL) {
+		fputs("carmy-run: OUT_OF_MEMORY: Out of memory.\n", stderr);
+		return EXIT_INTERNAL;
+	}
+	opterr = 0;
+	/* '+': stop at COMMAND even without "--", so its options stay its. */
+	while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+		const char *arg = optarg;
+
+		switch (opt) {
+		case OPT_SOCKET:
+			set_once(&o->socket, arg, "--socket", err, sizeof(err));
+			break;
+		case OPT_PRINCIPAL:
+			set_once(&o->principal, arg, "--principal", err,
+				 sizeof(err));
+			break;
+		case OPT_SESSION:
+			set_once(&o->session, arg, "--session", err,
+				 sizeof(err));
+			break;
+		case OPT_REQUEST_ID:
+			set_once(&o->request_id, arg, "--request-id", err,
+				 sizeof(err));
+			break;
+		case OPT_TOOL:
+			set_once(&o->tool, arg, "--tool", err, sizeof(err));
+			break;
+		case OPT_META:
+			if (strchr(arg, '=') == NULL && err[0] == '\0')
+				snprintf(err, sizeof(err),
+					 "--meta needs KEY=VALUE, got '%s'",
+					 arg);
+			o->meta[o->n_meta++] = optarg;
+			break;
+		case OPT_TIMEOUT:
+			if (set_once(&timeout, arg, "--timeout", err,
+				     sizeof(err)) == 0 &&
+			    parse_timeout(arg, &o->timeout_ns) != 0 &&
+			    err[0] == '\0')
+				snprintf(err, sizeof(err),
+					 "--timeout needs a number of seconds "
+					 "greater than 0, got '%s'", arg);
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case 'h':
+			help = true;
+			break;
+		case OPT_VERSION:
+			version = true;
+			break;
+		case ':':
+			if (err[0] == '\0')
+				snprintf(err, sizeof(err),
+					 "option '%s' needs a value",
+					 argv[optind - 1]);
+			break;
+		default:
+			if (err[0] != '\0')
+				break;
+			if (optopt > 0 && optopt < 256)
+				snprintf(err, sizeof(err),
+					 "unknown option '-%c'", optopt);
+			else
+				snprintf(err, sizeof(err),
+					 "unknown option '%s'",
+					 argv[optind - 1]);
+			break;
+		}
+	}
+	if (help) {
+		fputs(usage_text, stdout);
+		return fflush(stdout) == 0 ? 0 : EXIT_INTERNAL;
+	}
+	if (version) {
+		puts("carmy-run " PACKAGE_VERSION);
+		return fflush(stdout) == 0 ? 0 : EXIT_INTERNAL;
+	}
+	o->cmd = argv + optind;
+	if (err[0] == '\0') {
+		if (o->principal == NULL)
+			snprintf(err, sizeof(err), "--principal is required");
+		else if (o->session == NULL)
+			snprintf(err, sizeof(err), "--session is required");
+		else if (o->request_id == NULL)
+			snprintf(err, sizeof(err), "--request-id is required");
+		else if (o->cmd[0] == NULL)
+			snprintf(err, sizeof(err), "COMMAND is missing");
+	}
+	if (err[0] == '\0')
+		return -1;
+	if (!o->json)
+		strncat(err, " (see carmy-run --help)",
+			sizeof(err) - strlen(err) - 1);
+	return report(o, EXIT_USAGE, "USAGE", err, NULL, NULL);
+}
+
+/* A second --principal (or the like) is more likely a mistake in a script
+ * than a wish to override, and the identity must be exactly what was
+ * meant. Returns 0 if val was stored. */
+static int set_once(const char **dst, const char *val, const char *name,
+		    char *err, size_t err_len)
+{
+	if (*dst != NULL) {
+		if (err[0] == '\0')
+			snprintf(err, err_len, "%s given twice", name);
+		return -1;
+	}
+	*dst = val;
+	return 0;
+}
+
+/* Plain decimal seconds ("5", "0.3", ".25"): no signs, exponents, hex or
+ * infinities as strtod() would allow. Digits past nanoseconds are
+ * ignored. */
+static int parse_timeout(const char *s, uint64_t *ns)
+{
+	uint64_t sec = 0, frac = 0, scale = NSEC / 10;
+	size_t digits = 0;
+	const char *p = s;
+
+	for (; *p >= '0' && *p <= '9'; p++, digits++) {
+		sec = sec * 10 + (uint64_t)(*p - '0');
+		if (sec > TIMEOUT_MAX_S)
+			return -1;
+	}
+	if (*p == '.') {
+		for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
+			frac += (uint64_t)(*p - '0') * scale;
+			scale /= 10;
+		}
+	}
+	if (*p != '\0' || digits == 0)
+		return -1;
+	*ns = sec * NSEC + frac;
+	return *ns > 0 ? 0 : -1;
+}
+
+/*
+ * With one of fds 0-2 closed, pipe2() would hand out that number, and the
+ * capture pipe would collide with COMMAND's standard streams. /dev/null
+ * fills the gap, as a closed stream would have behaved much like it.
+ */
+static int std_fds_open(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		int n;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		n = open("/dev/null", O_RDWR);
+		if (n < 0)
+			return -errno;
+		if (n != fd) {	/* lower fds are open, so it cannot be */
+			close(n);
+			return -EBADF;
+		}
+	}
+	return 0;
+}
+
+static bool id_ok(const char *s)
+{
+	size_t len = strlen(s);
+
+	return len >= 1 && len <= CARMY_ID_MAX;
+}
+
+/* ------------------------------------------------------------ the call */
+
+static int pack_args(const struct opts *o, msgpack_sbuffer *sb)
+{
+	msgpack_packer pk;
+	size_t n = 0;
+
+	while (o->cmd[1 + n] != NULL)
+		n++;
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, n) != 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const char *a = o->cmd[1 + i];
+		size_t len = strlen(a);
+
+		if (msgpack_pack_str(&pk, len) != 0 ||
+		    msgpack_pack_str_body(&pk, a, len) != 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Always a map, even an empty one, so that leaving out --meta is one
+ * fingerprint and not two. Duplicate keys are left to libcarmy, which
+ * refuses them as INVALID_ARGUMENTS. */
+static int pack_meta(const struct opts *o, msgpack_sbuffer *sb)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_map(&pk, o->n_meta) != 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < o->n_meta; i++) {
+		const char *kv = o->meta[i];
+		const char *eq = strchr(kv, '=');
+		size_t klen = (size_t)(eq - kv), vlen = strlen(eq + 1);
+
+		if (msgpack_pack_str(&pk, klen) != 0 ||
+		    msgpack_pack_str_body(&pk, kv, klen) != 0 ||
+		    msgpack_pack_str(&pk, vlen) != 0 ||
+		    msgpack_pack_str_body(&pk, eq + 1, vlen) != 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void fill_call(const struct opts *o, const msgpack_sbuffer *args,
+		      const msgpack_sbuffer *meta, struct carmy_call *call)
+{
+	const char *tool = o->tool;
+
+	if (tool == NULL) {
+		const char *slash = strrchr(o->cmd[0], '/');
+
+		tool = slash != NULL ? slash + 1 : o->cmd[0];
+	}
+	memset(call, 0, sizeof(*call));
+	call->principal = o->principal;
+	call->principal_len = strlen(o->principal);
+	call->session = o->session;
+	call->session_len = strlen(o->session);
+	call->request_id = o->request_id;
+	call->request_id_len = strlen(o->request_id);
+	call->tool = tool;
+	call->tool_len = strlen(tool);
+	call->args = args->data;
+	call->args_len = args->size;
+	call->meta = meta->data;
+	call->meta_len = meta->size;
+}
+
+/* The identity is ours: run COMMAND and record what it did. */
+static int run_reserved(carmy_t *c, const struct opts *o,
+			struct carmy_reservation *r)
+{
+	struct capture cap = { 0 };
+	enum run_outcome out;
+	char msg[512];
+	int err = 0, rc, status;
+
+	cap.keep = carmy_max_result(c) + 1;
+	if (cap.keep < HEAD_LEN)
+		cap.keep = HEAD_LEN;
+	cap.cap = cap.keep < 4096 ? cap.keep : 4096;
+	cap.len = HEAD_LEN;
+	cap.buf = malloc(cap.cap);
+	if (cap.buf == NULL) {
+		out = RUN_NOT_STARTED;
+		err = ENOMEM;
+	} else {
+		out = run_command(o, &cap, &err);
+	}
+
+	switch (out) {
+	case RUN_DONE:
+		break;
+	case RUN_NOT_STARTED:
+	case RUN_EXEC_FAILED:
+		free(cap.buf);
+		rc = carmy_release(c, r);
+		if (rc != 0) {
+			snprintf(msg, sizeof(msg),
+				 "%s COMMAND did not run (%s), but its "
+				 "reservation could not be released.",
+				 carmy_strerror(rc), strerror(err));
+			return report(o, exit_for(rc), carmy_errname(rc), msg,
+				      r->execution_id, NULL);
+		}
+		if (out == RUN_NOT_STARTED)
+			return report(o, EXIT_INTERNAL, carmy_errname(-err),
+				      carmy_strerror(-err), NULL, NULL);
+		snprintf(msg, sizeof(msg),
+			 "cannot run '%s': %s; nothing ran and the "
+			 "reservation was released.", o->cmd[0], strerror(err));
+		if (err == EACCES)
+			return report(o, EXIT_NOT_EXECUTABLE,
+				      "COMMAND_NOT_EXECUTABLE", msg, NULL,
+				      NULL);
+		return report(o, EXIT_NOT_FOUND, "COMMAND_NOT_FOUND", msg,
+			      NULL, NULL);
+	case RUN_LOST:
+		free(cap.buf);
+		/* Not released and not completed: closing the connection
+		 * leaves the entry uncertain, which is the truth. */
+		snprintf(msg, sizeof(msg),
+			 "%s COMMAND was started, so this identity now "
+			 "reports EXECUTION_UNCERTAIN.", carmy_strerror(-err));
+		return report(o, EXIT_INTERNAL, carmy_errname(-err), msg,
+			      r->execution_id, NULL);
+	}
+
+	cap.buf[0] = (uint8_t)((uint32_t)cap.exit_code >> 24);
+	cap.buf[1] = (uint8_t)((uint32_t)cap.exit_code >> 16);
+	cap.buf[2] = (uint8_t)((uint32_t)cap.exit_code >> 8);
+	cap.buf[3] = (uint8_t)cap.exit_code;
+	rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
+	if (rc == 0)
+		status = print_result(o, r->execution_id, cap.status, false,
+				      cap.exit_code, cap.buf + HEAD_LEN,
+				      cap.len - HEAD_LEN);
+	else if (rc == CARMY_ERESULT_TOO_LARGE)
+		status = report(o, EXIT_TOO_LARGE, carmy_errname(rc),
+				carmy_strerror(rc), r->execution_id,
+				carmy_state_name(CARMY_STATE_COMPLETED));
+	else
+		status = report(o, exit_for(rc), carmy_errname(rc),
+				carmy_strerror(rc), r->execution_id, NULL);
+	free(cap.buf);
+	return status;
+}
+
+static int replay(const struct opts *o, const struct carmy_reservation *r)
+{
+	const uint8_t *p = r->result;
+	uint32_t code;
+
+	if (r->result_code != 0)
+		return report(o, exit_for(r->result_code),
+			      carmy_errname(r->result_code),
+			      carmy_strerror(r->result_code), r->execution_id,
+			      carmy_state_name(r->state));
+	if (r->result_len < HEAD_LEN)
+		goto foreign;
+	code = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | p[3];
+	if (code > 255)
+		goto foreign;
+	return print_result(o, r->execution_id, r->status, true, (int)code,
+			    p + HEAD_LEN, r->result_len - HEAD_LEN);
+foreign:
+	/* Another client recorded this identity with the same fingerprint
+	 * but not in carmy-run's format: there is no exit code to give. */
+	return report(o, EXIT_INTERNAL, carmy_errname(CARMY_EPROTOCOL),
+		      "The recorded result was not written by carmy-run.",
+		      r->execution_id, carmy_state_name(r->state));
+}
+
+/* ------------------------------------------------------------ COMMAND */
+
+static enum run_outcome run_command(const struct opts *o,
+				    struct capture *cap, int *err)
+{
+	enum run_outcome out;
+	int out_p[2], ctl_p[2];
+	pid_t pid;
+
+	if (pipe2(out_p, O_CLOEXEC) != 0) {
+		*err = errno;
+		return RUN_NOT_STARTED;
+	}
+	if (pipe2(ctl_p, O_CLOEXEC) != 0) {
+		*err = errno;
+		close(out_p[0]);
+		close(out_p[1]);
+		return RUN_NOT_STARTED;
+	}
+	pid = spawn(o, out_p[1], ctl_p[1]);
+	close(out_p[1]);
+	close(ctl_p[1]);
+	if (pid < 0) {
+		close(out_p[0]);
+		close(ctl_p[0]);
+		*err = (int)-pid;
+		return RUN_NOT_STARTED;
+	}
+	*err = exec_error(ctl_p[0]);
+	close(ctl_p[0]);
+	if (*err != 0) {
+		close(out_p[0]);
+		reap(pid, NULL);
+		return RUN_EXEC_FAILED;
+	}
+	out = collect(o, pid, out_p[0], cap, err);
+	close(out_p[0]);
+	return out;
+}
+
+/* Returns the child's pid, or -errno if fork failed. */
+static pid_t spawn(const struct opts *o, int out_w, int ctl_w)
+{
+	pid_t parent = getpid();
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0)
+		child(o, parent, out_w, ctl_w);
+	/* Also from this side, so the group exists before we may kill it,
+	 * whichever process runs first. Once the child has exec'd this
+	 * fails harmlessly: it has done it itself. */
+	if (o->timeout_ns != 0)
+		setpgid(pid, pid);
+	return pid;
+}
+
+/*
+ * Everything up to execvp() can fail before COMMAND exists; the errno goes
+ * back through ctl_w, which exec closes (CLOEXEC), so the parent reading
+ * EOF there knows COMMAND started and reading an errno knows it did not.
+ */
+static void child(const struct opts *o, pid_t parent, int out_w, int ctl_w)
+{
+	ssize_t n;
+	int e;
+
+	/* Its own group, so a timeout also kills what COMMAND started. */
+	if (o->timeout_ns != 0 && setpgid(0, 0) != 0)
+		goto fail;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+		goto fail;
+	/* carmy-run died before prctl() took effect: nobody would kill
+	 * COMMAND, and nobody is left to record it. */
+	if (getppid() != parent)
+		_exit(EXIT_NOT_FOUND);
+	/* dup2() clears CLOEXEC on the copy; out_w >= 3 (std_fds_open). */
+	if (dup2(out_w, STDOUT_FILENO) < 0)
+		goto fail;
+	execvp(o->cmd[0], o->cmd);
+fail:
+	e = errno;
+	n = write(ctl_w, &e, sizeof(e));
+	(void)n;	/* the parent then sees EOF and assumes it ran */
+	_exit(EXIT_NOT_FOUND);
+}
+
+/* 0 if COMMAND was exec'd, else the errno the child reported. */
+static int exec_error(int ctl_r)
+{
+	int e;
+
+	for (;;) {
+		ssize_t n = read(ctl_r, &e, sizeof(e));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		/* Anything but a whole errno means we cannot prove that
+		 * COMMAND did not run, so treat it as running. */
+		if (n != (ssize_t)sizeof(e) || e <= 0)
+			return 0;
+		return e;
+	}
+}
+
+/*
+ * Capture COMMAND's standard output until it closes it and exits, or until
+ * the deadline. A pidfd tells us when COMMAND exits without reaping it:
+ * the pid, and so the process group id, then stays ours until the kill
+ * below has been sent, so a deadline can never hit a reused group.
+ */
+static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
+				struct capture *cap, int *err)
+{
+	bool eof = false, exited = false, reaped = false, timed_out = false;
+	struct timespec deadline;
+	int pidfd, wstatus, rc;
+
+	/* Without pidfds (Linux < 5.3, valgrind) the exit is learnt from
+	 * waitpid(), which is then polled while a deadline runs. */
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (o->timeout_ns != 0) {
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += (time_t)(o->timeout_ns / NSEC);
+		deadline.tv_nsec += (long)(o->timeout_ns % NSEC);
+		if (deadline.tv_nsec >= (long)NSEC) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= (long)NSEC;
+		}
+	}
+
+	while (!eof || !exited) {
+		struct timespec left, *tmo = NULL;
+		struct pollfd pfd[2];
+		nfds_t n = 0;
+
+		if (o->timeout_ns != 0) {
+			if (!time_left(&deadline, &left)) {
+				timed_out = true;
+				break;
+			}
+			tmo = &left;
+		}
+		if (pidfd < 0 && eof) {
+			if (tmo == NULL)
+				break;	/* then reap() may simply block */
+			rc = waitpid(pid, &wstatus, WNOHANG);
+			if (rc == pid) {
+				exited = reaped = true;
+				continue;
+			}
+			if (rc < 0 && errno != EINTR) {
+				*err = errno;
+				goto lost;
+			}
+			if (left.tv_sec > 0 ||
+			    left.tv_nsec > POLL_TICK_NS) {
+				left.tv_sec = 0;
+				left.tv_nsec = POLL_TICK_NS;
+			}
+		}
+		if (!eof)
+			pfd[n++] = (struct pollfd){ fd, POLLIN, 0 };
+		if (!exited && pidfd >= 0)
+			pfd[n++] = (struct pollfd){ pidfd, POLLIN, 0 };
+		rc = ppoll(pfd, n, tmo, NULL);
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0) {
+			*err = errno;
+			goto lost;
+		}
+		for (nfds_t i = 0; i < n; i++) {
+			if (pfd[i].revents == 0)
+				continue;
+			if (pfd[i].fd == pidfd) {
+				exited = true;
+				continue;
+			}
+			rc = capture_read(fd, cap, SIZE_MAX);
+			if (rc == 0)
+				eof = true;
+			else if (rc < 0 && rc != -EINTR) {
+				*err = -rc;
+				goto lost;
+			}
+		}
+	}
+
+	if (timed_out) {
+		int avail = 0;
+
+		kill(-pid, SIGKILL);
+		if (reap(pid, &wstatus) != 0) {
+			*err = errno;
+			goto out_lost;
+		}
+		/* What reached the pipe before the kill is the output so
+		 * far; a writer that escaped the group must not keep us. */
+		if (ioctl(fd, FIONREAD, &avail) == 0) {
+			while (avail > 0) {
+				rc = capture_read(fd, cap, (size_t)avail);
+				if (rc == -EINTR)
+					continue;
+				if (rc <= 0)
+					break;
+				avail -= rc;
+			}
+		}
+		cap->exit_code = EXIT_TIMED_OUT;
+		cap->status = CARMY_STATUS_TIMED_OUT;
+	} else {
+		if (!reaped && reap(pid, &wstatus) != 0) {
+			*err = errno;
+			goto out_lost;
+		}
+		if (WIFSIGNALED(wstatus))
+			cap->exit_code = 128 + WTERMSIG(wstatus);
+		else
+			cap->exit_code = WEXITSTATUS(wstatus);
+		cap->status = cap->exit_code == 0 ? CARMY_STATUS_COMPLETED :
+						    CARMY_STATUS_FAILED;
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	return RUN_DONE;
+
+lost:
+	/* COMMAND must not outlive a run nobody can record. */
+	kill(o->timeout_ns != 0 ? -pid : pid, SIGKILL);
+	reap(pid, NULL);
+out_lost:
+	if (pidfd >= 0)
+		close(pidfd);
+	return RUN_LOST;
+}
+
+/*
+ * One read of at most max bytes. Bytes beyond cap->keep are read and
+ * dropped, so COMMAND is never blocked on a full pipe. Returns the count
+ * read, 0 at end of file, or -errno.
+ */
+static int capture_read(int fd, struct capture *cap, size_t max)
+{
+	uint8_t scratch[16384];
+	void *dst = scratch;
+	size_t room = sizeof(scratch);
+	ssize_t n;
+
+	if (cap->len < cap->keep) {
+		if (cap->len == cap->cap) {
+			size_t ncap = cap->cap * 2 < cap->keep ? cap->cap * 2 :
+								 cap->keep;
+			uint8_t *nbuf = realloc(cap->buf, ncap);
+
+			if (nbuf == NULL)
+				return -ENOMEM;
+			cap->buf = nbuf;
+			cap->cap = ncap;
+		}
+		dst = cap->buf + cap->len;
+		room = cap->cap - cap->len;
+	}
+	if (room > max)
+		room = max;
+	if (room > READ_MAX)
+		room = READ_MAX;
+	n = read(fd, dst, room);
+	if (n < 0)
+		return -errno;
+	if (dst != scratch)
+		cap->len += (size_t)n;
+	return (int)n;
+}
+
+static int reap(pid_t pid, int *wstatus)
+{
+	int st;
+
+	while (waitpid(pid, &st, 0) < 0) {
+		if (errno != EINTR)
+			return -1;
+	}
+	if (wstatus != NULL)
+		*wstatus = st;
+	return 0;
+}
+
+static bool time_left(const struct timespec *deadline, struct timespec *left)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	left->tv_sec = deadline->tv_sec - now.tv_sec;
+	left->tv_nsec = deadline->tv_nsec - now.tv_nsec;
+	if (left->tv_nsec < 0) {
+		left->tv_sec--;
+		left->tv_nsec += (long)NSEC;
+	}
+	return left->tv_sec > 0 || (left->tv_sec == 0 && left->tv_nsec > 0);
+}
+
+/* ------------------------------------------------------------ output */
+
+/* COMMAND's output, recorded or replayed. Returns the status to exit with. */
+static int print_result(const struct opts *o, const char *exec_id,
+			int status, bool replayed, int exit_code,
+			const void *out, size_t len)
+{
+	if (o->json) {
+		fputs("{\"execution_id\":", stdout);
+		json_put_str(stdout, exec_id);
+		fputs(",\"status\":", stdout);
+		json_put_str(stdout, carmy_status_name(status));
+		printf(",\"replayed\":%s,\"exit_code\":%d,\"stdout\":",
+		       replayed ? "true" : "false", exit_code);
+		json_put_bytes(stdout, out, len);
+		fputs("}\n", stdout);
+		if (fflush(stdout) == 0 && !ferror(stdout))
+			return exit_code;
+	} else if (write_all(STDOUT_FILENO, out, len) == 0) {
+		return exit_code;
+	}
+	/* The result is recorded, so a retry will print it again. */
+	fprintf(stderr, "carmy-run: %s: cannot write standard output: %s\n",
+		carmy_errname(-errno), strerror(errno));
+	return EXIT_INTERNAL;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Print an error, as a line on stderr or as the one JSON object on stdout,
+ * and return exit_status. exec_id and state may be NULL (unknown). */
+static int report(const struct opts *o, int exit_status, const char *code,
+		  const char *msg, const char *exec_id, const char *state)
+{
+	if (exec_id != NULL && exec_id[0] == '\0')
+		exec_id = NULL;
+	if (o->json) {
+		fputs("{\"error\":{\"code\":", stdout);
+		json_put_str(stdout, code);
+		fputs(",\"message\":", stdout);
+		json_put_str(stdout, msg);
+		if (exec_id != NULL) {
+			fputs(",\"execution_id\":", stdout);
+			json_put_str(stdout, exec_id);
+		}
+		if (state != NULL) {
+			fputs(",\"state\":", stdout);
+			json_put_str(stdout, state);
+		}
+		fputs("}}\n", stdout);
+		fflush(stdout);
+		return exit_status;
+	}
+	fprintf(stderr, "carmy-run: %s: %s", code, msg);
+	if (exec_id != NULL && state != NULL)
+		fprintf(stderr, " (execution %s, %s)", exec_id, state);
+	else if (exec_id != NULL)
+		fprintf(stderr, " (execution %s)", exec_id);
+	fputc('\n', stderr);
+	return exit_status;
+}
+
+/* A libcarmy code, with the existing entry when begin described one. */
+static int report_code(const struct opts *o, int code,
+		       const struct carmy_reservation *r)
+{
+	bool entry = code == CARMY_ECONFLICT || code == CARMY_EUNCERTAIN;
+
+	return report(o, exit_for(code), carmy_errname(code),
+		      carmy_strerror(code), entry ? r->execution_id : NULL,
+		      entry ? carmy_state_name(r->state) : NULL);
+}
+
+static int exit_for(int code)
+{
+	switch (code) {
+	case CARMY_EINVALID_ID:
+		return EXIT_INVALID_ID;
+	case CARMY_EINVALID_ARGS:
+		return EXIT_INVALID_ARGS;
+	case CARMY_EUNAVAILABLE:
+		return EXIT_UNAVAILABLE;
+	case CARMY_ECONFLICT:
+		return EXIT_CONFLICT;
+	case CARMY_EUNCERTAIN:
+		return EXIT_UNCERTAIN;
+	case CARMY_ECAPACITY:
+		return EXIT_CAPACITY;
+	case CARMY_ERESULT_TOO_LARGE:
+		return EXIT_TOO_LARGE;
+	default:
+		return EXIT_INTERNAL;
+	}
+}
