@@ -45,6 +45,7 @@ struct store {
 	uint32_t next_owner;	/* private copy; mirrored in the header */
 	uint32_t owner_base;
 	uint32_t epoch;
+	uint32_t ticks;
 };
 int store_open(struct store *s, const struct carmyd_config *cfg);
 void store_close(struct store *s, const struct carmyd_config *cfg,
@@ -52,6 +53,8 @@ void store_close(struct store *s, const struct carmyd_config *cfg,
 int store_new_owner(struct store *s, uint32_t *id);
 void store_check(struct store *s);
 void store_sweep_dead(struct store *s, const char *why);
+uint32_t store_reclaim(struct store *s);
+void store_tick(struct store *s);
 
 /* server.c */
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd);

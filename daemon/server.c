@@ -7,9 +7,9 @@
  * operations never race each other. A dead owner is a fact the kernel tells
  * us: the connection's socket reports EOF or an error the moment the client
  * process dies (its descriptors are closed) or closes it. No timer is
- * involved; the 1-second tick only reclaims tombstones, re-checks the
- * segment header and settles tickets held by ids that are not connected (a
- * client that scribbled, or raced a sweep).
+ * involved; the 100 ms tick only reclaims tombstones and, every second,
+ * re-checks the segment header and settles tickets held by ids that are not
+ * connected (a client that scribbled, or raced a sweep).
  */
 #include <errno.h>
 #include <signal.h>
@@ -31,6 +31,7 @@
 #define MAX_EVENTS 64
 #define READ_CHUNK (64 * 1024)
 #define WBUF_MAX (1024 * 1024)	/* a client that never reads its replies */
+#define TICK_NS (100 * 1000 * 1000)
 
 struct conn {
 	int fd;
@@ -68,7 +69,7 @@ static uint64_t now_ns(void);
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 {
 	struct server sv = { .store = s, .cfg = cfg, .lfd = lfd };
-	struct itimerspec tick = { { 1, 0 }, { 1, 0 } };
+	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
 	struct epoll_event ev, evs[MAX_EVENTS];
 	sigset_t sigs;
 	int sfd, tfd;
@@ -125,9 +126,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 				if (read(tfd, &ticks, sizeof(ticks)) < 0) {
 					/* spurious wake-up */
 				}
-				store_check(s);
-				store_sweep_dead(s, "orphaned tickets");
-				shm_reclaim(&s->view);
+				store_tick(s);
 			} else {
 				struct conn *c = p;
 
@@ -308,6 +307,14 @@ static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
 		rc = wire_put_reply(&c->out, WIRE_COMPLETE, rc);
 		break;
 	}
+	case WIRE_RECLAIM:
+		if (c->owner == 0) {
+			fail_conn(sv, c, CARMY_EPROTOCOL, "RECLAIM before HELLO");
+			return -1;
+		}
+		store_reclaim(s);
+		rc = wire_put_reply(&c->out, WIRE_RECLAIM, 0);
+		break;
 	default:
 		fail_conn(sv, c, CARMY_EPROTOCOL, "unknown message type");
 		return -1;

@@ -125,6 +125,33 @@ void store_sweep_dead(struct store *s, const char *why)
 			 st.freed == 1 ? "" : "s", st.settled);
 }
 
+/* Free what tombstones can be freed. Clients count the tombstones they make
+ * in sh_tombs; we take off what we saw before the pass. */
+uint32_t store_reclaim(struct store *s)
+{
+	uint32_t *hint = &shm_header(&s->view)->sh_tombs;
+	uint32_t seen = uatomic_read(hint);
+	uint32_t n = shm_reclaim(&s->view);
+
+	if (seen != 0)
+		uatomic_add(hint, -seen);
+	log_debug("reclaimed %u tombstones", n);
+	return n;
+}
+
+/* Every 100 ms: reclaim if clients have released anything. Every second:
+ * check the header, settle orphaned tickets, reclaim regardless. */
+void store_tick(struct store *s)
+{
+	if (++s->ticks % 10 == 0) {
+		store_check(s);
+		store_sweep_dead(s, "orphaned tickets");
+		store_reclaim(s);
+	} else if (uatomic_read(&shm_header(&s->view)->sh_tombs) != 0) {
+		store_reclaim(s);
+	}
+}
+
 /* ------------------------------------------------------------ helpers */
 
 static int create_segment(struct store *s, const struct carmyd_config *cfg,

@@ -44,8 +44,10 @@ struct carmy {
 	uint64_t exec_seed;		/* execution ids: keyed hash of ... */
 	uint8_t exec_key[16];		/* ... a random key and ... */
 	uint64_t exec_count;		/* ... a counter (atomic) */
+	uint32_t ticket_cursor;		/* where our next ticket search starts */
 };
 
+static int request(carmy_t *c, int type, msgpack_sbuffer *sb);
 static int dial(const char *path, int *fdp);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
@@ -134,6 +136,9 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
+	/* Owners start their ticket searches far apart. */
+	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
+				      c->view.geo.capacity);
 	c->pid = (uint32_t)getpid();
 	*out = c;
 	return 0;
@@ -203,8 +208,9 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	claim.now_ns = now_ns();
 	claim.fp = fp;
 	claim.exec = exec;
+	claim.cursor = &c->ticket_cursor;
 
-	for (;;) {
+	for (bool reclaimed = false;;) {
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
 		case SHM_OUT_RESERVED:
 			exec_hex(f.exec, r->execution_id);
@@ -215,6 +221,16 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			return CARMY_RESERVED;
 		case SHM_OUT_FULL:
 			return CARMY_ECAPACITY;
+		case SHM_OUT_NOFREE:
+			/* Tickets are left but released entries' tombstones
+			 * fill the index: have carmyd reclaim them, once. */
+			if (reclaimed)
+				return CARMY_ECAPACITY;
+			reclaimed = true;
+			rc = request(c, WIRE_RECLAIM, NULL);
+			if (rc != 0)
+				return rc;
+			continue;
 		case SHM_OUT_BUSY:
 			return CARMY_EUNAVAILABLE;
 		case SHM_OUT_DEAD:
@@ -248,10 +264,9 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 			  const void *result, size_t len)
 {
-	uint8_t buf[REPLY_MAX], exec[SHM_EXEC_LEN];
+	uint8_t exec[SHM_EXEC_LEN];
 	struct shm_entry *en;
 	msgpack_sbuffer sb;
-	struct wire_msg m;
 	int code = 0, rc;
 	uint64_t w;
 
@@ -275,28 +290,11 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
 			       len);
-	if (rc != 0) {
-		msgpack_sbuffer_destroy(&sb);
-		return rc;
-	}
-	pthread_mutex_lock(&c->io);
-	rc = send_all(c->fd, sb.data, sb.size);
 	if (rc == 0)
-		rc = recv_msg(c->fd, -1, &m, buf, sizeof(buf));
-	pthread_mutex_unlock(&c->io);
+		rc = request(c, WIRE_COMPLETE, &sb);
 	msgpack_sbuffer_destroy(&sb);
-	if (rc != 0) {
-		uatomic_set(&c->dead, 1);
-		return rc == CARMY_EPROTOCOL ? rc : CARMY_EDISCONNECTED;
-	}
-	if (m.type == WIRE_ERROR) {
-		uatomic_set(&c->dead, 1);
-		return m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
-	}
-	if (m.type != WIRE_COMPLETE)
-		return CARMY_EPROTOCOL;
-	if (m.u.reply.code != 0)
-		return m.u.reply.code;
+	if (rc != 0)
+		return rc;
 	r->priv_owner = 0;	/* no longer ours to complete or release */
 	return code;
 }
@@ -316,6 +314,44 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 }
 
 /* ------------------------------------------------------------ helpers */
+
+/*
+ * One request and its reply: the message in sb (NULL: a bare RECLAIM).
+ * Returns the reply's code, or CARMY_EDISCONNECTED / CARMY_EPROTOCOL when
+ * the connection failed, after which the handle is dead.
+ */
+static int request(carmy_t *c, int type, msgpack_sbuffer *sb)
+{
+	uint8_t buf[REPLY_MAX];
+	msgpack_sbuffer own;
+	struct wire_msg m;
+	int rc;
+
+	if (sb == NULL) {
+		msgpack_sbuffer_init(&own);
+		rc = wire_put_reclaim(&own);
+		if (rc == 0)
+			rc = request(c, type, &own);
+		msgpack_sbuffer_destroy(&own);
+		return rc;
+	}
+	pthread_mutex_lock(&c->io);
+	rc = send_all(c->fd, sb->data, sb->size);
+	if (rc == 0)
+		rc = recv_msg(c->fd, -1, &m, buf, sizeof(buf));
+	pthread_mutex_unlock(&c->io);
+	if (rc != 0) {
+		uatomic_set(&c->dead, 1);
+		return rc == CARMY_EPROTOCOL ? rc : CARMY_EDISCONNECTED;
+	}
+	if (m.type == WIRE_ERROR) {
+		uatomic_set(&c->dead, 1);
+		return m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
+	}
+	if (m.type != type)
+		return CARMY_EPROTOCOL;
+	return m.u.reply.code;
+}
 
 static int dial(const char *path, int *fdp)
 {

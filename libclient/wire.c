@@ -175,6 +175,8 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 		m->u.complete.result = (const uint8_t *)a[5].via.bin.ptr;
 		m->u.complete.result_len = a[5].via.bin.size;
 		return 0;
+	case WIRE_RECLAIM:
+		return n == 1 ? 0 : CARMY_EPROTOCOL;
 	default:
 		return CARMY_EPROTOCOL;
 	}
@@ -203,6 +205,7 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 		m->u.hello_ok.epoch = (uint32_t)epoch;
 		return 0;
 	case WIRE_COMPLETE:
+	case WIRE_RECLAIM:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
 			return CARMY_EPROTOCOL;
@@ -222,6 +225,16 @@ int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout)
 	if (msgpack_pack_array(&pk, 3) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
 	    msgpack_pack_uint32(&pk, WIRE_VERSION) ||
 	    msgpack_pack_uint64(&pk, layout))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_reclaim(msgpack_sbuffer *sb)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 1) || msgpack_pack_uint8(&pk, WIRE_RECLAIM))
 		return -ENOMEM;
 	return 0;
 }

@@ -9,10 +9,12 @@
  *   client -> carmyd
  *     HELLO     [1, version, layout_signature]
  *     COMPLETE  [2, entry, exec(bin 16), status, result_code, result(bin)]
+ *     RECLAIM   [3]   the index is all tombstones: reclaim them now
  *
  *   carmyd -> client (one reply per request, in order)
  *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch]
  *     COMPLETE  [2, code]
+ *     RECLAIM   [3, code]
  *     ERROR     [0, code]   carmyd closes the connection after it
  */
 #ifndef CARMY_WIRE_H
@@ -35,6 +37,7 @@ enum wire_type {
 	WIRE_ERROR = 0,
 	WIRE_HELLO = 1,
 	WIRE_COMPLETE = 2,
+	WIRE_RECLAIM = 3,
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer
@@ -63,7 +66,7 @@ struct wire_msg {
 		} complete;
 		struct {
 			int32_t code;
-		} reply;	/* COMPLETE reply and ERROR */
+		} reply;	/* COMPLETE and RECLAIM replies, ERROR */
 	} u;
 };
 
@@ -83,6 +86,7 @@ int wire_decode(const void *buf, size_t len, int from_client,
 
 /* Encoders append one message to sb. They return 0 or -ENOMEM. */
 int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout);
+int wire_put_reclaim(msgpack_sbuffer *sb);
 int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 		      const uint8_t exec[16], int status, int result_code,
 		      const void *result, size_t len);

@@ -43,6 +43,7 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_fingerprint),
 		offsetof(struct shm_entry, en_exec),
 		offsetof(struct shm_entry, en_ident),
+		offsetof(struct shm_header, sh_tombs),
 		CARMY_ID_MAX,
 		SHM_OWNER_MIN,
 		shm_word(SHM_BLOCKED, 1, 1, 1),	/* bucket word packing */
@@ -72,15 +73,16 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 	geo->capacity = capacity;
 	geo->nbuckets = (uint32_t)nb;
 	geo->max_result = max_result;
-	geo->entry_size = (uint32_t)ALIGN_UP(sizeof(struct shm_entry) +
-					     (uint64_t)max_result, 64);
+	geo->result_stride = (uint32_t)ALIGN_UP((uint64_t)max_result, 64);
 	geo->tickets_off = SHM_HEADER_SIZE;
 	geo->buckets_off = ALIGN_UP(geo->tickets_off +
 				    (uint64_t)capacity * sizeof(uint32_t), 64);
 	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
 				    4096);
-	geo->size = ALIGN_UP(geo->entries_off +
-			     (uint64_t)capacity * geo->entry_size, 4096);
+	geo->results_off = ALIGN_UP(geo->entries_off + (uint64_t)capacity *
+				    sizeof(struct shm_entry), 4096);
+	geo->size = ALIGN_UP(geo->results_off +
+			     (uint64_t)capacity * geo->result_stride, 4096);
 	if (geo->size > SIZE_MAX / 2)
 		return -EINVAL;
 	return 0;
@@ -100,10 +102,11 @@ void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
 	h->sh_capacity = geo->capacity;
 	h->sh_nbuckets = geo->nbuckets;
 	h->sh_max_result = geo->max_result;
-	h->sh_entry_size = geo->entry_size;
+	h->sh_result_stride = geo->result_stride;
 	h->sh_tickets_off = geo->tickets_off;
 	h->sh_buckets_off = geo->buckets_off;
 	h->sh_entries_off = geo->entries_off;
+	h->sh_results_off = geo->results_off;
 	h->sh_seed = seed;
 	h->sh_created_ns = now_ns;
 	/* The magic goes last: a segment is recognisable only when whole. */
@@ -132,10 +135,11 @@ int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo)
 	if (shm_geometry(h->sh_capacity, h->sh_max_result, &want) != 0)
 		return CARMY_ECORRUPT;
 	if (h->sh_nbuckets != want.nbuckets ||
-	    h->sh_entry_size != want.entry_size ||
+	    h->sh_result_stride != want.result_stride ||
 	    h->sh_tickets_off != want.tickets_off ||
 	    h->sh_buckets_off != want.buckets_off ||
 	    h->sh_entries_off != want.entries_off ||
+	    h->sh_results_off != want.results_off ||
 	    h->sh_size != want.size || want.size > mapped)
 		return CARMY_ECORRUPT;
 	*geo = want;
@@ -157,7 +161,8 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
 	v->seed = ((const volatile struct shm_header *)base)->sh_seed;
 	v->tickets = (uint32_t *)(v->base + geo.tickets_off);
 	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
-	v->entries = v->base + geo.entries_off;
+	v->entries = (struct shm_entry *)(v->base + geo.entries_off);
+	v->results = v->base + geo.results_off;
 	return 0;
 }
 

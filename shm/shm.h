@@ -12,7 +12,11 @@
  *   header     struct shm_header, 256 bytes
  *   tickets    capacity x uint32_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
- *   entries    capacity x entry_size      struct shm_entry + result area
+ *   entries    capacity x struct shm_entry  identity, fingerprint, status
+ *   results    capacity x result_stride   each entry's result area
+ *
+ * Entries and their result areas are apart so that the part every reserve
+ * and replay touches stays dense (four and a half entries per page).
  *
  * An entry is reserved in two steps. First a ticket (an entry record) is
  * taken with a CAS on its ticket word (FREE -> owner id) and filled in
@@ -110,10 +114,11 @@ struct shm_header {
 	uint32_t sh_capacity;
 	uint32_t sh_nbuckets;	/* power of two, >= 2 x capacity */
 	uint32_t sh_max_result;
-	uint32_t sh_entry_size;
+	uint32_t sh_result_stride;
 	uint64_t sh_tickets_off;
 	uint64_t sh_buckets_off;
 	uint64_t sh_entries_off;
+	uint64_t sh_results_off;
 	uint64_t sh_seed;	/* identity hash seed, random per segment */
 	uint64_t sh_created_ns;
 	/* ---- carmyd's, updated while running ---- */
@@ -121,13 +126,16 @@ struct shm_header {
 	uint32_t sh_owner_base;	/* owners below it belong to earlier epochs */
 	uint32_t sh_next_owner;	/* next owner id to hand out */
 	uint32_t sh_daemon_pid;
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 96];
+	/* ---- a hint, bumped by clients on release ---- */
+	uint32_t sh_tombs;	/* tombstones made since carmyd's last reclaim */
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 108];
 };
 
 /* One entry record: identity, fingerprint, execution id and, once
- * completed, the result. Filled by the reserving client before its bucket
- * is published; the result fields are written by carmyd before the bucket
- * turns COMPLETED. After that nothing writes it (short of a release before
+ * completed, the result's status and length (the bytes are in the entry's
+ * result area). Filled by the reserving client before its bucket is
+ * published; the result fields are written by carmyd before the bucket turns
+ * COMPLETED. After that nothing writes it (short of a release before
  * completion, which frees it). */
 struct shm_entry {
 	uint32_t en_bucket;	/* the bucket it is published in */
@@ -150,10 +158,11 @@ struct shm_geometry {
 	uint32_t capacity;
 	uint32_t nbuckets;
 	uint32_t max_result;
-	uint32_t entry_size;
+	uint32_t result_stride;
 	uint64_t tickets_off;
 	uint64_t buckets_off;
 	uint64_t entries_off;
+	uint64_t results_off;
 	uint64_t size;
 };
 
@@ -166,7 +175,8 @@ struct shm_view {
 	uint64_t seed;
 	uint32_t *tickets;
 	uint64_t *buckets;
-	uint8_t *entries;
+	struct shm_entry *entries;
+	uint8_t *results;
 };
 
 /* An identity ready for lookup: its three parts and its hash. */
@@ -180,7 +190,8 @@ struct shm_key {
 enum shm_outcome {
 	SHM_OUT_RESERVED,	/* entry/bucket are ours, RUNNING */
 	SHM_OUT_FOUND,		/* an entry for this identity exists */
-	SHM_OUT_FULL,		/* no ticket, or no FREE bucket */
+	SHM_OUT_FULL,		/* no free ticket: capacity reached */
+	SHM_OUT_NOFREE,		/* tickets left, but tombstones fill the index */
 	SHM_OUT_BUSY,		/* carmyd held a bucket BLOCKED for too long */
 	SHM_OUT_DEAD,		/* carmyd swept our owner id: we are disconnected */
 };
@@ -201,6 +212,7 @@ struct shm_claim {
 	uint64_t now_ns;
 	const uint8_t *fp;	/* SHM_FP_LEN bytes */
 	const uint8_t *exec;	/* SHM_EXEC_LEN bytes */
+	uint32_t *cursor;	/* where this owner looks for a ticket next */
 };
 
 /* A recorded result, copied out of the segment by shm_read_result(). */
@@ -231,12 +243,12 @@ static inline struct shm_header *shm_header(const struct shm_view *v)
 static inline struct shm_entry *shm_entry_at(const struct shm_view *v,
 					     uint32_t e)
 {
-	return (struct shm_entry *)(v->entries + (size_t)e * v->geo.entry_size);
+	return &v->entries[e];
 }
 
 static inline uint8_t *shm_result_area(const struct shm_view *v, uint32_t e)
 {
-	return (uint8_t *)shm_entry_at(v, e) + sizeof(struct shm_entry);
+	return v->results + (size_t)e * v->geo.result_stride;
 }
 
 /* table.c: used by clients */
@@ -267,6 +279,7 @@ void shm_sweep_ticket(const struct shm_view *v, uint32_t entry,
 void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
 	       void *arg, struct shm_sweep_stats *st);
 uint32_t shm_reclaim(const struct shm_view *v);
+bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
 
 #endif /* CARMY_SHM_H */

@@ -16,6 +16,9 @@
 
 static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 			 uint64_t *w);
+static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
+				uint32_t f);
+static uint32_t reclaim_without_free(const struct shm_view *v);
 
 /*
  * Record the result of entry e for owner, which must hold its ticket and
@@ -119,36 +122,157 @@ void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
 }
 
 /*
- * Turn tombstones back into FREE buckets where that cannot break a probe:
- * a TOMB whose next bucket is FREE ends every probe that reaches it anyway.
- * The next bucket is held BLOCKED (version bumped) while the TOMB turns
- * FREE, so a client that saw the old FREE word fails its CAS and probes
- * again from the start. Walking backwards lets a run of tombstones collapse
- * in one pass. Returns the number reclaimed.
+ * Turn tombstones back into FREE buckets. A TOMB may become FREE when no
+ * live entry's probe path crosses it (the path of an entry runs from its
+ * home bucket up to the bucket it sits in): then no lookup needs to step
+ * over it. Inserters in flight whose probe crosses a tombstone all aim at
+ * the first FREE bucket after it, the end of its cluster, so that bucket is
+ * held BLOCKED (its version bumped) while the cluster's tombstones are
+ * freed: their CAS fails and they probe again.
+ *
+ * A cluster is walked backwards, remembering the lowest home of the live
+ * entries after the current bucket; a TOMB below that lowest home is
+ * crossed by nobody. An entry whose home cannot be computed (scribbled
+ * identity) counts as crossing its whole cluster. Returns the number freed.
  */
 uint32_t shm_reclaim(const struct shm_view *v)
 {
-	const uint32_t mask = v->geo.nbuckets - 1;
-	uint32_t n = 0;
+	const uint32_t n = v->geo.nbuckets, mask = n - 1;
+	uint32_t z, i, seen, freed = 0;
 
-	for (uint32_t i = v->geo.nbuckets; i-- > 0;) {
-		uint32_t nx = (i + 1) & mask;
-		uint64_t w = uatomic_read(&v->buckets[i]);
-		uint64_t wn, blocked;
+	for (z = 0; z < n; z++)
+		if (SHM_W_STATE(uatomic_read(&v->buckets[z])) == SHM_FREE)
+			break;
+	if (z == n)
+		return reclaim_without_free(v);
 
-		if (SHM_W_STATE(w) != SHM_TOMB)
-			continue;
-		wn = uatomic_read(&v->buckets[nx]);
-		if (SHM_W_STATE(wn) != SHM_FREE)
-			continue;
-		blocked = shm_next(wn, SHM_BLOCKED);
-		if (uatomic_cmpxchg(&v->buckets[nx], wn, blocked) != wn)
-			continue;
-		if (uatomic_cmpxchg(&v->buckets[i], w, shm_next(w, SHM_FREE)) == w)
-			n++;
-		uatomic_set(&v->buckets[nx], shm_next(blocked, SHM_FREE));
+	/* Walk the ring once from a FREE bucket, cluster by cluster. */
+	for (i = (z + 1) & mask, seen = 1; seen < n;) {
+		uint32_t s = i;
+		bool tombs = false;
+		unsigned st;
+
+		while (seen < n &&
+		       (st = SHM_W_STATE(uatomic_read(&v->buckets[i]))) !=
+			       SHM_FREE) {
+			tombs |= st == SHM_TOMB;
+			i = (i + 1) & mask;
+			seen++;
+		}
+		if (tombs)
+			freed += reclaim_cluster(v, s, i);
+		i = (i + 1) & mask;
+		seen++;
 	}
-	return n;
+	return freed;
+}
+
+/* Free the uncrossed tombstones of the cluster [s, f); f is FREE. */
+static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
+				uint32_t f)
+{
+	const uint32_t mask = v->geo.nbuckets - 1;
+	const uint32_t len = (f - s) & mask;
+	uint64_t wf = uatomic_read(&v->buckets[f]), blocked;
+	uint32_t lowest = UINT32_MAX, freed = 0;
+
+	if (SHM_W_STATE(wf) != SHM_FREE)
+		return 0;	/* taken meanwhile: next time */
+	blocked = shm_next(wf, SHM_BLOCKED);
+	if (uatomic_cmpxchg(&v->buckets[f], wf, blocked) != wf)
+		return 0;
+	for (uint32_t k = len; k-- > 0;) {
+		uint32_t b = (s + k) & mask, home;
+		uint64_t w = uatomic_read(&v->buckets[b]);
+		unsigned st = SHM_W_STATE(w);
+
+		if (st == SHM_TOMB) {
+			if (lowest > k &&
+			    uatomic_cmpxchg(&v->buckets[b], w,
+					    shm_next(w, SHM_FREE)) == w)
+				freed++;
+		} else if (st == SHM_RUNNING || st == SHM_COMPLETED ||
+			   st == SHM_UNCERTAIN) {
+			uint32_t rel = 0;	/* unknown home: crosses all */
+
+			if (shm_entry_home(v, w, &home) &&
+			    ((home - s) & mask) <= k)
+				rel = (home - s) & mask;
+			if (rel < lowest)
+				lowest = rel;
+		}
+	}
+	uatomic_set(&v->buckets[f], shm_next(blocked, SHM_FREE));
+	return freed;
+}
+
+/*
+ * Every bucket is live or a tombstone, so no insert can be in flight (there
+ * is nowhere to publish). Free one tombstone that no live entry's path
+ * crosses; with a FREE bucket back in the ring, the next shm_reclaim() does
+ * the rest the usual way. Worst case O(n x live), only in this corner.
+ */
+static uint32_t reclaim_without_free(const struct shm_view *v)
+{
+	const uint32_t n = v->geo.nbuckets, mask = n - 1;
+
+	for (uint32_t t = 0; t < n; t++) {
+		uint64_t wt = uatomic_read(&v->buckets[t]);
+		bool crossed = false;
+
+		if (SHM_W_STATE(wt) != SHM_TOMB)
+			continue;
+		for (uint32_t p = 0; p < n && !crossed; p++) {
+			uint64_t w = uatomic_read(&v->buckets[p]);
+			unsigned st = SHM_W_STATE(w);
+			uint32_t home;
+
+			if (st != SHM_RUNNING && st != SHM_COMPLETED &&
+			    st != SHM_UNCERTAIN)
+				continue;
+			if (!shm_entry_home(v, w, &home))
+				crossed = true;
+			else	/* t lies in [home, p) around the ring */
+				crossed = p != t &&
+					  ((t - home) & mask) < ((p - home) & mask);
+		}
+		if (!crossed &&
+		    uatomic_cmpxchg(&v->buckets[t], wt, shm_next(wt, SHM_FREE)) == wt)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * The home bucket of the live entry a bucket word names, recomputed from
+ * the entry's identity with the segment's seed. False if the entry index,
+ * the lengths or the tag do not agree with the word (a scribbled entry):
+ * the caller must then assume the worst.
+ */
+bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home)
+{
+	uint8_t id[3 * CARMY_ID_MAX];
+	const struct shm_entry *en;
+	struct shm_key k;
+	uint32_t e = SHM_W_ENTRY(w);
+	size_t len[3], total = 0;
+
+	if (e >= v->geo.capacity)
+		return false;
+	en = shm_entry_at(v, e);
+	for (int i = 0; i < 3; i++) {
+		len[i] = CMM_LOAD_SHARED(en->en_len[i]);
+		if (len[i] == 0 || len[i] > CARMY_ID_MAX)
+			return false;
+		total += len[i];
+	}
+	memcpy(id, en->en_ident, total);	/* one snapshot, then hash it */
+	if (shm_key_init(&k, v->seed, id, len[0], id + len[0], len[1],
+			 id + len[0] + len[1], len[2]) != 0 ||
+	    ((uint32_t)(k.hash >> 40) & 0xffffff) != SHM_W_TAG(w))
+		return false;
+	*home = (uint32_t)k.hash & (v->geo.nbuckets - 1);
+	return true;
 }
 
 /* At start-up: release any bucket a crashed carmyd left BLOCKED. */

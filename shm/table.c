@@ -29,8 +29,8 @@
  * hundred nanoseconds while reclaiming a tombstone) before giving up. */
 #define BLOCKED_SPINS (1u << 22)
 
-static uint32_t ticket_claim(const struct shm_view *v, uint64_t hash,
-			     uint32_t owner);
+static uint32_t ticket_claim(const struct shm_view *v,
+			     const struct shm_claim *c);
 static void entry_fill(const struct shm_view *v, uint32_t e,
 		       const struct shm_key *k, const struct shm_claim *c);
 static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
@@ -108,7 +108,7 @@ restart:
 			uint64_t nw;
 
 			if (ticket == UINT32_MAX) {
-				ticket = ticket_claim(v, k->hash, c->owner);
+				ticket = ticket_claim(v, c);
 				if (ticket == UINT32_MAX)
 					return SHM_OUT_FULL;
 				entry_fill(v, ticket, k, c);
@@ -164,10 +164,10 @@ restart:
 		out->state = st;
 		return SHM_OUT_FOUND;
 	}
-	/* Every bucket is live or a tombstone: full until carmyd reclaims. */
+	/* Every bucket is live or a tombstone: carmyd must reclaim first. */
 	if (ticket != UINT32_MAX)
 		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
-	return SHM_OUT_FULL;
+	return SHM_OUT_NOFREE;
 busy:
 	if (ticket != UINT32_MAX)
 		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
@@ -253,28 +253,35 @@ int shm_release(const struct shm_view *v, uint32_t entry, uint32_t bucket,
 	if (uatomic_cmpxchg(&v->buckets[bucket], w, shm_next(w, SHM_TOMB)) != w)
 		return CARMY_EDISCONNECTED;
 	uatomic_cmpxchg(&v->tickets[entry], owner, SHM_TICKET_FREE);
+	/* Tell carmyd a tombstone is waiting (a hint: it never trusts it). */
+	uatomic_inc(&shm_header(v)->sh_tombs);
 	return 0;
 }
 
 /* ------------------------------------------------------------ helpers */
 
 /*
- * Take a FREE ticket for owner. Tickets are the capacity: there are exactly
- * capacity of them, so the (capacity + 1)th concurrent entry finds none.
- * The search starts at a hash-derived index so that concurrent claimers
- * rarely contend on one word. Returns the index or UINT32_MAX when full.
+ * Take a FREE ticket for the claimer. Tickets are the capacity: there are
+ * exactly capacity of them, so the (capacity + 1)th concurrent entry finds
+ * none. Each owner searches from its own cursor and moves it past what it
+ * took, so one owner's entries sit side by side (fewer pages to fault in)
+ * and owners starting apart rarely contend on a word. The cursor is a hint:
+ * threads of one owner may race on it harmlessly. Returns the index or
+ * UINT32_MAX when full.
  */
-static uint32_t ticket_claim(const struct shm_view *v, uint64_t hash,
-			     uint32_t owner)
+static uint32_t ticket_claim(const struct shm_view *v,
+			     const struct shm_claim *c)
 {
 	const uint32_t cap = v->geo.capacity;
-	uint32_t i = (uint32_t)((hash >> 32) % cap);
+	uint32_t i = uatomic_read(c->cursor) % cap;
 
 	for (uint32_t n = 0; n < cap; n++) {
 		if (uatomic_read(&v->tickets[i]) == SHM_TICKET_FREE &&
-		    uatomic_cmpxchg(&v->tickets[i], SHM_TICKET_FREE, owner) ==
-			    SHM_TICKET_FREE)
+		    uatomic_cmpxchg(&v->tickets[i], SHM_TICKET_FREE, c->owner) ==
+			    SHM_TICKET_FREE) {
+			uatomic_set(c->cursor, i + 1 == cap ? 0 : i + 1);
 			return i;
+		}
 		if (++i == cap)
 			i = 0;
 	}

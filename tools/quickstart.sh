@@ -30,11 +30,11 @@ who=(--principal demo-user --session demo-session)
 
 say "1. A new identity: the tool runs and its result is recorded"
 show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
-	sh -c 'echo "{\"order_id\":$(( RANDOM % 1000 ))}"'
+	sh -c 'echo "{\"order_id\":$$}"'
 
 say "2. Same identity and fingerprint: replayed, same execution_id, the tool does not run"
 show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
-	sh -c 'echo "{\"order_id\":$(( RANDOM % 1000 ))}"'
+	sh -c 'echo "{\"order_id\":$$}"'
 
 say "3. Same identity, different arguments: IDEMPOTENCY_CONFLICT"
 show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
@@ -43,7 +43,7 @@ show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
 say "4. Same identity while it is still running: EXECUTION_UNCERTAIN"
 tmp=$(mktemp -d /tmp/carmy-quickstart.XXXXXX)
 mkfifo "$tmp/ready" "$tmp/gate"
-slow_cmd=(sh -c "echo started > $tmp/ready; cat $tmp/gate >/dev/null; echo done")
+slow_cmd=(sh -c "echo started > $tmp/ready; exec cat $tmp/gate")
 $run "${who[@]}" --request-id "$id-slow" --tool slow -- "${slow_cmd[@]}" &
 slow=$!
 timeout 10 cat "$tmp/ready" >/dev/null	# the tool is running now

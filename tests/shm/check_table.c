@@ -52,8 +52,9 @@ static enum shm_outcome reserve(const char *rid, uint32_t owner, uint8_t fpb,
 				struct shm_found *f)
 {
 	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	static __thread uint32_t cursor;
 	struct shm_claim c = { .owner = owner, .pid = 1, .now_ns = 1,
-			       .fp = fp, .exec = exec };
+			       .fp = fp, .exec = exec, .cursor = &cursor };
 	struct shm_key k;
 
 	memset(fp, fpb, sizeof(fp));
@@ -81,8 +82,11 @@ START_TEST(test_geometry_rejects_out_of_range)
 	ck_assert_int_eq(shm_geometry(10000, 16384, &g), 0);
 	ck_assert_uint_ge(g.nbuckets, 20000);
 	ck_assert_uint_eq(g.nbuckets & (g.nbuckets - 1), 0);
-	ck_assert_uint_eq(g.entry_size % 64, 0);
-	ck_assert_uint_ge(g.entry_size, sizeof(struct shm_entry) + 16384);
+	ck_assert_uint_eq(g.result_stride, 16384);
+	ck_assert_uint_eq(g.entries_off % 4096, 0);
+	ck_assert_uint_ge(g.results_off, g.entries_off +
+			  10000 * sizeof(struct shm_entry));
+	ck_assert_uint_ge(g.size, g.results_off + 10000ull * 16384);
 }
 END_TEST
 
@@ -278,6 +282,76 @@ START_TEST(test_reclaim_keeps_entries_reachable)
 }
 END_TEST
 
+START_TEST(test_index_full_of_tombstones_is_reclaimed)
+{
+	struct shm_found f;
+	char rid[16];
+	int i;
+
+	teardown();
+	setup_cap(32, 64);	/* 64 buckets */
+	/* Reserve and release until no FREE bucket is left. */
+	for (i = 0; i < 1000; i++) {
+		snprintf(rid, sizeof(rid), "t%d", i);
+		enum shm_outcome o = reserve(rid, OWNER_A, 1, &f);
+
+		if (o == SHM_OUT_NOFREE)
+			break;
+		ck_assert_int_eq(o, SHM_OUT_RESERVED);
+		ck_assert_int_eq(shm_release(&view, f.entry, f.bucket, OWNER_A), 0);
+	}
+	ck_assert_int_eq(i, 64);
+	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]), SHM_TOMB);
+	ck_assert_uint_eq(shm_header(&view)->sh_tombs, 64);
+	/* One pass frees one (no FREE bucket to guard), the next the rest. */
+	ck_assert_uint_eq(shm_reclaim(&view), 1);
+	ck_assert_uint_eq(shm_reclaim(&view), 63);
+	ck_assert_int_eq(reserve("after", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+}
+END_TEST
+
+/* Find n request ids whose identities share one home bucket. */
+static void colliding(char ids[][16], int n)
+{
+	struct shm_key k;
+	uint32_t home = UINT32_MAX;
+	int got = 0;
+
+	for (int i = 0; got < n; i++) {
+		char rid[16];
+
+		snprintf(rid, sizeof(rid), "c%d", i);
+		key(&k, rid);
+		if (home == UINT32_MAX)
+			home = (uint32_t)k.hash & (view.geo.nbuckets - 1);
+		if (((uint32_t)k.hash & (view.geo.nbuckets - 1)) == home)
+			memcpy(ids[got++], rid, sizeof(rid));
+	}
+}
+
+START_TEST(test_reclaim_keeps_tombstones_a_live_probe_crosses)
+{
+	char ids[3][16];
+	struct shm_found f[3], g;
+
+	colliding(ids, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve(ids[i], OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+	/* The middle one goes: its tombstone lies on the third's path. */
+	ck_assert_int_eq(shm_release(&view, f[1].entry, f[1].bucket, OWNER_A), 0);
+	ck_assert_uint_eq(shm_reclaim(&view), 0);
+	ck_assert_uint_eq(SHM_W_STATE(view.buckets[f[1].bucket]), SHM_TOMB);
+	ck_assert_int_eq(reserve(ids[2], OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.entry, f[2].entry);
+	/* Once the third goes too, both tombstones are free to go. */
+	ck_assert_int_eq(shm_release(&view, f[2].entry, f[2].bucket, OWNER_A), 0);
+	ck_assert_uint_eq(shm_reclaim(&view), 2);
+	ck_assert_int_eq(reserve(ids[0], OWNER_B, 1, &g), SHM_OUT_FOUND);
+}
+END_TEST
+
 START_TEST(test_scribbled_buckets_and_entries_do_not_crash)
 {
 	struct shm_sweep_stats st = { 0 };
@@ -382,6 +456,8 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
+	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
+	tcase_add_test(tc, test_reclaim_keeps_tombstones_a_live_probe_crosses);
 	tcase_add_test(tc, test_scribbled_buckets_and_entries_do_not_crash);
 	tcase_add_test(tc, test_threads_racing_one_identity_reserve_once);
 	suite_add_tcase(s, tc);
