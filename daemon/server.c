@@ -207,7 +207,9 @@ static void on_readable(struct server *sv, struct conn *c)
 			c->rbuf = nb;
 			c->rcap = ncap;
 		}
-		got = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+		size_t room = c->rcap - c->rlen;
+
+		got = recv(c->fd, c->rbuf + c->rlen, room, 0);
 		if (got < 0) {
 			if (errno == EINTR)
 				continue;
@@ -237,6 +239,10 @@ static void on_readable(struct server *sv, struct conn *c)
 			memmove(c->rbuf, c->rbuf + n, c->rlen - (size_t)n);
 			c->rlen -= (size_t)n;
 		}
+		/* A short read drained the socket: epoll (level-triggered)
+		 * wakes us for more, so skip the recv that would say EAGAIN. */
+		if ((size_t)got < room)
+			return;
 	}
 }
 

@@ -29,6 +29,8 @@
  * layout of the hashed parts must change every fingerprint, so an old
  * entry is never mistaken for a new call. */
 #define CANON_DOMAIN "carmy-fp-1"
+/* Preimages up to this size are hashed from the stack in one shot. */
+#define CANON_SMALL 2048
 
 /* One map entry while its map is being sorted: key and value are encoded
  * back to back in a scratch buffer, so an entry is copied out in one go. */
@@ -39,12 +41,18 @@ struct canon_kv {
 	size_t len;		/* key and value */
 };
 
+static bool canon_check(const uint8_t *p, size_t len, size_t *pos);
+static bool canon_check_array(const uint8_t *p, size_t len, size_t *pos,
+			      uint64_t n);
+static bool canon_check_map(const uint8_t *p, size_t len, size_t *pos,
+			    uint64_t n);
 static int canon_put(msgpack_packer *pk, const msgpack_object *o);
 static int canon_put_map(msgpack_packer *pk, const msgpack_object_map *m);
 static int canon_kv_cmp(const void *a, const void *b);
 static int canon_hash_part(XXH3_state_t *st, const void *p, size_t len);
-static int canon_hash_msgpack(XXH3_state_t *st, msgpack_sbuffer *sb,
-			      const void *p, size_t len);
+static int canon_part(const void *p, size_t len, msgpack_sbuffer *sb,
+		      const void **outp, size_t *outlen);
+static void put_be64(uint8_t *b, uint64_t n);
 
 /* ---------------------------------------------------------------- API */
 
@@ -97,49 +105,263 @@ out:
 int canon_fingerprint(const struct carmy_call *call,
 		      uint8_t out[CANON_FP_LEN])
 {
-	XXH3_state_t *st;
-	msgpack_sbuffer sb;
+	struct { const void *p; size_t len; } part[3];
+	msgpack_sbuffer sb[2];
 	XXH128_canonical_t digest;
-	int ret;
+	uint8_t small[CANON_SMALL];
+	size_t total = sizeof(CANON_DOMAIN) - 1;
+	int ret = 0;
 
 	if (!call || !out)
 		return -EINVAL;
 	if (!call->tool && call->tool_len)
 		return CARMY_EINVALID_ARGS;
+	part[0].p = call->tool;
+	part[0].len = call->tool_len;
+	msgpack_sbuffer_init(&sb[0]);
+	msgpack_sbuffer_init(&sb[1]);
+	for (int i = 0; i < 2 && ret == 0; i++) {
+		const void *p = i == 0 ? call->args : call->meta;
+		size_t len = i == 0 ? call->args_len : call->meta_len;
 
-	st = XXH3_createState();
-	if (!st)
-		return -ENOMEM;
-	msgpack_sbuffer_init(&sb);
-
-	/* XXH3 only fails on NULL arguments, which are excluded here, but
-	 * a failure must never yield a digest that looks valid. */
-	ret = -EINVAL;
-	if (XXH3_128bits_reset(st) != XXH_OK)
-		goto out;
-	if (XXH3_128bits_update(st, CANON_DOMAIN,
-				sizeof(CANON_DOMAIN) - 1) != XXH_OK)
-		goto out;
-
-	ret = canon_hash_part(st, call->tool, call->tool_len);
-	if (ret)
-		goto out;
-	ret = canon_hash_msgpack(st, &sb, call->args, call->args_len);
-	if (ret)
-		goto out;
-	ret = canon_hash_msgpack(st, &sb, call->meta, call->meta_len);
+		ret = canon_part(p, len, &sb[i], &part[i + 1].p,
+				 &part[i + 1].len);
+	}
 	if (ret)
 		goto out;
 
-	XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(st));
+	/* Usually the whole preimage fits on the stack: one-shot XXH3. */
+	for (int i = 0; i < 3; i++)
+		total += 8 + part[i].len;
+	if (total <= sizeof(small)) {
+		size_t n = sizeof(CANON_DOMAIN) - 1;
+
+		memcpy(small, CANON_DOMAIN, n);
+		for (int i = 0; i < 3; i++) {
+			put_be64(small + n, part[i].len);
+			n += 8;
+			if (part[i].len)
+				memcpy(small + n, part[i].p, part[i].len);
+			n += part[i].len;
+		}
+		XXH128_canonicalFromHash(&digest, XXH3_128bits(small, n));
+	} else {
+		XXH3_state_t *st = XXH3_createState();
+
+		ret = -ENOMEM;
+		if (!st)
+			goto out;
+		/* XXH3 only fails on NULL arguments, excluded here, but a
+		 * failure must never yield a digest that looks valid. */
+		ret = -EINVAL;
+		if (XXH3_128bits_reset(st) == XXH_OK &&
+		    XXH3_128bits_update(st, CANON_DOMAIN,
+					sizeof(CANON_DOMAIN) - 1) == XXH_OK &&
+		    canon_hash_part(st, part[0].p, part[0].len) == 0 &&
+		    canon_hash_part(st, part[1].p, part[1].len) == 0 &&
+		    canon_hash_part(st, part[2].p, part[2].len) == 0) {
+			XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(st));
+			ret = 0;
+		}
+		XXH3_freeState(st);
+		if (ret)
+			goto out;
+	}
 	memcpy(out, digest.digest, CANON_FP_LEN);
 out:
-	msgpack_sbuffer_destroy(&sb);
-	XXH3_freeState(st);
+	msgpack_sbuffer_destroy(&sb[0]);
+	msgpack_sbuffer_destroy(&sb[1]);
 	return ret;
 }
 
-/* ---------------------------------------------------------------- scan */
+/*
+ * The canonical bytes of one msgpack part: the input itself when it is
+ * already canonical (no allocation), else its re-encoding in sb. A NULL
+ * part with length 0 is absent and hashes as length 0: a canonical object
+ * is never empty, so that collides with nothing present.
+ */
+static int canon_part(const void *p, size_t len, msgpack_sbuffer *sb,
+		      const void **outp, size_t *outlen)
+{
+	int ret;
+
+	*outp = NULL;
+	*outlen = 0;
+	if (!p)
+		return len ? CARMY_EINVALID_ARGS : 0;
+	if (wire_scan(p, len, len) != (long)len)
+		return CARMY_EINVALID_ARGS;
+	if (canon_is_canonical(p, len)) {
+		*outp = p;
+		*outlen = len;
+		return 0;
+	}
+	ret = canon_msgpack(p, len, sb);
+	if (ret)
+		return ret;
+	*outp = sb->data;
+	*outlen = sb->size;
+	return 0;
+}
+
+static void put_be64(uint8_t *b, uint64_t n)
+{
+	for (int i = 7; i >= 0; i--, n >>= 8)
+		b[i] = (uint8_t)n;
+}
+
+/* ---------------------------------------------------------------- check */
+
+/*
+ * Is buf/len, already accepted by wire_scan(), in canonical form? Most
+ * agents send arguments that are (small maps with sorted keys, minimal
+ * integers), and hashing those bytes as they are saves decoding and
+ * re-encoding them on every begin. The rules mirror canon_put() exactly;
+ * tests/libclient/check_canon.c checks both agree on every vector.
+ */
+bool canon_is_canonical(const void *buf, size_t len)
+{
+	size_t pos = 0;
+
+	return canon_check(buf, len, &pos) && pos == len;
+}
+
+static uint64_t be_read(const uint8_t *p, unsigned n)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Smallest header width (0 = fixed form) for a length or count n, given
+ * the largest value the fixed form holds (31 for str, 15 for containers,
+ * none for bin: fix_max 0 with has_fix false). */
+static unsigned min_width(uint64_t n, uint64_t fix_max, bool has_fix)
+{
+	if (has_fix && n <= fix_max)
+		return 0;
+	if (n < 0x100 && fix_max != 15)	/* str8/bin8; containers have none */
+		return 1;
+	if (n < 0x10000)
+		return 2;
+	return 4;
+}
+
+/* Recursion depth is bounded by wire_scan's WIRE_MAX_DEPTH. */
+static bool canon_check(const uint8_t *p, size_t len, size_t *pos)
+{
+	uint8_t b = p[(*pos)++];
+	uint64_t n, v;
+	unsigned w;
+
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+		return true;
+	if (b >= 0xa0 && b <= 0xbf) {		/* fixstr */
+		*pos += b & 0x1f;
+		return true;
+	}
+	if (b <= 0x8f)
+		return canon_check_map(p, len, pos, b & 0x0f);
+	if (b <= 0x9f)
+		return canon_check_array(p, len, pos, b & 0x0f);
+	switch (b) {
+	case 0xcc: case 0xcd: case 0xce: case 0xcf:	/* uint8..64 */
+		w = 1u << (b - 0xcc);
+		v = be_read(p + *pos, w);
+		*pos += w;
+		/* Exactly the width the packer would choose. */
+		return w == 1 ? v >= 0x80 : v >> (4 * w) != 0;
+	case 0xd0: case 0xd1: case 0xd2: case 0xd3: {	/* int8..64 */
+		int64_t sv;
+
+		w = 1u << (b - 0xd0);
+		v = be_read(p + *pos, w);
+		*pos += w;
+		sv = (int64_t)(v << (64 - 8 * w)) >> (64 - 8 * w);
+		if (sv >= 0)
+			return false;		/* belongs to the uint family */
+		return w == 1 ? sv < -32 : sv < -(INT64_C(1) << (4 * w - 1));
+	}
+	case 0xca:				/* float32: widened */
+		return false;
+	case 0xcb:
+		*pos += 8;
+		return true;
+	case 0xd9: case 0xda: case 0xdb:		/* str8/16/32 */
+		w = 1u << (b - 0xd9);
+		n = be_read(p + *pos, w);
+		*pos += w + n;
+		return min_width(n, 31, true) == w;
+	case 0xc4: case 0xc5: case 0xc6:		/* bin8/16/32 */
+		w = 1u << (b - 0xc4);
+		n = be_read(p + *pos, w);
+		*pos += w + n;
+		return min_width(n, 0, false) == w;
+	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:	/* fixext */
+		*pos += 1 + (1u << (b - 0xd4));
+		return true;
+	case 0xc7: case 0xc8: case 0xc9:		/* ext8/16/32 */
+		w = 1u << (b - 0xc7);
+		n = be_read(p + *pos, w);
+		*pos += w + 1 + n;
+		if (n == 1 || n == 2 || n == 4 || n == 8 || n == 16)
+			return false;		/* a fixext fits */
+		return min_width(n, 0, false) == w;
+	case 0xdc: case 0xdd:				/* array16/32 */
+		w = b == 0xdc ? 2 : 4;
+		n = be_read(p + *pos, w);
+		*pos += w;
+		return min_width(n, 15, true) == w &&
+		       canon_check_array(p, len, pos, n);
+	case 0xde: case 0xdf:				/* map16/32 */
+		w = b == 0xde ? 2 : 4;
+		n = be_read(p + *pos, w);
+		*pos += w;
+		return min_width(n, 15, true) == w &&
+		       canon_check_map(p, len, pos, n);
+	default:
+		return false;
+	}
+}
+
+static bool canon_check_array(const uint8_t *p, size_t len, size_t *pos,
+			      uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (!canon_check(p, len, pos))
+			return false;
+	return true;
+}
+
+/* Keys must be canonical themselves and strictly increasing in the order
+ * canon_kv_cmp() sorts them: memcmp, then the shorter first. */
+static bool canon_check_map(const uint8_t *p, size_t len, size_t *pos,
+			    uint64_t n)
+{
+	const uint8_t *prev = NULL;
+	size_t prev_len = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		size_t start = *pos, klen;
+		int c;
+
+		if (!canon_check(p, len, pos))
+			return false;
+		klen = *pos - start;
+		if (prev != NULL) {
+			c = memcmp(prev, p + start, prev_len < klen ? prev_len : klen);
+			if (c > 0 || (c == 0 && prev_len >= klen))
+				return false;
+		}
+		prev = p + start;
+		prev_len = klen;
+		if (!canon_check(p, len, pos))
+			return false;
+	}
+	return true;
+}
 
 /* ---------------------------------------------------------------- encode */
 
@@ -289,30 +511,11 @@ static int canon_kv_cmp(const void *a, const void *b)
 static int canon_hash_part(XXH3_state_t *st, const void *p, size_t len)
 {
 	uint8_t be[8];
-	uint64_t n = len;
 
-	for (int i = 7; i >= 0; i--, n >>= 8)
-		be[i] = (uint8_t)n;
+	put_be64(be, len);
 	if (XXH3_128bits_update(st, be, sizeof(be)) != XXH_OK)
 		return -EINVAL;
 	if (len && XXH3_128bits_update(st, p, len) != XXH_OK)
 		return -EINVAL;
 	return 0;
-}
-
-/* A canonical object is never empty, so length 0 can stand for "absent"
- * without colliding with anything present. */
-static int canon_hash_msgpack(XXH3_state_t *st, msgpack_sbuffer *sb,
-			      const void *p, size_t len)
-{
-	int ret;
-
-	if (!p)
-		return len ? CARMY_EINVALID_ARGS : canon_hash_part(st, NULL, 0);
-
-	msgpack_sbuffer_clear(sb);
-	ret = canon_msgpack(p, len, sb);
-	if (ret)
-		return ret;
-	return canon_hash_part(st, sb->data, sb->size);
 }

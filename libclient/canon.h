@@ -23,6 +23,7 @@
 #ifndef CARMY_CANON_H
 #define CARMY_CANON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,10 @@
  * Thread-safe: no shared state.
  */
 int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out);
+
+/* Is buf/len, which wire_scan() must already have accepted as exactly one
+ * object, byte for byte what canon_msgpack() would write? */
+bool canon_is_canonical(const void *buf, size_t len);
 
 /*
  * XXH3-128 of the call's tool, canonical args and canonical meta, stored in

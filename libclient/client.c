@@ -52,7 +52,7 @@ static int dial(const char *path, int *fdp);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
 		    uint8_t *buf, size_t cap);
-static void new_exec_id(carmy_t *c, uint8_t out[SHM_EXEC_LEN]);
+static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN]);
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
 static uint64_t now_ns(void);
 
@@ -176,7 +176,7 @@ EXPORT void carmy_reservation_clear(struct carmy_reservation *r)
 EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		       struct carmy_reservation *r)
 {
-	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	uint8_t fp[SHM_FP_LEN];
 	struct shm_claim claim;
 	struct shm_found f;
 	struct shm_result res;
@@ -202,12 +202,11 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	rc = canon_fingerprint(call, fp);
 	if (rc != 0)
 		return rc;
-	new_exec_id(c, exec);
 	claim.owner = c->owner;
 	claim.pid = c->pid;
-	claim.now_ns = now_ns();
 	claim.fp = fp;
-	claim.exec = exec;
+	claim.make_exec = new_exec_id;
+	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
 
 	for (bool reclaimed = false;;) {
@@ -239,14 +238,13 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		case SHM_OUT_FOUND:
 			break;
 		}
-		exec_hex(f.exec, r->execution_id);
 		r->state = f.state == SHM_RUNNING   ? CARMY_STATE_RUNNING :
 			   f.state == SHM_COMPLETED ? CARMY_STATE_COMPLETED :
 						      CARMY_STATE_INTERRUPTED;
-		if (!f.same_fp)
-			return CARMY_ECONFLICT;
-		if (f.state != SHM_COMPLETED)
-			return CARMY_EUNCERTAIN;
+		if (!f.same_fp || f.state != SHM_COMPLETED) {
+			exec_hex(f.exec, r->execution_id);
+			return f.same_fp ? CARMY_EUNCERTAIN : CARMY_ECONFLICT;
+		}
 		rc = shm_read_result(&c->view, f.entry, f.word, &res);
 		if (rc == -EAGAIN)
 			continue;	/* changed while copied: look again */
@@ -436,9 +434,10 @@ static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
 
 /* A new execution id: a keyed hash of a per-handle counter under a random
  * per-handle key, so ids are unique and unpredictable without a system
- * call. */
-static void new_exec_id(carmy_t *c, uint8_t out[SHM_EXEC_LEN])
+ * call. Returns the start time for the entry. */
+static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN])
 {
+	carmy_t *c = arg;
 	uint8_t in[24];
 	uint64_t n = uatomic_add_return(&c->exec_count, 1);
 	XXH128_canonical_t can;
@@ -448,18 +447,20 @@ static void new_exec_id(carmy_t *c, uint8_t out[SHM_EXEC_LEN])
 	XXH128_canonicalFromHash(&can, XXH3_128bits_withSeed(in, sizeof(in),
 							     c->exec_seed));
 	memcpy(out, can.digest, SHM_EXEC_LEN);
+	return now_ns();
 }
 
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out)
 {
 	static const char hex[] = "0123456789abcdef";
+	char *p = out + 5;
 
 	memcpy(out, "exec_", 5);
 	for (int i = 0; i < SHM_EXEC_LEN; i++) {
-		out[5 + 2 * i] = hex[exec[i] >> 4];
-		out[6 + 2 * i] = hex[exec[i] & 15];
+		*p++ = hex[exec[i] >> 4];
+		*p++ = hex[exec[i] & 15];
 	}
-	out[CARMY_EXECUTION_ID_LEN] = '\0';
+	*p = '\0';
 }
 
 static uint64_t now_ns(void)

@@ -205,13 +205,16 @@ struct shm_found {
 	uint8_t exec[SHM_EXEC_LEN];
 };
 
-/* What a new reservation carries into its entry. */
+/* What a new reservation carries into its entry. The execution id and the
+ * start time are made only once the identity is known to be new, so a
+ * replay never pays for them. */
 struct shm_claim {
 	uint32_t owner;
 	uint32_t pid;
-	uint64_t now_ns;
 	const uint8_t *fp;	/* SHM_FP_LEN bytes */
-	const uint8_t *exec;	/* SHM_EXEC_LEN bytes */
+	/* Write a fresh execution id and return the time in ns. */
+	uint64_t (*make_exec)(void *arg, uint8_t exec[SHM_EXEC_LEN]);
+	void *arg;
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
 };
 

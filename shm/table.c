@@ -127,7 +127,8 @@ restart:
 			out->word = nw;
 			out->state = SHM_RUNNING;
 			out->same_fp = true;
-			memcpy(out->exec, c->exec, SHM_EXEC_LEN);
+			memcpy(out->exec, shm_entry_at(v, ticket)->en_exec,
+			       SHM_EXEC_LEN);
 			return SHM_OUT_RESERVED;
 		}
 		if (st == SHM_BLOCKED) {
@@ -306,8 +307,7 @@ static void entry_fill(const struct shm_view *v, uint32_t e,
 	en->en_result_code = 0;
 	en->en_pid = c->pid;
 	memcpy(en->en_fingerprint, c->fp, SHM_FP_LEN);
-	memcpy(en->en_exec, c->exec, SHM_EXEC_LEN);
-	en->en_started_ns = c->now_ns;
+	en->en_started_ns = c->make_exec(c->arg, en->en_exec);
 	en->en_finished_ns = 0;
 }
 

@@ -648,6 +648,135 @@ START_TEST(test_fingerprint_argument_checks)
 }
 END_TEST
 
+/* ------------------------------------------------ fast path agrees */
+
+/* Append a random object in a random (valid, often non-minimal) encoding. */
+static void rnd_put(uint8_t *buf, size_t *n, size_t cap, unsigned *seed,
+		    int depth)
+{
+	int kind = rand_r(seed) % (depth > 3 ? 6 : 8);
+	uint64_t v = (uint64_t)rand_r(seed) % 70000;
+
+	if (*n + 32 > cap) {
+		buf[(*n)++] = 0xc0;
+		return;
+	}
+	switch (kind) {
+	case 0:		/* unsigned in any width that holds it */
+		if (v < 128 && rand_r(seed) % 2) {
+			buf[(*n)++] = (uint8_t)v;
+		} else if (v < 256 && rand_r(seed) % 2) {
+			buf[(*n)++] = 0xcc;
+			buf[(*n)++] = (uint8_t)v;
+		} else {
+			buf[(*n)++] = 0xce;
+			for (int i = 3; i >= 0; i--)
+				buf[(*n)++] = (uint8_t)(v >> (8 * i));
+		}
+		break;
+	case 1: {	/* signed, maybe positive, in int16 or int32 */
+		int32_t sv = (int32_t)v - 35000;
+
+		buf[(*n)++] = 0xd2;
+		for (int i = 3; i >= 0; i--)
+			buf[(*n)++] = (uint8_t)((uint32_t)sv >> (8 * i));
+		break;
+	}
+	case 2:		/* short string, fixstr or str8 */
+		v %= 6;
+		if (rand_r(seed) % 2) {
+			buf[(*n)++] = (uint8_t)(0xa0 | v);
+		} else {
+			buf[(*n)++] = 0xd9;
+			buf[(*n)++] = (uint8_t)v;
+		}
+		for (uint64_t i = 0; i < v; i++)
+			buf[(*n)++] = (uint8_t)('a' + rand_r(seed) % 3);
+		break;
+	case 3:
+		buf[(*n)++] = (uint8_t)(0xc2 + rand_r(seed) % 2);
+		break;
+	case 4:		/* float32 or float64 */
+		if (rand_r(seed) % 2) {
+			buf[(*n)++] = 0xca;
+			memcpy(buf + *n, "\x3f\x80\x00\x00", 4);
+			*n += 4;
+		} else {
+			buf[(*n)++] = 0xcb;
+			memcpy(buf + *n, "\x3f\xf0\x00\x00\x00\x00\x00\x00", 8);
+			*n += 8;
+		}
+		break;
+	case 5:		/* bin8 or bin16 */
+		v %= 4;
+		buf[(*n)++] = rand_r(seed) % 2 ? 0xc4 : 0xc5;
+		if (buf[*n - 1] == 0xc5)
+			buf[(*n)++] = 0;
+		buf[(*n)++] = (uint8_t)v;
+		for (uint64_t i = 0; i < v; i++)
+			buf[(*n)++] = (uint8_t)rand_r(seed);
+		break;
+	case 6: {	/* array, fix or array16 */
+		int c = rand_r(seed) % 4;
+
+		if (rand_r(seed) % 3) {
+			buf[(*n)++] = (uint8_t)(0x90 | c);
+		} else {
+			buf[(*n)++] = 0xdc;
+			buf[(*n)++] = 0;
+			buf[(*n)++] = (uint8_t)c;
+		}
+		for (int i = 0; i < c; i++)
+			rnd_put(buf, n, cap, seed, depth + 1);
+		break;
+	}
+	default: {	/* map, fix or map16, keys in random order */
+		int c = rand_r(seed) % 4;
+
+		if (rand_r(seed) % 3) {
+			buf[(*n)++] = (uint8_t)(0x80 | c);
+		} else {
+			buf[(*n)++] = 0xde;
+			buf[(*n)++] = 0;
+			buf[(*n)++] = (uint8_t)c;
+		}
+		for (int i = 0; i < 2 * c; i++)
+			rnd_put(buf, n, cap, seed, depth + 1);
+		break;
+	}
+	}
+}
+
+START_TEST(test_fast_path_agrees_with_reencoding)
+{
+	unsigned seed = 2024;
+	int canonical_inputs = 0, checked = 0;
+
+	for (int i = 0; i < 20000; i++) {
+		uint8_t buf[4096];
+		size_t n = 0;
+		msgpack_sbuffer sb;
+
+		rnd_put(buf, &n, sizeof(buf), &seed, 0);
+		msgpack_sbuffer_init(&sb);
+		if (canon_msgpack(buf, n, &sb) == 0) {
+			bool same = sb.size == n && memcmp(sb.data, buf, n) == 0;
+
+			/* The check says canonical exactly when re-encoding
+			 * would change nothing, and its output is canonical. */
+			ck_assert_int_eq(canon_is_canonical(buf, n), same);
+			ck_assert(canon_is_canonical(sb.data, sb.size));
+			canonical_inputs += same;
+			checked++;
+		}
+		msgpack_sbuffer_destroy(&sb);
+	}
+	ck_assert_int_gt(checked, 10000);
+	ck_assert_int_gt(canonical_inputs, 100);
+	ck_assert_int_lt(canonical_inputs, checked);
+}
+END_TEST
+
 static Suite *canon_suite(void)
 {
 	Suite *s = suite_create("canon");
@@ -668,6 +797,7 @@ static Suite *canon_suite(void)
 	tcase_add_test(tc, test_0xc1_rejected);
 	tcase_add_test(tc, test_canonical_form_is_a_fixed_point);
 	tcase_add_test(tc, test_canon_appends_to_out);
+	tcase_add_test(tc, test_fast_path_agrees_with_reencoding);
 	suite_add_tcase(s, tc);
 
 	tcase_add_test(tf, test_different_args_differ);

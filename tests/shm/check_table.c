@@ -48,13 +48,20 @@ static void key(struct shm_key *k, const char *rid)
 				      strlen(rid)), 0);
 }
 
+static uint64_t make_exec(void *arg, uint8_t out[SHM_EXEC_LEN])
+{
+	memcpy(out, arg, SHM_EXEC_LEN);
+	return 1;
+}
+
 static enum shm_outcome reserve(const char *rid, uint32_t owner, uint8_t fpb,
 				struct shm_found *f)
 {
 	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
 	static __thread uint32_t cursor;
-	struct shm_claim c = { .owner = owner, .pid = 1, .now_ns = 1,
-			       .fp = fp, .exec = exec, .cursor = &cursor };
+	struct shm_claim c = { .owner = owner, .pid = 1, .fp = fp,
+			       .make_exec = make_exec, .arg = exec,
+			       .cursor = &cursor };
 	struct shm_key k;
 
 	memset(fp, fpb, sizeof(fp));
