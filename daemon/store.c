@@ -19,6 +19,10 @@
 
 #include <urcu/uatomic.h>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
+#endif
+
 #include "daemon/carmyd.h"
 #include "daemon/log.h"
 
@@ -185,6 +189,11 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		log_error("cannot map segment: %s", strerror(errno));
 		goto fail;
 	}
+	/* fallocate reserved the pages; have the kernel zero them now rather
+	 * than on the first touch of each, inside some client's reserve. */
+	if (madvise(base, geo->size, MADV_POPULATE_WRITE) != 0)
+		log_debug("MADV_POPULATE_WRITE: %s (pages are zeroed on first "
+			  "use instead)", strerror(errno));
 	if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
 		seed = now_ns() ^ ((uint64_t)getpid() << 32);
 	shm_format(base, geo, seed, now_ns());
