@@ -1,19 +1,18 @@
 /*
  * canon.c - canonical msgpack and the fingerprint of a call.
  *
- * The pipeline is scan, decode, re-encode. wire_scan() walks the untrusted
- * bytes first, iteratively and without allocating, because msgpack-c trusts
- * every count it reads: a 5-byte array32 header claiming 4G elements makes
- * it reserve gigabytes before noticing the input ends (msgpack-c issue
- * 1013). Only bytes the scan accepts reach msgpack_unpack_next(); by then
- * every claimed element is known to exist, so msgpack-c's allocation is
- * bounded by a small multiple of the input length, and nesting is known to
- * fit its 32-deep parser stack, which also bounds the recursion below.
+ * The pipeline is scan, then re-encode. wire_scan() walks the untrusted
+ * bytes first, iteratively and without allocating, and accepts them only if
+ * they are exactly one object whose every count and length is backed by
+ * bytes that are really there, nested at most WIRE_MAX_DEPTH deep. The
+ * re-encoder below then reads them directly, byte by byte (no msgpack-c
+ * object tree, no zone), and writes the canonical form described in
+ * canon.h. Its recursion is bounded by that depth.
  *
- * Re-encoding relies on msgpack-c's packer choosing the smallest encoding
- * for integers (pack_uint64/pack_int64), str/bin/ext headers and container
- * headers, which was checked against msgpack-c 4.0 and is what the tests
- * in tests/libclient/check_canon.c pin down.
+ * The output is never longer than twice the input (only a float32 grows,
+ * from 5 to 9 bytes), so one buffer of that size, on the stack for the usual
+ * small arguments, holds it. A map's entries are written where they fall,
+ * then, if their keys are out of order, sorted and moved into place.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,493 +28,418 @@
  * layout of the hashed parts must change every fingerprint, so an old
  * entry is never mistaken for a new call. */
 #define CANON_DOMAIN "carmy-fp-1"
-/* Preimages up to this size are hashed from the stack in one shot. */
+/* Preimages up to this size are built and hashed on the stack. */
 #define CANON_SMALL 2048
+/* Maps up to this many entries are sorted with stack space. */
+#define CANON_SMALL_MAP 16
 
-/* One map entry while its map is being sorted: key and value are encoded
- * back to back in a scratch buffer, so an entry is copied out in one go. */
-struct canon_kv {
-	const char *key;	/* set once the scratch buffer stops moving */
-	size_t off;
-	size_t key_len;
-	size_t len;		/* key and value */
+/* The re-encoder's output buffer. */
+struct out {
+	uint8_t *p;
+	size_t n;
 };
 
-static bool canon_check(const uint8_t *p, size_t len, size_t *pos);
-static bool canon_check_array(const uint8_t *p, size_t len, size_t *pos,
-			      uint64_t n);
-static bool canon_check_map(const uint8_t *p, size_t len, size_t *pos,
-			    uint64_t n);
-static int canon_put(msgpack_packer *pk, const msgpack_object *o);
-static int canon_put_map(msgpack_packer *pk, const msgpack_object_map *m);
-static int canon_kv_cmp(const void *a, const void *b);
-static int canon_hash_part(XXH3_state_t *st, const void *p, size_t len);
-static int canon_part(const void *p, size_t len, msgpack_sbuffer *sb,
-		      const void **outp, size_t *outlen);
-static void put_be64(uint8_t *b, uint64_t n);
+/* One map entry, at off in the output: its key's length and its total. */
+struct kv {
+	size_t off;
+	size_t klen;
+	size_t len;
+};
+
+static int emit(const uint8_t *in, size_t *pos, struct out *o);
+static int emit_array(const uint8_t *in, size_t *pos, struct out *o,
+		      uint64_t n);
+static int emit_map(const uint8_t *in, size_t *pos, struct out *o,
+		    uint64_t n);
+static void put_uint(struct out *o, uint64_t v);
+static void put_neg(struct out *o, int64_t v);
+static void put_head(struct out *o, uint64_t n, uint8_t fix, uint64_t fix_max,
+		     uint8_t op8, uint8_t op16, uint8_t op32);
+static void put_be(struct out *o, uint64_t v, unsigned width);
+static uint64_t get_be(const uint8_t *p, unsigned width);
+static int kv_cmp(const uint8_t *base, const struct kv *a, const struct kv *b);
 
 /* ---------------------------------------------------------------- API */
 
 int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out)
 {
-	msgpack_unpacked up;
-	msgpack_packer pk;
-	size_t off = 0;
-	size_t start;
+	struct out o = { NULL, 0 };
+	size_t pos = 0;
 	int ret;
 
 	if (!out)
 		return -EINVAL;
-	if (!buf)
+	if (!buf || wire_scan(buf, len, len) != (long)len)
 		return CARMY_EINVALID_ARGS;
-	/* Exactly one whole object, every count backed by real bytes. */
-	if (wire_scan(buf, len, len) != (long)len)
-		return CARMY_EINVALID_ARGS;
-
-	msgpack_unpacked_init(&up);
-	switch (msgpack_unpack_next(&up, buf, len, &off)) {
-	case MSGPACK_UNPACK_SUCCESS:
-	case MSGPACK_UNPACK_EXTRA_BYTES:
-		/* The scan already demanded an exact fit; this guards
-		 * against the two parsers ever disagreeing. */
-		ret = off == len ? 0 : CARMY_EINVALID_ARGS;
-		break;
-	case MSGPACK_UNPACK_NOMEM_ERROR:
-		/* msgpack-c also says NOMEM for nesting past its stack, but
-		 * the scan has ruled that out: this is a real failed malloc. */
+	o.p = malloc(2 * len + 16);
+	if (!o.p)
+		return -ENOMEM;
+	ret = emit(buf, &pos, &o);
+	if (ret == 0 && msgpack_sbuffer_write(out, (const char *)o.p, o.n) != 0)
 		ret = -ENOMEM;
-		break;
-	default:
-		ret = CARMY_EINVALID_ARGS;
-		break;
-	}
-	if (ret)
-		goto out;
-
-	start = out->size;
-	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-	ret = canon_put(&pk, &up.data);
-	if (ret)
-		out->size = start;
-out:
-	msgpack_unpacked_destroy(&up);
+	free(o.p);
 	return ret;
 }
 
 int canon_fingerprint(const struct carmy_call *call,
 		      uint8_t out[CANON_FP_LEN])
 {
-	struct { const void *p; size_t len; } part[3];
-	msgpack_sbuffer sb[2];
+	const size_t dlen = sizeof(CANON_DOMAIN) - 1;
+	const void *part[3];
+	size_t plen[3], need, pos;
+	uint8_t small[CANON_SMALL], *buf = small;
 	XXH128_canonical_t digest;
-	uint8_t small[CANON_SMALL];
-	size_t total = sizeof(CANON_DOMAIN) - 1;
+	struct out o;
 	int ret = 0;
 
 	if (!call || !out)
 		return -EINVAL;
-	if (!call->tool && call->tool_len)
+	part[0] = call->tool;
+	plen[0] = call->tool_len;
+	part[1] = call->args;
+	plen[1] = call->args_len;
+	part[2] = call->meta;
+	plen[2] = call->meta_len;
+	if (!part[0] && plen[0])
 		return CARMY_EINVALID_ARGS;
-	part[0].p = call->tool;
-	part[0].len = call->tool_len;
-	msgpack_sbuffer_init(&sb[0]);
-	msgpack_sbuffer_init(&sb[1]);
-	for (int i = 0; i < 2 && ret == 0; i++) {
-		const void *p = i == 0 ? call->args : call->meta;
-		size_t len = i == 0 ? call->args_len : call->meta_len;
 
-		ret = canon_part(p, len, &sb[i], &part[i + 1].p,
-				 &part[i + 1].len);
+	/* The preimage: domain, then each part as an 8-byte big-endian
+	 * length and its bytes, so no byte can slide from one part into
+	 * the next. args and meta go in canonical form; absent (NULL, 0)
+	 * hashes as length 0, which no canonical object has. */
+	need = dlen + 24 + plen[0] + 2 * (plen[1] + plen[2]) + 32;
+	if (need > sizeof(small)) {
+		buf = malloc(need);
+		if (!buf)
+			return -ENOMEM;
 	}
-	if (ret)
-		goto out;
+	memcpy(buf, CANON_DOMAIN, dlen);
+	o.p = buf;
+	o.n = dlen;
+	for (int i = 0; i < 3; i++) {
+		size_t at = o.n;
 
-	/* Usually the whole preimage fits on the stack: one-shot XXH3. */
-	for (int i = 0; i < 3; i++)
-		total += 8 + part[i].len;
-	if (total <= sizeof(small)) {
-		size_t n = sizeof(CANON_DOMAIN) - 1;
-
-		memcpy(small, CANON_DOMAIN, n);
-		for (int i = 0; i < 3; i++) {
-			put_be64(small + n, part[i].len);
-			n += 8;
-			if (part[i].len)
-				memcpy(small + n, part[i].p, part[i].len);
-			n += part[i].len;
+		o.n += 8;
+		if (i == 0 || !part[i]) {
+			if (i > 0 && plen[i]) {
+				ret = CARMY_EINVALID_ARGS;
+				goto out;
+			}
+			if (plen[i])
+				memcpy(o.p + o.n, part[i], plen[i]);
+			o.n += plen[i];
+		} else {
+			if (wire_scan(part[i], plen[i], plen[i]) != (long)plen[i]) {
+				ret = CARMY_EINVALID_ARGS;
+				goto out;
+			}
+			pos = 0;
+			ret = emit(part[i], &pos, &o);
+			if (ret)
+				goto out;
 		}
-		XXH128_canonicalFromHash(&digest, XXH3_128bits(small, n));
-	} else {
-		XXH3_state_t *st = XXH3_createState();
+		{
+			struct out len_at = { o.p + at, 0 };
 
-		ret = -ENOMEM;
-		if (!st)
-			goto out;
-		/* XXH3 only fails on NULL arguments, excluded here, but a
-		 * failure must never yield a digest that looks valid. */
-		ret = -EINVAL;
-		if (XXH3_128bits_reset(st) == XXH_OK &&
-		    XXH3_128bits_update(st, CANON_DOMAIN,
-					sizeof(CANON_DOMAIN) - 1) == XXH_OK &&
-		    canon_hash_part(st, part[0].p, part[0].len) == 0 &&
-		    canon_hash_part(st, part[1].p, part[1].len) == 0 &&
-		    canon_hash_part(st, part[2].p, part[2].len) == 0) {
-			XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(st));
-			ret = 0;
+			put_be(&len_at, o.n - at - 8, 8);
 		}
-		XXH3_freeState(st);
-		if (ret)
-			goto out;
 	}
+	XXH128_canonicalFromHash(&digest, XXH3_128bits(o.p, o.n));
 	memcpy(out, digest.digest, CANON_FP_LEN);
 out:
-	msgpack_sbuffer_destroy(&sb[0]);
-	msgpack_sbuffer_destroy(&sb[1]);
+	if (buf != small)
+		free(buf);
 	return ret;
 }
 
-/*
- * The canonical bytes of one msgpack part: the input itself when it is
- * already canonical (no allocation), else its re-encoding in sb. A NULL
- * part with length 0 is absent and hashes as length 0: a canonical object
- * is never empty, so that collides with nothing present.
- */
-static int canon_part(const void *p, size_t len, msgpack_sbuffer *sb,
-		      const void **outp, size_t *outlen)
+/* ---------------------------------------------------------------- emit */
+
+/* Re-encode the object at in[*pos] canonically onto o. The input has passed
+ * wire_scan(), so every length read here is backed by real bytes. Fails
+ * only on duplicate map keys (or -ENOMEM for a big map's scratch). */
+static int emit(const uint8_t *in, size_t *pos, struct out *o)
 {
-	int ret;
-
-	*outp = NULL;
-	*outlen = 0;
-	if (!p)
-		return len ? CARMY_EINVALID_ARGS : 0;
-	if (wire_scan(p, len, len) != (long)len)
-		return CARMY_EINVALID_ARGS;
-	if (canon_is_canonical(p, len)) {
-		*outp = p;
-		*outlen = len;
-		return 0;
-	}
-	ret = canon_msgpack(p, len, sb);
-	if (ret)
-		return ret;
-	*outp = sb->data;
-	*outlen = sb->size;
-	return 0;
-}
-
-static void put_be64(uint8_t *b, uint64_t n)
-{
-	for (int i = 7; i >= 0; i--, n >>= 8)
-		b[i] = (uint8_t)n;
-}
-
-/* ---------------------------------------------------------------- check */
-
-/*
- * Is buf/len, already accepted by wire_scan(), in canonical form? Most
- * agents send arguments that are (small maps with sorted keys, minimal
- * integers), and hashing those bytes as they are saves decoding and
- * re-encoding them on every begin. The rules mirror canon_put() exactly;
- * tests/libclient/check_canon.c checks both agree on every vector.
- */
-bool canon_is_canonical(const void *buf, size_t len)
-{
-	size_t pos = 0;
-
-	return canon_check(buf, len, &pos) && pos == len;
-}
-
-static uint64_t be_read(const uint8_t *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
-/* Smallest header width (0 = fixed form) for a length or count n, given
- * the largest value the fixed form holds (31 for str, 15 for containers,
- * none for bin: fix_max 0 with has_fix false). */
-static unsigned min_width(uint64_t n, uint64_t fix_max, bool has_fix)
-{
-	if (has_fix && n <= fix_max)
-		return 0;
-	if (n < 0x100 && fix_max != 15)	/* str8/bin8; containers have none */
-		return 1;
-	if (n < 0x10000)
-		return 2;
-	return 4;
-}
-
-/* Recursion depth is bounded by wire_scan's WIRE_MAX_DEPTH. */
-static bool canon_check(const uint8_t *p, size_t len, size_t *pos)
-{
-	uint8_t b = p[(*pos)++];
-	uint64_t n, v;
+	uint8_t b = in[(*pos)++];
 	unsigned w;
+	uint64_t n;
 
-	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-		return true;
-	if (b >= 0xa0 && b <= 0xbf) {		/* fixstr */
-		*pos += b & 0x1f;
-		return true;
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+		o->p[o->n++] = b;	/* fixints, nil, booleans */
+		return 0;
 	}
 	if (b <= 0x8f)
-		return canon_check_map(p, len, pos, b & 0x0f);
+		return emit_map(in, pos, o, b & 0x0f);
 	if (b <= 0x9f)
-		return canon_check_array(p, len, pos, b & 0x0f);
+		return emit_array(in, pos, o, b & 0x0f);
+	if (b <= 0xbf) {
+		n = b & 0x1f;
+		goto str;
+	}
 	switch (b) {
 	case 0xcc: case 0xcd: case 0xce: case 0xcf:	/* uint8..64 */
 		w = 1u << (b - 0xcc);
-		v = be_read(p + *pos, w);
+		put_uint(o, get_be(in + *pos, w));
 		*pos += w;
-		/* Exactly the width the packer would choose. */
-		return w == 1 ? v >= 0x80 : v >> (4 * w) != 0;
+		return 0;
 	case 0xd0: case 0xd1: case 0xd2: case 0xd3: {	/* int8..64 */
-		int64_t sv;
+		int64_t v;
 
 		w = 1u << (b - 0xd0);
-		v = be_read(p + *pos, w);
+		v = (int64_t)(get_be(in + *pos, w) << (64 - 8 * w)) >> (64 - 8 * w);
 		*pos += w;
-		sv = (int64_t)(v << (64 - 8 * w)) >> (64 - 8 * w);
-		if (sv >= 0)
-			return false;		/* belongs to the uint family */
-		return w == 1 ? sv < -32 : sv < -(INT64_C(1) << (4 * w - 1));
+		/* Non-negative values belong to the unsigned family, so
+		 * int8 5 and uint16 5 are the same call. */
+		if (v >= 0)
+			put_uint(o, (uint64_t)v);
+		else
+			put_neg(o, v);
+		return 0;
 	}
-	case 0xca:				/* float32: widened */
-		return false;
+	case 0xca: {	/* float32 widened to float64: exact, merges nothing */
+		uint32_t bits = (uint32_t)get_be(in + *pos, 4);
+		float f;
+		double d;
+		uint64_t dbits;
+
+		memcpy(&f, &bits, 4);
+		d = f;
+		memcpy(&dbits, &d, 8);
+		*pos += 4;
+		o->p[o->n++] = 0xcb;
+		put_be(o, dbits, 8);
+		return 0;
+	}
 	case 0xcb:
+		memcpy(o->p + o->n, in + *pos - 1, 9);
+		o->n += 9;
 		*pos += 8;
-		return true;
+		return 0;
 	case 0xd9: case 0xda: case 0xdb:		/* str8/16/32 */
 		w = 1u << (b - 0xd9);
-		n = be_read(p + *pos, w);
-		*pos += w + n;
-		return min_width(n, 31, true) == w;
+		n = get_be(in + *pos, w);
+		*pos += w;
+str:
+		put_head(o, n, 0xa0, 31, 0xd9, 0xda, 0xdb);
+		goto body;
 	case 0xc4: case 0xc5: case 0xc6:		/* bin8/16/32 */
 		w = 1u << (b - 0xc4);
-		n = be_read(p + *pos, w);
-		*pos += w + n;
-		return min_width(n, 0, false) == w;
+		n = get_be(in + *pos, w);
+		*pos += w;
+		put_head(o, n, 0, 0, 0xc4, 0xc5, 0xc6);
+		goto body;
 	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:	/* fixext */
-		*pos += 1 + (1u << (b - 0xd4));
-		return true;
+		n = 1u << (b - 0xd4);
+		o->p[o->n++] = b;
+		n += 1;			/* the type byte travels with the data */
+		goto body;
 	case 0xc7: case 0xc8: case 0xc9:		/* ext8/16/32 */
 		w = 1u << (b - 0xc7);
-		n = be_read(p + *pos, w);
-		*pos += w + 1 + n;
-		if (n == 1 || n == 2 || n == 4 || n == 8 || n == 16)
-			return false;		/* a fixext fits */
-		return min_width(n, 0, false) == w;
+		n = get_be(in + *pos, w);
+		*pos += w;
+		switch (n) {
+		case 1: o->p[o->n++] = 0xd4; break;
+		case 2: o->p[o->n++] = 0xd5; break;
+		case 4: o->p[o->n++] = 0xd6; break;
+		case 8: o->p[o->n++] = 0xd7; break;
+		case 16: o->p[o->n++] = 0xd8; break;
+		default: put_head(o, n, 0, 0, 0xc7, 0xc8, 0xc9); break;
+		}
+		n += 1;
+		goto body;
 	case 0xdc: case 0xdd:				/* array16/32 */
 		w = b == 0xdc ? 2 : 4;
-		n = be_read(p + *pos, w);
+		n = get_be(in + *pos, w);
 		*pos += w;
-		return min_width(n, 15, true) == w &&
-		       canon_check_array(p, len, pos, n);
+		return emit_array(in, pos, o, n);
 	case 0xde: case 0xdf:				/* map16/32 */
 		w = b == 0xde ? 2 : 4;
-		n = be_read(p + *pos, w);
+		n = get_be(in + *pos, w);
 		*pos += w;
-		return min_width(n, 15, true) == w &&
-		       canon_check_map(p, len, pos, n);
-	default:
-		return false;
-	}
-}
-
-static bool canon_check_array(const uint8_t *p, size_t len, size_t *pos,
-			      uint64_t n)
-{
-	for (uint64_t i = 0; i < n; i++)
-		if (!canon_check(p, len, pos))
-			return false;
-	return true;
-}
-
-/* Keys must be canonical themselves and strictly increasing in the order
- * canon_kv_cmp() sorts them: memcmp, then the shorter first. */
-static bool canon_check_map(const uint8_t *p, size_t len, size_t *pos,
-			    uint64_t n)
-{
-	const uint8_t *prev = NULL;
-	size_t prev_len = 0;
-
-	for (uint64_t i = 0; i < n; i++) {
-		size_t start = *pos, klen;
-		int c;
-
-		if (!canon_check(p, len, pos))
-			return false;
-		klen = *pos - start;
-		if (prev != NULL) {
-			c = memcmp(prev, p + start, prev_len < klen ? prev_len : klen);
-			if (c > 0 || (c == 0 && prev_len >= klen))
-				return false;
-		}
-		prev = p + start;
-		prev_len = klen;
-		if (!canon_check(p, len, pos))
-			return false;
-	}
-	return true;
-}
-
-/* ---------------------------------------------------------------- encode */
-
-/* Recursion is bounded: wire_scan() capped nesting at CANON_MAX_DEPTH.
- * msgpack's pack functions fail only when the sbuffer cannot grow. */
-static int canon_put(msgpack_packer *pk, const msgpack_object *o)
-{
-	int r;
-
-	switch (o->type) {
-	case MSGPACK_OBJECT_NIL:
-		r = msgpack_pack_nil(pk);
-		break;
-	case MSGPACK_OBJECT_BOOLEAN:
-		r = o->via.boolean ? msgpack_pack_true(pk) :
-				     msgpack_pack_false(pk);
-		break;
-	case MSGPACK_OBJECT_POSITIVE_INTEGER:
-		/* msgpack-c reports every non-negative value here, whatever
-		 * family it was written in, so int8 5 and uint16 5 meet. */
-		r = msgpack_pack_uint64(pk, o->via.u64);
-		break;
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-		r = msgpack_pack_int64(pk, o->via.i64);
-		break;
-	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64:
-		/* msgpack-c already widened a float32 into via.f64. */
-		r = msgpack_pack_double(pk, o->via.f64);
-		break;
-	case MSGPACK_OBJECT_STR:
-		r = msgpack_pack_str(pk, o->via.str.size);
-		if (!r)
-			r = msgpack_pack_str_body(pk, o->via.str.ptr,
-						  o->via.str.size);
-		break;
-	case MSGPACK_OBJECT_BIN:
-		r = msgpack_pack_bin(pk, o->via.bin.size);
-		if (!r)
-			r = msgpack_pack_bin_body(pk, o->via.bin.ptr,
-						  o->via.bin.size);
-		break;
-	case MSGPACK_OBJECT_EXT:
-		r = msgpack_pack_ext(pk, o->via.ext.size, o->via.ext.type);
-		if (!r)
-			r = msgpack_pack_ext_body(pk, o->via.ext.ptr,
-						  o->via.ext.size);
-		break;
-	case MSGPACK_OBJECT_ARRAY:
-		r = msgpack_pack_array(pk, o->via.array.size);
-		for (uint32_t i = 0; !r && i < o->via.array.size; i++) {
-			int ret = canon_put(pk, &o->via.array.ptr[i]);
-
-			if (ret)
-				return ret;
-		}
-		break;
-	case MSGPACK_OBJECT_MAP:
-		return canon_put_map(pk, &o->via.map);
-	default:
+		return emit_map(in, pos, o, n);
+	default:	/* 0xc1: wire_scan() never lets it through */
 		return CARMY_EINVALID_ARGS;
 	}
-	return r ? -ENOMEM : 0;
+body:
+	memcpy(o->p + o->n, in + *pos, n);
+	o->n += n;
+	*pos += n;
+	return 0;
+}
+
+static int emit_array(const uint8_t *in, size_t *pos, struct out *o,
+		      uint64_t n)
+{
+	put_head(o, n, 0x90, 15, 0, 0xdc, 0xdd);
+	for (uint64_t i = 0; i < n; i++) {
+		int ret = emit(in, pos, o);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 /*
- * Keys must be compared in canonical form, which is only known after
- * encoding them, so every entry is encoded into a scratch buffer first,
- * then the entries are sorted and copied out. Each byte is copied once per
- * enclosing map, at most CANON_MAX_DEPTH times.
+ * Write the entries in arrival order, remembering where each starts; if the
+ * keys are not already in canonical order (by their canonical bytes:
+ * memcmp, then the shorter first), sort them and move the entries into
+ * place through a copy. Equal keys are an error: letting one win would make
+ * the fingerprint depend on which one a decoder keeps.
  */
-static int canon_put_map(msgpack_packer *pk, const msgpack_object_map *m)
+static int emit_map(const uint8_t *in, size_t *pos, struct out *o,
+		    uint64_t n)
 {
-	msgpack_sbuffer scratch;
-	msgpack_packer spk;
-	struct canon_kv *kv;
-	int ret;
+	struct kv small_kv[CANON_SMALL_MAP], *kv = small_kv;
+	uint8_t small_copy[512], *copy = small_copy;
+	bool sorted = true;
+	size_t start;
+	int ret = 0;
 
-	if (msgpack_pack_map(pk, m->size))
-		return -ENOMEM;
-	if (m->size == 0)
+	put_head(o, n, 0x80, 15, 0, 0xde, 0xdf);
+	if (n == 0)
 		return 0;
-
-	/* m->size is at most half the input length (wire_scan). */
-	kv = calloc(m->size, sizeof(*kv));
-	if (!kv)
-		return -ENOMEM;
-	msgpack_sbuffer_init(&scratch);
-	msgpack_packer_init(&spk, &scratch, msgpack_sbuffer_write);
-
-	for (uint32_t i = 0; i < m->size; i++) {
-		kv[i].off = scratch.size;
-		ret = canon_put(&spk, &m->ptr[i].key);
-		if (ret)
-			goto out;
-		kv[i].key_len = scratch.size - kv[i].off;
-		ret = canon_put(&spk, &m->ptr[i].val);
-		if (ret)
-			goto out;
-		kv[i].len = scratch.size - kv[i].off;
+	if (n > CANON_SMALL_MAP) {
+		kv = malloc(n * sizeof(*kv));	/* n <= input bytes / 2 */
+		if (!kv)
+			return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < m->size; i++)
-		kv[i].key = scratch.data + kv[i].off;
+	start = o->n;
+	for (uint64_t i = 0; i < n; i++) {
+		kv[i].off = o->n;
+		ret = emit(in, pos, o);
+		if (ret)
+			goto out;
+		kv[i].klen = o->n - kv[i].off;
+		ret = emit(in, pos, o);
+		if (ret)
+			goto out;
+		kv[i].len = o->n - kv[i].off;
+		if (i > 0 && kv_cmp(o->p, &kv[i - 1], &kv[i]) >= 0)
+			sorted = false;
+	}
+	if (sorted)
+		goto out;
 
-	qsort(kv, m->size, sizeof(*kv), canon_kv_cmp);
+	/* Insertion sort: maps are small, and this keeps equal keys side
+	 * by side for the duplicate check. */
+	for (uint64_t i = 1; i < n; i++) {
+		struct kv x = kv[i];
+		uint64_t j = i;
 
-	/* Sorted, equal keys are neighbours. Letting one win would make
-	 * the fingerprint depend on which the decoder kept. */
-	for (uint32_t i = 1; i < m->size; i++) {
-		if (canon_kv_cmp(&kv[i - 1], &kv[i]) == 0) {
+		for (; j > 0 && kv_cmp(o->p, &kv[j - 1], &x) > 0; j--)
+			kv[j] = kv[j - 1];
+		kv[j] = x;
+	}
+	for (uint64_t i = 1; i < n; i++) {
+		if (kv_cmp(o->p, &kv[i - 1], &kv[i]) == 0) {
 			ret = CARMY_EINVALID_ARGS;
 			goto out;
 		}
 	}
-
-	ret = 0;
-	for (uint32_t i = 0; i < m->size; i++) {
-		if (pk->callback(pk->data, kv[i].key, kv[i].len)) {
+	if (o->n - start > sizeof(small_copy)) {
+		copy = malloc(o->n - start);
+		if (!copy) {
 			ret = -ENOMEM;
-			break;
+			goto out;
 		}
 	}
+	memcpy(copy, o->p + start, o->n - start);
+	for (uint64_t i = 0, at = start; i < n; i++) {
+		memcpy(o->p + at, copy + (kv[i].off - start), kv[i].len);
+		at += kv[i].len;
+	}
+	if (copy != small_copy)
+		free(copy);
 out:
-	msgpack_sbuffer_destroy(&scratch);
-	free(kv);
+	if (kv != small_kv)
+		free(kv);
 	return ret;
 }
 
-/* Bytewise, then shorter first. Canonical encodings are prefix-free, so
- * the length rule only settles ties between equal keys; it is kept so the
- * order is a total one whatever the bytes are. */
-static int canon_kv_cmp(const void *a, const void *b)
+/* ---------------------------------------------------------------- bytes */
+
+static int kv_cmp(const uint8_t *base, const struct kv *a, const struct kv *b)
 {
-	const struct canon_kv *x = a, *y = b;
-	size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
-	int c = memcmp(x->key, y->key, n);
+	size_t m = a->klen < b->klen ? a->klen : b->klen;
+	int c = memcmp(base + a->off, base + b->off, m);
 
 	if (c)
 		return c;
-	return (x->key_len > y->key_len) - (x->key_len < y->key_len);
+	return (a->klen > b->klen) - (a->klen < b->klen);
 }
 
-/* ---------------------------------------------------------------- hash */
-
-/* Length first, as 8 big-endian bytes, so that no byte can move from the
- * end of one part to the start of the next without changing the hash. */
-static int canon_hash_part(XXH3_state_t *st, const void *p, size_t len)
+/* The smallest encoding of a non-negative integer. */
+static void put_uint(struct out *o, uint64_t v)
 {
-	uint8_t be[8];
+	if (v <= 0x7f) {
+		o->p[o->n++] = (uint8_t)v;
+	} else if (v <= 0xff) {
+		o->p[o->n++] = 0xcc;
+		put_be(o, v, 1);
+	} else if (v <= 0xffff) {
+		o->p[o->n++] = 0xcd;
+		put_be(o, v, 2);
+	} else if (v <= 0xffffffff) {
+		o->p[o->n++] = 0xce;
+		put_be(o, v, 4);
+	} else {
+		o->p[o->n++] = 0xcf;
+		put_be(o, v, 8);
+	}
+}
 
-	put_be64(be, len);
-	if (XXH3_128bits_update(st, be, sizeof(be)) != XXH_OK)
-		return -EINVAL;
-	if (len && XXH3_128bits_update(st, p, len) != XXH_OK)
-		return -EINVAL;
-	return 0;
+/* The smallest encoding of a negative integer. */
+static void put_neg(struct out *o, int64_t v)
+{
+	if (v >= -32) {
+		o->p[o->n++] = (uint8_t)v;
+	} else if (v >= INT8_MIN) {
+		o->p[o->n++] = 0xd0;
+		put_be(o, (uint64_t)v, 1);
+	} else if (v >= INT16_MIN) {
+		o->p[o->n++] = 0xd1;
+		put_be(o, (uint64_t)v, 2);
+	} else if (v >= INT32_MIN) {
+		o->p[o->n++] = 0xd2;
+		put_be(o, (uint64_t)v, 4);
+	} else {
+		o->p[o->n++] = 0xd3;
+		put_be(o, (uint64_t)v, 8);
+	}
+}
+
+/* The smallest header for a length or count n: the fixed form (fix | n)
+ * when fix is non-zero and n <= fix_max, else the narrowest of the 8-bit
+ * (when op8 exists), 16-bit and 32-bit forms. */
+static void put_head(struct out *o, uint64_t n, uint8_t fix, uint64_t fix_max,
+		     uint8_t op8, uint8_t op16, uint8_t op32)
+{
+	if (fix && n <= fix_max) {
+		o->p[o->n++] = (uint8_t)(fix | n);
+	} else if (op8 && n <= 0xff) {
+		o->p[o->n++] = op8;
+		put_be(o, n, 1);
+	} else if (n <= 0xffff) {
+		o->p[o->n++] = op16;
+		put_be(o, n, 2);
+	} else {
+		o->p[o->n++] = op32;
+		put_be(o, n, 4);
+	}
+}
+
+static void put_be(struct out *o, uint64_t v, unsigned width)
+{
+	for (unsigned i = width; i-- > 0; v >>= 8)
+		o->p[o->n + i] = (uint8_t)v;
+	o->n += width;
+}
+
+static uint64_t get_be(const uint8_t *p, unsigned width)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < width; i++)
+		v = v << 8 | p[i];
+	return v;
 }

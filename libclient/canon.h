@@ -44,14 +44,11 @@
  * Returns 0; CARMY_EINVALID_ARGS if the bytes are malformed, truncated,
  * followed by trailing bytes, nested deeper than CANON_MAX_DEPTH, or hold a
  * map with two keys of equal canonical encoding; -EINVAL if out is NULL;
- * or -ENOMEM. On failure out is left as it was (its size is restored).
+ * or -ENOMEM. On failure nothing is appended to out.
  * Thread-safe: no shared state.
  */
 int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out);
 
-/* Is buf/len, which wire_scan() must already have accepted as exactly one
- * object, byte for byte what canon_msgpack() would write? */
-bool canon_is_canonical(const void *buf, size_t len);
 
 /*
  * XXH3-128 of the call's tool, canonical args and canonical meta, stored in
