@@ -277,6 +277,7 @@ static void recover(struct store *s)
 	uint32_t next = uatomic_read(&h->sh_next_owner);
 
 	shm_unblock_all(&s->view);
+	shm_repair_moves(&s->view);
 	if (next < SHM_OWNER_MIN)
 		next = SHM_OWNER_MIN;
 	for (uint32_t e = 0; e < s->view.geo.capacity; e++) {

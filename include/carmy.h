@@ -200,8 +200,9 @@ size_t carmy_max_result(const carmy_t *c);
  */
 int carmy_default_socket(char *buf, size_t size);
 
-/* Stable UPPER_SNAKE name of any code ("IDEMPOTENCY_CONFLICT", "ENOENT"...).
- * Never NULL; static storage. */
+/* Stable UPPER_SNAKE name of any code: Carmy's own ("IDEMPOTENCY_CONFLICT"),
+ * or for -errno values the errno name ("ENOMEM"). Outcomes have names too
+ * ("OK", "REPLAY"). Never NULL; static storage. */
 const char *carmy_errname(int code);
 
 /* One sentence describing any code. Never NULL; static storage. */

@@ -47,6 +47,7 @@ struct carmy {
 	uint32_t ticket_cursor;		/* where our next ticket search starts */
 };
 
+static bool alive(carmy_t *c);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb);
 static int dial(const char *path, int *fdp);
 static int send_all(int fd, const void *buf, size_t len);
@@ -186,14 +187,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	if (c == NULL || call == NULL || r == NULL)
 		return -EINVAL;
 	carmy_reservation_clear(r);
-	/* A restarted carmyd bumps the epoch and no longer knows our owner
-	 * id: one load tells us, without a system call, that anything we
-	 * reserved now could never be completed. */
-	if (uatomic_read(&c->dead) ||
-	    uatomic_read(&shm_header(&c->view)->sh_epoch) != c->epoch) {
-		uatomic_set(&c->dead, 1);
+	if (!alive(c))
 		return CARMY_EDISCONNECTED;
-	}
 	rc = shm_key_init(&key, c->view.seed, call->principal,
 			  call->principal_len, call->session, call->session_len,
 			  call->request_id, call->request_id_len);
@@ -272,9 +267,10 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		return -EINVAL;
 	if (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED)
 		return CARMY_EINVALID_STATUS;
-	if (r->priv_owner != c->owner ||
-	    !shm_owns(&c->view, r->priv_entry, r->priv_slot, c->owner, &w))
+	if (r->priv_owner != c->owner)
 		return CARMY_ENOT_RESERVED;
+	if (!shm_owns(&c->view, r->priv_entry, r->priv_slot, c->owner, &w))
+		return alive(c) ? CARMY_ENOT_RESERVED : CARMY_EDISCONNECTED;
 	if (len > c->max_result) {
 		/* Recorded, not dropped: the call failed with this code. */
 		status = CARMY_STATUS_FAILED;
@@ -305,6 +301,8 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 		return -EINVAL;
 	if (r->priv_owner != c->owner)
 		return CARMY_ENOT_RESERVED;
+	if (!alive(c))
+		return CARMY_EDISCONNECTED;
 	rc = shm_release(&c->view, r->priv_entry, r->priv_slot, c->owner);
 	if (rc == 0)
 		r->priv_owner = 0;
@@ -312,6 +310,23 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 }
 
 /* ------------------------------------------------------------ helpers */
+
+/*
+ * Is carmyd still the one that gave us our owner id? A restarted carmyd
+ * bumps the epoch in the header and no longer knows our id: one load tells
+ * us, without a system call, that a reservation made now could never be
+ * completed, and that the ones we hold are uncertain.
+ */
+static bool alive(carmy_t *c)
+{
+	if (uatomic_read(&c->dead))
+		return false;
+	if (uatomic_read(&shm_header(&c->view)->sh_epoch) != c->epoch) {
+		uatomic_set(&c->dead, 1);
+		return false;
+	}
+	return true;
+}
 
 /*
  * One request and its reply: the message in sb (NULL: a bare RECLAIM).

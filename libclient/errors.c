@@ -1,6 +1,8 @@
 /*
  * errors.c - every code's stable name and sentence, and the status names.
- * The names are part of the interface: scripts match on them.
+ * The names are part of the interface: scripts match on them. Carmy's own
+ * codes have UPPER_SNAKE names; -errno values pass through with their errno
+ * names (ENOMEM, ENOENT...) and the C library's sentence.
  */
 #include <errno.h>
 #include <string.h>
@@ -48,22 +50,11 @@ static const struct code_text texts[] = {
 	  "The status must be completed, failed, timed_out or cancelled." },
 };
 
-static const struct code_text errno_texts[] = {
-	{ -ENOMEM, "OUT_OF_MEMORY", "Out of memory." },
-	{ -EINVAL, "INVALID_ARGUMENT", "An argument is not valid." },
-	{ -ENAMETOOLONG, "NAME_TOO_LONG", "A path is too long." },
-	{ -EACCES, "PERMISSION_DENIED", "Permission denied." },
-	{ -EPERM, "PERMISSION_DENIED", "Operation not permitted." },
-};
-
 static const struct code_text *find(int code)
 {
 	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
 		if (texts[i].code == code)
 			return &texts[i];
-	for (size_t i = 0; i < sizeof(errno_texts) / sizeof(errno_texts[0]); i++)
-		if (errno_texts[i].code == code)
-			return &errno_texts[i];
 	return NULL;
 }
 
@@ -73,7 +64,13 @@ EXPORT const char *carmy_errname(int code)
 
 	if (t != NULL)
 		return t->name;
-	return code < 0 && code > -4096 ? "SYSTEM_ERROR" : "UNKNOWN_ERROR";
+	/* -errno values keep their own names: "ENOENT", "ECONNRESET"... */
+	if (code < 0 && code > -4096) {
+		const char *name = strerrorname_np(-code);
+
+		return name != NULL ? name : "SYSTEM_ERROR";
+	}
+	return "UNKNOWN_ERROR";
 }
 
 EXPORT const char *carmy_strerror(int code)

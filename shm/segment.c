@@ -44,6 +44,7 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_exec),
 		offsetof(struct shm_entry, en_ident),
 		offsetof(struct shm_header, sh_tombs),
+		offsetof(struct shm_header, sh_move_seq),
 		CARMY_ID_MAX,
 		SHM_OWNER_MIN,
 		shm_word(SHM_BLOCKED, 1, 1, 1),	/* bucket word packing */

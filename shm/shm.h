@@ -70,10 +70,15 @@
  *   FREE --client publish--> RUNNING --carmyd complete--> COMPLETED
  *                              |  \---carmyd sweep (dead owner)--> UNCERTAIN
  *                              +--client release--> TOMB
- *   TOMB --carmyd reclaim--> FREE      (only when the next bucket is FREE,
- *                                       which carmyd holds BLOCKED meanwhile)
+ *   TOMB --carmyd reclaim--> FREE      (only if no live probe crosses it,
+ *                                       the cluster's end held BLOCKED)
+ *   TOMB --carmyd compaction--> COMPLETED | UNCERTAIN  (a final entry moved
+ *                                       to an earlier bucket of its probe;
+ *                                       its old bucket turns TOMB)
  *
  * COMPLETED and UNCERTAIN are final: nothing in the table ever evicts them.
+ * carmyd may move their bucket closer to home (the entry itself stays), so
+ * that tombstones a finished entry's probe would cross can be reclaimed.
  */
 enum shm_state {
 	SHM_FREE = 0,
@@ -128,7 +133,9 @@ struct shm_header {
 	uint32_t sh_daemon_pid;
 	/* ---- a hint, bumped by clients on release ---- */
 	uint32_t sh_tombs;	/* tombstones made since carmyd's last reclaim */
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 108];
+	/* ---- odd while carmyd moves finished entries (a seqlock) ---- */
+	uint32_t sh_move_seq;
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 112];
 };
 
 /* One entry record: identity, fingerprint, execution id and, once
@@ -284,5 +291,6 @@ void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
 uint32_t shm_reclaim(const struct shm_view *v);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
+void shm_repair_moves(const struct shm_view *v);
 
 #endif /* CARMY_SHM_H */

@@ -19,6 +19,7 @@ static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
 				uint32_t f);
 static uint32_t reclaim_without_free(const struct shm_view *v);
+static void compact(const struct shm_view *v);
 
 /*
  * Record the result of entry e for owner, which must hold its ticket and
@@ -140,6 +141,8 @@ uint32_t shm_reclaim(const struct shm_view *v)
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
 	uint32_t z, i, seen, freed = 0;
 
+	compact(v);
+
 	for (z = 0; z < n; z++)
 		if (SHM_W_STATE(uatomic_read(&v->buckets[z])) == SHM_FREE)
 			break;
@@ -241,6 +244,87 @@ static uint32_t reclaim_without_free(const struct shm_view *v)
 			return 1;
 	}
 	return 0;
+}
+
+/*
+ * Move finished entries (COMPLETED, UNCERTAIN) to the earliest tombstone on
+ * their own probe path, so that the tombstones they used to cross can be
+ * reclaimed: without this, churn could leave tombstones that permanent
+ * entries cross forever, and the index would fill while tickets are free.
+ * Only the bucket moves; the entry record stays where it is.
+ *
+ * A move is: the TOMB takes the entry's word (two buckets name it for a
+ * moment, both correct answers), en_bucket follows, the old bucket turns
+ * TOMB. A probe that overlaps this could step over both places, so moves
+ * happen under an odd sh_move_seq, and a client re-checks the sequence
+ * before it trusts an "absent" verdict (see shm_reserve). Batches are short
+ * so that clients never wait long. RUNNING entries stay put: their owners
+ * address them by bucket.
+ */
+static void compact(const struct shm_view *v)
+{
+	const uint32_t n = v->geo.nbuckets, mask = n - 1;
+	uint32_t *seq = &shm_header(v)->sh_move_seq;
+	unsigned batch = 0;
+
+	for (uint32_t p = 0; p < n; p++) {
+		uint64_t w = uatomic_read(&v->buckets[p]), wt = 0;
+		unsigned st = SHM_W_STATE(w);
+		uint32_t home, t, e = SHM_W_ENTRY(w);
+
+		if ((st != SHM_COMPLETED && st != SHM_UNCERTAIN) ||
+		    !shm_entry_home(v, w, &home) || home == p)
+			continue;
+		for (t = home; t != p; t = (t + 1) & mask) {
+			wt = uatomic_read(&v->buckets[t]);
+			if (SHM_W_STATE(wt) == SHM_TOMB || SHM_W_STATE(wt) == SHM_FREE)
+				break;
+		}
+		if (t == p || SHM_W_STATE(wt) != SHM_TOMB)
+			continue;	/* nowhere earlier to go (or scribbled) */
+		if (batch++ == 0)
+			uatomic_add_return(seq, 1);	/* odd: moving */
+		if (uatomic_cmpxchg(&v->buckets[t], wt,
+				    shm_word(st, SHM_W_VER(wt) + 1, SHM_W_TAG(w),
+					     e)) != wt)
+			continue;
+		uatomic_set(&shm_entry_at(v, e)->en_bucket, t);
+		uatomic_cmpxchg(&v->buckets[p], w, shm_next(w, SHM_TOMB));
+		if (batch == 32) {
+			uatomic_add_return(seq, 1);	/* even: let clients in */
+			batch = 0;
+		}
+	}
+	if (batch != 0)
+		uatomic_add_return(seq, 1);
+}
+
+/*
+ * At start-up, after a carmyd crash: finish or undo a move it was in the
+ * middle of (a finished entry named by two buckets keeps the one its
+ * en_bucket names), and make the move sequence even again.
+ */
+void shm_repair_moves(const struct shm_view *v)
+{
+	uint32_t *seq = &shm_header(v)->sh_move_seq;
+
+	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
+		uint64_t w = uatomic_read(&v->buckets[b]), wo;
+		unsigned st = SHM_W_STATE(w);
+		uint32_t e = SHM_W_ENTRY(w), other;
+
+		if ((st != SHM_COMPLETED && st != SHM_UNCERTAIN) ||
+		    e >= v->geo.capacity)
+			continue;
+		other = CMM_LOAD_SHARED(shm_entry_at(v, e)->en_bucket);
+		if (other == b || other >= v->geo.nbuckets)
+			continue;
+		wo = uatomic_read(&v->buckets[other]);
+		if (SHM_W_STATE(wo) == st && SHM_W_ENTRY(wo) == e)
+			uatomic_cmpxchg(&v->buckets[b], w, shm_next(w, SHM_TOMB));
+	}
+	if (uatomic_read(seq) & 1)
+		uatomic_add_return(seq, 1);
 }
 
 /*

@@ -25,9 +25,10 @@
 
 #include "shm/shm.h"
 
-/* How long a reserve spins on a BLOCKED bucket (carmyd holds one for a few
- * hundred nanoseconds while reclaiming a tombstone) before giving up. */
-#define BLOCKED_SPINS (1u << 22)
+/* How long a reserve spins on a BLOCKED bucket or an odd move sequence
+ * (carmyd holds either for microseconds while it reclaims or compacts)
+ * before giving up: only a carmyd killed in the middle holds it longer. */
+#define BUSY_SPINS (1u << 22)
 
 static uint32_t ticket_claim(const struct shm_view *v,
 			     const struct shm_claim *c);
@@ -82,6 +83,13 @@ int shm_key_init(struct shm_key *k, uint64_t seed, const void *principal,
  * the same identity meanwhile: a second inserter either loses the CAS or
  * sees ours.
  *
+ * carmyd also moves finished entries to earlier buckets of their probe
+ * (compaction), under an odd sh_move_seq: a probe that overlapped a move
+ * may have stepped over both places, so before trusting "absent" (to
+ * publish, or to report the index full) the sequence is read again; a move
+ * that starts later cannot hide an entry the probe has already missed,
+ * since moves never create one.
+ *
  * The ticket is taken lazily, only once the identity is known to be absent,
  * so replays and conflicts touch no ticket. After publishing, the ticket is
  * read again: if carmyd has meanwhile swept our owner id (we were declared
@@ -95,10 +103,22 @@ enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
 {
 	const uint32_t mask = v->geo.nbuckets - 1;
 	const uint32_t tag = key_tag(k) & 0xffffff;
-	uint32_t ticket = UINT32_MAX;
+	uint32_t *move_seq = &shm_header(v)->sh_move_seq;
+	uint32_t ticket = UINT32_MAX, seq;
 	unsigned spins = 0;
 
 restart:
+	/* carmyd may be moving finished entries: a probe that overlaps a
+	 * move could miss one, so an "absent" verdict stands only if the
+	 * sequence is even and unchanged from start to finish. */
+	seq = uatomic_read(move_seq);
+	if (seq & 1) {
+		if (++spins > BUSY_SPINS)
+			goto busy;
+		caa_cpu_relax();
+		goto restart;
+	}
+	cmm_smp_rmb();
 	for (uint32_t n = 0, b = (uint32_t)k->hash & mask; n < v->geo.nbuckets;
 	     n++, b = (b + 1) & mask) {
 		uint64_t w = uatomic_read(&v->buckets[b]);
@@ -114,6 +134,9 @@ restart:
 				entry_fill(v, ticket, k, c);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
+			cmm_smp_rmb();
+			if (uatomic_read(move_seq) != seq)
+				goto restart;
 			nw = shm_word(SHM_RUNNING, SHM_W_VER(w) + 1, tag, ticket);
 			if (uatomic_cmpxchg(&v->buckets[b], w, nw) != w)
 				goto restart;
@@ -132,7 +155,7 @@ restart:
 			return SHM_OUT_RESERVED;
 		}
 		if (st == SHM_BLOCKED) {
-			if (++spins > BLOCKED_SPINS)
+			if (++spins > BUSY_SPINS)
 				goto busy;
 			caa_cpu_relax();
 			goto restart;
@@ -166,6 +189,9 @@ restart:
 		return SHM_OUT_FOUND;
 	}
 	/* Every bucket is live or a tombstone: carmyd must reclaim first. */
+	cmm_smp_rmb();
+	if (uatomic_read(move_seq) != seq)
+		goto restart;
 	if (ticket != UINT32_MAX)
 		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
 	return SHM_OUT_NOFREE;

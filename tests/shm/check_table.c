@@ -359,6 +359,61 @@ START_TEST(test_reclaim_keeps_tombstones_a_live_probe_crosses)
 }
 END_TEST
 
+START_TEST(test_finished_entry_moves_home_so_tombstones_go)
+{
+	char ids[3][16];
+	struct shm_found f[3], g;
+	struct shm_result r;
+
+	colliding(ids, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve(ids[i], OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f[2].entry, OWNER_A, f[2].exec,
+					   CARMY_STATUS_COMPLETED, 0, "c", 1, 1),
+			 0);
+	ck_assert_int_eq(shm_release(&view, f[1].entry, f[1].bucket, OWNER_A), 0);
+	/* The finished third entry moves into the second's bucket; its old
+	 * bucket, crossed by nobody now, is freed. */
+	ck_assert_uint_eq(shm_reclaim(&view), 1);
+	ck_assert_uint_eq(shm_header(&view)->sh_move_seq % 2, 0);
+	ck_assert_int_eq(reserve(ids[2], OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.entry, f[2].entry);
+	ck_assert_uint_eq(g.bucket, f[1].bucket);
+	ck_assert_uint_eq(SHM_W_STATE(view.buckets[f[2].bucket]), SHM_FREE);
+	ck_assert_int_eq(shm_read_result(&view, g.entry, g.word, &r), 0);
+	ck_assert_mem_eq(r.data, "c", 1);
+	free(r.data);
+}
+END_TEST
+
+START_TEST(test_move_cut_short_by_a_crash_is_repaired)
+{
+	char ids[2][16];
+	struct shm_found f[2], g;
+	uint64_t w;
+
+	colliding(ids, 2);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(reserve(ids[i], OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f[1].entry, OWNER_A, f[1].exec,
+					   CARMY_STATUS_COMPLETED, 0, "x", 1, 1),
+			 0);
+	ck_assert_int_eq(shm_release(&view, f[0].entry, f[0].bucket, OWNER_A), 0);
+	/* A carmyd died after copying the word, before anything else. */
+	w = view.buckets[f[1].bucket];
+	view.buckets[f[0].bucket] = shm_word(SHM_COMPLETED, 9, SHM_W_TAG(w),
+					     f[1].entry);
+	shm_header(&view)->sh_move_seq = 1;
+	ck_assert_int_eq(reserve(ids[1], OWNER_B, 1, &g), SHM_OUT_BUSY);
+	shm_repair_moves(&view);
+	ck_assert_uint_eq(SHM_W_STATE(view.buckets[f[0].bucket]), SHM_TOMB);
+	ck_assert_int_eq(reserve(ids[1], OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.bucket, f[1].bucket);
+}
+END_TEST
+
 START_TEST(test_scribbled_buckets_and_entries_do_not_crash)
 {
 	struct shm_sweep_stats st = { 0 };
@@ -465,6 +520,8 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
 	tcase_add_test(tc, test_reclaim_keeps_tombstones_a_live_probe_crosses);
+	tcase_add_test(tc, test_finished_entry_moves_home_so_tombstones_go);
+	tcase_add_test(tc, test_move_cut_short_by_a_crash_is_repaired);
 	tcase_add_test(tc, test_scribbled_buckets_and_entries_do_not_crash);
 	tcase_add_test(tc, test_threads_racing_one_identity_reserve_once);
 	suite_add_tcase(s, tc);
