@@ -9,8 +9,7 @@
  */
 #include <string.h>
 
-#include <urcu/arch.h>
-#include <urcu/uatomic.h>
+#include "shm/atomic.h"
 
 #include "shm/shm.h"
 
@@ -41,7 +40,7 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 
 	if (e >= v->geo.capacity || len > v->geo.max_result)
 		return CARMY_ENOT_RESERVED;
-	if (uatomic_read(&v->tickets[e]) != owner)
+	if (shm_load(&v->tickets[e]) != owner)
 		return CARMY_ENOT_OWNER;
 	if (!published_at(v, e, &b, &w) || SHM_W_STATE(w) != SHM_RUNNING)
 		return CARMY_ENOT_RESERVED;
@@ -54,9 +53,9 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	en->en_result_code = result_code;
 	en->en_status = (uint8_t)status;
 	en->en_finished_ns = now_ns;
-	if (uatomic_cmpxchg(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
+	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
 		return CARMY_ENOT_RESERVED;	/* released meanwhile */
-	uatomic_cmpxchg(&v->tickets[e], owner, SHM_TICKET_LIVE);
+	shm_cas(&v->tickets[e], owner, SHM_TICKET_LIVE);
 	return 0;
 }
 
@@ -79,23 +78,23 @@ void shm_sweep_ticket(const struct shm_view *v, uint32_t e, uint32_t owner,
 	if (e >= v->geo.capacity)
 		return;
 	if (owner != SHM_TICKET_SWEEPING &&
-	    uatomic_cmpxchg(&v->tickets[e], owner, SHM_TICKET_SWEEPING) != owner)
+	    shm_cas(&v->tickets[e], owner, SHM_TICKET_SWEEPING) != owner)
 		return;
 	for (;;) {
 		if (!published_at(v, e, &b, &w)) {
-			uatomic_set(&v->tickets[e], SHM_TICKET_FREE);
+			shm_store(&v->tickets[e], SHM_TICKET_FREE);
 			st->freed++;
 			return;
 		}
 		if (SHM_W_STATE(w) != SHM_RUNNING) {
-			uatomic_set(&v->tickets[e], SHM_TICKET_LIVE);
+			shm_store(&v->tickets[e], SHM_TICKET_LIVE);
 			st->settled++;
 			return;
 		}
 		/* The owner's release may race this CAS; then look again. */
-		if (uatomic_cmpxchg(&v->buckets[b], w,
+		if (shm_cas(&v->buckets[b], w,
 				    shm_next(w, SHM_UNCERTAIN)) == w) {
-			uatomic_set(&v->tickets[e], SHM_TICKET_LIVE);
+			shm_store(&v->tickets[e], SHM_TICKET_LIVE);
 			st->uncertain++;
 			return;
 		}
@@ -110,7 +109,7 @@ void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
 	       void *arg, struct shm_sweep_stats *st)
 {
 	for (uint32_t e = 0; e < v->geo.capacity; e++) {
-		uint32_t t = uatomic_read(&v->tickets[e]);
+		uint32_t t = shm_load(&v->tickets[e]);
 
 		/* SWEEPING here was left by a carmyd that died mid-sweep
 		 * (carmyd sweeps from one thread): finish that sweep. */
@@ -144,7 +143,7 @@ uint32_t shm_reclaim(const struct shm_view *v)
 	compact(v);
 
 	for (z = 0; z < n; z++)
-		if (SHM_W_STATE(uatomic_read(&v->buckets[z])) == SHM_FREE)
+		if (SHM_W_STATE(shm_load(&v->buckets[z])) == SHM_FREE)
 			break;
 	if (z == n)
 		return reclaim_without_free(v);
@@ -156,7 +155,7 @@ uint32_t shm_reclaim(const struct shm_view *v)
 		unsigned st;
 
 		while (seen < n &&
-		       (st = SHM_W_STATE(uatomic_read(&v->buckets[i]))) !=
+		       (st = SHM_W_STATE(shm_load(&v->buckets[i]))) !=
 			       SHM_FREE) {
 			tombs |= st == SHM_TOMB;
 			i = (i + 1) & mask;
@@ -176,22 +175,22 @@ static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
 {
 	const uint32_t mask = v->geo.nbuckets - 1;
 	const uint32_t len = (f - s) & mask;
-	uint64_t wf = uatomic_read(&v->buckets[f]), blocked;
+	uint64_t wf = shm_load(&v->buckets[f]), blocked;
 	uint32_t lowest = UINT32_MAX, freed = 0;
 
 	if (SHM_W_STATE(wf) != SHM_FREE)
 		return 0;	/* taken meanwhile: next time */
 	blocked = shm_next(wf, SHM_BLOCKED);
-	if (uatomic_cmpxchg(&v->buckets[f], wf, blocked) != wf)
+	if (shm_cas(&v->buckets[f], wf, blocked) != wf)
 		return 0;
 	for (uint32_t k = len; k-- > 0;) {
 		uint32_t b = (s + k) & mask, home;
-		uint64_t w = uatomic_read(&v->buckets[b]);
+		uint64_t w = shm_load(&v->buckets[b]);
 		unsigned st = SHM_W_STATE(w);
 
 		if (st == SHM_TOMB) {
 			if (lowest > k &&
-			    uatomic_cmpxchg(&v->buckets[b], w,
+			    shm_cas(&v->buckets[b], w,
 					    shm_next(w, SHM_FREE)) == w)
 				freed++;
 		} else if (st == SHM_RUNNING || st == SHM_COMPLETED ||
@@ -205,7 +204,7 @@ static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
 				lowest = rel;
 		}
 	}
-	uatomic_set(&v->buckets[f], shm_next(blocked, SHM_FREE));
+	shm_store(&v->buckets[f], shm_next(blocked, SHM_FREE));
 	return freed;
 }
 
@@ -220,13 +219,13 @@ static uint32_t reclaim_without_free(const struct shm_view *v)
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
 
 	for (uint32_t t = 0; t < n; t++) {
-		uint64_t wt = uatomic_read(&v->buckets[t]);
+		uint64_t wt = shm_load(&v->buckets[t]);
 		bool crossed = false;
 
 		if (SHM_W_STATE(wt) != SHM_TOMB)
 			continue;
 		for (uint32_t p = 0; p < n && !crossed; p++) {
-			uint64_t w = uatomic_read(&v->buckets[p]);
+			uint64_t w = shm_load(&v->buckets[p]);
 			unsigned st = SHM_W_STATE(w);
 			uint32_t home;
 
@@ -240,7 +239,7 @@ static uint32_t reclaim_without_free(const struct shm_view *v)
 					  ((t - home) & mask) < ((p - home) & mask);
 		}
 		if (!crossed &&
-		    uatomic_cmpxchg(&v->buckets[t], wt, shm_next(wt, SHM_FREE)) == wt)
+		    shm_cas(&v->buckets[t], wt, shm_next(wt, SHM_FREE)) == wt)
 			return 1;
 	}
 	return 0;
@@ -268,7 +267,7 @@ static void compact(const struct shm_view *v)
 	unsigned batch = 0;
 
 	for (uint32_t p = 0; p < n; p++) {
-		uint64_t w = uatomic_read(&v->buckets[p]), wt = 0;
+		uint64_t w = shm_load(&v->buckets[p]), wt = 0;
 		unsigned st = SHM_W_STATE(w);
 		uint32_t home, t, e = SHM_W_ENTRY(w);
 
@@ -276,27 +275,27 @@ static void compact(const struct shm_view *v)
 		    !shm_entry_home(v, w, &home) || home == p)
 			continue;
 		for (t = home; t != p; t = (t + 1) & mask) {
-			wt = uatomic_read(&v->buckets[t]);
+			wt = shm_load(&v->buckets[t]);
 			if (SHM_W_STATE(wt) == SHM_TOMB || SHM_W_STATE(wt) == SHM_FREE)
 				break;
 		}
 		if (t == p || SHM_W_STATE(wt) != SHM_TOMB)
 			continue;	/* nowhere earlier to go (or scribbled) */
 		if (batch++ == 0)
-			uatomic_add_return(seq, 1);	/* odd: moving */
-		if (uatomic_cmpxchg(&v->buckets[t], wt,
+			shm_add_return(seq, 1);	/* odd: moving */
+		if (shm_cas(&v->buckets[t], wt,
 				    shm_word(st, SHM_W_VER(wt) + 1, SHM_W_TAG(w),
 					     e)) != wt)
 			continue;
-		uatomic_set(&shm_entry_at(v, e)->en_bucket, t);
-		uatomic_cmpxchg(&v->buckets[p], w, shm_next(w, SHM_TOMB));
+		shm_store(&shm_entry_at(v, e)->en_bucket, t);
+		shm_cas(&v->buckets[p], w, shm_next(w, SHM_TOMB));
 		if (batch == 32) {
-			uatomic_add_return(seq, 1);	/* even: let clients in */
+			shm_add_return(seq, 1);	/* even: let clients in */
 			batch = 0;
 		}
 	}
 	if (batch != 0)
-		uatomic_add_return(seq, 1);
+		shm_add_return(seq, 1);
 }
 
 /*
@@ -309,22 +308,22 @@ void shm_repair_moves(const struct shm_view *v)
 	uint32_t *seq = &shm_header(v)->sh_move_seq;
 
 	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
-		uint64_t w = uatomic_read(&v->buckets[b]), wo;
+		uint64_t w = shm_load(&v->buckets[b]), wo;
 		unsigned st = SHM_W_STATE(w);
 		uint32_t e = SHM_W_ENTRY(w), other;
 
 		if ((st != SHM_COMPLETED && st != SHM_UNCERTAIN) ||
 		    e >= v->geo.capacity)
 			continue;
-		other = CMM_LOAD_SHARED(shm_entry_at(v, e)->en_bucket);
+		other = shm_load(&shm_entry_at(v, e)->en_bucket);
 		if (other == b || other >= v->geo.nbuckets)
 			continue;
-		wo = uatomic_read(&v->buckets[other]);
+		wo = shm_load(&v->buckets[other]);
 		if (SHM_W_STATE(wo) == st && SHM_W_ENTRY(wo) == e)
-			uatomic_cmpxchg(&v->buckets[b], w, shm_next(w, SHM_TOMB));
+			shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB));
 	}
-	if (uatomic_read(seq) & 1)
-		uatomic_add_return(seq, 1);
+	if (shm_load(seq) & 1)
+		shm_add_return(seq, 1);
 }
 
 /*
@@ -345,7 +344,7 @@ bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home)
 		return false;
 	en = shm_entry_at(v, e);
 	for (int i = 0; i < 3; i++) {
-		len[i] = CMM_LOAD_SHARED(en->en_len[i]);
+		len[i] = shm_load(&en->en_len[i]);
 		if (len[i] == 0 || len[i] > CARMY_ID_MAX)
 			return false;
 		total += len[i];
@@ -363,10 +362,10 @@ bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home)
 void shm_unblock_all(const struct shm_view *v)
 {
 	for (uint32_t i = 0; i < v->geo.nbuckets; i++) {
-		uint64_t w = uatomic_read(&v->buckets[i]);
+		uint64_t w = shm_load(&v->buckets[i]);
 
 		if (SHM_W_STATE(w) == SHM_BLOCKED)
-			uatomic_cmpxchg(&v->buckets[i], w, shm_next(w, SHM_FREE));
+			shm_cas(&v->buckets[i], w, shm_next(w, SHM_FREE));
 	}
 }
 
@@ -375,13 +374,13 @@ void shm_unblock_all(const struct shm_view *v)
 static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 			 uint64_t *w)
 {
-	uint32_t bb = CMM_LOAD_SHARED(shm_entry_at(v, e)->en_bucket);
+	uint32_t bb = shm_load(&shm_entry_at(v, e)->en_bucket);
 	uint64_t ww;
 	unsigned st;
 
 	if (bb >= v->geo.nbuckets)
 		return false;
-	ww = uatomic_read(&v->buckets[bb]);
+	ww = shm_load(&v->buckets[bb]);
 	st = SHM_W_STATE(ww);
 	if ((st != SHM_RUNNING && st != SHM_COMPLETED && st != SHM_UNCERTAIN) ||
 	    SHM_W_ENTRY(ww) != e)

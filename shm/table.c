@@ -2,12 +2,12 @@
  * table.c - the lock-free reservation table, client side: reserve, look up,
  * replay and release, all directly in shared memory, without a system call.
  *
- * Memory ordering. liburcu's uatomic_cmpxchg() is a full barrier. A
+ * Memory ordering. liburcu's shm_cas() is a full barrier. A
  * reserving client fills its entry with plain stores, then publishes the
- * bucket with uatomic_cmpxchg(): every field of the entry is visible before
- * the bucket names it. A reader loads the bucket word, issues cmm_smp_rmb()
+ * bucket with shm_cas(): every field of the entry is visible before
+ * the bucket names it. A reader loads the bucket word, issues shm_rmb()
  * (so its entry loads cannot pass the word load), reads the entry, issues
- * cmm_smp_rmb() again and re-reads the word: if the word changed, what it
+ * shm_rmb() again and re-reads the word: if the word changed, what it
  * read may be torn and it looks again. carmyd completes the same way (result
  * first, then the COMPLETED word), so a replay never sees a partial result.
  *
@@ -19,10 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <urcu/arch.h>
-#include <urcu/uatomic.h>
 #include <xxhash.h>
 
+#include "shm/atomic.h"
 #include "shm/shm.h"
 
 /* How long a reserve spins on a BLOCKED bucket or an odd move sequence
@@ -111,17 +110,17 @@ restart:
 	/* carmyd may be moving finished entries: a probe that overlaps a
 	 * move could miss one, so an "absent" verdict stands only if the
 	 * sequence is even and unchanged from start to finish. */
-	seq = uatomic_read(move_seq);
+	seq = shm_load(move_seq);
 	if (seq & 1) {
 		if (++spins > BUSY_SPINS)
 			goto busy;
-		caa_cpu_relax();
+		shm_cpu_relax();
 		goto restart;
 	}
-	cmm_smp_rmb();
+	shm_rmb();
 	for (uint32_t n = 0, b = (uint32_t)k->hash & mask; n < v->geo.nbuckets;
 	     n++, b = (b + 1) & mask) {
-		uint64_t w = uatomic_read(&v->buckets[b]);
+		uint64_t w = shm_load(&v->buckets[b]);
 		unsigned st = SHM_W_STATE(w);
 
 		if (st == SHM_FREE) {
@@ -134,14 +133,14 @@ restart:
 				entry_fill(v, ticket, k, c);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
-			cmm_smp_rmb();
-			if (uatomic_read(move_seq) != seq)
+			shm_rmb();
+			if (shm_load(move_seq) != seq)
 				goto restart;
 			nw = shm_word(SHM_RUNNING, SHM_W_VER(w) + 1, tag, ticket);
-			if (uatomic_cmpxchg(&v->buckets[b], w, nw) != w)
+			if (shm_cas(&v->buckets[b], w, nw) != w)
 				goto restart;
-			if (uatomic_read(&v->tickets[ticket]) != c->owner) {
-				uatomic_cmpxchg(&v->buckets[b], nw,
+			if (shm_load(&v->tickets[ticket]) != c->owner) {
+				shm_cas(&v->buckets[b], nw,
 						shm_next(nw, SHM_TOMB));
 				return SHM_OUT_DEAD;
 			}
@@ -157,7 +156,7 @@ restart:
 		if (st == SHM_BLOCKED) {
 			if (++spins > BUSY_SPINS)
 				goto busy;
-			caa_cpu_relax();
+			shm_cpu_relax();
 			goto restart;
 		}
 		if (st == SHM_TOMB || st > SHM_BLOCKED || SHM_W_TAG(w) != tag)
@@ -169,18 +168,18 @@ restart:
 
 		if (e >= v->geo.capacity || e == ticket)
 			continue;
-		cmm_smp_rmb();
+		shm_rmb();
 		en = shm_entry_at(v, e);
 		match = entry_matches(v, e, b, k);
 		out->same_fp = memcmp(en->en_fingerprint, c->fp, SHM_FP_LEN) == 0;
 		memcpy(out->exec, en->en_exec, SHM_EXEC_LEN);
-		cmm_smp_rmb();
-		if (uatomic_read(&v->buckets[b]) != w)
+		shm_rmb();
+		if (shm_load(&v->buckets[b]) != w)
 			goto restart;	/* changed under us: look again */
 		if (!match)
 			continue;
 		if (ticket != UINT32_MAX)
-			uatomic_cmpxchg(&v->tickets[ticket], c->owner,
+			shm_cas(&v->tickets[ticket], c->owner,
 					SHM_TICKET_FREE);
 		out->entry = e;
 		out->bucket = b;
@@ -189,15 +188,15 @@ restart:
 		return SHM_OUT_FOUND;
 	}
 	/* Every bucket is live or a tombstone: carmyd must reclaim first. */
-	cmm_smp_rmb();
-	if (uatomic_read(move_seq) != seq)
+	shm_rmb();
+	if (shm_load(move_seq) != seq)
 		goto restart;
 	if (ticket != UINT32_MAX)
-		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
+		shm_cas(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
 	return SHM_OUT_NOFREE;
 busy:
 	if (ticket != UINT32_MAX)
-		uatomic_cmpxchg(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
+		shm_cas(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
 	return SHM_OUT_BUSY;
 }
 
@@ -217,12 +216,12 @@ int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
 	if (entry >= v->geo.capacity)
 		return -EINVAL;
 	en = shm_entry_at(v, entry);
-	b = CMM_LOAD_SHARED(en->en_bucket);
+	b = shm_load(&en->en_bucket);
 	if (b >= v->geo.nbuckets)
 		return -EAGAIN;
 	bp = &v->buckets[b];
-	cmm_smp_rmb();
-	len = CMM_LOAD_SHARED(en->en_result_len);
+	shm_rmb();
+	len = shm_load(&en->en_result_len);
 	if (len > v->geo.max_result)
 		len = 0;	/* scribbled: replay an empty result */
 	out->data = malloc((size_t)len + 1);
@@ -231,11 +230,11 @@ int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
 	memcpy(out->data, shm_result_area(v, entry), len);
 	((uint8_t *)out->data)[len] = 0;
 	out->len = len;
-	out->status = CMM_LOAD_SHARED(en->en_status);
-	out->result_code = CMM_LOAD_SHARED(en->en_result_code);
+	out->status = shm_load(&en->en_status);
+	out->result_code = shm_load(&en->en_result_code);
 	memcpy(out->exec, en->en_exec, SHM_EXEC_LEN);
-	cmm_smp_rmb();
-	if (uatomic_read(bp) != word) {
+	shm_rmb();
+	if (shm_load(bp) != word) {
 		free(out->data);
 		out->data = NULL;
 		return -EAGAIN;
@@ -252,10 +251,10 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t bucket,
 
 	if (entry >= v->geo.capacity || bucket >= v->geo.nbuckets)
 		return false;
-	w = uatomic_read(&v->buckets[bucket]);
+	w = shm_load(&v->buckets[bucket]);
 	*word = w;
 	return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
-	       uatomic_read(&v->tickets[entry]) == owner;
+	       shm_load(&v->tickets[entry]) == owner;
 }
 
 /*
@@ -277,11 +276,11 @@ int shm_release(const struct shm_view *v, uint32_t entry, uint32_t bucket,
 			return CARMY_EDISCONNECTED;
 		return CARMY_ENOT_RESERVED;
 	}
-	if (uatomic_cmpxchg(&v->buckets[bucket], w, shm_next(w, SHM_TOMB)) != w)
+	if (shm_cas(&v->buckets[bucket], w, shm_next(w, SHM_TOMB)) != w)
 		return CARMY_EDISCONNECTED;
-	uatomic_cmpxchg(&v->tickets[entry], owner, SHM_TICKET_FREE);
+	shm_cas(&v->tickets[entry], owner, SHM_TICKET_FREE);
 	/* Tell carmyd a tombstone is waiting (a hint: it never trusts it). */
-	uatomic_inc(&shm_header(v)->sh_tombs);
+	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 	return 0;
 }
 
@@ -300,13 +299,13 @@ static uint32_t ticket_claim(const struct shm_view *v,
 			     const struct shm_claim *c)
 {
 	const uint32_t cap = v->geo.capacity;
-	uint32_t i = uatomic_read(c->cursor) % cap;
+	uint32_t i = shm_load(c->cursor) % cap;
 
 	for (uint32_t n = 0; n < cap; n++) {
-		if (uatomic_read(&v->tickets[i]) == SHM_TICKET_FREE &&
-		    uatomic_cmpxchg(&v->tickets[i], SHM_TICKET_FREE, c->owner) ==
+		if (shm_load(&v->tickets[i]) == SHM_TICKET_FREE &&
+		    shm_cas(&v->tickets[i], SHM_TICKET_FREE, c->owner) ==
 			    SHM_TICKET_FREE) {
-			uatomic_set(c->cursor, i + 1 == cap ? 0 : i + 1);
+			shm_store(c->cursor, i + 1 == cap ? 0 : i + 1);
 			return i;
 		}
 		if (++i == cap)
@@ -345,10 +344,10 @@ static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
 	const struct shm_entry *en = shm_entry_at(v, e);
 	size_t off = 0;
 
-	if (CMM_LOAD_SHARED(en->en_bucket) != b)
+	if (shm_load(&en->en_bucket) != b)
 		return false;
 	for (int i = 0; i < 3; i++) {
-		uint16_t len = CMM_LOAD_SHARED(en->en_len[i]);
+		uint16_t len = shm_load(&en->en_len[i]);
 
 		if (len != k->len[i])
 			return false;
