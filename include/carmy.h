@@ -119,7 +119,6 @@ struct carmy_reservation {
 	size_t result_len;
 	/* Private to libcarmy: where the reservation lives. */
 	uint32_t priv_entry;
-	uint32_t priv_slot;
 	uint64_t priv_owner;
 };
 

@@ -210,7 +210,6 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			exec_hex(f.exec, r->execution_id);
 			r->state = CARMY_STATE_RUNNING;
 			r->priv_entry = f.entry;
-			r->priv_slot = f.bucket;
 			r->priv_owner = c->owner;
 			return CARMY_RESERVED;
 		case SHM_OUT_FULL:
@@ -261,6 +260,7 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	struct shm_entry *en;
 	msgpack_sbuffer sb;
 	int code = 0, rc;
+	uint32_t b;
 	uint64_t w;
 
 	if (c == NULL || r == NULL || (result == NULL && len > 0))
@@ -269,7 +269,7 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		return CARMY_EINVALID_STATUS;
 	if (r->priv_owner != c->owner)
 		return CARMY_ENOT_RESERVED;
-	if (!shm_owns(&c->view, r->priv_entry, r->priv_slot, c->owner, &w))
+	if (!shm_owns(&c->view, r->priv_entry, c->owner, &b, &w))
 		return alive(c) ? CARMY_ENOT_RESERVED : CARMY_EDISCONNECTED;
 	if (len > c->max_result) {
 		/* Recorded, not dropped: the call failed with this code. */
@@ -303,7 +303,7 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 		return CARMY_ENOT_RESERVED;
 	if (!alive(c))
 		return CARMY_EDISCONNECTED;
-	rc = shm_release(&c->view, r->priv_entry, r->priv_slot, c->owner);
+	rc = shm_release(&c->view, r->priv_entry, c->owner);
 	if (rc == 0)
 		r->priv_owner = 0;
 	return rc;

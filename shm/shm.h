@@ -72,13 +72,14 @@
  *                              +--client release--> TOMB
  *   TOMB --carmyd reclaim--> FREE      (only if no live probe crosses it,
  *                                       the cluster's end held BLOCKED)
- *   TOMB --carmyd compaction--> COMPLETED | UNCERTAIN  (a final entry moved
- *                                       to an earlier bucket of its probe;
- *                                       its old bucket turns TOMB)
+ *   TOMB --carmyd compaction--> RUNNING | COMPLETED | UNCERTAIN  (a live
+ *                                       entry moved to an earlier bucket of
+ *                                       its probe; its old bucket turns TOMB)
  *
  * COMPLETED and UNCERTAIN are final: nothing in the table ever evicts them.
- * carmyd may move their bucket closer to home (the entry itself stays), so
- * that tombstones a finished entry's probe would cross can be reclaimed.
+ * carmyd may move a live entry's bucket closer to home (the entry record
+ * stays; en_bucket follows), so that the tombstones its probe would cross
+ * can be reclaimed.
  */
 enum shm_state {
 	SHM_FREE = 0,
@@ -269,10 +270,9 @@ enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
 			     const struct shm_claim *c, struct shm_found *out);
 int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
 		    struct shm_result *out);
-int shm_release(const struct shm_view *v, uint32_t entry, uint32_t bucket,
-		uint32_t owner);
-bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t bucket,
-	      uint32_t owner, uint64_t *word);
+int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner);
+bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
+	      uint32_t *bucket, uint64_t *word);
 
 /* sweep.c: used by carmyd */
 struct shm_sweep_stats {

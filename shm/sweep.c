@@ -246,19 +246,21 @@ static uint32_t reclaim_without_free(const struct shm_view *v)
 }
 
 /*
- * Move finished entries (COMPLETED, UNCERTAIN) to the earliest tombstone on
- * their own probe path, so that the tombstones they used to cross can be
- * reclaimed: without this, churn could leave tombstones that permanent
- * entries cross forever, and the index would fill while tickets are free.
- * Only the bucket moves; the entry record stays where it is.
+ * Move live entries to the earliest tombstone on their own probe path, so
+ * that the tombstones they used to cross can be reclaimed: without this,
+ * churn could leave tombstones that permanent (or long-running) entries
+ * cross, and the index would fill while tickets are free. Only the bucket
+ * moves; the entry record stays where it is, and clients find a RUNNING
+ * entry's bucket through en_bucket.
  *
  * A move is: the TOMB takes the entry's word (two buckets name it for a
  * moment, both correct answers), en_bucket follows, the old bucket turns
  * TOMB. A probe that overlaps this could step over both places, so moves
  * happen under an odd sh_move_seq, and a client re-checks the sequence
  * before it trusts an "absent" verdict (see shm_reserve). Batches are short
- * so that clients never wait long. RUNNING entries stay put: their owners
- * address them by bucket.
+ * so that clients never wait long. If the owner of a RUNNING entry releases
+ * it through the old bucket mid-move, the old bucket's CAS fails and the
+ * new copy is dropped.
  */
 static void compact(const struct shm_view *v)
 {
@@ -267,11 +269,12 @@ static void compact(const struct shm_view *v)
 	unsigned batch = 0;
 
 	for (uint32_t p = 0; p < n; p++) {
-		uint64_t w = shm_load(&v->buckets[p]), wt = 0;
+		uint64_t w = shm_load(&v->buckets[p]), wt = 0, nw;
 		unsigned st = SHM_W_STATE(w);
 		uint32_t home, t, e = SHM_W_ENTRY(w);
 
-		if ((st != SHM_COMPLETED && st != SHM_UNCERTAIN) ||
+		if ((st != SHM_RUNNING && st != SHM_COMPLETED &&
+		     st != SHM_UNCERTAIN) ||
 		    !shm_entry_home(v, w, &home) || home == p)
 			continue;
 		for (t = home; t != p; t = (t + 1) & mask) {
@@ -283,12 +286,15 @@ static void compact(const struct shm_view *v)
 			continue;	/* nowhere earlier to go (or scribbled) */
 		if (batch++ == 0)
 			shm_add_return(seq, 1);	/* odd: moving */
-		if (shm_cas(&v->buckets[t], wt,
-				    shm_word(st, SHM_W_VER(wt) + 1, SHM_W_TAG(w),
-					     e)) != wt)
+		nw = shm_word(st, SHM_W_VER(wt) + 1, SHM_W_TAG(w), e);
+		if (shm_cas(&v->buckets[t], wt, nw) != wt)
 			continue;
 		shm_store(&shm_entry_at(v, e)->en_bucket, t);
-		shm_cas(&v->buckets[p], w, shm_next(w, SHM_TOMB));
+		if (shm_cas(&v->buckets[p], w, shm_next(w, SHM_TOMB)) != w) {
+			/* A RUNNING entry's owner released it (through p)
+			 * meanwhile: drop the copy; the release stands. */
+			shm_cas(&v->buckets[t], nw, shm_next(nw, SHM_TOMB));
+		}
 		if (batch == 32) {
 			shm_add_return(seq, 1);	/* even: let clients in */
 			batch = 0;
@@ -300,8 +306,8 @@ static void compact(const struct shm_view *v)
 
 /*
  * At start-up, after a carmyd crash: finish or undo a move it was in the
- * middle of (a finished entry named by two buckets keeps the one its
- * en_bucket names), and make the move sequence even again.
+ * middle of (a live entry named by two buckets keeps the one its en_bucket
+ * names), and make the move sequence even again.
  */
 void shm_repair_moves(const struct shm_view *v)
 {
@@ -312,8 +318,8 @@ void shm_repair_moves(const struct shm_view *v)
 		unsigned st = SHM_W_STATE(w);
 		uint32_t e = SHM_W_ENTRY(w), other;
 
-		if ((st != SHM_COMPLETED && st != SHM_UNCERTAIN) ||
-		    e >= v->geo.capacity)
+		if ((st != SHM_RUNNING && st != SHM_COMPLETED &&
+		     st != SHM_UNCERTAIN) || e >= v->geo.capacity)
 			continue;
 		other = shm_load(&shm_entry_at(v, e)->en_bucket);
 		if (other == b || other >= v->geo.nbuckets)

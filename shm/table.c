@@ -242,16 +242,25 @@ int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
 	return 0;
 }
 
-/* Is (entry, bucket) still a RUNNING reservation of owner? *word gets the
- * bucket word seen. */
-bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t bucket,
-	      uint32_t owner, uint64_t *word)
+/*
+ * Is entry still a RUNNING reservation of owner? Its bucket is found through
+ * en_bucket, because carmyd's compaction may have moved it nearer home.
+ * *bucket and *word get what was seen.
+ */
+bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
+	      uint32_t *bucket, uint64_t *word)
 {
+	uint32_t b;
 	uint64_t w;
 
-	if (entry >= v->geo.capacity || bucket >= v->geo.nbuckets)
+	*word = 0;
+	if (entry >= v->geo.capacity)
 		return false;
-	w = shm_load(&v->buckets[bucket]);
+	b = shm_load(&shm_entry_at(v, entry)->en_bucket);
+	if (b >= v->geo.nbuckets)
+		return false;
+	w = shm_load(&v->buckets[b]);
+	*bucket = b;
 	*word = w;
 	return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
 	       shm_load(&v->tickets[entry]) == owner;
@@ -262,21 +271,22 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t bucket,
  * first (so no lookup finds the identity any more), then the ticket is freed.
  * If carmyd swept our owner meanwhile, its CAS on the bucket wins or ours
  * does; either way the result is consistent: UNCERTAIN (we report
- * CARMY_EDISCONNECTED) or TOMB (carmyd frees the ticket).
+ * CARMY_EDISCONNECTED) or TOMB (carmyd frees the ticket). If carmyd was
+ * moving the bucket, our CAS wins on one of the two copies and carmyd's
+ * compaction drops the other.
  * Returns 0, CARMY_ENOT_RESERVED or CARMY_EDISCONNECTED.
  */
-int shm_release(const struct shm_view *v, uint32_t entry, uint32_t bucket,
-		uint32_t owner)
+int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner)
 {
-	uint64_t w = 0;
+	uint32_t b = 0;
+	uint64_t w;
 
-	if (!shm_owns(v, entry, bucket, owner, &w)) {
-		if (entry < v->geo.capacity && bucket < v->geo.nbuckets &&
-		    SHM_W_STATE(w) == SHM_UNCERTAIN && SHM_W_ENTRY(w) == entry)
+	if (!shm_owns(v, entry, owner, &b, &w)) {
+		if (SHM_W_STATE(w) == SHM_UNCERTAIN && SHM_W_ENTRY(w) == entry)
 			return CARMY_EDISCONNECTED;
 		return CARMY_ENOT_RESERVED;
 	}
-	if (shm_cas(&v->buckets[bucket], w, shm_next(w, SHM_TOMB)) != w)
+	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) != w)
 		return CARMY_EDISCONNECTED;
 	shm_cas(&v->tickets[entry], owner, SHM_TICKET_FREE);
 	/* Tell carmyd a tombstone is waiting (a hint: it never trusts it). */

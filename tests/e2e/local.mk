@@ -1,1 +1,39 @@
-# tests/e2e
+# tests/e2e: the whole contract against a real carmyd and real processes.
+# Every program links the shared helpers in tests/e2e/e2e.c.
+E2E_SOURCES = tests/e2e/e2e.h tests/e2e/e2e.c
+
+check_PROGRAMS += tests/e2e/check_contract
+TESTS += tests/e2e/check_contract
+tests_e2e_check_contract_SOURCES = tests/e2e/check_contract.c $(E2E_SOURCES)
+tests_e2e_check_contract_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_contract_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_races
+TESTS += tests/e2e/check_races
+tests_e2e_check_races_SOURCES = tests/e2e/check_races.c $(E2E_SOURCES)
+tests_e2e_check_races_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_races_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_owners
+TESTS += tests/e2e/check_owners
+tests_e2e_check_owners_SOURCES = tests/e2e/check_owners.c $(E2E_SOURCES)
+tests_e2e_check_owners_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_owners_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_capacity
+TESTS += tests/e2e/check_capacity
+tests_e2e_check_capacity_SOURCES = tests/e2e/check_capacity.c $(E2E_SOURCES)
+tests_e2e_check_capacity_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_capacity_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_restart
+TESTS += tests/e2e/check_restart
+tests_e2e_check_restart_SOURCES = tests/e2e/check_restart.c $(E2E_SOURCES)
+tests_e2e_check_restart_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_restart_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_security
+TESTS += tests/e2e/check_security
+tests_e2e_check_security_SOURCES = tests/e2e/check_security.c $(E2E_SOURCES)
+tests_e2e_check_security_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_security_LDADD = $(TEST_LIBS)

@@ -201,9 +201,9 @@ START_TEST(test_capacity_is_exact_and_release_frees_room)
 	ck_assert_int_eq(reserve("one-too-many", OWNER_A, 1, &g), SHM_OUT_FULL);
 	/* Existing entries still answer while full. */
 	ck_assert_int_eq(reserve("id3", OWNER_B, 1, &g), SHM_OUT_FOUND);
-	ck_assert_int_eq(shm_release(&view, f[3].entry, f[3].bucket, OWNER_B),
+	ck_assert_int_eq(shm_release(&view, f[3].entry, OWNER_B),
 			 CARMY_ENOT_RESERVED);
-	ck_assert_int_eq(shm_release(&view, f[3].entry, f[3].bucket, OWNER_A), 0);
+	ck_assert_int_eq(shm_release(&view, f[3].entry, OWNER_A), 0);
 	ck_assert_int_eq(reserve("id3", OWNER_B, 1, &g), SHM_OUT_RESERVED);
 	ck_assert_int_eq(reserve("one-too-many", OWNER_A, 1, &g), SHM_OUT_FULL);
 }
@@ -226,7 +226,7 @@ START_TEST(test_sweep_turns_running_uncertain_and_frees_unpublished)
 	ck_assert_int_eq(reserve("other", OWNER_A, 1, &g), SHM_OUT_FOUND);
 	ck_assert_uint_eq(g.state, SHM_RUNNING);
 	/* The dead owner can no longer release or complete it. */
-	ck_assert_int_eq(shm_release(&view, f.entry, f.bucket, OWNER_A),
+	ck_assert_int_eq(shm_release(&view, f.entry, OWNER_A),
 			 CARMY_EDISCONNECTED);
 }
 END_TEST
@@ -266,8 +266,7 @@ START_TEST(test_reclaim_keeps_entries_reachable)
 		}
 		/* Release every other one: tombstones between live entries. */
 		for (int i = 0; i < 24; i += 2)
-			ck_assert_int_eq(shm_release(&view, f[i].entry,
-						     f[i].bucket, OWNER_A), 0);
+			ck_assert_int_eq(shm_release(&view, f[i].entry, OWNER_A), 0);
 		n = shm_reclaim(&view);
 		tombs += n;
 		for (int i = 1; i < 24; i += 2) {
@@ -275,8 +274,7 @@ START_TEST(test_reclaim_keeps_entries_reachable)
 			ck_assert_int_eq(reserve(rid, OWNER_B, 1, &g),
 					 SHM_OUT_FOUND);
 			ck_assert_uint_eq(g.entry, f[i].entry);
-			ck_assert_int_eq(shm_release(&view, f[i].entry,
-						     f[i].bucket, OWNER_A), 0);
+			ck_assert_int_eq(shm_release(&view, f[i].entry, OWNER_A), 0);
 		}
 		shm_reclaim(&view);
 	}
@@ -305,7 +303,7 @@ START_TEST(test_index_full_of_tombstones_is_reclaimed)
 		if (o == SHM_OUT_NOFREE)
 			break;
 		ck_assert_int_eq(o, SHM_OUT_RESERVED);
-		ck_assert_int_eq(shm_release(&view, f.entry, f.bucket, OWNER_A), 0);
+		ck_assert_int_eq(shm_release(&view, f.entry, OWNER_A), 0);
 	}
 	ck_assert_int_eq(i, 64);
 	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
@@ -337,25 +335,32 @@ static void colliding(char ids[][16], int n)
 	}
 }
 
-START_TEST(test_reclaim_keeps_tombstones_a_live_probe_crosses)
+START_TEST(test_running_entry_moves_home_and_can_still_be_released)
 {
 	char ids[3][16];
 	struct shm_found f[3], g;
+	uint32_t b;
+	uint64_t w;
 
 	colliding(ids, 3);
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_eq(reserve(ids[i], OWNER_A, 1, &f[i]),
 				 SHM_OUT_RESERVED);
-	/* The middle one goes: its tombstone lies on the third's path. */
-	ck_assert_int_eq(shm_release(&view, f[1].entry, f[1].bucket, OWNER_A), 0);
-	ck_assert_uint_eq(shm_reclaim(&view), 0);
-	ck_assert_uint_eq(SHM_W_STATE(view.buckets[f[1].bucket]), SHM_TOMB);
+	/* The middle one goes: its tombstone lies on the third's path. The
+	 * third, still running, moves into it; its old bucket is freed. */
+	ck_assert_int_eq(shm_release(&view, f[1].entry, OWNER_A), 0);
+	ck_assert_uint_eq(shm_reclaim(&view), 1);
 	ck_assert_int_eq(reserve(ids[2], OWNER_B, 1, &g), SHM_OUT_FOUND);
 	ck_assert_uint_eq(g.entry, f[2].entry);
-	/* Once the third goes too, both tombstones are free to go. */
-	ck_assert_int_eq(shm_release(&view, f[2].entry, f[2].bucket, OWNER_A), 0);
-	ck_assert_uint_eq(shm_reclaim(&view), 2);
+	ck_assert_uint_eq(g.bucket, f[1].bucket);
+	ck_assert_uint_eq(g.state, SHM_RUNNING);
+	/* Its owner still holds it where it now is. */
+	ck_assert(shm_owns(&view, f[2].entry, OWNER_A, &b, &w));
+	ck_assert_uint_eq(b, f[1].bucket);
+	ck_assert_int_eq(shm_release(&view, f[2].entry, OWNER_A), 0);
+	ck_assert_uint_eq(shm_reclaim(&view), 1);
 	ck_assert_int_eq(reserve(ids[0], OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_int_eq(reserve(ids[2], OWNER_B, 1, &g), SHM_OUT_RESERVED);
 }
 END_TEST
 
@@ -372,7 +377,7 @@ START_TEST(test_finished_entry_moves_home_so_tombstones_go)
 	ck_assert_int_eq(shm_record_result(&view, f[2].entry, OWNER_A, f[2].exec,
 					   CARMY_STATUS_COMPLETED, 0, "c", 1, 1),
 			 0);
-	ck_assert_int_eq(shm_release(&view, f[1].entry, f[1].bucket, OWNER_A), 0);
+	ck_assert_int_eq(shm_release(&view, f[1].entry, OWNER_A), 0);
 	/* The finished third entry moves into the second's bucket; its old
 	 * bucket, crossed by nobody now, is freed. */
 	ck_assert_uint_eq(shm_reclaim(&view), 1);
@@ -400,7 +405,7 @@ START_TEST(test_move_cut_short_by_a_crash_is_repaired)
 	ck_assert_int_eq(shm_record_result(&view, f[1].entry, OWNER_A, f[1].exec,
 					   CARMY_STATUS_COMPLETED, 0, "x", 1, 1),
 			 0);
-	ck_assert_int_eq(shm_release(&view, f[0].entry, f[0].bucket, OWNER_A), 0);
+	ck_assert_int_eq(shm_release(&view, f[0].entry, OWNER_A), 0);
 	/* A carmyd died after copying the word, before anything else. */
 	w = view.buckets[f[1].bucket];
 	view.buckets[f[0].bucket] = shm_word(SHM_COMPLETED, 9, SHM_W_TAG(w),
@@ -519,7 +524,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
-	tcase_add_test(tc, test_reclaim_keeps_tombstones_a_live_probe_crosses);
+	tcase_add_test(tc, test_running_entry_moves_home_and_can_still_be_released);
 	tcase_add_test(tc, test_finished_entry_moves_home_so_tombstones_go);
 	tcase_add_test(tc, test_move_cut_short_by_a_crash_is_repaired);
 	tcase_add_test(tc, test_scribbled_buckets_and_entries_do_not_crash);

@@ -1,0 +1,396 @@
+/*
+ * e2e.c - see e2e.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "tests/e2e/e2e.h"
+
+#define GUARD_SLOTS 64
+
+/* What the child tells its parent, in this order. */
+struct child_report {
+	int rc;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	uint64_t end_ns;
+};
+
+/*
+ * The carmyds started and not stopped, in a page shared with the Check
+ * runner. A failing assertion in a forked test leaves with _exit(), and a
+ * timeout with SIGKILL, so no code of the test process runs afterwards; the
+ * runner's unchecked teardown (e2e_guard) reads this page and cleans up.
+ */
+struct guard_slot {
+	int used;
+	pid_t pid;		/* 0 while carmyd is down */
+	struct carmyd_proc proc;
+};
+
+static struct guard_slot *guard;
+
+static struct guard_slot *slot_of(const struct carmyd_proc *d);
+static bool is_carmyd(pid_t pid);
+static void remove_leftovers(const struct carmyd_proc *d);
+static void backoff(unsigned *us);
+
+/* ------------------------------------------------------------ guard */
+
+static void guard_setup(void)
+{
+	if (guard != NULL)
+		return;
+	guard = mmap(NULL, GUARD_SLOTS * sizeof(*guard),
+		     PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(guard, MAP_FAILED);
+	memset(guard, 0, GUARD_SLOTS * sizeof(*guard));
+}
+
+static void guard_teardown(void)
+{
+	if (guard == NULL)
+		return;
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		struct guard_slot *g = &guard[i];
+
+		if (!g->used)
+			continue;
+		if (g->pid > 0 && is_carmyd(g->pid)) {
+			kill(g->pid, SIGKILL);
+			waitpid(g->pid, NULL, WNOHANG);	/* ours without fork */
+		}
+		remove_leftovers(&g->proc);
+		g->used = 0;
+	}
+}
+
+void e2e_guard(TCase *tc)
+{
+	tcase_add_unchecked_fixture(tc, guard_setup, guard_teardown);
+}
+
+/* ------------------------------------------------------------ carmyd */
+
+void e2e_start(struct carmyd_proc *d, const char *const *extra)
+{
+	struct guard_slot *g = NULL;
+
+	ck_assert_msg(guard != NULL, "call e2e_guard() on the test case");
+	for (int i = 0; i < GUARD_SLOTS && g == NULL; i++)
+		if (__atomic_exchange_n(&guard[i].used, 1, __ATOMIC_ACQ_REL) == 0)
+			g = &guard[i];
+	ck_assert_ptr_nonnull(g);
+	g->pid = 0;
+	fflush(NULL);	/* harness_start forks */
+	if (harness_start(d, extra) != 0) {
+		g->used = 0;
+		ck_abort_msg("carmyd did not start");
+	}
+	g->proc = *d;
+	g->pid = d->pid;
+}
+
+void e2e_stop(struct carmyd_proc *d)
+{
+	struct guard_slot *g = slot_of(d);
+	bool was_running = d->pid > 0;
+	int st = harness_stop(d);
+
+	remove_leftovers(d);
+	if (g != NULL) {
+		g->pid = 0;
+		g->used = 0;
+	}
+	if (was_running)
+		ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "carmyd did not exit cleanly on SIGTERM "
+			      "(wait status %#x): it died before", st);
+}
+
+void e2e_kill9(struct carmyd_proc *d)
+{
+	struct guard_slot *g = slot_of(d);
+
+	harness_kill9(d);
+	if (g != NULL)
+		g->pid = 0;
+}
+
+void e2e_restart(struct carmyd_proc *d, const char *const *extra)
+{
+	struct guard_slot *g = slot_of(d);
+
+	fflush(NULL);
+	ck_assert_msg(harness_restart(d, extra) == 0,
+		      "carmyd did not start again on its old segment");
+	if (g != NULL)
+		g->pid = d->pid;
+}
+
+bool e2e_alive(const struct carmyd_proc *d)
+{
+	siginfo_t si;
+
+	if (d->pid <= 0 || kill(d->pid, 0) != 0)
+		return false;
+	/* A zombie still answers kill(pid, 0): ask waitid without reaping. */
+	memset(&si, 0, sizeof(si));
+	if (waitid(P_PID, (id_t)d->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+		return false;
+	return si.si_pid == 0;
+}
+
+carmy_t *e2e_connect(const struct carmyd_proc *d)
+{
+	carmy_t *c = NULL;
+	int rc = carmy_connect(&c, d->socket);
+
+	ck_assert_msg(rc == 0, "carmy_connect: %s", carmy_errname(rc));
+	return c;
+}
+
+/* ------------------------------------------------------------ checks */
+
+bool e2e_exec_id_valid(const char *id)
+{
+	if (strlen(id) != CARMY_EXECUTION_ID_LEN || strncmp(id, "exec_", 5))
+		return false;
+	for (int i = 5; i < CARMY_EXECUTION_ID_LEN; i++)
+		if (!((id[i] >= '0' && id[i] <= '9') ||
+		      (id[i] >= 'a' && id[i] <= 'f')))
+			return false;
+	return true;
+}
+
+void e2e_exec_bytes(const char *id, uint8_t out[SHM_EXEC_LEN])
+{
+	for (int i = 0; i < SHM_EXEC_LEN; i++) {
+		unsigned v;
+
+		ck_assert(sscanf(id + 5 + 2 * i, "%2x", &v) == 1);
+		out[i] = (uint8_t)v;
+	}
+}
+
+void e2e_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs("# ", stdout);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	fputc('\n', stdout);
+	fflush(stdout);
+}
+
+double e2e_ms_since(uint64_t t0_ns)
+{
+	return (double)(harness_now_ns() - t0_ns) / 1e6;
+}
+
+int e2e_poll_begin(carmy_t *c, const struct carmy_call *call,
+		   struct carmy_reservation *r, int want_rc, int want_state,
+		   int timeout_ms, uint64_t *seen_ns)
+{
+	uint64_t deadline = harness_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	unsigned us = 10;
+	int rc;
+
+	for (;;) {
+		uint64_t now;
+
+		rc = carmy_begin(c, call, r);
+		now = harness_now_ns();
+		if (seen_ns != NULL)
+			*seen_ns = now;
+		if (rc == CARMY_RESERVED)
+			return rc;
+		if (rc == want_rc && (want_state < 0 || r->state == want_state))
+			return rc;
+		if (now > deadline)
+			return rc;
+		backoff(&us);
+	}
+}
+
+int e2e_read_full(int fd, void *buf, size_t n, int timeout_ms)
+{
+	uint64_t deadline = harness_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	uint8_t *p = buf;
+
+	while (n > 0) {
+		int64_t left = (int64_t)(deadline - harness_now_ns()) / 1000000;
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t got;
+		int pr;
+
+		if (left < 0)
+			return -1;
+		pr = poll(&pfd, 1, (int)left);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			return -1;
+		got = read(fd, p, n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -1;
+		p += got;
+		n -= (size_t)got;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ clients */
+
+static void child_main(int rd, int wr, const char *socket,
+		       const struct carmy_call *call, enum e2e_end end)
+{
+	struct child_report rep;
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	carmy_t *c = NULL;
+	char b;
+
+	memset(&rep, 0, sizeof(rep));
+	rep.rc = carmy_connect(&c, socket);
+	if (rep.rc == 0)
+		rep.rc = carmy_begin(c, call, &r);
+	memcpy(rep.exec, r.execution_id, sizeof(rep.exec));
+	if (write(wr, &rep, sizeof(rep)) != (ssize_t)sizeof(rep) ||
+	    rep.rc != CARMY_RESERVED)
+		_exit(1);
+	switch (end) {
+	case E2E_HOLD:
+		break;
+	case E2E_CLOSE:
+		rep.end_ns = harness_now_ns();
+		carmy_close(c);
+		if (write(wr, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
+			_exit(1);
+		break;
+	case E2E_EXIT:
+		rep.end_ns = harness_now_ns();
+		if (write(wr, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
+			_exit(1);
+		exit(0);	/* the normal way out, handle still open */
+	}
+	/* Wait for the parent: EOF on rd (or SIGKILL). */
+	while (read(rd, &b, 1) > 0)
+		;
+	_exit(0);
+}
+
+void e2e_child_reserve(struct e2e_child *ch, const char *socket,
+		       const struct carmy_call *call, enum e2e_end end)
+{
+	struct child_report rep;
+	int down[2], up[2];
+
+	memset(ch, 0, sizeof(*ch));
+	ck_assert_int_eq(pipe2(down, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(up, O_CLOEXEC), 0);
+	fflush(NULL);
+	ch->pid = fork();
+	ck_assert_int_ge(ch->pid, 0);
+	if (ch->pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		child_main(down[0], up[1], socket, call, end);
+		_exit(1);
+	}
+	close(down[0]);
+	close(up[1]);
+	ch->to_child = down[1];
+	ch->from_child = up[0];
+	ck_assert_msg(e2e_read_full(ch->from_child, &rep, sizeof(rep), 10000) == 0,
+		      "the child did not report its reservation");
+	ck_assert_msg(rep.rc == CARMY_RESERVED, "child's begin: %s",
+		      carmy_errname(rep.rc));
+	ck_assert(e2e_exec_id_valid(rep.exec));
+	memcpy(ch->exec, rep.exec, sizeof(ch->exec));
+	if (end == E2E_HOLD)
+		return;
+	ck_assert_msg(e2e_read_full(ch->from_child, &rep, sizeof(rep), 10000) == 0,
+		      "the child did not report letting go");
+	ch->end_ns = rep.end_ns;
+}
+
+void e2e_child_reap(struct e2e_child *ch)
+{
+	if (ch->pid > 0) {
+		kill(ch->pid, SIGKILL);
+		waitpid(ch->pid, NULL, 0);
+		ch->pid = 0;
+	}
+	if (ch->to_child > 0)
+		close(ch->to_child);
+	if (ch->from_child > 0)
+		close(ch->from_child);
+	ch->to_child = ch->from_child = -1;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* The guard slot of the carmyd started as d (same socket path). */
+static struct guard_slot *slot_of(const struct carmyd_proc *d)
+{
+	for (int i = 0; guard != NULL && i < GUARD_SLOTS; i++)
+		if (guard[i].used && strcmp(guard[i].proc.socket, d->socket) == 0)
+			return &guard[i];
+	return NULL;
+}
+
+/* Is pid still a carmyd? (It may have died and its pid been reused.) */
+static bool is_carmyd(pid_t pid)
+{
+	char path[64], cmd[256];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, cmd, sizeof(cmd) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	cmd[n] = '\0';
+	return strstr(cmd, "carmyd") != NULL;
+}
+
+static void remove_leftovers(const struct carmyd_proc *d)
+{
+	char path[200];
+
+	snprintf(path, sizeof(path), "%s.lock", d->socket);
+	unlink(path);
+	unlink(d->socket);
+	rmdir(d->dir);
+	if (d->segment[0] != '\0')
+		shm_unlink(d->segment);
+}
+
+static void backoff(unsigned *us)
+{
+	struct timespec ts = { 0, (long)*us * 1000 };
+
+	nanosleep(&ts, NULL);
+	if (*us < 1000)
+		*us *= 2;
+}
