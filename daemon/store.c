@@ -64,11 +64,21 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	if (rc != 0)
 		return rc;
 	recover(s);
+	/* From here until we exit, however we exit, clients can tell that
+	 * a carmyd stands behind the segment. */
+	rc = shm_hold_alive(&s->view);
+	if (rc != 0) {
+		log_error("cannot take the segment's liveness lock: %s",
+			  strerror(-rc));
+		return rc;
+	}
 	return 0;
 }
 
 void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 {
+	if (s->view.base != NULL)
+		shm_let_go_alive(&s->view);
 	shm_unmap(&s->view);
 	if (s->fd >= 0)
 		close(s->fd);

@@ -225,6 +225,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				return rc;
 			continue;
 		case SHM_OUT_BUSY:
+		case SHM_OUT_NODAEMON:
 			return CARMY_EUNAVAILABLE;
 		case SHM_OUT_DEAD:
 			uatomic_set(&c->dead, 1);

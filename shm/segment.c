@@ -45,6 +45,8 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_ident),
 		offsetof(struct shm_header, sh_tombs),
 		offsetof(struct shm_header, sh_move_seq),
+		offsetof(struct shm_header, sh_alive),
+		sizeof(pthread_mutex_t),
 		CARMY_ID_MAX,
 		SHM_OWNER_MIN,
 		shm_word(SHM_BLOCKED, 1, 1, 1),	/* bucket word packing */
@@ -204,4 +206,31 @@ void shm_unmap(struct shm_view *v)
 	if (v->base != NULL)
 		munmap(v->base, v->mapped);
 	v->base = NULL;
+}
+
+/*
+ * Take sh_alive for the calling thread, for as long as it lives (carmyd's
+ * main thread). Re-initialised first: a previous holder may have died with
+ * it, leaving FUTEX_OWNER_DIED behind. Returns 0 or a -errno.
+ */
+int shm_hold_alive(const struct shm_view *v)
+{
+	pthread_mutex_t *m = &shm_header(v)->sh_alive;
+	pthread_mutexattr_t a;
+	int rc;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	rc = pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+	if (rc == 0)
+		rc = pthread_mutex_lock(m);
+	return -rc;
+}
+
+/* On a clean exit: let go of sh_alive (clients then see no carmyd). */
+void shm_let_go_alive(const struct shm_view *v)
+{
+	pthread_mutex_unlock(&shm_header(v)->sh_alive);
 }

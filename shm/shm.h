@@ -29,6 +29,8 @@
 #ifndef CARMY_SHM_H
 #define CARMY_SHM_H
 
+#include <linux/futex.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,8 +138,26 @@ struct shm_header {
 	uint32_t sh_tombs;	/* tombstones made since carmyd's last reclaim */
 	/* ---- odd while carmyd moves finished entries (a seqlock) ---- */
 	uint32_t sh_move_seq;
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 112];
+	/* ---- held by carmyd for as long as it lives ---- */
+	pthread_mutex_t sh_alive;	/* robust: the kernel marks it if carmyd dies */
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 112 - sizeof(pthread_mutex_t)];
 };
+
+/*
+ * Is carmyd alive? It holds sh_alive, a process-shared robust mutex, from
+ * start to exit. The mutex's futex word holds the owner's thread id, and
+ * when the owner dies however it dies the kernel sets FUTEX_OWNER_DIED in
+ * it: a fact read with one load, no system call and no timer. A clean exit
+ * unlocks it (word 0). Used before reserving, so that a client never starts
+ * a tool that no carmyd could record.
+ */
+static inline bool shm_daemon_alive(const struct shm_header *h)
+{
+	uint32_t w = __atomic_load_n((const uint32_t *)&h->sh_alive.__data.__lock,
+				     __ATOMIC_ACQUIRE);
+
+	return (w & FUTEX_TID_MASK) != 0 && (w & FUTEX_OWNER_DIED) == 0;
+}
 
 /* One entry record: identity, fingerprint, execution id and, once
  * completed, the result's status and length (the bytes are in the entry's
@@ -202,6 +222,7 @@ enum shm_outcome {
 	SHM_OUT_NOFREE,		/* tickets left, but tombstones fill the index */
 	SHM_OUT_BUSY,		/* carmyd held a bucket BLOCKED for too long */
 	SHM_OUT_DEAD,		/* carmyd swept our owner id: we are disconnected */
+	SHM_OUT_NODAEMON,	/* no carmyd holds the segment: nothing reserved */
 };
 
 struct shm_found {
@@ -245,6 +266,8 @@ int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo);
 int shm_view_init(struct shm_view *v, void *base, size_t mapped);
 int shm_map(const char *name, bool writable, struct shm_view *v);
 void shm_unmap(struct shm_view *v);
+int shm_hold_alive(const struct shm_view *v);
+void shm_let_go_alive(const struct shm_view *v);
 
 static inline struct shm_header *shm_header(const struct shm_view *v)
 {

@@ -127,6 +127,10 @@ restart:
 			uint64_t nw;
 
 			if (ticket == UINT32_MAX) {
+				/* Absent: it would run now. Not without a
+				 * carmyd to record it (replays need none). */
+				if (!shm_daemon_alive(shm_header(v)))
+					return SHM_OUT_NODAEMON;
 				ticket = ticket_claim(v, c);
 				if (ticket == UINT32_MAX)
 					return SHM_OUT_FULL;

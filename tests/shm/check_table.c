@@ -29,6 +29,7 @@ static void setup_cap(uint32_t capacity, uint32_t max_result)
 	memset(mem, 0, geo.size);
 	shm_format(mem, &geo, 0x1234, 1);
 	ck_assert_int_eq(shm_view_init(&view, mem, geo.size), 0);
+	ck_assert_int_eq(shm_hold_alive(&view), 0);	/* we play carmyd */
 }
 
 static void setup(void)
@@ -38,6 +39,7 @@ static void setup(void)
 
 static void teardown(void)
 {
+	shm_let_go_alive(&view);
 	free(mem);
 	mem = NULL;
 }
@@ -206,6 +208,27 @@ START_TEST(test_capacity_is_exact_and_release_frees_room)
 	ck_assert_int_eq(shm_release(&view, f[3].entry, OWNER_A), 0);
 	ck_assert_int_eq(reserve("id3", OWNER_B, 1, &g), SHM_OUT_RESERVED);
 	ck_assert_int_eq(reserve("one-too-many", OWNER_A, 1, &g), SHM_OUT_FULL);
+}
+END_TEST
+
+START_TEST(test_no_carmyd_reserves_nothing_but_replays)
+{
+	struct shm_found f;
+
+	ck_assert_int_eq(reserve("done", OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, f.exec,
+					   CARMY_STATUS_COMPLETED, 0, "r", 1, 1),
+			 0);
+	/* carmyd exits: a new identity would run with nobody to record it. */
+	shm_let_go_alive(&view);
+	ck_assert(!shm_daemon_alive(shm_header(&view)));
+	ck_assert_int_eq(reserve("new", OWNER_A, 1, &f), SHM_OUT_NODAEMON);
+	for (uint32_t e = 0; e < view.geo.capacity; e++)
+		ck_assert_uint_ne(view.tickets[e], OWNER_A);
+	ck_assert_int_eq(reserve("done", OWNER_B, 1, &f), SHM_OUT_FOUND);
+	ck_assert_uint_eq(f.state, SHM_COMPLETED);
+	ck_assert_int_eq(shm_hold_alive(&view), 0);
+	ck_assert(shm_daemon_alive(shm_header(&view)));
 }
 END_TEST
 
@@ -520,6 +543,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_reserve_then_same_identity_is_found_running);
 	tcase_add_test(tc, test_complete_then_replay_reads_result);
 	tcase_add_test(tc, test_capacity_is_exact_and_release_frees_room);
+	tcase_add_test(tc, test_no_carmyd_reserves_nothing_but_replays);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
