@@ -77,8 +77,10 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 {
-	if (s->view.base != NULL)
-		shm_let_go_alive(&s->view);
+	/* sh_alive is not unlocked: a client may have written over it, and
+	 * unlocking a scribbled robust mutex makes glibc follow its list
+	 * pointers. Exiting with it held is enough: the kernel marks it
+	 * OWNER_DIED, which clients read as "no carmyd". */
 	shm_unmap(&s->view);
 	if (s->fd >= 0)
 		close(s->fd);

@@ -229,7 +229,7 @@ int shm_hold_alive(const struct shm_view *v)
 	return -rc;
 }
 
-/* On a clean exit: let go of sh_alive (clients then see no carmyd). */
+/* Let go of sh_alive (tests playing carmyd; carmyd itself never does). */
 void shm_let_go_alive(const struct shm_view *v)
 {
 	pthread_mutex_unlock(&shm_header(v)->sh_alive);

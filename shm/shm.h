@@ -146,10 +146,11 @@ struct shm_header {
 /*
  * Is carmyd alive? It holds sh_alive, a process-shared robust mutex, from
  * start to exit. The mutex's futex word holds the owner's thread id, and
- * when the owner dies however it dies the kernel sets FUTEX_OWNER_DIED in
- * it: a fact read with one load, no system call and no timer. A clean exit
- * unlocks it (word 0). Used before reserving, so that a client never starts
- * a tool that no carmyd could record.
+ * when the owner dies however it dies (a clean exit included: carmyd never
+ * unlocks it) the kernel sets FUTEX_OWNER_DIED in it: a fact read with one
+ * load, no system call and no timer. Used before reserving, so that a
+ * client never starts a tool that no carmyd could record. The futex word is
+ * glibc's __data.__lock; its TID and OWNER_DIED bits are the kernel's ABI.
  */
 static inline bool shm_daemon_alive(const struct shm_header *h)
 {
