@@ -173,7 +173,9 @@ START_TEST(test_complete_then_replay_reads_result)
 	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_B, f.exec,
 					   CARMY_STATUS_COMPLETED, 0, "x", 1, 5),
 			 CARMY_ENOT_OWNER);
-	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, g.exec,
+	uint8_t wrong[SHM_EXEC_LEN] = { 0 };
+
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, wrong,
 					   CARMY_STATUS_COMPLETED, 0, "x", 1, 5),
 			 CARMY_ENOT_RESERVED);
 	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, f.exec,
