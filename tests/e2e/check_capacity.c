@@ -76,7 +76,7 @@ static void expect_entries_answer(char exec[CAP][CARMY_EXECUTION_ID_LEN + 1],
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 
 	for (int i = 0; i < CAP; i++) {
-		char rid[32], want[8];
+		char rid[32], want[16];
 		struct carmy_call call = call_n(rid, sizeof(rid), "e", i);
 		int rc = carmy_begin(c, &call, &r);
 
@@ -145,7 +145,7 @@ START_TEST(test_capacity_plus_one_is_refused_and_nothing_is_evicted)
 		ck_assert_int_eq(begin_n("e", i, &r[i]), CARMY_RESERVED);
 		strcpy(exec[i], r[i].execution_id);
 		if (i < 4) {
-			char res[8];
+			char res[16];
 
 			snprintf(res, sizeof(res), "r%d", i);
 			ck_assert_int_eq(carmy_complete(c, &r[i],

@@ -409,7 +409,7 @@ START_TEST(test_new_identity_is_reserved_with_a_fresh_execution_id)
 	carmy_t *c2 = e2e_connect(&d);
 
 	for (int i = 0; i < CAP; i++) {
-		char rid[16];
+		char rid[32];
 		struct carmy_call call;
 
 		snprintf(rid, sizeof(rid), "new-%d", i);
@@ -644,7 +644,7 @@ static void churn(int n)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 
 	for (int i = 0; i < n; i++) {
-		char rid[16];
+		char rid[32];
 		struct carmy_call x;
 
 		snprintf(rid, sizeof(rid), "churn-%d", i);

@@ -201,7 +201,7 @@ START_TEST(test_all_reservations_of_a_dead_owner_turn_uncertain)
 		int ok = carmy_connect(&h, d.socket) == 0;
 
 		for (int i = 0; ok && i < 32; i++) {
-			char rid[16];
+			char rid[32];
 			struct carmy_call call;
 
 			snprintf(rid, sizeof(rid), "many-%d", i);
@@ -220,7 +220,7 @@ START_TEST(test_all_reservations_of_a_dead_owner_turn_uncertain)
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	for (int i = 0; i < 32; i++) {
-		char rid[16];
+		char rid[32];
 		struct carmy_call call;
 
 		snprintf(rid, sizeof(rid), "many-%d", i);

@@ -39,7 +39,7 @@ static void teardown(void)
 }
 
 struct done {
-	char rid[16];
+	char rid[32];
 	int status;
 	char exec[CARMY_EXECUTION_ID_LEN + 1];
 	uint8_t result[256];

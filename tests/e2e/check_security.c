@@ -817,7 +817,7 @@ static bool poke(void)
 		return false;
 	}
 	for (int i = 0; i < 8; i++) {
-		char rid[16];
+		char rid[32];
 		struct carmy_call call;
 
 		snprintf(rid, sizeof(rid), "poke-%d", i);

@@ -203,7 +203,7 @@ END_TEST
 START_TEST(test_capacity_is_exact_and_release_frees_room)
 {
 	struct shm_found f[17], g;
-	char rid[16];
+	char rid[32];
 
 	for (int i = 0; i < 16; i++) {
 		snprintf(rid, sizeof(rid), "id%d", i);
@@ -286,7 +286,7 @@ END_TEST
 START_TEST(test_reclaim_keeps_entries_reachable)
 {
 	struct shm_found f[64], g;
-	char rid[16];
+	char rid[32];
 	uint32_t tombs = 0, n;
 
 	teardown();
@@ -323,7 +323,7 @@ END_TEST
 START_TEST(test_index_full_of_tombstones_is_reclaimed)
 {
 	struct shm_found f;
-	char rid[16];
+	char rid[32];
 	int i;
 
 	teardown();
@@ -350,14 +350,14 @@ START_TEST(test_index_full_of_tombstones_is_reclaimed)
 END_TEST
 
 /* Find n request ids whose identities share one home bucket. */
-static void colliding(char ids[][16], int n)
+static void colliding(char ids[][32], int n)
 {
 	struct shm_key k;
 	uint32_t home = UINT32_MAX;
 	int got = 0;
 
 	for (int i = 0; got < n; i++) {
-		char rid[16];
+		char rid[32];
 
 		snprintf(rid, sizeof(rid), "c%d", i);
 		key(&k, rid);
@@ -370,7 +370,7 @@ static void colliding(char ids[][16], int n)
 
 START_TEST(test_running_entry_moves_home_and_can_still_be_released)
 {
-	char ids[3][16];
+	char ids[3][32];
 	struct shm_found f[3], g;
 	uint32_t b;
 	uint64_t w;
@@ -399,7 +399,7 @@ END_TEST
 
 START_TEST(test_finished_entry_moves_home_so_tombstones_go)
 {
-	char ids[3][16];
+	char ids[3][32];
 	struct shm_found f[3], g;
 	struct shm_result r;
 
@@ -427,7 +427,7 @@ END_TEST
 
 START_TEST(test_move_cut_short_by_a_crash_is_repaired)
 {
-	char ids[2][16];
+	char ids[2][32];
 	struct shm_found f[2], g;
 	uint64_t w;
 
