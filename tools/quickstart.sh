@@ -5,23 +5,41 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tools/deps.sh
-if [ ! -x daemon/carmyd ] || [ ! -x tools/carmy-run ]; then
-	autoreconf -fi >/dev/null 2>&1
-	./configure >/dev/null
+# Out of tree, in _build/, so that .ci/run (which builds under _ci/) works
+# on the same checkout afterwards.
+if [ -f config.status ]; then
+	b=.	# already configured in place by hand: use that build
+else
+	b=_build
+	if [ ! -f _build/config.status ]; then
+		autoreconf -fi >/dev/null 2>&1
+		mkdir -p _build
+		(cd _build && ../configure >/dev/null)
+	fi
 fi
-make -j"$(nproc)" >/dev/null
+make -C "$b" -j"$(nproc)" >/dev/null
 
-run=tools/carmy-run
+run=$b/tools/carmy-run
+carmyd=$b/daemon/carmyd
 say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 show() { printf '$ %s\n' "$*"; "$@" || printf '(exit %d)\n' "$?"; }
 
-say "Starting carmyd on its defaults (it returns once clients can connect)"
-started=0
-if daemon/carmyd; then started=1; else echo "(carmyd is already running: using it)"; fi
+say "Starting carmyd on its defaults (it prints its ready line once clients can connect)"
+tmp=$(mktemp -d /tmp/carmy-quickstart.XXXXXX)
+mkfifo "$tmp/carmyd.out"
+$carmyd --foreground > "$tmp/carmyd.out" &
+carmyd_pid=$!
+if line=$(timeout 30 head -n 1 "$tmp/carmyd.out") && [ -n "$line" ]; then
+	echo "$line"
+else
+	echo "(carmyd did not start, see above: using the one already running)"
+	carmyd_pid=
+fi
 cleanup() {
 	[ -n "${slow:-}" ] && kill -9 "$slow" 2>/dev/null || true
-	[ "$started" = 1 ] && pkill -TERM -x carmyd 2>/dev/null || true
-	rm -rf "${tmp:-}"
+	[ -n "${carmyd_pid:-}" ] && kill -TERM "$carmyd_pid" 2>/dev/null &&
+		wait "$carmyd_pid" 2>/dev/null || true
+	rm -rf "$tmp"
 }
 trap cleanup EXIT
 
@@ -41,7 +59,6 @@ show $run "${who[@]}" --request-id "$id" --tool create_order --json -- \
 	sh -c 'echo different'
 
 say "4. Same identity while it is still running: EXECUTION_UNCERTAIN"
-tmp=$(mktemp -d /tmp/carmy-quickstart.XXXXXX)
 mkfifo "$tmp/ready" "$tmp/gate"
 slow_cmd=(sh -c "echo started > $tmp/ready; exec cat $tmp/gate")
 $run "${who[@]}" --request-id "$id-slow" --tool slow -- "${slow_cmd[@]}" &
@@ -57,4 +74,4 @@ for _ in $(seq 1 500); do	# carmyd reacts within milliseconds
 done
 printf '$ %s --request-id %s-slow --tool slow --json -- ...\n%s\n' "$run" "$id" "$out"
 
-say "Done. carmyd is stopped on exit; start it again with daemon/carmyd."
+say "Done. carmyd stops now; its table stays in /dev/shm for the next start ($carmyd)."
