@@ -46,6 +46,7 @@ struct store {
 	uint32_t owner_base;
 	uint32_t epoch;
 	uint32_t ticks;
+	uint64_t last_reclaim_ns;
 };
 int store_open(struct store *s, const struct carmyd_config *cfg);
 void store_close(struct store *s, const struct carmyd_config *cfg,

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -63,6 +64,13 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	}
 	if (rc != 0)
 		return rc;
+	/* One carmyd per segment, whatever sockets they serve: two would
+	 * sweep each other's clients and race each other's compaction. */
+	if (flock(s->fd, LOCK_EX | LOCK_NB) != 0) {
+		log_error("another carmyd is already using segment %s",
+			  cfg->shm_name);
+		return -EBUSY;
+	}
 	recover(s);
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
@@ -116,7 +124,8 @@ void store_check(struct store *s)
 	if (rc == 0 && memcmp(&geo, &s->view.geo, sizeof(geo)) == 0 &&
 	    h->sh_seed == s->view.seed && h->sh_epoch == s->epoch &&
 	    h->sh_owner_base == s->owner_base &&
-	    h->sh_next_owner == s->next_owner)
+	    h->sh_next_owner == s->next_owner &&
+	    h->sh_move_seq == s->view.move_seq)
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));
@@ -126,6 +135,7 @@ void store_check(struct store *s)
 	uatomic_set(&h->sh_next_owner, s->next_owner);
 	uatomic_set(&h->sh_daemon_pid, (uint32_t)getpid());
 	uatomic_set(&h->sh_epoch, s->epoch);
+	uatomic_set(&h->sh_move_seq, s->view.move_seq);
 }
 
 /* Settle every ticket held by an owner that is not connected. */
@@ -145,6 +155,17 @@ void store_sweep_dead(struct store *s, const char *why)
  * in sh_tombs; we take off what we saw before the pass. */
 uint32_t store_reclaim(struct store *s)
 {
+	struct timespec ts;
+	uint64_t now;
+
+	/* A RECLAIM request costs a scan of the index: at most one per
+	 * millisecond, however many clients ask. */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (now - s->last_reclaim_ns < 1000000)
+		return 0;
+	s->last_reclaim_ns = now;
+
 	uint32_t *hint = &shm_header(&s->view)->sh_tombs;
 	uint32_t seen = uatomic_read(hint);
 	uint32_t n = shm_reclaim(&s->view);

@@ -27,12 +27,14 @@
 	})
 #define shm_add_return(p, v)	__atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
 #define shm_rmb()		__atomic_thread_fence(__ATOMIC_ACQUIRE)
+#define shm_mb()		__atomic_thread_fence(__ATOMIC_SEQ_CST)
 #else
 #define shm_load(p)		uatomic_read(p)
 #define shm_store(p, v)		uatomic_set((p), (v))
 #define shm_cas(p, old, new)	uatomic_cmpxchg((p), (old), (new))
 #define shm_add_return(p, v)	uatomic_add_return((p), (v))
 #define shm_rmb()		cmm_smp_rmb()
+#define shm_mb()		cmm_smp_mb()
 #endif
 
 #define shm_cpu_relax()		caa_cpu_relax()

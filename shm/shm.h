@@ -206,6 +206,7 @@ struct shm_view {
 	uint64_t *buckets;
 	struct shm_entry *entries;
 	uint8_t *results;
+	uint32_t move_seq;	/* carmyd's own copy of sh_move_seq */
 };
 
 /* An identity ready for lookup: its three parts and its hash. */
@@ -312,9 +313,9 @@ void shm_sweep_ticket(const struct shm_view *v, uint32_t entry,
 		      uint32_t owner, struct shm_sweep_stats *st);
 void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
 	       void *arg, struct shm_sweep_stats *st);
-uint32_t shm_reclaim(const struct shm_view *v);
+uint32_t shm_reclaim(struct shm_view *v);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
-void shm_repair_moves(const struct shm_view *v);
+void shm_repair_moves(struct shm_view *v);
 
 #endif /* CARMY_SHM_H */

@@ -15,10 +15,11 @@
 
 static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 			 uint64_t *w);
-static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
-				uint32_t f);
-static uint32_t reclaim_without_free(const struct shm_view *v);
-static void compact(const struct shm_view *v);
+static uint32_t reclaim_cluster(struct shm_view *v, uint32_t s, uint32_t f);
+static uint32_t reclaim_without_free(struct shm_view *v);
+static void compact(struct shm_view *v);
+static void seq_open(struct shm_view *v);
+static void seq_close(struct shm_view *v);
 
 /*
  * Record the result of entry e for owner, which must hold its ticket and
@@ -135,7 +136,7 @@ void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
  * crossed by nobody. An entry whose home cannot be computed (scribbled
  * identity) counts as crossing its whole cluster. Returns the number freed.
  */
-uint32_t shm_reclaim(const struct shm_view *v)
+uint32_t shm_reclaim(struct shm_view *v)
 {
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
 	uint32_t z, i, seen, freed = 0;
@@ -170,8 +171,7 @@ uint32_t shm_reclaim(const struct shm_view *v)
 }
 
 /* Free the uncrossed tombstones of the cluster [s, f); f is FREE. */
-static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
-				uint32_t f)
+static uint32_t reclaim_cluster(struct shm_view *v, uint32_t s, uint32_t f)
 {
 	const uint32_t mask = v->geo.nbuckets - 1;
 	const uint32_t len = (f - s) & mask;
@@ -183,6 +183,7 @@ static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
 	blocked = shm_next(wf, SHM_BLOCKED);
 	if (shm_cas(&v->buckets[f], wf, blocked) != wf)
 		return 0;
+	seq_open(v);
 	for (uint32_t k = len; k-- > 0;) {
 		uint32_t b = (s + k) & mask, home;
 		uint64_t w = shm_load(&v->buckets[b]);
@@ -204,6 +205,7 @@ static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
 				lowest = rel;
 		}
 	}
+	seq_close(v);
 	shm_store(&v->buckets[f], shm_next(blocked, SHM_FREE));
 	return freed;
 }
@@ -214,9 +216,12 @@ static uint32_t reclaim_cluster(const struct shm_view *v, uint32_t s,
  * crosses; with a FREE bucket back in the ring, the next shm_reclaim() does
  * the rest the usual way. Worst case O(n x live), only in this corner.
  */
-static uint32_t reclaim_without_free(const struct shm_view *v)
+static uint32_t reclaim_without_free(struct shm_view *v)
 {
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
+	uint32_t freed = 0;
+
+	seq_open(v);
 
 	for (uint32_t t = 0; t < n; t++) {
 		uint64_t wt = shm_load(&v->buckets[t]);
@@ -239,10 +244,13 @@ static uint32_t reclaim_without_free(const struct shm_view *v)
 					  ((t - home) & mask) < ((p - home) & mask);
 		}
 		if (!crossed &&
-		    shm_cas(&v->buckets[t], wt, shm_next(wt, SHM_FREE)) == wt)
-			return 1;
+		    shm_cas(&v->buckets[t], wt, shm_next(wt, SHM_FREE)) == wt) {
+			freed = 1;
+			break;
+		}
 	}
-	return 0;
+	seq_close(v);
+	return freed;
 }
 
 /*
@@ -262,10 +270,9 @@ static uint32_t reclaim_without_free(const struct shm_view *v)
  * it through the old bucket mid-move, the old bucket's CAS fails and the
  * new copy is dropped.
  */
-static void compact(const struct shm_view *v)
+static void compact(struct shm_view *v)
 {
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
-	uint32_t *seq = &shm_header(v)->sh_move_seq;
 	unsigned batch = 0;
 
 	for (uint32_t p = 0; p < n; p++) {
@@ -285,23 +292,48 @@ static void compact(const struct shm_view *v)
 		if (t == p || SHM_W_STATE(wt) != SHM_TOMB)
 			continue;	/* nowhere earlier to go (or scribbled) */
 		if (batch++ == 0)
-			shm_add_return(seq, 1);	/* odd: moving */
+			seq_open(v);
 		nw = shm_word(st, SHM_W_VER(wt) + 1, SHM_W_TAG(w), e);
 		if (shm_cas(&v->buckets[t], wt, nw) != wt)
 			continue;
-		shm_store(&shm_entry_at(v, e)->en_bucket, t);
-		if (shm_cas(&v->buckets[p], w, shm_next(w, SHM_TOMB)) != w) {
-			/* A RUNNING entry's owner released it (through p)
-			 * meanwhile: drop the copy; the release stands. */
+		/* en_bucket moves only if it still names p: if the owner
+		 * released meanwhile and the ticket went to a new claimer,
+		 * en_bucket is the new entry's, and must not be touched. */
+		if (shm_cas(&shm_entry_at(v, e)->en_bucket, p, t) != p ||
+		    shm_cas(&v->buckets[p], w, shm_next(w, SHM_TOMB)) != w) {
+			/* Released through p meanwhile: drop the copy; the
+			 * release stands. */
+			shm_cas(&shm_entry_at(v, e)->en_bucket, t, p);
 			shm_cas(&v->buckets[t], nw, shm_next(nw, SHM_TOMB));
 		}
 		if (batch == 32) {
-			shm_add_return(seq, 1);	/* even: let clients in */
+			seq_close(v);
 			batch = 0;
 		}
 	}
 	if (batch != 0)
-		shm_add_return(seq, 1);
+		seq_close(v);
+}
+
+/*
+ * sh_move_seq is carmyd's: it keeps the value privately and only ever
+ * stores it, so a client that scribbles on it cannot flip its parity for
+ * long (store_check puts it back). Odd while buckets are being moved or
+ * freed; the full barriers order it around those changes, so a client that
+ * read it even and unchanged before and after its probe saw none of them.
+ */
+static void seq_open(struct shm_view *v)
+{
+	v->move_seq |= 1;	/* odd */
+	shm_store(&shm_header(v)->sh_move_seq, v->move_seq);
+	shm_mb();
+}
+
+static void seq_close(struct shm_view *v)
+{
+	shm_mb();
+	v->move_seq = (v->move_seq | 1) + 1;	/* the next even */
+	shm_store(&shm_header(v)->sh_move_seq, v->move_seq);
 }
 
 /*
@@ -309,7 +341,7 @@ static void compact(const struct shm_view *v)
  * middle of (a live entry named by two buckets keeps the one its en_bucket
  * names), and make the move sequence even again.
  */
-void shm_repair_moves(const struct shm_view *v)
+void shm_repair_moves(struct shm_view *v)
 {
 	uint32_t *seq = &shm_header(v)->sh_move_seq;
 
@@ -328,8 +360,19 @@ void shm_repair_moves(const struct shm_view *v)
 		if (SHM_W_STATE(wo) == st && SHM_W_ENTRY(wo) == e)
 			shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB));
 	}
-	if (shm_load(seq) & 1)
-		shm_add_return(seq, 1);
+	/* A RUNNING bucket whose ticket is free was a copy dropped too late,
+	 * or a claim withdrawn too late: nobody holds it. */
+	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
+		uint64_t w = shm_load(&v->buckets[b]);
+		uint32_t e = SHM_W_ENTRY(w);
+
+		if (SHM_W_STATE(w) == SHM_RUNNING && e < v->geo.capacity &&
+		    shm_load(&v->tickets[e]) == SHM_TICKET_FREE)
+			shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB));
+	}
+	/* Start our private copy past whatever the header says, even. */
+	v->move_seq = (shm_load(seq) | 1) + 1;
+	shm_store(seq, v->move_seq);
 }
 
 /*

@@ -248,26 +248,41 @@ int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
 
 /*
  * Is entry still a RUNNING reservation of owner? Its bucket is found through
- * en_bucket, because carmyd's compaction may have moved it nearer home.
- * *bucket and *word get what was seen.
+ * en_bucket, because carmyd's compaction may have moved it nearer home; the
+ * two loads are made under an even, unchanged sh_move_seq so that a move
+ * between them cannot make a live reservation look gone. *bucket and *word
+ * get what was seen.
  */
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word)
 {
-	uint32_t b;
-	uint64_t w;
+	const uint32_t *seqp = &shm_header(v)->sh_move_seq;
 
 	*word = 0;
 	if (entry >= v->geo.capacity)
 		return false;
-	b = shm_load(&shm_entry_at(v, entry)->en_bucket);
-	if (b >= v->geo.nbuckets)
-		return false;
-	w = shm_load(&v->buckets[b]);
-	*bucket = b;
-	*word = w;
-	return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
-	       shm_load(&v->tickets[entry]) == owner;
+	for (unsigned spins = 0; spins < BUSY_SPINS; spins++) {
+		uint32_t seq = shm_load(seqp), b;
+		uint64_t w;
+
+		if (seq & 1) {
+			shm_cpu_relax();
+			continue;
+		}
+		shm_rmb();
+		b = shm_load(&shm_entry_at(v, entry)->en_bucket);
+		if (b >= v->geo.nbuckets)
+			return false;
+		w = shm_load(&v->buckets[b]);
+		shm_rmb();
+		if (shm_load(seqp) != seq)
+			continue;
+		*bucket = b;
+		*word = w;
+		return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
+		       shm_load(&v->tickets[entry]) == owner;
+	}
+	return false;
 }
 
 /*
@@ -275,23 +290,25 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
  * first (so no lookup finds the identity any more), then the ticket is freed.
  * If carmyd swept our owner meanwhile, its CAS on the bucket wins or ours
  * does; either way the result is consistent: UNCERTAIN (we report
- * CARMY_EDISCONNECTED) or TOMB (carmyd frees the ticket). If carmyd was
- * moving the bucket, our CAS wins on one of the two copies and carmyd's
- * compaction drops the other.
+ * CARMY_EDISCONNECTED) or TOMB (carmyd frees the ticket). If carmyd moved
+ * the bucket between our look and our CAS, we look again.
  * Returns 0, CARMY_ENOT_RESERVED or CARMY_EDISCONNECTED.
  */
 int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner)
 {
-	uint32_t b = 0;
-	uint64_t w;
+	for (;;) {
+		uint32_t b = 0;
+		uint64_t w;
 
-	if (!shm_owns(v, entry, owner, &b, &w)) {
-		if (SHM_W_STATE(w) == SHM_UNCERTAIN && SHM_W_ENTRY(w) == entry)
-			return CARMY_EDISCONNECTED;
-		return CARMY_ENOT_RESERVED;
+		if (!shm_owns(v, entry, owner, &b, &w)) {
+			if (SHM_W_STATE(w) == SHM_UNCERTAIN &&
+			    SHM_W_ENTRY(w) == entry)
+				return CARMY_EDISCONNECTED;
+			return CARMY_ENOT_RESERVED;
+		}
+		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w)
+			break;
 	}
-	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) != w)
-		return CARMY_EDISCONNECTED;
 	shm_cas(&v->tickets[entry], owner, SHM_TICKET_FREE);
 	/* Tell carmyd a tombstone is waiting (a hint: it never trusts it). */
 	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
