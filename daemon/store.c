@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -36,6 +38,7 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 static int attach_segment(struct store *s, const struct carmyd_config *cfg);
 static void recover(struct store *s);
 static bool dead_owner(uint32_t owner, void *arg);
+static bool pid_gone(uint32_t pid, void *arg);
 static uint64_t now_ns(void);
 
 int store_open(struct store *s, const struct carmyd_config *cfg)
@@ -141,14 +144,16 @@ void store_check(struct store *s)
 /* Settle every ticket held by an owner that is not connected. */
 void store_sweep_dead(struct store *s, const char *why)
 {
+	const struct shm_sweep_ops ops = { dead_owner, pid_gone, NULL };
 	struct shm_sweep_stats st = { 0 };
 
-	shm_sweep(&s->view, dead_owner, NULL, &st);
-	if (st.uncertain || st.freed || st.settled)
+	shm_sweep(&s->view, &ops, &st);
+	if (st.uncertain || st.freed || st.settled || st.orphaned)
 		log_info("%s: %u running entr%s now uncertain, %u unfinished "
-			 "claim%s given back, %u settled", why, st.uncertain,
+			 "claim%s given back, %u held until their process "
+			 "exits, %u settled", why, st.uncertain,
 			 st.uncertain == 1 ? "y" : "ies", st.freed,
-			 st.freed == 1 ? "" : "s", st.settled);
+			 st.freed == 1 ? "" : "s", st.orphaned, st.settled);
 }
 
 /* Free what tombstones can be freed. Clients count the tombstones they make
@@ -314,7 +319,7 @@ static void recover(struct store *s)
 	if (next < SHM_OWNER_MIN)
 		next = SHM_OWNER_MIN;
 	for (uint32_t e = 0; e < s->view.geo.capacity; e++) {
-		uint32_t t = uatomic_read(&s->view.tickets[e]);
+		uint32_t t = SHM_T_WHAT(uatomic_read(&s->view.tickets[e]));
 
 		if (t >= SHM_OWNER_MIN && t >= next && t < OWNER_WRAP)
 			next = t + 1;
@@ -336,6 +341,36 @@ static bool dead_owner(uint32_t owner, void *arg)
 {
 	(void)arg;
 	return !owners_alive(owner);
+}
+
+/*
+ * Has process pid exited, so that it can no longer write into an entry it
+ * claimed? A kernel fact: no such process, or a zombie (state Z or X in
+ * /proc/PID/stat, read after the last ')' since the name may hold any
+ * byte). A reused pid only makes us wait longer, never free too early.
+ */
+static bool pid_gone(uint32_t pid, void *arg)
+{
+	char path[32], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	(void)arg;
+	if (pid == 0 || pid > INT32_MAX)
+		return true;
+	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
 static uint64_t now_ns(void)

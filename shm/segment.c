@@ -49,6 +49,8 @@ uint64_t shm_layout_signature(void)
 		sizeof(pthread_mutex_t),
 		CARMY_ID_MAX,
 		SHM_OWNER_MIN,
+		SHM_TICKET_ORPHAN,
+		sizeof(uint64_t) * 2,	/* ticket words are 64-bit */
 		shm_word(SHM_BLOCKED, 1, 1, 1),	/* bucket word packing */
 		sizeof(uint64_t),
 	};
@@ -79,7 +81,7 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 	geo->result_stride = (uint32_t)ALIGN_UP((uint64_t)max_result, 64);
 	geo->tickets_off = SHM_HEADER_SIZE;
 	geo->buckets_off = ALIGN_UP(geo->tickets_off +
-				    (uint64_t)capacity * sizeof(uint32_t), 64);
+				    (uint64_t)capacity * sizeof(uint64_t), 64);
 	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
 				    4096);
 	geo->results_off = ALIGN_UP(geo->entries_off + (uint64_t)capacity *
@@ -162,7 +164,7 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
 	v->mapped = mapped;
 	v->geo = geo;
 	v->seed = ((const volatile struct shm_header *)base)->sh_seed;
-	v->tickets = (uint32_t *)(v->base + geo.tickets_off);
+	v->tickets = (uint64_t *)(v->base + geo.tickets_off);
 	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
 	v->entries = (struct shm_entry *)(v->base + geo.entries_off);
 	v->results = v->base + geo.results_off;

@@ -10,7 +10,7 @@
  * pointers):
  *
  *   header     struct shm_header, 256 bytes
- *   tickets    capacity x uint32_t        who holds each entry
+ *   tickets    capacity x uint64_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
  *   entries    capacity x struct shm_entry  identity, fingerprint, status
  *   results    capacity x result_stride   each entry's result area
@@ -46,18 +46,39 @@
 #define SHM_EXEC_LEN 16
 
 /*
- * Ticket words. One per entry; an entry is usable only while its ticket says
- * so. Values from SHM_OWNER_MIN up are owner ids (one per client connection,
- * assigned by carmyd, never reused within a segment's life).
+ * Ticket words, 64 bits. One per entry; an entry is usable only while its
+ * ticket says so. The low half says what; the high half is the pid of the
+ * process that claimed the entry, so that carmyd can tell when a claimer
+ * is really gone. Low values from SHM_OWNER_MIN up are owner ids (one per
+ * client connection, assigned by carmyd, never reused within a segment's
+ * life).
  *
- *   FREE --client CAS--> owner --carmyd complete/sweep--> LIVE
- *     ^                    |  \--carmyd sweep--> SWEEPING --> LIVE | FREE
- *     +----client release--+
+ *   FREE --client CAS--> owner|pid --carmyd complete/sweep--> LIVE
+ *     ^                    |   \--carmyd sweep--> SWEEPING --> LIVE
+ *     |                    |                           \--> ORPHAN|pid
+ *     +--client release----+                                    |
+ *     +---------------- carmyd, once pid is gone ---------------+
+ *
+ * ORPHAN is an unpublished claim whose owner id carmyd has declared dead
+ * (its connection closed, or carmyd restarted) while its process may still
+ * be running, half way through filling the entry. Giving the entry to
+ * someone else before that process is gone would let its late writes land
+ * in the new claimer's entry; so carmyd frees it only when the pid has
+ * exited.
  */
 #define SHM_TICKET_FREE 0u
 #define SHM_TICKET_LIVE 1u	/* published, completed or uncertain: no owner */
 #define SHM_TICKET_SWEEPING 2u	/* carmyd is deciding about a dead owner's entry */
+#define SHM_TICKET_ORPHAN 3u	/* dead owner's unpublished claim, pid may live */
 #define SHM_OWNER_MIN 16u
+
+#define SHM_T_WHAT(t) ((uint32_t)(t))
+#define SHM_T_PID(t) ((uint32_t)((t) >> 32))
+
+static inline uint64_t shm_ticket(uint32_t what, uint32_t pid)
+{
+	return ((uint64_t)pid << 32) | what;
+}
 
 /*
  * Bucket words, CAS'd as one 64-bit value:
@@ -202,7 +223,7 @@ struct shm_view {
 	size_t mapped;
 	struct shm_geometry geo;
 	uint64_t seed;
-	uint32_t *tickets;
+	uint64_t *tickets;
 	uint64_t *buckets;
 	struct shm_entry *entries;
 	uint8_t *results;
@@ -303,16 +324,22 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 struct shm_sweep_stats {
 	uint32_t uncertain;	/* running entries turned uncertain */
 	uint32_t freed;		/* unpublished claims given back */
+	uint32_t orphaned;	/* unpublished claims of processes still alive */
 	uint32_t settled;	/* already final, ticket made LIVE */
+};
+
+/* What a sweep asks its caller: is this owner id dead, is this pid gone. */
+struct shm_sweep_ops {
+	bool (*owner_dead)(uint32_t owner, void *arg);
+	bool (*pid_gone)(uint32_t pid, void *arg);
+	void *arg;
 };
 int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      uint32_t owner, const uint8_t *exec, int status,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
-void shm_sweep_ticket(const struct shm_view *v, uint32_t entry,
-		      uint32_t owner, struct shm_sweep_stats *st);
-void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
-	       void *arg, struct shm_sweep_stats *st);
+void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
+	       struct shm_sweep_stats *st);
 uint32_t shm_reclaim(struct shm_view *v);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);

@@ -39,9 +39,12 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	uint32_t b;
 	uint64_t w;
 
+	uint64_t t;
+
 	if (e >= v->geo.capacity || len > v->geo.max_result)
 		return CARMY_ENOT_RESERVED;
-	if (shm_load(&v->tickets[e]) != owner)
+	t = shm_load(&v->tickets[e]);
+	if (SHM_T_WHAT(t) != owner)
 		return CARMY_ENOT_OWNER;
 	if (!published_at(v, e, &b, &w) || SHM_W_STATE(w) != SHM_RUNNING)
 		return CARMY_ENOT_RESERVED;
@@ -56,35 +59,44 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	en->en_finished_ns = now_ns;
 	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
 		return CARMY_ENOT_RESERVED;	/* released meanwhile */
-	shm_cas(&v->tickets[e], owner, SHM_TICKET_LIVE);
+	shm_cas(&v->tickets[e], t, SHM_TICKET_LIVE);
 	return 0;
 }
 
 /*
- * Settle ticket e of a dead owner (or one already SWEEPING). The ticket is first moved from the
- * owner's id to SWEEPING with a CAS; only then is the bucket looked at. A
- * client publishing concurrently re-reads its ticket after its own CAS, so
- * either we see its bucket or it sees our SWEEPING and withdraws.
- *   published RUNNING        -> UNCERTAIN, ticket LIVE
- *   published final          -> ticket LIVE (a completion or sweep that
- *                               crashed half way)
- *   not published, withdrawn -> ticket FREE (the tool never ran)
+ * Settle ticket e, seen as t, of a dead owner (or one already SWEEPING).
+ * The ticket is first moved from the owner's id to SWEEPING with a CAS
+ * (keeping the claimer's pid); only then is the bucket looked at. A client
+ * publishing concurrently re-reads its ticket after its own CAS, so either
+ * we see its bucket or it sees our SWEEPING and withdraws.
+ *   published RUNNING  -> UNCERTAIN, ticket LIVE
+ *   published final    -> ticket LIVE (a completion or sweep that crashed
+ *                         half way)
+ *   not published      -> FREE if the claimer's process is gone (the tool
+ *                         never ran), else ORPHAN until it is
  */
-void shm_sweep_ticket(const struct shm_view *v, uint32_t e, uint32_t owner,
-		      struct shm_sweep_stats *st)
+static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
+			 const struct shm_sweep_ops *ops,
+			 struct shm_sweep_stats *st)
 {
+	uint64_t sw = shm_ticket(SHM_TICKET_SWEEPING, SHM_T_PID(t));
 	uint32_t b;
 	uint64_t w;
 
-	if (e >= v->geo.capacity)
-		return;
-	if (owner != SHM_TICKET_SWEEPING &&
-	    shm_cas(&v->tickets[e], owner, SHM_TICKET_SWEEPING) != owner)
+	if (SHM_T_WHAT(t) != SHM_TICKET_SWEEPING &&
+	    shm_cas(&v->tickets[e], t, sw) != t)
 		return;
 	for (;;) {
 		if (!published_at(v, e, &b, &w)) {
-			shm_store(&v->tickets[e], SHM_TICKET_FREE);
-			st->freed++;
+			if (ops->pid_gone(SHM_T_PID(t), ops->arg)) {
+				shm_store(&v->tickets[e], SHM_TICKET_FREE);
+				st->freed++;
+			} else {
+				shm_store(&v->tickets[e],
+					  shm_ticket(SHM_TICKET_ORPHAN,
+						     SHM_T_PID(t)));
+				st->orphaned++;
+			}
 			return;
 		}
 		if (SHM_W_STATE(w) != SHM_RUNNING) {
@@ -93,8 +105,7 @@ void shm_sweep_ticket(const struct shm_view *v, uint32_t e, uint32_t owner,
 			return;
 		}
 		/* The owner's release may race this CAS; then look again. */
-		if (shm_cas(&v->buckets[b], w,
-				    shm_next(w, SHM_UNCERTAIN)) == w) {
+		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_UNCERTAIN)) == w) {
 			shm_store(&v->tickets[e], SHM_TICKET_LIVE);
 			st->uncertain++;
 			return;
@@ -103,22 +114,25 @@ void shm_sweep_ticket(const struct shm_view *v, uint32_t e, uint32_t owner,
 }
 
 /*
- * Sweep every ticket held by an owner that dead() declares dead, and settle
- * tickets a crashed carmyd left SWEEPING.
+ * Sweep every ticket held by an owner that ops declares dead, settle
+ * tickets a crashed carmyd left SWEEPING (carmyd sweeps from one thread, so
+ * any SWEEPING seen here is such a leftover), and free ORPHANs whose
+ * process is gone.
  */
-void shm_sweep(const struct shm_view *v, bool (*dead)(uint32_t owner, void *),
-	       void *arg, struct shm_sweep_stats *st)
+void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
+	       struct shm_sweep_stats *st)
 {
 	for (uint32_t e = 0; e < v->geo.capacity; e++) {
-		uint32_t t = shm_load(&v->tickets[e]);
+		uint64_t t = shm_load(&v->tickets[e]);
+		uint32_t what = SHM_T_WHAT(t);
 
-		/* SWEEPING here was left by a carmyd that died mid-sweep
-		 * (carmyd sweeps from one thread): finish that sweep. */
-		if (t == SHM_TICKET_SWEEPING)
-			shm_sweep_ticket(v, e, t, st);
-		else if (t >= SHM_OWNER_MIN && dead(t, arg)) {
-			shm_sweep_ticket(v, e, t, st);
-		}
+		if (what == SHM_TICKET_SWEEPING ||
+		    (what >= SHM_OWNER_MIN && ops->owner_dead(what, ops->arg)))
+			sweep_ticket(v, e, t, ops, st);
+		else if (what == SHM_TICKET_ORPHAN &&
+			 ops->pid_gone(SHM_T_PID(t), ops->arg) &&
+			 shm_cas(&v->tickets[e], t, SHM_TICKET_FREE) == t)
+			st->freed++;
 	}
 }
 

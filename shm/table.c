@@ -103,6 +103,7 @@ enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
 	const uint32_t mask = v->geo.nbuckets - 1;
 	const uint32_t tag = key_tag(k) & 0xffffff;
 	uint32_t *move_seq = &shm_header(v)->sh_move_seq;
+	const uint64_t held = shm_ticket(c->owner, c->pid);
 	uint32_t ticket = UINT32_MAX, seq;
 	unsigned spins = 0;
 
@@ -143,7 +144,7 @@ restart:
 			nw = shm_word(SHM_RUNNING, SHM_W_VER(w) + 1, tag, ticket);
 			if (shm_cas(&v->buckets[b], w, nw) != w)
 				goto restart;
-			if (shm_load(&v->tickets[ticket]) != c->owner) {
+			if (shm_load(&v->tickets[ticket]) != held) {
 				shm_cas(&v->buckets[b], nw,
 						shm_next(nw, SHM_TOMB));
 				return SHM_OUT_DEAD;
@@ -183,7 +184,7 @@ restart:
 		if (!match)
 			continue;
 		if (ticket != UINT32_MAX)
-			shm_cas(&v->tickets[ticket], c->owner,
+			shm_cas(&v->tickets[ticket], held,
 					SHM_TICKET_FREE);
 		out->entry = e;
 		out->bucket = b;
@@ -196,11 +197,11 @@ restart:
 	if (shm_load(move_seq) != seq)
 		goto restart;
 	if (ticket != UINT32_MAX)
-		shm_cas(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
+		shm_cas(&v->tickets[ticket], held, SHM_TICKET_FREE);
 	return SHM_OUT_NOFREE;
 busy:
 	if (ticket != UINT32_MAX)
-		shm_cas(&v->tickets[ticket], c->owner, SHM_TICKET_FREE);
+		shm_cas(&v->tickets[ticket], held, SHM_TICKET_FREE);
 	return SHM_OUT_BUSY;
 }
 
@@ -280,7 +281,7 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 		*bucket = b;
 		*word = w;
 		return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
-		       shm_load(&v->tickets[entry]) == owner;
+		       SHM_T_WHAT(shm_load(&v->tickets[entry])) == owner;
 	}
 	return false;
 }
@@ -309,7 +310,12 @@ int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner)
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w)
 			break;
 	}
-	shm_cas(&v->tickets[entry], owner, SHM_TICKET_FREE);
+	{
+		uint64_t t = shm_load(&v->tickets[entry]);
+
+		if (SHM_T_WHAT(t) == owner)
+			shm_cas(&v->tickets[entry], t, SHM_TICKET_FREE);
+	}
 	/* Tell carmyd a tombstone is waiting (a hint: it never trusts it). */
 	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 	return 0;
@@ -334,7 +340,8 @@ static uint32_t ticket_claim(const struct shm_view *v,
 
 	for (uint32_t n = 0; n < cap; n++) {
 		if (shm_load(&v->tickets[i]) == SHM_TICKET_FREE &&
-		    shm_cas(&v->tickets[i], SHM_TICKET_FREE, c->owner) ==
+		    shm_cas(&v->tickets[i], SHM_TICKET_FREE,
+			    shm_ticket(c->owner, c->pid)) ==
 			    SHM_TICKET_FREE) {
 			shm_store(c->cursor, i + 1 == cap ? 0 : i + 1);
 			return i;

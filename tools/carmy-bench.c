@@ -495,10 +495,10 @@ static int daemon_probe(const struct opts *o, struct carmy_fig *cf,
 			uint64_t boff = h->sh_buckets_off;
 
 			di->pid = h->sh_daemon_pid;
-			if (toff <= len && cap <= (len - toff) / sizeof(uint32_t) &&
+			if (toff <= len && cap <= (len - toff) / sizeof(uint64_t) &&
 			    boff <= len && nb <= (len - boff) / sizeof(uint64_t)) {
-				const volatile uint32_t *t =
-					(const uint32_t *)((const uint8_t *)m +
+				const volatile uint64_t *t =
+					(const uint64_t *)((const uint8_t *)m +
 							   toff);
 				const volatile uint64_t *b =
 					(const uint64_t *)((const uint8_t *)m +

@@ -287,9 +287,14 @@ static void take_census(const struct shm_view *v, struct census *cs)
 {
 	memset(cs, 0, sizeof(*cs));
 	for (uint32_t e = 0; e < v->geo.capacity; e++) {
-		uint32_t t = __atomic_load_n(&v->tickets[e], __ATOMIC_ACQUIRE);
+		uint32_t t = SHM_T_WHAT(__atomic_load_n(&v->tickets[e],
+							__ATOMIC_ACQUIRE));
 
-		if (t >= SHM_OWNER_MIN || t == SHM_TICKET_SWEEPING)
+		/* An ORPHAN is a dead owner's claim kept until its process
+		 * exits: these processes are killed and reaped, so it too
+		 * must be gone once carmyd has swept. */
+		if (t >= SHM_OWNER_MIN || t == SHM_TICKET_SWEEPING ||
+		    t == SHM_TICKET_ORPHAN)
 			cs->held++;
 		else if (t == SHM_TICKET_LIVE)
 			cs->live++;

@@ -875,7 +875,7 @@ START_TEST(test_scribbled_segment_never_crashes_carmyd)
 		switch (round % 3) {
 		case 0:		/* pure noise everywhere */
 			scribble((uint8_t *)v.tickets,
-				 v.geo.capacity * sizeof(uint32_t), &seed);
+				 v.geo.capacity * sizeof(uint64_t), &seed);
 			scribble((uint8_t *)v.buckets,
 				 v.geo.nbuckets * sizeof(uint64_t), &seed);
 			scribble((uint8_t *)v.entries, (size_t)v.geo.capacity *

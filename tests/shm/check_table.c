@@ -79,6 +79,15 @@ static bool dead_a(uint32_t owner, void *arg)
 	return owner == OWNER_A;
 }
 
+/* Pids 1000 and up are "gone"; below, "still running". */
+static bool gone_from_1000(uint32_t pid, void *arg)
+{
+	(void)arg;
+	return pid >= 1000;
+}
+
+static const struct shm_sweep_ops sweep_a = { dead_a, gone_from_1000, NULL };
+
 /* ------------------------------------------------------------ geometry */
 
 START_TEST(test_geometry_rejects_out_of_range)
@@ -157,7 +166,7 @@ START_TEST(test_reserve_then_same_identity_is_found_running)
 	struct shm_found f, g;
 
 	ck_assert_int_eq(reserve("r1", OWNER_A, 1, &f), SHM_OUT_RESERVED);
-	ck_assert_uint_eq(view.tickets[f.entry], OWNER_A);
+	ck_assert_uint_eq(view.tickets[f.entry], shm_ticket(OWNER_A, 1));
 	ck_assert_int_eq(reserve("r1", OWNER_B, 1, &g), SHM_OUT_FOUND);
 	ck_assert_uint_eq(g.state, SHM_RUNNING);
 	ck_assert(g.same_fp);
@@ -234,7 +243,7 @@ START_TEST(test_no_carmyd_reserves_nothing_but_replays)
 	ck_assert(!shm_daemon_alive(shm_header(&view)));
 	ck_assert_int_eq(reserve("new", OWNER_A, 1, &f), SHM_OUT_NODAEMON);
 	for (uint32_t e = 0; e < view.geo.capacity; e++)
-		ck_assert_uint_ne(view.tickets[e], OWNER_A);
+		ck_assert_uint_ne(SHM_T_WHAT(view.tickets[e]), OWNER_A);
 	ck_assert_int_eq(reserve("done", OWNER_B, 1, &f), SHM_OUT_FOUND);
 	ck_assert_uint_eq(f.state, SHM_COMPLETED);
 	ck_assert_int_eq(shm_hold_alive(&view), 0);
@@ -249,11 +258,24 @@ START_TEST(test_sweep_turns_running_uncertain_and_frees_unpublished)
 
 	ck_assert_int_eq(reserve("run", OWNER_A, 1, &f), SHM_OUT_RESERVED);
 	ck_assert_int_eq(reserve("other", OWNER_B, 1, &g), SHM_OUT_RESERVED);
-	/* A claim that died before publishing: ticket held, no bucket. */
-	view.tickets[5 == f.entry || 5 == g.entry ? 6 : 5] = OWNER_A;
-	shm_sweep(&view, dead_a, NULL, &st);
+	/* Claims that died before publishing: ticket held, no bucket. One
+	 * process is gone; the other still runs and may still write into
+	 * its entry, so that one is held (ORPHAN) until it is gone too. */
+	uint32_t gone = 5 == f.entry || 5 == g.entry ? 6 : 5;
+	uint32_t runs = gone + 2;
+
+	view.tickets[gone] = shm_ticket(OWNER_A, 4242);
+	view.tickets[runs] = shm_ticket(OWNER_A, 7);
+	shm_sweep(&view, &sweep_a, &st);
 	ck_assert_uint_eq(st.uncertain, 1);
 	ck_assert_uint_eq(st.freed, 1);
+	ck_assert_uint_eq(st.orphaned, 1);
+	ck_assert_uint_eq(view.tickets[gone], SHM_TICKET_FREE);
+	ck_assert_uint_eq(view.tickets[runs], shm_ticket(SHM_TICKET_ORPHAN, 7));
+	/* The orphan's process exits: the next sweep frees it. */
+	view.tickets[runs] = shm_ticket(SHM_TICKET_ORPHAN, 7007);
+	shm_sweep(&view, &sweep_a, &st);
+	ck_assert_uint_eq(view.tickets[runs], SHM_TICKET_FREE);
 	ck_assert_int_eq(reserve("run", OWNER_B, 1, &g), SHM_OUT_FOUND);
 	ck_assert_uint_eq(g.state, SHM_UNCERTAIN);
 	ck_assert_int_eq(reserve("other", OWNER_A, 1, &g), SHM_OUT_FOUND);
@@ -479,7 +501,7 @@ START_TEST(test_scribbled_buckets_and_entries_do_not_crash)
 					  (uint64_t)rand_r(&seed);
 		(void)reserve("a", OWNER_B, 1, &f);
 		(void)reserve("b", OWNER_B, 2, &f);
-		shm_sweep(&view, dead_a, NULL, &st);
+		shm_sweep(&view, &sweep_a, &st);
 		shm_reclaim(&view);
 	}
 }
