@@ -261,8 +261,13 @@ START_TEST(test_sweep_turns_running_uncertain_and_frees_unpublished)
 	/* Claims that died before publishing: ticket held, no bucket. One
 	 * process is gone; the other still runs and may still write into
 	 * its entry, so that one is held (ORPHAN) until it is gone too. */
-	uint32_t gone = 5 == f.entry || 5 == g.entry ? 6 : 5;
-	uint32_t runs = gone + 2;
+	uint32_t gone = 0, runs;
+
+	while (view.tickets[gone] != SHM_TICKET_FREE)
+		gone++;
+	runs = gone + 1;
+	while (view.tickets[runs] != SHM_TICKET_FREE)
+		runs++;
 
 	view.tickets[gone] = shm_ticket(OWNER_A, 4242);
 	view.tickets[runs] = shm_ticket(OWNER_A, 7);
