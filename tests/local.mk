@@ -10,3 +10,5 @@ TEST_LIBS = tests/libharness.la libclient/libcarmy.la shm/libshm.la \
 include tests/e2e/local.mk
 include tests/tools/local.mk
 include tests/shm/local.mk
+include tests/model/local.mk
+include tests/fuzz/local.mk

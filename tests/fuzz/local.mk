@@ -1,0 +1,1 @@
+# tests/fuzz: libFuzzer targets (make fuzz)

@@ -1,0 +1,1 @@
+# tests/model: the Promela model of the slot protocol (make model)
