@@ -4,9 +4,10 @@
  * They are liburcu's uatomic/cmm primitives. On x86-64 those are inline
  * assembly (a locked cmpxchg is a full barrier), which ThreadSanitizer
  * cannot see: it would report every publish-then-read of an entry as a
- * race. Under -fsanitize=thread the same names map to the compiler's
- * __atomic builtins with the orderings the protocol relies on, so TSan
- * checks the real happens-before edges instead of guessing.
+ * race. Under -fsanitize=thread (or with CARMY_ATOMIC_BUILTINS) the same
+ * names map to the compiler's __atomic builtins with the orderings the
+ * protocol relies on, so TSan checks the real happens-before edges instead
+ * of guessing.
  */
 #ifndef CARMY_SHM_ATOMIC_H
 #define CARMY_SHM_ATOMIC_H
@@ -14,7 +15,19 @@
 #include <urcu/arch.h>
 #include <urcu/uatomic.h>
 
-#if defined(__SANITIZE_THREAD__)
+/* gcc says __SANITIZE_THREAD__, clang __has_feature(thread_sanitizer);
+ * CARMY_ATOMIC_BUILTINS asks for the builtins explicitly (the fuzzers use
+ * it, so that ASan sees every CAS as a memory access). */
+#if !defined(CARMY_ATOMIC_BUILTINS) && defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CARMY_ATOMIC_BUILTINS 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(CARMY_ATOMIC_BUILTINS)
+#define CARMY_ATOMIC_BUILTINS 1
+#endif
+
+#if defined(CARMY_ATOMIC_BUILTINS)
 #define shm_load(p)		__atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define shm_store(p, v)		__atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define shm_cas(p, old, new)						\
