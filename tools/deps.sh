@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential autoconf automake libtool m4 pkg-config
       liburcu-dev libmsgpack-dev libxxhash-dev check libsubunit-dev
-      python3 procps valgrind)
+      python3 procps valgrind spin)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

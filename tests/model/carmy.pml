@@ -1,0 +1,1144 @@
+/*
+ * carmy.pml - a Promela model of Carmy's shared-segment slot protocol
+ * (docs/segment.md), checked with spin: `make model`. docs/model.md says
+ * what it covers, what it leaves out, and what it found.
+ *
+ * The model: a ring of NB = 4 buckets and CAP = 2 tickets/entries in shared
+ * memory; two client processes, client 1 reserving identity X and client 2
+ * X too or Y, which collides with X (same home bucket, another tag);
+ * client 1 may be SIGKILLed at any point; carmyd (one thread) completes,
+ * sweeps dead owners, compacts and reclaims tombstones while the clients
+ * run. The table starts empty, with a tombstone at the home bucket, or full
+ * of tombstones around a completed Z, or with every ticket in use (X
+ * completed past a tombstone, Z): chosen nondeterministically (INIT).
+ *
+ * Granularity: every shm_cas() is one atomic step; every shm_load(), every
+ * shm_store() and every plain store to the segment is a step of its own.
+ * An atomic{} below touches at most one shared word (a load, a store or a
+ * CAS) besides process-local variables and ghost variables (occ, execs,
+ * done_*, creq_id, was_done, moved and the named booleans the assertions
+ * test), which exist only for the checks. Two scans of carmyd are one step
+ * each, with the argument written next to them (d_findfree, d_walk). The
+ * model is sequentially consistent: the full barriers of docs/segment.md
+ * ("Memory ordering") are what let the C code be read that way.
+ *
+ * Bucket words are packed like SHM_W_* (state, entry, tag, version) with a
+ * version that never wraps, so a CAS with a stale word fails exactly as in
+ * C (the 13-bit wrap-around is not modelled). The tag is the identity
+ * itself. Ticket words are what | pid << 5 like SHM_T_WHAT / SHM_T_PID;
+ * client c's owner id is 15 + c and its pid is c.
+ *
+ * Map from the model to the C code (file:line at this commit):
+ *
+ *  proctype Client        a client process (libclient/client.c)
+ *    c_op                 carmy_begin, client.c:177; its retry loop :207
+ *    r_restart            shm_reserve's restart, shm/table.c:110; the even
+ *                         sh_move_seq load :114-121 (spinning on odd is
+ *                         blocking here; the BUSY_SPINS give-up is not
+ *                         modelled)
+ *    r_probe              the linear probe from home, bucket load :122-125
+ *    r_claim              ticket_claim :335-353 (cursor :339 and :346, the
+ *                         load and CAS :342-345 as one CAS: the load is a
+ *                         fast path only); FULL :136-137 (see bug B)
+ *    r_fill               entry_fill :357-375 (identity; then exec id and
+ *                         result fields), called at :138
+ *    r_enbucket           en_bucket = b, :140
+ *    r_recheck            the sh_move_seq re-check before publishing,
+ *                         :141-143 (MUTATE_NO_SEQ_RECHECK removes it)
+ *    r_publish            CAS FREE -> RUNNING, :144-146
+ *    r_reread             the ticket re-read after publishing, :147
+ *                         (MUTATE_NO_TICKET_REREAD removes it)
+ *    r_withdraw           CAS RUNNING -> TOMB and SHM_OUT_DEAD, :148-150
+ *    r_reserved           SHM_OUT_RESERVED, :152-159
+ *    r_blocked            a BLOCKED bucket: start over, :161-166
+ *                         (MUTATE_NO_BLOCKED: steps over it instead)
+ *    r_match              a live bucket with our tag, :167-193:
+ *                         entry_matches :178 / :379-397 (en_bucket :385,
+ *                         identity :387-394), the word re-read :182-183
+ *                         (MUTATE_NO_WORD_RECHECK removes it), the
+ *                         ticket given back :186-188, SHM_OUT_FOUND
+ *    r_nofree             no FREE bucket: re-check, ticket back, NOFREE,
+ *                         :195-201; the RECLAIM request and second probe,
+ *                         client.c:217-226
+ *    r_end                carmy_begin's answer, client.c:208-254
+ *    r_replay             shm_read_result table.c:214-248 (en_bucket :224,
+ *                         result and exec :229-240, word re-check :242);
+ *                         -EAGAIN retry client.c:243-245
+ *    c_release            carmy_release client.c:297-310 -> shm_release
+ *                         table.c:298-322
+ *      o_owns             shm_owns :257-287 (seq :266-272, en_bucket :274,
+ *                         word :277, seq re-check :279, ticket :283-284)
+ *      c_rel_cas          CAS RUNNING -> TOMB, :310
+ *      c_rel_ticket       ticket load and CAS -> FREE, :314-317
+ *    c_complete           carmy_complete's WIRE_COMPLETE request and the
+ *                         wait for its reply, client.c:257-295 (its
+ *                         shm_owns pre-check at :273 is left out: carmyd
+ *                         checks everything again)
+ *    DIE, c_died          SIGKILL of client 1: a DIE point sits before each
+ *                         of its writes to the segment or its socket;
+ *                         c_died is the process gone and its socket closed
+ *                         (what pid_gone and owner_dead then say)
+ *
+ *  proctype Killer        only with -DRESTART: carmyd declares client 1's
+ *                         owner dead while its process keeps running, as a
+ *                         carmyd restart does (daemon/store.c:312-337
+ *                         sweeps every earlier owner at start-up)
+ *
+ *  proctype Daemon        carmyd's thread (daemon/server.c, daemon/store.c)
+ *    d_loop               its event loop: a COMPLETE request (server.c:283),
+ *                         a RECLAIM request (server.c:316-322), a sweep
+ *                         after EOF (drop, server.c:396-410) or on the
+ *                         tick (store.c:186-194), an unprompted reclaim
+ *                         (store.c:161-184)
+ *    d_complete           shm_record_result shm/sweep.c:34-64 (ticket
+ *                         :46-48, published_at :49 / :437-454, exec id
+ *                         :52, result :55-59, CAS -> COMPLETED :60, ticket
+ *                         -> LIVE :62)
+ *    d_sweep              shm_sweep sweep.c:122-137 (ticket load :126;
+ *                         the ORPHAN freed :132-135)
+ *      d_sweep_ticket     sweep_ticket sweep.c:78-114 (CAS -> SWEEPING
+ *                         :86-88, published_at :90, pid_gone :91, FREE :92,
+ *                         ORPHAN :95-98, LIVE :103, CAS -> UNCERTAIN :108,
+ *                         LIVE :109)
+ *    d_reclaim            shm_reclaim sweep.c:153-185
+ *      d_compact          compact sweep.c:287-330 (word :293, home through
+ *                         shm_entry_home :398-422, the path :301-305,
+ *                         seq_open :308-309, CAS the copy :311, CAS
+ *                         en_bucket :316, CAS old -> TOMB :317, dropping
+ *                         the copy :320-321, seq_close :328-329)
+ *      d_findfree         the first FREE bucket, sweep.c:160-164
+ *      d_walk             the cluster walk, sweep.c:167-183
+ *      d_cluster          reclaim_cluster sweep.c:188-225 (end word :192,
+ *                         :195-196, CAS -> BLOCKED :197-199, seq_open :200,
+ *                         the backward walk :201-221 with CAS TOMB -> FREE
+ *                         :207-210 and homes :211-220, seq_close :222,
+ *                         unblocking store :223; MUTATE_NO_BLOCKED drops
+ *                         the BLOCKED CAS and the unblocking store)
+ *      d_nofree           reclaim_without_free sweep.c:233-268
+ *      seq = seq | 1      seq_open sweep.c:339-344; seq = seq + 1 is
+ *                         seq_close :346-351 (the model's seq is
+ *                         sh_move_seq, always equal to carmyd's copy)
+ *    d_end, d_check       not C: every client has exited, carmyd sweeps
+ *                         once more, and the final state is checked
+ *
+ *  proctype Monitor       not C: checks P2 and P4 in every state
+ *
+ * The properties (assertions; docs/model.md lists every assertion text):
+ *  P1 at most one execution per identity: no RESERVED answer for an
+ *     identity that has one not followed by a successful release
+ *     (execs[id] == 0 at r_reserved), and such an identity is still found
+ *     at the end (lost_identity).
+ *  P2 a completed entry is never lost or overwritten: a carmy_begin that
+ *     starts after the identity's COMPLETED CAS replays that result and
+ *     execution id (r_end); nothing completes it twice (d_complete); its
+ *     entry, result, ticket and bucket stay put (Monitor, record_lost) and
+ *     a probe from its home finds it at the end (record_changed).
+ *  P3 a dead owner's entry never becomes free without an explicit
+ *     release: when carmyd gives back a dead owner's ticket no bucket
+ *     names its entry (freed_but_published); at the end every owner is
+ *     dead and swept, and no bucket is RUNNING (running_left) and every
+ *     live bucket's ticket is LIVE (live_without_ticket).
+ *  P4 capacity: a claimer takes only a ticket whose entry holds no
+ *     reservation or record (occ at r_claim and r_reserved), and an entry
+ *     that holds one never has a FREE ticket (Monitor, ticket_lost): the
+ *     identities held never outnumber the tickets.
+ *
+ * Options (spin -D...; make model MODEL_FLAGS='-D...'):
+ *  INIT=0|1|2|3   one starting table only (default: all four)
+ *  NOPS2=n        carmy_begin calls of client 2 (default 1; the second
+ *                 and later only look)
+ *  MAXRECL=n      unprompted reclaim passes of carmyd (default 1)
+ *  MAXSWEEP=n     sweeps after client 1's owner is dead (default 1, 2
+ *                 with RESTART)
+ *  SAME_ID_ONLY   client 2 reserves X only
+ *  RESTART        add the carmyd-restart case: fails, bug A
+ *  FIX_ORPHAN     model the fix proposed for bug A (not the C code):
+ *                 FIX_ORPHAN_ORDER (pid_gone before published_at in
+ *                 sweep_ticket) and FIX_ORPHAN_SETTLE (an ORPHAN is
+ *                 settled, not just freed, once its pid is gone)
+ *  NO_KILL        client 1 is never killed (only with RESTART does its
+ *                 owner then die)
+ *  STRICT_FULL    check P2 on FULL answers strictly: fails, bug B
+ *  FIX_FULL       model the fix proposed for bug B (not the C code)
+ *  MUTATE_*       remove one protocol step (see the labels above)
+ */
+
+#define NB	4		/* buckets (a power of two, as in C) */
+#ifndef CAP
+#define CAP	2		/* tickets = entries = the capacity (<= 4) */
+#endif
+#define NONE	255		/* UINT32_MAX: no ticket / no entry */
+
+#ifndef NOPS2
+#define NOPS2	1
+#endif
+#ifndef MAXRECL
+#define MAXRECL	1
+#endif
+#ifdef FIX_ORPHAN		/* both halves of the fix for bug A */
+#define FIX_ORPHAN_ORDER
+#define FIX_ORPHAN_SETTLE
+#endif
+#ifndef MAXSWEEP
+#ifdef RESTART
+#define MAXSWEEP 2
+#else
+#define MAXSWEEP 1
+#endif
+#endif
+
+/* identities: X and Y collide (same home bucket), Z is a pre-existing
+ * completed entry used to fill the ring */
+#define IDX	1
+#define IDY	2
+#define IDZ	3
+#define HOME(id)	((id) == IDZ -> 1 : 0)
+
+/* enum shm_state, shm/shm.h:107-114 */
+#define FREE		0
+#define RUNNING		1
+#define COMPLETED	2
+#define UNCERTAIN	3
+#define TOMB		4
+#define BLOCKED		5
+#define LIVEST(s)	((s) == RUNNING || (s) == COMPLETED || (s) == UNCERTAIN)
+
+/* shm_word / SHM_W_*: state 3 bits, entry 2 bits, tag 2 bits, version */
+#define W(st, ver, tag, ent)	((st) | ((ent) << 3) | ((tag) << 5) | ((ver) << 7))
+#define ST(w)		((w) & 7)
+#define ENT(w)		(((w) >> 3) & 3)
+#define TAG(w)		(((w) >> 5) & 3)
+#define VER(w)		((w) >> 7)
+/* shm_next: FREE/TOMB/BLOCKED name no entry (NEXT0), the live states keep
+ * tag and entry (NEXTL) */
+#define NEXT0(w, s)	W(s, VER(w) + 1, 0, 0)
+#define NEXTL(w, s)	W(s, VER(w) + 1, TAG(w), ENT(w))
+
+/* ticket words, shm/shm.h:69-81 */
+#define T_FREE		0
+#define T_LIVE		1
+#define T_SWEEPING	2
+#define T_ORPHAN	3
+#define OWNER(c)	(15 + (c))
+#define TK(what, pid)	((what) | ((pid) << 5))
+#define WHAT(t)		((t) & 31)
+#define PID(t)		((t) >> 5)
+#define HELD(c)		TK(OWNER(c), c)
+
+/* ---------------------------------------------------------- shared state */
+int  bk[NB];			/* bucket words */
+byte tk[CAP];			/* ticket words */
+byte en_bucket[CAP];		/* shm_entry: en_bucket */
+byte en_id[CAP];		/* identity (en_len + en_ident) */
+byte en_exec[CAP];		/* en_exec */
+byte en_res[CAP];		/* result bytes / status / length, as one value */
+byte seq;			/* sh_move_seq */
+
+/* the environment: processes and connections */
+bool dead[3];			/* carmyd holds the owner id for dead */
+bool gone[3];			/* the process has exited (pid_gone) */
+bool fin[3];			/* the client ran to its end */
+
+/* requests to carmyd over the socket (one outstanding per client) */
+bool creq[3];			/* WIRE_COMPLETE pending */
+byte creq_e[3];
+byte creq_x[3];
+byte creq_id[3];		/* ghost: which identity it completes */
+bool rreq[3];			/* WIRE_RECLAIM pending */
+
+/* ---------------------------------------------------------- ghost state */
+byte execs[4];			/* RESERVED answers not followed by a release */
+byte done_res[4];		/* result recorded for an identity, 0 = none */
+byte done_exec[4];
+byte done_e[4];
+byte occ[CAP];			/* identity whose reservation/record is in e */
+
+/* one CAS on a bucket word */
+inline cas_bk(bb, old, new, ok)
+{
+	atomic {
+		if
+		:: bk[bb] == old -> bk[bb] = new; ok = 1
+		:: else -> ok = 0
+		fi
+	}
+}
+
+/* one CAS on a ticket word */
+inline cas_tk(ee, old, new, ok)
+{
+	atomic {
+		if
+		:: tk[ee] == old -> tk[ee] = new; ok = 1
+		:: else -> ok = 0
+		fi
+	}
+}
+
+/* ============================================================= clients */
+
+/*
+ * Client 1 may be killed (SIGKILL) at any point: it may stop for good before
+ * any of its writes to shared memory or to its socket. Stopping before a
+ * read is the same as stopping before the next write (a read changes
+ * nothing another process can see), and a DIE point can be taken at any
+ * time while the client sits at it, so these points cover "any point".
+ * The kernel then closes its socket and carmyd sees EOF: gone and dead.
+ */
+#ifndef NO_KILL
+#define DIE	if :: c == 1 -> goto c_died :: true fi
+#else
+#define DIE	skip
+#endif
+
+proctype Client(byte c)
+{
+	byte id, tkt, b, n, e, eb, eid, t, i, k, s, fe, fst, res, ex, out;
+	byte ops, cur, nfill;
+	int w, nw, fw;
+	bool ok, first, was_done, reclaimed, moved;
+
+	ops = (c == 1 -> 1 : NOPS2);
+	cur = c % CAP;			/* owners start apart (client.c:141) */
+	if
+	:: c == 1 -> id = IDX
+	:: c == 2 -> id = IDX		/* the same identity */
+#ifndef SAME_ID_ONLY
+	:: c == 2 -> id = IDY		/* a colliding one: same home bucket */
+#endif
+	fi;
+
+c_op:	/* carmy_begin */
+	first = 1; reclaimed = 0;
+c_again:
+	tkt = NONE;
+r_restart:
+	atomic {
+		(seq & 1) == 0;		/* spin while carmyd moves */
+		s = seq;
+		n = 0; b = HOME(id); w = 0; nw = 0; e = 0; eb = 0; eid = 0;
+		if	/* ghost: did this call start after a completion? */
+		:: first -> was_done = (done_res[id] != 0); first = 0
+		:: else
+		fi
+	}
+r_probe:
+	do
+	:: n < NB ->
+		w = bk[b];
+		if
+		:: ST(w) == FREE ->
+			if
+			:: tkt == NONE ->
+r_claim:			i = cur; k = 0;
+				do
+				:: k < CAP ->
+					DIE;
+					atomic {
+						if
+						:: tk[i] == T_FREE ->
+							/* P4: never an entry in use */
+							assert(occ[i] == 0);
+							tk[i] = HELD(c); tkt = i;
+							cur = (i + 1) % CAP
+						:: else -> i = (i + 1) % CAP
+						fi;
+						k++
+					}
+					if
+					:: tkt != NONE -> break
+					:: else
+					fi
+				:: else -> break
+				od;
+				atomic { i = 0; k = 0 }
+				if
+				:: tkt == NONE ->
+					/* FULL. C returns it without re-checking
+					 * sh_move_seq (table.c:136-137): bug B in
+					 * docs/model.md. FIX_FULL models the fix. */
+#ifdef FIX_FULL
+					if
+					:: seq != s -> goto r_restart
+					:: else
+					fi;
+#endif
+					atomic {
+						out = 2;
+#if defined(STRICT_FULL) || defined(FIX_FULL)
+						moved = 0
+#else
+						/* ghost: did a move overlap the probe? */
+						moved = (seq != s)
+#endif
+					}
+					goto r_end
+				:: else
+				fi;
+r_fill:				DIE;
+				en_id[tkt] = id;
+				DIE;
+				atomic {
+					nfill++;
+					en_exec[tkt] = c * 16 + nfill;
+					en_res[tkt] = 0
+				}
+			:: else
+			fi;
+r_enbucket:		DIE;
+			en_bucket[tkt] = b;
+r_recheck:
+#ifndef MUTATE_NO_SEQ_RECHECK
+			if
+			:: seq != s -> goto r_restart
+			:: else
+			fi;
+#endif
+r_publish:		nw = W(RUNNING, VER(w) + 1, id, tkt);
+			DIE;
+			cas_bk(b, w, nw, ok);
+			if
+			:: !ok -> goto r_restart
+			:: else
+			fi;
+r_reread:
+#ifndef MUTATE_NO_TICKET_REREAD
+			if
+			:: tk[tkt] != HELD(c) ->
+r_withdraw:			DIE;
+				cas_bk(b, nw, NEXT0(nw, TOMB), ok);
+				out = 5; goto r_end		/* DEAD */
+			:: else
+			fi;
+#endif
+r_reserved:		atomic {
+				/* P1: one execution at a time */
+				assert(execs[id] == 0);
+				/* P2: a completed identity is never reserved */
+				assert(!was_done && done_res[id] == 0);
+				/* P4: our entry holds nothing else */
+				assert(occ[tkt] == 0);
+				execs[id]++;
+				occ[tkt] = id;
+				fe = tkt; fw = nw; out = 0
+			}
+			goto r_end
+		:: ST(w) == BLOCKED ->
+r_blocked:
+#ifndef MUTATE_NO_BLOCKED
+			goto r_restart
+#else
+			skip	/* treated like a tombstone */
+#endif
+		:: ST(w) != FREE && ST(w) != BLOCKED &&
+		   (ST(w) == TOMB || TAG(w) != id) -> skip	/* step over */
+		:: LIVEST(ST(w)) && TAG(w) == id ->
+r_match:		e = ENT(w);
+			if
+			:: e == tkt -> skip
+			:: else ->
+				eb = en_bucket[e];
+				eid = en_id[e];
+#ifndef MUTATE_NO_WORD_RECHECK
+				if
+				:: bk[b] != w -> goto r_restart
+				:: else
+				fi;
+#endif
+				if
+				:: eb == b && eid == id ->
+					if
+					:: tkt != NONE ->
+						DIE;
+						cas_tk(tkt, HELD(c), T_FREE, ok)
+					:: else
+					fi;
+					fe = e; fw = w; fst = ST(w);
+					out = 1; goto r_end		/* FOUND */
+				:: else
+				fi
+			fi
+		fi;
+		n++; b = (b + 1) % NB
+	:: else -> break
+	od;
+r_nofree:
+	if
+	:: seq != s -> goto r_restart
+	:: else
+	fi;
+	if
+	:: tkt != NONE ->
+		DIE;
+		cas_tk(tkt, HELD(c), T_FREE, ok)
+	:: else
+	fi;
+	out = 3;					/* NOFREE */
+r_end:
+	atomic { n = 0; e = 0; eb = 0; eid = 0; w = 0; nw = 0 }
+	if
+	:: out == 3 && !reclaimed ->
+		/* carmyd, reclaim please; then probe once more */
+		reclaimed = 1;
+		DIE;
+		rreq[c] = 1;
+		rreq[c] == 0;
+		goto c_again
+	:: out == 1 && fst == COMPLETED ->
+r_replay:	b = en_bucket[fe];
+		res = en_res[fe];
+		ex = en_exec[fe];
+		if
+		:: bk[b] != fw -> goto c_again		/* -EAGAIN */
+		:: else
+		fi;
+		/* P2: the one recorded result, and its execution id */
+		assert(done_res[id] != 0 && res == done_res[id] &&
+		       ex == done_exec[id])
+	:: out == 1 && fst != COMPLETED ->
+		/* EUNCERTAIN (running or interrupted) or ECONFLICT */
+		assert(!was_done)
+	:: out == 2 ->
+		/* CAPACITY: the identity was absent (unless the probe
+		 * overlapped a move: the known bug) */
+		assert(!was_done || moved)
+	:: (out == 3 && reclaimed) || out == 5 ->
+		/* CAPACITY or DISCONNECTED: the identity was absent */
+		assert(!was_done)
+	:: out == 0 ->
+		/* RESERVED: the tool runs; then release, complete or keep
+		 * (a second call of client 2 only looks: it keeps) */
+		if
+		:: c == 1 || ops == NOPS2 ->
+c_release:		/* shm_release */
+o_owns:			atomic { (seq & 1) == 0; s = seq }
+			b = en_bucket[fe];
+			w = bk[b];
+			if
+			:: seq != s -> goto o_owns
+			:: else
+			fi;
+			if
+			:: ST(w) == RUNNING && ENT(w) == fe ->
+				t = tk[fe]
+			:: else -> t = 0
+			fi;
+			if
+			:: ST(w) == RUNNING && ENT(w) == fe && WHAT(t) == OWNER(c) ->
+c_rel_cas:			DIE;
+				atomic {
+					if
+					:: bk[b] == w ->
+						bk[b] = NEXT0(w, TOMB); ok = 1;
+						execs[id]--; occ[fe] = 0
+					:: else -> ok = 0
+					fi
+				}
+				if
+				:: !ok -> goto o_owns
+				:: else
+				fi;
+c_rel_ticket:			t = tk[fe];
+				if
+				:: WHAT(t) == OWNER(c) ->
+					DIE;
+					cas_tk(fe, t, T_FREE, ok)
+				:: else
+				fi
+			:: else	/* ENOT_RESERVED / EDISCONNECTED */
+			fi
+		:: c == 1 || ops == NOPS2 ->
+c_complete:		DIE;
+			atomic {
+				creq_e[c] = fe; creq_x[c] = en_exec[fe];
+				creq_id[c] = id; creq[c] = 1
+			}
+			creq[c] == 0
+		:: skip		/* still running when the client stops */
+		fi
+	fi;
+	atomic { w = 0; t = 0; b = 0; s = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0; moved = 0 }
+	ops--;
+	if
+	:: ops > 0 -> goto c_op
+	:: else
+	fi;
+	DIE;
+	atomic {
+		fin[c] = 1;
+		id = 0; tkt = 0; fe = 0; ops = 0; cur = 0; nfill = 0;
+		first = 0; was_done = 0; reclaimed = 0
+	}
+	goto c_exit;
+c_died:
+	/* SIGKILL: the process is gone; the kernel closes its socket, and
+	 * carmyd sees EOF (both at once here: carmyd may sweep later) */
+	atomic {
+		gone[c] = 1; dead[c] = 1;
+		id = 0; tkt = 0; b = 0; n = 0; e = 0; eb = 0; eid = 0; t = 0;
+		i = 0; k = 0; s = 0; fe = 0; fst = 0; res = 0; ex = 0; out = 0;
+		ops = 0; cur = 0; nfill = 0; w = 0; nw = 0; fw = 0; ok = 0;
+		first = 0; was_done = 0; reclaimed = 0; moved = 0
+	}
+c_exit:
+	skip
+}
+
+#ifdef RESTART
+/* carmyd declares client 1's owner dead while its process keeps running
+ * (a carmyd restart: store.c:310-337 sweeps every earlier owner at
+ * start-up; the client may be in the middle of shm_reserve). */
+proctype Killer()
+{
+	dead[1] = 1
+}
+#endif
+
+/* ============================================================== carmyd */
+
+/* P3, where carmyd gives a dead owner's ticket back: no bucket may name
+ * its entry (it was never published, or its publication was withdrawn) */
+inline P3_UNNAMED(e)
+{
+	for (i : 0 .. NB - 1) {
+		freed_but_published = freed_but_published ||
+			(LIVEST(ST(bk[i])) && ENT(bk[i]) == e)
+	}
+	assert(!freed_but_published);
+	i = 0
+}
+
+proctype Daemon()
+{
+	byte act, cc, e, t, sw, bb, p, tt, home, z, i, sidx, seen, f, clen;
+	byte k, lowest, rel, eid, x, nsweep, nrecl, batch;
+	int w, wt, nw, wf, blocked;
+	bool ok, ok2, tombs, crossed, final, pg;
+	/* ghosts for the checks, named after what they catch */
+	bool freed_but_published, running_left, live_without_ticket;
+	bool lost_identity, record_changed;
+
+d_loop:
+	atomic {
+		if
+		:: creq[1] -> cc = 1; act = 1
+		:: creq[2] -> cc = 2; act = 1
+		:: rreq[1] -> cc = 1; act = 3
+		:: rreq[2] -> cc = 2; act = 3
+		:: dead[1] && nsweep < MAXSWEEP -> nsweep++; act = 2
+		:: nrecl < MAXRECL -> nrecl++; cc = 0; act = 3
+		:: ((fin[1] && !creq[1] && !rreq[1]) || gone[1]) &&
+		   fin[2] && !creq[2] && !rreq[2] -> goto d_end
+		fi
+	}
+	if
+	:: act == 1 -> goto d_complete
+	:: act == 2 -> goto d_sweep
+	:: act == 3 -> goto d_reclaim
+	fi;
+
+	/* ------------------------------------------- shm_record_result */
+d_complete:
+	e = creq_e[cc];
+	t = tk[e];
+	if
+	:: WHAT(t) != OWNER(cc) -> goto d_complete_done	/* ENOT_OWNER */
+	:: else
+	fi;
+	bb = en_bucket[e];
+	w = bk[bb];
+	if
+	:: !(LIVEST(ST(w)) && ENT(w) == e) || ST(w) != RUNNING ->
+		goto d_complete_done			/* ENOT_RESERVED */
+	:: else
+	fi;
+	x = en_exec[e];
+	if
+	:: x != creq_x[cc] -> goto d_complete_done
+	:: else
+	fi;
+	en_res[e] = x;		/* the result: one value per execution */
+	atomic {
+		if
+		:: bk[bb] == w ->
+			bk[bb] = NEXTL(w, COMPLETED); ok = 1;
+			/* ghost: the identity now has its record */
+			eid = en_id[e];
+			assert(eid == creq_id[cc]);
+			assert(done_res[eid] == 0);	/* P2: never twice */
+			done_res[eid] = en_res[e];
+			done_exec[eid] = en_exec[e];
+			done_e[eid] = e;
+			eid = 0
+		:: else -> ok = 0			/* released meanwhile */
+		fi
+	}
+	if
+	:: ok -> cas_tk(e, t, T_LIVE, ok)
+	:: else
+	fi;
+d_complete_done:
+	atomic { creq[cc] = 0; e = 0; t = 0; bb = 0; w = 0; x = 0; ok = 0; cc = 0; act = 0 }
+	goto d_loop
+
+	/* --------------------------------------------------- shm_sweep */
+d_sweep:
+	e = 0;
+	do
+	:: e < CAP ->
+		t = tk[e];
+		if
+		:: WHAT(t) == T_SWEEPING ||
+		   (WHAT(t) >= 16 && WHAT(t) <= 17 && dead[WHAT(t) - 15]) ->
+d_sweep_ticket:		sw = TK(T_SWEEPING, PID(t));
+			if
+			:: WHAT(t) != T_SWEEPING -> cas_tk(e, t, sw, ok)
+			:: else -> ok = 1
+			fi;
+			if
+			:: ok ->
+				do
+				:: 
+#ifdef FIX_ORPHAN_ORDER
+				   /* the fix: is the claimer gone? asked before
+				    * looking, so that "not published" is final */
+				   pg = gone[PID(t)];
+#endif
+				   bb = en_bucket[e];
+				   w = bk[bb];
+#ifndef FIX_ORPHAN_ORDER
+				   pg = gone[PID(t)];	/* sweep.c:91, after looking */
+#endif
+				   if
+				   :: !(LIVEST(ST(w)) && ENT(w) == e) ->
+					/* not published */
+					if
+					:: pg ->
+						atomic {
+							/* P3: never published */
+							P3_UNNAMED(e);
+							tk[e] = T_FREE
+						}
+					:: else -> tk[e] = TK(T_ORPHAN, PID(t))
+					fi;
+					break
+				   :: LIVEST(ST(w)) && ENT(w) == e && ST(w) != RUNNING ->
+					tk[e] = T_LIVE; break
+				   :: ST(w) == RUNNING && ENT(w) == e ->
+					cas_bk(bb, w, NEXTL(w, UNCERTAIN), ok);
+					if
+					:: ok -> tk[e] = T_LIVE; break
+					:: else		/* released meanwhile: look again */
+					fi
+				   fi
+				od
+			:: else
+			fi
+		:: WHAT(t) == T_ORPHAN && gone[PID(t)] ->
+#ifdef FIX_ORPHAN_SETTLE
+			/* The proposed fix for bug A (docs/model.md): settle
+			 * the ORPHAN like sweep_ticket does, finishing the
+			 * withdrawal its claimer never finished. */
+			cas_tk(e, t, TK(T_SWEEPING, PID(t)), ok);
+			do
+			:: ok ->
+				bb = en_bucket[e];
+				w = bk[bb];
+				if
+				:: ST(w) == RUNNING && ENT(w) == e ->
+					cas_bk(bb, w, NEXT0(w, TOMB), ok2)
+				:: LIVEST(ST(w)) && ENT(w) == e && ST(w) != RUNNING ->
+					tk[e] = T_LIVE; break
+				:: !(LIVEST(ST(w)) && ENT(w) == e) -> break
+				fi
+			:: else -> break
+			od;
+			if
+			:: ok && !(LIVEST(ST(w)) && ENT(w) == e) ->
+				atomic {
+					P3_UNNAMED(e);
+					tk[e] = T_FREE
+				}
+			:: else
+			fi
+#else
+			atomic {
+				if
+				:: tk[e] == t ->
+					/* P3: a dead owner's claim comes back only
+					 * if no bucket names its entry */
+					P3_UNNAMED(e);
+					tk[e] = T_FREE
+				:: else
+				fi
+			}
+#endif
+		:: else
+		fi;
+		atomic { e++; t = 0; sw = 0; bb = 0; w = 0; ok = 0; ok2 = 0; pg = 0 }
+	:: else -> break
+	od;
+	atomic { e = 0; act = 0 }
+	if
+	:: final -> goto d_check
+	:: else -> goto d_loop
+	fi;
+
+	/* ------------------------------------------------- shm_reclaim */
+d_reclaim:
+d_compact:
+	p = 0; batch = 0;
+	do
+	:: p < NB ->
+		w = bk[p];
+		if
+		:: LIVEST(ST(w)) ->
+			e = ENT(w);
+			eid = en_id[e];		/* shm_entry_home: hash + tag check */
+			if
+			:: eid == TAG(w) && HOME(eid) != p ->
+				home = HOME(eid);
+				tt = home;
+				do
+				:: tt != p ->
+					wt = bk[tt];
+					if
+					:: ST(wt) == TOMB || ST(wt) == FREE -> break
+					:: else -> tt = (tt + 1) % NB
+					fi
+				:: else -> break
+				od;
+				if
+				:: tt != p && ST(wt) == TOMB ->
+					if
+					:: batch == 0 -> seq = seq | 1	/* seq_open */
+					:: else
+					fi;
+					batch++;
+					nw = W(ST(w), VER(wt) + 1, TAG(w), e);
+					cas_bk(tt, wt, nw, ok);
+					if
+					:: ok ->
+						atomic {
+							if
+							:: en_bucket[e] == p -> en_bucket[e] = tt; ok = 1
+							:: else -> ok = 0
+							fi
+						}
+						if
+						:: ok -> cas_bk(p, w, NEXT0(w, TOMB), ok)
+						:: else
+						fi;
+						if
+						:: !ok ->	/* released through p: drop the copy */
+							atomic {
+								if
+								:: en_bucket[e] == tt -> en_bucket[e] = p
+								:: else
+								fi
+							}
+							cas_bk(tt, nw, NEXT0(nw, TOMB), ok)
+						:: else
+						fi
+					:: else
+					fi
+				:: else
+				fi
+			:: else
+			fi
+		:: else
+		fi;
+		atomic { p++; e = 0; eid = 0; home = 0; tt = 0; w = 0; wt = 0; nw = 0; ok = 0 }
+	:: else -> break
+	od;
+	if
+	:: batch != 0 -> seq = seq + 1		/* seq_close: the next even */
+	:: else
+	fi;
+	atomic { p = 0; batch = 0 }
+
+d_findfree:
+	/* One step: while carmyd scans, clients only turn FREE buckets
+	 * non-FREE (nobody but carmyd frees one), so the scan's answer is
+	 * what a snapshot at its last load gives. */
+	atomic {
+		z = 0;
+		do
+		:: z < NB && ST(bk[z]) != FREE -> z++
+		:: else -> break
+		od
+	}
+	if
+	:: z == NB -> goto d_nofree
+	:: else
+	fi;
+
+d_walk:
+	i = (z + 1) % NB; seen = 1;
+	do
+	:: seen < NB ->
+		/* One cluster's forward scan in one step, as a snapshot at
+		 * its last load (the FREE end): a bucket seen non-FREE stays
+		 * so and a TOMB stays a TOMB, but a release during the scan
+		 * may be missed; the real scan then skips a cluster that has
+		 * a tombstone, which the "tombs -> skip" choice covers. */
+		atomic {
+			sidx = i; tombs = 0;
+			do
+			:: seen < NB && ST(bk[i]) != FREE ->
+				tombs = tombs || ST(bk[i]) == TOMB;
+				i = (i + 1) % NB; seen++
+			:: else -> break
+			od
+		}
+		if
+		:: tombs -> skip	/* a release the real scan missed */
+		:: tombs ->
+d_cluster:		f = i;
+			clen = (f - sidx + NB) % NB;
+			lowest = NONE;
+			wf = bk[f];
+			if
+			:: ST(wf) != FREE -> goto d_cluster_done
+			:: else
+			fi;
+#ifndef MUTATE_NO_BLOCKED
+			blocked = NEXT0(wf, BLOCKED);
+			cas_bk(f, wf, blocked, ok);
+			if
+			:: !ok -> goto d_cluster_done
+			:: else
+			fi;
+#endif
+			seq = seq | 1;			/* seq_open */
+			k = clen;
+			do
+			:: k > 0 ->
+				k--;
+				bb = (sidx + k) % NB;
+				w = bk[bb];
+				if
+				:: ST(w) == TOMB ->
+					if
+					:: lowest > k -> cas_bk(bb, w, NEXT0(w, FREE), ok)
+					:: else
+					fi
+				:: LIVEST(ST(w)) ->
+					rel = 0;	/* unknown home: crosses all */
+					eid = en_id[ENT(w)];
+					if
+					:: eid == TAG(w) && (HOME(eid) - sidx + NB) % NB <= k ->
+						rel = (HOME(eid) - sidx + NB) % NB
+					:: else
+					fi;
+					if
+					:: rel < lowest -> lowest = rel
+					:: else
+					fi
+				:: else
+				fi;
+				atomic { w = 0; eid = 0; rel = 0; bb = 0; ok = 0 }
+			:: else -> break
+			od;
+			seq = seq + 1;			/* seq_close */
+#ifndef MUTATE_NO_BLOCKED
+			bk[f] = NEXT0(blocked, FREE);	/* unblock */
+#endif
+d_cluster_done:
+			atomic { f = 0; clen = 0; lowest = 0; wf = 0; blocked = 0; k = 0 }
+		:: else
+		fi;
+		atomic { i = (i + 1) % NB; seen++; sidx = 0; w = 0 }
+	:: else -> break
+	od;
+	goto d_reclaim_done;
+
+d_nofree:
+	/* reclaim_without_free: no insert can be in flight */
+	seq = seq | 1;
+	tt = 0;
+	do
+	:: tt < NB ->
+		wt = bk[tt];
+		if
+		:: ST(wt) == TOMB ->
+			crossed = 0; p = 0;
+			do
+			:: p < NB && !crossed ->
+				w = bk[p];
+				if
+				:: LIVEST(ST(w)) ->
+					eid = en_id[ENT(w)];
+					if
+					:: eid != TAG(w) -> crossed = 1
+					:: else ->
+						home = HOME(eid);
+						crossed = (p != tt &&
+							   (tt - home + NB) % NB < (p - home + NB) % NB)
+					fi
+				:: else
+				fi;
+				atomic { p++; w = 0; eid = 0; home = 0 }
+			:: else -> break
+			od;
+			if
+			:: !crossed ->
+				cas_bk(tt, wt, NEXT0(wt, FREE), ok);
+				if
+				:: ok -> break
+				:: else
+				fi
+			:: else
+			fi
+		:: else
+		fi;
+		atomic { tt++; wt = 0; p = 0; crossed = 0; ok = 0 }
+	:: else -> break
+	od;
+	seq = seq + 1;
+
+d_reclaim_done:
+	atomic {
+		if
+		:: cc != 0 -> rreq[cc] = 0	/* the RECLAIM reply */
+		:: else
+		fi;
+		z = 0; i = 0; seen = 0; tt = 0; wt = 0; ok = 0; cc = 0; act = 0
+	}
+	goto d_loop;
+
+	/* -------------------------------------------------- the end */
+d_end:
+	/* every client process exits; carmyd sees EOF on each connection */
+	atomic { dead[1] = 1; gone[1] = 1; dead[2] = 1; gone[2] = 1; final = 1 }
+	goto d_sweep;
+
+d_check:
+	atomic {
+		assert((seq & 1) == 0);
+		for (i : 0 .. NB - 1) {
+			w = bk[i];
+			/* P3: every owner is dead and swept, so no RUNNING entry
+			 * is left (nor a BLOCKED bucket) */
+			running_left = running_left ||
+				ST(w) == RUNNING || ST(w) == BLOCKED;
+			/* P3/P4: a live bucket's entry is held for good */
+			live_without_ticket = live_without_ticket ||
+				(LIVEST(ST(w)) && tk[ENT(w)] != T_LIVE)
+		}
+		assert(!running_left);
+		assert(!live_without_ticket);
+		/* P1/P2: an identity with an outstanding RESERVED answer or a
+		 * record is found by a probe from its home (else the next
+		 * call would run it again), a record with its result */
+		for (x : IDX .. IDZ) {
+			if
+			:: execs[x] != 0 || done_res[x] != 0 ->
+				bb = HOME(x); k = 0; e = NONE;
+				do
+				:: k < NB ->
+					w = bk[bb];
+					if
+					:: ST(w) == FREE -> break
+					:: LIVEST(ST(w)) && TAG(w) == x &&
+					   en_bucket[ENT(w)] == bb && en_id[ENT(w)] == x ->
+						e = ENT(w); break
+					:: else -> k++; bb = (bb + 1) % NB
+					fi
+				:: else -> break
+				od;
+				lost_identity = (e == NONE);
+				assert(!lost_identity);
+				record_changed = done_res[x] != 0 &&
+					!(ST(w) == COMPLETED && en_res[e] == done_res[x]);
+				assert(!record_changed)
+			:: else
+			fi
+		}
+	}
+}
+
+/* P2, all along: a completed identity's entry keeps its identity, result
+ * and execution id, its ticket is never FREE, and the bucket en_bucket
+ * names holds it COMPLETED. */
+#define KEPT(x)	(done_res[x] == 0 || \
+		 (en_id[done_e[x]] == x && en_res[done_e[x]] == done_res[x] && \
+		  en_exec[done_e[x]] == done_exec[x] && \
+		  tk[done_e[x]] != T_FREE && \
+		  ST(bk[en_bucket[done_e[x]]]) == COMPLETED && \
+		  ENT(bk[en_bucket[done_e[x]]]) == done_e[x]))
+
+/* P4, all along: an entry holding a reservation (RESERVED answered, not
+ * released) or a record never has a FREE ticket, so no claimer can take
+ * it: the identities held never outnumber the tickets. */
+#define HOLDS(e)	(occ[e] == 0 || tk[e] != T_FREE)
+#if CAP > 2
+#define ALL_HOLD	(HOLDS(0) && HOLDS(1) && HOLDS(2))
+#else
+#define ALL_HOLD	(HOLDS(0) && HOLDS(1))
+#endif
+
+proctype Monitor()
+{
+	bool record_lost, ticket_lost;
+end_monitor:
+	atomic {
+		!(KEPT(IDX) && KEPT(IDY) && KEPT(IDZ) && ALL_HOLD) ->
+		record_lost = !(KEPT(IDX) && KEPT(IDY) && KEPT(IDZ));
+		ticket_lost = !ALL_HOLD;
+		assert(!record_lost);
+		assert(!ticket_lost)
+	}
+}
+
+init
+{
+	atomic {
+		/* the table as carmyd left it */
+		if
+#if !defined(INIT) || INIT == 0
+		:: skip				/* empty */
+#endif
+#if !defined(INIT) || INIT == 1
+		:: bk[0] = W(TOMB, 1, 0, 0)	/* a released entry's tombstone */
+#endif
+#if !defined(INIT) || INIT == 2
+		:: /* Z completed in entry 2 at its home, tombstones all round */
+		   bk[0] = W(TOMB, 1, 0, 0);
+		   bk[1] = W(COMPLETED, 2, IDZ, CAP - 1);
+		   bk[2] = W(TOMB, 1, 0, 0);
+		   bk[3] = W(TOMB, 1, 0, 0);
+		   tk[CAP - 1] = T_LIVE; en_bucket[CAP - 1] = 1;
+		   en_id[CAP - 1] = IDZ; en_exec[CAP - 1] = 200;
+		   en_res[CAP - 1] = 200; occ[CAP - 1] = IDZ;
+		   done_res[IDZ] = 200; done_exec[IDZ] = 200;
+		   done_e[IDZ] = CAP - 1
+#endif
+#if !defined(INIT) || INIT == 3
+		:: /* every ticket in use: Z at its home, X completed two
+		    * buckets past its home (a TOMB and Z in between) */
+		   bk[0] = W(TOMB, 1, 0, 0);
+		   bk[1] = W(COMPLETED, 2, IDZ, CAP - 1);
+		   bk[2] = W(COMPLETED, 2, IDX, 0);
+		   bk[3] = W(TOMB, 1, 0, 0);
+		   tk[CAP - 1] = T_LIVE; en_bucket[CAP - 1] = 1;
+		   en_id[CAP - 1] = IDZ; en_exec[CAP - 1] = 200;
+		   en_res[CAP - 1] = 200; occ[CAP - 1] = IDZ;
+		   done_res[IDZ] = 200; done_exec[IDZ] = 200;
+		   done_e[IDZ] = CAP - 1;
+		   tk[0] = T_LIVE; en_bucket[0] = 2;
+		   en_id[0] = IDX; en_exec[0] = 100;
+		   en_res[0] = 100; occ[0] = IDX; execs[IDX] = 1;
+		   done_res[IDX] = 100; done_exec[IDX] = 100;
+		   done_e[IDX] = 0
+#endif
+		fi;
+		run Monitor();
+		run Daemon();
+		run Client(1);
+		run Client(2);
+#ifdef RESTART
+		run Killer()
+#endif
+	}
+}
