@@ -18,6 +18,8 @@ static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 static uint32_t reclaim_cluster(struct shm_view *v, uint32_t s, uint32_t f);
 static uint32_t reclaim_without_free(struct shm_view *v);
 static void compact(struct shm_view *v);
+static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
+			  struct shm_sweep_stats *st);
 static void seq_open(struct shm_view *v);
 static void seq_close(struct shm_view *v);
 
@@ -83,12 +85,17 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
 	uint32_t b;
 	uint64_t w;
 
+	bool gone;
+
 	if (SHM_T_WHAT(t) != SHM_TICKET_SWEEPING &&
 	    shm_cas(&v->tickets[e], t, sw) != t)
 		return;
+	/* Ask before looking: "not published, and the process is gone" is
+	 * then final, since a dead process cannot publish afterwards. */
+	gone = ops->pid_gone(SHM_T_PID(t), ops->arg);
 	for (;;) {
 		if (!published_at(v, e, &b, &w)) {
-			if (ops->pid_gone(SHM_T_PID(t), ops->arg)) {
+			if (gone) {
 				shm_store(&v->tickets[e], SHM_TICKET_FREE);
 				st->freed++;
 			} else {
@@ -130,9 +137,39 @@ void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 		    (what >= SHM_OWNER_MIN && ops->owner_dead(what, ops->arg)))
 			sweep_ticket(v, e, t, ops, st);
 		else if (what == SHM_TICKET_ORPHAN &&
-			 ops->pid_gone(SHM_T_PID(t), ops->arg) &&
-			 shm_cas(&v->tickets[e], t, SHM_TICKET_FREE) == t)
+			 ops->pid_gone(SHM_T_PID(t), ops->arg))
+			settle_orphan(v, e, t, st);
+	}
+}
+
+/*
+ * The process behind an ORPHAN claim is gone. It may have published its
+ * bucket after the sweep and died (or lost to a move) before withdrawing
+ * it: that claimer saw its ticket changed after publishing, so it never
+ * answered RESERVED and its tool never ran. Withdraw the bucket for it
+ * (TOMB), then free the ticket.
+ */
+static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
+			  struct shm_sweep_stats *st)
+{
+	uint64_t sw = shm_ticket(SHM_TICKET_SWEEPING, SHM_T_PID(t));
+	uint32_t b;
+	uint64_t w;
+
+	if (shm_cas(&v->tickets[e], t, sw) != t)
+		return;
+	for (;;) {
+		if (published_at(v, e, &b, &w) && SHM_W_STATE(w) != SHM_RUNNING) {
+			shm_store(&v->tickets[e], SHM_TICKET_LIVE);	/* keep it */
+			st->settled++;
+			return;
+		}
+		if (!published_at(v, e, &b, &w) ||
+		    shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w) {
+			shm_store(&v->tickets[e], SHM_TICKET_FREE);
 			st->freed++;
+			return;
+		}
 	}
 }
 

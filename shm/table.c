@@ -133,8 +133,14 @@ restart:
 				if (!shm_daemon_alive(shm_header(v)))
 					return SHM_OUT_NODAEMON;
 				ticket = ticket_claim(v, c);
-				if (ticket == UINT32_MAX)
+				if (ticket == UINT32_MAX) {
+					/* "Full" is an absent verdict too: a
+					 * move may have hidden the entry. */
+					shm_rmb();
+					if (shm_load(move_seq) != seq)
+						goto restart;
 					return SHM_OUT_FULL;
+				}
 				entry_fill(v, ticket, k, c);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
