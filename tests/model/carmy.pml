@@ -32,6 +32,8 @@
  *
  *  proctype Client        a client process (libclient/client.c)
  *    c_op                 carmy_begin, client.c:177; its retry loop :207
+ *    c_again              a new shm_reserve call of that loop (after
+ *                         RECLAIM, client.c:217-226, or -EAGAIN, :244-245)
  *    r_restart            shm_reserve's restart, shm/table.c:110; the even
  *                         sh_move_seq load :114-121 (spinning on odd is
  *                         blocking here; the BUSY_SPINS give-up is not
@@ -78,6 +80,8 @@
  *                         of its writes to the segment or its socket;
  *                         c_died is the process gone and its socket closed
  *                         (what pid_gone and owner_dead then say)
+ *    c_exit               the process's end (after its last call, or
+ *                         killed)
  *
  *  proctype Killer        only with -DRESTART: carmyd declares client 1's
  *                         owner dead while its process keeps running, as a
@@ -94,6 +98,7 @@
  *                         :46-48, published_at :49 / :437-454, exec id
  *                         :52, result :55-59, CAS -> COMPLETED :60, ticket
  *                         -> LIVE :62)
+ *    d_complete_done      the COMPLETE reply, server.c:313
  *    d_sweep              shm_sweep sweep.c:122-137 (ticket load :126;
  *                         the ORPHAN freed :132-135)
  *      d_sweep_ticket     sweep_ticket sweep.c:78-114 (CAS -> SWEEPING
@@ -114,7 +119,10 @@
  *                         :207-210 and homes :211-220, seq_close :222,
  *                         unblocking store :223; MUTATE_NO_BLOCKED drops
  *                         the BLOCKED CAS and the unblocking store)
+ *    d_cluster_done       reclaim_cluster's return (:196, :199, :224)
  *      d_nofree           reclaim_without_free sweep.c:233-268
+ *    d_reclaim_done       shm_reclaim's return; the RECLAIM reply,
+ *                         server.c:322
  *      seq = seq | 1      seq_open sweep.c:339-344; seq = seq + 1 is
  *                         seq_close :346-351 (the model's seq is
  *                         sh_move_seq, always equal to carmyd's copy)
@@ -122,6 +130,7 @@
  *                         once more, and the final state is checked
  *
  *  proctype Monitor       not C: checks P2 and P4 in every state
+ *    end_monitor          (a valid end state: it waits for a violation)
  *
  * The properties (assertions; docs/model.md lists every assertion text):
  *  P1 at most one execution per identity: no RESERVED answer for an
@@ -1003,7 +1012,8 @@ d_reclaim_done:
 		:: cc != 0 -> rreq[cc] = 0	/* the RECLAIM reply */
 		:: else
 		fi;
-		z = 0; i = 0; seen = 0; tt = 0; wt = 0; ok = 0; cc = 0; act = 0
+		z = 0; i = 0; seen = 0; tt = 0; wt = 0; ok = 0; cc = 0; act = 0;
+		p = 0; crossed = 0; tombs = 0
 	}
 	goto d_loop;
 
