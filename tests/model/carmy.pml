@@ -8,7 +8,7 @@
  * X too or Y, which collides with X (same home bucket, another tag);
  * client 1 may be SIGKILLed at any point; carmyd (one thread) completes,
  * sweeps dead owners, compacts and reclaims tombstones while the clients
- * run. The table starts empty, with a tombstone at the home bucket, or full
+ * run. The table starts empty, with a tombstone at the home bucket, full
  * of tombstones around a completed Z, or with every ticket in use (X
  * completed past a tombstone, Z): chosen nondeterministically (INIT).
  *
@@ -16,10 +16,10 @@
  * shm_store() and every plain store to the segment is a step of its own.
  * An atomic{} below touches at most one shared word (a load, a store or a
  * CAS) besides process-local variables and ghost variables (occ, execs,
- * done_*, creq_id, was_done, moved and the named booleans the assertions
- * test), which exist only for the checks. Two scans of carmyd are one step
- * each, with the argument written next to them (d_findfree, d_walk). The
- * model is sequentially consistent: the full barriers of docs/segment.md
+ * done_*, creq_id, was_done and the named booleans the assertions test),
+ * which exist only for the checks. Two scans of carmyd are one step each,
+ * with the argument written next to them (d_findfree, d_walk). The model
+ * is sequentially consistent: the full barriers of docs/segment.md
  * ("Memory ordering") are what let the C code be read that way.
  *
  * Bucket words are packed like SHM_W_* (state, entry, tag, version) with a
@@ -28,7 +28,8 @@
  * itself. Ticket words are what | pid << 5 like SHM_T_WHAT / SHM_T_PID;
  * client c's owner id is 15 + c and its pid is c.
  *
- * Map from the model to the C code (file:line at this commit):
+ * Map from the model to the C code (file:line as of commit 236ed35, which
+ * fixed the two bugs this model found; OLD_* restores the code before it):
  *
  *  proctype Client        a client process (libclient/client.c)
  *    c_op                 carmy_begin, client.c:177; its retry loop :207
@@ -39,39 +40,41 @@
  *                         blocking here; the BUSY_SPINS give-up is not
  *                         modelled)
  *    r_probe              the linear probe from home, bucket load :122-125
- *    r_claim              ticket_claim :335-353 (cursor :339 and :346, the
- *                         load and CAS :342-345 as one CAS: the load is a
- *                         fast path only); FULL :136-137 (see bug B)
- *    r_fill               entry_fill :357-375 (identity; then exec id and
- *                         result fields), called at :138
- *    r_enbucket           en_bucket = b, :140
+ *    r_claim              ticket_claim :341-359 (cursor :345 and :352, the
+ *                         load and CAS :348-351 as one CAS: the load is a
+ *                         fast path only); no ticket: the sequence
+ *                         re-check :139-141 (OLD_FULL removes it: bug B)
+ *                         and SHM_OUT_FULL :142
+ *    r_fill               entry_fill :363-381 (identity; then exec id and
+ *                         result fields), called at :144
+ *    r_enbucket           en_bucket = b, :146
  *    r_recheck            the sh_move_seq re-check before publishing,
- *                         :141-143 (MUTATE_NO_SEQ_RECHECK removes it)
- *    r_publish            CAS FREE -> RUNNING, :144-146
- *    r_reread             the ticket re-read after publishing, :147
+ *                         :147-149 (MUTATE_NO_SEQ_RECHECK removes it)
+ *    r_publish            CAS FREE -> RUNNING, :150-152
+ *    r_reread             the ticket re-read after publishing, :153
  *                         (MUTATE_NO_TICKET_REREAD removes it)
- *    r_withdraw           CAS RUNNING -> TOMB and SHM_OUT_DEAD, :148-150
- *    r_reserved           SHM_OUT_RESERVED, :152-159
- *    r_blocked            a BLOCKED bucket: start over, :161-166
+ *    r_withdraw           CAS RUNNING -> TOMB and SHM_OUT_DEAD, :154-156
+ *    r_reserved           SHM_OUT_RESERVED, :158-165
+ *    r_blocked            a BLOCKED bucket: start over, :167-172
  *                         (MUTATE_NO_BLOCKED: steps over it instead)
- *    r_match              a live bucket with our tag, :167-193:
- *                         entry_matches :178 / :379-397 (en_bucket :385,
- *                         identity :387-394), the word re-read :182-183
+ *    r_match              a live bucket with our tag, :173-199:
+ *                         entry_matches :184 / :385-403 (en_bucket :391,
+ *                         identity :393-400), the word re-read :188-189
  *                         (MUTATE_NO_WORD_RECHECK removes it), the
- *                         ticket given back :186-188, SHM_OUT_FOUND
+ *                         ticket given back :192-194, SHM_OUT_FOUND
  *    r_nofree             no FREE bucket: re-check, ticket back, NOFREE,
- *                         :195-201; the RECLAIM request and second probe,
+ *                         :201-207; the RECLAIM request and second probe,
  *                         client.c:217-226
  *    r_end                carmy_begin's answer, client.c:208-254
- *    r_replay             shm_read_result table.c:214-248 (en_bucket :224,
- *                         result and exec :229-240, word re-check :242);
+ *    r_replay             shm_read_result table.c:220-254 (en_bucket :230,
+ *                         result and exec :235-246, word re-check :248);
  *                         -EAGAIN retry client.c:243-245
  *    c_release            carmy_release client.c:297-310 -> shm_release
- *                         table.c:298-322
- *      o_owns             shm_owns :257-287 (seq :266-272, en_bucket :274,
- *                         word :277, seq re-check :279, ticket :283-284)
- *      c_rel_cas          CAS RUNNING -> TOMB, :310
- *      c_rel_ticket       ticket load and CAS -> FREE, :314-317
+ *                         table.c:304-328
+ *      o_owns             shm_owns :263-293 (seq :272-278, en_bucket :280,
+ *                         word :283, seq re-check :285, ticket :289-290)
+ *      c_rel_cas          CAS RUNNING -> TOMB, :316
+ *      c_rel_ticket       ticket load and CAS -> FREE, :320-323
  *    c_complete           carmy_complete's WIRE_COMPLETE request and the
  *                         wait for its reply, client.c:257-295 (its
  *                         shm_owns pre-check at :273 is left out: carmyd
@@ -86,7 +89,9 @@
  *  proctype Killer        only with -DRESTART: carmyd declares client 1's
  *                         owner dead while its process keeps running, as a
  *                         carmyd restart does (daemon/store.c:312-337
- *                         sweeps every earlier owner at start-up)
+ *                         sweeps every earlier owner at start-up) or a
+ *                         connection carmyd drops (fail_conn, daemon/
+ *                         server.c:377-389)
  *
  *  proctype Daemon        carmyd's thread (daemon/server.c, daemon/store.c)
  *    d_loop               its event loop: a COMPLETE request (server.c:283),
@@ -94,37 +99,43 @@
  *                         after EOF (drop, server.c:396-410) or on the
  *                         tick (store.c:186-194), an unprompted reclaim
  *                         (store.c:161-184)
- *    d_complete           shm_record_result shm/sweep.c:34-64 (ticket
- *                         :46-48, published_at :49 / :437-454, exec id
- *                         :52, result :55-59, CAS -> COMPLETED :60, ticket
- *                         -> LIVE :62)
+ *    d_complete           shm_record_result shm/sweep.c:36-66 (ticket
+ *                         :48-50, published_at :51 / :474-491, exec id
+ *                         :54, result :57-61, CAS -> COMPLETED :62, ticket
+ *                         -> LIVE :64)
  *    d_complete_done      the COMPLETE reply, server.c:313
- *    d_sweep              shm_sweep sweep.c:122-137 (ticket load :126;
- *                         the ORPHAN freed :132-135)
- *      d_sweep_ticket     sweep_ticket sweep.c:78-114 (CAS -> SWEEPING
- *                         :86-88, published_at :90, pid_gone :91, FREE :92,
- *                         ORPHAN :95-98, LIVE :103, CAS -> UNCERTAIN :108,
- *                         LIVE :109)
- *    d_reclaim            shm_reclaim sweep.c:153-185
- *      d_compact          compact sweep.c:287-330 (word :293, home through
- *                         shm_entry_home :398-422, the path :301-305,
- *                         seq_open :308-309, CAS the copy :311, CAS
- *                         en_bucket :316, CAS old -> TOMB :317, dropping
- *                         the copy :320-321, seq_close :328-329)
- *      d_findfree         the first FREE bucket, sweep.c:160-164
- *      d_walk             the cluster walk, sweep.c:167-183
- *      d_cluster          reclaim_cluster sweep.c:188-225 (end word :192,
- *                         :195-196, CAS -> BLOCKED :197-199, seq_open :200,
- *                         the backward walk :201-221 with CAS TOMB -> FREE
- *                         :207-210 and homes :211-220, seq_close :222,
- *                         unblocking store :223; MUTATE_NO_BLOCKED drops
+ *    d_sweep              shm_sweep sweep.c:129-143 (ticket load :133)
+ *      d_sweep_ticket     sweep_ticket sweep.c:80-121 (CAS -> SWEEPING
+ *                         :90-92, pid_gone asked before looking :95 (with
+ *                         OLD_PID_ORDER after, as before 236ed35: bug A),
+ *                         published_at :97, FREE :98-100, ORPHAN :101-105,
+ *                         LIVE :109-112, CAS -> UNCERTAIN :115, LIVE :116)
+ *      d_settle_orphan    an ORPHAN whose process is gone, sweep.c:139-141:
+ *                         settle_orphan :152-174 (CAS -> SWEEPING :159,
+ *                         published final: LIVE :162-165; not published,
+ *                         or published and CAS -> TOMB: FREE :167-171).
+ *                         OLD_ORPHAN_FREE: one CAS -> FREE instead, as
+ *                         before 236ed35 (bug A)
+ *    d_reclaim            shm_reclaim sweep.c:190-222
+ *      d_compact          compact sweep.c:324-367 (word :330, home through
+ *                         shm_entry_home :435-459, the path :338-342,
+ *                         seq_open :345-346, CAS the copy :348, CAS
+ *                         en_bucket :353, CAS old -> TOMB :354, dropping
+ *                         the copy :357-358, seq_close :365-366)
+ *      d_findfree         the first FREE bucket, sweep.c:197-201
+ *      d_walk             the cluster walk, sweep.c:203-220
+ *      d_cluster          reclaim_cluster sweep.c:225-262 (end word :229,
+ *                         :232-233, CAS -> BLOCKED :234-236, seq_open :237,
+ *                         the backward walk :238-258 with CAS TOMB -> FREE
+ *                         :243-247 and homes :248-257, seq_close :259,
+ *                         unblocking store :260; MUTATE_NO_BLOCKED drops
  *                         the BLOCKED CAS and the unblocking store)
- *    d_cluster_done       reclaim_cluster's return (:196, :199, :224)
- *      d_nofree           reclaim_without_free sweep.c:233-268
+ *    d_cluster_done       reclaim_cluster's return (:233, :236, :261)
+ *      d_nofree           reclaim_without_free sweep.c:270-305
  *    d_reclaim_done       shm_reclaim's return; the RECLAIM reply,
  *                         server.c:322
- *      seq = seq | 1      seq_open sweep.c:339-344; seq = seq + 1 is
- *                         seq_close :346-351 (the model's seq is
+ *      seq = seq | 1      seq_open sweep.c:376-381; seq = seq + 1 is
+ *                         seq_close :383-388 (the model's seq is
  *                         sh_move_seq, always equal to carmyd's copy)
  *    d_end, d_check       not C: every client has exited, carmyd sweeps
  *                         once more, and the final state is checked
@@ -139,9 +150,10 @@
  *     at the end (lost_identity).
  *  P2 a completed entry is never lost or overwritten: a carmy_begin that
  *     starts after the identity's COMPLETED CAS replays that result and
- *     execution id (r_end); nothing completes it twice (d_complete); its
- *     entry, result, ticket and bucket stay put (Monitor, record_lost) and
- *     a probe from its home finds it at the end (record_changed).
+ *     execution id, and gets no other answer (r_end); nothing completes it
+ *     twice (d_complete); its entry, result, ticket and bucket stay put
+ *     (Monitor, record_lost) and a probe from its home finds it at the end
+ *     (record_changed).
  *  P3 a dead owner's entry never becomes free without an explicit
  *     release: when carmyd gives back a dead owner's ticket no bucket
  *     names its entry (freed_but_published); at the end every owner is
@@ -153,22 +165,21 @@
  *     identities held never outnumber the tickets.
  *
  * Options (spin -D...; make model MODEL_FLAGS='-D...'):
- *  INIT=0|1|2|3   one starting table only (default: all four)
+ *  INIT=0|1|2|3   one starting table only (default: all four);
+ *  NO_INITn       leave starting table n out
  *  NOPS2=n        carmy_begin calls of client 2 (default 1; the second
  *                 and later only look)
  *  MAXRECL=n      unprompted reclaim passes of carmyd (default 1)
  *  MAXSWEEP=n     sweeps after client 1's owner is dead (default 1, 2
  *                 with RESTART)
  *  SAME_ID_ONLY   client 2 reserves X only
- *  RESTART        add the carmyd-restart case: fails, bug A
- *  FIX_ORPHAN     model the fix proposed for bug A (not the C code):
- *                 FIX_ORPHAN_ORDER (pid_gone before published_at in
- *                 sweep_ticket) and FIX_ORPHAN_SETTLE (an ORPHAN is
- *                 settled, not just freed, once its pid is gone)
- *  NO_KILL        client 1 is never killed (only with RESTART does its
- *                 owner then die)
- *  STRICT_FULL    check P2 on FULL answers strictly: fails, bug B
- *  FIX_FULL       model the fix proposed for bug B (not the C code)
+ *  RESTART        carmyd declares client 1's owner dead while it runs
+ *  NO_KILL        client 1 is never killed (its owner dies only with
+ *                 RESTART)
+ *  OLD_SWEEP      the sweep before 236ed35 (bug A): OLD_PID_ORDER
+ *                 (pid_gone asked after looking) and OLD_ORPHAN_FREE
+ *                 (an ORPHAN freed without looking)
+ *  OLD_FULL       SHM_OUT_FULL without the sequence re-check (bug B)
  *  MUTATE_*       remove one protocol step (see the labels above)
  */
 
@@ -184,9 +195,9 @@
 #ifndef MAXRECL
 #define MAXRECL	1
 #endif
-#ifdef FIX_ORPHAN		/* both halves of the fix for bug A */
-#define FIX_ORPHAN_ORDER
-#define FIX_ORPHAN_SETTLE
+#ifdef OLD_SWEEP		/* both halves of bug A */
+#define OLD_PID_ORDER
+#define OLD_ORPHAN_FREE
 #endif
 #ifndef MAXSWEEP
 #ifdef RESTART
@@ -305,7 +316,7 @@ proctype Client(byte c)
 	byte id, tkt, b, n, e, eb, eid, t, i, k, s, fe, fst, res, ex, out;
 	byte ops, cur, nfill;
 	int w, nw, fw;
-	bool ok, first, was_done, reclaimed, moved;
+	bool ok, first, was_done, reclaimed;
 
 	ops = (c == 1 -> 1 : NOPS2);
 	cur = c % CAP;			/* owners start apart (client.c:141) */
@@ -363,25 +374,16 @@ r_claim:			i = cur; k = 0;
 				atomic { i = 0; k = 0 }
 				if
 				:: tkt == NONE ->
-					/* FULL. C returns it without re-checking
-					 * sh_move_seq (table.c:136-137): bug B in
-					 * docs/model.md. FIX_FULL models the fix. */
-#ifdef FIX_FULL
+					/* FULL is an "absent" verdict too: the
+					 * sequence is re-checked first (OLD_FULL:
+					 * as before 236ed35, it was not: bug B) */
+#ifndef OLD_FULL
 					if
 					:: seq != s -> goto r_restart
 					:: else
 					fi;
 #endif
-					atomic {
-						out = 2;
-#if defined(STRICT_FULL) || defined(FIX_FULL)
-						moved = 0
-#else
-						/* ghost: did a move overlap the probe? */
-						moved = (seq != s)
-#endif
-					}
-					goto r_end
+					out = 2; goto r_end
 				:: else
 				fi;
 r_fill:				DIE;
@@ -507,11 +509,7 @@ r_replay:	b = en_bucket[fe];
 	:: out == 1 && fst != COMPLETED ->
 		/* EUNCERTAIN (running or interrupted) or ECONFLICT */
 		assert(!was_done)
-	:: out == 2 ->
-		/* CAPACITY: the identity was absent (unless the probe
-		 * overlapped a move: the known bug) */
-		assert(!was_done || moved)
-	:: (out == 3 && reclaimed) || out == 5 ->
+	:: out == 2 || (out == 3 && reclaimed) || out == 5 ->
 		/* CAPACITY or DISCONNECTED: the identity was absent */
 		assert(!was_done)
 	:: out == 0 ->
@@ -566,7 +564,7 @@ c_complete:		DIE;
 		:: skip		/* still running when the client stops */
 		fi
 	fi;
-	atomic { w = 0; t = 0; b = 0; s = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0; moved = 0 }
+	atomic { w = 0; t = 0; b = 0; s = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0 }
 	ops--;
 	if
 	:: ops > 0 -> goto c_op
@@ -587,7 +585,7 @@ c_died:
 		id = 0; tkt = 0; b = 0; n = 0; e = 0; eb = 0; eid = 0; t = 0;
 		i = 0; k = 0; s = 0; fe = 0; fst = 0; res = 0; ex = 0; out = 0;
 		ops = 0; cur = 0; nfill = 0; w = 0; nw = 0; fw = 0; ok = 0;
-		first = 0; was_done = 0; reclaimed = 0; moved = 0
+		first = 0; was_done = 0; reclaimed = 0
 	}
 c_exit:
 	skip
@@ -706,17 +704,16 @@ d_sweep_ticket:		sw = TK(T_SWEEPING, PID(t));
 			fi;
 			if
 			:: ok ->
-				do
-				:: 
-#ifdef FIX_ORPHAN_ORDER
-				   /* the fix: is the claimer gone? asked before
-				    * looking, so that "not published" is final */
-				   pg = gone[PID(t)];
+#ifndef OLD_PID_ORDER
+				/* is the claimer gone? asked before looking,
+				 * so that "not published" is final */
+				pg = gone[PID(t)];
 #endif
-				   bb = en_bucket[e];
+				do
+				:: bb = en_bucket[e];
 				   w = bk[bb];
-#ifndef FIX_ORPHAN_ORDER
-				   pg = gone[PID(t)];	/* sweep.c:91, after looking */
+#ifdef OLD_PID_ORDER
+				   pg = gone[PID(t)];	/* asked after looking */
 #endif
 				   if
 				   :: !(LIVEST(ST(w)) && ENT(w) == e) ->
@@ -744,38 +741,46 @@ d_sweep_ticket:		sw = TK(T_SWEEPING, PID(t));
 			:: else
 			fi
 		:: WHAT(t) == T_ORPHAN && gone[PID(t)] ->
-#ifdef FIX_ORPHAN_SETTLE
-			/* The proposed fix for bug A (docs/model.md): settle
-			 * the ORPHAN like sweep_ticket does, finishing the
-			 * withdrawal its claimer never finished. */
+#ifndef OLD_ORPHAN_FREE
+d_settle_orphan:
+			/* settle_orphan: its claimer is gone; withdraw a
+			 * bucket it published but never withdrew, keep a
+			 * final one, then free the ticket */
 			cas_tk(e, t, TK(T_SWEEPING, PID(t)), ok);
-			do
-			:: ok ->
-				bb = en_bucket[e];
-				w = bk[bb];
-				if
-				:: ST(w) == RUNNING && ENT(w) == e ->
-					cas_bk(bb, w, NEXT0(w, TOMB), ok2)
-				:: LIVEST(ST(w)) && ENT(w) == e && ST(w) != RUNNING ->
-					tk[e] = T_LIVE; break
-				:: !(LIVEST(ST(w)) && ENT(w) == e) -> break
-				fi
-			:: else -> break
-			od;
 			if
-			:: ok && !(LIVEST(ST(w)) && ENT(w) == e) ->
-				atomic {
-					P3_UNNAMED(e);
-					tk[e] = T_FREE
-				}
+			:: ok ->
+				do
+				:: bb = en_bucket[e];
+				   w = bk[bb];
+				   if
+				   :: LIVEST(ST(w)) && ENT(w) == e && ST(w) != RUNNING ->
+					tk[e] = T_LIVE; break
+				   :: else
+				   fi;
+				   bb = en_bucket[e];
+				   w = bk[bb];
+				   if
+				   :: LIVEST(ST(w)) && ENT(w) == e ->
+					cas_bk(bb, w, NEXT0(w, TOMB), ok2)
+				   :: else -> ok2 = 1	/* not published */
+				   fi;
+				   if
+				   :: ok2 ->
+					atomic {
+						P3_UNNAMED(e);
+						tk[e] = T_FREE
+					}
+					break
+				   :: else
+				   fi
+				od
 			:: else
 			fi
 #else
+			/* before 236ed35: freed at once (bug A) */
 			atomic {
 				if
 				:: tk[e] == t ->
-					/* P3: a dead owner's claim comes back only
-					 * if no bucket names its entry */
 					P3_UNNAMED(e);
 					tk[e] = T_FREE
 				:: else
@@ -1106,13 +1111,13 @@ init
 	atomic {
 		/* the table as carmyd left it */
 		if
-#if !defined(INIT) || INIT == 0
+#if (!defined(INIT) && !defined(NO_INIT0)) || INIT == 0
 		:: skip				/* empty */
 #endif
-#if !defined(INIT) || INIT == 1
+#if (!defined(INIT) && !defined(NO_INIT1)) || INIT == 1
 		:: bk[0] = W(TOMB, 1, 0, 0)	/* a released entry's tombstone */
 #endif
-#if !defined(INIT) || INIT == 2
+#if (!defined(INIT) && !defined(NO_INIT2)) || INIT == 2
 		:: /* Z completed in entry 2 at its home, tombstones all round */
 		   bk[0] = W(TOMB, 1, 0, 0);
 		   bk[1] = W(COMPLETED, 2, IDZ, CAP - 1);
@@ -1124,7 +1129,7 @@ init
 		   done_res[IDZ] = 200; done_exec[IDZ] = 200;
 		   done_e[IDZ] = CAP - 1
 #endif
-#if !defined(INIT) || INIT == 3
+#if (!defined(INIT) && !defined(NO_INIT3)) || INIT == 3
 		:: /* every ticket in use: Z at its home, X completed two
 		    * buckets past its home (a TOMB and Z in between) */
 		   bk[0] = W(TOMB, 1, 0, 0);
