@@ -12,3 +12,4 @@ include tests/tools/local.mk
 include tests/shm/local.mk
 include tests/model/local.mk
 include tests/fuzz/local.mk
+include tests/soak/local.mk

@@ -1,0 +1,760 @@
+/*
+ * check.c - the soak's checker: from the effect log, the answer logs and
+ * the final pass, prove that
+ *
+ *   once       no identity's effect happened twice, and no identity was
+ *              reserved while another reservation of it was live;
+ *   replay     every replay returned the execution id and the result of
+ *              the one execution that happened;
+ *   acked      every acknowledged completion replays afterwards (during
+ *              the run, after the ack, and in the final pass);
+ *   uncertain  every identity whose worker died (or disconnected) holding
+ *              it answers EXECUTION_UNCERTAIN (interrupted) and never runs
+ *              again, unless its completion landed, when it replays;
+ *   answers    no answer falls outside the contract (a conflict names the
+ *              entry of the other fingerprint, no capacity refusal with
+ *              room to spare, fail-closed answers only while carmyd was
+ *              away...).
+ *
+ * Pass 1 reads the answer logs for what was reserved, released, attempted
+ * and acknowledged, then the effects and the final pass; pass 2 reads the
+ * answer logs again and judges every other answer against that; the last
+ * step judges each identity's final state. Only what a worker logged
+ * counts as known: a reservation whose worker died before logging it is a
+ * "phantom", and must be explained by a begin cut short by a kill.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/soak/soak.h"
+
+#define SHOW_MAX 8		/* violations printed per property */
+#define EXEC_SZ (CARMY_EXECUTION_ID_LEN + 1)
+#define REL_UNKNOWN 1		/* no "l" line: the release may have happened */
+
+const char *const soak_prop_names[SOAK_PROP_COUNT] = {
+	"once", "replay", "acked", "uncertain", "answers",
+};
+
+struct resv {			/* one RESERVED answer a worker logged */
+	char exec[EXEC_SZ];
+	unsigned var;
+	uint64_t t0, t1;
+	char where[32];
+	bool intent;		/* L: about to release, the tool did not run */
+	int rel_rc;		/* l: what release returned, or REL_UNKNOWN */
+	bool attempted;		/* A: the tool ran, complete was called */
+	bool completed;		/* C logged */
+	int c_rc;
+	uint64_t c_t1;
+	int effect;		/* index in ident.ef, or -1 */
+};
+
+struct effect {
+	char exec[EXEC_SZ];
+	unsigned var;
+	struct soak_result res;
+	unsigned inc;
+};
+
+struct phantom {		/* an entry nobody logged reserving */
+	char exec[EXEC_SZ];
+	uint64_t first_seen;
+};
+
+struct answer {			/* one line of final.log */
+	int rc, state, status, code;
+	char exec[EXEC_SZ];
+	size_t len;
+	uint64_t hash;
+};
+
+struct ident {
+	struct resv *rv;
+	size_t nrv;
+	struct effect *ef;
+	size_t nef;
+	struct phantom *ph;
+	size_t nph;
+	bool died_in_begin[SOAK_VARIANTS];
+	bool begin_cut_off[SOAK_VARIANTS];	/* begin said DISCONNECTED */
+	struct answer fin[SOAK_VARIANTS];
+	bool have_fin[SOAK_VARIANTS];
+};
+
+struct checker {
+	const struct soak_cfg *cfg;
+	struct ident *ids;
+	struct soak_figures *f;
+	char **files;
+	size_t nfiles;
+};
+
+static int list_files(struct checker *ck);
+static int read_answers(struct checker *ck, int pass);
+static void pass1_line(struct checker *ck, const char *line, const char *where,
+		       int *cur_id, int *cur_rv, int pend[2]);
+static void pass2_line(struct checker *ck, const char *line, const char *where);
+static int read_effects(struct checker *ck);
+static int read_final(struct checker *ck);
+static void judge_ident(struct checker *ck, unsigned id);
+static struct resv *find_resv(struct ident *d, const char *exec);
+static bool is_live(const struct resv *r);
+static bool replay_matches(struct checker *ck, struct ident *d,
+			   const struct resv *r, int status, int code,
+			   size_t len, uint64_t hash, char *why, size_t n);
+static void note_phantom(struct ident *d, const char *exec, uint64_t t);
+static void violate(struct checker *ck, enum soak_prop p, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void *grow(void *p, size_t n, size_t size);
+
+static unsigned used_ids(const struct soak_cfg *cfg)
+{
+	uint32_t n = __atomic_load_n(cfg->fresh, __ATOMIC_ACQUIRE);
+
+	return n < cfg->max_ids ? n : cfg->max_ids;
+}
+
+int soak_check(const struct soak_cfg *cfg, struct soak_figures *f)
+{
+	struct checker ck = { .cfg = cfg, .f = f };
+	int rc = -1;
+
+	ck.ids = calloc(cfg->max_ids, sizeof(*ck.ids));
+	if (ck.ids == NULL || list_files(&ck) != 0)
+		goto out;
+	if (read_answers(&ck, 1) != 0 || read_effects(&ck) != 0 ||
+	    read_final(&ck) != 0 || read_answers(&ck, 2) != 0)
+		goto out;
+	/* Identities above *fresh were never used. */
+	for (unsigned id = 0; id < used_ids(cfg); id++)
+		judge_ident(&ck, id);
+	rc = 0;
+out:
+	for (unsigned id = 0; ck.ids != NULL && id < cfg->max_ids; id++) {
+		free(ck.ids[id].rv);
+		free(ck.ids[id].ef);
+		free(ck.ids[id].ph);
+	}
+	free(ck.ids);
+	for (size_t i = 0; i < ck.nfiles; i++)
+		free(ck.files[i]);
+	free(ck.files);
+	return rc;
+}
+
+/* ------------------------------------------------------------ reading */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int list_files(struct checker *ck)
+{
+	char path[512];
+	struct dirent *e;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "%s/answers", ck->cfg->dir);
+	dir = opendir(path);
+	if (dir == NULL)
+		return -1;
+	while ((e = readdir(dir)) != NULL) {
+		if (e->d_name[0] != 'a')
+			continue;
+		ck->files = grow(ck->files, ck->nfiles + 1, sizeof(char *));
+		ck->files[ck->nfiles] = strdup(e->d_name);
+		if (ck->files[ck->nfiles++] == NULL)
+			abort();
+	}
+	closedir(dir);
+	qsort(ck->files, ck->nfiles, sizeof(char *), cmp_str);
+	return 0;
+}
+
+static int read_answers(struct checker *ck, int pass)
+{
+	char path[600], where[32], *line = NULL;
+	size_t cap = 0;
+
+	for (size_t i = 0; i < ck->nfiles; i++) {
+		int cur_id = -1, cur_rv = -1, pend[2] = { -1, -1 };
+		unsigned no = 0;
+		ssize_t n;
+		FILE *fp;
+
+		snprintf(path, sizeof(path), "%s/answers/%s", ck->cfg->dir,
+			 ck->files[i]);
+		fp = fopen(path, "r");
+		if (fp == NULL) {
+			free(line);
+			return -1;
+		}
+		while ((n = getline(&line, &cap, fp)) > 0) {
+			no++;
+			/* An unterminated line was cut by the kill. */
+			if (line[n - 1] != '\n')
+				break;
+			snprintf(where, sizeof(where), "%.12s:%u",
+				 ck->files[i], no);
+			if (pass == 1)
+				pass1_line(ck, line, where, &cur_id, &cur_rv,
+					   pend);
+			else
+				pass2_line(ck, line, where);
+		}
+		fclose(fp);
+		/* The worker died between logging "b" and logging the
+		 * answer: that begin may have reserved without telling. */
+		if (pass == 1 && pend[0] >= 0)
+			ck->ids[pend[0]].died_in_begin[pend[1]] = true;
+	}
+	free(line);
+	return 0;
+}
+
+static void pass1_line(struct checker *ck, const char *line, const char *where,
+		       int *cur_id, int *cur_rv, int pend[2])
+{
+	unsigned long long t0, t1;
+	char exec[EXEC_SZ];
+	unsigned id, var;
+	int rc, state;
+	struct resv *r;
+	struct ident *d;
+
+	switch (line[0]) {
+	case 'b':
+		if (sscanf(line, "b %llu %u %u", &t0, &id, &var) == 3 &&
+		    id < ck->cfg->max_ids && var < SOAK_VARIANTS) {
+			pend[0] = (int)id;
+			pend[1] = (int)var;
+		}
+		return;
+	case 'B':
+		if (sscanf(line, "B %llu %llu %u %u %d %d %37s", &t0, &t1, &id,
+			   &var, &rc, &state, exec) != 7 ||
+		    id >= ck->cfg->max_ids || var >= SOAK_VARIANTS) {
+			violate(ck, SOAK_ANSWERS, "%s: unreadable line", where);
+			return;
+		}
+		pend[0] = -1;
+		d = &ck->ids[id];
+		if (rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE)
+			d->begin_cut_off[var] = true;
+		if (rc != CARMY_RESERVED)
+			return;
+		d->rv = grow(d->rv, d->nrv + 1, sizeof(*d->rv));
+		r = &d->rv[d->nrv];
+		memset(r, 0, sizeof(*r));
+		snprintf(r->exec, sizeof(r->exec), "%s", exec);
+		r->var = var;
+		r->t0 = t0;
+		r->t1 = t1;
+		r->rel_rc = REL_UNKNOWN;
+		r->effect = -1;
+		snprintf(r->where, sizeof(r->where), "%s", where);
+		*cur_id = (int)id;
+		*cur_rv = (int)d->nrv++;
+		return;
+	case 'L':
+	case 'l':
+	case 'A':
+	case 'C':
+		break;
+	default:
+		return;
+	}
+	/* These follow the reservation they are about, in the same file. */
+	if (*cur_id < 0) {
+		violate(ck, SOAK_ANSWERS, "%s: no reservation before it", where);
+		return;
+	}
+	r = &ck->ids[*cur_id].rv[*cur_rv];
+	if (line[0] == 'L') {
+		r->intent = true;
+	} else if (line[0] == 'l') {
+		if (sscanf(line, "l %llu %u %37s %d", &t0, &id, exec, &rc) != 4)
+			return;
+		r->rel_rc = rc;
+		if (rc != 0 && !ck->cfg->carmyd_kills)
+			violate(ck, SOAK_ANSWERS, "%s: release of %s failed: %s",
+				where, r->exec, carmy_errname(rc));
+	} else if (line[0] == 'A') {
+		r->attempted = true;
+	} else if (sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1, &id, exec,
+			  &rc) == 5) {
+		r->completed = true;
+		r->c_rc = rc;
+		r->c_t1 = t1;
+	}
+}
+
+static int read_effects(struct checker *ck)
+{
+	char path[512], *line = NULL;
+	unsigned long long t, seed;
+	size_t cap = 0, len;
+	unsigned id, var, inc;
+	char exec[EXEC_SZ];
+	int status;
+	ssize_t n;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/effects.log", ck->cfg->dir);
+	fp = fopen(path, "r");
+	if (fp == NULL)
+		return -1;
+	while ((n = getline(&line, &cap, fp)) > 0) {
+		struct ident *d;
+		struct effect *e;
+		struct resv *r;
+
+		if (line[0] == '\n')
+			continue;
+		if (sscanf(line, "E %llu %u %u %37s %llu %d %zu %u", &t, &id,
+			   &var, exec, &seed, &status, &len, &inc) != 8 ||
+		    id >= ck->cfg->max_ids || var >= SOAK_VARIANTS) {
+			/* Torn by a kill mid-write: that tool was running
+			 * when it died, and no completion can follow. */
+			printf("# effects.log: torn line ignored: %.60s\n", line);
+			continue;
+		}
+		ck->f->effects++;
+		d = &ck->ids[id];
+		d->ef = grow(d->ef, d->nef + 1, sizeof(*d->ef));
+		e = &d->ef[d->nef++];
+		snprintf(e->exec, sizeof(e->exec), "%s", exec);
+		e->var = var;
+		e->res.seed = seed;
+		e->res.status = status;
+		e->res.len = len;
+		e->inc = inc;
+		if (d->nef > 1)
+			violate(ck, SOAK_ONCE,
+				"identity %u ran twice: %s (worker %u) and %s "
+				"(worker %u)", id, d->ef[0].exec, d->ef[0].inc,
+				exec, inc);
+		r = find_resv(d, exec);
+		if (r == NULL || r->var != var) {
+			violate(ck, SOAK_ONCE, "identity %u: effect of %s, "
+				"which no worker reserved with variant %u", id,
+				exec, var);
+			continue;
+		}
+		if (r->intent)
+			violate(ck, SOAK_ONCE, "identity %u: effect of %s, "
+				"which its worker released (%s)", id, exec,
+				r->where);
+		r->effect = (int)(d->nef - 1);
+	}
+	free(line);
+	fclose(fp);
+	return 0;
+}
+
+static int read_final(struct checker *ck)
+{
+	char path[512], *line = NULL;
+	unsigned id, var;
+	size_t cap = 0;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/final.log", ck->cfg->dir);
+	fp = fopen(path, "r");
+	if (fp == NULL)
+		return -1;
+	while (getline(&line, &cap, fp) > 0) {
+		struct answer a;
+		unsigned long long h;
+
+		if (sscanf(line, "F %u %u %d %d %37s %d %d %zu %llx", &id, &var,
+			   &a.rc, &a.state, a.exec, &a.status, &a.code, &a.len,
+			   &h) != 9 || id >= ck->cfg->max_ids ||
+		    var >= SOAK_VARIANTS)
+			continue;
+		a.hash = h;
+		ck->ids[id].fin[var] = a;
+		ck->ids[id].have_fin[var] = true;
+	}
+	free(line);
+	fclose(fp);
+	return 0;
+}
+
+/* ------------------------------------------------------------ answers */
+
+static void pass2_line(struct checker *ck, const char *line, const char *where)
+{
+	unsigned long long t0, t1, h;
+	int rc, state, status, code;
+	char exec[EXEC_SZ], why[160];
+	unsigned id, var;
+	struct resv *r, *acked = NULL;
+	struct ident *d;
+	size_t len;
+
+	if (line[0] == 'D')
+		ck->f->disconnects++;
+	if (line[0] == 'L')
+		ck->f->releases++;
+	if (line[0] == 'C' && sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1,
+				     &id, exec, &rc) == 5) {
+		r = id < ck->cfg->max_ids ? find_resv(&ck->ids[id], exec) : NULL;
+		if (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE)
+			ck->f->acked++;
+		else if (!ck->cfg->carmyd_kills)
+			violate(ck, SOAK_ANSWERS, "%s: complete of %s with "
+				"carmyd up: %s", where, exec,
+				carmy_errname(rc));
+		if (r != NULL && r->effect >= 0 &&
+		    (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE) &&
+		    (rc != 0) != (ck->ids[id].ef[r->effect].res.len >
+				  ck->cfg->max_result))
+			violate(ck, SOAK_ANSWERS, "%s: complete of %s with %zu "
+				"bytes (max %zu) returned %s", where, exec,
+				ck->ids[id].ef[r->effect].res.len,
+				ck->cfg->max_result, carmy_errname(rc));
+		return;
+	}
+	if (line[0] != 'B')
+		return;
+	if (sscanf(line, "B %llu %llu %u %u %d %d %37s %d %d %zu %llx", &t0,
+		   &t1, &id, &var, &rc, &state, exec, &status, &code, &len,
+		   &h) != 11 || id >= ck->cfg->max_ids || var >= SOAK_VARIANTS)
+		return;		/* reported in pass 1 */
+	d = &ck->ids[id];
+	ck->f->calls++;
+	r = find_resv(d, exec);
+	for (size_t i = 0; i < d->nrv; i++)
+		if (d->rv[i].completed && (d->rv[i].c_rc == 0 ||
+		    d->rv[i].c_rc == CARMY_ERESULT_TOO_LARGE))
+			acked = &d->rv[i];
+
+	switch (rc) {
+	case CARMY_RESERVED:
+		ck->f->reserved++;
+		break;
+	case CARMY_REPLAY:
+		ck->f->replays++;
+		if (r == NULL || r->var != var) {
+			violate(ck, SOAK_REPLAY, "%s: identity %u variant %u "
+				"replayed %s, which no worker reserved with it",
+				where, id, var, exec);
+			break;
+		}
+		if (!replay_matches(ck, d, r, status, code, len, h, why,
+				    sizeof(why)))
+			violate(ck, SOAK_REPLAY, "%s: identity %u replayed %s "
+				"(reserved %s): %s", where, id, exec, r->where,
+				why);
+		break;
+	case CARMY_ECONFLICT:
+	case CARMY_EUNCERTAIN:
+		if (rc == CARMY_ECONFLICT)
+			ck->f->conflicts++;
+		else
+			ck->f->uncertain++;
+		if (r == NULL) {
+			note_phantom(d, exec, t1);
+			break;
+		}
+		if ((rc == CARMY_ECONFLICT) != (r->var != var))
+			violate(ck, SOAK_ANSWERS, "%s: identity %u variant %u "
+				"got %s about %s, reserved with variant %u (%s)",
+				where, id, var, carmy_errname(rc), exec, r->var,
+				r->where);
+		if (state == CARMY_STATE_COMPLETED &&
+		    (r->effect < 0 || !r->attempted))
+			violate(ck, SOAK_REPLAY, "%s: identity %u: %s is "
+				"completed, but its tool never finished (%s)",
+				where, id, exec, r->where);
+		break;
+	case CARMY_ECAPACITY:
+		ck->f->capacity++;
+		/* Each identity holds at most one entry, each worker at most
+		 * one ticket more while it claims. */
+		if (ck->cfg->capacity >= ck->cfg->max_ids + ck->cfg->nworkers)
+			violate(ck, SOAK_ANSWERS, "%s: identity %u refused for "
+				"capacity with %u entries for %u identities",
+				where, id, ck->cfg->capacity, used_ids(ck->cfg));
+		break;
+	case CARMY_EUNAVAILABLE:
+	case CARMY_EDISCONNECTED:
+		ck->f->unavailable++;
+		if (!ck->cfg->carmyd_kills)
+			violate(ck, SOAK_ANSWERS, "%s: %s with carmyd up",
+				where, carmy_errname(rc));
+		break;
+	default:
+		violate(ck, SOAK_ANSWERS, "%s: identity %u: unexpected %s",
+			where, id, carmy_errname(rc));
+		break;
+	}
+
+	/* After an acknowledged completion, the identity replays: nothing
+	 * else but a fail-closed answer while carmyd is away. */
+	if (acked != NULL && t0 > acked->c_t1) {
+		bool ok = (rc == CARMY_REPLAY && var == acked->var &&
+			   strcmp(exec, acked->exec) == 0) ||
+			  (rc == CARMY_ECONFLICT && var != acked->var &&
+			   state == CARMY_STATE_COMPLETED &&
+			   strcmp(exec, acked->exec) == 0) ||
+			  (ck->cfg->carmyd_kills &&
+			   (rc == CARMY_EUNAVAILABLE ||
+			    rc == CARMY_EDISCONNECTED));
+
+		if (!ok)
+			violate(ck, SOAK_ACKED, "%s: identity %u variant %u "
+				"answered %s (%s, %s) after %s was acknowledged "
+				"(%s)", where, id, var, carmy_errname(rc),
+				carmy_state_name(state), exec, acked->exec,
+				acked->where);
+	}
+}
+
+/* ------------------------------------------------------------ identities */
+
+static void judge_ident(struct checker *ck, unsigned id)
+{
+	struct ident *d = &ck->ids[id];
+	const struct answer *same = NULL;
+	const char *fexec = NULL;
+	struct resv *live = NULL, *fr;
+	unsigned fvar = 0;
+	char why[160];
+
+	for (size_t i = 0; i < d->nrv; i++) {
+		if (!is_live(&d->rv[i]))
+			continue;
+		if (live != NULL)
+			violate(ck, SOAK_ONCE, "identity %u reserved twice: %s "
+				"(%s) and %s (%s), neither released", id,
+				live->exec, live->where, d->rv[i].exec,
+				d->rv[i].where);
+		live = &d->rv[i];
+	}
+
+	/* What the final pass found: one entry (all variants agree on its
+	 * execution id, one of them is its own), or none. */
+	for (unsigned v = 0; v < SOAK_VARIANTS; v++) {
+		const struct answer *a = &d->fin[v];
+
+		if (!d->have_fin[v]) {
+			violate(ck, SOAK_ANSWERS, "identity %u variant %u: no "
+				"final answer", id, v);
+			return;
+		}
+		if (a->rc == CARMY_RESERVED)
+			continue;
+		if (a->rc != CARMY_REPLAY && a->rc != CARMY_EUNCERTAIN &&
+		    a->rc != CARMY_ECONFLICT) {
+			violate(ck, SOAK_ANSWERS, "identity %u variant %u: final "
+				"answer %s", id, v, carmy_errname(a->rc));
+			return;
+		}
+		if (fexec != NULL && strcmp(fexec, a->exec) != 0) {
+			violate(ck, SOAK_ANSWERS, "identity %u: final answers "
+				"name both %s and %s", id, fexec, a->exec);
+			return;
+		}
+		fexec = a->exec;
+		if (a->rc != CARMY_ECONFLICT) {
+			if (same != NULL)
+				violate(ck, SOAK_ANSWERS, "identity %u: two "
+					"variants match entry %s", id, fexec);
+			same = a;
+			fvar = v;
+		}
+	}
+	for (unsigned v = 0; fexec != NULL && v < SOAK_VARIANTS; v++)
+		if (d->fin[v].rc == CARMY_RESERVED)
+			violate(ck, SOAK_ANSWERS, "identity %u: final pass both "
+				"reserved it and found %s", id, fexec);
+	if (fexec != NULL && same == NULL) {
+		violate(ck, SOAK_ANSWERS, "identity %u: entry %s conflicts "
+			"with every variant", id, fexec);
+		return;
+	}
+
+	if (fexec == NULL) {
+		/* Free now: nobody may have been holding it. */
+		if (live != NULL)
+			violate(ck, SOAK_UNCERTAIN, "identity %u: %s (%s) was "
+				"never released, yet the identity is free again "
+				"(it would run twice)", id, live->exec,
+				live->where);
+		return;
+	}
+
+	fr = find_resv(d, fexec);
+	if (fr == NULL) {
+		/* A phantom: reserved by a worker killed before it could
+		 * log the answer, or withdrawn by one cut off mid-begin. */
+		const struct phantom *p = NULL;
+
+		for (size_t i = 0; i < d->nph; i++)
+			if (strcmp(d->ph[i].exec, fexec) == 0)
+				p = &d->ph[i];
+		if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar])
+			violate(ck, SOAK_ONCE, "identity %u: entry %s (variant "
+				"%u) was reserved by no begin the logs know of",
+				id, fexec, fvar);
+		if (live != NULL)
+			violate(ck, SOAK_ONCE, "identity %u: entry %s holds it, "
+				"yet %s (%s) was reserved and never released",
+				id, fexec, live->exec, live->where);
+		for (size_t i = 0; p != NULL && i < d->nrv; i++)
+			if (d->rv[i].t0 > p->first_seen)
+				violate(ck, SOAK_ONCE, "identity %u reserved "
+					"again as %s (%s) while %s held it",
+					id, d->rv[i].exec, d->rv[i].where,
+					fexec);
+		if (same->rc != CARMY_EUNCERTAIN ||
+		    same->state != CARMY_STATE_INTERRUPTED)
+			violate(ck, SOAK_UNCERTAIN, "identity %u: entry %s of "
+				"a dead begin answers %s (%s)", id, fexec,
+				carmy_errname(same->rc),
+				carmy_state_name(same->state));
+		else
+			ck->f->interrupted_final++;
+		return;
+	}
+
+	/* Killed between announcing a release and making it: the entry
+	 * stayed, uncertain, which is as good as live. */
+	if (fr != live && live == NULL && fr->intent &&
+	    fr->rel_rc == REL_UNKNOWN)
+		live = fr;
+	if (fr != live) {
+		violate(ck, SOAK_ONCE, "identity %u: entry %s (%s) is %s, "
+			"yet it was released", id, fexec, fr->where,
+			carmy_errname(same->rc));
+		return;
+	}
+	if (fvar != fr->var)
+		violate(ck, SOAK_ANSWERS, "identity %u: entry %s answers its "
+			"own to variant %u, reserved with %u", id, fexec, fvar,
+			fr->var);
+	for (size_t i = 0; i < d->nrv; i++)
+		if (&d->rv[i] != fr && d->rv[i].t0 > fr->t1)
+			violate(ck, SOAK_ONCE, "identity %u reserved again as "
+				"%s (%s) after %s (%s), which holds it", id,
+				d->rv[i].exec, d->rv[i].where, fexec,
+				fr->where);
+
+	if (same->rc == CARMY_REPLAY) {
+		if (!replay_matches(ck, d, fr, same->status, same->code,
+				    same->len, same->hash, why, sizeof(why)))
+			violate(ck, SOAK_REPLAY, "identity %u: final replay "
+				"of %s (%s): %s", id, fexec, fr->where, why);
+		return;
+	}
+	/* Not replayable: it must be uncertain, and that is only right if
+	 * no completion was acknowledged. */
+	if (fr->completed && (fr->c_rc == 0 ||
+			      fr->c_rc == CARMY_ERESULT_TOO_LARGE)) {
+		violate(ck, SOAK_ACKED, "identity %u: %s was acknowledged "
+			"(%s), the final pass got %s (%s)", id, fexec,
+			fr->where, carmy_errname(same->rc),
+			carmy_state_name(same->state));
+		return;
+	}
+	if (same->rc != CARMY_EUNCERTAIN ||
+	    same->state != CARMY_STATE_INTERRUPTED)
+		violate(ck, SOAK_UNCERTAIN, "identity %u: %s (%s), whose "
+			"worker is gone, answers %s (%s)", id, fexec, fr->where,
+			carmy_errname(same->rc), carmy_state_name(same->state));
+	else
+		ck->f->interrupted_final++;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static struct resv *find_resv(struct ident *d, const char *exec)
+{
+	for (size_t i = 0; i < d->nrv; i++)
+		if (strcmp(d->rv[i].exec, exec) == 0)
+			return &d->rv[i];
+	return NULL;
+}
+
+/* A reservation given back cannot hold the identity; one whose release
+ * was not confirmed may have been given back too, so only a failed
+ * release keeps it live. */
+static bool is_live(const struct resv *r)
+{
+	return !r->intent || (r->rel_rc != 0 && r->rel_rc != REL_UNKNOWN);
+}
+
+/* Is what a replay showed the one execution's result? It needs the tool
+ * to have run (an effect) and its worker to have called complete. */
+static bool replay_matches(struct checker *ck, struct ident *d,
+			   const struct resv *r, int status, int code,
+			   size_t len, uint64_t hash, char *why, size_t n)
+{
+	struct soak_expect e;
+
+	if (r->effect < 0) {
+		snprintf(why, n, "its tool never ran (no effect)");
+		return false;
+	}
+	if (!r->attempted) {
+		snprintf(why, n, "its worker never called complete");
+		return false;
+	}
+	soak_result_expect(&d->ef[r->effect].res, ck->cfg->max_result, &e);
+	if (e.status == status && e.code == code && e.len == len &&
+	    e.hash == hash)
+		return true;
+	snprintf(why, n, "got %s/%s/%zu bytes/%016llx, the tool made "
+		 "%s/%s/%zu bytes/%016llx", carmy_status_name(status),
+		 carmy_errname(code), len, (unsigned long long)hash,
+		 carmy_status_name(e.status), carmy_errname(e.code), e.len,
+		 (unsigned long long)e.hash);
+	return false;
+}
+
+static void note_phantom(struct ident *d, const char *exec, uint64_t t)
+{
+	for (size_t i = 0; i < d->nph; i++) {
+		if (strcmp(d->ph[i].exec, exec) == 0) {
+			if (t < d->ph[i].first_seen)
+				d->ph[i].first_seen = t;
+			return;
+		}
+	}
+	d->ph = grow(d->ph, d->nph + 1, sizeof(*d->ph));
+	snprintf(d->ph[d->nph].exec, EXEC_SZ, "%s", exec);
+	d->ph[d->nph++].first_seen = t;
+}
+
+static void violate(struct checker *ck, enum soak_prop p, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ck->f->violations[p]++ >= SHOW_MAX)
+		return;
+	printf("# VIOLATION %s: ", soak_prop_names[p]);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+/* Room for n elements (growing by doubling at powers of two). */
+static void *grow(void *p, size_t n, size_t size)
+{
+	if (n & (n - 1))
+		return p;
+	p = realloc(p, (n ? n * 2 : 1) * size);
+	if (p == NULL)
+		abort();
+	return p;
+}

@@ -1,0 +1,87 @@
+/*
+ * verify.c - the final pass: once every worker is dead and carmyd runs,
+ * ask every identity with every variant what Carmy says now. The checker
+ * holds these answers against the logs.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "tests/soak/soak.h"
+
+/* How long an entry of a dead owner may still show as running: carmyd
+ * learns of the death from the closed socket, asynchronously. */
+#define SETTLE_MS 5000
+
+static int ask(carmy_t *c, const struct carmy_call *call,
+	       struct carmy_reservation *r);
+
+int soak_verify(const struct soak_cfg *cfg, struct soak_space *sp)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char path[512];
+	carmy_t *c = NULL;
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/final.log", cfg->dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	rc = carmy_connect(&c, cfg->socket);
+	if (rc != 0) {
+		printf("# final pass: carmy_connect: %s\n", carmy_errname(rc));
+		close(fd);
+		return -1;
+	}
+	uint32_t used = __atomic_load_n(cfg->fresh, __ATOMIC_ACQUIRE);
+
+	if (used > cfg->max_ids)
+		used = cfg->max_ids;
+	for (unsigned id = 0; id < used; id++) {
+		for (unsigned var = 0; var < SOAK_VARIANTS; var++) {
+			struct carmy_call call;
+
+			soak_space_call(sp, id, var, &call);
+			rc = ask(c, &call, &r);
+			soak_write_line(fd,
+				"F %u %u %d %d %s %d %d %zu %016llx\n",
+				id, var, rc, r.state,
+				r.execution_id[0] ? r.execution_id : "-",
+				rc == CARMY_REPLAY ? r.status : 0,
+				rc == CARMY_REPLAY ? r.result_code : 0,
+				rc == CARMY_REPLAY ? r.result_len : 0,
+				(unsigned long long)(rc == CARMY_REPLAY ?
+					soak_hash(r.result, r.result_len) : 0));
+			/* Free: nobody held it. Give it back so that the
+			 * other variants see the same free identity. */
+			if (rc == CARMY_RESERVED)
+				carmy_release(c, &r);
+		}
+	}
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	close(fd);
+	return 0;
+}
+
+/* Begin, waiting (bounded) while the entry still shows a dead owner as
+ * running: its answer then is the one to judge. */
+static int ask(carmy_t *c, const struct carmy_call *call,
+	       struct carmy_reservation *r)
+{
+	uint64_t deadline = harness_now_ns() + SETTLE_MS * 1000000ull;
+	unsigned us = 10;
+
+	for (;;) {
+		int rc = carmy_begin(c, call, r);
+
+		if (!((rc == CARMY_EUNCERTAIN || rc == CARMY_ECONFLICT) &&
+		      r->state == CARMY_STATE_RUNNING) ||
+		    harness_now_ns() > deadline)
+			return rc;
+		usleep(us);
+		if (us < 5000)
+			us *= 2;
+	}
+}
