@@ -3,6 +3,7 @@
  *
  *   carmy-bench [--socket PATH] [--procs 1,2] [--ops N] [--replay-set K]
  *               [--only FIGURE,...] [--echo-cpu N] [--json]
+ *               [--redis SOCKET] [--pg CONNINFO] [--pg-ops N]
  *
  * For each process count P it forks P workers, each with its own
  * carmy_connect(), started together, each doing --ops timed operations:
@@ -13,8 +14,12 @@
  *
  * and, in the same run and with the same harness, the floors they are
  * quoted against (see bench_floor.h): cas-insert for reserve, lookup for
- * replay, msgpack-rt for cycle. Exit status: 0 on success, 2 if carmyd's
- * table is too small for the run, 1 on any other failure.
+ * replay, msgpack-rt for cycle.
+ *
+ * With --redis and --pg, the same workload runs against Redis and
+ * PostgreSQL in the same run (see bench_peer.h), and a last table divides
+ * Carmy's figures by theirs. Exit status: 0 on success, 2 if carmyd's table
+ * is too small for the run, 1 on any other failure.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +39,7 @@
 #include "carmy.h"
 #include "shm/shm.h"
 #include "tools/bench_floor.h"
+#include "tools/bench_peer.h"
 #include "tools/bench_run.h"
 
 #define MAX_PROC_COUNTS 16
@@ -68,6 +74,20 @@ struct opts {
 	int echo_cpu;		/* pin the echo server there; -1: do not */
 	bool only[FIG_COUNT];
 	bool json;
+	const char *peer_where[PEER_COUNT];	/* NULL: not compared */
+	uint64_t peer_ops[PEER_COUNT];
+};
+
+/* The peers' figures, for every P, next to carmyd's. */
+struct peer_results {
+	struct peer_cfg cfg[PEER_COUNT];
+	struct bench_stats st[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS];
+	bool ran[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS];
+};
+
+/* Which carmyd figure selects each peer figure in --only. */
+static const int peer_fig[PEER_OP_COUNT] = {
+	FIG_RT, FIG_RESERVE, FIG_REPLAY, FIG_CYCLE,
 };
 
 /* What the segment header says about the carmyd we measure. */
@@ -104,6 +124,7 @@ struct carmy_worker {
 };
 
 static int parse_opts(int argc, char **argv, struct opts *o);
+static int new_nonce(char nonce[17]);
 static int daemon_probe(const struct opts *o, struct carmy_fig *cf,
 			struct daemon_info *di);
 static int replay_prepare(const struct carmy_fig *cf);
@@ -117,9 +138,19 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 			const bool ran[][MAX_PROC_COUNTS]);
 static void print_json(const struct opts *o, const struct daemon_info *di,
 		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
-		       const bool ran[][MAX_PROC_COUNTS]);
+		       const bool ran[][MAX_PROC_COUNTS],
+		       const struct peer_results *pr);
+static int peers_prepare(const struct opts *o, struct peer_results *pr,
+			 const struct carmy_fig *cf);
+static int peers_run(const struct opts *o, struct peer_results *pr,
+		     enum peer_kind kind, int k);
+static void print_peers(const struct opts *o,
+			struct bench_stats st[][MAX_PROC_COUNTS],
+			const bool ran[][MAX_PROC_COUNTS],
+			const struct peer_results *pr);
+static void print_peers_json(const struct opts *o,
+			     const struct peer_results *pr);
 static void json_str(const char *s);
-static size_t put_hex(char *p, uint64_t v);
 static void build_args(msgpack_sbuffer *sb);
 
 /* ---------------------------------------------------------------- main */
@@ -128,6 +159,7 @@ int main(int argc, char **argv)
 {
 	static struct bench_stats st[FIG_COUNT][MAX_PROC_COUNTS];
 	static bool ran[FIG_COUNT][MAX_PROC_COUNTS];
+	static struct peer_results pr;
 	struct carmy_fig cf = { 0 };
 	struct daemon_info di = { 0 };
 	struct floor_echo echo = { .stop_fd = -1 };
@@ -169,6 +201,8 @@ int main(int argc, char **argv)
 				return 1;
 		}
 	}
+	if (peers_prepare(&o, &pr, &cf) != 0)
+		return 1;
 	rc = bench_init(maxp, o.ops);
 	if (rc != 0) {
 		fprintf(stderr, "carmy-bench: cannot map %d x %llu samples: %s\n",
@@ -233,13 +267,32 @@ int main(int argc, char **argv)
 			ran[g][k] = true;
 		}
 		floor_table_free(&table);
+		/* Redis right after carmyd, with the same ops: both see the
+		 * same moment of this noisy machine. */
+		if (peers_run(&o, &pr, PEER_REDIS, k) != 0)
+			goto fail;
+	}
+	/* PostgreSQL last, with its own (smaller) op count: its samples need
+	 * a harness block of their own. */
+	if (o.peer_where[PEER_PG] != NULL) {
+		rc = bench_init(maxp, o.peer_ops[PEER_PG]);
+		if (rc != 0) {
+			fprintf(stderr, "carmy-bench: cannot map the samples "
+				"of the PostgreSQL figures: %s\n", strerror(-rc));
+			goto fail;
+		}
+		for (int k = 0; k < o.nprocs; k++)
+			if (peers_run(&o, &pr, PEER_PG, k) != 0)
+				goto fail;
 	}
 	floor_echo_stop(&echo);
 	msgpack_sbuffer_destroy(&args);
-	if (o.json)
-		print_json(&o, &di, timer_us, st, ran);
-	else
+	if (o.json) {
+		print_json(&o, &di, timer_us, st, ran, &pr);
+	} else {
 		print_table(&o, &di, timer_us, st, ran);
+		print_peers(&o, st, ran, &pr);
+	}
 	return 0;
 fail:
 	floor_echo_stop(&echo);
@@ -272,11 +325,27 @@ static void usage(FILE *out)
 		"  --echo-cpu N     pin the msgpack-rt echo server to CPU N, to\n"
 		"                   compare like with like when carmyd is pinned\n"
 		"  --json           print one JSON object instead of a table\n"
+		"  --redis SOCKET   run the same workload against the Redis\n"
+		"                   server on this Unix socket (SET NX, SET, GET)\n"
+		"  --pg CONNINFO    and against PostgreSQL (INSERT ... ON CONFLICT\n"
+		"                   DO NOTHING, UPDATE, SELECT), e.g.\n"
+		"                   'host=/tmp/pgdir user=me dbname=postgres'\n"
+		"  --pg-ops N       ops per process and figure for PostgreSQL\n"
+		"                   (default: --ops)\n"
+		"\n"
+		"The peers' figures follow --only: reserve, replay and cycle, and\n"
+		"their plain round trip with msgpack-rt. Built into this one:\n"
+		"  --redis  %s\n"
+		"  --pg     %s\n"
 		"\n"
 		"Figures that keep entries need room in carmyd's table: start it\n"
 		"with --capacity of at least ops x (sum of procs) for cycle, plus\n"
 		"ops x (largest procs) for reserve, plus K for replay; carmy-bench\n"
-		"says how much and exits 2 if that is missing.\n");
+		"says how much and exits 2 if that is missing.\n",
+		peer_backend(PEER_REDIS) != NULL ? "yes" :
+		"no (configure did not find hiredis)",
+		peer_backend(PEER_PG) != NULL ? "yes" :
+		"no (configure did not find libpq)");
 }
 
 static int parse_list_int(const char *s, struct opts *o)
@@ -332,6 +401,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "only", required_argument, NULL, 'o' },
 		{ "echo-cpu", required_argument, NULL, 'e' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "redis", required_argument, NULL, 'R' },
+		{ "pg", required_argument, NULL, 'P' },
+		{ "pg-ops", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -362,23 +434,42 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			}
 			break;
 		case 'n':
+		case 'N':
 		case 'k':
 			errno = 0;
 			v = strtoull(optarg, &end, 10);
 			if (errno != 0 || *end != '\0' || optarg[0] < '0' ||
 			    optarg[0] > '9' || v < 1 ||
-			    v > (ch == 'n' ? 100000000ull : 1000000ull)) {
+			    v > (ch != 'k' ? 100000000ull : 1000000ull)) {
 				fprintf(stderr, "carmy-bench: --%s: expected an "
 					"integer from 1 to %s\n",
-					ch == 'n' ? "ops" : "replay-set",
-					ch == 'n' ? "100000000" : "1000000");
+					ch == 'n' ? "ops" : ch == 'N' ? "pg-ops" :
+					"replay-set",
+					ch != 'k' ? "100000000" : "1000000");
 				return -1;
 			}
 			if (ch == 'n')
 				o->ops = v;
+			else if (ch == 'N')
+				o->peer_ops[PEER_PG] = v;
 			else
 				o->replay_set = (uint32_t)v;
 			break;
+		case 'R':
+		case 'P': {
+			enum peer_kind kind = ch == 'R' ? PEER_REDIS : PEER_PG;
+
+			if (peer_backend(kind) == NULL) {
+				fprintf(stderr, "carmy-bench: --%s: the comparison "
+					"with %s is not built (configure did not "
+					"find %s)\n", ch == 'R' ? "redis" : "pg",
+					ch == 'R' ? "Redis" : "PostgreSQL",
+					ch == 'R' ? "hiredis" : "libpq");
+				return -1;
+			}
+			o->peer_where[kind] = optarg;
+			break;
+		}
 		case 'o':
 			if (parse_only(optarg, o) != 0) {
 				fprintf(stderr, "carmy-bench: --only: expected "
@@ -414,10 +505,26 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			argv[optind]);
 		return -1;
 	}
+	o->peer_ops[PEER_REDIS] = o->ops;
+	if (o->peer_ops[PEER_PG] == 0)
+		o->peer_ops[PEER_PG] = o->ops;
 	return 0;
 }
 
 /* ------------------------------------------------------------ carmyd */
+
+/* 16 random hex digits: ids of one run never meet another run's. */
+static int new_nonce(char nonce[17])
+{
+	uint64_t v;
+
+	if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+		fprintf(stderr, "carmy-bench: getrandom: %s\n", strerror(errno));
+		return -1;
+	}
+	snprintf(nonce, 17, "%016llx", (unsigned long long)v);
+	return 0;
+}
 
 /*
  * Connect once to find out what we are measuring: carmyd's pid, capacity
@@ -429,17 +536,12 @@ static int daemon_probe(const struct opts *o, struct carmy_fig *cf,
 			struct daemon_info *di)
 {
 	char line[512], path[512];
-	uint64_t nonce;
 	carmy_t *c;
 	FILE *maps;
 	int rc;
 
-	if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce)) {
-		fprintf(stderr, "carmy-bench: getrandom: %s\n", strerror(errno));
+	if (new_nonce(cf->nonce) != 0)
 		return -1;
-	}
-	snprintf(cf->nonce, sizeof(cf->nonce), "%016llx",
-		 (unsigned long long)nonce);
 	if (o->socket != NULL)
 		snprintf(di->socket, sizeof(di->socket), "%s", o->socket);
 	else if (carmy_default_socket(di->socket, sizeof(di->socket)) < 0)
@@ -550,7 +652,7 @@ static int replay_prepare(const struct carmy_fig *cf)
 	prefix = (size_t)snprintf(rid, sizeof(rid), "%s-replay-", cf->nonce);
 	call.request_id = rid;
 	for (uint32_t j = 0; j < cf->replay_set; j++) {
-		call.request_id_len = prefix + put_hex(rid + prefix, j);
+		call.request_id_len = prefix + peer_put_hex(rid + prefix, j);
 		rc = carmy_begin(c, &call, &r);
 		if (rc == CARMY_RESERVED)
 			rc = carmy_complete(c, &r, CARMY_STATUS_COMPLETED,
@@ -688,7 +790,7 @@ static void new_id_prep(struct bench_worker *w, uint64_t i)
 {
 	struct carmy_worker *s = w->state;
 
-	s->call.request_id_len = s->prefix + put_hex(s->rid + s->prefix, i);
+	s->call.request_id_len = s->prefix + peer_put_hex(s->rid + s->prefix, i);
 }
 
 /* reserve */
@@ -757,7 +859,7 @@ static void replay_prep(struct bench_worker *w, uint64_t i)
 	uint64_t j = (i + (uint64_t)w->index * cf->replay_set / w->procs) %
 		     cf->replay_set;
 
-	s->call.request_id_len = s->prefix + put_hex(s->rid + s->prefix, j);
+	s->call.request_id_len = s->prefix + peer_put_hex(s->rid + s->prefix, j);
 }
 
 static int replay_setup(struct bench_worker *w)
@@ -872,6 +974,65 @@ static void carmy_figure(struct bench_figure *f, enum fig which,
 	}
 }
 
+/* ------------------------------------------------------------ peers */
+
+/* Each requested peer gets carmyd's call (arguments, result, replay set
+ * size) under a nonce of its own, and its replay set recorded, before
+ * anything is timed. Returns 0 or -1. */
+static int peers_prepare(const struct opts *o, struct peer_results *pr,
+			 const struct carmy_fig *cf)
+{
+	for (int p = 0; p < PEER_COUNT; p++) {
+		struct peer_cfg *c = &pr->cfg[p];
+		char err[PEER_ERR_MAX + 64];
+
+		if (o->peer_where[p] == NULL)
+			continue;
+		c->be = peer_backend((enum peer_kind)p);
+		c->where = o->peer_where[p];
+		c->replay_set = o->replay_set;
+		c->args = cf->args;
+		c->args_len = cf->args_len;
+		c->result = cf->result;
+		c->result_len = RESULT_LEN;
+		if (new_nonce(c->nonce) != 0)
+			return -1;
+		if (peer_prepare(c, err, sizeof(err)) != 0) {
+			fprintf(stderr, "carmy-bench: %s at '%s': %s\n",
+				c->be->name, c->where, err);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The peer's figures for procs[k], in the order the carmyd ones ran.
+ * Returns 0 or -1 (said why). */
+static int peers_run(const struct opts *o, struct peer_results *pr,
+		     enum peer_kind kind, int k)
+{
+	int p = o->procs[k];
+
+	if (o->peer_where[kind] == NULL)
+		return 0;
+	for (int op = 0; op < PEER_OP_COUNT; op++) {
+		struct bench_stats *st = &pr->st[kind][op][k];
+		struct bench_figure f;
+
+		if (!o->only[peer_fig[op]])
+			continue;
+		peer_figure(&f, &pr->cfg[kind], (enum peer_op)op);
+		if (bench_run(&f, p, st) != 0) {
+			fprintf(stderr, "carmy-bench: %s %s, %d process%s: %s\n",
+				peer_kind_name(kind), f.name, p,
+				p == 1 ? "" : "es", st->msg);
+			return -1;
+		}
+		pr->ran[kind][op][k] = true;
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------ output */
 
 static long nproc(void)
@@ -950,7 +1111,8 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 
 static void print_json(const struct opts *o, const struct daemon_info *di,
 		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
-		       const bool ran[][MAX_PROC_COUNTS])
+		       const bool ran[][MAX_PROC_COUNTS],
+		       const struct peer_results *pr)
 {
 	int base = scaling_base(o, ran);
 	bool first = true;
@@ -1008,7 +1170,225 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 			       st[FIG_CYCLE][base].ops_per_s);
 		first = false;
 	}
-	printf("]}\n");
+	printf("]");
+	print_peers_json(o, pr);
+	printf("}\n");
+}
+
+/* One cell of the comparison: a figure with prec decimals (blank when prec
+ * is negative, "-" when not measured) and, when both sides ran, how many
+ * times Carmy's is better. */
+static void cell(int prec, double v, double ratio)
+{
+	char num[32] = "", x[16] = "";
+
+	if (v < 0) {
+		printf(" %12s %8s", "-", "");
+		return;
+	}
+	if (prec >= 0)
+		snprintf(num, sizeof(num), "%.*f", prec, v);
+	if (ratio >= 0)
+		snprintf(x, sizeof(x), "%.2fx", ratio);
+	printf(" %12s %8s", num, x);
+}
+
+/* s left-aligned in width columns: printf counts µ's two bytes as two. */
+static void pad_label(const char *s, int width)
+{
+	int cols = 0;
+
+	for (const char *c = s; *c != '\0'; c++)
+		cols += ((unsigned char)*c & 0xc0) != 0x80;
+	printf("%s%*s", s, cols < width ? width - cols : 0, "");
+}
+
+static double div_or(double a, double b)
+{
+	return a > 0 && b > 0 ? a / b : -1;
+}
+
+/* One line of the goals: a ratio for every P, met or missed. */
+static void goal(const char *what, const struct opts *o, const double *r,
+		 double want)
+{
+	printf("  ");
+	pad_label(what, 48);
+	for (int k = 0; k < o->nprocs; k++)
+		if (r[k] >= 0)
+			printf("  P=%d %.2fx %s", o->procs[k], r[k],
+			       r[k] >= want ? "met" : "MISSED");
+	printf("\n");
+}
+
+/*
+ * The peers' figures in the main table's columns, then Carmy against each
+ * of them: throughput ratios are Carmy's ops/s over the peer's, latency
+ * ratios the peer's median over Carmy's; both read "Carmy is N times
+ * better". Last, the issue's goals against Redis, for this run.
+ */
+static void print_peers(const struct opts *o,
+			struct bench_stats st[][MAX_PROC_COUNTS],
+			const bool ran[][MAX_PROC_COUNTS],
+			const struct peer_results *pr)
+{
+	static const struct cmp_row {
+		const char *label;
+		int fig;	/* carmyd's figure, -1 for none */
+		int pop;	/* the peer's */
+		enum { CMP_OPS, CMP_MEDIAN, CMP_RT, CMP_VS_RT } kind;
+	} cmp[] = {
+		{ "cycle ops/s", FIG_CYCLE, PEER_CYCLE, CMP_OPS },
+		{ "reserve median µs", FIG_RESERVE, PEER_RESERVE, CMP_MEDIAN },
+		{ "replay median µs", FIG_REPLAY, PEER_REPLAY, CMP_MEDIAN },
+		{ "round trip median µs", -1, PEER_RT, CMP_RT },
+		{ "reserve vs round trip", FIG_RESERVE, PEER_RT, CMP_VS_RT },
+		{ "replay vs round trip", FIG_REPLAY, PEER_RT, CMP_VS_RT },
+	};
+	double cyc[MAX_PROC_COUNTS], res[MAX_PROC_COUNTS], rep[MAX_PROC_COUNTS];
+	const struct bench_stats *rt;
+	bool any = false;
+
+	for (int p = 0; p < PEER_COUNT; p++)
+		any |= o->peer_where[p] != NULL;
+	if (!any)
+		return;
+	printf("\nThe same workload against its peers:\n");
+	for (int p = 0; p < PEER_COUNT; p++)
+		if (o->peer_where[p] != NULL)
+			printf("  %-5s %s; %llu ops per process and figure\n",
+			       peer_kind_name((enum peer_kind)p),
+			       pr->cfg[p].settings,
+			       (unsigned long long)o->peer_ops[p]);
+	printf("\n%-13s %5s %12s %10s %10s %9s %7s\n", "figure", "procs",
+	       "ops/s", "median µs", "p99 µs", "faults/op", "csw/op");
+	for (int p = 0; p < PEER_COUNT; p++) {
+		for (int k = 0; k < o->nprocs; k++) {
+			for (int op = 0; op < PEER_OP_COUNT; op++) {
+				const struct bench_stats *s = &pr->st[p][op][k];
+				char name[32];
+
+				if (!pr->ran[p][op][k])
+					continue;
+				snprintf(name, sizeof(name), "%s %s",
+					 peer_kind_name((enum peer_kind)p),
+					 s->name);
+				printf("%-13s %5d %12.0f %10.3f %10.3f %9.3f "
+				       "%7.3f\n", name, s->procs, s->ops_per_s,
+				       s->median_us, s->p99_us,
+				       s->minflt_per_op, s->csw_per_op);
+			}
+		}
+	}
+
+	printf("\nCarmy against its peers (Nx: Carmy is N times better)\n");
+	printf("%-26s %5s %12s %8s", "figure", "procs", "carmy", "");
+	for (int p = 0; p < PEER_COUNT; p++)
+		if (o->peer_where[p] != NULL)
+			printf(" %12s %8s", peer_kind_name((enum peer_kind)p),
+			       "");
+	printf("\n");
+	for (int k = 0; k < o->nprocs; k++) {
+		for (size_t row = 0; row < sizeof(cmp) / sizeof(cmp[0]); row++) {
+			const struct cmp_row *r = &cmp[row];
+			const struct bench_stats *mine = NULL;
+
+			if (r->fig >= 0 && !ran[r->fig][k])
+				continue;
+			if (r->fig >= 0)
+				mine = &st[r->fig][k];
+			pad_label(r->label, 26);
+			printf(" %5d", o->procs[k]);
+			if (r->kind == CMP_OPS)
+				cell(0, mine->ops_per_s, -1);
+			else if (r->kind == CMP_MEDIAN)
+				cell(3, mine->median_us, -1);
+			else
+				cell(-1, 0, -1);
+			for (int p = 0; p < PEER_COUNT; p++) {
+				const struct bench_stats *ps =
+					&pr->st[p][r->pop][k];
+
+				if (o->peer_where[p] == NULL)
+					continue;
+				if (!pr->ran[p][r->pop][k])
+					cell(0, -1, -1);
+				else if (r->kind == CMP_OPS)
+					cell(0, ps->ops_per_s,
+					     div_or(mine->ops_per_s,
+						    ps->ops_per_s));
+				else if (r->kind == CMP_MEDIAN)
+					cell(3, ps->median_us,
+					     div_or(ps->median_us,
+						    mine->median_us));
+				else if (r->kind == CMP_RT)
+					cell(3, ps->median_us, -1);
+				else
+					cell(-1, 0, div_or(ps->median_us,
+							     mine->median_us));
+			}
+			printf("\n");
+		}
+	}
+
+	if (o->peer_where[PEER_REDIS] == NULL)
+		return;
+	for (int k = 0; k < o->nprocs; k++) {
+		rt = pr->ran[PEER_REDIS][PEER_RT][k] ?
+			     &pr->st[PEER_REDIS][PEER_RT][k] : NULL;
+		cyc[k] = ran[FIG_CYCLE][k] &&
+				 pr->ran[PEER_REDIS][PEER_CYCLE][k] ?
+				 div_or(st[FIG_CYCLE][k].ops_per_s,
+					pr->st[PEER_REDIS][PEER_CYCLE][k]
+						.ops_per_s) : -1;
+		res[k] = rt != NULL && ran[FIG_RESERVE][k] ?
+				 div_or(rt->median_us,
+					st[FIG_RESERVE][k].median_us) : -1;
+		rep[k] = rt != NULL && ran[FIG_REPLAY][k] ?
+				 div_or(rt->median_us,
+					st[FIG_REPLAY][k].median_us) : -1;
+	}
+	printf("\nGoals against Redis, as ratios within this run:\n");
+	goal("cycle throughput ≥ 2x Redis's", o, cyc, 2);
+	goal("reserve ≥ 100x faster than a Redis round trip", o, res, 100);
+	goal("replay ≥ 100x faster than a Redis round trip", o, rep, 100);
+}
+
+static void print_peers_json(const struct opts *o,
+			     const struct peer_results *pr)
+{
+	bool first = true;
+
+	printf(",\"peers\":[");
+	for (int p = 0; p < PEER_COUNT; p++) {
+		bool ffirst = true;
+
+		if (o->peer_where[p] == NULL)
+			continue;
+		printf("%s{\"store\":\"%s\",\"settings\":", first ? "" : ",",
+		       peer_kind_name((enum peer_kind)p));
+		json_str(pr->cfg[p].settings);
+		printf(",\"ops_per_process\":%llu,\"figures\":[",
+		       (unsigned long long)o->peer_ops[p]);
+		first = false;
+		for (int k = 0; k < o->nprocs; k++) {
+			for (int op = 0; op < PEER_OP_COUNT; op++) {
+				const struct bench_stats *s = &pr->st[p][op][k];
+
+				if (!pr->ran[p][op][k])
+					continue;
+				printf("%s{\"figure\":\"%s\",\"procs\":%d,"
+				       "\"ops\":%llu,\"ops_per_s\":%.0f,"
+				       "\"median_us\":%.3f,\"p99_us\":%.3f}",
+				       ffirst ? "" : ",", s->name, s->procs,
+				       (unsigned long long)s->ops,
+				       s->ops_per_s, s->median_us, s->p99_us);
+				ffirst = false;
+			}
+		}
+		printf("]}");
+	}
+	printf("]");
 }
 
 static void json_str(const char *s)
@@ -1028,22 +1408,6 @@ static void json_str(const char *s)
 }
 
 /* ------------------------------------------------------------ helpers */
-
-/* v in lowercase hex, no leading zeros. Returns the digits written. */
-static size_t put_hex(char *p, uint64_t v)
-{
-	static const char hex[] = "0123456789abcdef";
-	char tmp[16];
-	size_t n = 0;
-
-	do {
-		tmp[n++] = hex[v & 15];
-		v >>= 4;
-	} while (v != 0);
-	for (size_t k = 0; k < n; k++)
-		p[k] = tmp[n - 1 - k];
-	return n;
-}
 
 /* The arguments every call carries: a small map, so the fingerprint's
  * canonicalisation (decode, sort keys, re-encode) is part of every begin. */
