@@ -1,19 +1,22 @@
 /*
  * canon.c - canonical msgpack and the fingerprint of a call.
  *
- * The pipeline is scan, then re-encode. wire_scan() walks the untrusted
- * bytes first, iteratively and without allocating, and accepts them only if
- * they are exactly one object whose every count and length is backed by
- * bytes that are really there, nested at most WIRE_MAX_DEPTH deep. The
- * re-encoder below then reads them directly, byte by byte (no msgpack-c
- * object tree, no zone), and writes the canonical form described in
- * canon.h. Its recursion is bounded by that depth.
+ * One pass validates and re-encodes. The re-encoder reads the untrusted
+ * bytes directly (no msgpack-c object tree, no zone) and writes the
+ * canonical form described in canon.h, checking as it goes exactly what
+ * wire_scan() checks for a message: every header, count and length backed
+ * by bytes that are really there (a count may not exceed the bytes left,
+ * since every element takes at least one), 0xc1 refused, containers nested
+ * at most CANON_MAX_DEPTH deep, and nothing after the one object. Its
+ * recursion is bounded by that depth. Validating while emitting, rather than
+ * scanning first, halves the work on the path every begin() takes.
  *
  * The output is never longer than twice the input (only a float32 grows,
  * from 5 to 9 bytes), so one buffer of that size, on the stack for the usual
  * small arguments, holds it. A map's entries are written where they fall,
  * then, if their keys are out of order, sorted and moved into place.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +31,19 @@
  * layout of the hashed parts must change every fingerprint, so an old
  * entry is never mistaken for a new call. */
 #define CANON_DOMAIN "carmy-fp-1"
+/* The raw print's tag: its preimages can never equal a fingerprint's. */
+#define RAW_DOMAIN "carmy-raw-1"
 /* Preimages up to this size are built and hashed on the stack. */
 #define CANON_SMALL 2048
 /* Maps up to this many entries are sorted with stack space. */
 #define CANON_SMALL_MAP 16
+
+/* The untrusted input: bytes p[pos..len). */
+struct in {
+	const uint8_t *p;
+	size_t pos;
+	size_t len;
+};
 
 /* The re-encoder's output buffer. */
 struct out {
@@ -46,11 +58,12 @@ struct kv {
 	size_t len;
 };
 
-static int emit(const uint8_t *in, size_t *pos, struct out *o);
-static int emit_array(const uint8_t *in, size_t *pos, struct out *o,
-		      uint64_t n);
-static int emit_map(const uint8_t *in, size_t *pos, struct out *o,
-		    uint64_t n);
+static int print(const struct carmy_call *call, bool canonical,
+		 uint8_t out[CANON_FP_LEN]);
+static int encode(const void *buf, size_t len, struct out *o);
+static int emit(struct in *in, struct out *o, int depth);
+static int emit_array(struct in *in, struct out *o, uint64_t n, int depth);
+static int emit_map(struct in *in, struct out *o, uint64_t n, int depth);
 static void put_uint(struct out *o, uint64_t v);
 static void put_neg(struct out *o, int64_t v);
 static void put_head(struct out *o, uint64_t n, uint8_t fix, uint64_t fix_max,
@@ -64,17 +77,16 @@ static int kv_cmp(const uint8_t *base, const struct kv *a, const struct kv *b);
 int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out)
 {
 	struct out o = { NULL, 0 };
-	size_t pos = 0;
 	int ret;
 
 	if (!out)
 		return -EINVAL;
-	if (!buf || wire_scan(buf, len, len) != (long)len)
+	if (!buf)
 		return CARMY_EINVALID_ARGS;
 	o.p = malloc(2 * len + 16);
 	if (!o.p)
 		return -ENOMEM;
-	ret = emit(buf, &pos, &o);
+	ret = encode(buf, len, &o);
 	if (ret == 0 && msgpack_sbuffer_write(out, (const char *)o.p, o.n) != 0)
 		ret = -ENOMEM;
 	free(o.p);
@@ -84,9 +96,28 @@ int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out)
 int canon_fingerprint(const struct carmy_call *call,
 		      uint8_t out[CANON_FP_LEN])
 {
-	const size_t dlen = sizeof(CANON_DOMAIN) - 1;
+	return print(call, true, out);
+}
+
+int canon_rawprint(const struct carmy_call *call, uint8_t out[CANON_FP_LEN])
+{
+	return print(call, false, out);
+}
+
+/*
+ * Both prints: XXH3-128 of a domain tag, then tool, args and meta, each as
+ * an 8-byte big-endian length and its bytes, so no byte can slide from one
+ * part into the next. For the fingerprint, args and meta go in canonical
+ * form; for the raw print, as given. Absent (NULL, 0) hashes as length 0,
+ * which no msgpack object has, so a present but empty part is refused.
+ */
+static int print(const struct carmy_call *call, bool canonical,
+		 uint8_t out[CANON_FP_LEN])
+{
+	const char *domain = canonical ? CANON_DOMAIN : RAW_DOMAIN;
+	const size_t dlen = strlen(domain);
 	const void *part[3];
-	size_t plen[3], need, pos;
+	size_t plen[3], need;
 	uint8_t small[CANON_SMALL], *buf = small;
 	XXH128_canonical_t digest;
 	struct out o;
@@ -100,43 +131,31 @@ int canon_fingerprint(const struct carmy_call *call,
 	plen[1] = call->args_len;
 	part[2] = call->meta;
 	plen[2] = call->meta_len;
-	if (!part[0] && plen[0])
-		return CARMY_EINVALID_ARGS;
+	for (int i = 0; i < 3; i++)
+		if ((!part[i] && plen[i]) || (i > 0 && part[i] && !plen[i]))
+			return CARMY_EINVALID_ARGS;
 
-	/* The preimage: domain, then each part as an 8-byte big-endian
-	 * length and its bytes, so no byte can slide from one part into
-	 * the next. args and meta go in canonical form; absent (NULL, 0)
-	 * hashes as length 0, which no canonical object has. */
+	/* The canonical form is at most twice as long as the input. */
 	need = dlen + 24 + plen[0] + 2 * (plen[1] + plen[2]) + 32;
 	if (need > sizeof(small)) {
 		buf = malloc(need);
 		if (!buf)
 			return -ENOMEM;
 	}
-	memcpy(buf, CANON_DOMAIN, dlen);
+	memcpy(buf, domain, dlen);
 	o.p = buf;
 	o.n = dlen;
 	for (int i = 0; i < 3; i++) {
 		size_t at = o.n;
 
 		o.n += 8;
-		if (i == 0 || !part[i]) {
-			if (i > 0 && plen[i]) {
-				ret = CARMY_EINVALID_ARGS;
-				goto out;
-			}
-			if (plen[i])
-				memcpy(o.p + o.n, part[i], plen[i]);
-			o.n += plen[i];
-		} else {
-			if (wire_scan(part[i], plen[i], plen[i]) != (long)plen[i]) {
-				ret = CARMY_EINVALID_ARGS;
-				goto out;
-			}
-			pos = 0;
-			ret = emit(part[i], &pos, &o);
+		if (i > 0 && canonical && part[i]) {
+			ret = encode(part[i], plen[i], &o);
 			if (ret)
 				goto out;
+		} else if (plen[i]) {
+			memcpy(o.p + o.n, part[i], plen[i]);
+			o.n += plen[i];
 		}
 		{
 			struct out len_at = { o.p + at, 0 };
@@ -154,39 +173,66 @@ out:
 
 /* ---------------------------------------------------------------- emit */
 
-/* Re-encode the object at in[*pos] canonically onto o. The input has passed
- * wire_scan(), so every length read here is backed by real bytes. Fails
- * only on duplicate map keys (or -ENOMEM for a big map's scratch). */
-static int emit(const uint8_t *in, size_t *pos, struct out *o)
+/* Append the canonical form of the one object in buf/len to o, which has
+ * room for 2 * len + 16 more bytes. On failure o->n is where it was. */
+static int encode(const void *buf, size_t len, struct out *o)
 {
-	uint8_t b = in[(*pos)++];
+	struct in in = { buf, 0, len };
+	size_t start = o->n;
+	int ret = emit(&in, o, 1);
+
+	if (ret == 0 && in.pos != len)
+		ret = CARMY_EINVALID_ARGS;	/* trailing bytes */
+	if (ret)
+		o->n = start;
+	return ret;
+}
+
+/* Take w header bytes as a big-endian number, if they are there. */
+#define TAKE(in, w, v) do {						\
+	if ((in)->len - (in)->pos < (w))				\
+		return CARMY_EINVALID_ARGS;				\
+	(v) = get_be((in)->p + (in)->pos, (w));				\
+	(in)->pos += (w);						\
+} while (0)
+
+/* Re-encode the object at in->pos canonically onto o; depth is its nesting
+ * level, 1 for the top. Every byte written is paid for by at least one byte
+ * read (only a float32 grows, from 5 bytes to 9), so o cannot overflow.
+ * Fails on malformed, truncated or too deeply nested input, duplicate map
+ * keys, or -ENOMEM for a big map's scratch. */
+static int emit(struct in *in, struct out *o, int depth)
+{
 	unsigned w;
 	uint64_t n;
+	uint8_t b;
 
+	if (in->pos >= in->len)
+		return CARMY_EINVALID_ARGS;
+	b = in->p[in->pos++];
 	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
 		o->p[o->n++] = b;	/* fixints, nil, booleans */
 		return 0;
 	}
 	if (b <= 0x8f)
-		return emit_map(in, pos, o, b & 0x0f);
+		return emit_map(in, o, b & 0x0f, depth);
 	if (b <= 0x9f)
-		return emit_array(in, pos, o, b & 0x0f);
+		return emit_array(in, o, b & 0x0f, depth);
 	if (b <= 0xbf) {
 		n = b & 0x1f;
 		goto str;
 	}
 	switch (b) {
 	case 0xcc: case 0xcd: case 0xce: case 0xcf:	/* uint8..64 */
-		w = 1u << (b - 0xcc);
-		put_uint(o, get_be(in + *pos, w));
-		*pos += w;
+		TAKE(in, 1u << (b - 0xcc), n);
+		put_uint(o, n);
 		return 0;
 	case 0xd0: case 0xd1: case 0xd2: case 0xd3: {	/* int8..64 */
 		int64_t v;
 
 		w = 1u << (b - 0xd0);
-		v = (int64_t)(get_be(in + *pos, w) << (64 - 8 * w)) >> (64 - 8 * w);
-		*pos += w;
+		TAKE(in, w, n);
+		v = (int64_t)(n << (64 - 8 * w)) >> (64 - 8 * w);
 		/* Non-negative values belong to the unsigned family, so
 		 * int8 5 and uint16 5 are the same call. */
 		if (v >= 0)
@@ -196,46 +242,50 @@ static int emit(const uint8_t *in, size_t *pos, struct out *o)
 		return 0;
 	}
 	case 0xca: {	/* float32 widened to float64: exact, merges nothing */
-		uint32_t bits = (uint32_t)get_be(in + *pos, 4);
+		uint32_t bits;
 		float f;
 		double d;
 		uint64_t dbits;
 
+		TAKE(in, 4, n);
+		bits = (uint32_t)n;
 		memcpy(&f, &bits, 4);
 		d = f;
 		memcpy(&dbits, &d, 8);
-		*pos += 4;
 		o->p[o->n++] = 0xcb;
 		put_be(o, dbits, 8);
 		return 0;
 	}
 	case 0xcb:
-		memcpy(o->p + o->n, in + *pos - 1, 9);
+		if (in->len - in->pos < 8)
+			return CARMY_EINVALID_ARGS;
+		memcpy(o->p + o->n, in->p + in->pos - 1, 9);
 		o->n += 9;
-		*pos += 8;
+		in->pos += 8;
 		return 0;
 	case 0xd9: case 0xda: case 0xdb:		/* str8/16/32 */
-		w = 1u << (b - 0xd9);
-		n = get_be(in + *pos, w);
-		*pos += w;
+		TAKE(in, 1u << (b - 0xd9), n);
 str:
+		if (n > in->len - in->pos)
+			return CARMY_EINVALID_ARGS;
 		put_head(o, n, 0xa0, 31, 0xd9, 0xda, 0xdb);
 		goto body;
 	case 0xc4: case 0xc5: case 0xc6:		/* bin8/16/32 */
-		w = 1u << (b - 0xc4);
-		n = get_be(in + *pos, w);
-		*pos += w;
+		TAKE(in, 1u << (b - 0xc4), n);
+		if (n > in->len - in->pos)
+			return CARMY_EINVALID_ARGS;
 		put_head(o, n, 0, 0, 0xc4, 0xc5, 0xc6);
 		goto body;
 	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:	/* fixext */
-		n = 1u << (b - 0xd4);
+		n = (1u << (b - 0xd4)) + 1;	/* the type byte travels too */
+		if (n > in->len - in->pos)
+			return CARMY_EINVALID_ARGS;
 		o->p[o->n++] = b;
-		n += 1;			/* the type byte travels with the data */
 		goto body;
 	case 0xc7: case 0xc8: case 0xc9:		/* ext8/16/32 */
-		w = 1u << (b - 0xc7);
-		n = get_be(in + *pos, w);
-		*pos += w;
+		TAKE(in, 1u << (b - 0xc7), n);
+		if (n >= in->len - in->pos)	/* the type byte, then n */
+			return CARMY_EINVALID_ARGS;
 		switch (n) {
 		case 1: o->p[o->n++] = 0xd4; break;
 		case 2: o->p[o->n++] = 0xd5; break;
@@ -247,31 +297,32 @@ str:
 		n += 1;
 		goto body;
 	case 0xdc: case 0xdd:				/* array16/32 */
-		w = b == 0xdc ? 2 : 4;
-		n = get_be(in + *pos, w);
-		*pos += w;
-		return emit_array(in, pos, o, n);
+		TAKE(in, b == 0xdc ? 2u : 4u, n);
+		return emit_array(in, o, n, depth);
 	case 0xde: case 0xdf:				/* map16/32 */
-		w = b == 0xde ? 2 : 4;
-		n = get_be(in + *pos, w);
-		*pos += w;
-		return emit_map(in, pos, o, n);
-	default:	/* 0xc1: wire_scan() never lets it through */
+		TAKE(in, b == 0xde ? 2u : 4u, n);
+		return emit_map(in, o, n, depth);
+	default:	/* 0xc1: never used */
 		return CARMY_EINVALID_ARGS;
 	}
 body:
-	memcpy(o->p + o->n, in + *pos, n);
+	memcpy(o->p + o->n, in->p + in->pos, n);
 	o->n += n;
-	*pos += n;
+	in->pos += n;
 	return 0;
 }
 
-static int emit_array(const uint8_t *in, size_t *pos, struct out *o,
-		      uint64_t n)
+#undef TAKE
+
+static int emit_array(struct in *in, struct out *o, uint64_t n, int depth)
 {
+	/* Each element takes at least one byte: a count the input cannot
+	 * back is refused before anything is built for it. */
+	if (depth > CANON_MAX_DEPTH || n > in->len - in->pos)
+		return CARMY_EINVALID_ARGS;
 	put_head(o, n, 0x90, 15, 0, 0xdc, 0xdd);
 	for (uint64_t i = 0; i < n; i++) {
-		int ret = emit(in, pos, o);
+		int ret = emit(in, o, depth + 1);
 
 		if (ret)
 			return ret;
@@ -286,8 +337,7 @@ static int emit_array(const uint8_t *in, size_t *pos, struct out *o,
  * place through a copy. Equal keys are an error: letting one win would make
  * the fingerprint depend on which one a decoder keeps.
  */
-static int emit_map(const uint8_t *in, size_t *pos, struct out *o,
-		    uint64_t n)
+static int emit_map(struct in *in, struct out *o, uint64_t n, int depth)
 {
 	struct kv small_kv[CANON_SMALL_MAP], *kv = small_kv;
 	uint8_t small_copy[512], *copy = small_copy;
@@ -295,22 +345,26 @@ static int emit_map(const uint8_t *in, size_t *pos, struct out *o,
 	size_t start;
 	int ret = 0;
 
+	/* Two objects per entry, at least a byte each: n is bounded by the
+	 * input before it sizes the scratch below. */
+	if (depth > CANON_MAX_DEPTH || n > (in->len - in->pos) / 2)
+		return CARMY_EINVALID_ARGS;
 	put_head(o, n, 0x80, 15, 0, 0xde, 0xdf);
 	if (n == 0)
 		return 0;
 	if (n > CANON_SMALL_MAP) {
-		kv = malloc(n * sizeof(*kv));	/* n <= input bytes / 2 */
+		kv = malloc(n * sizeof(*kv));
 		if (!kv)
 			return -ENOMEM;
 	}
 	start = o->n;
 	for (uint64_t i = 0; i < n; i++) {
 		kv[i].off = o->n;
-		ret = emit(in, pos, o);
+		ret = emit(in, o, depth + 1);
 		if (ret)
 			goto out;
 		kv[i].klen = o->n - kv[i].off;
-		ret = emit(in, pos, o);
+		ret = emit(in, o, depth + 1);
 		if (ret)
 			goto out;
 		kv[i].len = o->n - kv[i].off;
@@ -360,11 +414,14 @@ out:
 
 static int kv_cmp(const uint8_t *base, const struct kv *a, const struct kv *b)
 {
+	const uint8_t *x = base + a->off, *y = base + b->off;
 	size_t m = a->klen < b->klen ? a->klen : b->klen;
-	int c = memcmp(base + a->off, base + b->off, m);
 
-	if (c)
-		return c;
+	/* Keys are short and usually differ early: a byte loop beats a
+	 * call to memcmp here. */
+	for (size_t i = 0; i < m; i++)
+		if (x[i] != y[i])
+			return x[i] < y[i] ? -1 : 1;
 	return (a->klen > b->klen) - (a->klen < b->klen);
 }
 
@@ -428,18 +485,27 @@ static void put_head(struct out *o, uint64_t n, uint8_t fix, uint64_t fix_max,
 	}
 }
 
+/* Widths are 1, 2, 4 or 8: one byte-swapped store or load each, not a
+ * loop (these run for every header of every begin()). */
 static void put_be(struct out *o, uint64_t v, unsigned width)
 {
-	for (unsigned i = width; i-- > 0; v >>= 8)
-		o->p[o->n + i] = (uint8_t)v;
+	uint8_t *p = o->p + o->n;
+
+	switch (width) {
+	case 1: *p = (uint8_t)v; break;
+	case 2: { uint16_t x = htobe16((uint16_t)v); memcpy(p, &x, 2); break; }
+	case 4: { uint32_t x = htobe32((uint32_t)v); memcpy(p, &x, 4); break; }
+	default: { uint64_t x = htobe64(v); memcpy(p, &x, 8); break; }
+	}
 	o->n += width;
 }
 
 static uint64_t get_be(const uint8_t *p, unsigned width)
 {
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < width; i++)
-		v = v << 8 | p[i];
-	return v;
+	switch (width) {
+	case 1: return *p;
+	case 2: { uint16_t x; memcpy(&x, p, 2); return be16toh(x); }
+	case 4: { uint32_t x; memcpy(&x, p, 4); return be32toh(x); }
+	default: { uint64_t x; memcpy(&x, p, 8); return be64toh(x); }
+	}
 }

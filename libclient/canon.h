@@ -16,9 +16,9 @@
  *                (memcmp, then shorter first); two keys with the same
  *                canonical bytes are an error, not a silent overwrite
  *
- * Input is untrusted: it is walked once by a bounded scanner before
- * msgpack-c sees it, so no header can make msgpack-c allocate more than a
- * small multiple of the input's length.
+ * Input is untrusted: it is validated as it is re-encoded, by the same
+ * rules wire_scan() applies to a message, without msgpack-c, so no header
+ * can make Carmy allocate more than a small multiple of the input's length.
  */
 #ifndef CARMY_CANON_H
 #define CARMY_CANON_H
@@ -63,5 +63,18 @@ int canon_msgpack(const void *buf, size_t len, msgpack_sbuffer *out);
  */
 int canon_fingerprint(const struct carmy_call *call,
 		      uint8_t out[CANON_FP_LEN]);
+
+/*
+ * The raw print: XXH3-128, as for the fingerprint, over the call's tool, args
+ * and meta exactly as given (under another domain tag, each part
+ * length-delimited, absent parts as length 0). Equal raw prints mean equal
+ * bytes, hence equal fingerprints, so a retry that sends the very same bytes
+ * is recognised without the canonical re-encoding. Unequal raw prints prove
+ * nothing: the fingerprint decides. The bytes are not validated here; a
+ * present args or meta of length 0 (never valid msgpack) and a NULL pointer
+ * with a non-zero length are refused with CARMY_EINVALID_ARGS. Returns 0,
+ * -EINVAL if call or out is NULL, or -ENOMEM. Thread-safe.
+ */
+int canon_rawprint(const struct carmy_call *call, uint8_t out[CANON_FP_LEN]);
 
 #endif /* CARMY_CANON_H */

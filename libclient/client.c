@@ -177,7 +177,7 @@ EXPORT void carmy_reservation_clear(struct carmy_reservation *r)
 EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		       struct carmy_reservation *r)
 {
-	uint8_t fp[SHM_FP_LEN];
+	uint8_t fp[SHM_FP_LEN], raw[SHM_FP_LEN];
 	struct shm_claim claim;
 	struct shm_found f;
 	struct shm_result res;
@@ -194,12 +194,15 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			  call->request_id, call->request_id_len);
 	if (rc != 0)
 		return rc;
-	rc = canon_fingerprint(call, fp);
+	/* The raw print is enough for a retry of the very same bytes; the
+	 * canonical fingerprint is computed only when shm_reserve() asks. */
+	rc = canon_rawprint(call, raw);
 	if (rc != 0)
 		return rc;
 	claim.owner = c->owner;
 	claim.pid = c->pid;
-	claim.fp = fp;
+	claim.fp = NULL;
+	claim.rawfp = raw;
 	claim.make_exec = new_exec_id;
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
@@ -230,6 +233,12 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		case SHM_OUT_DEAD:
 			uatomic_set(&c->dead, 1);
 			return CARMY_EDISCONNECTED;
+		case SHM_OUT_NEED_FP:
+			rc = canon_fingerprint(call, fp);
+			if (rc != 0)
+				return rc;
+			claim.fp = fp;
+			continue;
 		case SHM_OUT_FOUND:
 			break;
 		}
@@ -466,16 +475,32 @@ static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN])
 	return now_ns();
 }
 
+/* Every begin() that finds or makes an entry formats its id: two digits
+ * per byte from a table, not two lookups and shifts. */
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out)
 {
-	static const char hex[] = "0123456789abcdef";
+	static const char pairs[] =
+	"000102030405060708090a0b0c0d0e0f"
+	"101112131415161718191a1b1c1d1e1f"
+	"202122232425262728292a2b2c2d2e2f"
+	"303132333435363738393a3b3c3d3e3f"
+	"404142434445464748494a4b4c4d4e4f"
+	"505152535455565758595a5b5c5d5e5f"
+	"606162636465666768696a6b6c6d6e6f"
+	"707172737475767778797a7b7c7d7e7f"
+	"808182838485868788898a8b8c8d8e8f"
+	"909192939495969798999a9b9c9d9e9f"
+	"a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
+	"b0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+	"c0c1c2c3c4c5c6c7c8c9cacbcccdcecf"
+	"d0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+	"e0e1e2e3e4e5e6e7e8e9eaebecedeeef"
+	"f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 	char *p = out + 5;
 
 	memcpy(out, "exec_", 5);
-	for (int i = 0; i < SHM_EXEC_LEN; i++) {
-		*p++ = hex[exec[i] >> 4];
-		*p++ = hex[exec[i] & 15];
-	}
+	for (int i = 0; i < SHM_EXEC_LEN; i++, p += 2)
+		memcpy(p, pairs + 2 * exec[i], 2);
 	*p = '\0';
 }
 

@@ -41,6 +41,7 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_header, sh_next_owner),
 		sizeof(struct shm_entry),
 		offsetof(struct shm_entry, en_fingerprint),
+		offsetof(struct shm_entry, en_rawprint),
 		offsetof(struct shm_entry, en_exec),
 		offsetof(struct shm_entry, en_ident),
 		offsetof(struct shm_header, sh_tombs),

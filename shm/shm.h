@@ -38,7 +38,7 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 1
+#define SHM_FORMAT 2
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
@@ -196,6 +196,7 @@ struct shm_entry {
 	int32_t en_result_code;	/* 0, or CARMY_ERESULT_TOO_LARGE */
 	uint32_t en_pid;	/* of the reserving process, for operators */
 	uint8_t en_fingerprint[SHM_FP_LEN];
+	uint8_t en_rawprint[SHM_FP_LEN];	/* of the bytes as first sent */
 	uint8_t en_exec[SHM_EXEC_LEN];
 	uint64_t en_started_ns;
 	uint64_t en_finished_ns;
@@ -246,6 +247,7 @@ enum shm_outcome {
 	SHM_OUT_BUSY,		/* carmyd held a bucket BLOCKED for too long */
 	SHM_OUT_DEAD,		/* carmyd swept our owner id: we are disconnected */
 	SHM_OUT_NODAEMON,	/* no carmyd holds the segment: nothing reserved */
+	SHM_OUT_NEED_FP,	/* claim.fp is needed: set it and call again */
 };
 
 struct shm_found {
@@ -263,7 +265,14 @@ struct shm_found {
 struct shm_claim {
 	uint32_t owner;
 	uint32_t pid;
-	const uint8_t *fp;	/* SHM_FP_LEN bytes */
+	/* The canonical fingerprint (SHM_FP_LEN bytes), and the raw print:
+	 * the same hash over the bytes exactly as sent. A retry usually
+	 * sends the very same bytes, and equal raw prints prove equal
+	 * fingerprints, so fp may be left NULL until shm_reserve() says it
+	 * is needed (SHM_OUT_NEED_FP): a new identity, or bytes that differ.
+	 * rawfp may be NULL (it then never matches). */
+	const uint8_t *fp;
+	const uint8_t *rawfp;
 	/* Write a fresh execution id and return the time in ns. */
 	uint64_t (*make_exec)(void *arg, uint8_t exec[SHM_EXEC_LEN]);
 	void *arg;

@@ -128,8 +128,12 @@ restart:
 			uint64_t nw;
 
 			if (ticket == UINT32_MAX) {
-				/* Absent: it would run now. Not without a
-				 * carmyd to record it (replays need none). */
+				/* Absent: it would run now, and its entry
+				 * needs the canonical fingerprint. */
+				if (c->fp == NULL)
+					return SHM_OUT_NEED_FP;
+				/* Not without a carmyd to record it
+				 * (replays need none). */
 				if (!shm_daemon_alive(shm_header(v)))
 					return SHM_OUT_NODAEMON;
 				ticket = ticket_claim(v, c);
@@ -175,20 +179,28 @@ restart:
 
 		uint32_t e = SHM_W_ENTRY(w);
 		const struct shm_entry *en;
-		bool match;
+		bool match, raw_same;
 
 		if (e >= v->geo.capacity || e == ticket)
 			continue;
 		shm_rmb();
 		en = shm_entry_at(v, e);
 		match = entry_matches(v, e, b, k);
-		out->same_fp = memcmp(en->en_fingerprint, c->fp, SHM_FP_LEN) == 0;
+		raw_same = c->rawfp != NULL &&
+			   memcmp(en->en_rawprint, c->rawfp, SHM_FP_LEN) == 0;
+		out->same_fp = raw_same || (c->fp != NULL &&
+			memcmp(en->en_fingerprint, c->fp, SHM_FP_LEN) == 0);
 		memcpy(out->exec, en->en_exec, SHM_EXEC_LEN);
 		shm_rmb();
 		if (shm_load(&v->buckets[b]) != w)
 			goto restart;	/* changed under us: look again */
 		if (!match)
 			continue;
+		/* Other bytes may still be the same call (keys in another
+		 * order, say): only the canonical fingerprint can tell. No
+		 * ticket is held yet: one is taken only once fp is set. */
+		if (!raw_same && c->fp == NULL)
+			return SHM_OUT_NEED_FP;
 		if (ticket != UINT32_MAX)
 			shm_cas(&v->tickets[ticket], held,
 					SHM_TICKET_FREE);
@@ -376,6 +388,10 @@ static void entry_fill(const struct shm_view *v, uint32_t e,
 	en->en_result_code = 0;
 	en->en_pid = c->pid;
 	memcpy(en->en_fingerprint, c->fp, SHM_FP_LEN);
+	if (c->rawfp != NULL)
+		memcpy(en->en_rawprint, c->rawfp, SHM_FP_LEN);
+	else
+		memset(en->en_rawprint, 0, SHM_FP_LEN);
 	en->en_started_ns = c->make_exec(c->arg, en->en_exec);
 	en->en_finished_ns = 0;
 }

@@ -952,6 +952,136 @@ START_TEST(test_reencoder_agrees_with_reference)
 }
 END_TEST
 
+/*
+ * The re-encoder validates as it goes instead of calling wire_scan() first,
+ * so it must refuse exactly what wire_scan() refuses. Damage valid objects
+ * (truncate, overwrite, insert a byte, append one) and compare: bytes
+ * wire_scan() refuses must be refused; bytes it accepts must come out as the
+ * reference says (the reference may parse them: wire_scan() vouched).
+ */
+START_TEST(test_validation_agrees_with_wire_scan)
+{
+	unsigned seed = 77;
+	int refused = 0, accepted = 0;
+
+	for (int i = 0; i < 30000; i++) {
+		uint8_t buf[4096];
+		size_t n = 0, at;
+		msgpack_sbuffer got, want;
+		bool valid;
+		int rg;
+
+		rnd_put(buf, &n, sizeof(buf) - 1, &seed, 0);
+		at = (size_t)rand_r(&seed) % n;
+		switch (rand_r(&seed) % 4) {
+		case 0:
+			n = at;
+			break;
+		case 1:
+			buf[at] = (uint8_t)rand_r(&seed);
+			break;
+		case 2:
+			memmove(buf + at + 1, buf + at, n - at);
+			buf[at] = (uint8_t)rand_r(&seed);
+			n++;
+			break;
+		default:
+			buf[n++] = (uint8_t)rand_r(&seed);
+			break;
+		}
+		valid = wire_scan(buf, n, n) == (long)n;
+		msgpack_sbuffer_init(&got);
+		rg = canon_msgpack(buf, n, &got);
+		if (!valid) {
+			ck_assert_int_eq(rg, CARMY_EINVALID_ARGS);
+			ck_assert_uint_eq(got.size, 0);
+			refused++;
+		} else {
+			msgpack_sbuffer_init(&want);
+			ck_assert_int_eq(rg, ref_canon(buf, n, &want));
+			if (rg == 0) {	/* else duplicate keys, both */
+				ck_assert_uint_eq(got.size, want.size);
+				ck_assert_mem_eq(got.data, want.data, got.size);
+			}
+			msgpack_sbuffer_destroy(&want);
+			accepted++;
+		}
+		msgpack_sbuffer_destroy(&got);
+	}
+	ck_assert_int_gt(refused, 10000);
+	ck_assert_int_gt(accepted, 3000);
+}
+END_TEST
+
+/* The raw print hashes the bytes as given: its documented preimage, the
+ * bytes (not their meaning) decide, and parts cannot slide. */
+START_TEST(test_raw_print_is_of_the_bytes_as_sent)
+{
+	const uint8_t args[] = { 0x82, 0xa1, 'b', 0x02, 0xa1, 'a', 0x01 };
+	const uint8_t sorted[] = { 0x82, 0xa1, 'a', 0x01, 0xa1, 'b', 0x02 };
+	const uint8_t meta[] = { 0x91, 0xc3 };
+	const uint8_t preimage[] = {
+		'c', 'a', 'r', 'm', 'y', '-', 'r', 'a', 'w', '-', '1',
+		0, 0, 0, 0, 0, 0, 0, 4, 't', 'o', 'o', 'l',
+		0, 0, 0, 0, 0, 0, 0, 7,
+		0x82, 0xa1, 'b', 0x02, 0xa1, 'a', 0x01,
+		0, 0, 0, 0, 0, 0, 0, 2, 0x91, 0xc3,
+	};
+	struct carmy_call c = make_call("tool", args, sizeof(args),
+					meta, sizeof(meta));
+	uint8_t a[CANON_FP_LEN], b[CANON_FP_LEN], f[CANON_FP_LEN];
+	XXH128_canonical_t want;
+
+	ck_assert_int_eq(canon_rawprint(&c, a), 0);
+	XXH128_canonicalFromHash(&want,
+				 XXH3_128bits(preimage, sizeof(preimage)));
+	ck_assert_mem_eq(a, want.digest, CANON_FP_LEN);
+	/* never the fingerprint, even for canonical bytes */
+	fp(&c, f);
+	ck_assert_mem_ne(a, f, CANON_FP_LEN);
+
+	/* the same call in other bytes: same fingerprint, other raw print */
+	c.args = sorted;
+	ck_assert_int_eq(canon_rawprint(&c, b), 0);
+	ck_assert_mem_ne(a, b, CANON_FP_LEN);
+	fp(&c, b);
+	ck_assert_mem_eq(f, b, CANON_FP_LEN);
+
+	/* "tool" + args == "too" + "l" + args: length-delimited */
+	c = make_call("too", args, sizeof(args), meta, sizeof(meta));
+	ck_assert_int_eq(canon_rawprint(&c, b), 0);
+	ck_assert_mem_ne(a, b, CANON_FP_LEN);
+	/* absent meta differs from present meta */
+	c = make_call("tool", args, sizeof(args), NULL, 0);
+	ck_assert_int_eq(canon_rawprint(&c, b), 0);
+	ck_assert_mem_ne(a, b, CANON_FP_LEN);
+}
+END_TEST
+
+/* What can never be msgpack is refused at once, so it can never match an
+ * entry recorded with those parts absent. */
+START_TEST(test_raw_print_argument_checks)
+{
+	const uint8_t one[] = { 0x01 };
+	struct carmy_call c;
+	uint8_t out[CANON_FP_LEN];
+
+	c = make_call("t", one, 0, NULL, 0);	/* present, empty args */
+	ck_assert_int_eq(canon_rawprint(&c, out), CARMY_EINVALID_ARGS);
+	c = make_call("t", NULL, 0, one, 0);	/* present, empty meta */
+	ck_assert_int_eq(canon_rawprint(&c, out), CARMY_EINVALID_ARGS);
+	c = make_call("t", NULL, 1, NULL, 0);	/* NULL with a length */
+	ck_assert_int_eq(canon_rawprint(&c, out), CARMY_EINVALID_ARGS);
+	c = make_call(NULL, NULL, 0, NULL, 0);
+	c.tool_len = 1;
+	ck_assert_int_eq(canon_rawprint(&c, out), CARMY_EINVALID_ARGS);
+	ck_assert_int_eq(canon_rawprint(NULL, out), -EINVAL);
+	ck_assert_int_eq(canon_rawprint(&c, NULL), -EINVAL);
+	c = make_call("", NULL, 0, NULL, 0);	/* everything empty is fine */
+	ck_assert_int_eq(canon_rawprint(&c, out), 0);
+}
+END_TEST
+
 static Suite *canon_suite(void)
 {
 	Suite *s = suite_create("canon");
@@ -973,6 +1103,7 @@ static Suite *canon_suite(void)
 	tcase_add_test(tc, test_canonical_form_is_a_fixed_point);
 	tcase_add_test(tc, test_canon_appends_to_out);
 	tcase_add_test(tc, test_reencoder_agrees_with_reference);
+	tcase_add_test(tc, test_validation_agrees_with_wire_scan);
 	suite_add_tcase(s, tc);
 
 	tcase_add_test(tf, test_different_args_differ);
@@ -980,6 +1111,8 @@ static Suite *canon_suite(void)
 	tcase_add_test(tf, test_absent_vs_empty_map_differ);
 	tcase_add_test(tf, test_fingerprint_deterministic);
 	tcase_add_test(tf, test_fingerprint_argument_checks);
+	tcase_add_test(tf, test_raw_print_is_of_the_bytes_as_sent);
+	tcase_add_test(tf, test_raw_print_argument_checks);
 	suite_add_tcase(s, tf);
 	return s;
 }

@@ -177,6 +177,63 @@ START_TEST(test_reserve_then_same_identity_is_found_running)
 }
 END_TEST
 
+/* Reserve rid with a raw print of byte rawb and, unless fpb is 0, a
+ * fingerprint of byte fpb (0: not computed yet). */
+static enum shm_outcome reserve_raw(const char *rid, uint8_t rawb, uint8_t fpb,
+				    struct shm_found *f)
+{
+	uint8_t fp[SHM_FP_LEN], raw[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	static __thread uint32_t cursor;
+	struct shm_claim c = { .owner = OWNER_A, .pid = 1,
+			       .fp = fpb ? fp : NULL, .rawfp = raw,
+			       .make_exec = make_exec, .arg = exec,
+			       .cursor = &cursor };
+	struct shm_key k;
+
+	memset(fp, fpb, sizeof(fp));
+	memset(raw, rawb, sizeof(raw));
+	memset(exec, 7, sizeof(exec));
+	key(&k, rid);
+	return shm_reserve(&view, &k, &c, f);
+}
+
+/* Equal raw prints decide without the fingerprint; anything else needs it,
+ * and then the fingerprint alone decides. */
+START_TEST(test_raw_print_decides_only_when_equal)
+{
+	struct shm_found f;
+
+	/* A new identity cannot be reserved without its fingerprint. */
+	ck_assert_int_eq(reserve_raw("r", 1, 0, &f), SHM_OUT_NEED_FP);
+	ck_assert_int_eq(reserve_raw("r", 1, 9, &f), SHM_OUT_RESERVED);
+	/* The same bytes again: found, same call, no fingerprint needed. */
+	ck_assert_int_eq(reserve_raw("r", 1, 0, &f), SHM_OUT_FOUND);
+	ck_assert(f.same_fp);
+	/* Same bytes, even with a stray fingerprint: the bytes decide. */
+	ck_assert_int_eq(reserve_raw("r", 1, 5, &f), SHM_OUT_FOUND);
+	ck_assert(f.same_fp);
+	/* Other bytes: the fingerprint is needed, and then decides. */
+	ck_assert_int_eq(reserve_raw("r", 2, 0, &f), SHM_OUT_NEED_FP);
+	ck_assert_int_eq(reserve_raw("r", 2, 9, &f), SHM_OUT_FOUND);
+	ck_assert(f.same_fp);
+	ck_assert_int_eq(reserve_raw("r", 2, 8, &f), SHM_OUT_FOUND);
+	ck_assert(!f.same_fp);
+	/* A claim without a raw print (rawfp NULL) compares fingerprints. */
+	ck_assert_int_eq(reserve("r", OWNER_B, 9, &f), SHM_OUT_FOUND);
+	ck_assert(f.same_fp);
+	ck_assert_int_eq(reserve("r", OWNER_B, 1, &f), SHM_OUT_FOUND);
+	ck_assert(!f.same_fp);
+	/* NEED_FP took nothing: exactly one ticket is held. */
+	{
+		uint32_t held = 0;
+
+		for (uint32_t i = 0; i < view.geo.capacity; i++)
+			held += view.tickets[i] != SHM_TICKET_FREE;
+		ck_assert_uint_eq(held, 1);
+	}
+}
+END_TEST
+
 START_TEST(test_complete_then_replay_reads_result)
 {
 	struct shm_found f, g;
@@ -578,6 +635,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_sane_rejects_mismatched_layout_and_corruption);
 	tcase_add_test(tc, test_sane_never_accepts_random_headers);
 	tcase_add_test(tc, test_reserve_then_same_identity_is_found_running);
+	tcase_add_test(tc, test_raw_print_decides_only_when_equal);
 	tcase_add_test(tc, test_complete_then_replay_reads_result);
 	tcase_add_test(tc, test_capacity_is_exact_and_release_frees_room);
 	tcase_add_test(tc, test_no_carmyd_reserves_nothing_but_replays);
