@@ -80,6 +80,7 @@ struct ident {
 	size_t nef;
 	struct phantom *ph;
 	size_t nph;
+	unsigned torn;		/* effect lines cut short by a kill */
 	bool died_in_begin[SOAK_VARIANTS];
 	bool begin_cut_off[SOAK_VARIANTS];	/* begin said DISCONNECTED */
 	struct answer fin[SOAK_VARIANTS];
@@ -321,8 +322,16 @@ static int read_effects(struct checker *ck)
 			   &var, exec, &seed, &status, &len, &inc) != 8 ||
 		    id >= ck->cfg->max_ids || var >= SOAK_VARIANTS) {
 			/* Torn by a kill mid-write: that tool was running
-			 * when it died, and no completion can follow. */
-			printf("# effects.log: torn line ignored: %.60s\n", line);
+			 * when it died, and no completion can follow. It
+			 * still counts as the identity's effect if it got as
+			 * far as naming it. */
+			printf("# effects.log: torn line: %.60s\n", line);
+			/* (var read too: only then was id whole) */
+			if (sscanf(line, "E %llu %u %u", &t, &id, &var) == 3 &&
+			    id < ck->cfg->max_ids &&
+			    ck->ids[id].torn++ + ck->ids[id].nef > 0)
+				violate(ck, SOAK_ONCE, "identity %u ran twice "
+					"(one effect line torn)", id);
 			continue;
 		}
 		ck->f->effects++;
@@ -335,7 +344,7 @@ static int read_effects(struct checker *ck)
 		e->res.status = status;
 		e->res.len = len;
 		e->inc = inc;
-		if (d->nef > 1)
+		if (d->nef + d->torn > 1)
 			violate(ck, SOAK_ONCE,
 				"identity %u ran twice: %s (worker %u) and %s "
 				"(worker %u)", id, d->ef[0].exec, d->ef[0].inc,
@@ -632,9 +641,15 @@ static void judge_ident(struct checker *ck, unsigned id)
 	    fr->rel_rc == REL_UNKNOWN)
 		live = fr;
 	if (fr != live) {
-		violate(ck, SOAK_ONCE, "identity %u: entry %s (%s) is %s, "
-			"yet it was released", id, fexec, fr->where,
-			carmy_errname(same->rc));
+		if (live != NULL)
+			violate(ck, SOAK_ONCE, "identity %u: entry %s (%s) "
+				"answers %s, yet %s (%s) was reserved after it",
+				id, fexec, fr->where, carmy_errname(same->rc),
+				live->exec, live->where);
+		else
+			violate(ck, SOAK_ONCE, "identity %u: entry %s (%s) "
+				"answers %s, yet it was released", id, fexec,
+				fr->where, carmy_errname(same->rc));
 		return;
 	}
 	if (fvar != fr->var)

@@ -97,6 +97,8 @@ static int kill_worker(struct run *r, unsigned slot, bool final);
 static unsigned aim(struct run *r);
 static void kill_carmyd(struct run *r);
 static void pace(struct run *r, unsigned mean_ms);
+static void write_params(const struct soak_cfg *cfg);
+static int recheck(const char *dir);
 static int rm_tree(const char *dir);
 static void usage(void) __attribute__((noreturn));
 
@@ -114,6 +116,7 @@ int main(int argc, char **argv)
 		{ "capacity", required_argument, NULL, 'C' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "keep", no_argument, NULL, 'K' },
+		{ "check", required_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .mode = "both", .seconds = 24, .round = 15,
@@ -136,6 +139,7 @@ int main(int argc, char **argv)
 		case 'C': o.capacity = (unsigned)atoi(optarg); break;
 		case 'S': o.seed = strtoull(optarg, NULL, 0); break;
 		case 'K': o.keep = true; break;
+		case 'X': return recheck(optarg);
 		default: usage();
 		}
 	}
@@ -173,7 +177,8 @@ static void usage(void)
 	fprintf(stderr, "usage: soak [--mode workers|carmyd|both] "
 		"[--seconds S] [--round S] [--workers N] [--ids N] "
 		"[--kill-ms MS] [--carmyd-ms MS] [--max-result BYTES] "
-		"[--capacity N] [--seed N] [--keep]\n");
+		"[--capacity N] [--seed N] [--keep]\n"
+		"       soak --check DIR     check the logs a round kept\n");
 	exit(2);
 }
 
@@ -350,6 +355,7 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 	for (unsigned i = 0; i < o->workers; i++)
 		kill_worker(&r, i, true);
 	t->rounds++;
+	write_params(&r.cfg);
 
 	before = t->f;
 	if (!t->failed && r.d.pid > 0 && soak_verify(&r.cfg, sp) == 0 &&
@@ -362,6 +368,9 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 	}
 	if (harness_stop(&r.d) < 0)
 		printf("# %s: carmyd did not stop cleanly\n", name);
+	printf("# %s: round %u done: %" PRIu64 " worker kills, %" PRIu64
+	       " carmyd kills, %" PRIu64 " calls so far%s\n", name, round,
+	       t->kills, t->carmyd_kills, t->f.calls, ok ? "" : ", FAILED");
 out:
 	if (ok && !o->keep)
 		rm_tree(dir);
@@ -475,6 +484,62 @@ static void kill_carmyd(struct run *r)
 static void pace(struct run *r, unsigned mean_ms)
 {
 	poll(NULL, 0, (int)soak_below(&r->rng, 2 * (uint64_t)mean_ms + 1));
+}
+
+/* What soak --check needs to judge a kept round again. */
+static void write_params(const struct soak_cfg *cfg)
+{
+	char path[300];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/params", cfg->dir);
+	fp = fopen(path, "w");
+	if (fp == NULL)
+		return;
+	fprintf(fp, "%u %u %u %u %zu %u %d\n", cfg->nids, cfg->max_ids,
+		*cfg->fresh, cfg->nworkers, cfg->max_result, cfg->capacity,
+		cfg->carmyd_kills);
+	fclose(fp);
+}
+
+/*
+ * Check a kept round's logs again, as they are now: to look at a failure
+ * again, or to see the checker catch a log edited to show a bug.
+ */
+static int recheck(const char *dir)
+{
+	struct soak_cfg cfg = { .dir = dir };
+	struct soak_figures f = { 0 };
+	uint32_t fresh;
+	char path[300];
+	int carmyd, bad = 0;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/params", dir);
+	fp = fopen(path, "r");
+	if (fp == NULL || fscanf(fp, "%u %u %u %u %zu %u %d", &cfg.nids,
+				 &cfg.max_ids, &fresh, &cfg.nworkers,
+				 &cfg.max_result, &cfg.capacity, &carmyd) != 7) {
+		fprintf(stderr, "soak: cannot read %s\n", path);
+		return 2;
+	}
+	fclose(fp);
+	cfg.fresh = &fresh;
+	cfg.carmyd_kills = carmyd != 0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (soak_check(&cfg, &f) != 0) {
+		printf("not ok 1 - logs in %s could not be read\n1..1\n", dir);
+		return 1;
+	}
+	printf("# %" PRIu64 " calls, %" PRIu64 " replays, %" PRIu64
+	       " effects\n", f.calls, f.replays, f.effects);
+	for (int p = 0; p < SOAK_PROP_COUNT; p++) {
+		tap(f.violations[p] == 0, "%s (%" PRIu64 " violations)",
+		    soak_prop_names[p], f.violations[p]);
+		bad |= f.violations[p] != 0;
+	}
+	printf("1..%d\n", tap_no);
+	return bad;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag,
