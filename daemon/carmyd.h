@@ -5,6 +5,7 @@
 #ifndef CARMY_DAEMON_H
 #define CARMY_DAEMON_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -14,12 +15,16 @@
 
 #define CARMYD_DEFAULT_CAPACITY 10000
 #define CARMYD_DEFAULT_MAX_RESULT (16u * 1024)
+/* --threads: event loops. The default is one per online CPU, up to this. */
+#define CARMYD_DEFAULT_THREADS_MAX 8
+#define CARMYD_THREADS_MAX 64
 
 struct carmyd_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char shm_name[64];
 	uint32_t capacity;
 	uint32_t max_result;
+	uint32_t threads;	/* event loops; 0 until resolved */
 	bool capacity_set;	/* given on the command line */
 	bool max_result_set;
 	bool foreground;
@@ -30,7 +35,8 @@ struct carmyd_config {
 };
 
 /* owners.c: the registry of live owners (one per connection), an RCU hash
- * table. Only carmyd's main thread writes it; readers hold rcu_read_lock. */
+ * table. Every event loop adds and removes its own connections' owners and
+ * the sweeps read it; callers are RCU-registered threads. */
 int owners_init(void);
 void owners_fini(void);
 int owners_add(uint32_t id, void *conn);
@@ -38,8 +44,11 @@ void owners_del(uint32_t id);
 bool owners_alive(uint32_t id);
 unsigned long owners_count(void);
 
-/* store.c: the segment from carmyd's side. */
+/* store.c: the segment from carmyd's side. Every store_* function but
+ * open and close takes s->lock, so carmyd's own writes to the segment are
+ * made one at a time whichever event loop asks. */
 struct store {
+	pthread_mutex_t lock;
 	struct shm_view view;
 	int fd;
 	uint32_t next_owner;	/* private copy; mirrored in the header */
@@ -52,7 +61,9 @@ int store_open(struct store *s, const struct carmyd_config *cfg);
 void store_close(struct store *s, const struct carmyd_config *cfg,
 		 bool remove);
 int store_new_owner(struct store *s, uint32_t *id);
-void store_check(struct store *s);
+int store_complete(struct store *s, uint32_t entry, uint32_t owner,
+		   const uint8_t *exec, int status, int code,
+		   const void *data, size_t len);
 void store_sweep_dead(struct store *s, const char *why);
 uint32_t store_reclaim(struct store *s);
 void store_tick(struct store *s);

@@ -39,6 +39,8 @@ static const char usage[] =
 	"                       (default 16K); memory is reserved up front:\n"
 	"                       about capacity x (max-result + 1K)\n"
 	"  --segment NAME       shared memory name (default derived from socket)\n"
+	"  --threads N          event loops serving connections, 1..64\n"
+	"                       (default: one per online CPU, at most 8)\n"
 	"  --group NAME         share socket and segment with this group\n"
 	"                       (default: owner only)\n"
 	"  --foreground         stay in the foreground; print a ready line\n"
@@ -110,9 +112,9 @@ int main(int argc, char **argv)
 	}
 
 	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
-		 "epoch %u", cfg.socket_path, cfg.shm_name,
+		 "epoch %u, %u event loop%s", cfg.socket_path, cfg.shm_name,
 		 store.view.geo.capacity, store.view.geo.max_result,
-		 store.epoch);
+		 store.epoch, cfg.threads, cfg.threads == 1 ? "" : "s");
 	if (cfg.foreground) {
 		printf("carmyd ready socket=%s segment=%s pid=%d\n",
 		       cfg.socket_path, cfg.shm_name, (int)getpid());
@@ -142,12 +144,13 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 {
 	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
 	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
-	       O_VERSION };
+	       O_VERSION, O_THREADS };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "capacity", required_argument, NULL, O_CAPACITY },
 		{ "max-result", required_argument, NULL, O_MAX_RESULT },
 		{ "segment", required_argument, NULL, O_SEGMENT },
+		{ "threads", required_argument, NULL, O_THREADS },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "foreground", no_argument, NULL, O_FOREGROUND },
 		{ "transient", no_argument, NULL, O_TRANSIENT },
@@ -183,6 +186,11 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			break;
 		case O_SEGMENT:
 			seg = optarg;
+			break;
+		case O_THREADS:
+			if (parse_u32("--threads", optarg, 1, CARMYD_THREADS_MAX,
+				      false, &cfg->threads) != 0)
+				return -1;
 			break;
 		case O_GROUP: {
 			struct group *g = getgrnam(optarg);
@@ -227,6 +235,13 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	if (optind < argc) {
 		fprintf(stderr, "carmyd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
+	}
+	if (cfg->threads == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		cfg->threads = n < 1 ? 1 :
+			       n > CARMYD_DEFAULT_THREADS_MAX ?
+			       CARMYD_DEFAULT_THREADS_MAX : (uint32_t)n;
 	}
 	if (sock != NULL) {
 		if (strlen(sock) == 0 || strlen(sock) >= sizeof(cfg->socket_path)) {

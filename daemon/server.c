@@ -1,21 +1,33 @@
 /*
- * server.c - carmyd's event loop: accept connections, register each as an
+ * server.c - carmyd's event loops: accept connections, register each as an
  * owner, record completions, and turn a closed connection's running entries
  * uncertain at once.
  *
- * One thread does everything that writes the segment, so carmyd's own table
- * operations never race each other. A dead owner is a fact the kernel tells
- * us: the connection's socket reports EOF or an error the moment the client
- * process dies (its descriptors are closed) or closes it. No timer is
- * involved; the 100 ms tick only reclaims tombstones and, every second,
- * re-checks the segment header and settles tickets held by ids that are not
- * connected (a client that scribbled, or raced a sweep).
+ * There are --threads event loops (one per CPU by default). A completion is
+ * a round trip, and on these machines the round trip is mostly system calls
+ * and wake-ups; one loop serves them one after another, however many
+ * clients there are. So the first loop accepts every connection and hands
+ * it to the loop with the fewest (adding its descriptor to that loop's
+ * epoll set, which is safe from any thread); from then on that loop alone
+ * reads, decodes, answers and finally drops it. What the loops share is
+ * the store, whose writes to the segment are serialised by its own lock
+ * (store.c), and the owner registry, an RCU hash table.
+ *
+ * A dead owner is a fact the kernel tells us: the connection's socket
+ * reports EOF or an error the moment the client process dies (its
+ * descriptors are closed) or closes it. No timer is involved; the first
+ * loop's 100 ms tick only reclaims tombstones and, every second, re-checks
+ * the segment header and settles tickets held by ids that are not connected
+ * (a client that scribbled, or raced a sweep).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -33,7 +45,20 @@
 #define WBUF_MAX (1024 * 1024)	/* a client that never reads its replies */
 #define TICK_NS (100 * 1000 * 1000)
 
+struct server;
+
+/* One event loop: its epoll set, the eventfd that tells it to stop, and how
+ * many connections it serves (written by it and by the accepting loop). */
+struct loop {
+	struct server *sv;
+	pthread_t thread;
+	int ep;
+	int stop_fd;
+	atomic_ulong conns;
+};
+
 struct conn {
+	struct loop *loop;	/* the one loop that handles it */
 	int fd;
 	uint32_t owner;		/* 0 until HELLO */
 	pid_t pid;
@@ -48,56 +73,144 @@ struct conn {
 struct server {
 	struct store *store;
 	const struct carmyd_config *cfg;
-	int ep;
-	int lfd;
+	int lfd, sfd, tfd;
 	size_t msg_cap;		/* largest message a client may send */
-	bool stop;
+	struct loop *loops;
+	unsigned nloops;
+	bool stop;		/* first loop only */
 };
 
+static int loop_init(struct server *sv, struct loop *l);
+static void *loop_thread(void *arg);
+static int loop_run(struct loop *l);
 static void on_accept(struct server *sv);
-static void on_readable(struct server *sv, struct conn *c);
-static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
-		      size_t len);
-static int flush_out(struct server *sv, struct conn *c);
-static void drop(struct server *sv, struct conn *c, const char *why);
-static void fail_conn(struct server *sv, struct conn *c, int code,
-		      const char *why);
-static uint64_t now_ns(void);
+static void on_readable(struct conn *c);
+static int on_message(struct conn *c, const uint8_t *buf, size_t len);
+static int flush_out(struct conn *c);
+static void drop(struct conn *c, const char *why);
+static void fail_conn(struct conn *c, int code, const char *why);
 
-/* ------------------------------------------------------------ loop */
+/* ------------------------------------------------------------ loops */
 
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 {
-	struct server sv = { .store = s, .cfg = cfg, .lfd = lfd };
+	struct server sv = { .store = s, .cfg = cfg, .lfd = lfd,
+			     .sfd = -1, .tfd = -1 };
 	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
-	struct epoll_event ev, evs[MAX_EVENTS];
+	struct epoll_event ev = { .events = EPOLLIN };
+	unsigned started = 1;
 	sigset_t sigs;
-	int sfd, tfd;
+	int rc = -1;
 
 	sv.msg_cap = (size_t)s->view.geo.max_result + WIRE_OVERHEAD;
+	sv.nloops = cfg->threads ? cfg->threads : 1;
+	sv.loops = calloc(sv.nloops, sizeof(*sv.loops));
+	if (sv.loops == NULL) {
+		log_error("out of memory for %u event loops", sv.nloops);
+		return -1;
+	}
+	for (unsigned i = 0; i < sv.nloops; i++)
+		sv.loops[i].ep = sv.loops[i].stop_fd = -1;
+	/* main() blocked these before any thread started, so every loop
+	 * inherits the mask and only the signalfd sees them. */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
-	sigprocmask(SIG_BLOCK, &sigs, NULL);
-	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
-	tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	sv.ep = epoll_create1(EPOLL_CLOEXEC);
-	if (sfd < 0 || tfd < 0 || sv.ep < 0 ||
-	    timerfd_settime(tfd, 0, &tick, NULL) != 0) {
-		log_error("cannot set up the event loop: %s", strerror(errno));
-		return -1;
-	}
-	ev.events = EPOLLIN;
+	sv.sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	sv.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (sv.sfd < 0 || sv.tfd < 0 ||
+	    timerfd_settime(sv.tfd, 0, &tick, NULL) != 0)
+		goto setup_failed;
+	for (unsigned i = 0; i < sv.nloops; i++)
+		if (loop_init(&sv, &sv.loops[i]) != 0)
+			goto setup_failed;
+	/* The first loop also owns the listening socket, the signals and the
+	 * tick; its epoll data for them are the server's own fields. */
 	ev.data.ptr = &sv.lfd;
-	epoll_ctl(sv.ep, EPOLL_CTL_ADD, lfd, &ev);
-	ev.data.ptr = &sfd;
-	epoll_ctl(sv.ep, EPOLL_CTL_ADD, sfd, &ev);
-	ev.data.ptr = &tfd;
-	epoll_ctl(sv.ep, EPOLL_CTL_ADD, tfd, &ev);
+	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, lfd, &ev);
+	ev.data.ptr = &sv.sfd;
+	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.sfd, &ev);
+	ev.data.ptr = &sv.tfd;
+	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.tfd, &ev);
+	for (; started < sv.nloops; started++) {
+		int err = pthread_create(&sv.loops[started].thread, NULL,
+					 loop_thread, &sv.loops[started]);
 
-	while (!sv.stop) {
-		int n = epoll_wait(sv.ep, evs, MAX_EVENTS, -1);
+		if (err != 0) {
+			log_error("cannot start event loop %u: %s", started,
+				  strerror(err));
+			break;
+		}
+	}
+	if (started == sv.nloops) {
+		log_debug("%u event loops", sv.nloops);
+		rc = loop_run(&sv.loops[0]);
+	}
+	/* Stop the others: each sees its eventfd readable and returns. */
+	for (unsigned i = 1; i < started; i++) {
+		uint64_t one = 1;
+
+		if (write(sv.loops[i].stop_fd, &one, sizeof(one)) < 0)
+			log_error("cannot stop event loop %u: %s", i,
+				  strerror(errno));
+	}
+	for (unsigned i = 1; i < started; i++)
+		pthread_join(sv.loops[i].thread, NULL);
+	goto out;
+
+setup_failed:
+	log_error("cannot set up the event loops: %s", strerror(errno));
+out:
+	for (unsigned i = 0; i < sv.nloops; i++) {
+		if (sv.loops[i].ep >= 0)
+			close(sv.loops[i].ep);
+		if (sv.loops[i].stop_fd >= 0)
+			close(sv.loops[i].stop_fd);
+	}
+	if (sv.sfd >= 0)
+		close(sv.sfd);
+	if (sv.tfd >= 0)
+		close(sv.tfd);
+	free(sv.loops);
+	return rc;
+}
+
+static int loop_init(struct server *sv, struct loop *l)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
+
+	l->sv = sv;
+	l->ep = epoll_create1(EPOLL_CLOEXEC);
+	l->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->ep < 0 || l->stop_fd < 0)
+		return -1;
+	/* data.ptr == the loop itself marks its stop eventfd. */
+	return epoll_ctl(l->ep, EPOLL_CTL_ADD, l->stop_fd, &ev);
+}
+
+static void *loop_thread(void *arg)
+{
+	struct loop *l = arg;
+
+	rcu_register_thread();	/* the owner registry is RCU */
+	loop_run(l);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+/*
+ * Serve l's connections until told to stop. Connections still open then are
+ * left to the kernel: carmyd is going away, and the next carmyd's start-up
+ * sweep turns their running entries uncertain.
+ */
+static int loop_run(struct loop *l)
+{
+	struct server *sv = l->sv;
+	struct epoll_event evs[MAX_EVENTS];
+
+	for (;;) {
+		int n = epoll_wait(l->ep, evs, MAX_EVENTS, -1);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -108,45 +221,68 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 
-			if (p == &sv.lfd) {
-				on_accept(&sv);
-			} else if (p == &sfd) {
+			if (p == l) {
+				return 0;	/* stop_fd */
+			} else if (p == &sv->lfd) {
+				on_accept(sv);
+			} else if (p == &sv->sfd) {
 				struct signalfd_siginfo si;
 
-				while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+				while (read(sv->sfd, &si, sizeof(si)) ==
+				       sizeof(si)) {
 					if (si.ssi_signo == SIGHUP)
 						continue;
 					log_info("signal %u: shutting down",
 						 si.ssi_signo);
-					sv.stop = true;
+					sv->stop = true;
 				}
-			} else if (p == &tfd) {
+			} else if (p == &sv->tfd) {
 				uint64_t ticks;
 
-				if (read(tfd, &ticks, sizeof(ticks)) < 0) {
+				if (read(sv->tfd, &ticks, sizeof(ticks)) < 0) {
 					/* spurious wake-up */
 				}
-				store_tick(s);
+				store_tick(sv->store);
 			} else {
 				struct conn *c = p;
 
 				if (evs[i].events & EPOLLOUT) {
-					if (flush_out(&sv, c) != 0)
+					if (flush_out(c) != 0)
 						continue;
 				}
 				if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-					on_readable(&sv, c);
+					on_readable(c);
 			}
 		}
+		if (l == sv->loops && sv->stop)
+			return 0;
 	}
-	close(sfd);
-	close(tfd);
-	close(sv.ep);
-	return 0;
 }
 
 /* ------------------------------------------------------------ connections */
 
+/* The loop serving the fewest connections (the first of equals). */
+static struct loop *least_busy(struct server *sv)
+{
+	struct loop *best = &sv->loops[0];
+	unsigned long min = atomic_load_explicit(&best->conns,
+						 memory_order_relaxed);
+
+	for (unsigned i = 1; i < sv->nloops; i++) {
+		unsigned long n = atomic_load_explicit(&sv->loops[i].conns,
+						       memory_order_relaxed);
+
+		if (n < min) {
+			min = n;
+			best = &sv->loops[i];
+		}
+	}
+	return best;
+}
+
+/* Accept what is waiting and give each connection to a loop. Once its
+ * descriptor is in that loop's epoll set the connection is the loop's: we
+ * do not touch it again. */
 static void on_accept(struct server *sv)
 {
 	for (;;) {
@@ -154,6 +290,7 @@ static void on_accept(struct server *sv)
 		struct ucred cred;
 		socklen_t cl = sizeof(cred);
 		struct conn *c;
+		struct loop *l;
 		int fd = accept4(sv->lfd, NULL, NULL,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -168,27 +305,33 @@ static void on_accept(struct server *sv)
 			close(fd);
 			continue;
 		}
+		l = least_busy(sv);
+		c->loop = l;
 		c->fd = fd;
 		msgpack_sbuffer_init(&c->out);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
 			c->pid = cred.pid;
 			c->uid = cred.uid;
 		}
+		log_debug("connection from pid %d uid %u, loop %u", (int)c->pid,
+			  (unsigned)c->uid, (unsigned)(l - sv->loops));
+		atomic_fetch_add_explicit(&l->conns, 1, memory_order_relaxed);
 		ev.data.ptr = c;
-		if (epoll_ctl(sv->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
 			log_error("epoll_ctl: %s", strerror(errno));
+			atomic_fetch_sub_explicit(&l->conns, 1,
+						  memory_order_relaxed);
 			close(fd);
 			msgpack_sbuffer_destroy(&c->out);
 			free(c);
-			continue;
 		}
-		log_debug("connection from pid %d uid %u", (int)c->pid,
-			  (unsigned)c->uid);
 	}
 }
 
-static void on_readable(struct server *sv, struct conn *c)
+static void on_readable(struct conn *c)
 {
+	struct server *sv = c->loop->sv;
+
 	for (;;) {
 		ssize_t got;
 		long n;
@@ -201,7 +344,7 @@ static void on_readable(struct server *sv, struct conn *c)
 				ncap = sv->msg_cap;
 			nb = realloc(c->rbuf, ncap);
 			if (nb == NULL) {
-				drop(sv, c, "out of memory");
+				drop(c, "out of memory");
 				return;
 			}
 			c->rbuf = nb;
@@ -215,11 +358,11 @@ static void on_readable(struct server *sv, struct conn *c)
 				continue;
 			if (errno == EAGAIN)
 				return;
-			drop(sv, c, strerror(errno));
+			drop(c, strerror(errno));
 			return;
 		}
 		if (got == 0) {
-			drop(sv, c, "closed");
+			drop(c, "closed");
 			return;
 		}
 		c->rlen += (size_t)got;
@@ -228,13 +371,13 @@ static void on_readable(struct server *sv, struct conn *c)
 		while (c->rlen > 0) {
 			n = wire_scan(c->rbuf, c->rlen, sv->msg_cap);
 			if (n < 0) {
-				fail_conn(sv, c, CARMY_EPROTOCOL,
+				fail_conn(c, CARMY_EPROTOCOL,
 					  "malformed or oversized message");
 				return;
 			}
 			if (n == 0)
 				break;
-			if (on_message(sv, c, c->rbuf, (size_t)n) != 0)
+			if (on_message(c, c->rbuf, (size_t)n) != 0)
 				return;	/* c is gone */
 			memmove(c->rbuf, c->rbuf + n, c->rlen - (size_t)n);
 			c->rlen -= (size_t)n;
@@ -247,33 +390,33 @@ static void on_readable(struct server *sv, struct conn *c)
 }
 
 /* Handle one message. Returns 0, or -1 if the connection was dropped. */
-static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
-		      size_t len)
+static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 {
+	struct server *sv = c->loop->sv;
 	struct store *s = sv->store;
 	struct wire_msg m;
 	int rc;
 
 	if (wire_decode(buf, len, 1, &m) != 0) {
-		fail_conn(sv, c, CARMY_EPROTOCOL, "undecodable message");
+		fail_conn(c, CARMY_EPROTOCOL, "undecodable message");
 		return -1;
 	}
 	switch (m.type) {
 	case WIRE_HELLO:
 		if (c->owner != 0) {
-			fail_conn(sv, c, CARMY_EPROTOCOL, "second HELLO");
+			fail_conn(c, CARMY_EPROTOCOL, "second HELLO");
 			return -1;
 		}
 		if (m.u.hello.version != WIRE_VERSION ||
 		    m.u.hello.layout != shm_layout_signature()) {
-			fail_conn(sv, c, CARMY_ELAYOUT,
+			fail_conn(c, CARMY_ELAYOUT,
 				  "client built with another protocol or layout");
 			return -1;
 		}
 		if (store_new_owner(s, &c->owner) != 0 ||
 		    owners_add(c->owner, c) != 0) {
 			c->owner = 0;
-			fail_conn(sv, c, -ENOMEM, "cannot register owner");
+			fail_conn(c, -ENOMEM, "cannot register owner");
 			return -1;
 		}
 		log_debug("owner %u is pid %d", c->owner, (int)c->pid);
@@ -287,7 +430,7 @@ static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
 		size_t dlen = m.u.complete.result_len;
 
 		if (c->owner == 0) {
-			fail_conn(sv, c, CARMY_EPROTOCOL, "COMPLETE before HELLO");
+			fail_conn(c, CARMY_EPROTOCOL, "COMPLETE before HELLO");
 			return -1;
 		}
 		if (status < CARMY_STATUS_COMPLETED ||
@@ -303,9 +446,9 @@ static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
 			code = CARMY_ERESULT_TOO_LARGE;
 			dlen = 0;
 		}
-		rc = shm_record_result(&s->view, m.u.complete.entry, c->owner,
-				       m.u.complete.exec, status, code, data,
-				       dlen, now_ns());
+		rc = store_complete(s, m.u.complete.entry, c->owner,
+				    m.u.complete.exec, status, code, data,
+				    dlen);
 		if (rc != 0)
 			log_debug("owner %u: completion of entry %u refused: %s",
 				  c->owner, m.u.complete.entry,
@@ -315,26 +458,26 @@ static int on_message(struct server *sv, struct conn *c, const uint8_t *buf,
 	}
 	case WIRE_RECLAIM:
 		if (c->owner == 0) {
-			fail_conn(sv, c, CARMY_EPROTOCOL, "RECLAIM before HELLO");
+			fail_conn(c, CARMY_EPROTOCOL, "RECLAIM before HELLO");
 			return -1;
 		}
 		store_reclaim(s);
 		rc = wire_put_reply(&c->out, WIRE_RECLAIM, 0);
 		break;
 	default:
-		fail_conn(sv, c, CARMY_EPROTOCOL, "unknown message type");
+		fail_conn(c, CARMY_EPROTOCOL, "unknown message type");
 		return -1;
 	}
 	if (rc != 0) {
-		drop(sv, c, "out of memory");
+		drop(c, "out of memory");
 		return -1;
 	}
-	return flush_out(sv, c);
+	return flush_out(c);
 }
 
 /* Write pending replies; arm EPOLLOUT only while some are left. Returns 0,
  * or -1 if the connection was dropped. */
-static int flush_out(struct server *sv, struct conn *c)
+static int flush_out(struct conn *c)
 {
 	struct epoll_event ev = { .data.ptr = c };
 
@@ -347,16 +490,16 @@ static int flush_out(struct server *sv, struct conn *c)
 			if (errno == EINTR)
 				continue;
 			if (errno != EAGAIN) {
-				drop(sv, c, strerror(errno));
+				drop(c, strerror(errno));
 				return -1;
 			}
 			if (c->out.size > WBUF_MAX) {
-				drop(sv, c, "does not read its replies");
+				drop(c, "does not read its replies");
 				return -1;
 			}
 			if (!c->want_out) {
 				ev.events = EPOLLIN | EPOLLOUT;
-				epoll_ctl(sv->ep, EPOLL_CTL_MOD, c->fd, &ev);
+				epoll_ctl(c->loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
 				c->want_out = true;
 			}
 			return 0;
@@ -367,15 +510,14 @@ static int flush_out(struct server *sv, struct conn *c)
 	c->out_off = 0;
 	if (c->want_out) {
 		ev.events = EPOLLIN;
-		epoll_ctl(sv->ep, EPOLL_CTL_MOD, c->fd, &ev);
+		epoll_ctl(c->loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
 		c->want_out = false;
 	}
 	return 0;
 }
 
 /* Tell the peer why, then drop it. */
-static void fail_conn(struct server *sv, struct conn *c, int code,
-		      const char *why)
+static void fail_conn(struct conn *c, int code, const char *why)
 {
 	log_warn("pid %d owner %u: %s (%s): disconnecting", (int)c->pid,
 		 c->owner, why, carmy_errname(code));
@@ -385,7 +527,7 @@ static void fail_conn(struct server *sv, struct conn *c, int code,
 	    send(c->fd, c->out.data, c->out.size, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
 		/* The peer is leaving anyway. */
 	}
-	drop(sv, c, why);
+	drop(c, why);
 }
 
 /*
@@ -393,9 +535,11 @@ static void fail_conn(struct server *sv, struct conn *c, int code,
  * tickets right away, so a retry sees EXECUTION_UNCERTAIN (interrupted) as
  * soon as the client's process is.
  */
-static void drop(struct server *sv, struct conn *c, const char *why)
+static void drop(struct conn *c, const char *why)
 {
-	epoll_ctl(sv->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	struct loop *l = c->loop;
+
+	epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	if (c->owner != 0) {
 		char what[96];
@@ -403,18 +547,11 @@ static void drop(struct server *sv, struct conn *c, const char *why)
 		owners_del(c->owner);
 		snprintf(what, sizeof(what), "owner %u (pid %d) %s", c->owner,
 			 (int)c->pid, why);
-		store_sweep_dead(sv->store, what);
+		store_sweep_dead(l->sv->store, what);
 		log_debug("%s", what);
 	}
 	msgpack_sbuffer_destroy(&c->out);
 	free(c->rbuf);
 	free(c);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	atomic_fetch_sub_explicit(&l->conns, 1, memory_order_relaxed);
 }

@@ -7,6 +7,14 @@
  * (carmyd was restarted), it is validated and adopted: recorded results
  * survive a carmyd crash, and the reservations of clients that were
  * connected to the dead carmyd become uncertain.
+ *
+ * carmyd runs several event loops, but its own writes to the segment are
+ * made one at a time, under s->lock: every store_* function below takes it
+ * (they are short: a completion is a copy and two CASes). So carmyd's
+ * maintenance (sweeps, compaction, the header check) never races one of
+ * carmyd's completions; it races only clients, which the segment protocol
+ * is built for (docs/segment.md). What runs in parallel is the part that
+ * costs: system calls, waking up, decoding.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +45,9 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 			  const struct shm_geometry *geo);
 static int attach_segment(struct store *s, const struct carmyd_config *cfg);
 static void recover(struct store *s);
+static void check(struct store *s);
+static void sweep_dead(struct store *s, const char *why);
+static uint32_t reclaim(struct store *s);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
 static uint64_t now_ns(void);
@@ -48,6 +59,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	pthread_mutex_init(&s->lock, NULL);
 	rc = shm_geometry(cfg->capacity, cfg->max_result, &geo);
 	if (rc != 0) {
 		log_error("capacity %u with max-result %u is out of range",
@@ -105,11 +117,31 @@ void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
  * id a live or zombie client may still hold. */
 int store_new_owner(struct store *s, uint32_t *id)
 {
-	if (s->next_owner >= UINT32_MAX - 1)
-		return -EOVERFLOW;
-	*id = s->next_owner++;
-	uatomic_set(&shm_header(&s->view)->sh_next_owner, s->next_owner);
-	return 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->next_owner >= UINT32_MAX - 1) {
+		rc = -EOVERFLOW;
+	} else {
+		*id = s->next_owner++;
+		uatomic_set(&shm_header(&s->view)->sh_next_owner,
+			    s->next_owner);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int store_complete(struct store *s, uint32_t entry, uint32_t owner,
+		   const uint8_t *exec, int status, int code,
+		   const void *data, size_t len)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = shm_record_result(&s->view, entry, owner, exec, status, code,
+			       data, len, now_ns());
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 /*
@@ -118,7 +150,7 @@ int store_new_owner(struct store *s, uint32_t *id)
  * header cannot mislead it; but the other clients would refuse to attach.
  * Put the header back from the private copy and say so.
  */
-void store_check(struct store *s)
+static void check(struct store *s)
 {
 	struct shm_header *h = shm_header(&s->view);
 	struct shm_geometry geo;
@@ -144,6 +176,13 @@ void store_check(struct store *s)
 /* Settle every ticket held by an owner that is not connected. */
 void store_sweep_dead(struct store *s, const char *why)
 {
+	pthread_mutex_lock(&s->lock);
+	sweep_dead(s, why);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void sweep_dead(struct store *s, const char *why)
+{
 	const struct shm_sweep_ops ops = { dead_owner, pid_gone, NULL };
 	struct shm_sweep_stats st = { 0 };
 
@@ -159,6 +198,16 @@ void store_sweep_dead(struct store *s, const char *why)
 /* Free what tombstones can be freed. Clients count the tombstones they make
  * in sh_tombs; we take off what we saw before the pass. */
 uint32_t store_reclaim(struct store *s)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = reclaim(s);
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+static uint32_t reclaim(struct store *s)
 {
 	struct timespec ts;
 	uint64_t now;
@@ -185,13 +234,15 @@ uint32_t store_reclaim(struct store *s)
  * check the header, settle orphaned tickets, reclaim regardless. */
 void store_tick(struct store *s)
 {
+	pthread_mutex_lock(&s->lock);
 	if (++s->ticks % 10 == 0) {
-		store_check(s);
-		store_sweep_dead(s, "orphaned tickets");
-		store_reclaim(s);
+		check(s);
+		sweep_dead(s, "orphaned tickets");
+		reclaim(s);
 	} else if (uatomic_read(&shm_header(&s->view)->sh_tombs) != 0) {
-		store_reclaim(s);
+		reclaim(s);
 	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -324,7 +375,7 @@ static void recover(struct store *s)
 		if (t >= SHM_OWNER_MIN && t >= next && t < OWNER_WRAP)
 			next = t + 1;
 	}
-	store_sweep_dead(s, "start-up");
+	sweep_dead(s, "start-up");
 	if (next >= OWNER_WRAP)
 		next = SHM_OWNER_MIN;
 	s->next_owner = next;

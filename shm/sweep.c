@@ -316,23 +316,40 @@ static uint32_t reclaim_without_free(struct shm_view *v)
  * moment, both correct answers), en_bucket follows, the old bucket turns
  * TOMB. A probe that overlaps this could step over both places, so moves
  * happen under an odd sh_move_seq, and a client re-checks the sequence
- * before it trusts an "absent" verdict (see shm_reserve). Batches are short
- * so that clients never wait long. If the owner of a RUNNING entry releases
- * it through the old bucket mid-move, the old bucket's CAS fails and the
- * new copy is dropped.
+ * before it trusts an "absent" verdict (see shm_reserve). The sequence is
+ * odd for one move at a time, never while we scan, so clients never wait
+ * long. If the owner of a RUNNING entry releases it through the old bucket
+ * mid-move, the old bucket's CAS fails and the new copy is dropped.
+ *
+ * The scan is one pass over the bucket words. An entry's home is in its
+ * own cluster (no FREE bucket lies between home and entry: reclaim frees
+ * only tombstones nobody's path crosses), so an entry with no TOMB before
+ * it in its cluster has nowhere to go, and its home, which costs a hash of
+ * its identity and a read of its entry record, is not computed. Without
+ * tombstones the pass reads nothing but bucket words.
  */
 static void compact(struct shm_view *v)
 {
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
-	unsigned batch = 0;
+	/* Bucket 0 may be mid-cluster (clusters wrap): assume a TOMB
+	 * before it until the first FREE bucket says otherwise. */
+	bool tomb_before = true;
 
 	for (uint32_t p = 0; p < n; p++) {
 		uint64_t w = shm_load(&v->buckets[p]), wt = 0, nw;
 		unsigned st = SHM_W_STATE(w);
 		uint32_t home, t, e = SHM_W_ENTRY(w);
 
+		if (st == SHM_FREE || st == SHM_BLOCKED) {
+			tomb_before = false;
+			continue;
+		}
+		if (st == SHM_TOMB) {
+			tomb_before = true;
+			continue;
+		}
 		if ((st != SHM_RUNNING && st != SHM_COMPLETED &&
-		     st != SHM_UNCERTAIN) ||
+		     st != SHM_UNCERTAIN) || !tomb_before ||
 		    !shm_entry_home(v, w, &home) || home == p)
 			continue;
 		for (t = home; t != p; t = (t + 1) & mask) {
@@ -342,11 +359,12 @@ static void compact(struct shm_view *v)
 		}
 		if (t == p || SHM_W_STATE(wt) != SHM_TOMB)
 			continue;	/* nowhere earlier to go (or scribbled) */
-		if (batch++ == 0)
-			seq_open(v);
+		seq_open(v);
 		nw = shm_word(st, SHM_W_VER(wt) + 1, SHM_W_TAG(w), e);
-		if (shm_cas(&v->buckets[t], wt, nw) != wt)
+		if (shm_cas(&v->buckets[t], wt, nw) != wt) {
+			seq_close(v);
 			continue;
+		}
 		/* en_bucket moves only if it still names p: if the owner
 		 * released meanwhile and the ticket went to a new claimer,
 		 * en_bucket is the new entry's, and must not be touched. */
@@ -357,13 +375,8 @@ static void compact(struct shm_view *v)
 			shm_cas(&shm_entry_at(v, e)->en_bucket, t, p);
 			shm_cas(&v->buckets[t], nw, shm_next(nw, SHM_TOMB));
 		}
-		if (batch == 32) {
-			seq_close(v);
-			batch = 0;
-		}
-	}
-	if (batch != 0)
 		seq_close(v);
+	}
 }
 
 /*

@@ -37,3 +37,9 @@ TESTS += tests/e2e/check_security
 tests_e2e_check_security_SOURCES = tests/e2e/check_security.c $(E2E_SOURCES)
 tests_e2e_check_security_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_security_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_loops
+TESTS += tests/e2e/check_loops
+tests_e2e_check_loops_SOURCES = tests/e2e/check_loops.c $(E2E_SOURCES)
+tests_e2e_check_loops_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_loops_LDADD = $(TEST_LIBS)

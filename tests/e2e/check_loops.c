@@ -1,0 +1,191 @@
+/*
+ * check_loops.c - carmyd with several event loops: connections spread over
+ * them complete, replay and die concurrently, and every answer is still
+ * exactly the contract's. Also: --threads is checked like every option.
+ *
+ * Workers are real processes, each with its own connection (so carmyd hands
+ * them to different loops). Each one reserves, completes and replays its own
+ * identities as fast as it can while the others do the same, then leaves a
+ * last reservation open and exits: its loop drops the connection and sweeps
+ * while the other loops are still completing. A worker reports a broken
+ * answer through its exit status (the line that failed), never by asserting.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "tests/e2e/e2e.h"
+
+#define WORKERS 8
+#define CYCLES 300
+#define LOOPS "4"
+#define RUN_TIMEOUT_MS 60000
+
+static struct carmyd_proc d;
+
+static void setup(void)
+{
+	static const char *const opts[] = { "--threads", LOOPS, "--capacity",
+					    "8192", "--max-result", "256",
+					    NULL };
+
+	e2e_start(&d, opts);
+}
+
+static void teardown(void)
+{
+	e2e_stop(&d);
+}
+
+static struct carmy_call call_of(char *rid, size_t size, int w, int i)
+{
+	snprintf(rid, size, "w%d-%d", w, i);
+	return E2E_CALL("loops", "s", rid);
+}
+
+/* One worker's life. Returns 0, or the line of the first broken answer. */
+static int worker(int w)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32], result[32], exec[CARMY_EXECUTION_ID_LEN + 1];
+	struct carmy_call call;
+	carmy_t *c;
+
+	if (carmy_connect(&c, d.socket) != 0)
+		return __LINE__;
+	for (int i = 0; i < CYCLES; i++) {
+		call = call_of(rid, sizeof(rid), w, i);
+		if (carmy_begin(c, &call, &r) != CARMY_RESERVED)
+			return __LINE__;
+		strcpy(exec, r.execution_id);
+		snprintf(result, sizeof(result), "result %d/%d", w, i);
+		if (carmy_complete(c, &r, CARMY_STATUS_COMPLETED, result,
+				   strlen(result)) != 0)
+			return __LINE__;
+		if (carmy_begin(c, &call, &r) != CARMY_REPLAY ||
+		    strcmp(r.execution_id, exec) != 0 ||
+		    r.status != CARMY_STATUS_COMPLETED ||
+		    r.result_len != strlen(result) ||
+		    memcmp(r.result, result, r.result_len) != 0)
+			return __LINE__;
+	}
+	/* Leave one running: exiting drops the connection. */
+	call = call_of(rid, sizeof(rid), w, CYCLES);
+	if (carmy_begin(c, &call, &r) != CARMY_RESERVED)
+		return __LINE__;
+	return 0;
+}
+
+START_TEST(test_loops_complete_replay_and_drop_concurrently)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	pid_t pids[WORKERS];
+	uint64_t t0 = harness_now_ns();
+	char rid[32];
+	carmy_t *c;
+
+	for (int w = 0; w < WORKERS; w++) {
+		pids[w] = fork();
+		ck_assert_int_ge(pids[w], 0);
+		if (pids[w] == 0)
+			_exit(worker(w));
+	}
+	for (int w = 0; w < WORKERS; w++) {
+		int left = RUN_TIMEOUT_MS - (int)e2e_ms_since(t0);
+		int st = harness_waitpid(pids[w], left > 0 ? left : 1);
+
+		if (st == -1) {
+			kill(pids[w], SIGKILL);
+			waitpid(pids[w], NULL, 0);
+		}
+		ck_assert_msg(st != -1, "worker %d did not finish in time", w);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "worker %d: broken answer at check_loops.c:%d", w,
+			      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	e2e_note("%d workers x %d cycles over " LOOPS " loops: %.0f ms",
+		 WORKERS, CYCLES, e2e_ms_since(t0));
+
+	/* Everything completed replays to anyone; every reservation left
+	 * open by an exited worker is uncertain (interrupted), never free. */
+	c = e2e_connect(&d);
+	for (int w = 0; w < WORKERS; w++) {
+		struct carmy_call call = call_of(rid, sizeof(rid), w, CYCLES - 1);
+
+		ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+		call = call_of(rid, sizeof(rid), w, CYCLES);
+		ck_assert_int_eq(e2e_poll_begin(c, &call, &r, CARMY_EUNCERTAIN,
+						CARMY_STATE_INTERRUPTED, 5000,
+						NULL),
+				 CARMY_EUNCERTAIN);
+	}
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	ck_assert(e2e_alive(&d));
+}
+END_TEST
+
+/* Run carmyd with one bad --threads value; it must refuse to start. */
+static void expect_refused(const char *value)
+{
+	char path[256];
+	pid_t pid;
+	int st;
+
+	harness_path("daemon/carmyd", path, sizeof(path));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		freopen("/dev/null", "w", stderr);
+		execl(path, path, "--foreground", "--socket", "/nonexistent/s",
+		      "--threads", value, (char *)NULL);
+		_exit(127);
+	}
+	st = harness_waitpid(pid, 10000);
+	if (st == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 64,
+		      "carmyd --threads %s: wanted exit status 64", value);
+}
+
+START_TEST(test_bad_threads_values_are_refused)
+{
+	expect_refused("0");
+	expect_refused("65");
+	expect_refused("-1");
+	expect_refused("two");
+	expect_refused("");
+}
+END_TEST
+
+static Suite *loops_suite(void)
+{
+	Suite *s = suite_create("loops");
+	TCase *tc = tcase_create("loops");
+	TCase *to = tcase_create("options");
+
+	e2e_guard(tc);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_loops_complete_replay_and_drop_concurrently);
+	suite_add_tcase(s, tc);
+	tcase_add_test(to, test_bad_threads_values_are_refused);
+	suite_add_tcase(s, to);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(loops_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed != 0;
+}
