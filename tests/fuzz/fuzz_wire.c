@@ -30,7 +30,8 @@
  *  - every reply carmyd would send decodes on the client side;
  *  - a recorded result is replayed byte for byte by another client;
  *  - canon_msgpack()/canon_fingerprint() on the input (and on every
- *    message in it) as args: agree with each other, are idempotent, never
+ *    message in it) as args: refuse what wire_scan() refuses, agree with
+ *    each other, are idempotent, never
  *    grow an object beyond twice its size, and leave nothing behind on
  *    failure.
  */
@@ -181,6 +182,10 @@ static void check_canon(const uint8_t *p, size_t n)
 	ra = canon_msgpack(p, n, &a);
 	rf = canon_fingerprint(&call, fp1);
 	FUZZ_CHECK(ra == rf);
+	/* Validated while re-encoded, by wire_scan()'s rules: whatever it
+	 * refuses is refused (it accepts duplicate keys, canon does not). */
+	if (wire_scan(p, n, n) != (long)n)
+		FUZZ_CHECK(ra == CARMY_EINVALID_ARGS);
 	if (ra != 0) {
 		FUZZ_CHECK(ra == CARMY_EINVALID_ARGS);
 		FUZZ_CHECK(a.size == 0);
