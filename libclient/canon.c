@@ -314,6 +314,35 @@ body:
 
 #undef TAKE
 
+/*
+ * emit() for one element of a container, with the commonest elements done
+ * inline: fixints, nil, booleans and fixstr are already canonical, so they
+ * are copied as they are. Map keys are nearly always short strings.
+ */
+static inline int emit_one(struct in *in, struct out *o, int depth)
+{
+	if (in->pos < in->len) {
+		uint8_t b = in->p[in->pos];
+
+		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 ||
+		    b == 0xc3) {
+			o->p[o->n++] = b;
+			in->pos++;
+			return 0;
+		}
+		if ((b & 0xe0) == 0xa0 &&
+		    (size_t)(b & 0x1f) < in->len - in->pos) {
+			size_t n = 1 + (b & 0x1f);
+
+			memcpy(o->p + o->n, in->p + in->pos, n);
+			o->n += n;
+			in->pos += n;
+			return 0;
+		}
+	}
+	return emit(in, o, depth);
+}
+
 static int emit_array(struct in *in, struct out *o, uint64_t n, int depth)
 {
 	/* Each element takes at least one byte: a count the input cannot
@@ -322,7 +351,7 @@ static int emit_array(struct in *in, struct out *o, uint64_t n, int depth)
 		return CARMY_EINVALID_ARGS;
 	put_head(o, n, 0x90, 15, 0, 0xdc, 0xdd);
 	for (uint64_t i = 0; i < n; i++) {
-		int ret = emit(in, o, depth + 1);
+		int ret = emit_one(in, o, depth + 1);
 
 		if (ret)
 			return ret;
@@ -360,11 +389,11 @@ static int emit_map(struct in *in, struct out *o, uint64_t n, int depth)
 	start = o->n;
 	for (uint64_t i = 0; i < n; i++) {
 		kv[i].off = o->n;
-		ret = emit(in, o, depth + 1);
+		ret = emit_one(in, o, depth + 1);
 		if (ret)
 			goto out;
 		kv[i].klen = o->n - kv[i].off;
-		ret = emit(in, o, depth + 1);
+		ret = emit_one(in, o, depth + 1);
 		if (ret)
 			goto out;
 		kv[i].len = o->n - kv[i].off;
