@@ -194,6 +194,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			  call->request_id, call->request_id_len);
 	if (rc != 0)
 		return rc;
+	shm_prefetch_home(&c->view, &key);
 	/* The raw print is enough for a retry of the very same bytes; the
 	 * canonical fingerprint is computed only when shm_reserve() asks. */
 	rc = canon_rawprint(call, raw);

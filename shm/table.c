@@ -361,7 +361,15 @@ static uint32_t ticket_claim(const struct shm_view *v,
 		    shm_cas(&v->tickets[i], SHM_TICKET_FREE,
 			    shm_ticket(c->owner, c->pid)) ==
 			    SHM_TICKET_FREE) {
-			shm_store(c->cursor, i + 1 == cap ? 0 : i + 1);
+			uint32_t next = i + 1 == cap ? 0 : i + 1;
+
+			shm_store(c->cursor, next);
+			/* This owner's next claim most likely takes the next
+			 * ticket: have its entry's first lines (identity
+			 * included) on their way by then. */
+			__builtin_prefetch(shm_entry_at(v, next), 1);
+			__builtin_prefetch((const uint8_t *)
+					   shm_entry_at(v, next) + 64, 1);
 			return i;
 		}
 		if (++i == cap)
