@@ -65,6 +65,7 @@ struct conn {
 	uid_t uid;
 	uint8_t *rbuf;
 	size_t rlen, rcap;
+	struct wire_scanner scan;	/* of the message at rbuf's start */
 	msgpack_sbuffer out;	/* replies not yet written */
 	size_t out_off;
 	bool want_out;		/* EPOLLOUT armed */
@@ -369,7 +370,8 @@ static void on_readable(struct conn *c)
 
 		/* Handle every whole message now in the buffer. */
 		while (c->rlen > 0) {
-			n = wire_scan(c->rbuf, c->rlen, sv->msg_cap);
+			n = wire_scan_more(&c->scan, c->rbuf, c->rlen,
+					   sv->msg_cap);
 			if (n < 0) {
 				fail_conn(c, CARMY_EPROTOCOL,
 					  "malformed or oversized message");
@@ -381,6 +383,8 @@ static void on_readable(struct conn *c)
 				return;	/* c is gone */
 			memmove(c->rbuf, c->rbuf + n, c->rlen - (size_t)n);
 			c->rlen -= (size_t)n;
+			c->scan.off = 0;	/* the next message, afresh */
+			c->scan.depth = 0;
 		}
 		/* A short read drained the socket: epoll (level-triggered)
 		 * wakes us for more, so skip the recv that would say EAGAIN. */

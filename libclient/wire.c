@@ -27,25 +27,39 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 
 long wire_scan(const void *buf, size_t len, size_t cap)
 {
+	struct wire_scanner sc = { 0 };
+
+	return wire_scan_more(&sc, buf, len, cap);
+}
+
+/*
+ * The scanner's state is committed only after a whole element (a header, or
+ * a scalar with its body) is seen to be present, so "need more" leaves it at
+ * an element boundary and the next call starts from there: bytes that
+ * arrive one at a time are each looked at once, not rescanned from the
+ * start of the message every time.
+ */
+long wire_scan_more(struct wire_scanner *sc, const void *buf, size_t len,
+		    size_t cap)
+{
 	const uint8_t *p = buf;
-	uint64_t left[WIRE_MAX_DEPTH + 1];
-	size_t off = 0;
-	int depth = 1;
 
 	if (len > cap)
 		len = cap;
-	left[0] = 1;	/* one top-level object */
+	if (sc->depth == 0 && sc->off == 0) {
+		sc->left[0] = 1;	/* one top-level object */
+		sc->depth = 1;
+	}
 	for (;;) {
 		uint64_t count = 0, size = 0;
-		size_t h = 1;
+		size_t h = 1, off = sc->off;
 		bool container = false;
 		uint8_t b;
 
-		while (depth > 0 && left[depth - 1] == 0)
-			depth--;
-		if (depth == 0)
+		while (sc->depth > 0 && sc->left[sc->depth - 1] == 0)
+			sc->depth--;
+		if (sc->depth == 0)
 			return (long)off;
-		left[depth - 1]--;
 		if (off >= len)
 			return off >= cap ? CARMY_EPROTOCOL : 0;
 		b = p[off];
@@ -106,17 +120,20 @@ long wire_scan(const void *buf, size_t len, size_t cap)
 			/* Every element takes at least one byte. An empty
 			 * container still counts as a level, as it does in
 			 * msgpack-c's parser stack. */
-			if (count > cap - off || depth > WIRE_MAX_DEPTH)
+			if (count > cap - off || sc->depth > WIRE_MAX_DEPTH)
 				return CARMY_EPROTOCOL;
+			sc->left[sc->depth - 1]--;
+			sc->off = off;
 			if (count > 0)
-				left[depth++] = count;
+				sc->left[sc->depth++] = count;
 			continue;
 		}
 		if (size > cap - off)
 			return CARMY_EPROTOCOL;
 		if (off + size > len)
 			return 0;
-		off += (size_t)size;
+		sc->left[sc->depth - 1]--;
+		sc->off = off + (size_t)size;
 	}
 }
 

@@ -78,6 +78,19 @@ struct wire_msg {
  * bytes; only what it accepts is given to msgpack-c. */
 long wire_scan(const void *buf, size_t len, size_t cap);
 
+/* wire_scan() for a message that arrives in pieces: the same answers, but
+ * resumed where the last call stopped, so every byte is looked at once.
+ * Start from a zeroed scanner, call again with the same (grown) buffer after
+ * 0, and zero it again after a message is taken (> 0) before scanning the
+ * next one from the start of the buffer. */
+struct wire_scanner {
+	size_t off;		/* whole elements seen up to here */
+	int depth;		/* 0 and off 0: fresh */
+	uint64_t left[WIRE_MAX_DEPTH + 1];	/* elements left per level */
+};
+long wire_scan_more(struct wire_scanner *sc, const void *buf, size_t len,
+		    size_t cap);
+
 /* Decode exactly one message of len bytes, already accepted by wire_scan().
  * from_client selects which direction's shapes are valid. Returns 0 or
  * CARMY_EPROTOCOL. */

@@ -64,6 +64,7 @@ struct conn {
 	uint32_t owner;
 	uint8_t *rbuf;
 	size_t rlen, rcap;
+	struct wire_scanner scan;
 	msgpack_sbuffer out;
 	bool gone;
 };
@@ -388,7 +389,11 @@ static void feed(struct conn *c, const uint8_t *data, size_t size,
 		c->rlen += got;
 
 		while (c->rlen > 0) {
-			long n = wire_scan(c->rbuf, c->rlen, msg_cap);
+			long n = wire_scan_more(&c->scan, c->rbuf, c->rlen,
+						msg_cap);
+
+			/* Resumed or from scratch, the same answer. */
+			FUZZ_CHECK(n == wire_scan(c->rbuf, c->rlen, msg_cap));
 
 			if (n < 0) {
 				FUZZ_CHECK(n == CARMY_EPROTOCOL);
@@ -404,6 +409,8 @@ static void feed(struct conn *c, const uint8_t *data, size_t size,
 				return;
 			memmove(c->rbuf, c->rbuf + n, c->rlen - (size_t)n);
 			c->rlen -= (size_t)n;
+			c->scan.off = 0;
+			c->scan.depth = 0;
 		}
 	}
 }
