@@ -333,8 +333,9 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 	rc = shm_view_init(&s->view, base, (size_t)st.st_size);
 	if (rc != 0) {
 		munmap(base, (size_t)st.st_size);
-		log_error("existing segment %s is unusable: %s: %s. It was left "
-			  "untouched; remove it (rm /dev/shm%s) to start afresh",
+		log_error("existing segment %s is unusable (%s: %s); it was "
+			  "left untouched: remove it (rm /dev/shm%s) to start "
+			  "afresh",
 			  cfg->shm_name, carmy_errname(rc), carmy_strerror(rc),
 			  cfg->shm_name);
 		return rc;

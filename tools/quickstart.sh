@@ -27,13 +27,22 @@ show() { printf '$ %s\n' "$*"; "$@" || printf '(exit %d)\n' "$?"; }
 say "Starting carmyd on its defaults (it prints its ready line once clients can connect)"
 tmp=$(mktemp -d /tmp/carmy-quickstart.XXXXXX)
 mkfifo "$tmp/carmyd.out"
-$carmyd --foreground > "$tmp/carmyd.out" &
+$carmyd --foreground > "$tmp/carmyd.out" 2> "$tmp/carmyd.err" &
 carmyd_pid=$!
 if line=$(timeout 30 head -n 1 "$tmp/carmyd.out") && [ -n "$line" ]; then
 	echo "$line"
 else
-	echo "(carmyd did not start, see above: using the one already running)"
-	carmyd_pid=
+	kill -9 "$carmyd_pid" 2>/dev/null || true	# if it hangs instead
+	wait "$carmyd_pid" 2>/dev/null || true
+	cat "$tmp/carmyd.err" >&2
+	if grep -q 'another carmyd is already serving' "$tmp/carmyd.err"; then
+		echo "(a carmyd is already serving the default socket: using it)"
+		carmyd_pid=
+	else
+		echo "quickstart: carmyd did not start; its reason is above" >&2
+		rm -rf "$tmp"
+		exit 1
+	fi
 fi
 cleanup() {
 	[ -n "${slow:-}" ] && kill -9 "$slow" 2>/dev/null || true
@@ -63,7 +72,10 @@ mkfifo "$tmp/ready" "$tmp/gate"
 slow_cmd=(sh -c "echo started > $tmp/ready; exec cat $tmp/gate")
 $run "${who[@]}" --request-id "$id-slow" --tool slow -- "${slow_cmd[@]}" &
 slow=$!
-timeout 10 cat "$tmp/ready" >/dev/null	# the tool is running now
+if ! timeout 10 cat "$tmp/ready" >/dev/null; then	# the tool is running now
+	echo "quickstart: the slow tool did not start; see carmy-run's error above" >&2
+	exit 1
+fi
 show $run "${who[@]}" --request-id "$id-slow" --tool slow --json -- "${slow_cmd[@]}"
 
 say "   ... and once its process is killed (kill -9): EXECUTION_UNCERTAIN, interrupted"
