@@ -214,10 +214,17 @@ restart:
 	shm_rmb();
 	if (shm_load(move_seq) != seq)
 		goto restart;
+	if (c->fp == NULL)
+		return SHM_OUT_NEED_FP;	/* invalid args say so first */
 	if (ticket != UINT32_MAX)
 		shm_cas(&v->tickets[ticket], held, SHM_TICKET_FREE);
 	return SHM_OUT_NOFREE;
 busy:
+	/* Without the fingerprint the args are not even validated yet:
+	 * invalid ones must be told so, not sent away as "unavailable".
+	 * (No ticket is held: one is taken only once fp is set.) */
+	if (c->fp == NULL)
+		return SHM_OUT_NEED_FP;
 	if (ticket != UINT32_MAX)
 		shm_cas(&v->tickets[ticket], held, SHM_TICKET_FREE);
 	return SHM_OUT_BUSY;

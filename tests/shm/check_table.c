@@ -223,6 +223,12 @@ START_TEST(test_raw_print_decides_only_when_equal)
 	ck_assert(f.same_fp);
 	ck_assert_int_eq(reserve("r", OWNER_B, 1, &f), SHM_OUT_FOUND);
 	ck_assert(!f.same_fp);
+	/* Busy (a move that never ends, say): still NEED_FP first, so
+	 * that invalid args are refused as such, then BUSY. */
+	shm_header(&view)->sh_move_seq |= 1;
+	ck_assert_int_eq(reserve_raw("other", 3, 0, &f), SHM_OUT_NEED_FP);
+	ck_assert_int_eq(reserve_raw("other", 3, 9, &f), SHM_OUT_BUSY);
+	shm_header(&view)->sh_move_seq += 1;
 	/* NEED_FP took nothing: exactly one ticket is held. */
 	{
 		uint32_t held = 0;
