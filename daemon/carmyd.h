@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
+#include "carmy_store.h"
 #include "shm/shm.h"
 
 #define CARMYD_DEFAULT_CAPACITY 10000
@@ -32,6 +33,7 @@ struct carmyd_config {
 	bool use_group;		/* --group: share socket and segment */
 	gid_t gid;
 	const char *log_file;
+	const char *store;	/* --store: memory, journal:DIR, plugin:SO[:ARGS] */
 };
 
 /* owners.c: the registry of live owners (one per connection), an RCU hash
@@ -50,6 +52,10 @@ unsigned long owners_count(void);
 struct store {
 	pthread_mutex_t lock;
 	struct shm_view view;
+	const struct carmy_store_ops *ops;	/* where executions are recorded */
+	void *st;				/* its handle */
+	void *plugin;				/* dlopen() handle, or NULL */
+	bool durable;				/* ops->durable */
 	int fd;
 	uint32_t next_owner;	/* private copy; mirrored in the header */
 	uint32_t owner_base;
@@ -64,6 +70,23 @@ int store_new_owner(struct store *s, uint32_t *id);
 int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len);
+/* Durable stores: a reservation or completion on its way to the store. The
+ * record's identity points into ident. */
+struct store_op {
+	struct carmy_store_req req;
+	struct carmy_store_record rec;
+	void *conn;		/* the server's, for the reply */
+	int type;		/* WIRE_RESERVE, WIRE_COMPLETE, WIRE_RELEASE */
+	uint32_t entry;
+	int rc;			/* what the store answered */
+	struct store_op *next;	/* the server's, once done */
+	uint8_t ident[3 * CARMY_ID_MAX];
+	uint8_t *result;	/* malloc'd copy for COMPLETE */
+};
+int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
+		  const uint8_t exec[SHM_EXEC_LEN]);
+void store_submit(struct store *s, struct store_op *op);
+uint64_t store_now_ns(void);	/* CLOCK_REALTIME, as entries record it */
 void store_sweep_dead(struct store *s, const char *why);
 uint32_t store_reclaim(struct store *s);
 void store_tick(struct store *s);

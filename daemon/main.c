@@ -39,6 +39,12 @@ static const char usage[] =
 	"                       (default 16K); memory is reserved up front:\n"
 	"                       about capacity x (max-result + 1K)\n"
 	"  --segment NAME       shared memory name (default derived from socket)\n"
+	"  --store SPEC         where executions are recorded (default memory):\n"
+	"                         memory            the segment only; survives\n"
+	"                                           carmyd, not a reboot\n"
+	"                         journal:DIR       durable: a checksummed journal\n"
+	"                                           in DIR, group-committed\n"
+	"                         plugin:PATH[:ARGS] a store plugin (carmy_store.h)\n"
 	"  --threads N          event loops serving connections, 1..64\n"
 	"                       (default: one per online CPU, at most 8)\n"
 	"  --group NAME         share socket and segment with this group\n"
@@ -112,9 +118,10 @@ int main(int argc, char **argv)
 	}
 
 	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
-		 "epoch %u, %u event loop%s", cfg.socket_path, cfg.shm_name,
-		 store.view.geo.capacity, store.view.geo.max_result,
-		 store.epoch, cfg.threads, cfg.threads == 1 ? "" : "s");
+		 "epoch %u, %u event loop%s, store %s", cfg.socket_path,
+		 cfg.shm_name, store.view.geo.capacity,
+		 store.view.geo.max_result, store.epoch, cfg.threads,
+		 cfg.threads == 1 ? "" : "s", cfg.store ? cfg.store : "memory");
 	if (cfg.foreground) {
 		printf("carmyd ready socket=%s segment=%s pid=%d\n",
 		       cfg.socket_path, cfg.shm_name, (int)getpid());
@@ -144,13 +151,14 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 {
 	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
 	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
-	       O_VERSION, O_THREADS };
+	       O_VERSION, O_THREADS, O_STORE };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "capacity", required_argument, NULL, O_CAPACITY },
 		{ "max-result", required_argument, NULL, O_MAX_RESULT },
 		{ "segment", required_argument, NULL, O_SEGMENT },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "store", required_argument, NULL, O_STORE },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "foreground", no_argument, NULL, O_FOREGROUND },
 		{ "transient", no_argument, NULL, O_TRANSIENT },
@@ -186,6 +194,17 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			break;
 		case O_SEGMENT:
 			seg = optarg;
+			break;
+		case O_STORE:
+			if (strcmp(optarg, "memory") != 0 &&
+			    strncmp(optarg, "journal:", 8) != 0 &&
+			    strncmp(optarg, "plugin:", 7) != 0) {
+				fprintf(stderr, "carmyd: --store: expected memory, "
+					"journal:DIR or plugin:PATH[:ARGS], not "
+					"'%s'\n", optarg);
+				return -1;
+			}
+			cfg->store = optarg;
 			break;
 		case O_THREADS:
 			if (parse_u32("--threads", optarg, 1, CARMYD_THREADS_MAX,

@@ -55,6 +55,11 @@ struct loop {
 	int ep;
 	int stop_fd;
 	atomic_ulong conns;
+	/* Store requests answered (by the store's thread), for this loop to
+	 * reply to: a list under done_lock, and an eventfd to wake it. */
+	int done_fd;
+	pthread_mutex_t done_lock;
+	struct store_op *done;
 };
 
 struct conn {
@@ -69,6 +74,11 @@ struct conn {
 	msgpack_sbuffer out;	/* replies not yet written */
 	size_t out_off;
 	bool want_out;		/* EPOLLOUT armed */
+	/* A request is with the store: its reply comes first, so nothing
+	 * more is read until it is answered; a drop meanwhile waits too. */
+	unsigned pending;
+	bool closing;
+	char why[64];
 };
 
 struct server {
@@ -79,14 +89,26 @@ struct server {
 	struct loop *loops;
 	unsigned nloops;
 	bool stop;		/* first loop only */
+	/* Store requests submitted and not yet answered. */
+	pthread_mutex_t idle_lock;
+	pthread_cond_t idle;
+	unsigned inflight;
 };
 
 static int loop_init(struct server *sv, struct loop *l);
 static void *loop_thread(void *arg);
 static int loop_run(struct loop *l);
 static void on_accept(struct server *sv);
-static void on_readable(struct conn *c);
+static void on_readable(struct conn *c, uint32_t events);
+static int process(struct conn *c);
 static int on_message(struct conn *c, const uint8_t *buf, size_t len);
+static int to_store(struct conn *c, int type, enum carmy_store_op op,
+		    const struct wire_msg *m, int status, int code,
+		    const uint8_t *data, size_t dlen);
+static void store_done(struct carmy_store_req *req, int rc);
+static void on_done(struct loop *l);
+static void finish(struct store_op *op);
+static void arm(struct conn *c);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
 static void fail_conn(struct conn *c, int code, const char *why);
@@ -104,14 +126,18 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	int rc = -1;
 
 	sv.msg_cap = (size_t)s->view.geo.max_result + WIRE_OVERHEAD;
+	pthread_mutex_init(&sv.idle_lock, NULL);
+	pthread_cond_init(&sv.idle, NULL);
 	sv.nloops = cfg->threads ? cfg->threads : 1;
 	sv.loops = calloc(sv.nloops, sizeof(*sv.loops));
 	if (sv.loops == NULL) {
 		log_error("out of memory for %u event loops", sv.nloops);
 		return -1;
 	}
-	for (unsigned i = 0; i < sv.nloops; i++)
-		sv.loops[i].ep = sv.loops[i].stop_fd = -1;
+	for (unsigned i = 0; i < sv.nloops; i++) {
+		sv.loops[i].ep = sv.loops[i].stop_fd = sv.loops[i].done_fd = -1;
+		pthread_mutex_init(&sv.loops[i].done_lock, NULL);
+	}
 	/* main() blocked these before any thread started, so every loop
 	 * inherits the mask and only the signalfd sees them. */
 	sigemptyset(&sigs);
@@ -158,17 +184,37 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	}
 	for (unsigned i = 1; i < started; i++)
 		pthread_join(sv.loops[i].thread, NULL);
+	/* The store may still be answering: its answers go to the loops'
+	 * lists, which must outlive them. */
+	pthread_mutex_lock(&sv.idle_lock);
+	while (sv.inflight > 0)
+		pthread_cond_wait(&sv.idle, &sv.idle_lock);
+	pthread_mutex_unlock(&sv.idle_lock);
 	goto out;
 
 setup_failed:
 	log_error("cannot set up the event loops: %s", strerror(errno));
 out:
 	for (unsigned i = 0; i < sv.nloops; i++) {
-		if (sv.loops[i].ep >= 0)
-			close(sv.loops[i].ep);
-		if (sv.loops[i].stop_fd >= 0)
-			close(sv.loops[i].stop_fd);
+		struct loop *l = &sv.loops[i];
+
+		while (l->done != NULL) {
+			struct store_op *op = l->done;
+
+			l->done = op->next;
+			free(op->result);
+			free(op);
+		}
+		if (l->ep >= 0)
+			close(l->ep);
+		if (l->stop_fd >= 0)
+			close(l->stop_fd);
+		if (l->done_fd >= 0)
+			close(l->done_fd);
+		pthread_mutex_destroy(&l->done_lock);
 	}
+	pthread_cond_destroy(&sv.idle);
+	pthread_mutex_destroy(&sv.idle_lock);
 	if (sv.sfd >= 0)
 		close(sv.sfd);
 	if (sv.tfd >= 0)
@@ -181,12 +227,18 @@ static int loop_init(struct server *sv, struct loop *l)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
 
+	struct epoll_event dev = { .events = EPOLLIN, .data.ptr = &l->done };
+
 	l->sv = sv;
 	l->ep = epoll_create1(EPOLL_CLOEXEC);
 	l->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (l->ep < 0 || l->stop_fd < 0)
+	l->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->ep < 0 || l->stop_fd < 0 || l->done_fd < 0)
 		return -1;
-	/* data.ptr == the loop itself marks its stop eventfd. */
+	/* data.ptr == the loop itself marks its stop eventfd, &l->done the
+	 * store's answers. */
+	if (epoll_ctl(l->ep, EPOLL_CTL_ADD, l->done_fd, &dev) != 0)
+		return -1;
 	return epoll_ctl(l->ep, EPOLL_CTL_ADD, l->stop_fd, &ev);
 }
 
@@ -224,6 +276,8 @@ static int loop_run(struct loop *l)
 
 			if (p == l) {
 				return 0;	/* stop_fd */
+			} else if (p == &l->done) {
+				on_done(l);
 			} else if (p == &sv->lfd) {
 				on_accept(sv);
 			} else if (p == &sv->sfd) {
@@ -252,7 +306,7 @@ static int loop_run(struct loop *l)
 						continue;
 				}
 				if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-					on_readable(c);
+					on_readable(c, evs[i].events);
 			}
 		}
 		if (l == sv->loops && sv->stop)
@@ -329,13 +383,20 @@ static void on_accept(struct server *sv)
 	}
 }
 
-static void on_readable(struct conn *c)
+static void on_readable(struct conn *c, uint32_t events)
 {
 	struct server *sv = c->loop->sv;
 
 	for (;;) {
 		ssize_t got;
-		long n;
+
+		if (c->pending > 0) {
+			/* Reading is paused until the store answers; only
+			 * a hang-up gets through, and waits for it too. */
+			if (events & (EPOLLHUP | EPOLLERR))
+				drop(c, "closed");
+			return;
+		}
 
 		if (c->rcap - c->rlen < READ_CHUNK && c->rcap < sv->msg_cap) {
 			size_t ncap = c->rlen + READ_CHUNK;
@@ -367,30 +428,40 @@ static void on_readable(struct conn *c)
 			return;
 		}
 		c->rlen += (size_t)got;
-
-		/* Handle every whole message now in the buffer. */
-		while (c->rlen > 0) {
-			n = wire_scan_more(&c->scan, c->rbuf, c->rlen,
-					   sv->msg_cap);
-			if (n < 0) {
-				fail_conn(c, CARMY_EPROTOCOL,
-					  "malformed or oversized message");
-				return;
-			}
-			if (n == 0)
-				break;
-			if (on_message(c, c->rbuf, (size_t)n) != 0)
-				return;	/* c is gone */
-			memmove(c->rbuf, c->rbuf + n, c->rlen - (size_t)n);
-			c->rlen -= (size_t)n;
-			c->scan.off = 0;	/* the next message, afresh */
-			c->scan.depth = 0;
-		}
+		if (process(c) != 0)
+			return;	/* c is gone */
 		/* A short read drained the socket: epoll (level-triggered)
 		 * wakes us for more, so skip the recv that would say EAGAIN. */
 		if ((size_t)got < room)
 			return;
 	}
+}
+
+/* Handle every whole message in the buffer, until one waits for the store.
+ * Returns 0, or -1 if the connection was dropped. */
+static int process(struct conn *c)
+{
+	struct server *sv = c->loop->sv;
+
+	while (c->rlen > 0 && c->pending == 0) {
+		long n = wire_scan_more(&c->scan, c->rbuf, c->rlen,
+					sv->msg_cap);
+
+		if (n < 0) {
+			fail_conn(c, CARMY_EPROTOCOL,
+				  "malformed or oversized message");
+			return -1;
+		}
+		if (n == 0)
+			break;
+		if (on_message(c, c->rbuf, (size_t)n) != 0)
+			return -1;
+		memmove(c->rbuf, c->rbuf + n, c->rlen - (size_t)n);
+		c->rlen -= (size_t)n;
+		c->scan.off = 0;	/* the next message, afresh */
+		c->scan.depth = 0;
+	}
+	return 0;
 }
 
 /* Handle one message. Returns 0, or -1 if the connection was dropped. */
@@ -425,7 +496,8 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		}
 		log_debug("owner %u is pid %d", c->owner, (int)c->pid);
 		rc = wire_put_hello_ok(&c->out, c->owner, sv->cfg->shm_name,
-				       s->view.geo.max_result, s->epoch);
+				       s->view.geo.max_result, s->epoch,
+				       s->durable ? WIRE_F_DURABLE : 0);
 		break;
 	case WIRE_COMPLETE: {
 		int status = m.u.complete.status;
@@ -450,6 +522,11 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 			code = CARMY_ERESULT_TOO_LARGE;
 			dlen = 0;
 		}
+		if (s->durable) {
+			rc = to_store(c, WIRE_COMPLETE, CARMY_STORE_COMPLETE,
+				      &m, status, code, data, dlen);
+			break;
+		}
 		rc = store_complete(s, m.u.complete.entry, c->owner,
 				    m.u.complete.exec, status, code, data,
 				    dlen);
@@ -468,6 +545,22 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		store_reclaim(s);
 		rc = wire_put_reply(&c->out, WIRE_RECLAIM, 0);
 		break;
+	case WIRE_RESERVE:
+	case WIRE_RELEASE:
+		if (c->owner == 0) {
+			fail_conn(c, CARMY_EPROTOCOL, "RESERVE before HELLO");
+			return -1;
+		}
+		/* The segment is the record of a store that is not durable:
+		 * there is nothing to confirm. */
+		if (!s->durable) {
+			rc = wire_put_reply(&c->out, m.type, 0);
+			break;
+		}
+		rc = to_store(c, m.type, m.type == WIRE_RESERVE ?
+				      CARMY_STORE_RESERVE : CARMY_STORE_RELEASE,
+			      &m, 0, 0, NULL, 0);
+		break;
 	default:
 		fail_conn(c, CARMY_EPROTOCOL, "unknown message type");
 		return -1;
@@ -479,12 +572,174 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 	return flush_out(c);
 }
 
+/*
+ * Hand a reservation, completion or release to a durable store. The reply
+ * is written when the store answers (finish()); until then nothing more is
+ * read from c, so replies keep their order. A request the entry does not
+ * back (not ours, not running, another exec id) is answered at once and
+ * never reaches the store. Returns 0 or -ENOMEM, like the encoders.
+ */
+static int to_store(struct conn *c, int type, enum carmy_store_op sop,
+		    const struct wire_msg *m, int status, int code,
+		    const uint8_t *data, size_t dlen)
+{
+	struct server *sv = c->loop->sv;
+	const uint8_t *exec = type == WIRE_COMPLETE ? m->u.complete.exec :
+						      m->u.reserve.exec;
+	struct store_op *op = calloc(1, sizeof(*op));
+	int rc;
+
+	if (op == NULL)
+		return -ENOMEM;
+	op->type = type;
+	op->req.op = sop;
+	op->entry = type == WIRE_COMPLETE ? m->u.complete.entry :
+					    m->u.reserve.entry;
+	rc = store_prepare(sv->store, op, c->owner, exec);
+	if (rc == 0 && type == WIRE_COMPLETE) {
+		if (dlen > 0) {
+			op->result = malloc(dlen);
+			if (op->result == NULL) {
+				free(op);
+				return -ENOMEM;
+			}
+			memcpy(op->result, data, dlen);
+		}
+		op->rec.status = status;
+		op->rec.result_code = code;
+		op->rec.result = op->result;
+		op->rec.result_len = (uint32_t)dlen;
+		op->rec.finished_ns = store_now_ns();
+	}
+	if (rc != 0) {
+		log_debug("owner %u: %s of entry %u refused: %s", c->owner,
+			  type == WIRE_COMPLETE ? "completion" : "reservation",
+			  op->entry, carmy_errname(rc));
+		free(op);
+		return wire_put_reply(&c->out, type, rc);
+	}
+	op->conn = c;
+	op->req.done = store_done;
+	op->req.cookie = op;
+	c->pending++;
+	arm(c);
+	pthread_mutex_lock(&sv->idle_lock);
+	sv->inflight++;
+	pthread_mutex_unlock(&sv->idle_lock);
+	store_submit(sv->store, op);
+	return 0;
+}
+
+/* The store's answer, on whatever thread the store calls it: queue it for
+ * the connection's loop and wake that loop. */
+static void store_done(struct carmy_store_req *req, int rc)
+{
+	struct store_op *op = req->cookie;
+	struct conn *c = op->conn;
+	struct loop *l = c->loop;
+	struct server *sv = l->sv;
+	uint64_t one = 1;
+
+	op->rc = rc;
+	pthread_mutex_lock(&l->done_lock);
+	op->next = l->done;
+	l->done = op;
+	pthread_mutex_unlock(&l->done_lock);
+	if (write(l->done_fd, &one, sizeof(one)) < 0) {
+		/* The counter is already non-zero: the loop is woken. */
+	}
+	pthread_mutex_lock(&sv->idle_lock);
+	if (--sv->inflight == 0)
+		pthread_cond_broadcast(&sv->idle);
+	pthread_mutex_unlock(&sv->idle_lock);
+}
+
+/* Reply to every answered request, oldest first. */
+static void on_done(struct loop *l)
+{
+	struct store_op *list, *fifo = NULL;
+	uint64_t n;
+
+	if (read(l->done_fd, &n, sizeof(n)) < 0) {
+		/* spurious wake-up */
+	}
+	pthread_mutex_lock(&l->done_lock);
+	list = l->done;
+	l->done = NULL;
+	pthread_mutex_unlock(&l->done_lock);
+	while (list != NULL) {
+		struct store_op *next = list->next;
+
+		list->next = fifo;
+		fifo = list;
+		list = next;
+	}
+	while (fifo != NULL) {
+		struct store_op *next = fifo->next;
+
+		finish(fifo);
+		fifo = next;
+	}
+}
+
+/*
+ * The store has answered op. A completion it made durable is now recorded
+ * in the segment too, so replays see it; only then is the client told.
+ * Then the connection reads again, or, if it closed meanwhile, is dropped
+ * now that nothing of its is in flight.
+ */
+static void finish(struct store_op *op)
+{
+	struct conn *c = op->conn;
+	struct store *s = c->loop->sv->store;
+	int type = op->type, rc = op->rc;
+
+	if (rc == 0 && type == WIRE_COMPLETE) {
+		rc = store_complete(s, op->entry, c->owner, op->rec.exec,
+				    op->rec.status, op->rec.result_code,
+				    op->result, op->rec.result_len);
+	} else if (rc != 0) {
+		log_warn("owner %u: the store failed a %s: %s", c->owner,
+			 type == WIRE_RESERVE ? "reservation" :
+			 type == WIRE_COMPLETE ? "completion" : "release",
+			 strerror(-rc));
+		rc = CARMY_ESTORE;
+	}
+	free(op->result);
+	free(op);
+	c->pending--;
+	if (c->closing) {
+		if (c->pending == 0)
+			drop(c, c->why);
+		return;
+	}
+	if (wire_put_reply(&c->out, type, rc) != 0) {
+		drop(c, "out of memory");
+		return;
+	}
+	if (c->pending == 0) {
+		arm(c);
+		if (process(c) != 0)
+			return;	/* c is gone */
+	}
+	flush_out(c);
+}
+
+/* Tell epoll what c waits for: input unless a store request is pending,
+ * output while replies are left. */
+static void arm(struct conn *c)
+{
+	struct epoll_event ev = { .data.ptr = c };
+
+	ev.events = (c->pending == 0 ? EPOLLIN : 0) |
+		    (c->want_out ? EPOLLOUT : 0);
+	epoll_ctl(c->loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
 /* Write pending replies; arm EPOLLOUT only while some are left. Returns 0,
  * or -1 if the connection was dropped. */
 static int flush_out(struct conn *c)
 {
-	struct epoll_event ev = { .data.ptr = c };
-
 	while (c->out_off < c->out.size) {
 		ssize_t n = send(c->fd, c->out.data + c->out_off,
 				 c->out.size - c->out_off,
@@ -502,9 +757,8 @@ static int flush_out(struct conn *c)
 				return -1;
 			}
 			if (!c->want_out) {
-				ev.events = EPOLLIN | EPOLLOUT;
-				epoll_ctl(c->loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
 				c->want_out = true;
+				arm(c);
 			}
 			return 0;
 		}
@@ -513,9 +767,8 @@ static int flush_out(struct conn *c)
 	c->out.size = 0;
 	c->out_off = 0;
 	if (c->want_out) {
-		ev.events = EPOLLIN;
-		epoll_ctl(c->loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
 		c->want_out = false;
+		arm(c);
 	}
 	return 0;
 }
@@ -537,13 +790,22 @@ static void fail_conn(struct conn *c, int code, const char *why)
 /*
  * The connection is gone: its owner is dead. Unregister it and settle its
  * tickets right away, so a retry sees EXECUTION_UNCERTAIN (interrupted) as
- * soon as the client's process is.
+ * soon as the client's process is. why may be c->why.
  */
 static void drop(struct conn *c, const char *why)
 {
 	struct loop *l = c->loop;
 
 	epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	if (c->pending > 0) {
+		/* Its owner stays registered until the store has answered,
+		 * so a completion on its way is recorded before the sweep
+		 * looks at the entry. finish() comes back here. */
+		if (!c->closing)
+			snprintf(c->why, sizeof(c->why), "%s", why);
+		c->closing = true;
+		return;
+	}
 	close(c->fd);
 	if (c->owner != 0) {
 		char what[96];

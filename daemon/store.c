@@ -16,6 +16,7 @@
  * is built for (docs/segment.md). What runs in parallel is the part that
  * costs: system calls, waking up, decoding.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -35,6 +36,7 @@
 #endif
 
 #include "daemon/carmyd.h"
+#include "daemon/journal.h"
 #include "daemon/log.h"
 
 /* Owner ids restart from the bottom when they get this high: by then the
@@ -48,6 +50,9 @@ static void recover(struct store *s);
 static void check(struct store *s);
 static void sweep_dead(struct store *s, const char *why);
 static uint32_t reclaim(struct store *s);
+static int backend_open(struct store *s, const char *spec);
+static int backend_load(struct store *s, bool fresh);
+static int restore_one(void *arg, const struct carmy_store_record *r);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
 static uint64_t now_ns(void);
@@ -56,6 +61,8 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 {
 	struct shm_geometry geo;
 	int rc;
+
+	bool fresh = false;
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
@@ -66,10 +73,15 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			  cfg->capacity, cfg->max_result);
 		return rc;
 	}
+	/* The store first: a journal that cannot be read stops us before
+	 * any segment is made. */
+	rc = backend_open(s, cfg->store ? cfg->store : "memory");
+	if (rc != 0)
+		return rc;
 	s->fd = shm_open(cfg->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
 			 cfg->use_group ? 0660 : 0600);
 	if (s->fd >= 0)
-		rc = create_segment(s, cfg, &geo);
+		rc = create_segment(s, cfg, &geo), fresh = true;
 	else if (errno == EEXIST)
 		rc = attach_segment(s, cfg);
 	else {
@@ -87,6 +99,9 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 		return -EBUSY;
 	}
 	recover(s);
+	rc = backend_load(s, fresh);
+	if (rc != 0)
+		return rc;
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
 	rc = shm_hold_alive(&s->view);
@@ -100,6 +115,12 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 {
+	if (s->ops != NULL)
+		s->ops->close(s->st);
+	s->ops = NULL;
+	if (s->plugin != NULL)
+		dlclose(s->plugin);
+	s->plugin = NULL;
 	/* sh_alive is not unlocked: a client may have written over it, and
 	 * unlocking a scribbled robust mutex makes glibc follow its list
 	 * pointers. Exiting with it held is enough: the kernel marks it
@@ -142,6 +163,62 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 			       data, len, now_ns());
 	pthread_mutex_unlock(&s->lock);
 	return rc;
+}
+
+/*
+ * Check that owner holds entry, running with this exec id, and copy into
+ * op->rec what the store needs to record it: for a reservation the whole
+ * entry (identity, fingerprints, pid, start), for the others the exec id.
+ * Lengths read from the segment are clamped: a client that scribbled on
+ * its own entry gets a wrong record of its own call, never a crash.
+ */
+int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
+		  const uint8_t exec[SHM_EXEC_LEN])
+{
+	const struct shm_entry *en;
+	uint32_t b;
+	uint64_t w;
+	size_t off = 0;
+
+	memcpy(op->rec.exec, exec, SHM_EXEC_LEN);
+	if (op->req.op == CARMY_STORE_RELEASE)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	if (!shm_owns(&s->view, op->entry, owner, &b, &w)) {
+		pthread_mutex_unlock(&s->lock);
+		return CARMY_ENOT_RESERVED;
+	}
+	en = shm_entry_at(&s->view, op->entry);
+	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0) {
+		pthread_mutex_unlock(&s->lock);
+		return CARMY_ENOT_RESERVED;
+	}
+	if (op->req.op == CARMY_STORE_RESERVE) {
+		for (int i = 0; i < 3; i++) {
+			uint16_t len = uatomic_read(&en->en_len[i]);
+
+			if (len == 0 || len > CARMY_ID_MAX) {
+				pthread_mutex_unlock(&s->lock);
+				return CARMY_ECORRUPT;
+			}
+			memcpy(op->ident + off, en->en_ident + off, len);
+			op->rec.part[i] = op->ident + off;
+			op->rec.len[i] = len;
+			off += len;
+		}
+		memcpy(op->rec.fingerprint, en->en_fingerprint, SHM_FP_LEN);
+		memcpy(op->rec.rawprint, en->en_rawprint, SHM_FP_LEN);
+		op->rec.pid = en->en_pid;
+		op->rec.started_ns = en->en_started_ns;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+void store_submit(struct store *s, struct store_op *op)
+{
+	op->req.rec = &op->rec;
+	s->ops->submit(s->st, &op->req);
 }
 
 /*
@@ -243,6 +320,145 @@ void store_tick(struct store *s)
 		reclaim(s);
 	}
 	pthread_mutex_unlock(&s->lock);
+}
+
+/* ------------------------------------------------------------ stores */
+
+/* --store SPEC: memory, journal:DIR or plugin:PATH.so[:ARGS]. */
+static int backend_open(struct store *s, const char *spec)
+{
+	const struct carmy_store_ops *ops;
+	const char *args = "";
+	char err[512] = "", path[4096];
+	int rc;
+
+	if (strcmp(spec, "memory") == 0) {
+		ops = &memory_store_ops;
+	} else if (strncmp(spec, "journal:", 8) == 0) {
+		ops = &journal_store_ops;
+		args = spec + 8;
+	} else if (strncmp(spec, "plugin:", 7) == 0) {
+		const char *colon = strchr(spec + 7, ':');
+		size_t n = colon ? (size_t)(colon - spec - 7) : strlen(spec + 7);
+
+		if (n == 0 || n >= sizeof(path)) {
+			log_error("--store plugin:PATH.so[:ARGS] needs a path");
+			return -EINVAL;
+		}
+		memcpy(path, spec + 7, n);
+		path[n] = '\0';
+		args = colon ? colon + 1 : "";
+		s->plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (s->plugin == NULL) {
+			log_error("cannot load store plugin %s: %s", path,
+				  dlerror());
+			return -ENOENT;
+		}
+		ops = dlsym(s->plugin, "carmy_store_plugin");
+		if (ops == NULL || ops->abi != CARMY_STORE_ABI ||
+		    ops->open == NULL || ops->load == NULL ||
+		    ops->submit == NULL || ops->close == NULL) {
+			log_error("%s is not a Carmy store plugin of ABI %u "
+				  "(it must export carmy_store_plugin, with "
+				  "every operation set)", path, CARMY_STORE_ABI);
+			dlclose(s->plugin);
+			s->plugin = NULL;
+			return -EINVAL;
+		}
+	} else {
+		log_error("unknown --store %s: use memory, journal:DIR or "
+			  "plugin:PATH.so[:ARGS]", spec);
+		return -EINVAL;
+	}
+	rc = ops->open(args, &s->st, err, sizeof(err));
+	if (rc != 0) {
+		log_error("store %s: %s", ops->name ? ops->name : spec,
+			  err[0] ? err : strerror(-rc));
+		if (s->plugin != NULL)
+			dlclose(s->plugin);
+		s->plugin = NULL;
+		return rc;
+	}
+	s->ops = ops;
+	s->durable = ops->durable != 0;
+	log_info("store: %s%s%s", ops->name ? ops->name : "plugin",
+		 args[0] ? " " : "", args);
+	return 0;
+}
+
+struct restore_ctx {
+	struct store *s;
+	bool fresh;
+	uint32_t cursor;
+	uint32_t completed, uncertain, skipped;
+	int rc;
+};
+
+/*
+ * Bring the segment up to what the store holds. A fresh segment (the
+ * machine rebooted, or it was removed) gets every execution back: results
+ * replay as before and reservations without a result are uncertain. An
+ * existing segment is newer than the store for presence (an entry it lacks
+ * was released), so it only gets the results it missed.
+ */
+static int backend_load(struct store *s, bool fresh)
+{
+	struct restore_ctx ctx = { .s = s, .fresh = fresh };
+	int rc = s->ops->load(s->st, restore_one, &ctx);
+
+	if (rc == 0)
+		rc = ctx.rc;
+	if (rc != 0) {
+		log_error("cannot load the store into the segment: %s%s",
+			  carmy_errname(rc),
+			  rc == CARMY_ECAPACITY ?
+				  " (the store holds more executions than "
+				  "--capacity: start with a larger one)" : "");
+		return rc;
+	}
+	if (ctx.completed || ctx.uncertain)
+		log_info("store: %s %u completed and %u uncertain execution%s",
+			 fresh ? "restored" : "brought up to date",
+			 ctx.completed, ctx.uncertain,
+			 ctx.uncertain == 1 ? "" : "s");
+	return 0;
+}
+
+static int restore_one(void *arg, const struct carmy_store_record *r)
+{
+	struct restore_ctx *ctx = arg;
+	struct shm_view *v = &ctx->s->view;
+	struct shm_restored rs = {
+		.fp = r->fingerprint, .rawfp = r->rawprint, .exec = r->exec,
+		.pid = r->pid, .started_ns = r->started_ns,
+		.completed = r->state == CARMY_STORE_COMPLETED,
+		.finished_ns = r->finished_ns, .status = r->status,
+		.result_code = r->result_code, .result = r->result,
+		.result_len = r->result_len,
+	};
+	struct shm_key k;
+	int rc;
+
+	if (!ctx->fresh && !rs.completed)
+		return 0;
+	rc = shm_key_init(&k, v->seed, r->part[0], r->len[0], r->part[1],
+			  r->len[1], r->part[2], r->len[2]);
+	if (rc == 0 && (rs.status < CARMY_STATUS_COMPLETED ||
+			rs.status > CARMY_STATUS_CANCELLED) && rs.completed)
+		rc = CARMY_ECORRUPT;
+	if (rc == 0 && r->result_len > v->geo.max_result)
+		rc = CARMY_ERESULT_TOO_LARGE;
+	if (rc == 0)
+		rc = shm_restore(v, &k, &rs, &ctx->cursor, ctx->fresh);
+	if (rc != 0) {
+		ctx->rc = rc;
+		return rc;
+	}
+	if (rs.completed)
+		ctx->completed++;
+	else
+		ctx->uncertain++;
+	return 0;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -431,4 +647,9 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t store_now_ns(void)
+{
+	return now_ns();
 }

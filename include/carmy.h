@@ -52,6 +52,7 @@ enum carmy_code {
 	CARMY_ECORRUPT = -1011,        /* SEGMENT_CORRUPT */
 	CARMY_EDISCONNECTED = -1012,   /* DISCONNECTED */
 	CARMY_EINVALID_STATUS = -1013, /* INVALID_STATUS */
+	CARMY_ESTORE = -1014,          /* STORE_FAILED */
 };
 
 /* Outcomes of carmy_begin() that are not errors. */

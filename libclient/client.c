@@ -3,7 +3,11 @@
  *
  * begin, replay and release run entirely in the shared segment (shm/); only
  * connect and complete talk to carmyd, which is the one writer of recorded
- * results and the judge of which connections are alive.
+ * results and the judge of which connections are alive. With a durable
+ * store (carmyd --store journal:DIR) a reservation and a release are also
+ * confirmed by carmyd once its store has recorded them: begin() answers
+ * "reserved" only then, so a tool never runs on a reservation that a power
+ * loss could forget.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +42,7 @@ struct carmy {
 	uint32_t pid;
 	uint32_t max_result;
 	uint32_t epoch;			/* carmyd's start count at HELLO */
+	bool durable;			/* confirm reservations with carmyd */
 	int dead;			/* carmyd declared us gone */
 	pthread_mutex_t io;		/* one request in flight per handle */
 	struct shm_view view;
@@ -49,6 +54,8 @@ struct carmy {
 
 static bool alive(carmy_t *c);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb);
+static int confirm(carmy_t *c, int type, uint32_t entry,
+		   const uint8_t exec[SHM_EXEC_LEN]);
 static int dial(const char *path, int *fdp);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
@@ -137,6 +144,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
+	c->durable = (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0;
 	/* Owners start their ticket searches far apart. */
 	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
 				      c->view.geo.capacity);
@@ -211,6 +219,17 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	for (bool reclaimed = false;;) {
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
 		case SHM_OUT_RESERVED:
+			if (c->durable) {
+				rc = confirm(c, WIRE_RESERVE, f.entry, f.exec);
+				if (rc != 0) {
+					/* Not recorded, so not reserved: the
+					 * tool must not run. Give the entry
+					 * back while it is still ours. */
+					shm_release(&c->view, f.entry,
+						    c->owner);
+					return rc;
+				}
+			}
 			exec_hex(f.exec, r->execution_id);
 			r->state = CARMY_STATE_RUNNING;
 			r->priv_entry = f.entry;
@@ -306,6 +325,7 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 
 EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 {
+	uint8_t exec[SHM_EXEC_LEN];
 	int rc;
 
 	if (c == NULL || r == NULL)
@@ -314,9 +334,20 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 		return CARMY_ENOT_RESERVED;
 	if (!alive(c))
 		return CARMY_EDISCONNECTED;
+	if (r->priv_entry >= c->view.geo.capacity)
+		return CARMY_ENOT_RESERVED;
+	/* Ours while running: nobody else writes it. */
+	memcpy(exec, shm_entry_at(&c->view, r->priv_entry)->en_exec,
+	       sizeof(exec));
 	rc = shm_release(&c->view, r->priv_entry, c->owner);
-	if (rc == 0)
-		r->priv_owner = 0;
+	if (rc != 0)
+		return rc;
+	r->priv_owner = 0;
+	/* Released in the segment, so the identity is free on this host
+	 * already; the store hears of it too, or after a reboot it would be
+	 * uncertain instead of free (never run twice either way). */
+	if (c->durable)
+		rc = confirm(c, WIRE_RELEASE, 0, exec);
 	return rc;
 }
 
@@ -375,6 +406,21 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb)
 	if (m.type != type)
 		return CARMY_EPROTOCOL;
 	return m.u.reply.code;
+}
+
+/* RESERVE or RELEASE: have carmyd's durable store record it. */
+static int confirm(carmy_t *c, int type, uint32_t entry,
+		   const uint8_t exec[SHM_EXEC_LEN])
+{
+	msgpack_sbuffer sb;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_reserve(&sb, type, entry, exec);
+	if (rc == 0)
+		rc = request(c, type, &sb);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
 }
 
 static int dial(const char *path, int *fdp)

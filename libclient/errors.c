@@ -48,6 +48,8 @@ static const struct code_text texts[] = {
 	  "The connection to carmyd was lost; reservations held on it are now uncertain." },
 	{ CARMY_EINVALID_STATUS, "INVALID_STATUS",
 	  "The status must be completed, failed, timed_out or cancelled." },
+	{ CARMY_ESTORE, "STORE_FAILED",
+	  "carmyd's durable store could not record this; nothing was reserved or recorded." },
 };
 
 static const struct code_text *find(int code)

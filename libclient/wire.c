@@ -10,6 +10,7 @@
  * then bounded by bytes that are really present.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "carmy.h"
@@ -194,6 +195,19 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 		return 0;
 	case WIRE_RECLAIM:
 		return n == 1 ? 0 : CARMY_EPROTOCOL;
+	case WIRE_RESERVE:
+		if (n != 3 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
+		    a[2].type != MSGPACK_OBJECT_BIN || a[2].via.bin.size != 16)
+			return CARMY_EPROTOCOL;
+		m->u.reserve.entry = (uint32_t)e;
+		memcpy(m->u.reserve.exec, a[2].via.bin.ptr, 16);
+		return 0;
+	case WIRE_RELEASE:
+		if (n != 2 || a[1].type != MSGPACK_OBJECT_BIN ||
+		    a[1].via.bin.size != 16)
+			return CARMY_EPROTOCOL;
+		memcpy(m->u.reserve.exec, a[1].via.bin.ptr, 16);
+		return 0;
 	default:
 		return CARMY_EPROTOCOL;
 	}
@@ -202,19 +216,21 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 			      struct wire_msg *m)
 {
-	uint64_t owner, maxr, epoch;
+	uint64_t owner, maxr, epoch, flags;
 
 	switch (m->type) {
 	case WIRE_HELLO:
-		if (n != 6 || get_int(&a[1], &m->u.hello_ok.code) != 0 ||
+		if (n != 7 || get_int(&a[1], &m->u.hello_ok.code) != 0 ||
 		    get_uint(&a[2], UINT32_MAX, &owner) != 0 ||
 		    a[3].type != MSGPACK_OBJECT_STR ||
 		    a[3].via.str.size == 0 ||
 		    a[3].via.str.size >= WIRE_SHM_NAME_MAX ||
 		    memchr(a[3].via.str.ptr, 0, a[3].via.str.size) != NULL ||
 		    get_uint(&a[4], UINT32_MAX, &maxr) != 0 ||
-		    get_uint(&a[5], UINT32_MAX, &epoch) != 0)
+		    get_uint(&a[5], UINT32_MAX, &epoch) != 0 ||
+		    get_uint(&a[6], UINT32_MAX, &flags) != 0)
 			return CARMY_EPROTOCOL;
+		m->u.hello_ok.flags = (uint32_t)flags;
 		m->u.hello_ok.owner = (uint32_t)owner;
 		memcpy(m->u.hello_ok.shm_name, a[3].via.str.ptr,
 		       a[3].via.str.size);
@@ -223,6 +239,8 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 		return 0;
 	case WIRE_COMPLETE:
 	case WIRE_RECLAIM:
+	case WIRE_RESERVE:
+	case WIRE_RELEASE:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
 			return CARMY_EPROTOCOL;
@@ -275,19 +293,35 @@ int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 	return 0;
 }
 
+/* RESERVE [4, entry, exec] or RELEASE [5, exec]. */
+int wire_put_reserve(msgpack_sbuffer *sb, int type, uint32_t entry,
+		     const uint8_t exec[16])
+{
+	msgpack_packer pk;
+	bool reserve = type == WIRE_RESERVE;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, reserve ? 3 : 2) ||
+	    msgpack_pack_uint8(&pk, (uint8_t)type) ||
+	    (reserve && msgpack_pack_uint32(&pk, entry)) ||
+	    msgpack_pack_bin(&pk, 16) || msgpack_pack_bin_body(&pk, exec, 16))
+		return -ENOMEM;
+	return 0;
+}
+
 int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
-		      uint32_t epoch)
+		      uint32_t epoch, uint32_t flags)
 {
 	size_t n = strlen(shm_name);
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	if (msgpack_pack_array(&pk, 6) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
+	if (msgpack_pack_array(&pk, 7) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
 	    msgpack_pack_int32(&pk, 0) || msgpack_pack_uint32(&pk, owner) ||
 	    msgpack_pack_str(&pk, n) || msgpack_pack_str_body(&pk, shm_name, n) ||
 	    msgpack_pack_uint32(&pk, max_result) ||
-	    msgpack_pack_uint32(&pk, epoch))
+	    msgpack_pack_uint32(&pk, epoch) || msgpack_pack_uint32(&pk, flags))
 		return -ENOMEM;
 	return 0;
 }

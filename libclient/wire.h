@@ -10,12 +10,20 @@
  *     HELLO     [1, version, layout_signature]
  *     COMPLETE  [2, entry, exec(bin 16), status, result_code, result(bin)]
  *     RECLAIM   [3]   the index is all tombstones: reclaim them now
+ *     RESERVE   [4, entry, exec(bin 16)]   make this reservation durable
+ *     RELEASE   [5, exec(bin 16)]          make this release durable
  *
  *   carmyd -> client (one reply per request, in order)
- *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch]
+ *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags]
  *     COMPLETE  [2, code]
  *     RECLAIM   [3, code]
+ *     RESERVE   [4, code]
+ *     RELEASE   [5, code]
  *     ERROR     [0, code]   carmyd closes the connection after it
+ *
+ * RESERVE and RELEASE are sent only to a carmyd whose HELLO reply carries
+ * WIRE_F_DURABLE: its store records reservations durably, so begin() may
+ * answer "reserved" only once carmyd has (docs/journal.md).
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H
@@ -27,9 +35,11 @@
 
 #include "carmy.h"
 
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2
 #define WIRE_MAX_DEPTH 32
 #define WIRE_SHM_NAME_MAX 64
+/* HELLO reply flags. */
+#define WIRE_F_DURABLE 1u	/* confirm reservations and releases */
 /* Bytes a COMPLETE needs beyond its result. */
 #define WIRE_OVERHEAD 64
 
@@ -38,6 +48,8 @@ enum wire_type {
 	WIRE_HELLO = 1,
 	WIRE_COMPLETE = 2,
 	WIRE_RECLAIM = 3,
+	WIRE_RESERVE = 4,
+	WIRE_RELEASE = 5,
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer
@@ -55,6 +67,7 @@ struct wire_msg {
 			char shm_name[WIRE_SHM_NAME_MAX];
 			uint32_t max_result;
 			uint32_t epoch;
+			uint32_t flags;
 		} hello_ok;
 		struct {
 			uint32_t entry;
@@ -65,8 +78,12 @@ struct wire_msg {
 			size_t result_len;
 		} complete;
 		struct {
+			uint32_t entry;	/* RESERVE only */
+			uint8_t exec[16];
+		} reserve;	/* RESERVE and RELEASE requests */
+		struct {
 			int32_t code;
-		} reply;	/* COMPLETE and RECLAIM replies, ERROR */
+		} reply;	/* every reply but HELLO's, and ERROR */
 	} u;
 };
 
@@ -103,9 +120,11 @@ int wire_put_reclaim(msgpack_sbuffer *sb);
 int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 		      const uint8_t exec[16], int status, int result_code,
 		      const void *result, size_t len);
+int wire_put_reserve(msgpack_sbuffer *sb, int type, uint32_t entry,
+		     const uint8_t exec[16]);
 int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
-		      uint32_t epoch);
+		      uint32_t epoch, uint32_t flags);
 int wire_put_reply(msgpack_sbuffer *sb, int type, int code);
 
 #endif /* CARMY_WIRE_H */

@@ -279,6 +279,21 @@ struct shm_claim {
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
 };
 
+/* An execution a durable store gave back, for shm_restore(). */
+struct shm_restored {
+	const uint8_t *fp;
+	const uint8_t *rawfp;
+	const uint8_t *exec;
+	uint32_t pid;
+	uint64_t started_ns;
+	bool completed;		/* else it becomes UNCERTAIN */
+	uint64_t finished_ns;
+	int status;
+	int result_code;
+	const void *result;
+	size_t result_len;
+};
+
 /* A recorded result, copied out of the segment by shm_read_result(). */
 struct shm_result {
 	int status;
@@ -338,6 +353,8 @@ int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
 int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
+int shm_restore(const struct shm_view *v, const struct shm_key *k,
+		const struct shm_restored *r, uint32_t *cursor, bool insert);
 
 /* sweep.c: used by carmyd */
 struct shm_sweep_stats {

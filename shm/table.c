@@ -231,6 +231,117 @@ busy:
 }
 
 /*
+ * carmyd, at start-up: put back an execution that a durable store recorded
+ * and the segment lacks (the segment is new: the machine rebooted), or give
+ * a result to the segment's own entry of that execution (carmyd died after
+ * the store recorded the result and before the segment had it).
+ *
+ * Runs before carmyd holds sh_alive, so no client reserves meanwhile; a
+ * client of the dead carmyd half way through a reserve may still publish,
+ * which the CASes below tolerate (a lost CAS looks again).
+ *
+ * A restored entry is final: COMPLETED with its result, or UNCERTAIN (the
+ * store had no result: its process is gone, whatever it did). Its ticket
+ * is LIVE, owned by nobody. An entry of the same identity with another
+ * exec id is newer than the store's record and is left alone. Without
+ * insert, an identity the segment lacks stays absent. Returns 0, or
+ * CARMY_ECAPACITY when no entry is free.
+ */
+int shm_restore(const struct shm_view *v, const struct shm_key *k,
+		const struct shm_restored *r, uint32_t *cursor, bool insert)
+{
+	const uint32_t mask = v->geo.nbuckets - 1;
+	const uint32_t tag = key_tag(k) & 0xffffff;
+	const unsigned state = r->completed ? SHM_COMPLETED : SHM_UNCERTAIN;
+	uint32_t ticket = UINT32_MAX;
+	size_t len = r->result_len;
+
+	if (len > v->geo.max_result)
+		len = 0;	/* cannot happen with the same geometry */
+restart:
+	for (uint32_t n = 0, b = (uint32_t)k->hash & mask; n < v->geo.nbuckets;
+	     n++, b = (b + 1) & mask) {
+		uint64_t w = shm_load(&v->buckets[b]);
+		unsigned st = SHM_W_STATE(w);
+		struct shm_entry *en;
+		uint32_t e;
+
+		if (st == SHM_FREE) {
+			if (!insert)
+				return 0;
+			if (ticket == UINT32_MAX) {
+				const uint32_t cap = v->geo.capacity;
+
+				for (uint32_t i = 0, t = *cursor % cap; i < cap;
+				     i++, t = t + 1 == cap ? 0 : t + 1) {
+					if (shm_cas(&v->tickets[t],
+						    SHM_TICKET_FREE,
+						    SHM_TICKET_LIVE) ==
+					    SHM_TICKET_FREE) {
+						ticket = t;
+						*cursor = t + 1;
+						break;
+					}
+				}
+				if (ticket == UINT32_MAX)
+					return CARMY_ECAPACITY;
+				en = shm_entry_at(v, ticket);
+				for (int i = 0, off = 0; i < 3; i++) {
+					en->en_len[i] = k->len[i];
+					memcpy(en->en_ident + off, k->part[i],
+					       k->len[i]);
+					off += k->len[i];
+				}
+				memcpy(en->en_fingerprint, r->fp, SHM_FP_LEN);
+				memcpy(en->en_rawprint, r->rawfp, SHM_FP_LEN);
+				memcpy(en->en_exec, r->exec, SHM_EXEC_LEN);
+				en->en_pid = r->pid;
+				en->en_started_ns = r->started_ns;
+				en->en_finished_ns = r->finished_ns;
+				en->en_status = (uint8_t)r->status;
+				en->en_result_code = r->result_code;
+				en->en_result_len = (uint32_t)len;
+				memcpy(shm_result_area(v, ticket), r->result,
+				       len);
+			}
+			shm_entry_at(v, ticket)->en_bucket = b;
+			if (shm_cas(&v->buckets[b], w,
+				    shm_word(state, SHM_W_VER(w) + 1, tag,
+					     ticket)) != w)
+				goto restart;
+			return 0;
+		}
+		if (st != SHM_RUNNING && st != SHM_COMPLETED &&
+		    st != SHM_UNCERTAIN)
+			continue;	/* TOMB, or BLOCKED by nobody now */
+		e = SHM_W_ENTRY(w);
+		if (SHM_W_TAG(w) != tag || e >= v->geo.capacity ||
+		    e == ticket || !entry_matches(v, e, b, k))
+			continue;
+		/* The identity is in the segment already. */
+		if (ticket != UINT32_MAX)
+			shm_store(&v->tickets[ticket], SHM_TICKET_FREE);
+		en = shm_entry_at(v, e);
+		if (memcmp(en->en_exec, r->exec, SHM_EXEC_LEN) != 0 ||
+		    st == SHM_COMPLETED || !r->completed)
+			return 0;
+		/* Ours, and the result only the store has: record it as a
+		 * completion would (result first, then the word). */
+		memcpy(shm_result_area(v, e), r->result, len);
+		en->en_result_len = (uint32_t)len;
+		en->en_result_code = r->result_code;
+		en->en_status = (uint8_t)r->status;
+		en->en_finished_ns = r->finished_ns;
+		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
+			goto restart;
+		return 0;
+	}
+	if (ticket != UINT32_MAX)
+		shm_store(&v->tickets[ticket], SHM_TICKET_FREE);
+	return CARMY_ECAPACITY;
+}
+
+/*
  * Copy out the recorded result of a COMPLETED entry seen with bucket word
  * `word`. The copy is validated by re-reading the word afterwards. Returns
  * 0, -ENOMEM, or -EAGAIN if the entry changed while it was read (the caller

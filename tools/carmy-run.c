@@ -27,6 +27,9 @@
  *   73     IDEMPOTENCY_CAPACITY: carmyd's table is full
  *   74     RESULT_TOO_LARGE: the output exceeded carmyd's --max-result;
  *          recorded as failed, and replayed as this error
+ *   75     STORE_FAILED: carmyd's durable store could not record the
+ *          reservation (COMMAND did not run) or the result (it did: the
+ *          identity reports EXECUTION_UNCERTAIN)
  *   124    COMMAND timed out, in this run or replayed
  *   126    COMMAND is not executable  \  nothing ran and the reservation
  *   127    COMMAND was not found      /  was released: retrying may run it
@@ -72,6 +75,7 @@ enum {
 	EXIT_UNCERTAIN = 72,
 	EXIT_CAPACITY = 73,
 	EXIT_TOO_LARGE = 74,
+	EXIT_STORE = 75,
 	EXIT_TIMED_OUT = 124,
 	EXIT_NOT_EXECUTABLE = 126,
 	EXIT_NOT_FOUND = 127,
@@ -164,6 +168,7 @@ static const char usage_text[] =
 	"  72     EXECUTION_UNCERTAIN    the identity is running or was interrupted\n"
 	"  73     IDEMPOTENCY_CAPACITY   carmyd's table is full\n"
 	"  74     RESULT_TOO_LARGE       output over carmyd's --max-result (recorded)\n"
+	"  75     STORE_FAILED           carmyd's durable store could not record it\n"
 	"  124    COMMAND timed out, in this run or replayed\n"
 	"  126    COMMAND is not executable (nothing ran, reservation released)\n"
 	"  127    COMMAND was not found (nothing ran, reservation released)\n"
@@ -1047,6 +1052,8 @@ static int exit_for(int code)
 		return EXIT_CAPACITY;
 	case CARMY_ERESULT_TOO_LARGE:
 		return EXIT_TOO_LARGE;
+	case CARMY_ESTORE:
+		return EXIT_STORE;
 	default:
 		return EXIT_INTERNAL;
 	}

@@ -36,6 +36,9 @@
 #define REPLY_TIMEOUT_MS 3000
 
 enum { T_ERROR = 0, T_HELLO = 1, T_COMPLETE = 2 };
+/* The protocol spoken here by hand, as a hostile peer would (wire.h is
+ * deliberately not used): its version, and the HELLO reply of 7 fields. */
+#define PROTOCOL_VERSION 2
 
 static struct carmyd_proc d;
 static carmy_t *good;	/* a bystander connected before any mischief */
@@ -163,7 +166,7 @@ static int raw_reply(int fd, int timeout_ms, struct reply *rep)
 		if (rep->type == T_HELLO) {
 			const msgpack_object *a = up.data.via.array.ptr;
 
-			ck_assert_uint_eq(up.data.via.array.size, 6);
+			ck_assert_uint_eq(up.data.via.array.size, 7);
 			ck_assert_int_eq(a[3].type, MSGPACK_OBJECT_STR);
 			ck_assert_uint_lt(a[3].via.str.size, sizeof(rep->shm_name));
 			rep->owner = (uint32_t)obj_uint(&a[2]);
@@ -215,7 +218,7 @@ static void raw_open(struct raw *rw)
 	memset(rw, 0, sizeof(*rw));
 	rw->fd = raw_dial();
 	msgpack_sbuffer_init(&sb);
-	put_hello(&sb, 1, shm_layout_signature());
+	put_hello(&sb, PROTOCOL_VERSION, shm_layout_signature());
 	ck_assert_int_eq(raw_send(rw->fd, sb.data, sb.size), 0);
 	msgpack_sbuffer_destroy(&sb);
 	ck_assert_int_eq(raw_reply(rw->fd, REPLY_TIMEOUT_MS, &rep), 1);
@@ -702,7 +705,7 @@ START_TEST(test_random_bytes_harm_no_one)
 			msgpack_sbuffer sb;
 
 			msgpack_sbuffer_init(&sb);
-			put_hello(&sb, 1, shm_layout_signature());
+			put_hello(&sb, PROTOCOL_VERSION, shm_layout_signature());
 			raw_send(fd, sb.data, sb.size);
 			msgpack_sbuffer_destroy(&sb);
 		}

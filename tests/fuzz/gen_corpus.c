@@ -137,7 +137,7 @@ static void wire_seeds(void)
 	SEED("hello_then_reply", hello(&sb);
 	     ok(wire_put_reply(&sb, WIRE_COMPLETE, 0)));
 	SEED("hello_then_hello_ok", hello(&sb);
-	     ok(wire_put_hello_ok(&sb, 16, "/x", 64, 1)));
+	     ok(wire_put_hello_ok(&sb, 16, "/x", 64, 1, 0)));
 
 	/* Arguments-like objects, for canon: unsorted keys, every integer
 	 * width, float32, str/bin/ext of each header size, nesting, a map

@@ -108,12 +108,35 @@ START_TEST(test_every_message_round_trips)
 	ck_assert_mem_eq(m.u.complete.result, "a\0b", 3);
 
 	sb.size = 0;
-	ck_assert_int_eq(wire_put_hello_ok(&sb, 17, "/carmy.0.x", 4096, 3), 0);
+	ck_assert_int_eq(wire_put_hello_ok(&sb, 17, "/carmy.0.x", 4096, 3,
+					   WIRE_F_DURABLE), 0);
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
 	ck_assert_uint_eq(m.u.hello_ok.owner, 17);
 	ck_assert_str_eq(m.u.hello_ok.shm_name, "/carmy.0.x");
 	ck_assert_uint_eq(m.u.hello_ok.max_result, 4096);
 	ck_assert_uint_eq(m.u.hello_ok.epoch, 3);
+	ck_assert_uint_eq(m.u.hello_ok.flags, WIRE_F_DURABLE);
+
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RESERVE, 77, exec), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_RESERVE);
+	ck_assert_uint_eq(m.u.reserve.entry, 77);
+	ck_assert_mem_eq(m.u.reserve.exec, exec, 16);
+
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RELEASE, 0, exec), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_RELEASE);
+	ck_assert_mem_eq(m.u.reserve.exec, exec, 16);
+	/* A client's RELEASE is not a reply: each direction has its shape. */
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), CARMY_EPROTOCOL);
+
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reply(&sb, WIRE_RESERVE, CARMY_ESTORE), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_RESERVE);
+	ck_assert_int_eq(m.u.reply.code, CARMY_ESTORE);
 
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_reply(&sb, WIRE_ERROR, CARMY_ELAYOUT), 0);
@@ -131,6 +154,16 @@ START_TEST(test_wrong_shapes_rejected)
 			 CARMY_EPROTOCOL);
 	/* Not an array. */
 	ck_assert_int_eq(wire_decode("\x01", 1, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	/* RESERVE without its exec, with a 15-byte one; RELEASE with an
+	 * entry in front of its exec. */
+	ck_assert_int_eq(wire_decode("\x92\x04\x01", 3, 1,
+				     &(struct wire_msg){ 0 }), CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x93\x04\x01\xc4\x0f" "0123456789abcde",
+				     20, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x93\x05\x01\xc4\x10" "0123456789abcdef",
+				     21, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
 	/* Unknown type 9. */
 	ck_assert_int_eq(wire_decode("\x91\x09", 2, 1, &(struct wire_msg){ 0 }),

@@ -1,0 +1,135 @@
+/*
+ * carmy_store.h - the store interface: what carmyd asks of the place where
+ * executions are recorded. The C counterpart of the spec's IdempotencyStore.
+ *
+ * carmyd keeps every execution in its shared segment, where clients reserve
+ * with a CAS and replays are served without a round trip. A store is where
+ * those executions are also recorded so that they outlive the segment (a
+ * reboot, a lost /dev/shm). carmyd ships two: "memory" (the segment is the
+ * record, nothing survives a reboot) and "journal:DIR" (an append-only,
+ * checksummed file with group commit). Others are loaded as plugins:
+ *
+ *   carmyd --store plugin:/path/to/store.so[:ARGS]
+ *
+ * The plugin exports one symbol, carmy_store_plugin, of type
+ * struct carmy_store_ops, whose abi field is CARMY_STORE_ABI.
+ *
+ * The sequence carmyd drives, and each duty:
+ *
+ *   open      once, at start, before anything else.
+ *   load      once, right after open: hand carmyd every execution the store
+ *             holds, so that a fresh segment can be rebuilt from it. An
+ *             execution that was reserved and never completed or released
+ *             is handed over as RUNNING; carmyd turns it UNCERTAIN (its
+ *             process is gone), never runs it again.
+ *   submit    from then on, for every reservation, completion and release,
+ *             from any of carmyd's threads, concurrently. The store calls
+ *             req->done(req, rc) exactly once, from any thread, and only
+ *             when the record is durable (rc 0) or has failed (rc < 0). A
+ *             client is told "reserved" or "recorded" only after done(0).
+ *             Nothing blocks carmyd while a record is pending, so a store
+ *             can write many submitted records with one flush (group
+ *             commit): that is where its throughput comes from.
+ *   close     once, at exit, after every submitted request is done.
+ *
+ * Ordering a store may rely on: for one execution (one exec id), carmyd
+ * submits RESERVE, then at most one of COMPLETE or RELEASE, each only after
+ * the previous one is done. An identity may be reserved again (with a new
+ * exec id) only after its earlier execution was released; if a store finds
+ * two executions of one identity at load time, the later one stands.
+ *
+ * Failure: a store that cannot record (full disk, an I/O error) answers
+ * rc < 0 (-errno) and keeps answering it until it can again; carmyd then
+ * refuses new reservations with CARMY_ESTORE and keeps serving replays.
+ * After an fsync error a store must not pretend that earlier records are
+ * safe: it fails every later request.
+ *
+ * Threads: submit() and done() may run on any thread; open, load and close
+ * run on carmyd's main thread with no submit in flight.
+ */
+#ifndef CARMY_STORE_H
+#define CARMY_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CARMY_STORE_ABI 1
+#define CARMY_STORE_ID_MAX 256	/* bytes in each identity part */
+
+enum carmy_store_op {
+	CARMY_STORE_RESERVE = 1,	/* a new execution, RUNNING */
+	CARMY_STORE_COMPLETE = 2,	/* its result */
+	CARMY_STORE_RELEASE = 3,	/* withdrawn: the tool did not run */
+};
+
+enum carmy_store_state {
+	CARMY_STORE_RUNNING = 1,	/* reserved, no result yet */
+	CARMY_STORE_COMPLETED = 2,
+};
+
+/* One execution, as carmyd hands it to submit() and a store hands it back
+ * from load(). Pointers are borrowed for the duration of the call (submit:
+ * until done() is called). */
+struct carmy_store_record {
+	const uint8_t *part[3];		/* principal, session, request_id */
+	uint16_t len[3];		/* each 1..CARMY_STORE_ID_MAX */
+	uint8_t fingerprint[16];	/* canonical XXH3-128 of the call */
+	uint8_t rawprint[16];		/* of its bytes as first sent */
+	uint8_t exec[16];		/* the execution id */
+	uint32_t pid;			/* of the reserving process */
+	uint64_t started_ns;		/* CLOCK_REALTIME */
+	/* COMPLETE / COMPLETED only: */
+	uint64_t finished_ns;
+	int32_t status;			/* CARMY_STATUS_* */
+	int32_t result_code;		/* 0 or CARMY_ERESULT_TOO_LARGE */
+	const void *result;
+	uint32_t result_len;
+	/* load() only: */
+	int32_t state;			/* enum carmy_store_state */
+};
+
+struct carmy_store_req;
+typedef void (*carmy_store_done_fn)(struct carmy_store_req *req, int rc);
+
+/* A request in flight. carmyd owns it and keeps it alive until done(). For
+ * RELEASE only rec->exec and the identity are set. */
+struct carmy_store_req {
+	enum carmy_store_op op;
+	const struct carmy_store_record *rec;
+	carmy_store_done_fn done;
+	void *cookie;			/* carmyd's */
+	struct carmy_store_req *next;	/* the store's, while it holds req */
+};
+
+/* Called by load() once per execution; a non-zero return stops the load
+ * and load() returns it. */
+typedef int (*carmy_store_each_fn)(void *arg,
+				   const struct carmy_store_record *rec);
+
+struct carmy_store_ops {
+	uint32_t abi;			/* CARMY_STORE_ABI */
+	const char *name;
+	/* args: what followed the store's name on the command line, or "".
+	 * On failure return -errno and write a sentence into err. */
+	int (*open)(const char *args, void **store, char *err, size_t errlen);
+	int (*load)(void *store, carmy_store_each_fn each, void *arg);
+	void (*submit)(void *store, struct carmy_store_req *req);
+	void (*close)(void *store);
+	/* Does a reservation need submit() at all? 0 for a store whose
+	 * record is the segment itself ("memory"): clients then reserve and
+	 * release without a round trip to carmyd. */
+	int durable;
+};
+
+/* A plugin exports this, with external linkage. */
+extern const struct carmy_store_ops carmy_store_plugin;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CARMY_STORE_H */
