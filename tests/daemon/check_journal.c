@@ -1,0 +1,601 @@
+/*
+ * check_journal.c - the journal store on its own (daemon/journal.c through
+ * its ops table): what is submitted and acknowledged comes back from load()
+ * after a reopen, a journal cut at any byte comes back as a clean prefix,
+ * and damage that acknowledged records follow is refused, not cut.
+ *
+ * The on-disk layout (docs/journal.md) is read here only to find record
+ * boundaries and batches, never to build records: every record is written
+ * by the store itself.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "carmy.h"
+#include "carmy_store.h"
+#include "daemon/journal.h"
+
+#define HEAD 40			/* struct jfile_head */
+#define REC_HEAD 24		/* struct jrec_head */
+
+/* ------------------------------------------------------------ helpers */
+
+/* One execution the test made, and what load() must say about it. */
+struct ex {
+	char id[32];
+	uint8_t exec[16];
+	uint8_t fp[16];
+	int state;		/* 0 released, else enum carmy_store_state */
+	int status;
+	char result[48];
+};
+
+/* A request and its answer, waited on with a condition variable. */
+struct waiter {
+	struct carmy_store_req req;
+	struct carmy_store_record rec;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int rc;
+};
+
+static void on_done(struct carmy_store_req *req, int rc)
+{
+	struct waiter *w = req->cookie;
+
+	pthread_mutex_lock(&w->lock);
+	w->rc = rc;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void record_of(const struct ex *x, struct carmy_store_record *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->part[0] = (const uint8_t *)"principal";
+	r->len[0] = 9;
+	r->part[1] = (const uint8_t *)"session";
+	r->len[1] = 7;
+	r->part[2] = (const uint8_t *)x->id;
+	r->len[2] = (uint16_t)strlen(x->id);
+	memcpy(r->fingerprint, x->fp, 16);
+	memcpy(r->rawprint, x->fp, 16);
+	memcpy(r->exec, x->exec, 16);
+	r->pid = 4242;
+	r->started_ns = 1;
+	r->finished_ns = 2;
+	r->status = x->status;
+	r->result = x->result;
+	r->result_len = (uint32_t)strlen(x->result);
+}
+
+/* Submit one request and wait until the store has answered it. */
+static int submit_wait(void *st, enum carmy_store_op op, const struct ex *x)
+{
+	struct waiter w = { .done = false };
+	int rc;
+
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cond, NULL);
+	record_of(x, &w.rec);
+	w.req.op = op;
+	w.req.rec = &w.rec;
+	w.req.done = on_done;
+	w.req.cookie = &w;
+	journal_store_ops.submit(st, &w.req);
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	rc = w.rc;
+	pthread_mutex_unlock(&w.lock);
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return rc;
+}
+
+static void *open_journal(const char *dir)
+{
+	char err[512] = "";
+	void *st = NULL;
+	int rc = journal_store_ops.open(dir, &st, err, sizeof(err));
+
+	ck_assert_msg(rc == 0, "open %s: %d %s", dir, rc, err);
+	return st;
+}
+
+/* What load() handed over, by request id. */
+struct seen {
+	int n;
+	struct {
+		char id[32];
+		uint8_t exec[16];
+		int state;
+		int status;
+		char result[48];
+	} e[256];
+};
+
+static int collect(void *arg, const struct carmy_store_record *r)
+{
+	struct seen *s = arg;
+
+	ck_assert_int_lt(s->n, 256);
+	ck_assert_uint_eq(r->len[0], 9);
+	ck_assert_mem_eq(r->part[0], "principal", 9);
+	ck_assert_uint_lt(r->len[2], sizeof(s->e[0].id));
+	memcpy(s->e[s->n].id, r->part[2], r->len[2]);
+	s->e[s->n].id[r->len[2]] = '\0';
+	memcpy(s->e[s->n].exec, r->exec, 16);
+	s->e[s->n].state = r->state;
+	s->e[s->n].status = r->status;
+	s->e[s->n].result[0] = '\0';
+	if (r->state == CARMY_STORE_COMPLETED) {
+		ck_assert_uint_lt(r->result_len, sizeof(s->e[0].result));
+		memcpy(s->e[s->n].result, r->result, r->result_len);
+		s->e[s->n].result[r->result_len] = '\0';
+	}
+	s->n++;
+	return 0;
+}
+
+static int find(const struct seen *s, const char *id)
+{
+	for (int i = 0; i < s->n; i++)
+		if (strcmp(s->e[i].id, id) == 0)
+			return i;
+	return -1;
+}
+
+static void make_ex(struct ex *x, int i, int status)
+{
+	memset(x, 0, sizeof(*x));
+	snprintf(x->id, sizeof(x->id), "req-%03d", i);
+	for (int k = 0; k < 16; k++) {
+		x->exec[k] = (uint8_t)(i * 31 + k + 1);
+		x->fp[k] = (uint8_t)(i * 7 + k);
+	}
+	x->exec[15] = 0xee;	/* never zero */
+	x->status = status;
+	snprintf(x->result, sizeof(x->result), "result of %d", i);
+}
+
+static char *temp_dir(void)
+{
+	char tmpl[] = "/tmp/check_journal.XXXXXX";
+	char *d = mkdtemp(tmpl);
+
+	ck_assert_ptr_nonnull(d);
+	return strdup(d);
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The journal's bytes, and where its records end (the zeros after). */
+static uint8_t *read_file(const char *path, size_t *len)
+{
+	struct stat st;
+	uint8_t *buf;
+	int fd = open(path, O_RDONLY);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	buf = malloc((size_t)st.st_size + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return buf;
+}
+
+static void write_file(const char *dir, const uint8_t *buf, size_t len)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+/* Offsets of every record's start, and of the end of the last. */
+static int record_starts(const uint8_t *buf, size_t len, size_t *off, int max)
+{
+	size_t at = HEAD;
+	int n = 0;
+
+	while (at + REC_HEAD <= len && n < max) {
+		uint32_t rl;
+
+		memcpy(&rl, buf + at, 4);
+		if (rl == 0)
+			break;
+		off[n++] = at;
+		at += rl;
+	}
+	off[n] = at;
+	return n;
+}
+
+/* A journal of n executions: every third released, every other completed
+ * with statuses cycling through all four, the rest left running. Each
+ * request waits for the one before, so each record is its own batch. */
+static void build(const char *dir, struct ex *xs, int n)
+{
+	void *st = open_journal(dir);
+
+	for (int i = 0; i < n; i++) {
+		struct ex *x = &xs[i];
+
+		make_ex(x, i, CARMY_STATUS_COMPLETED + i % 4);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, x), 0);
+		x->state = CARMY_STORE_RUNNING;
+		if (i % 3 == 0) {
+			ck_assert_int_eq(submit_wait(st, CARMY_STORE_RELEASE,
+						     x), 0);
+			x->state = 0;
+		} else if (i % 2 == 0) {
+			ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE,
+						     x), 0);
+			x->state = CARMY_STORE_COMPLETED;
+		}
+	}
+	journal_store_ops.close(st);
+}
+
+/* ------------------------------------------------------------ tests */
+
+START_TEST(test_acknowledged_records_come_back_after_reopen)
+{
+	char *dir = temp_dir();
+	struct ex xs[24];
+	struct seen s = { 0 };
+	void *st;
+
+	build(dir, xs, 24);
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	for (int i = 0; i < 24; i++) {
+		int k = find(&s, xs[i].id);
+
+		if (xs[i].state == 0) {
+			ck_assert_msg(k < 0, "%s was released", xs[i].id);
+			continue;
+		}
+		ck_assert_msg(k >= 0, "%s is missing", xs[i].id);
+		ck_assert_mem_eq(s.e[k].exec, xs[i].exec, 16);
+		ck_assert_int_eq(s.e[k].state, xs[i].state);
+		if (xs[i].state == CARMY_STORE_COMPLETED) {
+			ck_assert_int_eq(s.e[k].status, xs[i].status);
+			ck_assert_str_eq(s.e[k].result, xs[i].result);
+		}
+	}
+	ck_assert_int_eq(s.n, 24 - 8);	/* 8 released: 0, 3, ..., 21 */
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_later_reservation_of_an_identity_stands)
+{
+	char *dir = temp_dir();
+	struct ex a, b;
+	struct seen s = { 0 };
+	void *st = open_journal(dir);
+
+	make_ex(&a, 1, CARMY_STATUS_COMPLETED);
+	make_ex(&b, 2, CARMY_STATUS_FAILED);
+	strcpy(b.id, a.id);	/* same identity, another execution */
+	/* The release of a was lost: only the later reservation proves it
+	 * happened (the segment re-reserves only after a release). */
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &a), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &b), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE, &b), 0);
+	/* A second result for the same execution does not replace the
+	 * first. */
+	strcpy(b.result, "a second result");
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE, &b), 0);
+	journal_store_ops.close(st);
+
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 1);
+	ck_assert_mem_eq(s.e[0].exec, b.exec, 16);
+	ck_assert_int_eq(s.e[0].state, CARMY_STORE_COMPLETED);
+	ck_assert_str_eq(s.e[0].result, "result of 2");
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Many threads at once: every request is answered, and everything
+ * acknowledged comes back. */
+struct burst {
+	void *st;
+	int base;
+};
+
+static void *burst_thread(void *arg)
+{
+	struct burst *b = arg;
+
+	for (int i = 0; i < 50; i++) {
+		struct ex x;
+
+		make_ex(&x, b->base + i, CARMY_STATUS_COMPLETED);
+		if (submit_wait(b->st, CARMY_STORE_RESERVE, &x) != 0 ||
+		    submit_wait(b->st, CARMY_STORE_COMPLETE, &x) != 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+START_TEST(test_concurrent_requests_are_all_recorded)
+{
+	char *dir = temp_dir();
+	struct burst b[4];
+	pthread_t t[4];
+	struct seen s = { 0 };
+	void *st = open_journal(dir);
+
+	for (int i = 0; i < 4; i++) {
+		b[i] = (struct burst){ st, i * 50 };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, burst_thread,
+						&b[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		void *ret;
+
+		ck_assert_int_eq(pthread_join(t[i], &ret), 0);
+		ck_assert_ptr_null(ret);
+	}
+	journal_store_ops.close(st);
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 200);
+	for (int i = 0; i < s.n; i++)
+		ck_assert_int_eq(s.e[i].state, CARMY_STORE_COMPLETED);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Cut the journal at every byte of its last records and at random bytes
+ * elsewhere: it opens, and load() gives exactly the executions whose
+ * records lie wholly before the cut. A second open finds nothing to cut.
+ */
+START_TEST(test_journal_cut_anywhere_recovers_a_clean_prefix)
+{
+	char *dir = temp_dir(), *cut = temp_dir();
+	char path[256];
+	struct ex xs[12];
+	size_t len, off[64];
+	uint8_t *buf;
+	int nrec;
+	unsigned seed = (unsigned)getpid();
+
+	build(dir, xs, 12);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 63);
+	ck_assert_int_ge(nrec, 12);
+	fprintf(stderr, "# %d records, %zu bytes; seed %u\n", nrec, off[nrec],
+		seed);
+	srand(seed);
+	for (int trial = 0; trial < 200; trial++) {
+		size_t at = trial < 120 ? off[nrec] - (size_t)trial :
+				(size_t)HEAD + (size_t)rand() %
+					(off[nrec] - HEAD);
+		struct seen s = { 0 };
+		void *st;
+		int whole = 0;
+
+		while (whole < nrec && off[whole + 1] <= at)
+			whole++;
+		write_file(cut, buf, at);
+		st = open_journal(cut);
+		ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+		journal_store_ops.close(st);
+
+		/* Replay the records below the cut by hand: which
+		 * executions stand, and how. */
+		for (int i = 0; i < 12; i++) {
+			int k = find(&s, xs[i].id);
+			int want = 0;
+
+			/* build() wrote, per execution in order: RESERVE,
+			 * then RELEASE (i % 3 == 0) or COMPLETE (even). */
+			int r = 0;
+
+			for (int j = 0; j < i; j++)
+				r += (j % 3 == 0 || j % 2 == 0) ? 2 : 1;
+			if (r < whole)
+				want = CARMY_STORE_RUNNING;
+			if (r + 1 < whole && i % 3 == 0)
+				want = 0;
+			else if (r + 1 < whole && i % 2 == 0)
+				want = CARMY_STORE_COMPLETED;
+			if (want == 0) {
+				ck_assert_msg(k < 0, "cut at %zu: %s should "
+					      "not stand", at, xs[i].id);
+				continue;
+			}
+			ck_assert_msg(k >= 0, "cut at %zu: %s is missing", at,
+				      xs[i].id);
+			ck_assert_int_eq(s.e[k].state, want);
+			ck_assert_mem_eq(s.e[k].exec, xs[i].exec, 16);
+			if (want == CARMY_STORE_COMPLETED)
+				ck_assert_str_eq(s.e[k].result, xs[i].result);
+		}
+	}
+	free(buf);
+	rm_rf(dir);
+	rm_rf(cut);
+	free(dir);
+	free(cut);
+}
+END_TEST
+
+/* A torn write may leave garbage, not zeros, after the last good record:
+ * it is cut just the same, and what was cut is gone for good. */
+START_TEST(test_garbage_tail_is_cut)
+{
+	char *dir = temp_dir();
+	char path[256];
+	struct ex xs[6];
+	struct seen s = { 0 };
+	size_t len, off[32];
+	uint8_t *buf;
+	int nrec;
+	void *st;
+
+	build(dir, xs, 6);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	for (size_t i = off[nrec]; i < off[nrec] + 300 && i < len; i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	write_file(dir, buf, len);
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	/* Appending after the cut works, and reopening finds it. */
+	{
+		struct ex y;
+
+		make_ex(&y, 99, CARMY_STATUS_COMPLETED);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &y), 0);
+	}
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 4);	/* 1, 2, 4, 5 stand */
+	memset(&s, 0, sizeof(s));
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 5);
+	ck_assert_int_ge(find(&s, "req-099"), 0);
+	free(buf);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* A damaged record that good records of later batches follow was
+ * acknowledged: the journal is refused, never cut. */
+START_TEST(test_damage_followed_by_good_records_is_refused)
+{
+	char *dir = temp_dir();
+	char path[256], err[512] = "";
+	struct ex xs[8];
+	size_t len, off[32];
+	uint8_t *buf;
+	void *st = NULL;
+	int nrec, rc;
+
+	build(dir, xs, 8);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	ck_assert_int_gt(nrec, 4);
+	buf[off[2] + REC_HEAD + 3] ^= 0x40;	/* inside the third record */
+	write_file(dir, buf, len);
+	rc = journal_store_ops.open(dir, &st, err, sizeof(err));
+	ck_assert_int_eq(rc, CARMY_ECORRUPT);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, "damaged") != NULL, "%s", err);
+	/* Refusing cut nothing: the file is as it was. */
+	{
+		size_t len2;
+		uint8_t *again = read_file(path, &len2);
+
+		ck_assert_uint_eq(len2, len);
+		ck_assert_int_eq(memcmp(again, buf, len), 0);
+		free(again);
+	}
+	free(buf);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_not_a_journal_is_refused)
+{
+	char *dir = temp_dir();
+	char err[512] = "";
+	void *st = NULL;
+	uint8_t junk[64];
+
+	memset(junk, 'x', sizeof(junk));
+	write_file(dir, junk, sizeof(junk));
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 CARMY_ECORRUPT);
+	ck_assert_ptr_null(st);
+	write_file(dir, junk, 10);	/* shorter than a header */
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 CARMY_ECORRUPT);
+	ck_assert_int_eq(journal_store_ops.open("", &st, err, sizeof(err)),
+			 -EINVAL);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_second_opener_is_refused)
+{
+	char *dir = temp_dir();
+	char err[512] = "";
+	void *st = open_journal(dir), *st2 = NULL;
+
+	ck_assert_int_eq(journal_store_ops.open(dir, &st2, err, sizeof(err)),
+			 -EBUSY);
+	ck_assert_ptr_null(st2);
+	journal_store_ops.close(st);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("journal");
+	TCase *tc = tcase_create("journal");
+	SRunner *sr;
+	int failed;
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_acknowledged_records_come_back_after_reopen);
+	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
+	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
+	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
+	tcase_add_test(tc, test_garbage_tail_is_cut);
+	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
+	tcase_add_test(tc, test_not_a_journal_is_refused);
+	tcase_add_test(tc, test_second_opener_is_refused);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
