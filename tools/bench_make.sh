@@ -4,15 +4,19 @@
 # temp directory, all stopped by the trap whatever happens. Figures are
 # quoted, never asserted: this is not part of make check.
 #
-#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT
+#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT [journal]
 #
 # OPS is per process and figure (PG_OPS for PostgreSQL, whose every write
 # waits for an fsync); PROCS a comma-separated list; *_BUILT yes or no, from
-# configure. A store that is not installed, or that this carmy-bench was
+# configure. With "journal", carmyd records into a journal in the temp
+# directory (--store journal:DIR, on the same disk as PostgreSQL's data)
+# and only the reserve + complete cycle is measured: the durable against
+# the durable. A store that is not installed, or that this carmy-bench was
 # built without, is skipped with a word saying so. PG_BINDIR overrides where
 # PostgreSQL's server programs are found.
 set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
+store=${7:-memory}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench.XXXXXX") || exit 1
 carmyd_pid= redis_pid= pg_pid=
@@ -51,10 +55,15 @@ for p in ${procs//,/ }; do
 	[ "$p" -le "$max" ] || max=$p
 done
 cap=$((ops * (sum + max) + 10000))
+store_args=() only=()
+if [ "$store" = journal ]; then
+	store_args=(--store "journal:$tmp/journal")
+	only=(--only msgpack-rt,cycle)
+fi
 mkfifo "$tmp/ready" || exit 1
 "$builddir/daemon/carmyd" --foreground --transient \
 	--socket "$tmp/carmyd.sock" --capacity "$cap" --max-result 1K \
-	>"$tmp/ready" 2>"$tmp/carmyd.log" &
+	"${store_args[@]}" >"$tmp/ready" 2>"$tmp/carmyd.log" &
 carmyd_pid=$!
 exec 3<"$tmp/ready"
 if ! read -r line <&3; then
@@ -71,7 +80,9 @@ peers=()
 # Redis that matches it keeps nothing on disk either. This is also the
 # fastest Redis: no AOF write per SET, no snapshot fork in the middle of
 # the run (the built-in default would snapshot every 60 s under this load).
-if [ "$redis_built" != yes ]; then
+if [ "$store" = journal ]; then
+	echo "make bench: Redis left out: with persistence off it is no durable store"
+elif [ "$redis_built" != yes ]; then
 	echo "make bench: skipping Redis: carmy-bench was built without hiredis"
 elif ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
 	echo "make bench: skipping Redis: redis-server or redis-cli is not installed"
@@ -131,5 +142,5 @@ else
 fi
 
 "$builddir/tools/carmy-bench" --socket "$tmp/carmyd.sock" \
-	--procs "$procs" --ops "$ops" "${peers[@]}"
+	--procs "$procs" --ops "$ops" "${only[@]}" "${peers[@]}"
 exit $?

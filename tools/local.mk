@@ -46,3 +46,16 @@ bench: all
 	bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_OPS) $(CARMY_BENCH_PROCS) $(CARMY_BENCH_PG_OPS) \
 		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG)
+
+# make bench-journal: the durable store against the durable peer. A carmyd
+# with --store journal:DIR and PostgreSQL (synchronous_commit on), both on
+# this machine's one disk, run the reserve + complete cycle with 1 to 64
+# client processes: every step waits for a flush in both, so what differs
+# is how many clients one flush serves.
+CARMY_BENCH_JOURNAL_OPS = 2000
+CARMY_BENCH_JOURNAL_PROCS = 1,4,16,64
+.PHONY: bench-journal
+bench-journal: all
+	bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
+		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
+		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal
