@@ -5,3 +5,11 @@ tests_daemon_check_journal_SOURCES = tests/daemon/check_journal.c \
 	daemon/journal.c daemon/journal.h daemon/log.c daemon/log.h
 tests_daemon_check_journal_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_daemon_check_journal_LDADD = $(CHECK_LIBS) $(XXHASH_LIBS) -lpthread
+
+# The example store plugin (daemon/store_text.c), built as a real shared
+# object for tests/e2e/check_store_plugin; not installed.
+check_LTLIBRARIES += daemon/carmy_store_text.la
+daemon_carmy_store_text_la_SOURCES = daemon/store_text.c
+daemon_carmy_store_text_la_CFLAGS = $(AM_CFLAGS) -pthread
+daemon_carmy_store_text_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath /nowhere
