@@ -186,6 +186,7 @@ static size_t rec_valid(const struct jnl *j, const uint8_t *p, size_t avail,
 static int index_record(struct jnl *j, const uint8_t *p, uint64_t off);
 static int index_grow(struct jnl *j);
 static void forget(struct jnl *j);
+static bool torn(const struct jnl *j, uint64_t off);
 static int grow(struct jnl *j, uint64_t need);
 static void *writer(void *arg);
 static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp);
@@ -711,6 +712,14 @@ static int recover(struct jnl *j, char *err, size_t errlen)
 			last = p;
 		}
 	}
+	if (!zeros && !torn(j, off)) {
+		snprintf(err, errlen, "journal %s is damaged at byte %llu: the "
+			 "record there is whole on disk but fails its checksum, "
+			 "so it may have been acknowledged; refusing to cut it "
+			 "off. Keep a copy and see docs/journal.md", j->path,
+			 (unsigned long long)off);
+		return CARMY_ECORRUPT;
+	}
 	if (!zeros) {
 		/* Records of the batch that was being written when the
 		 * crash came may have reached the disk out of order: they
@@ -749,6 +758,46 @@ static int recover(struct jnl *j, char *err, size_t errlen)
 	log_info("journal %s: %llu records, %u executions standing",
 		 j->path, (unsigned long long)records, j->live);
 	return 0;
+}
+
+/*
+ * Can a write cut short by a crash explain the bad record at off? Bytes the
+ * journal never wrote are zeros (the file grows in written zeros), and a
+ * disk writes a 512-byte sector whole or not at all. So a torn record runs
+ * past the end of the file, or has a piece, from off or a sector boundary
+ * to the next boundary, that is still all zeros. A record that is whole on
+ * disk and fails its checksum was damaged after it was written, and its
+ * batch may have been acknowledged: that is refused, never cut. A length
+ * that cannot be read leaves only the head to judge by.
+ */
+static bool torn(const struct jnl *j, uint64_t off)
+{
+	struct jrec_head h;
+	uint64_t end;
+
+	if (j->size - off < sizeof(h))
+		return true;
+	memcpy(&h, j->map + off, sizeof(h));
+	if (h.jr_len >= REC_MIN && h.jr_len <= REC_MAX && h.jr_len % 8 == 0) {
+		if (h.jr_len > j->size - off)
+			return true;
+		end = off + h.jr_len;
+	} else {
+		end = off + sizeof(h);
+	}
+	for (uint64_t p = off; p < end;) {
+		uint64_t q = (p / 512 + 1) * 512;
+		bool zero = true;
+
+		if (q > end)
+			q = end;
+		for (uint64_t i = p; i < q && zero; i++)
+			zero = j->map[i] == 0;
+		if (zero)
+			return true;
+		p = q;
+	}
+	return false;
 }
 
 /* Is there a whole, good record with sequence number seq at p? Returns its

@@ -458,15 +458,18 @@ START_TEST(test_journal_cut_anywhere_recovers_a_clean_prefix)
 }
 END_TEST
 
-/* A torn write may leave garbage, not zeros, after the last good record:
- * it is cut just the same, and what was cut is gone for good. */
-START_TEST(test_garbage_tail_is_cut)
+/*
+ * A write cut short leaves the sectors that never reached the disk as the
+ * zeros the file was grown with: the last record with one of its 512-byte
+ * pieces still zero is a torn write, cut, and appending resumes after it.
+ */
+START_TEST(test_torn_last_record_is_cut)
 {
 	char *dir = temp_dir();
 	char path[256];
 	struct ex xs[6];
 	struct seen s = { 0 };
-	size_t len, off[32];
+	size_t len, off[32], last, lo, hi;
 	uint8_t *buf;
 	int nrec;
 	void *st;
@@ -475,12 +478,20 @@ START_TEST(test_garbage_tail_is_cut)
 	snprintf(path, sizeof(path), "%s/journal", dir);
 	buf = read_file(path, &len);
 	nrec = record_starts(buf, len, off, 31);
-	for (size_t i = off[nrec]; i < off[nrec] + 300 && i < len; i++)
-		buf[i] = (uint8_t)(i * 131 + 7);
+	/* Zero the last record's first piece: from its start to the next
+	 * sector boundary (its head, at least). */
+	last = off[nrec - 1];
+	lo = last;
+	hi = (last / 512 + 1) * 512;
+	if (hi > off[nrec])
+		hi = off[nrec];
+	memset(buf + lo, 0, hi - lo);
 	write_file(dir, buf, len);
 	st = open_journal(dir);
 	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
-	/* Appending after the cut works, and reopening finds it. */
+	/* The last record was 5's RESERVE: 1, 2 and 4 stand. */
+	ck_assert_int_eq(s.n, 3);
+	ck_assert_int_lt(find(&s, "req-005"), 0);
 	{
 		struct ex y;
 
@@ -488,13 +499,52 @@ START_TEST(test_garbage_tail_is_cut)
 		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &y), 0);
 	}
 	journal_store_ops.close(st);
-	ck_assert_int_eq(s.n, 4);	/* 1, 2, 4, 5 stand */
 	memset(&s, 0, sizeof(s));
 	st = open_journal(dir);
 	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 	journal_store_ops.close(st);
-	ck_assert_int_eq(s.n, 5);
+	ck_assert_int_eq(s.n, 4);
 	ck_assert_int_ge(find(&s, "req-099"), 0);
+	free(buf);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * The last record whole on disk but failing its checksum (a flipped bit,
+ * garbage written over it) cannot be a torn write: its batch may have been
+ * acknowledged, so the journal is refused rather than cut. Garbage where
+ * the zeros should be is refused the same way.
+ */
+START_TEST(test_damaged_last_record_is_refused)
+{
+	char *dir = temp_dir();
+	char path[256], err[512] = "";
+	struct ex xs[6];
+	size_t len, off[32];
+	uint8_t *buf;
+	void *st = NULL;
+	int nrec;
+
+	build(dir, xs, 6);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	buf[off[nrec] - 12] ^= 0x01;	/* inside the last record */
+	write_file(dir, buf, len);
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 CARMY_ECORRUPT);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, "damaged") != NULL, "%s", err);
+
+	buf[off[nrec] - 12] ^= 0x01;	/* whole again */
+	for (size_t i = off[nrec]; i < off[nrec] + 300 && i < len; i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	write_file(dir, buf, len);
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 CARMY_ECORRUPT);
+	ck_assert_ptr_null(st);
 	free(buf);
 	rm_rf(dir);
 	free(dir);
@@ -588,7 +638,8 @@ int main(void)
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
 	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
-	tcase_add_test(tc, test_garbage_tail_is_cut);
+	tcase_add_test(tc, test_torn_last_record_is_cut);
+	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);

@@ -43,3 +43,15 @@ TESTS += tests/e2e/check_loops
 tests_e2e_check_loops_SOURCES = tests/e2e/check_loops.c $(E2E_SOURCES)
 tests_e2e_check_loops_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_loops_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_journal
+TESTS += tests/e2e/check_journal
+tests_e2e_check_journal_SOURCES = tests/e2e/check_journal.c $(E2E_SOURCES)
+tests_e2e_check_journal_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_journal_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_store_plugin
+TESTS += tests/e2e/check_store_plugin
+tests_e2e_check_store_plugin_SOURCES = tests/e2e/check_store_plugin.c $(E2E_SOURCES)
+tests_e2e_check_store_plugin_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_store_plugin_LDADD = $(TEST_LIBS)
