@@ -13,11 +13,13 @@
  * request's done() is called. While a batch waits for the disk, new
  * requests pile up and go out together in the next one, so the cost of a
  * flush is shared by as many clients as are waiting: throughput grows with
- * concurrency instead of being one flush per call. A request that finds no
- * batch in flight is written by the thread that submits it, at once (on
- * these VMs handing it to another thread and back costs two wake-ups, a
- * third of a flush); requests that queue up behind a batch are written by
- * the journal's own thread, so no event loop waits for more than one.
+ * concurrency instead of being one flush per call. Batches are written by
+ * the journal's own thread, except when requests come one at a time (the
+ * last batch held one record) and none is in flight: then the thread that
+ * submits it writes it at once, since on these VMs handing a request to
+ * another thread and back costs two wake-ups, a third of a flush. Under
+ * load that would stall an event loop for a flush while its other clients
+ * wait, so it is not done then.
  *
  * The file grows in pre-written chunks of zeros (JOURNAL_GROW), flushed
  * once, so that the fdatasync() of a commit writes data blocks only, not
@@ -85,6 +87,7 @@ struct jnl {
 	pthread_cond_t wake;
 	struct carmy_store_req *head, **tail;	/* queued, oldest first */
 	bool flushing;		/* a batch is being written (one at a time) */
+	bool alone;		/* the last batch held one record */
 	bool stopping;
 
 	uint8_t *buf;		/* the batch being written */
@@ -217,6 +220,7 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 		return -ENOMEM;
 	j->fd = j->dir_fd = -1;
 	j->tail = &j->head;
+	j->alone = true;
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->wake, NULL);
 	if (mkdir(args, 0700) != 0 && errno != EEXIST) {
@@ -346,7 +350,7 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 	req->next = NULL;
 	*j->tail = req;
 	j->tail = &req->next;
-	if (!j->flushing) {
+	if (!j->flushing && j->alone) {
 		struct carmy_store_req *batch;
 		size_t len;
 
@@ -356,11 +360,10 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 		commit(j, batch, len);
 		pthread_mutex_lock(&j->lock);
 		j->flushing = false;
-		/* The writer, for what queued up meanwhile (or to stop):
-		 * glibc makes this free when nobody waits. */
-		pthread_cond_signal(&j->wake);
 	}
-	/* Otherwise the batch in flight signals the writer when it ends. */
+	/* The writer: for this request, for what queued up meanwhile, or
+	 * to stop (glibc makes this free when nobody waits). */
+	pthread_cond_signal(&j->wake);
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -484,6 +487,7 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 			rc = -errno;
 		if (rc == 0) {
 			j->end += len;
+			j->alone = j->seq + 1 - first == 1;
 			j->flushes++;
 			j->records += (uint64_t)(j->seq + 1 - first);
 		} else {
