@@ -56,6 +56,8 @@ struct store {
 	void *st;				/* its handle */
 	void *plugin;				/* dlopen() handle, or NULL */
 	bool durable;				/* ops->durable */
+	bool populating;			/* a new segment's pages are */
+	pthread_t populater;			/* ... zeroed by this thread */
 	int fd;
 	uint32_t next_owner;	/* private copy; mirrored in the header */
 	uint32_t owner_base;
