@@ -16,6 +16,10 @@
 
 #define CARMYD_DEFAULT_CAPACITY 10000
 #define CARMYD_DEFAULT_MAX_RESULT (16u * 1024)
+/* --grace: seconds the clients of a restarted carmyd's predecessor have to
+ * come back for their running reservations (libcarmy reconnects by itself,
+ * trying for CARMY_RECONNECT_MS). */
+#define CARMYD_DEFAULT_GRACE_S 10
 /* --threads: event loops. The default is one per online CPU, up to this. */
 #define CARMYD_DEFAULT_THREADS_MAX 8
 #define CARMYD_THREADS_MAX 64
@@ -31,6 +35,7 @@ struct carmyd_config {
 	bool foreground;
 	bool transient;		/* remove the segment on clean exit */
 	bool use_group;		/* --group: share socket and segment */
+	uint32_t grace_ms;	/* --grace: previous clients may come back */
 	gid_t gid;
 	const char *log_file;
 	const char *store;	/* --store: memory, journal:DIR, plugin:SO[:ARGS] */
@@ -64,11 +69,13 @@ struct store {
 	uint32_t epoch;
 	uint32_t ticks;
 	uint64_t last_reclaim_ns;
+	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
 };
 int store_open(struct store *s, const struct carmyd_config *cfg);
 void store_close(struct store *s, const struct carmyd_config *cfg,
 		 bool remove);
 int store_new_owner(struct store *s, uint32_t *id);
+int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn);
 int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len);

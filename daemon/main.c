@@ -45,6 +45,10 @@ static const char usage[] =
 	"                         journal:DIR       durable: a checksummed journal\n"
 	"                                           in DIR, group-committed\n"
 	"                         plugin:PATH[:ARGS] a store plugin (carmy_store.h)\n"
+	"  --grace SECONDS      after a restart, how long clients of the previous\n"
+	"                       carmyd may come back for their running\n"
+	"                       reservations before these turn uncertain\n"
+	"                       (default 10; 0: at once)\n"
 	"  --threads N          event loops serving connections, 1..64\n"
 	"                       (default: one per online CPU, at most 8)\n"
 	"  --group NAME         share socket and segment with this group\n"
@@ -151,7 +155,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 {
 	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
 	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
-	       O_VERSION, O_THREADS, O_STORE };
+	       O_VERSION, O_THREADS, O_STORE, O_GRACE };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "capacity", required_argument, NULL, O_CAPACITY },
@@ -159,6 +163,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		{ "segment", required_argument, NULL, O_SEGMENT },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "store", required_argument, NULL, O_STORE },
+		{ "grace", required_argument, NULL, O_GRACE },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "foreground", no_argument, NULL, O_FOREGROUND },
 		{ "transient", no_argument, NULL, O_TRANSIENT },
@@ -174,6 +179,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->capacity = CARMYD_DEFAULT_CAPACITY;
 	cfg->max_result = CARMYD_DEFAULT_MAX_RESULT;
+	cfg->grace_ms = CARMYD_DEFAULT_GRACE_S * 1000;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case O_SOCKET:
@@ -195,6 +201,15 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		case O_SEGMENT:
 			seg = optarg;
 			break;
+		case O_GRACE: {
+			uint32_t secs;
+
+			if (parse_u32("--grace", optarg, 0, 3600, false,
+				      &secs) != 0)
+				return -1;
+			cfg->grace_ms = secs * 1000;
+			break;
+		}
 		case O_STORE:
 			if (strcmp(optarg, "memory") != 0 &&
 			    strncmp(optarg, "journal:", 8) != 0 &&

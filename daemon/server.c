@@ -470,6 +470,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 	struct server *sv = c->loop->sv;
 	struct store *s = sv->store;
 	struct wire_msg m;
+	uint32_t flags;
 	int rc;
 
 	if (wire_decode(buf, len, 1, &m) != 0) {
@@ -488,16 +489,24 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 				  "client built with another protocol or layout");
 			return -1;
 		}
-		if (store_new_owner(s, &c->owner) != 0 ||
-		    owners_add(c->owner, c) != 0) {
+		flags = s->durable ? WIRE_F_DURABLE : 0;
+		/* A client of the previous carmyd, back for its owner id
+		 * (and the reservations it holds); else a new id. */
+		if (m.u.hello.owner != 0 &&
+		    store_resume(s, m.u.hello.owner, c->pid, c) == 0) {
+			c->owner = m.u.hello.owner;
+			flags |= WIRE_F_RESUMED;
+			log_info("owner %u (pid %d) is back from epoch %u",
+				 c->owner, (int)c->pid, m.u.hello.epoch);
+		} else if (store_new_owner(s, &c->owner) != 0 ||
+			   owners_add(c->owner, c) != 0) {
 			c->owner = 0;
 			fail_conn(c, -ENOMEM, "cannot register owner");
 			return -1;
 		}
 		log_debug("owner %u is pid %d", c->owner, (int)c->pid);
 		rc = wire_put_hello_ok(&c->out, c->owner, sv->cfg->shm_name,
-				       s->view.geo.max_result, s->epoch,
-				       s->durable ? WIRE_F_DURABLE : 0);
+				       s->view.geo.max_result, s->epoch, flags);
 		break;
 	case WIRE_COMPLETE: {
 		int status = m.u.complete.status;

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -46,7 +47,9 @@
 static int create_segment(struct store *s, const struct carmyd_config *cfg,
 			  const struct shm_geometry *geo);
 static int attach_segment(struct store *s, const struct carmyd_config *cfg);
-static void recover(struct store *s);
+static void recover(struct store *s, uint32_t grace_ms);
+static uint64_t mono_ns(void);
+static uint64_t proc_start_ns(uint32_t pid);
 static void check(struct store *s);
 static void sweep_dead(struct store *s, const char *why);
 static uint32_t reclaim(struct store *s);
@@ -99,7 +102,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			  cfg->shm_name);
 		return -EBUSY;
 	}
-	recover(s);
+	recover(s, fresh ? 0 : cfg->grace_ms);
 	rc = backend_load(s, fresh);
 	if (rc != 0)
 		return rc;
@@ -156,6 +159,45 @@ int store_new_owner(struct store *s, uint32_t *id)
 	return rc;
 }
 
+/*
+ * A client of the previous carmyd asks for its owner id back, so that the
+ * reservations it holds stay its own (it is running their tools). Granted
+ * only during the grace period, for an id of an earlier epoch that nobody
+ * has taken back yet, and only if every entry that id holds was claimed by
+ * the asking process: its pid (the kernel's word, SO_PEERCRED) is on every
+ * ticket, and it was running before each of those reservations was made,
+ * so a reused pid cannot pass. The id is registered to conn before the lock
+ * is let go, so the end of the grace period cannot sweep it in between.
+ * Returns 0, or -EPERM when the id is not to be given back.
+ */
+int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn)
+{
+	uint64_t started = proc_start_ns((uint32_t)pid);
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->grace_until_ns == 0 || owner < SHM_OWNER_MIN ||
+	    owner >= s->owner_base || pid <= 0 || started == 0)
+		rc = -EPERM;
+	for (uint32_t e = 0; rc == 0 && e < s->view.geo.capacity; e++) {
+		uint64_t t = uatomic_read(&s->view.tickets[e]);
+		uint64_t at;
+
+		if (SHM_T_WHAT(t) != owner)
+			continue;
+		at = uatomic_read(&shm_entry_at(&s->view, e)->en_started_ns);
+		/* A second of slack: the kernel counts start times in clock
+		 * ticks since a boot time it gives in whole seconds. */
+		if (SHM_T_PID(t) != (uint32_t)pid ||
+		    (at != 0 && started > at + 1000000000u))
+			rc = -EPERM;
+	}
+	if (rc == 0 && owners_add(owner, conn) != 0)
+		rc = -EPERM;	/* taken back already */
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
 int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len)
@@ -165,6 +207,11 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 	pthread_mutex_lock(&s->lock);
 	rc = shm_record_result(&s->view, entry, owner, exec, status, code,
 			       data, len, now_ns());
+	/* Sent again after a reconnect, when the first one got through
+	 * before carmyd died: it is recorded, and that is the answer. */
+	if (rc != 0 && shm_completed_as(&s->view, entry, exec, status, code,
+					 data, len))
+		rc = 0;
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
@@ -264,7 +311,7 @@ void store_sweep_dead(struct store *s, const char *why)
 
 static void sweep_dead(struct store *s, const char *why)
 {
-	const struct shm_sweep_ops ops = { dead_owner, pid_gone, NULL };
+	const struct shm_sweep_ops ops = { dead_owner, pid_gone, s };
 	struct shm_sweep_stats st = { 0 };
 
 	shm_sweep(&s->view, &ops, &st);
@@ -316,6 +363,10 @@ static uint32_t reclaim(struct store *s)
 void store_tick(struct store *s)
 {
 	pthread_mutex_lock(&s->lock);
+	if (s->grace_until_ns != 0 && mono_ns() >= s->grace_until_ns) {
+		s->grace_until_ns = 0;
+		sweep_dead(s, "grace period over");
+	}
 	if (++s->ticks % 10 == 0) {
 		check(s);
 		sweep_dead(s, "orphaned tickets");
@@ -581,7 +632,7 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
  * ticket still held belongs to a client of an earlier carmyd: its
  * connection is gone, and its running entries become uncertain.
  */
-static void recover(struct store *s)
+static void recover(struct store *s, uint32_t grace_ms)
 {
 	struct shm_header *h = shm_header(&s->view);
 	uint32_t next = uatomic_read(&h->sh_next_owner);
@@ -596,12 +647,16 @@ static void recover(struct store *s)
 		if (t >= SHM_OWNER_MIN && t >= next && t < OWNER_WRAP)
 			next = t + 1;
 	}
-	sweep_dead(s, "start-up");
 	if (next >= OWNER_WRAP)
 		next = SHM_OWNER_MIN;
 	s->next_owner = next;
 	s->epoch = uatomic_read(&h->sh_epoch) + 1;
 	s->owner_base = next;
+	/* The previous carmyd's clients may come back for their running
+	 * reservations: until the grace period ends, the sweep leaves them. */
+	if (grace_ms > 0 && s->epoch > 1)
+		s->grace_until_ns = mono_ns() + (uint64_t)grace_ms * 1000000u;
+	sweep_dead(s, "start-up");
 	uatomic_set(&h->sh_owner_base, next);
 	uatomic_set(&h->sh_next_owner, next);
 	uatomic_set(&h->sh_daemon_pid, (uint32_t)getpid());
@@ -609,9 +664,15 @@ static void recover(struct store *s)
 	shm_reclaim(&s->view);
 }
 
+/* An owner is dead when no connection holds its id, except that during the
+ * grace period after a restart an owner of the previous carmyd may still
+ * come back for its reservations (store_resume). */
 static bool dead_owner(uint32_t owner, void *arg)
 {
-	(void)arg;
+	const struct store *s = arg;
+
+	if (s->grace_until_ns != 0 && owner < s->owner_base)
+		return false;
 	return !owners_alive(owner);
 }
 
@@ -651,6 +712,56 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * When process pid started, in CLOCK_REALTIME ns, or 0 if unknown: field 22
+ * of /proc/PID/stat (clock ticks since boot; fields counted after the last
+ * ')', since the name may hold any byte) plus btime from /proc/stat.
+ */
+static uint64_t proc_start_ns(uint32_t pid)
+{
+	char path[32], buf[1024], *p;
+	unsigned long long ticks = 0, btime = 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *f;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0 || hz <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	/* After ") " come field 3 (state) onwards: starttime is the 20th. */
+	for (int field = 3; p != NULL && field <= 22; field++) {
+		p = strchr(p + 1, ' ');
+		if (p != NULL && field == 22)
+			ticks = strtoull(p + 1, NULL, 10);
+	}
+	f = fopen("/proc/stat", "re");
+	if (f == NULL)
+		return 0;
+	while (fgets(buf, sizeof(buf), f) != NULL)
+		if (sscanf(buf, "btime %llu", &btime) == 1)
+			break;
+	fclose(f);
+	if (ticks == 0 || btime == 0)
+		return 0;
+	return btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
 }
 
 uint64_t store_now_ns(void)

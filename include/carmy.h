@@ -126,6 +126,19 @@ struct carmy_reservation {
 #define CARMY_RESERVATION_INIT { .execution_id = { 0 } }
 
 /*
+ * When carmyd restarts (or drops the connection), a handle connects again
+ * by itself and asks for its owner id back, so that reservations it holds
+ * stay its own: carmyd gives it back during its --grace period (default
+ * 10 s), to the same process only. carmy_complete() and carmy_release()
+ * keep trying to reach carmyd for this long, in ms ($CARMY_RECONNECT_MS
+ * overrides it at connect); carmy_begin() tries once, and fails closed with
+ * CARMY_EUNAVAILABLE if no carmyd answers. If the id is not given back, the
+ * handle carries on under a new one and what it held reports
+ * CARMY_EDISCONNECTED (its entries are uncertain).
+ */
+#define CARMY_RECONNECT_MS 10000
+
+/*
  * Connect to carmyd on socket_path (NULL: $CARMY_SOCKET, else the default
  * path, see carmy_default_socket()) and map its shared segment.
  * On success *out is a new handle, freed by carmy_close().
@@ -172,8 +185,11 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
  * Returns 0; CARMY_ERESULT_TOO_LARGE if len exceeds carmyd's --max-result
  * (the call is then recorded as failed with that code, not dropped);
  * CARMY_EINVALID_STATUS; CARMY_ENOT_RESERVED if r is not a live reservation
- * of this handle; CARMY_EDISCONNECTED if carmyd went away (the entry is then
- * uncertain); or -errno. Thread-safe (socket use is serialised per handle).
+ * of this handle; CARMY_EDISCONNECTED if carmyd went away and did not give
+ * this handle its reservations back (the entry is then uncertain); or
+ * -errno. A completion interrupted by a carmyd restart is sent again once
+ * reconnected (see CARMY_RECONNECT_MS); carmyd records it once. Thread-safe
+ * (socket use is serialised per handle).
  */
 int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		   const void *result, size_t len);
@@ -181,9 +197,10 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 /*
  * Give back a reservation whose tool provably did not run: the identity is
  * freed and the next call with it runs. Works in shared memory, no system
- * call. Returns 0, CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd
- * already declared this handle dead (the entry is then uncertain).
- * Thread-safe.
+ * call (with --store journal:DIR, one round trip to record it). Returns 0,
+ * CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd declared this handle
+ * dead and did not give its reservations back (the entry is then
+ * uncertain). Thread-safe.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 

@@ -38,13 +38,18 @@
 
 struct carmy {
 	int fd;
-	uint32_t owner;
+	uint32_t owner;			/* atomic: a reconnect may change it */
+	uint32_t lost_owner;		/* the one before, if not given back */
 	uint32_t pid;
 	uint32_t max_result;
-	uint32_t epoch;			/* carmyd's start count at HELLO */
+	uint32_t epoch;			/* carmyd's start count (atomic) */
 	bool durable;			/* confirm reservations with carmyd */
 	int dead;			/* carmyd declared us gone */
-	pthread_mutex_t io;		/* one request in flight per handle */
+	int reconnect_ms;		/* how long complete/release try */
+	pthread_mutex_t io;		/* one request in flight per handle,
+					 * and reconnects */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char shm_name[WIRE_SHM_NAME_MAX];
 	struct shm_view view;
 	uint64_t exec_seed;		/* execution ids: keyed hash of ... */
 	uint8_t exec_key[16];		/* ... a random key and ... */
@@ -53,6 +58,10 @@ struct carmy {
 };
 
 static bool alive(carmy_t *c);
+static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
+		 uint64_t *w);
+static int hello(int fd, uint32_t owner, uint32_t epoch, struct wire_msg *m);
+static int reconnect(carmy_t *c, int wait_ms);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb);
 static int confirm(carmy_t *c, int type, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN]);
@@ -63,6 +72,7 @@ static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
 static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN]);
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
 static uint64_t now_ns(void);
+static uint64_t mono_ms(void);
 
 /* ------------------------------------------------------------ connect */
 
@@ -87,8 +97,7 @@ EXPORT int carmy_default_socket(char *buf, size_t size)
 EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	uint8_t buf[REPLY_MAX];
-	msgpack_sbuffer sb;
+	const char *env = getenv("CARMY_RECONNECT_MS");
 	struct wire_msg m;
 	carmy_t *c;
 	int rc;
@@ -100,10 +109,21 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 			return rc;
 		socket_path = path;
 	}
+	if (strlen(socket_path) >= sizeof(c->path))
+		return -ENAMETOOLONG;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
 	c->fd = -1;
+	strcpy(c->path, socket_path);
+	c->reconnect_ms = CARMY_RECONNECT_MS;
+	if (env != NULL && env[0] != '\0') {
+		char *end;
+		long v = strtol(env, &end, 10);
+
+		if (*end == '\0' && v >= 0 && v <= 3600 * 1000)
+			c->reconnect_ms = (int)v;
+	}
 	pthread_mutex_init(&c->io, NULL);
 	if (getrandom(c->exec_key, sizeof(c->exec_key), 0) !=
 		    (ssize_t)sizeof(c->exec_key) ||
@@ -116,24 +136,9 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	rc = dial(socket_path, &c->fd);
 	if (rc != 0)
 		goto fail;
-	msgpack_sbuffer_init(&sb);
-	rc = wire_put_hello(&sb, shm_layout_signature());
-	if (rc == 0)
-		rc = send_all(c->fd, sb.data, sb.size);
-	msgpack_sbuffer_destroy(&sb);
+	rc = hello(c->fd, 0, 0, &m);
 	if (rc != 0)
 		goto fail;
-	rc = recv_msg(c->fd, HELLO_TIMEOUT_MS, &m, buf, sizeof(buf));
-	if (rc != 0)
-		goto fail;
-	if (m.type == WIRE_ERROR) {
-		rc = m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
-		goto fail;
-	}
-	if (m.type != WIRE_HELLO || m.u.hello_ok.owner < SHM_OWNER_MIN) {
-		rc = CARMY_EPROTOCOL;
-		goto fail;
-	}
 	rc = shm_map(m.u.hello_ok.shm_name, true, &c->view);
 	if (rc != 0)
 		goto fail;
@@ -141,6 +146,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 		rc = CARMY_EPROTOCOL;
 		goto fail;
 	}
+	strcpy(c->shm_name, m.u.hello_ok.shm_name);
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
@@ -195,8 +201,13 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	if (c == NULL || call == NULL || r == NULL)
 		return -EINVAL;
 	carmy_reservation_clear(r);
-	if (!alive(c))
-		return CARMY_EDISCONNECTED;
+	/* carmyd restarted, or dropped us: one attempt to get back (a new
+	 * call fails closed at once if no carmyd answers). */
+	if (!alive(c)) {
+		rc = reconnect(c, 0);
+		if (rc != 0)
+			return rc;
+	}
 	rc = shm_key_init(&key, c->view.seed, call->principal,
 			  call->principal_len, call->session, call->session_len,
 			  call->request_id, call->request_id_len);
@@ -208,7 +219,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	rc = canon_rawprint(call, raw);
 	if (rc != 0)
 		return rc;
-	claim.owner = c->owner;
+	claim.owner = uatomic_read(&c->owner);
 	claim.pid = c->pid;
 	claim.fp = NULL;
 	claim.rawfp = raw;
@@ -226,14 +237,14 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 					 * tool must not run. Give the entry
 					 * back while it is still ours. */
 					shm_release(&c->view, f.entry,
-						    c->owner);
+						    claim.owner);
 					return rc;
 				}
 			}
 			exec_hex(f.exec, r->execution_id);
 			r->state = CARMY_STATE_RUNNING;
 			r->priv_entry = f.entry;
-			r->priv_owner = c->owner;
+			r->priv_owner = claim.owner;
 			return CARMY_RESERVED;
 		case SHM_OUT_FULL:
 			return CARMY_ECAPACITY;
@@ -297,10 +308,9 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		return -EINVAL;
 	if (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED)
 		return CARMY_EINVALID_STATUS;
-	if (r->priv_owner != c->owner)
-		return CARMY_ENOT_RESERVED;
-	if (!shm_owns(&c->view, r->priv_entry, c->owner, &b, &w))
-		return alive(c) ? CARMY_ENOT_RESERVED : CARMY_EDISCONNECTED;
+	rc = owned(c, r, &b, &w);
+	if (rc != 0)
+		return rc;
 	if (len > c->max_result) {
 		/* Recorded, not dropped: the call failed with this code. */
 		status = CARMY_STATUS_FAILED;
@@ -316,6 +326,12 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 			       len);
 	if (rc == 0)
 		rc = request(c, WIRE_COMPLETE, &sb);
+	/* The connection broke (carmyd restarting?): get our owner id back
+	 * and send it again. If the first one got through, carmyd says so. */
+	if (rc == CARMY_EDISCONNECTED &&
+	    reconnect(c, c->reconnect_ms) == 0 &&
+	    uatomic_read(&c->owner) == r->priv_owner)
+		rc = request(c, WIRE_COMPLETE, &sb);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -328,18 +344,18 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	uint8_t exec[SHM_EXEC_LEN];
 	int rc;
 
+	uint32_t b;
+	uint64_t w;
+
 	if (c == NULL || r == NULL)
 		return -EINVAL;
-	if (r->priv_owner != c->owner)
-		return CARMY_ENOT_RESERVED;
-	if (!alive(c))
-		return CARMY_EDISCONNECTED;
-	if (r->priv_entry >= c->view.geo.capacity)
-		return CARMY_ENOT_RESERVED;
+	rc = owned(c, r, &b, &w);
+	if (rc != 0)
+		return rc;
 	/* Ours while running: nobody else writes it. */
 	memcpy(exec, shm_entry_at(&c->view, r->priv_entry)->en_exec,
 	       sizeof(exec));
-	rc = shm_release(&c->view, r->priv_entry, c->owner);
+	rc = shm_release(&c->view, r->priv_entry, r->priv_owner);
 	if (rc != 0)
 		return rc;
 	r->priv_owner = 0;
@@ -354,6 +370,120 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 /* ------------------------------------------------------------ helpers */
 
 /*
+ * Is r a running reservation of this handle, still ours to complete or
+ * release? After carmyd restarted, first get our owner id back (trying for
+ * reconnect_ms): a tool that is running must be able to record its result.
+ * Returns 0 with the entry's bucket and word, CARMY_ENOT_RESERVED, or
+ * CARMY_EDISCONNECTED when it was ours but no longer is (the entry is then
+ * uncertain).
+ */
+static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
+		 uint64_t *w)
+{
+	uint32_t owner;
+
+	if (r->priv_owner == 0)
+		return CARMY_ENOT_RESERVED;
+	if (!alive(c) && reconnect(c, c->reconnect_ms) != 0)
+		return CARMY_EDISCONNECTED;
+	owner = uatomic_read(&c->owner);
+	if (r->priv_owner != owner)
+		return r->priv_owner == uatomic_read(&c->lost_owner) ?
+			       CARMY_EDISCONNECTED : CARMY_ENOT_RESERVED;
+	if (!shm_owns(&c->view, r->priv_entry, owner, b, w))
+		return alive(c) ? CARMY_ENOT_RESERVED : CARMY_EDISCONNECTED;
+	return 0;
+}
+
+/* HELLO on fd and its reply: a new owner (owner 0), or owner of epoch
+ * back. Returns 0 with the reply in *m, or an error. */
+static int hello(int fd, uint32_t owner, uint32_t epoch, struct wire_msg *m)
+{
+	uint8_t buf[REPLY_MAX];
+	msgpack_sbuffer sb;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_hello(&sb, shm_layout_signature(), owner, epoch);
+	if (rc == 0)
+		rc = send_all(fd, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc == 0)
+		rc = recv_msg(fd, HELLO_TIMEOUT_MS, m, buf, sizeof(buf));
+	if (rc != 0)
+		return rc;
+	if (m->type == WIRE_ERROR)
+		return m->u.reply.code < 0 ? m->u.reply.code : CARMY_EPROTOCOL;
+	if (m->type != WIRE_HELLO || m->u.hello_ok.owner < SHM_OWNER_MIN)
+		return CARMY_EPROTOCOL;
+	return 0;
+}
+
+/*
+ * Connect again after carmyd restarted or dropped us, asking for our owner
+ * id back so that the reservations we hold stay ours (a restarted carmyd
+ * gives it back during its --grace period, to this process only). If it is
+ * not given back we carry on under a new id, and what we held is uncertain.
+ * Only to the same segment: a new one means our entries are gone, and this
+ * handle with them. Tries for wait_ms while no carmyd answers (a restart
+ * takes a moment), backing off from 5 to 100 ms between tries.
+ * Returns 0, CARMY_EUNAVAILABLE, CARMY_EDISCONNECTED or an error.
+ */
+static int reconnect(carmy_t *c, int wait_ms)
+{
+	uint64_t deadline = mono_ms() + (uint64_t)wait_ms;
+	int rc, pause = 5;
+
+	pthread_mutex_lock(&c->io);
+	if (alive(c)) {
+		pthread_mutex_unlock(&c->io);
+		return 0;	/* another thread was first */
+	}
+	for (;;) {
+		struct wire_msg m;
+		bool retry;
+		int fd = -1;
+
+		rc = dial(c->path, &fd);
+		retry = rc == CARMY_EUNAVAILABLE;
+		if (rc == 0) {
+			rc = hello(fd, uatomic_read(&c->owner),
+				   uatomic_read(&c->epoch), &m);
+			/* Closed on us mid-way: carmyd starting or stopping. */
+			retry = rc == CARMY_EDISCONNECTED ||
+				rc == CARMY_EUNAVAILABLE;
+			if (rc == 0 &&
+			    (strcmp(m.u.hello_ok.shm_name, c->shm_name) != 0 ||
+			     m.u.hello_ok.max_result != c->max_result))
+				rc = CARMY_EDISCONNECTED;	/* not ours */
+			if (rc == 0) {
+				if (c->fd >= 0)
+					close(c->fd);
+				c->fd = fd;
+				if (!(m.u.hello_ok.flags & WIRE_F_RESUMED)) {
+					uatomic_set(&c->lost_owner, c->owner);
+					uatomic_set(&c->owner,
+						    m.u.hello_ok.owner);
+				}
+				c->durable = (m.u.hello_ok.flags &
+					      WIRE_F_DURABLE) != 0;
+				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
+				uatomic_set(&c->dead, 0);
+				break;
+			}
+			close(fd);
+		}
+		if (!retry || mono_ms() >= deadline)
+			break;
+		poll(NULL, 0, pause);
+		pause = pause < 50 ? pause * 2 : 100;
+	}
+	pthread_mutex_unlock(&c->io);
+	return rc;
+}
+
+
+/*
  * Is carmyd still the one that gave us our owner id? A restarted carmyd
  * bumps the epoch in the header and no longer knows our id: one load tells
  * us, without a system call, that a reservation made now could never be
@@ -363,7 +493,8 @@ static bool alive(carmy_t *c)
 {
 	if (uatomic_read(&c->dead))
 		return false;
-	if (uatomic_read(&shm_header(&c->view)->sh_epoch) != c->epoch) {
+	if (uatomic_read(&shm_header(&c->view)->sh_epoch) !=
+	    uatomic_read(&c->epoch)) {
 		uatomic_set(&c->dead, 1);
 		return false;
 	}
@@ -557,4 +688,12 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);	/* vDSO: no system call */
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }

@@ -176,10 +176,17 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 
 	switch (m->type) {
 	case WIRE_HELLO:
-		if (n != 3 || get_uint(&a[1], UINT32_MAX, &v) != 0 ||
+		if ((n != 3 && n != 5) || get_uint(&a[1], UINT32_MAX, &v) != 0 ||
 		    get_uint(&a[2], UINT64_MAX, &m->u.hello.layout) != 0)
 			return CARMY_EPROTOCOL;
 		m->u.hello.version = (uint32_t)v;
+		if (n == 5) {
+			if (get_uint(&a[3], UINT32_MAX, &e) != 0 || e == 0 ||
+			    get_uint(&a[4], UINT32_MAX, &v) != 0)
+				return CARMY_EPROTOCOL;
+			m->u.hello.owner = (uint32_t)e;
+			m->u.hello.epoch = (uint32_t)v;
+		}
 		return 0;
 	case WIRE_COMPLETE:
 		if (n != 6 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
@@ -252,14 +259,19 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 
 /* ------------------------------------------------------------ encoding */
 
-int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout)
+/* owner 0: a new owner; otherwise ask for owner back (of epoch). */
+int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout, uint32_t owner,
+		   uint32_t epoch)
 {
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	if (msgpack_pack_array(&pk, 3) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
+	if (msgpack_pack_array(&pk, owner ? 5 : 3) ||
+	    msgpack_pack_uint8(&pk, WIRE_HELLO) ||
 	    msgpack_pack_uint32(&pk, WIRE_VERSION) ||
-	    msgpack_pack_uint64(&pk, layout))
+	    msgpack_pack_uint64(&pk, layout) ||
+	    (owner && (msgpack_pack_uint32(&pk, owner) ||
+		       msgpack_pack_uint32(&pk, epoch))))
 		return -ENOMEM;
 	return 0;
 }

@@ -8,6 +8,8 @@
  *
  *   client -> carmyd
  *     HELLO     [1, version, layout_signature]
+ *               [1, version, layout_signature, owner, epoch]  give me back
+ *               the owner id I had under that epoch (a restarted carmyd)
  *     COMPLETE  [2, entry, exec(bin 16), status, result_code, result(bin)]
  *     RECLAIM   [3]   the index is all tombstones: reclaim them now
  *     RESERVE   [4, entry, exec(bin 16)]   make this reservation durable
@@ -40,6 +42,7 @@
 #define WIRE_SHM_NAME_MAX 64
 /* HELLO reply flags. */
 #define WIRE_F_DURABLE 1u	/* confirm reservations and releases */
+#define WIRE_F_RESUMED 2u	/* the owner id asked for was given back */
 /* Bytes a COMPLETE needs beyond its result. */
 #define WIRE_OVERHEAD 64
 
@@ -60,6 +63,8 @@ struct wire_msg {
 		struct {
 			uint32_t version;
 			uint64_t layout;
+			uint32_t owner;	/* 0, or the one to resume */
+			uint32_t epoch;
 		} hello;
 		struct {
 			int32_t code;
@@ -115,7 +120,8 @@ int wire_decode(const void *buf, size_t len, int from_client,
 		struct wire_msg *m);
 
 /* Encoders append one message to sb. They return 0 or -ENOMEM. */
-int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout);
+int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout, uint32_t owner,
+		   uint32_t epoch);
 int wire_put_reclaim(msgpack_sbuffer *sb);
 int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 		      const uint8_t exec[16], int status, int result_code,

@@ -374,6 +374,9 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      uint32_t owner, const uint8_t *exec, int status,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
+bool shm_completed_as(const struct shm_view *v, uint32_t entry,
+		      const uint8_t *exec, int status, int result_code,
+		      const void *data, size_t len);
 void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 	       struct shm_sweep_stats *st);
 uint32_t shm_reclaim(struct shm_view *v);

@@ -65,6 +65,27 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	return 0;
 }
 
+/* Is entry e published COMPLETED under execution id exec, with exactly
+ * this status, code and result? A completion sent twice (again after a
+ * reconnect) is then already recorded; anything else is not ours to say. */
+bool shm_completed_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec, int status, int result_code,
+		      const void *data, size_t len)
+{
+	const struct shm_entry *en;
+	uint32_t b;
+	uint64_t w;
+
+	if (e >= v->geo.capacity || len > v->geo.max_result ||
+	    !published_at(v, e, &b, &w) || SHM_W_STATE(w) != SHM_COMPLETED)
+		return false;
+	en = shm_entry_at(v, e);
+	return memcmp(en->en_exec, exec, SHM_EXEC_LEN) == 0 &&
+	       en->en_status == status && en->en_result_code == result_code &&
+	       en->en_result_len == len &&
+	       (len == 0 || memcmp(shm_result_area(v, e), data, len) == 0);
+}
+
 /*
  * Settle ticket e, seen as t, of a dead owner (or one already SWEEPING).
  * The ticket is first moved from the owner's id to SWEEPING with a CAS

@@ -82,8 +82,9 @@ static const char *outcome(int rc)
 }
 
 /* carmyd's options for a journal in dir/j; spec is the caller's buffer,
- * which must outlive opts. */
-static void journal_opts(const char *opts[8], char *spec, size_t size,
+ * which must outlive opts. No grace period: these tests judge entries of
+ * dead owners right after a restart (check_restart covers the grace). */
+static void journal_opts(const char *opts[10], char *spec, size_t size,
 			 const char *dir, const char *capacity,
 			 const char *max_result)
 {
@@ -96,7 +97,9 @@ static void journal_opts(const char *opts[8], char *spec, size_t size,
 	opts[3] = max_result;
 	opts[4] = "--store";
 	opts[5] = spec;
-	opts[6] = NULL;
+	opts[6] = "--grace";
+	opts[7] = "0";
+	opts[8] = NULL;
 }
 
 static void journal_path(char *out, size_t size, const char *dir)
@@ -354,7 +357,7 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_reservation hr = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160], released_exec[CARMY_EXECUTION_ID_LEN + 1];
-	const char *opts[8];
+	const char *opts[10];
 	struct e2e_child ch;
 
 	new_dir(dir, sizeof(dir));
@@ -443,7 +446,7 @@ START_TEST(test_restart_on_the_kept_segment_then_reboot_agree)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_reservation hr = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160];
-	const char *opts[8];
+	const char *opts[10];
 	struct e2e_child ch;
 
 	new_dir(dir, sizeof(dir));
@@ -673,7 +676,7 @@ START_TEST(test_acknowledged_steps_survive_a_reboot_under_load)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct wlog wl[LOAD_WORKERS];
 	pid_t pids[LOAD_WORKERS];
-	const char *opts[8];
+	const char *opts[10];
 	uint64_t t0, kill_ns, deadline;
 	unsigned us = 50, target;
 	unsigned acked = 0, replayed_unacked = 0, uncertain = 0;
@@ -846,7 +849,7 @@ static void make_torn_items(struct done *dn, int n)
 static size_t fill_journal(const char *dir, struct done *dn, int n)
 {
 	char spec[160], path[160];
-	const char *opts[8];
+	const char *opts[10];
 	struct stat st;
 
 	journal_opts(opts, spec, sizeof(spec), dir, "256", "1024");
@@ -887,7 +890,7 @@ static int check_prefix(const char *dir, struct done *dn, int n,
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char spec[160];
-	const char *opts[8];
+	const char *opts[10];
 	int known = 0;
 
 	journal_opts(opts, spec, sizeof(spec), dir, "256", "1024");
@@ -946,7 +949,7 @@ static void check_after_cut(const char *dir, const struct done *dn, int n,
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char spec[160];
-	const char *opts[8];
+	const char *opts[10];
 
 	journal_opts(opts, spec, sizeof(spec), dir, "256", "1024");
 	e2e_start(&d, opts);
@@ -1187,7 +1190,7 @@ START_TEST(test_damage_in_the_middle_is_refused_not_cut)
 	flips[3] = head + (end - head) / 2;
 	for (int i = 0; i < 4; i++) {
 		char cdir[128], cpath[160], spec[160], jdir[160];
-		const char *opts[8];
+		const char *opts[10];
 		uint8_t *after;
 		size_t alen;
 
@@ -1243,7 +1246,7 @@ END_TEST
 START_TEST(test_unusable_journal_is_refused_without_a_segment)
 {
 	char dir[128], path[160], spec[200], jdir[160];
-	const char *opts[8], *argv[3] = { "--store", spec, NULL };
+	const char *opts[10], *argv[3] = { "--store", spec, NULL };
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_call call = E2E_CALL("p", "s", "still-served");
 	static const uint8_t junk[4096] = { 'n', 'o', 't', ' ', 'a', ' ',

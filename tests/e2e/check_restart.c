@@ -2,8 +2,11 @@
  * check_restart.c - carmyd is killed with -9 and started again on the same
  * segment: every completed entry replays with its execution id, status and
  * result; entries whose owners died or were cut off meanwhile are
- * EXECUTION_UNCERTAIN (interrupted); new identities work; and a client
- * connected before the restart can no longer record anything.
+ * EXECUTION_UNCERTAIN (interrupted); new identities work. Without a grace
+ * period (--grace 0) a client connected before the restart can no longer
+ * record anything; with one, the same process gets its reservations back
+ * and completes them, and an owner that does not come back is uncertain
+ * once the period ends.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -13,13 +16,22 @@
 #include <unistd.h>
 
 #include <check.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
+#include "libclient/wire.h"
 #include "tests/e2e/e2e.h"
 
 #define NDONE 6
 
 static const char *const opts[] = { "--capacity", "64", "--max-result",
-				    "256", NULL };
+				    "256", "--grace", "0", NULL };
+/* A grace period no test waits for: a returning owner is always in time. */
+static const char *const opts_long_grace[] = { "--capacity", "64",
+	"--max-result", "256", "--grace", "60", NULL };
+#define SHORT_GRACE_S 2
+static const char *const opts_short_grace[] = { "--capacity", "64",
+	"--max-result", "256", "--grace", "2", NULL };
 static struct carmyd_proc d;
 /* The handles a test opens, closed by teardown even if the test failed
  * (without fork, a failed assertion skips the rest of the test). */
@@ -204,40 +216,25 @@ START_TEST(test_client_connected_across_restart_is_disconnected)
 }
 END_TEST
 
-/* A handle from before the restart that has not noticed yet may still get a
- * reservation out of the shared table; then its result cannot be recorded,
- * and the entry must end uncertain, never free for a second run. */
-START_TEST(test_reservation_by_a_handle_from_before_restart_ends_uncertain)
+/* A handle from before the restart reconnects by itself on its next call.
+ * Without a grace period it does so under a new owner id: a new call is
+ * reserved and recorded as usual, and runs once. */
+START_TEST(test_handle_from_before_restart_reconnects_for_new_calls)
 {
 	struct carmy_call call = E2E_CALL("p", "s", "late-begin");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_reservation u = CARMY_RESERVATION_INIT;
-	int rc;
 
 	old = e2e_connect(&d);
 	e2e_kill9(&d);
 	e2e_restart(&d, opts);
 	c = e2e_connect(&d);
-	rc = carmy_begin(old, &call, &r);
-	if (rc == CARMY_RESERVED) {
-		char exec[CARMY_EXECUTION_ID_LEN + 1];
-
-		strcpy(exec, r.execution_id);
-		rc = carmy_complete(old, &r, CARMY_STATUS_COMPLETED, "x", 1);
-		ck_assert_msg(rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE,
-			      "a stale handle recorded a result: %s",
-			      carmy_errname(rc));
-		expect_interrupted(c, &call, exec);
-		e2e_note("a stale handle was given a reservation; it ended "
-			 "uncertain");
-	} else {
-		ck_assert_msg(rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE,
-			      "stale handle's begin: %s", carmy_errname(rc));
-		e2e_note("a stale handle's begin was refused: %s",
-			 carmy_errname(rc));
-		expect_new_works(c, "late-begin");
-	}
-	ck_assert_int_ne(carmy_begin(c, &call, &u), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(old, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED, "x",
+					1), 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &u), CARMY_REPLAY);
+	ck_assert_str_eq(u.execution_id, r.execution_id);
+	ck_assert_int_eq(carmy_begin(old, &call, &u), CARMY_REPLAY);
 	carmy_reservation_clear(&r);
 	carmy_reservation_clear(&u);
 }
@@ -271,6 +268,160 @@ START_TEST(test_begin_while_carmyd_is_down_fails_closed_but_replays)
 }
 END_TEST
 
+/* Within the grace period the process that held a reservation gets it back
+ * by itself and records its result; meanwhile others see it running. */
+START_TEST(test_owner_back_within_grace_completes_its_call)
+{
+	struct carmy_call held = E2E_CALL("p", "s", "held-across");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation u = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	old = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(old, &held, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &held, &u), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(u.state, CARMY_STATE_RUNNING);
+	ck_assert_str_eq(u.execution_id, exec);
+
+	/* The tool finished while carmyd was away: its result is kept. */
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"kept", 4), 0);
+	ck_assert_int_eq(carmy_begin(c, &held, &u), CARMY_REPLAY);
+	ck_assert_str_eq(u.execution_id, exec);
+	ck_assert_uint_eq(u.result_len, 4);
+	ck_assert_mem_eq(u.result, "kept", 4);
+	/* And the handle works on. */
+	expect_new_works(old, "after-resume");
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&u);
+}
+END_TEST
+
+/* An owner that does not come back is running until the grace period ends,
+ * then uncertain; asking late gets it nothing back. */
+START_TEST(test_owner_not_back_is_uncertain_once_grace_ends)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "not-back");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct e2e_child ch;
+	uint64_t t0;
+	int rc;
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_short_grace);
+	e2e_child_reserve(&ch, d.socket, &call, E2E_HOLD);
+	e2e_kill9(&d);
+	t0 = harness_now_ns();
+	e2e_restart(&d, opts_short_grace);
+	c = e2e_connect(&d);
+	rc = e2e_poll_begin(c, &call, &r, CARMY_EUNCERTAIN,
+			    CARMY_STATE_INTERRUPTED,
+			    (SHORT_GRACE_S + 8) * 1000, NULL);
+	ck_assert_msg(rc == CARMY_EUNCERTAIN &&
+			      r.state == CARMY_STATE_INTERRUPTED,
+		      "after the grace period: %s (%s)", carmy_errname(rc),
+		      carmy_state_name(r.state));
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	/* Never before the period was over. */
+	ck_assert_msg(e2e_ms_since(t0) >= SHORT_GRACE_S * 1000.0,
+		      "interrupted %.0f ms after the restart, grace %d s",
+		      e2e_ms_since(t0), SHORT_GRACE_S);
+	e2e_note("uncertain %.0f ms after the restart (grace %d s)",
+		 e2e_ms_since(t0), SHORT_GRACE_S);
+	e2e_child_reap(&ch);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* The owner id of the process holding a reservation, read from the
+ * segment's tickets (the high half of a ticket is its claimer's pid). */
+static uint32_t owner_of(const struct carmyd_proc *p, pid_t pid)
+{
+	struct shm_view v;
+	uint32_t owner = 0;
+
+	ck_assert_int_eq(shm_map(p->segment, false, &v), 0);
+	for (uint32_t e = 0; e < v.geo.capacity; e++) {
+		uint64_t t = v.tickets[e];
+
+		if (SHM_T_PID(t) == (uint32_t)pid &&
+		    SHM_T_WHAT(t) >= SHM_OWNER_MIN)
+			owner = SHM_T_WHAT(t);
+	}
+	shm_unmap(&v);
+	return owner;
+}
+
+/* HELLO asking for owner back, from this process; the reply's flags. */
+static uint32_t ask_back(const char *path, uint32_t owner)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	msgpack_sbuffer sb;
+	uint8_t buf[512];
+	struct wire_msg m;
+	size_t have = 0;
+	long n = 0;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	strcpy(sa.sun_path, path);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_hello(&sb, shm_layout_signature(), owner, 1),
+			 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	while (n == 0) {
+		ssize_t got = e2e_read_full(fd, buf + have, 1, 5000);
+
+		ck_assert_int_eq(got, 0);
+		have++;
+		n = wire_scan(buf, have, sizeof(buf));
+		ck_assert_int_ge(n, 0);
+	}
+	ck_assert_int_eq(wire_decode(buf, have, 0, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_HELLO);
+	close(fd);
+	return m.u.hello_ok.flags;
+}
+
+/* Another process cannot take a reservation's owner id back: carmyd gives
+ * it only to the pid on its tickets. */
+START_TEST(test_only_the_same_process_gets_its_owner_back)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "not-yours");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct e2e_child ch;
+	uint32_t owner;
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	e2e_child_reserve(&ch, d.socket, &call, E2E_HOLD);
+	owner = owner_of(&d, ch.pid);
+	ck_assert_uint_ge(owner, SHM_OWNER_MIN);
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	ck_assert_uint_eq(ask_back(d.socket, owner) & WIRE_F_RESUMED, 0);
+	/* An id nobody held is not handed out either. */
+	ck_assert_uint_eq(ask_back(d.socket, owner + 1000) & WIRE_F_RESUMED, 0);
+	/* Refused, it stays the child's: running, not swept. */
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	e2e_child_reap(&ch);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
 static Suite *restart_suite(void)
 {
 	Suite *s = suite_create("restart");
@@ -280,8 +431,11 @@ static Suite *restart_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_restart_keeps_completed_results_and_interrupts_running);
 	tcase_add_test(tc, test_client_connected_across_restart_is_disconnected);
-	tcase_add_test(tc, test_reservation_by_a_handle_from_before_restart_ends_uncertain);
+	tcase_add_test(tc, test_handle_from_before_restart_reconnects_for_new_calls);
 	tcase_add_test(tc, test_begin_while_carmyd_is_down_fails_closed_but_replays);
+	tcase_add_test(tc, test_owner_back_within_grace_completes_its_call);
+	tcase_add_test(tc, test_owner_not_back_is_uncertain_once_grace_ends);
+	tcase_add_test(tc, test_only_the_same_process_gets_its_owner_back);
 	suite_add_tcase(s, tc);
 	return s;
 }

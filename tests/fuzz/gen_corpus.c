@@ -65,7 +65,7 @@ static void ok(int rc)
 
 static void hello(msgpack_sbuffer *sb)
 {
-	ok(wire_put_hello(sb, shm_layout_signature()));
+	ok(wire_put_hello(sb, shm_layout_signature(), 0, 0));
 }
 
 static void complete(msgpack_sbuffer *sb, uint32_t entry, uint32_t exec_of,
@@ -128,7 +128,7 @@ static void wire_seeds(void)
 		      "r", 1);
 	     ok(wire_put_reclaim(&sb)));
 	SEED("hello_twice", hello(&sb); hello(&sb));
-	SEED("hello_bad_layout", ok(wire_put_hello(&sb, 0x1234)));
+	SEED("hello_bad_layout", ok(wire_put_hello(&sb, 0x1234, 0, 0)));
 	SEED("complete_before_hello",
 	     complete(&sb, FW_E_LIVE, FW_E_LIVE, CARMY_STATUS_COMPLETED, 0,
 		      "x", 1));

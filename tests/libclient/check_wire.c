@@ -89,13 +89,23 @@ START_TEST(test_every_message_round_trips)
 
 	memset(exec, 0xab, sizeof(exec));
 	msgpack_sbuffer_init(&sb);
-	ck_assert_int_eq(wire_put_hello(&sb, UINT64_C(0xfedcba9876543210)), 0);
+	ck_assert_int_eq(wire_put_hello(&sb, UINT64_C(0xfedcba9876543210), 0,
+					0), 0);
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
 	ck_assert_int_eq(m.type, WIRE_HELLO);
 	ck_assert_uint_eq(m.u.hello.version, WIRE_VERSION);
 	ck_assert(m.u.hello.layout == UINT64_C(0xfedcba9876543210));
+	ck_assert_uint_eq(m.u.hello.owner, 0);
 	/* A client message is not a valid daemon message, and vice versa. */
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), CARMY_EPROTOCOL);
+
+	/* Asking for an owner id back, after a restart. */
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_hello(&sb, 7, 33, 4), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_HELLO);
+	ck_assert_uint_eq(m.u.hello.owner, 33);
+	ck_assert_uint_eq(m.u.hello.epoch, 4);
 
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_complete(&sb, 42, exec, 3, 0, "a\0b", 3), 0);
@@ -165,6 +175,11 @@ START_TEST(test_wrong_shapes_rejected)
 	ck_assert_int_eq(wire_decode("\x93\x05\x01\xc4\x10" "0123456789abcdef",
 				     21, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
+	/* HELLO asking for owner 0 back, or with 4 fields. */
+	ck_assert_int_eq(wire_decode("\x95\x01\x02\x03\x00\x01", 6, 1,
+				     &(struct wire_msg){ 0 }), CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x94\x01\x02\x03\x05", 5, 1,
+				     &(struct wire_msg){ 0 }), CARMY_EPROTOCOL);
 	/* Unknown type 9. */
 	ck_assert_int_eq(wire_decode("\x91\x09", 2, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
