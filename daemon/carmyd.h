@@ -70,6 +70,10 @@ struct store {
 	uint32_t ticks;
 	uint64_t last_reclaim_ns;
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
+	/* Entries an operator's RESOLVE is on its way to the store for: a
+	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
+	uint32_t resolving[16];
+	unsigned nresolving;
 };
 int store_open(struct store *s, const struct carmyd_config *cfg);
 void store_close(struct store *s, const struct carmyd_config *cfg,
@@ -85,15 +89,29 @@ struct store_op {
 	struct carmy_store_req req;
 	struct carmy_store_record rec;
 	void *conn;		/* the server's, for the reply */
-	int type;		/* WIRE_RESERVE, WIRE_COMPLETE, WIRE_RELEASE */
+	int type;		/* WIRE_RESERVE, COMPLETE, RELEASE, RESOLVE,
+				 * WAIT */
 	uint32_t entry;
+	uint32_t bucket;	/* RESOLVE: where it was found ... */
+	uint64_t word;		/* ... and as what */
+	uint64_t deadline_ns;	/* WAIT: CLOCK_MONOTONIC */
 	int rc;			/* what the store answered */
 	struct store_op *next;	/* the server's, once done */
+	struct store_op *wnext;	/* WAIT: the list of waiters */
 	uint8_t ident[3 * CARMY_ID_MAX];
 	uint8_t *result;	/* malloc'd copy for COMPLETE */
 };
 int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		  const uint8_t exec[SHM_EXEC_LEN]);
+int store_find_uncertain(struct store *s, struct store_op *op,
+			 const struct shm_key *k, const uint8_t fp[SHM_FP_LEN],
+			 const uint8_t exec[SHM_EXEC_LEN]);
+int store_resolve(struct store *s, const struct store_op *op);
+void store_resolve_done(struct store *s, uint32_t entry);
+bool store_running(struct store *s, uint32_t entry,
+		   const uint8_t exec[SHM_EXEC_LEN]);
+int store_find_running(struct store *s, const struct shm_key *k,
+		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry);
 void store_submit(struct store *s, struct store_op *op);
 uint64_t store_now_ns(void);	/* CLOCK_REALTIME, as entries record it */
 void store_sweep_dead(struct store *s, const char *why);

@@ -3,8 +3,8 @@
  * (--store journal:DIR). Format and recovery are drawn in docs/journal.md.
  *
  * One append-only file, DIR/journal, of checksummed records: RESERVE (a new
- * execution: identity, fingerprints, exec id), COMPLETE (its result) and
- * RELEASE (withdrawn). A record is acknowledged only once fdatasync() has
+ * execution: identity, fingerprints, exec id), COMPLETE (its result),
+ * RELEASE (withdrawn) and RESOLVE (an operator settled an interrupted one). A record is acknowledged only once fdatasync() has
  * returned after it was written, so an acknowledged reservation or result
  * survives a power loss.
  *
@@ -161,6 +161,20 @@ struct jrec_release {
 	uint8_t rl_exec[16];
 };
 
+struct jrec_resolve {
+	uint8_t rs_exec[16];
+	uint64_t rs_finished_ns;
+	uint64_t rs_resolved_ns;
+	uint32_t rs_uid;
+	uint32_t rs_pid;
+	int32_t rs_status;
+	int32_t rs_result_code;
+	uint32_t rs_result_len;
+	uint8_t rs_committed;	/* 1: it happened, with this result */
+	uint8_t rs_pad[3];
+	/* then the result */
+};
+
 #define HEAD_SIZE sizeof(struct jfile_head)
 #define REC_MIN (sizeof(struct jrec_head) + sizeof(struct jrec_release) + 8)
 /* The largest record: a COMPLETE with the largest result carmyd allows. */
@@ -307,7 +321,24 @@ static int jnl_load(void *store, carmy_store_each_fn each, void *arg)
 		r.pid = rv.rv_pid;
 		r.started_ns = rv.rv_started_ns;
 		r.state = CARMY_STORE_RUNNING;
-		if (x->complete_off != 0) {
+		if (x->complete_off != 0 &&
+		    j->map[x->complete_off + offsetof(struct jrec_head,
+						      jr_op)] ==
+			    CARMY_STORE_RESOLVE) {
+			struct jrec_resolve rs;
+
+			p = j->map + x->complete_off + sizeof(struct jrec_head);
+			memcpy(&rs, p, sizeof(rs));
+			r.state = CARMY_STORE_COMPLETED;
+			r.finished_ns = rs.rs_finished_ns;
+			r.status = rs.rs_status;
+			r.result_code = rs.rs_result_code;
+			r.result = p + sizeof(rs);
+			r.result_len = rs.rs_result_len;
+			r.resolved_ns = rs.rs_resolved_ns;
+			r.resolved_uid = rs.rs_uid;
+			r.resolved_pid = rs.rs_pid;
+		} else if (x->complete_off != 0) {
 			struct jrec_complete cp;
 
 			p = j->map + x->complete_off + sizeof(struct jrec_head);
@@ -545,6 +576,10 @@ static size_t rec_size(const struct carmy_store_req *req)
 	case CARMY_STORE_COMPLETE:
 		n += sizeof(struct jrec_complete) + r->result_len;
 		break;
+	case CARMY_STORE_RESOLVE:
+		n += sizeof(struct jrec_resolve) +
+		     (r->state == CARMY_STORE_COMPLETED ? r->result_len : 0);
+		break;
 	default:
 		n += sizeof(struct jrec_release);
 		break;
@@ -594,6 +629,25 @@ static void rec_put(struct jnl *j, const struct carmy_store_req *req,
 		memcpy(q, &cp, sizeof(cp));
 		if (r->result_len > 0)
 			memcpy(q + sizeof(cp), r->result, r->result_len);
+		break;
+	}
+	case CARMY_STORE_RESOLVE: {
+		bool committed = r->state == CARMY_STORE_COMPLETED;
+		struct jrec_resolve rs = {
+			.rs_finished_ns = r->finished_ns,
+			.rs_resolved_ns = r->resolved_ns,
+			.rs_uid = r->resolved_uid,
+			.rs_pid = r->resolved_pid,
+			.rs_status = r->status,
+			.rs_result_code = r->result_code,
+			.rs_result_len = committed ? r->result_len : 0,
+			.rs_committed = committed,
+		};
+
+		memcpy(rs.rs_exec, r->exec, 16);
+		memcpy(q, &rs, sizeof(rs));
+		if (committed && r->result_len > 0)
+			memcpy(q + sizeof(rs), r->result, r->result_len);
 		break;
 	}
 	default: {
@@ -854,6 +908,17 @@ static size_t rec_valid(const struct jnl *j, const uint8_t *p, size_t avail,
 			return 0;
 		break;
 	}
+	case CARMY_STORE_RESOLVE: {
+		struct jrec_resolve rs;
+
+		fixed = sizeof(h) + sizeof(rs);
+		if (h.jr_len < fixed + 8)
+			return 0;
+		memcpy(&rs, p + sizeof(h), sizeof(rs));
+		if (fixed + (size_t)rs.rs_result_len + 8 > h.jr_len)
+			return 0;
+		break;
+	}
 	case CARMY_STORE_RELEASE:
 		break;
 	default:
@@ -972,6 +1037,22 @@ static int index_record(struct jnl *j, const uint8_t *p, uint64_t off)
 		 * saw reserved (or one released) is ignored. */
 		if (x != NULL && !x->gone && x->complete_off == 0)
 			x->complete_off = off;
+		return 0;
+	}
+	case CARMY_STORE_RESOLVE: {
+		struct jrec_resolve rs;
+
+		memcpy(&rs, p, sizeof(rs));
+		x = find_exec(j, rs.rs_exec);
+		/* Only an execution without a result can be resolved. */
+		if (x == NULL || x->gone || x->complete_off != 0)
+			return 0;
+		if (rs.rs_committed) {
+			x->complete_off = off;
+		} else {
+			x->gone = true;
+			j->live--;
+		}
 		return 0;
 	}
 	default: {

@@ -79,6 +79,7 @@ struct conn {
 	unsigned pending;
 	bool closing;
 	char why[64];
+	struct store_op *waiting;	/* its WAIT, while registered */
 };
 
 struct server {
@@ -93,6 +94,9 @@ struct server {
 	pthread_mutex_t idle_lock;
 	pthread_cond_t idle;
 	unsigned inflight;
+	/* Connections waiting for an execution to stop running (WAIT). */
+	pthread_mutex_t wait_lock;
+	struct store_op *waiters;
 };
 
 static int loop_init(struct server *sv, struct loop *l);
@@ -109,6 +113,11 @@ static void store_done(struct carmy_store_req *req, int rc);
 static void on_done(struct loop *l);
 static void finish(struct store_op *op);
 static void arm(struct conn *c);
+static int on_resolve(struct conn *c, const struct wire_msg *m);
+static int on_wait(struct conn *c, const struct wire_msg *m);
+static void wake_waiters(struct server *sv, bool all, uint32_t entry,
+			 int rc);
+static uint64_t mono_ns(void);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
 static void fail_conn(struct conn *c, int code, const char *why);
@@ -128,6 +137,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	sv.msg_cap = (size_t)s->view.geo.max_result + WIRE_OVERHEAD;
 	pthread_mutex_init(&sv.idle_lock, NULL);
 	pthread_cond_init(&sv.idle, NULL);
+	pthread_mutex_init(&sv.wait_lock, NULL);
 	sv.nloops = cfg->threads ? cfg->threads : 1;
 	sv.loops = calloc(sv.nloops, sizeof(*sv.loops));
 	if (sv.loops == NULL) {
@@ -184,8 +194,9 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	}
 	for (unsigned i = 1; i < started; i++)
 		pthread_join(sv.loops[i].thread, NULL);
-	/* The store may still be answering: its answers go to the loops'
-	 * lists, which must outlive them. */
+	/* Waiters are let go; the store may still be answering: both go to
+	 * the loops' lists, which must outlive them. */
+	wake_waiters(&sv, true, 0, -ECANCELED);
 	pthread_mutex_lock(&sv.idle_lock);
 	while (sv.inflight > 0)
 		pthread_cond_wait(&sv.idle, &sv.idle_lock);
@@ -215,6 +226,7 @@ out:
 	}
 	pthread_cond_destroy(&sv.idle);
 	pthread_mutex_destroy(&sv.idle_lock);
+	pthread_mutex_destroy(&sv.wait_lock);
 	if (sv.sfd >= 0)
 		close(sv.sfd);
 	if (sv.tfd >= 0)
@@ -298,6 +310,9 @@ static int loop_run(struct loop *l)
 					/* spurious wake-up */
 				}
 				store_tick(sv->store);
+				/* Releases and sweeps end executions
+				 * without telling us; deadlines pass. */
+				wake_waiters(sv, true, 0, 0);
 			} else {
 				struct conn *c = p;
 
@@ -539,6 +554,8 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		rc = store_complete(s, m.u.complete.entry, c->owner,
 				    m.u.complete.exec, status, code, data,
 				    dlen);
+		if (rc == 0)
+			wake_waiters(sv, false, m.u.complete.entry, 0);
 		if (rc != 0)
 			log_debug("owner %u: completion of entry %u refused: %s",
 				  c->owner, m.u.complete.entry,
@@ -553,6 +570,14 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		}
 		store_reclaim(s);
 		rc = wire_put_reply(&c->out, WIRE_RECLAIM, 0);
+		break;
+	case WIRE_RESOLVE:
+	case WIRE_WAIT:
+		if (c->owner == 0) {
+			fail_conn(c, CARMY_EPROTOCOL, "request before HELLO");
+			return -1;
+		}
+		rc = m.type == WIRE_RESOLVE ? on_resolve(c, &m) : on_wait(c, &m);
 		break;
 	case WIRE_RESERVE:
 	case WIRE_RELEASE:
@@ -703,14 +728,27 @@ static void finish(struct store_op *op)
 	struct store *s = c->loop->sv->store;
 	int type = op->type, rc = op->rc;
 
-	if (rc == 0 && type == WIRE_COMPLETE) {
+	if (type == WIRE_WAIT) {
+		/* 0, -ETIMEDOUT or -ECANCELED: the waiter looks again. */
+		c->waiting = NULL;
+	} else if (rc == 0 && type == WIRE_COMPLETE) {
 		rc = store_complete(s, op->entry, c->owner, op->rec.exec,
 				    op->rec.status, op->rec.result_code,
 				    op->result, op->rec.result_len);
+		if (rc == 0)
+			wake_waiters(c->loop->sv, false, op->entry, 0);
+	} else if (rc == 0 && type == WIRE_RESOLVE) {
+		rc = store_resolve(s, op);
+		store_resolve_done(s, op->entry);
+		if (rc == 0)
+			wake_waiters(c->loop->sv, false, op->entry, 0);
 	} else if (rc != 0) {
+		if (type == WIRE_RESOLVE)
+			store_resolve_done(s, op->entry);
 		log_warn("owner %u: the store failed a %s: %s", c->owner,
 			 type == WIRE_RESERVE ? "reservation" :
-			 type == WIRE_COMPLETE ? "completion" : "release",
+			 type == WIRE_COMPLETE ? "completion" :
+			 type == WIRE_RESOLVE ? "resolution" : "release",
 			 strerror(-rc));
 		rc = CARMY_ESTORE;
 	}
@@ -743,6 +781,190 @@ static void arm(struct conn *c)
 	ev.events = (c->pending == 0 ? EPOLLIN : 0) |
 		    (c->want_out ? EPOLLOUT : 0);
 	epoll_ctl(c->loop->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/*
+ * RESOLVE: an operator settles an interrupted execution, as committed (it
+ * happened: record this result, replayed from now on) or not (the identity
+ * is free again). Who (the peer's uid and pid) and when are recorded with
+ * it, and logged. With a durable store the record goes there first, like
+ * a completion. Returns 0 or -ENOMEM, like the encoders.
+ */
+static int on_resolve(struct conn *c, const struct wire_msg *m)
+{
+	struct server *sv = c->loop->sv;
+	struct store *s = sv->store;
+	struct store_op *op;
+	struct shm_key k;
+	int rc = shm_key_init(&k, s->view.seed, m->u.settle.part[0],
+			      m->u.settle.len[0], m->u.settle.part[1],
+			      m->u.settle.len[1], m->u.settle.part[2],
+			      m->u.settle.len[2]);
+	bool committed = m->u.settle.committed != 0;
+	int status = m->u.settle.status;
+
+	if (rc == 0 && committed &&
+	    (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED))
+		rc = CARMY_EINVALID_STATUS;
+	if (rc == 0 && committed && m->u.settle.result_len > s->view.geo.max_result)
+		rc = CARMY_ERESULT_TOO_LARGE;
+	if (rc != 0)
+		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);
+	op = calloc(1, sizeof(*op));
+	if (op == NULL)
+		return -ENOMEM;
+	op->type = WIRE_RESOLVE;
+	op->req.op = CARMY_STORE_RESOLVE;
+	rc = store_find_uncertain(s, op, &k, m->u.settle.fp, m->u.settle.exec);
+	if (rc != 0) {
+		free(op);
+		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);
+	}
+	if (committed && m->u.settle.result_len > 0) {
+		op->result = malloc(m->u.settle.result_len);
+		if (op->result == NULL) {
+			store_resolve_done(s, op->entry);
+			free(op);
+			return -ENOMEM;
+		}
+		memcpy(op->result, m->u.settle.result, m->u.settle.result_len);
+	}
+	op->rec.state = committed ? CARMY_STORE_COMPLETED : 0;
+	op->rec.status = committed ? status : 0;
+	op->rec.result = op->result;
+	op->rec.result_len = committed ? (uint32_t)m->u.settle.result_len : 0;
+	op->rec.finished_ns = op->rec.resolved_ns = store_now_ns();
+	op->rec.resolved_uid = (uint32_t)c->uid;
+	op->rec.resolved_pid = (uint32_t)c->pid;
+	log_info("pid %d uid %u resolves entry %u (%.*s/%.*s/%.*s) as %s",
+		 (int)c->pid, (unsigned)c->uid, op->entry,
+		 (int)m->u.settle.len[0], (const char *)m->u.settle.part[0],
+		 (int)m->u.settle.len[1], (const char *)m->u.settle.part[1],
+		 (int)m->u.settle.len[2], (const char *)m->u.settle.part[2],
+		 committed ? "committed" : "not committed");
+	if (!s->durable) {
+		rc = store_resolve(s, op);
+		store_resolve_done(s, op->entry);
+		if (rc == 0)
+			wake_waiters(sv, false, op->entry, 0);
+		free(op->result);
+		free(op);
+		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);
+	}
+	op->conn = c;
+	op->req.done = store_done;
+	op->req.cookie = op;
+	c->pending++;
+	arm(c);
+	pthread_mutex_lock(&sv->idle_lock);
+	sv->inflight++;
+	pthread_mutex_unlock(&sv->idle_lock);
+	store_submit(s, op);
+	return 0;
+}
+
+/*
+ * WAIT: answer once the execution stops running (completed, uncertain,
+ * released, resolved) or timeout_ms pass, whichever is first; the waiter
+ * then asks the table again. Nothing more is read from c meanwhile. The
+ * end is seen at once for completions and resolutions carmyd records and
+ * for sweeps, within the 100 ms tick for releases and deadlines.
+ */
+static int on_wait(struct conn *c, const struct wire_msg *m)
+{
+	struct server *sv = c->loop->sv;
+	struct store *s = sv->store;
+	struct store_op *op;
+	struct shm_key k;
+	uint32_t entry;
+	int rc = shm_key_init(&k, s->view.seed, m->u.settle.part[0],
+			      m->u.settle.len[0], m->u.settle.part[1],
+			      m->u.settle.len[1], m->u.settle.part[2],
+			      m->u.settle.len[2]);
+
+	if (rc == 0)
+		rc = store_find_running(s, &k, m->u.settle.exec, &entry);
+	if (rc == CARMY_ENOT_RESERVED)
+		return wire_put_reply(&c->out, WIRE_WAIT, 0);	/* not running */
+	if (rc != 0)
+		return wire_put_reply(&c->out, WIRE_WAIT, rc);
+	if (m->u.settle.timeout_ms == 0)
+		return wire_put_reply(&c->out, WIRE_WAIT, -ETIMEDOUT);
+	op = calloc(1, sizeof(*op));
+	if (op == NULL)
+		return -ENOMEM;
+	op->type = WIRE_WAIT;
+	op->entry = entry;
+	memcpy(op->rec.exec, m->u.settle.exec, SHM_EXEC_LEN);
+	op->deadline_ns = mono_ns() +
+			  (uint64_t)m->u.settle.timeout_ms * 1000000u;
+	op->conn = c;
+	op->req.done = store_done;
+	op->req.cookie = op;
+	c->pending++;
+	c->waiting = op;
+	arm(c);
+	pthread_mutex_lock(&sv->idle_lock);
+	sv->inflight++;
+	pthread_mutex_unlock(&sv->idle_lock);
+	pthread_mutex_lock(&sv->wait_lock);
+	op->wnext = sv->waiters;
+	sv->waiters = op;
+	pthread_mutex_unlock(&sv->wait_lock);
+	/* It may have ended between the look and the registration. */
+	wake_waiters(sv, false, entry, 0);
+	return 0;
+}
+
+/*
+ * Let go the waiters whose execution stopped running (all, or those on
+ * entry), or whose deadline passed, or, with rc < 0 and all, every one.
+ * Each answer goes to its connection's loop like a store's. Called from
+ * any loop.
+ */
+static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
+{
+	struct store_op *go = NULL, **pp;
+	uint64_t now = mono_ns();
+
+	pthread_mutex_lock(&sv->wait_lock);
+	for (pp = &sv->waiters; *pp != NULL;) {
+		struct store_op *w = *pp;
+		int why = 1;
+
+		if (rc < 0)
+			why = rc;
+		else if (!all && w->entry != entry)
+			why = 1;
+		else if (!store_running(sv->store, w->entry, w->rec.exec))
+			why = 0;
+		else if (now >= w->deadline_ns)
+			why = -ETIMEDOUT;
+		if (why == 1) {
+			pp = &w->wnext;
+			continue;
+		}
+		*pp = w->wnext;
+		w->rc = why;
+		w->wnext = go;
+		go = w;
+	}
+	pthread_mutex_unlock(&sv->wait_lock);
+	while (go != NULL) {
+		struct store_op *next = go->wnext;
+
+		/* The connection's loop clears c->waiting in finish(). */
+		store_done(&go->req, go->rc);
+		go = next;
+	}
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Write pending replies; arm EPOLLOUT only while some are left. Returns 0,
@@ -806,6 +1028,23 @@ static void drop(struct conn *c, const char *why)
 	struct loop *l = c->loop;
 
 	epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	if (c->waiting != NULL) {
+		/* Nobody to tell any more: let the WAIT go at once. */
+		struct store_op *w = NULL, **pp;
+
+		pthread_mutex_lock(&l->sv->wait_lock);
+		for (pp = &l->sv->waiters; *pp != NULL; pp = &(*pp)->wnext) {
+			if (*pp == c->waiting) {
+				w = *pp;
+				*pp = w->wnext;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&l->sv->wait_lock);
+		c->waiting = NULL;
+		if (w != NULL)
+			store_done(&w->req, -ECANCELED);
+	}
 	if (c->pending > 0) {
 		/* Its owner stays registered until the store has answered,
 		 * so a completion on its way is recorded before the sweep
@@ -824,6 +1063,7 @@ static void drop(struct conn *c, const char *why)
 			 (int)c->pid, why);
 		store_sweep_dead(l->sv->store, what);
 		log_debug("%s", what);
+		wake_waiters(l->sv, true, 0, 0);
 	}
 	msgpack_sbuffer_destroy(&c->out);
 	free(c->rbuf);

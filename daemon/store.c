@@ -266,6 +266,120 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 	return 0;
 }
 
+/*
+ * An operator's RESOLVE: find k's entry, which must be UNCERTAIN (its owner
+ * died), of execution exec, with fingerprint fp. Remember where (op->entry,
+ * bucket, word) for store_resolve(), and hold the entry against a second
+ * RESOLVE until store_resolve_done(). Copies into op->rec what a store
+ * records. Returns 0, CARMY_ECONFLICT (another fingerprint),
+ * CARMY_ENOT_INTERRUPTED (absent, running, completed, another execution,
+ * or being resolved) or CARMY_ECAPACITY when too many are in flight.
+ */
+int store_find_uncertain(struct store *s, struct store_op *op,
+			 const struct shm_key *k, const uint8_t fp[SHM_FP_LEN],
+			 const uint8_t exec[SHM_EXEC_LEN])
+{
+	struct shm_found f;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (!shm_lookup(&s->view, k, &f) || f.state != SHM_UNCERTAIN ||
+	    memcmp(f.exec, exec, SHM_EXEC_LEN) != 0)
+		rc = CARMY_ENOT_INTERRUPTED;
+	else if (memcmp(shm_entry_at(&s->view, f.entry)->en_fingerprint, fp,
+			SHM_FP_LEN) != 0)
+		rc = CARMY_ECONFLICT;
+	for (unsigned i = 0; rc == 0 && i < s->nresolving; i++)
+		if (s->resolving[i] == f.entry)
+			rc = CARMY_ENOT_INTERRUPTED;
+	if (rc == 0 && s->nresolving == sizeof(s->resolving) /
+					     sizeof(s->resolving[0]))
+		rc = CARMY_ECAPACITY;
+	if (rc == 0) {
+		s->resolving[s->nresolving++] = f.entry;
+		op->entry = f.entry;
+		op->bucket = f.bucket;
+		op->word = f.word;
+		memcpy(op->rec.exec, exec, SHM_EXEC_LEN);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+/* Apply a RESOLVE found by store_find_uncertain() (and recorded by a
+ * durable store) to the segment. */
+int store_resolve(struct store *s, const struct store_op *op)
+{
+	struct shm_found f = { .entry = op->entry, .bucket = op->bucket,
+			       .word = op->word, .state = SHM_UNCERTAIN };
+	struct shm_restored r = {
+		.completed = op->rec.state == CARMY_STORE_COMPLETED,
+		.finished_ns = op->rec.finished_ns, .status = op->rec.status,
+		.result_code = op->rec.result_code, .result = op->rec.result,
+		.result_len = op->rec.result_len,
+		.resolved_ns = op->rec.resolved_ns,
+		.resolved_uid = op->rec.resolved_uid,
+		.resolved_pid = op->rec.resolved_pid,
+	};
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = shm_resolve(&s->view, &f, &r);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+void store_resolve_done(struct store *s, uint32_t entry)
+{
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 0; i < s->nresolving; i++) {
+		if (s->resolving[i] == entry) {
+			s->resolving[i] = s->resolving[--s->nresolving];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* WAIT: is k's entry running as execution exec? Returns 0 with its index,
+ * or CARMY_ENOT_RESERVED if not (absent, finished, another execution). */
+int store_find_running(struct store *s, const struct shm_key *k,
+		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry)
+{
+	struct shm_found f;
+	int rc = CARMY_ENOT_RESERVED;
+
+	pthread_mutex_lock(&s->lock);
+	if (shm_lookup(&s->view, k, &f) && f.state == SHM_RUNNING &&
+	    memcmp(f.exec, exec, SHM_EXEC_LEN) == 0) {
+		*entry = f.entry;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+/* Is entry still published RUNNING as execution exec? No lock: a waiter
+ * only needs to see that it stopped, and a stale answer is looked at
+ * again on the next tick. */
+bool store_running(struct store *s, uint32_t entry,
+		   const uint8_t exec[SHM_EXEC_LEN])
+{
+	const struct shm_view *v = &s->view;
+	uint32_t b;
+	uint64_t w;
+
+	if (entry >= v->geo.capacity)
+		return false;
+	b = uatomic_read(&shm_entry_at(v, entry)->en_bucket);
+	if (b >= v->geo.nbuckets)
+		return false;
+	w = uatomic_read(&v->buckets[b]);
+	return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
+	       memcmp(shm_entry_at(v, entry)->en_exec, exec,
+		      SHM_EXEC_LEN) == 0;
+}
+
 void store_submit(struct store *s, struct store_op *op)
 {
 	op->req.rec = &op->rec;
@@ -489,7 +603,9 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 		.completed = r->state == CARMY_STORE_COMPLETED,
 		.finished_ns = r->finished_ns, .status = r->status,
 		.result_code = r->result_code, .result = r->result,
-		.result_len = r->result_len,
+		.result_len = r->result_len, .resolved_ns = r->resolved_ns,
+		.resolved_uid = r->resolved_uid,
+		.resolved_pid = r->resolved_pid,
 	};
 	struct shm_key k;
 	int rc;

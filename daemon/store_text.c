@@ -14,6 +14,7 @@
  *   R exec fingerprint rawprint pid started_ns principal session request_id
  *   C exec finished_ns status result_code result
  *   X exec
+ *   S exec committed finished_ns status result_code resolved_ns uid pid result
  * A line is only believed whole if it ends in a newline: a crash mid-line
  * leaves a partial last line, which load() ignores.
  */
@@ -135,6 +136,21 @@ static void text_submit(void *store, struct carmy_store_req *req)
 			n += put_hex(line + n, cap - n, r->result,
 				     r->result_len);
 		break;
+	case CARMY_STORE_RESOLVE:
+		n = snprintf(line, cap, "S ");
+		n += put_hex(line + n, cap - n, r->exec, 16);
+		n += snprintf(line + n, cap - n, "%d %llu %d %d %llu %u %u ",
+			      r->state == CARMY_STORE_COMPLETED,
+			      (unsigned long long)r->finished_ns, r->status,
+			      r->result_code,
+			      (unsigned long long)r->resolved_ns,
+			      r->resolved_uid, r->resolved_pid);
+		if (r->state != CARMY_STORE_COMPLETED || r->result_len == 0)
+			n += snprintf(line + n, cap - n, "- ");
+		else
+			n += put_hex(line + n, cap - n, r->result,
+				     r->result_len);
+		break;
 	default:
 		n = snprintf(line, cap, "X ");
 		n += put_hex(line + n, cap - n, r->exec, 16);
@@ -159,11 +175,11 @@ static void text_submit(void *store, struct carmy_store_req *req)
 static int text_line(char *line, struct text_exec **xs, size_t *nx,
 		     size_t *cap)
 {
-	char *w[10];
+	char *w[11];
 	int nw = 0;
 	uint8_t exec[16];
 
-	for (char *p = strtok(line, " "); p != NULL && nw < 10;
+	for (char *p = strtok(line, " "); p != NULL && nw < 11;
 	     p = strtok(NULL, " "))
 		w[nw++] = p;
 	if (nw < 2 || get_hex(w[1], exec, 16) != 16)
@@ -219,24 +235,39 @@ static int text_line(char *line, struct text_exec **xs, size_t *nx,
 		if (memcmp(x->rec.exec, exec, 16) != 0 || x->gone ||
 		    x->rec.state != CARMY_STORE_RUNNING)
 			continue;
-		if (w[0][0] == 'X' && nw == 2) {
+		/* C: its result. S: an operator's verdict on it, moved
+		 * one word along by the committed flag. */
+		int at = w[0][0] == 'S' ? 3 : 2;
+
+		if ((w[0][0] == 'X' && nw == 2) ||
+		    (w[0][0] == 'S' && nw == 10 && strcmp(w[2], "0") == 0)) {
 			x->gone = 1;
-		} else if (w[0][0] == 'C' && nw == 6) {
-			size_t max = strlen(w[5]) / 2 + 1;
+		} else if ((w[0][0] == 'C' && nw == 6) ||
+			   (w[0][0] == 'S' && nw == 10)) {
+			const char *res = w[nw - 1];
+			size_t max = strlen(res) / 2 + 1;
 			long l;
 
 			x->result = malloc(max);
 			if (x->result == NULL)
 				return -ENOMEM;
-			l = get_hex(w[5], x->result, max);
+			l = get_hex(res, x->result, max);
 			if (l < 0)
 				return -EBADMSG;
 			x->rec.state = CARMY_STORE_COMPLETED;
-			x->rec.finished_ns = strtoull(w[2], NULL, 10);
-			x->rec.status = (int32_t)strtol(w[3], NULL, 10);
-			x->rec.result_code = (int32_t)strtol(w[4], NULL, 10);
+			x->rec.finished_ns = strtoull(w[at], NULL, 10);
+			x->rec.status = (int32_t)strtol(w[at + 1], NULL, 10);
+			x->rec.result_code = (int32_t)strtol(w[at + 2], NULL,
+							     10);
 			x->rec.result = x->result;
 			x->rec.result_len = (uint32_t)l;
+			if (w[0][0] == 'S') {
+				x->rec.resolved_ns = strtoull(w[6], NULL, 10);
+				x->rec.resolved_uid =
+					(uint32_t)strtoul(w[7], NULL, 10);
+				x->rec.resolved_pid =
+					(uint32_t)strtoul(w[8], NULL, 10);
+			}
 		}
 		return 0;
 	}

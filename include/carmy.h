@@ -53,6 +53,7 @@ enum carmy_code {
 	CARMY_EDISCONNECTED = -1012,   /* DISCONNECTED */
 	CARMY_EINVALID_STATUS = -1013, /* INVALID_STATUS */
 	CARMY_ESTORE = -1014,          /* STORE_FAILED */
+	CARMY_ENOT_INTERRUPTED = -1015, /* NOT_INTERRUPTED */
 };
 
 /* Outcomes of carmy_begin() that are not errors. */
@@ -203,6 +204,37 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  * uncertain). Thread-safe.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
+
+/*
+ * Like carmy_begin(), but where it would answer CARMY_EUNCERTAIN for a
+ * RUNNING execution, wait up to timeout_ms for that execution to stop
+ * running, then answer for what it became: CARMY_REPLAY the moment it
+ * completes (carmyd tells the waiter; no polling), CARMY_EUNCERTAIN
+ * (INTERRUPTED) if its owner died, CARMY_RESERVED if it was released (the
+ * tool provably did not run, so this caller runs it). On timeout, the
+ * CARMY_EUNCERTAIN (RUNNING) begin would have given. Each wait uses a
+ * connection of its own, so other threads on the handle are not held up.
+ * Thread-safe.
+ */
+int carmy_wait(carmy_t *c, const struct carmy_call *call,
+	       struct carmy_reservation *r, int timeout_ms);
+
+/*
+ * Settle an interrupted execution (CARMY_EUNCERTAIN, state INTERRUPTED),
+ * after finding out whether its effect happened. call must be the same call
+ * (same identity and fingerprint) and execution_id the one reported.
+ * committed: it happened; status/result/len are recorded as its result and
+ * replayed from now on. Not committed: the identity is freed and the next
+ * call with it runs. carmyd records who resolved it (uid, pid) and when.
+ * Returns 0; CARMY_ECONFLICT if the fingerprint differs;
+ * CARMY_ENOT_INTERRUPTED if the execution is running, completed, absent or
+ * not that one; CARMY_EINVALID_STATUS; CARMY_ERESULT_TOO_LARGE (nothing is
+ * recorded); CARMY_EINVALID_ID, CARMY_EINVALID_ARGS; or as carmy_complete().
+ * Thread-safe.
+ */
+int carmy_resolve(carmy_t *c, const struct carmy_call *call,
+		  const char *execution_id, int committed, int status,
+		  const void *result, size_t len);
 
 /* Free what a reservation owns and reset it. NULL is ignored. */
 void carmy_reservation_clear(struct carmy_reservation *r);

@@ -34,7 +34,8 @@
  *
  * Ordering a store may rely on: for one execution (one exec id), carmyd
  * submits RESERVE, then at most one of COMPLETE or RELEASE, each only after
- * the previous one is done. An identity may be reserved again (with a new
+ * the previous one is done; an execution left without either (its process
+ * died) may later get one RESOLVE, from an operator. An identity may be reserved again (with a new
  * exec id) only after its earlier execution was released; if a store finds
  * two executions of one identity at load time, the later one stands.
  *
@@ -64,6 +65,10 @@ enum carmy_store_op {
 	CARMY_STORE_RESERVE = 1,	/* a new execution, RUNNING */
 	CARMY_STORE_COMPLETE = 2,	/* its result */
 	CARMY_STORE_RELEASE = 3,	/* withdrawn: the tool did not run */
+	CARMY_STORE_RESOLVE = 4,	/* an operator settled an interrupted
+					 * one: state COMPLETED (it happened,
+					 * with this result) or 0 (it did not:
+					 * the identity is free again) */
 };
 
 enum carmy_store_state {
@@ -88,15 +93,21 @@ struct carmy_store_record {
 	int32_t result_code;		/* 0 or CARMY_ERESULT_TOO_LARGE */
 	const void *result;
 	uint32_t result_len;
-	/* load() only: */
-	int32_t state;			/* enum carmy_store_state */
+	/* RESOLVE, and load() of a resolved execution: who settled it (the
+	 * peer's uid and pid) and when; resolved_ns 0 if nobody did. */
+	uint64_t resolved_ns;
+	uint32_t resolved_uid;
+	uint32_t resolved_pid;
+	/* load(), and RESOLVE: */
+	int32_t state;			/* enum carmy_store_state, or 0 */
 };
 
 struct carmy_store_req;
 typedef void (*carmy_store_done_fn)(struct carmy_store_req *req, int rc);
 
 /* A request in flight. carmyd owns it and keeps it alive until done(). For
- * RELEASE only rec->exec and the identity are set. */
+ * RELEASE only rec->exec is set; for RESOLVE rec->exec, rec->state, the
+ * resolved_* fields and, when state is COMPLETED, the result fields. */
 struct carmy_store_req {
 	enum carmy_store_op op;
 	const struct carmy_store_record *rec;

@@ -71,6 +71,7 @@ static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
 		    uint8_t *buf, size_t cap);
 static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN]);
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
+static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN]);
 static uint64_t now_ns(void);
 static uint64_t mono_ms(void);
 
@@ -364,6 +365,103 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	 * uncertain instead of free (never run twice either way). */
 	if (c->durable)
 		rc = confirm(c, WIRE_RELEASE, 0, exec);
+	return rc;
+}
+
+EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
+		      struct carmy_reservation *r, int timeout_ms)
+{
+	uint64_t deadline = mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+
+	for (;;) {
+		const void *part[3] = { call->principal, call->session,
+					call->request_id };
+		const size_t len[3] = { call->principal_len, call->session_len,
+					call->request_id_len };
+		uint8_t exec[SHM_EXEC_LEN], buf[REPLY_MAX];
+		struct wire_msg m;
+		msgpack_sbuffer sb;
+		uint64_t now;
+		int rc = carmy_begin(c, call, r), fd = -1, wrc;
+
+		now = mono_ms();
+		if (rc != CARMY_EUNCERTAIN || r->state != CARMY_STATE_RUNNING ||
+		    now >= deadline)
+			return rc;
+		if (parse_exec(r->execution_id, exec) != 0)
+			return CARMY_EPROTOCOL;
+		/* A connection of its own: the wait does not hold up other
+		 * requests on c, and closing it ends the wait. */
+		wrc = dial(c->path, &fd);
+		if (wrc == 0)
+			wrc = hello(fd, 0, 0, &m);
+		msgpack_sbuffer_init(&sb);
+		if (wrc == 0)
+			wrc = wire_put_settle(&sb, WIRE_WAIT, part, len, exec,
+					      NULL, 0, 0, NULL, 0,
+					      (uint32_t)(deadline - now));
+		if (wrc == 0)
+			wrc = send_all(fd, sb.data, sb.size);
+		msgpack_sbuffer_destroy(&sb);
+		/* carmyd answers by the deadline (its tick is 100 ms); a
+		 * second more is for carmyd going away meanwhile. */
+		if (wrc == 0)
+			wrc = recv_msg(fd, (int)(deadline - now) + 1000, &m,
+				       buf, sizeof(buf));
+		if (fd >= 0)
+			close(fd);
+		if (wrc == 0 && m.type == WIRE_WAIT &&
+		    m.u.reply.code == -ETIMEDOUT)
+			return rc;
+		if (wrc != 0 || m.type != WIRE_WAIT ||
+		    (m.u.reply.code != 0 && m.u.reply.code != -ETIMEDOUT))
+			return rc;	/* no carmyd to wait with: as begin */
+		/* It stopped running: ask the table what it became. */
+	}
+}
+
+EXPORT int carmy_resolve(carmy_t *c, const struct carmy_call *call,
+			 const char *execution_id, int committed, int status,
+			 const void *result, size_t len)
+{
+	const void *part[3];
+	size_t plen[3];
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	msgpack_sbuffer sb;
+	int rc;
+
+	if (c == NULL || call == NULL || execution_id == NULL ||
+	    (result == NULL && len > 0))
+		return -EINVAL;
+	if (committed &&
+	    (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED))
+		return CARMY_EINVALID_STATUS;
+	part[0] = call->principal;
+	part[1] = call->session;
+	part[2] = call->request_id;
+	plen[0] = call->principal_len;
+	plen[1] = call->session_len;
+	plen[2] = call->request_id_len;
+	for (int i = 0; i < 3; i++)
+		if (part[i] == NULL || plen[i] == 0 || plen[i] > CARMY_ID_MAX)
+			return CARMY_EINVALID_ID;
+	if (parse_exec(execution_id, exec) != 0)
+		return -EINVAL;
+	rc = canon_fingerprint(call, fp);
+	if (rc != 0)
+		return rc;
+	if (!alive(c)) {
+		rc = reconnect(c, c->reconnect_ms);
+		if (rc != 0)
+			return rc;
+	}
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_settle(&sb, WIRE_RESOLVE, part, plen, exec, fp,
+			     committed, committed ? status : 0, result,
+			     committed ? len : 0, 0);
+	if (rc == 0)
+		rc = request(c, WIRE_RESOLVE, &sb);
+	msgpack_sbuffer_destroy(&sb);
 	return rc;
 }
 
@@ -680,6 +778,29 @@ static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out)
 	for (int i = 0; i < SHM_EXEC_LEN; i++, p += 2)
 		memcpy(p, pairs + 2 * exec[i], 2);
 	*p = '\0';
+}
+
+/* "exec_" and 32 lowercase hex digits back into 16 bytes; 0 or -1. */
+static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN])
+{
+	if (strncmp(id, "exec_", 5) != 0 || strlen(id) != 5 + 2 * SHM_EXEC_LEN)
+		return -1;
+	for (int i = 0; i < SHM_EXEC_LEN; i++) {
+		int v = 0;
+
+		for (int k = 0; k < 2; k++) {
+			char ch = id[5 + 2 * i + k];
+
+			if (ch >= '0' && ch <= '9')
+				v = v * 16 + (ch - '0');
+			else if (ch >= 'a' && ch <= 'f')
+				v = v * 16 + (ch - 'a' + 10);
+			else
+				return -1;
+		}
+		out[i] = (uint8_t)v;
+	}
+	return 0;
 }
 
 static uint64_t now_ns(void)

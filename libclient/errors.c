@@ -50,6 +50,8 @@ static const struct code_text texts[] = {
 	  "The status must be completed, failed, timed_out or cancelled." },
 	{ CARMY_ESTORE, "STORE_FAILED",
 	  "carmyd's durable store could not record this; nothing was reserved or recorded." },
+	{ CARMY_ENOT_INTERRUPTED, "NOT_INTERRUPTED",
+	  "Only an interrupted execution can be resolved: this one is running, completed, absent or another execution." },
 };
 
 static const struct code_text *find(int code)

@@ -215,6 +215,45 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 			return CARMY_EPROTOCOL;
 		memcpy(m->u.reserve.exec, a[1].via.bin.ptr, 16);
 		return 0;
+	case WIRE_RESOLVE:
+	case WIRE_WAIT: {
+		const msgpack_object *x = &a[4];
+
+		if (n != (m->type == WIRE_RESOLVE ? 9u : 6u))
+			return CARMY_EPROTOCOL;
+		for (int i = 0; i < 3; i++) {
+			if (a[1 + i].type != MSGPACK_OBJECT_BIN)
+				return CARMY_EPROTOCOL;
+			m->u.settle.part[i] =
+				(const uint8_t *)a[1 + i].via.bin.ptr;
+			m->u.settle.len[i] = a[1 + i].via.bin.size;
+		}
+		if (m->type == WIRE_RESOLVE) {
+			if (x->type != MSGPACK_OBJECT_BIN ||
+			    x->via.bin.size != 16)
+				return CARMY_EPROTOCOL;
+			memcpy(m->u.settle.fp, x->via.bin.ptr, 16);
+			x++;
+		}
+		if (x->type != MSGPACK_OBJECT_BIN || x->via.bin.size != 16)
+			return CARMY_EPROTOCOL;
+		memcpy(m->u.settle.exec, x->via.bin.ptr, 16);
+		x++;
+		if (m->type == WIRE_WAIT) {
+			if (get_uint(x, UINT32_MAX, &v) != 0)
+				return CARMY_EPROTOCOL;
+			m->u.settle.timeout_ms = (uint32_t)v;
+			return 0;
+		}
+		if (get_uint(x, 1, &v) != 0 ||
+		    get_int(x + 1, &m->u.settle.status) != 0 ||
+		    x[2].type != MSGPACK_OBJECT_BIN)
+			return CARMY_EPROTOCOL;
+		m->u.settle.committed = (int)v;
+		m->u.settle.result = (const uint8_t *)x[2].via.bin.ptr;
+		m->u.settle.result_len = x[2].via.bin.size;
+		return 0;
+	}
 	default:
 		return CARMY_EPROTOCOL;
 	}
@@ -248,6 +287,8 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 	case WIRE_RECLAIM:
 	case WIRE_RESERVE:
 	case WIRE_RELEASE:
+	case WIRE_RESOLVE:
+	case WIRE_WAIT:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
 			return CARMY_EPROTOCOL;
@@ -317,6 +358,37 @@ int wire_put_reserve(msgpack_sbuffer *sb, int type, uint32_t entry,
 	    msgpack_pack_uint8(&pk, (uint8_t)type) ||
 	    (reserve && msgpack_pack_uint32(&pk, entry)) ||
 	    msgpack_pack_bin(&pk, 16) || msgpack_pack_bin_body(&pk, exec, 16))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_settle(msgpack_sbuffer *sb, int type, const void *const part[3],
+		    const size_t len[3], const uint8_t exec[16],
+		    const uint8_t fp[16], int committed, int status,
+		    const void *result, size_t result_len,
+		    uint32_t timeout_ms)
+{
+	msgpack_packer pk;
+	bool resolve = type == WIRE_RESOLVE;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, resolve ? 9 : 6) ||
+	    msgpack_pack_uint8(&pk, (uint8_t)type))
+		return -ENOMEM;
+	for (int i = 0; i < 3; i++)
+		if (msgpack_pack_bin(&pk, len[i]) ||
+		    msgpack_pack_bin_body(&pk, part[i], len[i]))
+			return -ENOMEM;
+	if ((resolve && (msgpack_pack_bin(&pk, 16) ||
+			 msgpack_pack_bin_body(&pk, fp, 16))) ||
+	    msgpack_pack_bin(&pk, 16) || msgpack_pack_bin_body(&pk, exec, 16))
+		return -ENOMEM;
+	if (!resolve)
+		return msgpack_pack_uint32(&pk, timeout_ms) ? -ENOMEM : 0;
+	if (msgpack_pack_uint8(&pk, committed ? 1 : 0) ||
+	    msgpack_pack_int32(&pk, status) ||
+	    msgpack_pack_bin(&pk, result_len) ||
+	    (result_len > 0 && msgpack_pack_bin_body(&pk, result, result_len)))
 		return -ENOMEM;
 	return 0;
 }

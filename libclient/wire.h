@@ -14,6 +14,11 @@
  *     RECLAIM   [3]   the index is all tombstones: reclaim them now
  *     RESERVE   [4, entry, exec(bin 16)]   make this reservation durable
  *     RELEASE   [5, exec(bin 16)]          make this release durable
+ *     RESOLVE   [6, principal, session, request_id (bin each), fp(bin 16),
+ *                exec(bin 16), committed(0|1), status, result(bin)]
+ *     WAIT      [7, principal, session, request_id (bin each), exec(bin 16),
+ *                timeout_ms]   answer once that execution is no longer
+ *                              running, or the time is up
  *
  *   carmyd -> client (one reply per request, in order)
  *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags]
@@ -21,6 +26,8 @@
  *     RECLAIM   [3, code]
  *     RESERVE   [4, code]
  *     RELEASE   [5, code]
+ *     RESOLVE   [6, code]
+ *     WAIT      [7, code]   0: it is not running any more; -ETIMEDOUT
  *     ERROR     [0, code]   carmyd closes the connection after it
  *
  * RESERVE and RELEASE are sent only to a carmyd whose HELLO reply carries
@@ -53,6 +60,8 @@ enum wire_type {
 	WIRE_RECLAIM = 3,
 	WIRE_RESERVE = 4,
 	WIRE_RELEASE = 5,
+	WIRE_RESOLVE = 6,
+	WIRE_WAIT = 7,
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer
@@ -86,6 +95,17 @@ struct wire_msg {
 			uint32_t entry;	/* RESERVE only */
 			uint8_t exec[16];
 		} reserve;	/* RESERVE and RELEASE requests */
+		struct {
+			const uint8_t *part[3];	/* the identity */
+			size_t len[3];
+			uint8_t exec[16];
+			uint8_t fp[16];		/* RESOLVE only, as below */
+			int committed;
+			int32_t status;
+			const uint8_t *result;
+			size_t result_len;
+			uint32_t timeout_ms;	/* WAIT only */
+		} settle;	/* RESOLVE and WAIT requests */
 		struct {
 			int32_t code;
 		} reply;	/* every reply but HELLO's, and ERROR */
@@ -128,6 +148,12 @@ int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 		      const void *result, size_t len);
 int wire_put_reserve(msgpack_sbuffer *sb, int type, uint32_t entry,
 		     const uint8_t exec[16]);
+/* RESOLVE (fp, committed, status, result used) or WAIT (timeout_ms). */
+int wire_put_settle(msgpack_sbuffer *sb, int type, const void *const part[3],
+		    const size_t len[3], const uint8_t exec[16],
+		    const uint8_t fp[16], int committed, int status,
+		    const void *result, size_t result_len,
+		    uint32_t timeout_ms);
 int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
 		      uint32_t epoch, uint32_t flags);

@@ -38,7 +38,7 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 2
+#define SHM_FORMAT 3
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
@@ -200,6 +200,10 @@ struct shm_entry {
 	uint8_t en_exec[SHM_EXEC_LEN];
 	uint64_t en_started_ns;
 	uint64_t en_finished_ns;
+	/* Set when an operator resolved it (carmy_resolve): who and when. */
+	uint64_t en_resolved_ns;
+	uint32_t en_resolved_uid;
+	uint32_t en_resolved_pid;
 	uint8_t en_ident[3 * CARMY_ID_MAX];
 } __attribute__((aligned(64)));
 
@@ -279,7 +283,8 @@ struct shm_claim {
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
 };
 
-/* An execution a durable store gave back, for shm_restore(). */
+/* An execution a durable store gave back, for shm_restore(); also the
+ * result an operator gives an interrupted one, for shm_resolve(). */
 struct shm_restored {
 	const uint8_t *fp;
 	const uint8_t *rawfp;
@@ -292,6 +297,9 @@ struct shm_restored {
 	int result_code;
 	const void *result;
 	size_t result_len;
+	uint64_t resolved_ns;	/* 0: not resolved by an operator */
+	uint32_t resolved_uid;
+	uint32_t resolved_pid;
 };
 
 /* A recorded result, copied out of the segment by shm_read_result(). */
@@ -355,6 +363,8 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
 int shm_restore(const struct shm_view *v, const struct shm_key *k,
 		const struct shm_restored *r, uint32_t *cursor, bool insert);
+bool shm_lookup(const struct shm_view *v, const struct shm_key *k,
+		struct shm_found *out);
 
 /* sweep.c: used by carmyd */
 struct shm_sweep_stats {
@@ -374,6 +384,8 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      uint32_t owner, const uint8_t *exec, int status,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
+int shm_resolve(const struct shm_view *v, const struct shm_found *f,
+		const struct shm_restored *r);
 bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec, int status, int result_code,
 		      const void *data, size_t len);

@@ -301,6 +301,9 @@ restart:
 				en->en_status = (uint8_t)r->status;
 				en->en_result_code = r->result_code;
 				en->en_result_len = (uint32_t)len;
+				en->en_resolved_ns = r->resolved_ns;
+				en->en_resolved_uid = r->resolved_uid;
+				en->en_resolved_pid = r->resolved_pid;
 				memcpy(shm_result_area(v, ticket), r->result,
 				       len);
 			}
@@ -332,6 +335,9 @@ restart:
 		en->en_result_code = r->result_code;
 		en->en_status = (uint8_t)r->status;
 		en->en_finished_ns = r->finished_ns;
+		en->en_resolved_ns = r->resolved_ns;
+		en->en_resolved_uid = r->resolved_uid;
+		en->en_resolved_pid = r->resolved_pid;
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
 			goto restart;
 		return 0;
@@ -339,6 +345,82 @@ restart:
 	if (ticket != UINT32_MAX)
 		shm_store(&v->tickets[ticket], SHM_TICKET_FREE);
 	return CARMY_ECAPACITY;
+}
+
+/*
+ * carmyd: where identity k stands, without claiming anything. Returns true
+ * with the entry, bucket, word and state if it is RUNNING, COMPLETED or
+ * UNCERTAIN; false if absent. Called under carmyd's store lock, so no move
+ * of carmyd's own overlaps the probe.
+ */
+bool shm_lookup(const struct shm_view *v, const struct shm_key *k,
+		struct shm_found *out)
+{
+	const uint32_t mask = v->geo.nbuckets - 1;
+	const uint32_t tag = key_tag(k) & 0xffffff;
+
+	for (uint32_t n = 0, b = (uint32_t)k->hash & mask; n < v->geo.nbuckets;
+	     n++, b = (b + 1) & mask) {
+		uint64_t w = shm_load(&v->buckets[b]);
+		unsigned st = SHM_W_STATE(w);
+		uint32_t e = SHM_W_ENTRY(w);
+
+		if (st == SHM_FREE)
+			return false;
+		if ((st != SHM_RUNNING && st != SHM_COMPLETED &&
+		     st != SHM_UNCERTAIN) || SHM_W_TAG(w) != tag ||
+		    e >= v->geo.capacity || !entry_matches(v, e, b, k))
+			continue;
+		shm_rmb();
+		out->entry = e;
+		out->bucket = b;
+		out->word = w;
+		out->state = st;
+		out->same_fp = false;
+		memcpy(out->exec, shm_entry_at(v, e)->en_exec, SHM_EXEC_LEN);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * carmyd, for an operator: settle the UNCERTAIN entry f found (shm_lookup,
+ * under the store lock; UNCERTAIN is final, so only carmyd changes it). r
+ * completed: the effect happened; record r's result and who resolved it,
+ * then the word turns COMPLETED (result first, as a completion). Else it
+ * did not: the bucket turns TOMB and the ticket FREE, so the next call with
+ * the identity runs. Returns 0, or CARMY_ENOT_RESERVED if the entry changed.
+ */
+int shm_resolve(const struct shm_view *v, const struct shm_found *f,
+		const struct shm_restored *r)
+{
+	struct shm_entry *en = shm_entry_at(v, f->entry);
+	size_t len = r->result_len;
+
+	if (len > v->geo.max_result)
+		return CARMY_ERESULT_TOO_LARGE;
+	if (shm_load(&v->buckets[f->bucket]) != f->word)
+		return CARMY_ENOT_RESERVED;
+	if (!r->completed) {
+		if (shm_cas(&v->buckets[f->bucket], f->word,
+			    shm_next(f->word, SHM_TOMB)) != f->word)
+			return CARMY_ENOT_RESERVED;
+		shm_store(&v->tickets[f->entry], SHM_TICKET_FREE);
+		(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
+		return 0;
+	}
+	memcpy(shm_result_area(v, f->entry), r->result, len);
+	en->en_result_len = (uint32_t)len;
+	en->en_result_code = r->result_code;
+	en->en_status = (uint8_t)r->status;
+	en->en_finished_ns = r->finished_ns;
+	en->en_resolved_ns = r->resolved_ns;
+	en->en_resolved_uid = r->resolved_uid;
+	en->en_resolved_pid = r->resolved_pid;
+	if (shm_cas(&v->buckets[f->bucket], f->word,
+		    shm_next(f->word, SHM_COMPLETED)) != f->word)
+		return CARMY_ENOT_RESERVED;
+	return 0;
 }
 
 /*

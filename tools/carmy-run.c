@@ -3,7 +3,7 @@
  *
  *   carmy-run [--socket PATH] --principal P --session S --request-id R
  *             [--tool NAME] [--meta KEY=VALUE]... [--timeout SECONDS]
- *             [--json] -- COMMAND [ARG]...
+ *             [--wait SECONDS] [--json] -- COMMAND [ARG]...
  *
  * The identity (P, S, R) is reserved in carmyd before COMMAND runs. The
  * fingerprint covers the tool name (--tool, else COMMAND's basename), the
@@ -100,6 +100,7 @@ struct opts {
 	char **meta;		/* KEY=VALUE strings, pointing into argv */
 	size_t n_meta;
 	uint64_t timeout_ns;	/* 0: no deadline */
+	uint64_t wait_ns;	/* --wait: 0, do not wait for a running one */
 	bool json;
 	char **cmd;		/* COMMAND and its ARGs, NULL-terminated */
 };
@@ -129,7 +130,7 @@ enum run_outcome {
 static const char usage_text[] =
 	"usage: carmy-run [--socket PATH] --principal P --session S --request-id R\n"
 	"                 [--tool NAME] [--meta KEY=VALUE]... [--timeout SECONDS]\n"
-	"                 [--json] -- COMMAND [ARG]...\n"
+	"                 [--wait SECONDS] [--json] -- COMMAND [ARG]...\n"
 	"Run COMMAND at most once per identity (P, S, R). A retry with the same\n"
 	"identity replays the recorded standard output and exit status instead.\n"
 	"\n"
@@ -147,6 +148,10 @@ static const char usage_text[] =
 	"                       record the call as timed out (decimals allowed);\n"
 	"                       COMMAND then runs in its own process group, away\n"
 	"                       from the terminal's\n"
+	"  --wait SECONDS       if the identity is running elsewhere, wait up to\n"
+	"                       this long for it to finish and replay it (or run\n"
+	"                       COMMAND if it was released) instead of failing\n"
+	"                       with EXECUTION_UNCERTAIN at once\n"
 	"  --json               print one JSON object on standard output instead\n"
 	"  -h, --help           print this help and exit\n"
 	"  --version            print the version and exit\n"
@@ -240,7 +245,13 @@ int main(int argc, char **argv)
 		rc = carmy_connect(&c, o.socket);
 	if (rc == 0) {
 		fill_call(&o, &args, &meta, &call);
-		rc = carmy_begin(c, &call, &r);
+		if (o.wait_ns > 0)
+			rc = carmy_wait(c, &call, &r,
+					o.wait_ns / 1000000 > INT32_MAX ?
+						INT32_MAX :
+						(int)(o.wait_ns / 1000000));
+		else
+			rc = carmy_begin(c, &call, &r);
 	}
 
 	switch (rc) {
@@ -274,6 +285,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	enum {
 		OPT_SOCKET = 256, OPT_PRINCIPAL, OPT_SESSION, OPT_REQUEST_ID,
 		OPT_TOOL, OPT_META, OPT_TIMEOUT, OPT_JSON, OPT_VERSION,
+		OPT_WAIT,
 	};
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -283,12 +295,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "tool", required_argument, NULL, OPT_TOOL },
 		{ "meta", required_argument, NULL, OPT_META },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "wait", required_argument, NULL, OPT_WAIT },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *timeout = NULL;
+	const char *timeout = NULL, *wait = NULL;
 	char err[512] = "";
 	bool help = false, version = false;
 	int opt;
@@ -338,6 +351,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			    err[0] == '\0')
 				snprintf(err, sizeof(err),
 					 "--timeout needs a number of seconds "
+					 "greater than 0, got '%s'", arg);
+			break;
+		case OPT_WAIT:
+			if (set_once(&wait, arg, "--wait", err,
+				     sizeof(err)) == 0 &&
+			    parse_timeout(arg, &o->wait_ns) != 0 &&
+			    err[0] == '\0')
+				snprintf(err, sizeof(err),
+					 "--wait needs a number of seconds "
 					 "greater than 0, got '%s'", arg);
 			break;
 		case OPT_JSON:

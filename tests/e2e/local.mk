@@ -55,3 +55,9 @@ TESTS += tests/e2e/check_store_plugin
 tests_e2e_check_store_plugin_SOURCES = tests/e2e/check_store_plugin.c $(E2E_SOURCES)
 tests_e2e_check_store_plugin_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_store_plugin_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_settle
+TESTS += tests/e2e/check_settle
+tests_e2e_check_settle_SOURCES = tests/e2e/check_settle.c $(E2E_SOURCES)
+tests_e2e_check_settle_CFLAGS = $(TEST_CFLAGS) -pthread
+tests_e2e_check_settle_LDADD = $(TEST_LIBS) -lpthread

@@ -1,0 +1,423 @@
+/*
+ * check_settle.c - reconciliation and waiting against a real carmyd.
+ *
+ * carmy_resolve() settles an interrupted execution as committed (its
+ * result replays from then on, with who resolved it recorded) or not (the
+ * identity is free again), only with the matching fingerprint and
+ * execution id. carmy_wait() turns "still running" into the answer the
+ * execution ends with: the replay once it completes, the reservation once
+ * it is released, uncertain once its owner dies, and "running" at the
+ * deadline. With --store journal:DIR a resolution survives a reboot.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "tests/e2e/e2e.h"
+
+static const char *const opts[] = { "--capacity", "64", "--max-result", "256",
+				    "--grace", "0", NULL };
+static struct carmyd_proc d;
+static carmy_t *c;
+
+static void setup(void)
+{
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+}
+
+static void teardown(void)
+{
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+}
+
+/* ------------------------------------------------------------ a worker */
+
+/* A process that reserves call, reports the execution id, then does what
+ * it is told: 'c' complete with "done", 'r' release, 'x' exit as it is. */
+struct worker {
+	pid_t pid;
+	int cmd, rep;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+};
+
+static void worker_start(struct worker *w, const struct carmy_call *call)
+{
+	int down[2], up[2];
+
+	ck_assert_int_eq(pipe(down), 0);
+	ck_assert_int_eq(pipe(up), 0);
+	fflush(NULL);
+	w->pid = fork();
+	ck_assert_int_ge(w->pid, 0);
+	if (w->pid == 0) {
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		carmy_t *h = NULL;
+		char what = 0;
+		int rc;
+
+		close(down[1]);
+		close(up[0]);
+		if (carmy_connect(&h, d.socket) != 0 ||
+		    carmy_begin(h, call, &r) != CARMY_RESERVED)
+			_exit(2);
+		if (write(up[1], r.execution_id, sizeof(r.execution_id)) !=
+		    (ssize_t)sizeof(r.execution_id))
+			_exit(3);
+		if (read(down[0], &what, 1) != 1 || what == 'x')
+			_exit(0);
+		rc = what == 'c' ? carmy_complete(h, &r, CARMY_STATUS_COMPLETED,
+						  "done", 4) :
+				   carmy_release(h, &r);
+		_exit(rc == 0 ? 0 : 4);
+	}
+	close(down[0]);
+	close(up[1]);
+	w->cmd = down[1];
+	w->rep = up[0];
+	ck_assert_msg(e2e_read_full(w->rep, w->exec, sizeof(w->exec), 10000) == 0,
+		      "the worker did not reserve");
+	ck_assert(e2e_exec_id_valid(w->exec));
+}
+
+/* Tell it what to do and wait for it to be done; its exit status. */
+static int worker_do(struct worker *w, char what)
+{
+	int st;
+
+	ck_assert_int_eq(write(w->cmd, &what, 1), 1);
+	st = harness_waitpid(w->pid, 10000);
+	ck_assert_msg(st >= 0, "the worker did not finish");
+	close(w->cmd);
+	close(w->rep);
+	w->pid = 0;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* An interrupted execution of call: its worker dies without a word. */
+static void interrupted(struct worker *w, const struct carmy_call *call)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	int rc;
+
+	worker_start(w, call);
+	ck_assert_int_eq(worker_do(w, 'x'), 0);
+	rc = e2e_poll_begin(c, call, &r, CARMY_EUNCERTAIN,
+			    CARMY_STATE_INTERRUPTED, 3000, NULL);
+	ck_assert_msg(rc == CARMY_EUNCERTAIN && r.state == CARMY_STATE_INTERRUPTED,
+		      "not interrupted: %s (%s)", carmy_errname(rc),
+		      carmy_state_name(r.state));
+	ck_assert_str_eq(r.execution_id, w->exec);
+	carmy_reservation_clear(&r);
+}
+
+/* ------------------------------------------------------------ resolve */
+
+START_TEST(test_resolved_as_committed_replays_its_result)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "charged");
+	struct carmy_call other = call;
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker w;
+	struct shm_view v;
+	uint8_t exec[SHM_EXEC_LEN];
+	bool found = false;
+
+	interrupted(&w, &call);
+	/* Another call under the same identity may not settle it. */
+	other.tool = "other";
+	other.tool_len = 5;
+	ck_assert_int_eq(carmy_resolve(c, &other, w.exec, 1,
+				       CARMY_STATUS_COMPLETED, "x", 1),
+			 CARMY_ECONFLICT);
+	/* Nor an execution id it does not have. */
+	ck_assert_int_eq(carmy_resolve(c, &call,
+				       "exec_00000000000000000000000000000001",
+				       1, CARMY_STATUS_COMPLETED, "x", 1),
+			 CARMY_ENOT_INTERRUPTED);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 1, 99, "x", 1),
+			 CARMY_EINVALID_STATUS);
+	ck_assert_int_eq(carmy_resolve(c, &call, "exec_nothex", 1,
+				       CARMY_STATUS_COMPLETED, "x", 1), -EINVAL);
+
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 1,
+				       CARMY_STATUS_COMPLETED, "order 17", 8), 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, w.exec);
+	ck_assert_int_eq(r.status, CARMY_STATUS_COMPLETED);
+	ck_assert_uint_eq(r.result_len, 8);
+	ck_assert_mem_eq(r.result, "order 17", 8);
+	/* Settled once: not again. */
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 0, 0, NULL, 0),
+			 CARMY_ENOT_INTERRUPTED);
+
+	/* Who and when are in the entry. */
+	e2e_exec_bytes(w.exec, exec);
+	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
+	for (uint32_t e = 0; e < v.geo.capacity; e++) {
+		const struct shm_entry *en = shm_entry_at(&v, e);
+
+		if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
+			continue;
+		found = true;
+		ck_assert_uint_eq(en->en_resolved_pid, (uint32_t)getpid());
+		ck_assert_uint_eq(en->en_resolved_uid, (uint32_t)getuid());
+		ck_assert_uint_ne(en->en_resolved_ns, 0);
+	}
+	shm_unmap(&v);
+	ck_assert(found);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+START_TEST(test_resolved_as_not_committed_frees_the_identity)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "not-charged");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker w;
+
+	interrupted(&w, &call);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 0, 0, NULL, 0), 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, w.exec);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "2nd", 3),
+			 0);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 0, 0, NULL, 0),
+			 CARMY_ENOT_INTERRUPTED);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+START_TEST(test_running_or_completed_cannot_be_resolved)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "busy");
+	struct carmy_call none = E2E_CALL("p", "s", "never-seen");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker w;
+
+	worker_start(&w, &call);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 0, 0, NULL, 0),
+			 CARMY_ENOT_INTERRUPTED);
+	ck_assert_int_eq(worker_do(&w, 'c'), 0);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 0, 0, NULL, 0),
+			 CARMY_ENOT_INTERRUPTED);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	ck_assert_int_eq(carmy_resolve(c, &none, w.exec, 0, 0, NULL, 0),
+			 CARMY_ENOT_INTERRUPTED);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* ------------------------------------------------------------ wait */
+
+struct waiter {
+	pthread_t t;
+	struct carmy_call call;
+	int timeout_ms;
+	int rc;
+	struct carmy_reservation r;
+	uint64_t ns;		/* how long it waited */
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *wt = arg;
+	uint64_t t0 = harness_now_ns();
+
+	wt->r = (struct carmy_reservation)CARMY_RESERVATION_INIT;
+	wt->rc = carmy_wait(c, &wt->call, &wt->r, wt->timeout_ms);
+	wt->ns = harness_now_ns() - t0;
+	return NULL;
+}
+
+/* carmyd's connections: how a test tells that a waiter has dialled in. */
+static int carmyd_fds(void)
+{
+	char cmd[96], buf[32];
+	FILE *f;
+	int n = -1;
+
+	snprintf(cmd, sizeof(cmd), "ls /proc/%d/fd | wc -l", (int)d.pid);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	if (fgets(buf, sizeof(buf), f) != NULL)
+		n = atoi(buf);
+	pclose(f);
+	return n;
+}
+
+/* Start a waiter on call and return once it is connected and waiting. */
+static void waiter_start(struct waiter *wt, const struct carmy_call *call,
+			 int timeout_ms)
+{
+	int before = carmyd_fds();
+	uint64_t t0 = harness_now_ns();
+
+	wt->call = *call;
+	wt->timeout_ms = timeout_ms;
+	ck_assert_int_eq(pthread_create(&wt->t, NULL, wait_thread, wt), 0);
+	while (carmyd_fds() <= before) {
+		ck_assert_msg(e2e_ms_since(t0) < 5000,
+			      "the waiter never connected");
+		poll(NULL, 0, 2);	/* between looks at the event */
+	}
+}
+
+START_TEST(test_wait_gets_the_replay_when_it_completes)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "slow");
+	struct waiter wt;
+	struct worker w;
+
+	worker_start(&w, &call);
+	waiter_start(&wt, &call, 20000);
+	ck_assert_int_eq(worker_do(&w, 'c'), 0);
+	ck_assert_int_eq(pthread_join(wt.t, NULL), 0);
+	ck_assert_msg(wt.rc == CARMY_REPLAY, "wait: %s", carmy_errname(wt.rc));
+	ck_assert_str_eq(wt.r.execution_id, w.exec);
+	ck_assert_mem_eq(wt.r.result, "done", 4);
+	ck_assert_msg(wt.ns < 20000ull * 1000000u, "it waited for the deadline");
+	e2e_note("replayed after waiting %.1f ms", (double)wt.ns / 1e6);
+	carmy_reservation_clear(&wt.r);
+}
+END_TEST
+
+START_TEST(test_wait_gets_the_reservation_when_it_is_released)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "given-back");
+	struct waiter wt;
+	struct worker w;
+
+	worker_start(&w, &call);
+	waiter_start(&wt, &call, 20000);
+	ck_assert_int_eq(worker_do(&w, 'r'), 0);
+	ck_assert_int_eq(pthread_join(wt.t, NULL), 0);
+	ck_assert_msg(wt.rc == CARMY_RESERVED, "wait: %s", carmy_errname(wt.rc));
+	ck_assert_str_ne(wt.r.execution_id, w.exec);
+	ck_assert_int_eq(carmy_complete(c, &wt.r, CARMY_STATUS_COMPLETED, "me", 2),
+			 0);
+	carmy_reservation_clear(&wt.r);
+}
+END_TEST
+
+START_TEST(test_wait_reports_uncertain_when_the_owner_dies)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "dies");
+	struct waiter wt;
+	struct worker w;
+
+	worker_start(&w, &call);
+	waiter_start(&wt, &call, 20000);
+	ck_assert_int_eq(worker_do(&w, 'x'), 0);
+	ck_assert_int_eq(pthread_join(wt.t, NULL), 0);
+	ck_assert_msg(wt.rc == CARMY_EUNCERTAIN &&
+			      wt.r.state == CARMY_STATE_INTERRUPTED,
+		      "wait: %s (%s)", carmy_errname(wt.rc),
+		      carmy_state_name(wt.r.state));
+	ck_assert_str_eq(wt.r.execution_id, w.exec);
+	carmy_reservation_clear(&wt.r);
+}
+END_TEST
+
+START_TEST(test_wait_ends_at_its_deadline_still_running)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "long");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker w;
+	uint64_t t0;
+	int rc;
+
+	worker_start(&w, &call);
+	t0 = harness_now_ns();
+	rc = carmy_wait(c, &call, &r, 300);
+	ck_assert_msg(rc == CARMY_EUNCERTAIN && r.state == CARMY_STATE_RUNNING,
+		      "wait: %s (%s)", carmy_errname(rc),
+		      carmy_state_name(r.state));
+	ck_assert_msg(e2e_ms_since(t0) >= 300.0, "gave up after %.0f ms",
+		      e2e_ms_since(t0));
+	/* A wait of 0 is a begin. */
+	ck_assert_int_eq(carmy_wait(c, &call, &r, 0), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(worker_do(&w, 'c'), 0);
+	ck_assert_int_eq(carmy_wait(c, &call, &r, 0), CARMY_REPLAY);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* ------------------------------------------------------------ durable */
+
+START_TEST(test_resolution_survives_a_reboot_with_the_journal)
+{
+	char dir[] = "/tmp/check_settle.XXXXXX", spec[96], cmd[128];
+	const char *jopts[] = { "--capacity", "64", "--max-result", "256",
+				"--grace", "0", "--store", spec, NULL };
+	struct carmy_call yes = E2E_CALL("p", "s", "yes");
+	struct carmy_call no = E2E_CALL("p", "s", "no");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker wy, wn;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(spec, sizeof(spec), "journal:%s/j", dir);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+	e2e_start(&d, jopts);
+	c = e2e_connect(&d);
+	interrupted(&wy, &yes);
+	interrupted(&wn, &no);
+	ck_assert_int_eq(carmy_resolve(c, &yes, wy.exec, 1,
+				       CARMY_STATUS_FAILED, "declined", 8), 0);
+	ck_assert_int_eq(carmy_resolve(c, &no, wn.exec, 0, 0, NULL, 0), 0);
+	carmy_close(c);
+	c = NULL;
+
+	e2e_kill9(&d);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	e2e_restart(&d, jopts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &yes, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, wy.exec);
+	ck_assert_int_eq(r.status, CARMY_STATUS_FAILED);
+	ck_assert_mem_eq(r.result, "declined", 8);
+	ck_assert_int_eq(carmy_begin(c, &no, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	carmy_reservation_clear(&r);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("settle");
+	TCase *tc = tcase_create("settle");
+	SRunner *sr;
+	int failed;
+
+	e2e_guard(tc);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_resolved_as_committed_replays_its_result);
+	tcase_add_test(tc, test_resolved_as_not_committed_frees_the_identity);
+	tcase_add_test(tc, test_running_or_completed_cannot_be_resolved);
+	tcase_add_test(tc, test_wait_gets_the_replay_when_it_completes);
+	tcase_add_test(tc, test_wait_gets_the_reservation_when_it_is_released);
+	tcase_add_test(tc, test_wait_reports_uncertain_when_the_owner_dies);
+	tcase_add_test(tc, test_wait_ends_at_its_deadline_still_running);
+	tcase_add_test(tc, test_resolution_survives_a_reboot_with_the_journal);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
