@@ -113,6 +113,7 @@ bool store_running(struct store *s, uint32_t entry,
 int store_find_running(struct store *s, const struct shm_key *k,
 		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry);
 void store_submit(struct store *s, struct store_op *op);
+int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);
 uint64_t store_now_ns(void);	/* CLOCK_REALTIME, as entries record it */
 void store_sweep_dead(struct store *s, const char *why);
 uint32_t store_reclaim(struct store *s);

@@ -4,9 +4,10 @@
  *
  * One append-only file, DIR/journal, of checksummed records: RESERVE (a new
  * execution: identity, fingerprints, exec id), COMPLETE (its result),
- * RELEASE (withdrawn) and RESOLVE (an operator settled an interrupted one). A record is acknowledged only once fdatasync() has
- * returned after it was written, so an acknowledged reservation or result
- * survives a power loss.
+ * RELEASE (withdrawn), RESOLVE (an operator settled an interrupted one) and
+ * PURGE (an operator removed a completed one). A record is acknowledged only
+ * once fdatasync() has returned after it was written, so an acknowledged
+ * reservation or result survives a power loss.
  *
  * Group commit. One batch is written at a time: everything queued goes out
  * with one pwrite() and is made durable with one fdatasync(), then every
@@ -94,6 +95,9 @@ struct jnl {
 	size_t cap;
 	uint64_t flushes;	/* batches made durable, and their records */
 	uint64_t records;
+	bool readonly;		/* journal_check(): read, never cut */
+	uint64_t torn;		/* bytes a cut would remove */
+	uint64_t by_op[CARMY_STORE_PURGE + 1];	/* records read, by op */
 
 	/* What recovery found, for load(). */
 	uint8_t *map;		/* the file, mapped read-only */
@@ -429,6 +433,61 @@ static void jnl_close(void *store)
 	free(j);
 }
 
+/*
+ * Read the journal in dir as carmyd would at start, without changing a
+ * byte (no cut, no lock: a running carmyd may be appending, and its tail
+ * can then look torn). Fills *rep. Returns 0 (rep->torn tells whether a
+ * start would cut a torn tail), or what carmyd would refuse it with and a
+ * sentence in err.
+ */
+int journal_check(const char *dir, struct journal_report *rep, char *err,
+		  size_t errlen)
+{
+	struct jnl *j = calloc(1, sizeof(*j));
+	struct stat st;
+	int rc;
+
+	memset(rep, 0, sizeof(*rep));
+	if (j == NULL)
+		return -ENOMEM;
+	j->fd = j->dir_fd = -1;
+	j->readonly = true;
+	j->tail = &j->head;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->wake, NULL);
+	if (snprintf(j->path, sizeof(j->path), "%s/%s", dir, JOURNAL_FILE) >=
+	    (int)sizeof(j->path)) {
+		rc = -ENAMETOOLONG;
+		snprintf(err, errlen, "%s: path too long", dir);
+		goto out;
+	}
+	j->fd = open(j->path, O_RDONLY | O_CLOEXEC);
+	if (j->fd < 0 || fstat(j->fd, &st) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open %s: %s", j->path,
+			 strerror(errno));
+		goto out;
+	}
+	j->size = (uint64_t)st.st_size;
+	rc = recover(j, err, errlen);
+	rep->file_bytes = (uint64_t)st.st_size;
+	rep->end = j->end;
+	rep->torn = j->torn;
+	for (int op = 0; op <= CARMY_STORE_PURGE; op++)
+		rep->records += rep->by_op[op] = j->by_op[op];
+	for (uint32_t i = 0; i < j->nex; i++) {
+		if (j->ex[i].gone)
+			continue;
+		if (j->ex[i].complete_off != 0)
+			rep->completed++;
+		else
+			rep->unfinished++;
+	}
+out:
+	jnl_close(j);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- writer */
 
 /* Write the batches that queue up behind one in flight. */
@@ -747,6 +806,7 @@ static int recover(struct jnl *j, char *err, size_t errlen)
 
 		if (n == 0)
 			break;
+		j->by_op[j->map[off + offsetof(struct jrec_head, jr_op)]]++;
 		rc = index_record(j, j->map + off, off);
 		if (rc != 0) {
 			snprintf(err, errlen, "out of memory reading %s",
@@ -802,6 +862,9 @@ static int recover(struct jnl *j, char *err, size_t errlen)
 				return CARMY_ECORRUPT;
 			}
 		}
+		j->torn = last + 1 - off;
+		if (j->readonly)
+			goto done;
 		log_warn("journal %s: cutting a torn tail of %llu bytes at "
 			 "byte %llu (a write cut short by a crash)", j->path,
 			 (unsigned long long)(last + 1 - off),
@@ -813,8 +876,10 @@ static int recover(struct jnl *j, char *err, size_t errlen)
 		}
 		j->size = off;
 	}
-	log_info("journal %s: %llu records, %u executions standing",
-		 j->path, (unsigned long long)records, j->live);
+done:
+	if (!j->readonly)
+		log_info("journal %s: %llu records, %u executions standing",
+			 j->path, (unsigned long long)records, j->live);
 	return 0;
 }
 
@@ -920,6 +985,7 @@ static size_t rec_valid(const struct jnl *j, const uint8_t *p, size_t avail,
 		break;
 	}
 	case CARMY_STORE_RELEASE:
+	case CARMY_STORE_PURGE:
 		break;
 	default:
 		return 0;
@@ -1060,8 +1126,10 @@ static int index_record(struct jnl *j, const uint8_t *p, uint64_t off)
 
 		memcpy(&rl, p, sizeof(rl));
 		x = find_exec(j, rl.rl_exec);
-		/* Only a running execution can be released. */
-		if (x != NULL && !x->gone && x->complete_off == 0) {
+		/* RELEASE retires a running execution, PURGE one with a
+		 * result. */
+		if (x != NULL && !x->gone &&
+		    (x->complete_off != 0) == (h.jr_op == CARMY_STORE_PURGE)) {
 			x->gone = true;
 			j->live--;
 		}

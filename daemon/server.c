@@ -579,6 +579,15 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		}
 		rc = m.type == WIRE_RESOLVE ? on_resolve(c, &m) : on_wait(c, &m);
 		break;
+	case WIRE_PURGE:
+		if (c->owner == 0) {
+			fail_conn(c, CARMY_EPROTOCOL, "PURGE before HELLO");
+			return -1;
+		}
+		rc = wire_put_reply(&c->out, WIRE_PURGE,
+				    store_purge(s, m.u.purge.older_than_ms,
+						c->uid, c->pid));
+		break;
 	case WIRE_RESERVE:
 	case WIRE_RELEASE:
 		if (c->owner == 0) {

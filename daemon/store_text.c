@@ -13,7 +13,8 @@
  * Lines (hex for every byte string):
  *   R exec fingerprint rawprint pid started_ns principal session request_id
  *   C exec finished_ns status result_code result
- *   X exec
+ *   X exec       (released)
+ *   P exec       (purged)
  *   S exec committed finished_ns status result_code resolved_ns uid pid result
  * A line is only believed whole if it ends in a newline: a crash mid-line
  * leaves a partial last line, which load() ignores.
@@ -152,7 +153,8 @@ static void text_submit(void *store, struct carmy_store_req *req)
 				     r->result_len);
 		break;
 	default:
-		n = snprintf(line, cap, "X ");
+		n = snprintf(line, cap, req->op == CARMY_STORE_PURGE ? "P " :
+								       "X ");
 		n += put_hex(line + n, cap - n, r->exec, 16);
 		break;
 	}
@@ -232,9 +234,14 @@ static int text_line(char *line, struct text_exec **xs, size_t *nx,
 	for (size_t i = 0; i < *nx; i++) {
 		struct text_exec *x = &(*xs)[i];
 
-		if (memcmp(x->rec.exec, exec, 16) != 0 || x->gone ||
-		    x->rec.state != CARMY_STORE_RUNNING)
+		if (memcmp(x->rec.exec, exec, 16) != 0 || x->gone)
 			continue;
+		if (w[0][0] == 'P' && nw == 2) {
+			x->gone = x->rec.state == CARMY_STORE_COMPLETED;
+			return 0;
+		}
+		if (x->rec.state != CARMY_STORE_RUNNING)
+			return 0;	/* the first result stands */
 		/* C: its result. S: an operator's verdict on it, moved
 		 * one word along by the committed flag. */
 		int at = w[0][0] == 'S' ? 3 : 2;

@@ -35,7 +35,8 @@
  * Ordering a store may rely on: for one execution (one exec id), carmyd
  * submits RESERVE, then at most one of COMPLETE or RELEASE, each only after
  * the previous one is done; an execution left without either (its process
- * died) may later get one RESOLVE, from an operator. An identity may be reserved again (with a new
+ * died) may later get one RESOLVE, from an operator, and a completed (or
+ * resolved) one may get a PURGE, the only way one is ever forgotten. An identity may be reserved again (with a new
  * exec id) only after its earlier execution was released; if a store finds
  * two executions of one identity at load time, the later one stands.
  *
@@ -69,6 +70,8 @@ enum carmy_store_op {
 					 * one: state COMPLETED (it happened,
 					 * with this result) or 0 (it did not:
 					 * the identity is free again) */
+	CARMY_STORE_PURGE = 5,		/* an operator removed a completed
+					 * one (carmyctl purge): forget it */
 };
 
 enum carmy_store_state {
@@ -106,7 +109,7 @@ struct carmy_store_req;
 typedef void (*carmy_store_done_fn)(struct carmy_store_req *req, int rc);
 
 /* A request in flight. carmyd owns it and keeps it alive until done(). For
- * RELEASE only rec->exec is set; for RESOLVE rec->exec, rec->state, the
+ * RELEASE and PURGE only rec->exec is set; for RESOLVE rec->exec, rec->state, the
  * resolved_* fields and, when state is COMPLETED, the result fields. */
 struct carmy_store_req {
 	enum carmy_store_op op;

@@ -55,6 +55,7 @@ struct carmy {
 	uint8_t exec_key[16];		/* ... a random key and ... */
 	uint64_t exec_count;		/* ... a counter (atomic) */
 	uint32_t ticket_cursor;		/* where our next ticket search starts */
+	struct shm_stats *stats;	/* our stripe of the answer counts */
 };
 
 static bool alive(carmy_t *c);
@@ -72,6 +73,7 @@ static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
 static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN]);
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
 static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN]);
+static inline void count(uint64_t *counter);
 static uint64_t now_ns(void);
 static uint64_t mono_ms(void);
 
@@ -156,6 +158,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
 				      c->view.geo.capacity);
 	c->pid = (uint32_t)getpid();
+	c->stats = &c->view.stats[c->owner % SHM_STATS_STRIPES];
 	*out = c;
 	return 0;
 fail:
@@ -246,14 +249,18 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			r->state = CARMY_STATE_RUNNING;
 			r->priv_entry = f.entry;
 			r->priv_owner = claim.owner;
+			count(&c->stats->st_reserves);
 			return CARMY_RESERVED;
 		case SHM_OUT_FULL:
+			count(&c->stats->st_capacity);
 			return CARMY_ECAPACITY;
 		case SHM_OUT_NOFREE:
 			/* Tickets are left but released entries' tombstones
 			 * fill the index: have carmyd reclaim them, once. */
-			if (reclaimed)
+			if (reclaimed) {
+				count(&c->stats->st_capacity);
 				return CARMY_ECAPACITY;
+			}
 			reclaimed = true;
 			rc = request(c, WIRE_RECLAIM, NULL);
 			if (rc != 0)
@@ -279,6 +286,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 						      CARMY_STATE_INTERRUPTED;
 		if (!f.same_fp || f.state != SHM_COMPLETED) {
 			exec_hex(f.exec, r->execution_id);
+			count(f.same_fp ? &c->stats->st_uncertain :
+					  &c->stats->st_conflicts);
 			return f.same_fp ? CARMY_EUNCERTAIN : CARMY_ECONFLICT;
 		}
 		rc = shm_read_result(&c->view, f.entry, f.word, &res);
@@ -291,6 +300,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		r->result_code = res.result_code;
 		r->result = res.data;
 		r->result_len = res.len;
+		count(&c->stats->st_replays);
 		return CARMY_REPLAY;
 	}
 }
@@ -778,6 +788,13 @@ static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out)
 	for (int i = 0; i < SHM_EXEC_LEN; i++, p += 2)
 		memcpy(p, pairs + 2 * exec[i], 2);
 	*p = '\0';
+}
+
+/* One more answer of a kind, in our stripe: an uncontended atomic add (the
+ * stripe is shared only with handles whose owner ids collide). */
+static inline void count(uint64_t *counter)
+{
+	__atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
 }
 
 /* "exec_" and 32 lowercase hex digits back into 16 bytes; 0 or -1. */

@@ -202,6 +202,11 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 		return 0;
 	case WIRE_RECLAIM:
 		return n == 1 ? 0 : CARMY_EPROTOCOL;
+	case WIRE_PURGE:
+		if (n != 2 ||
+		    get_uint(&a[1], UINT64_MAX, &m->u.purge.older_than_ms) != 0)
+			return CARMY_EPROTOCOL;
+		return 0;
 	case WIRE_RESERVE:
 		if (n != 3 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
 		    a[2].type != MSGPACK_OBJECT_BIN || a[2].via.bin.size != 16)
@@ -289,6 +294,7 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 	case WIRE_RELEASE:
 	case WIRE_RESOLVE:
 	case WIRE_WAIT:
+	case WIRE_PURGE:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
 			return CARMY_EPROTOCOL;
@@ -323,6 +329,17 @@ int wire_put_reclaim(msgpack_sbuffer *sb)
 
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
 	if (msgpack_pack_array(&pk, 1) || msgpack_pack_uint8(&pk, WIRE_RECLAIM))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_purge(msgpack_sbuffer *sb, uint64_t older_than_ms)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 2) || msgpack_pack_uint8(&pk, WIRE_PURGE) ||
+	    msgpack_pack_uint64(&pk, older_than_ms))
 		return -ENOMEM;
 	return 0;
 }

@@ -19,6 +19,7 @@
  *     WAIT      [7, principal, session, request_id (bin each), exec(bin 16),
  *                timeout_ms]   answer once that execution is no longer
  *                              running, or the time is up
+ *     PURGE     [8, older_than_ms]  forget completed entries that old
  *
  *   carmyd -> client (one reply per request, in order)
  *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags]
@@ -28,6 +29,7 @@
  *     RELEASE   [5, code]
  *     RESOLVE   [6, code]
  *     WAIT      [7, code]   0: it is not running any more; -ETIMEDOUT
+ *     PURGE     [8, code]   >= 0: how many were forgotten
  *     ERROR     [0, code]   carmyd closes the connection after it
  *
  * RESERVE and RELEASE are sent only to a carmyd whose HELLO reply carries
@@ -62,6 +64,7 @@ enum wire_type {
 	WIRE_RELEASE = 5,
 	WIRE_RESOLVE = 6,
 	WIRE_WAIT = 7,
+	WIRE_PURGE = 8,
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer
@@ -107,6 +110,9 @@ struct wire_msg {
 			uint32_t timeout_ms;	/* WAIT only */
 		} settle;	/* RESOLVE and WAIT requests */
 		struct {
+			uint64_t older_than_ms;
+		} purge;
+		struct {
 			int32_t code;
 		} reply;	/* every reply but HELLO's, and ERROR */
 	} u;
@@ -143,6 +149,7 @@ int wire_decode(const void *buf, size_t len, int from_client,
 int wire_put_hello(msgpack_sbuffer *sb, uint64_t layout, uint32_t owner,
 		   uint32_t epoch);
 int wire_put_reclaim(msgpack_sbuffer *sb);
+int wire_put_purge(msgpack_sbuffer *sb, uint64_t older_than_ms);
 int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 		      const uint8_t exec[16], int status, int result_code,
 		      const void *result, size_t len);

@@ -23,6 +23,7 @@ _Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE,
 	       "header must be exactly SHM_HEADER_SIZE");
 _Static_assert(sizeof(struct shm_entry) % 64 == 0,
 	       "entries are cache-line aligned");
+_Static_assert(sizeof(struct shm_stats) == 64, "one stats stripe per line");
 
 #define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
 
@@ -55,6 +56,8 @@ uint64_t shm_layout_signature(void)
 		sizeof(uint64_t) * 2,	/* ticket words are 64-bit */
 		shm_word(SHM_BLOCKED, 1, 1, 1),	/* bucket word packing */
 		sizeof(uint64_t),
+		SHM_STATS_STRIPES,
+		sizeof(struct shm_stats),
 	};
 
 	return XXH3_64bits(facts, sizeof(facts));
@@ -81,7 +84,8 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 	geo->nbuckets = (uint32_t)nb;
 	geo->max_result = max_result;
 	geo->result_stride = (uint32_t)ALIGN_UP((uint64_t)max_result, 64);
-	geo->tickets_off = SHM_HEADER_SIZE;
+	geo->tickets_off = SHM_HEADER_SIZE +
+			   SHM_STATS_STRIPES * sizeof(struct shm_stats);
 	geo->buckets_off = ALIGN_UP(geo->tickets_off +
 				    (uint64_t)capacity * sizeof(uint64_t), 64);
 	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
@@ -166,6 +170,7 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
 	v->mapped = mapped;
 	v->geo = geo;
 	v->seed = ((const volatile struct shm_header *)base)->sh_seed;
+	v->stats = (struct shm_stats *)(v->base + SHM_HEADER_SIZE);
 	v->tickets = (uint64_t *)(v->base + geo.tickets_off);
 	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
 	v->entries = (struct shm_entry *)(v->base + geo.entries_off);

@@ -10,6 +10,7 @@
  * pointers):
  *
  *   header     struct shm_header, 256 bytes
+ *   stats      SHM_STATS_STRIPES x struct shm_stats   answers counted
  *   tickets    capacity x uint64_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
  *   entries    capacity x struct shm_entry  identity, fingerprint, status
@@ -207,6 +208,24 @@ struct shm_entry {
 	uint8_t en_ident[3 * CARMY_ID_MAX];
 } __attribute__((aligned(64)));
 
+/*
+ * What clients answered, counted for operators (carmyctl status, metrics).
+ * Clients count in the segment, since reserves and replays never reach
+ * carmyd; each handle adds to its own stripe (its owner id modulo the
+ * stripes), one cache line each, so counting costs an uncontended atomic
+ * add rather than a line bouncing between CPUs. Readers sum the stripes.
+ * Only ever added to; a scribbled stripe can only make the counts wrong.
+ */
+#define SHM_STATS_STRIPES 64
+struct shm_stats {
+	uint64_t st_reserves;
+	uint64_t st_replays;
+	uint64_t st_conflicts;
+	uint64_t st_uncertain;
+	uint64_t st_capacity;	/* refused: IDEMPOTENCY_CAPACITY */
+	uint64_t st_pad[3];
+} __attribute__((aligned(64)));
+
 /* Geometry derived from (capacity, max_result): the one place sizes and
  * offsets are computed, used to create a segment and to check one. */
 struct shm_geometry {
@@ -228,6 +247,7 @@ struct shm_view {
 	size_t mapped;
 	struct shm_geometry geo;
 	uint64_t seed;
+	struct shm_stats *stats;
 	uint64_t *tickets;
 	uint64_t *buckets;
 	struct shm_entry *entries;
@@ -386,6 +406,7 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      uint64_t now_ns);
 int shm_resolve(const struct shm_view *v, const struct shm_found *f,
 		const struct shm_restored *r);
+bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec);
 bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec, int status, int result_code,
 		      const void *data, size_t len);

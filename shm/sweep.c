@@ -65,6 +65,25 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	return 0;
 }
 
+/* carmyd, for an operator's purge, under the store lock: forget entry e if
+ * it is still COMPLETED as execution exec. The bucket turns TOMB, then the
+ * ticket FREE, as in a release; a replay reading it meanwhile sees the word
+ * change and looks again. Returns true if it was forgotten. */
+bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec)
+{
+	uint32_t b;
+	uint64_t w;
+
+	if (e >= v->geo.capacity || !published_at(v, e, &b, &w) ||
+	    SHM_W_STATE(w) != SHM_COMPLETED ||
+	    memcmp(shm_entry_at(v, e)->en_exec, exec, SHM_EXEC_LEN) != 0 ||
+	    shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) != w)
+		return false;
+	shm_store(&v->tickets[e], SHM_TICKET_FREE);
+	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
+	return true;
+}
+
 /* Is entry e published COMPLETED under execution id exec, with exactly
  * this status, code and result? A completion sent twice (again after a
  * reconnect) is then already recorded; anything else is not ours to say. */

@@ -80,15 +80,16 @@ static void record_of(const struct ex *x, struct carmy_store_record *r)
 	r->result_len = (uint32_t)strlen(x->result);
 }
 
-/* Submit one request and wait until the store has answered it. */
-static int submit_wait(void *st, enum carmy_store_op op, const struct ex *x)
+/* Submit one request for rec and wait until the store has answered it. */
+static int submit_rec(void *st, enum carmy_store_op op,
+		      const struct carmy_store_record *rec)
 {
 	struct waiter w = { .done = false };
 	int rc;
 
 	pthread_mutex_init(&w.lock, NULL);
 	pthread_cond_init(&w.cond, NULL);
-	record_of(x, &w.rec);
+	w.rec = *rec;
 	w.req.op = op;
 	w.req.rec = &w.rec;
 	w.req.done = on_done;
@@ -102,6 +103,26 @@ static int submit_wait(void *st, enum carmy_store_op op, const struct ex *x)
 	pthread_cond_destroy(&w.cond);
 	pthread_mutex_destroy(&w.lock);
 	return rc;
+}
+
+static int submit_wait(void *st, enum carmy_store_op op, const struct ex *x)
+{
+	struct carmy_store_record rec;
+
+	record_of(x, &rec);
+	return submit_rec(st, op, &rec);
+}
+
+/* A RESOLVE of x's execution: committed (x's result) or not, by pid 777. */
+static int submit_resolve(void *st, const struct ex *x, bool committed)
+{
+	struct carmy_store_record rec;
+
+	record_of(x, &rec);
+	rec.state = committed ? CARMY_STORE_COMPLETED : 0;
+	rec.resolved_ns = 3;
+	rec.resolved_pid = 777;
+	return submit_rec(st, CARMY_STORE_RESOLVE, &rec);
 }
 
 static void *open_journal(const char *dir)
@@ -122,6 +143,7 @@ struct seen {
 		uint8_t exec[16];
 		int state;
 		int status;
+		uint32_t resolved_pid;
 		char result[48];
 	} e[256];
 };
@@ -139,6 +161,7 @@ static int collect(void *arg, const struct carmy_store_record *r)
 	memcpy(s->e[s->n].exec, r->exec, 16);
 	s->e[s->n].state = r->state;
 	s->e[s->n].status = r->status;
+	s->e[s->n].resolved_pid = r->resolved_pid;
 	s->e[s->n].result[0] = '\0';
 	if (r->state == CARMY_STORE_COMPLETED) {
 		ck_assert_uint_lt(r->result_len, sizeof(s->e[0].result));
@@ -323,6 +346,53 @@ START_TEST(test_later_reservation_of_an_identity_stands)
 	ck_assert_mem_eq(s.e[0].exec, b.exec, 16);
 	ck_assert_int_eq(s.e[0].state, CARMY_STORE_COMPLETED);
 	ck_assert_str_eq(s.e[0].result, "result of 2");
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* An operator's records: RESOLVE committed gives a result (with who),
+ * RESOLVE not committed and PURGE make an execution forgotten; a PURGE of
+ * a running one, or a RESOLVE of a completed one, changes nothing. */
+START_TEST(test_resolve_and_purge_records_come_back)
+{
+	char *dir = temp_dir();
+	struct ex a, b, c, d;
+	struct seen s = { 0 };
+		void *st = open_journal(dir);
+	int k;
+
+	make_ex(&a, 1, CARMY_STATUS_COMPLETED);	/* resolved: happened */
+	make_ex(&b, 2, CARMY_STATUS_COMPLETED);	/* resolved: did not */
+	make_ex(&c, 3, CARMY_STATUS_COMPLETED);	/* completed, purged */
+	make_ex(&d, 4, CARMY_STATUS_COMPLETED);	/* running: purge no-op */
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &a), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &b), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &c), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &d), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE, &c), 0);
+	strcpy(a.result, "settled by hand");
+	ck_assert_int_eq(submit_resolve(st, &a, true), 0);
+	ck_assert_int_eq(submit_resolve(st, &b, false), 0);
+	ck_assert_int_eq(submit_resolve(st, &c, false), 0);	/* no-op */
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_PURGE, &c), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_PURGE, &d), 0);	/* no-op */
+	journal_store_ops.close(st);
+
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 2);
+	k = find(&s, a.id);
+	ck_assert_int_ge(k, 0);
+	ck_assert_int_eq(s.e[k].state, CARMY_STORE_COMPLETED);
+	ck_assert_str_eq(s.e[k].result, "settled by hand");
+	ck_assert_uint_eq(s.e[k].resolved_pid, 777);
+	ck_assert_int_lt(find(&s, b.id), 0);
+	ck_assert_int_lt(find(&s, c.id), 0);
+	k = find(&s, d.id);
+	ck_assert_int_ge(k, 0);
+	ck_assert_int_eq(s.e[k].state, CARMY_STORE_RUNNING);
 	rm_rf(dir);
 	free(dir);
 }
@@ -636,6 +706,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_acknowledged_records_come_back_after_reopen);
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
+	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
 	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
 	tcase_add_test(tc, test_torn_last_record_is_cut);

@@ -53,7 +53,7 @@ START_TEST(test_plugin_store_survives_a_reboot)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_call running = E2E_CALL("p", "s", "running");
 	struct carmy_call released = E2E_CALL("p", "s", "released");
-	char exec[NDONE][CARMY_EXECUTION_ID_LEN + 1], rid[NDONE][16];
+	char exec[NDONE][CARMY_EXECUTION_ID_LEN + 1], rid[NDONE][24];
 	struct e2e_child ch;
 
 	e2e_start(&d, opts);

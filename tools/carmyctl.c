@@ -1,0 +1,981 @@
+/*
+ * carmyctl.c - the operator's tool.
+ *
+ *   carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND [ARGS]
+ *
+ * Reading commands (status, list, show, metrics) map carmyd's segment
+ * read-only and change nothing; they work while carmyd is down when given
+ * --segment. Changing commands (resolve, release, purge) ask carmyd, which
+ * records who asked (uid and pid) and when. journal-check reads a journal
+ * directory offline. Tables for people; --json for scripts. See README,
+ * "carmyctl".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "carmy.h"
+#include "daemon/journal.h"
+#include "daemon/log.h"
+#include "libclient/wire.h"
+#include "shm/shm.h"
+#include "tools/json.h"
+
+#define EXIT_USAGE 64
+#define EXIT_FAIL 1
+#define REPLY_MAX 512
+
+static const char usage[] =
+	"usage: carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND\n"
+	"\n"
+	"  status                       capacity, entries by state, result bytes,\n"
+	"                               and the answers clients were given\n"
+	"  list [--state S] [--principal P] [--session S]\n"
+	"       [--older-than AGE] [--newer-than AGE] [--limit N]\n"
+	"                               entries; S is running, uncertain or\n"
+	"                               completed; AGE like 90s, 15m, 2h, 7d\n"
+	"  show EXECUTION_ID            one entry, with its result\n"
+	"  resolve EXECUTION_ID --committed [--status S] [--result TEXT]\n"
+	"  resolve EXECUTION_ID --not-committed\n"
+	"                               settle an interrupted execution: it\n"
+	"                               happened (its result replays from now\n"
+	"                               on; S completed, failed, timed_out or\n"
+	"                               cancelled, default completed) or it did\n"
+	"                               not (the identity is free again)\n"
+	"  release EXECUTION_ID         the same as resolve --not-committed\n"
+	"  purge --older-than AGE       forget completed entries that finished\n"
+	"                               longer ago than AGE (never running or\n"
+	"                               uncertain ones)\n"
+	"  metrics                      the status in Prometheus text format\n"
+	"  journal-check DIR            read a journal as carmyd would at start,\n"
+	"                               changing nothing\n"
+	"\n"
+	"  --socket PATH    carmyd's socket (default: $CARMY_SOCKET, else\n"
+	"                   libcarmy's default path)\n"
+	"  --segment NAME   read this segment directly (carmyd may be down)\n"
+	"  --json           one JSON object (list: an array) on standard output\n"
+	"\n"
+	"Exit status: 0 done; 1 the request was refused or failed (its code\n"
+	"name on standard error); 64 usage error; 69 carmyd unavailable.\n";
+
+struct ctl {
+	const char *socket;
+	const char *segment;
+	bool json;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int fd;			/* to carmyd, once asked */
+	char shm_name[WIRE_SHM_NAME_MAX];
+	struct shm_view view;
+	bool mapped;
+};
+
+/* One entry, read out of the segment. */
+struct row {
+	uint32_t entry;
+	unsigned state;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	uint8_t exec_bytes[SHM_EXEC_LEN];
+	uint8_t fp[SHM_FP_LEN];
+	char part[3][CARMY_ID_MAX + 1];
+	uint16_t len[3];
+	uint32_t pid;
+	uint64_t started_ns, finished_ns, resolved_ns;
+	uint32_t resolved_uid, resolved_pid;
+	int status, result_code;
+	uint32_t result_len;
+};
+
+struct filter {
+	int state;		/* -1: any */
+	const char *principal, *session;
+	uint64_t older_ns, newer_ns;	/* 0: no bound */
+	long limit;
+};
+
+static int cmd_status(struct ctl *x, bool metrics);
+static int cmd_list(struct ctl *x, int argc, char **argv);
+static int cmd_show(struct ctl *x, int argc, char **argv);
+static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release);
+static int cmd_purge(struct ctl *x, int argc, char **argv);
+static int cmd_journal_check(struct ctl *x, int argc, char **argv);
+static int attach(struct ctl *x);
+static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int *code);
+static int dial_hello(struct ctl *x);
+static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
+static bool find_exec(const struct shm_view *v, const char *id,
+		      struct row *r);
+static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN]);
+static int parse_age(const char *s, uint64_t *ns);
+static int parse_state(const char *s);
+static const char *state_name(unsigned st);
+static void put_age(FILE *f, uint64_t ns);
+static uint64_t now_ns(void);
+static int fail(const char *what, int code);
+static int usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "segment", required_argument, NULL, 'g' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctl x = { .fd = -1 };
+	const char *cmd;
+	int o, rc;
+
+	log_level = LOG_ERROR;
+	/* '+': options after COMMAND belong to it. */
+	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			x.socket = optarg;
+			break;
+		case 'g':
+			x.segment = optarg;
+			break;
+		case 'j':
+			x.json = true;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		case 'V':
+			printf("carmyctl %s\n", PACKAGE_VERSION);
+			return 0;
+		default:
+			fputs(usage, stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc)
+		return usage_error("carmyctl: a COMMAND is needed%s", "");
+	cmd = argv[optind];
+	argc -= optind;
+	argv += optind;
+	optind = 0;	/* glibc: start afresh on the command's arguments */
+	/* --json may also follow the command. */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0 &&
+		    (strcmp(cmd, "status") == 0 || strcmp(cmd, "show") == 0 ||
+		     strcmp(cmd, "journal-check") == 0)) {
+			x.json = true;
+			memmove(&argv[i], &argv[i + 1],
+				(size_t)(argc - i) * sizeof(*argv));
+			argc--;
+			i--;
+		}
+	}
+	if (strcmp(cmd, "status") == 0 && argc == 1)
+		rc = cmd_status(&x, false);
+	else if (strcmp(cmd, "metrics") == 0 && argc == 1)
+		rc = cmd_status(&x, true);
+	else if (strcmp(cmd, "list") == 0)
+		rc = cmd_list(&x, argc, argv);
+	else if (strcmp(cmd, "show") == 0)
+		rc = cmd_show(&x, argc, argv);
+	else if (strcmp(cmd, "resolve") == 0)
+		rc = cmd_resolve(&x, argc, argv, false);
+	else if (strcmp(cmd, "release") == 0)
+		rc = cmd_resolve(&x, argc, argv, true);
+	else if (strcmp(cmd, "purge") == 0)
+		rc = cmd_purge(&x, argc, argv);
+	else if (strcmp(cmd, "journal-check") == 0)
+		rc = cmd_journal_check(&x, argc, argv);
+	else
+		rc = usage_error("carmyctl: unknown command or arguments: %s",
+				 cmd);
+	if (x.mapped)
+		shm_unmap(&x.view);
+	if (x.fd >= 0)
+		close(x.fd);
+	if (fflush(stdout) != 0 && rc == 0)
+		rc = EXIT_FAIL;
+	return rc;
+}
+
+/* ------------------------------------------------------------ reading */
+
+static int cmd_status(struct ctl *x, bool metrics)
+{
+	uint64_t n[6] = { 0 }, bytes = 0, ans[5] = { 0 };
+	const struct shm_view *v;
+	const struct shm_header *h;
+	bool up;
+	int rc = attach(x);
+
+	if (rc != 0)
+		return rc;
+	v = &x->view;
+	h = shm_header(v);
+	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
+		uint64_t w = __atomic_load_n(&v->buckets[b], __ATOMIC_RELAXED);
+		unsigned st = SHM_W_STATE(w);
+		uint32_t e = SHM_W_ENTRY(w);
+
+		if (st >= 6)
+			continue;
+		n[st]++;
+		if (st == SHM_COMPLETED && e < v->geo.capacity) {
+			uint32_t len = shm_entry_at(v, e)->en_result_len;
+
+			bytes += len <= v->geo.max_result ? len : 0;
+		}
+	}
+	for (int i = 0; i < SHM_STATS_STRIPES; i++) {
+		const struct shm_stats *st = &v->stats[i];
+
+		ans[0] += __atomic_load_n(&st->st_reserves, __ATOMIC_RELAXED);
+		ans[1] += __atomic_load_n(&st->st_replays, __ATOMIC_RELAXED);
+		ans[2] += __atomic_load_n(&st->st_conflicts, __ATOMIC_RELAXED);
+		ans[3] += __atomic_load_n(&st->st_uncertain, __ATOMIC_RELAXED);
+		ans[4] += __atomic_load_n(&st->st_capacity, __ATOMIC_RELAXED);
+	}
+	up = shm_daemon_alive(h);
+	uint64_t live = n[SHM_RUNNING] + n[SHM_COMPLETED] + n[SHM_UNCERTAIN];
+
+	if (metrics) {
+		static const char *const kinds[5] = { "reserved", "replayed",
+			"conflict", "uncertain", "capacity" };
+
+		printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
+		       "# TYPE carmy_up gauge\ncarmy_up %d\n", up);
+		printf("# HELP carmy_capacity_entries Entries the table holds.\n"
+		       "# TYPE carmy_capacity_entries gauge\n"
+		       "carmy_capacity_entries %u\n", v->geo.capacity);
+		printf("# HELP carmy_entries Entries in the table, by state.\n"
+		       "# TYPE carmy_entries gauge\n");
+		printf("carmy_entries{state=\"running\"} %llu\n",
+		       (unsigned long long)n[SHM_RUNNING]);
+		printf("carmy_entries{state=\"uncertain\"} %llu\n",
+		       (unsigned long long)n[SHM_UNCERTAIN]);
+		printf("carmy_entries{state=\"completed\"} %llu\n",
+		       (unsigned long long)n[SHM_COMPLETED]);
+		printf("# HELP carmy_result_bytes Bytes of recorded results.\n"
+		       "# TYPE carmy_result_bytes gauge\n"
+		       "carmy_result_bytes %llu\n", (unsigned long long)bytes);
+		printf("# HELP carmy_answers_total Answers clients were given "
+		       "by begin, by kind.\n# TYPE carmy_answers_total "
+		       "counter\n");
+		for (int i = 0; i < 5; i++)
+			printf("carmy_answers_total{answer=\"%s\"} %llu\n",
+			       kinds[i], (unsigned long long)ans[i]);
+		printf("# HELP carmy_epoch carmyd starts on this segment.\n"
+		       "# TYPE carmy_epoch counter\ncarmy_epoch %u\n",
+		       h->sh_epoch);
+		return 0;
+	}
+	if (x->json) {
+		printf("{\"segment\":");
+		json_put_str(stdout, x->shm_name);
+		printf(",\"carmyd_up\":%s,\"carmyd_pid\":%u,\"epoch\":%u,"
+		       "\"capacity\":%u,\"max_result\":%u,\"live\":%llu,"
+		       "\"running\":%llu,\"uncertain\":%llu,\"completed\":%llu,"
+		       "\"result_bytes\":%llu,\"reserves\":%llu,"
+		       "\"replays\":%llu,\"conflicts\":%llu,"
+		       "\"uncertain_answers\":%llu,"
+		       "\"capacity_refusals\":%llu}\n",
+		       up ? "true" : "false", h->sh_daemon_pid, h->sh_epoch,
+		       v->geo.capacity, v->geo.max_result,
+		       (unsigned long long)live,
+		       (unsigned long long)n[SHM_RUNNING],
+		       (unsigned long long)n[SHM_UNCERTAIN],
+		       (unsigned long long)n[SHM_COMPLETED],
+		       (unsigned long long)bytes, (unsigned long long)ans[0],
+		       (unsigned long long)ans[1], (unsigned long long)ans[2],
+		       (unsigned long long)ans[3], (unsigned long long)ans[4]);
+		return 0;
+	}
+	printf("segment     %s (carmyd %s, pid %u, epoch %u)\n", x->shm_name,
+	       up ? "up" : "DOWN", h->sh_daemon_pid, h->sh_epoch);
+	printf("capacity    %u entries, max-result %u bytes\n",
+	       v->geo.capacity, v->geo.max_result);
+	printf("live        %llu (%.1f%%)\n", (unsigned long long)live,
+	       100.0 * (double)live / v->geo.capacity);
+	printf("  running   %llu\n  uncertain %llu\n  completed %llu\n",
+	       (unsigned long long)n[SHM_RUNNING],
+	       (unsigned long long)n[SHM_UNCERTAIN],
+	       (unsigned long long)n[SHM_COMPLETED]);
+	printf("results     %llu bytes\n", (unsigned long long)bytes);
+	printf("answers     %llu reserved, %llu replayed, %llu conflicts, "
+	       "%llu uncertain, %llu refused for capacity\n",
+	       (unsigned long long)ans[0], (unsigned long long)ans[1],
+	       (unsigned long long)ans[2], (unsigned long long)ans[3],
+	       (unsigned long long)ans[4]);
+	return 0;
+}
+
+static void print_row(const struct ctl *x, const struct row *r, bool first,
+		      bool full)
+{
+	uint64_t now = now_ns();
+	static const char *const names[3] = { "principal", "session",
+					      "request_id" };
+
+	if (!x->json) {
+		if (first && !full)
+			printf("%-37s  %-9s  %6s  %-12s  %-12s  %-16s  %-9s  "
+			       "%s\n", "EXECUTION_ID", "STATE", "AGE",
+			       "PRINCIPAL", "SESSION", "REQUEST_ID", "STATUS",
+			       "BYTES");
+		if (!full) {
+			printf("%-37s  %-9s  ", r->exec, state_name(r->state));
+			put_age(stdout, now > r->started_ns ?
+						now - r->started_ns : 0);
+			printf("  %-12.*s  %-12.*s  %-16.*s  %-9s  ",
+			       (int)r->len[0], r->part[0], (int)r->len[1],
+			       r->part[1], (int)r->len[2], r->part[2],
+			       r->state == SHM_COMPLETED ?
+				       carmy_status_name(r->status) : "-");
+			if (r->state == SHM_COMPLETED)
+				printf("%u\n", r->result_len);
+			else
+				printf("-\n");
+			return;
+		}
+		printf("execution_id  %s\nstate         %s\n", r->exec,
+		       state_name(r->state));
+		for (int i = 0; i < 3; i++)
+			printf("%-13s %.*s\n", names[i], (int)r->len[i],
+			       r->part[i]);
+		printf("pid           %u\nage           ", r->pid);
+		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
+		printf("\n");
+		if (r->state == SHM_COMPLETED)
+			printf("status        %s%s%s\nresult        %u bytes\n",
+			       carmy_status_name(r->status),
+			       r->result_code ? " " : "",
+			       r->result_code ? carmy_errname(r->result_code) : "",
+			       r->result_len);
+		if (r->resolved_ns != 0)
+			printf("resolved by   uid %u pid %u\n",
+			       r->resolved_uid, r->resolved_pid);
+		return;
+	}
+	printf("%s{\"execution_id\":\"%s\",\"state\":\"%s\"", first ? "" : ",",
+	       r->exec, state_name(r->state));
+	for (int i = 0; i < 3; i++) {
+		printf(",\"%s\":", names[i]);
+		json_put_bytes(stdout, r->part[i], r->len[i]);
+	}
+	printf(",\"pid\":%u,\"started_ns\":%llu", r->pid,
+	       (unsigned long long)r->started_ns);
+	if (r->state == SHM_COMPLETED)
+		printf(",\"status\":\"%s\",\"result_code\":\"%s\","
+		       "\"finished_ns\":%llu,\"result_bytes\":%u",
+		       carmy_status_name(r->status),
+		       r->result_code ? carmy_errname(r->result_code) : "",
+		       (unsigned long long)r->finished_ns, r->result_len);
+	if (r->resolved_ns != 0)
+		printf(",\"resolved_ns\":%llu,\"resolved_uid\":%u,"
+		       "\"resolved_pid\":%u",
+		       (unsigned long long)r->resolved_ns, r->resolved_uid,
+		       r->resolved_pid);
+	if (full && r->state == SHM_COMPLETED) {
+		printf(",\"result\":");
+		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
+			       r->result_len);
+	}
+	printf("}");
+}
+
+static bool keep(const struct filter *f, const struct row *r, uint64_t now)
+{
+	uint64_t age = now > r->started_ns ? now - r->started_ns : 0;
+
+	if (f->state >= 0 && r->state != (unsigned)f->state)
+		return false;
+	if (f->principal != NULL &&
+	    (strlen(f->principal) != r->len[0] ||
+	     memcmp(f->principal, r->part[0], r->len[0]) != 0))
+		return false;
+	if (f->session != NULL &&
+	    (strlen(f->session) != r->len[1] ||
+	     memcmp(f->session, r->part[1], r->len[1]) != 0))
+		return false;
+	if (f->older_ns != 0 && age < f->older_ns)
+		return false;
+	if (f->newer_ns != 0 && age > f->newer_ns)
+		return false;
+	return true;
+}
+
+static int cmd_list(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "state", required_argument, NULL, 's' },
+		{ "principal", required_argument, NULL, 'p' },
+		{ "session", required_argument, NULL, 'e' },
+		{ "older-than", required_argument, NULL, 'o' },
+		{ "newer-than", required_argument, NULL, 'n' },
+		{ "limit", required_argument, NULL, 'l' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct filter f = { .state = -1, .limit = -1 };
+	long shown = 0;
+	uint64_t now;
+	int o, rc;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		char *end;
+
+		switch (o) {
+		case 's':
+			f.state = parse_state(optarg);
+			if (f.state < 0)
+				return usage_error("carmyctl list: --state is "
+						   "running, uncertain or "
+						   "completed, not '%s'", optarg);
+			break;
+		case 'p':
+			f.principal = optarg;
+			break;
+		case 'e':
+			f.session = optarg;
+			break;
+		case 'o':
+		case 'n':
+			if (parse_age(optarg, o == 'o' ? &f.older_ns :
+							 &f.newer_ns) != 0)
+				return usage_error("carmyctl list: an age is "
+						   "like 90s, 15m, 2h or 7d, "
+						   "not '%s'", optarg);
+			break;
+		case 'j':
+			x->json = true;
+			break;
+		case 'l':
+			f.limit = strtol(optarg, &end, 10);
+			if (*end != '\0' || f.limit < 0)
+				return usage_error("carmyctl list: --limit "
+						   "needs a count, not '%s'",
+						   optarg);
+			break;
+		default:
+			return usage_error("carmyctl list: unknown option%s",
+					   "");
+		}
+	}
+	if (optind != argc)
+		return usage_error("carmyctl list: unexpected '%s'",
+				   argv[optind]);
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	now = now_ns();
+	if (x->json)
+		printf("[");
+	for (uint32_t e = 0; e < x->view.geo.capacity; e++) {
+		struct row r;
+
+		if (f.limit >= 0 && shown >= f.limit)
+			break;
+		if (!read_row(&x->view, e, &r) || !keep(&f, &r, now))
+			continue;
+		print_row(x, &r, shown == 0, false);
+		shown++;
+	}
+	if (x->json)
+		printf("]\n");
+	else if (shown == 0)
+		printf("no entries\n");
+	return 0;
+}
+
+static int cmd_show(struct ctl *x, int argc, char **argv)
+{
+	struct row r;
+	int rc;
+
+	if (argc != 2)
+		return usage_error("carmyctl show: one EXECUTION_ID%s", "");
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	if (!find_exec(&x->view, argv[1], &r))
+		return fail("show", CARMY_ENOT_RESERVED);
+	print_row(x, &r, true, true);
+	if (x->json)
+		printf("\n");
+	else if (r.state == SHM_COMPLETED) {
+		printf("result bytes  ");
+		json_put_bytes(stdout, shm_result_area(&x->view, r.entry),
+			       r.result_len);
+		printf("\n");
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ changing */
+
+static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
+{
+	static const struct option opts[] = {
+		{ "committed", no_argument, NULL, 'c' },
+		{ "not-committed", no_argument, NULL, 'n' },
+		{ "status", required_argument, NULL, 's' },
+		{ "result", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *result = "", *id;
+	int committed = release ? 0 : -1, status = CARMY_STATUS_COMPLETED;
+	msgpack_sbuffer sb;
+	struct row r;
+	int o, rc, code;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (release && o != 'j')
+			return usage_error("carmyctl release: only "
+					   "EXECUTION_ID (and --json)%s", "");
+		switch (o) {
+		case 'c':
+		case 'n':
+			if (committed >= 0)
+				return usage_error("carmyctl resolve: "
+						   "--committed or "
+						   "--not-committed, once%s",
+						   "");
+			committed = o == 'c';
+			break;
+		case 's':
+			status = 0;
+			for (int st = CARMY_STATUS_COMPLETED;
+			     st <= CARMY_STATUS_CANCELLED; st++)
+				if (strcmp(optarg, carmy_status_name(st)) == 0)
+					status = st;
+			if (status == 0)
+				return usage_error("carmyctl resolve: --status "
+						   "is completed, failed, "
+						   "timed_out or cancelled, "
+						   "not '%s'", optarg);
+			break;
+		case 'r':
+			result = optarg;
+			break;
+		case 'j':
+			x->json = true;
+			break;
+		default:
+			return usage_error("carmyctl resolve: unknown "
+					   "option%s", "");
+		}
+	}
+	if (committed < 0)
+		return usage_error("carmyctl resolve: say --committed or "
+				   "--not-committed%s", "");
+	if (optind + 1 != argc)
+		return usage_error("carmyctl %s: one EXECUTION_ID",
+				   release ? "release" : "resolve");
+	id = argv[optind];
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	/* The execution names the identity and fingerprint carmyd checks. */
+	if (!find_exec(&x->view, id, &r))
+		return fail(release ? "release" : "resolve",
+			    CARMY_ENOT_INTERRUPTED);
+	{
+		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
+		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
+
+		msgpack_sbuffer_init(&sb);
+		rc = wire_put_settle(&sb, WIRE_RESOLVE, part, len, r.exec_bytes,
+				     r.fp, committed, committed ? status : 0,
+				     result, committed ? strlen(result) : 0, 0);
+	}
+	if (rc == 0)
+		rc = ask(x, &sb, WIRE_RESOLVE, &code);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0)
+		return rc;
+	if (code != 0)
+		return fail(release ? "release" : "resolve", code);
+	if (x->json)
+		printf("{\"execution_id\":\"%s\",\"resolved\":\"%s\"}\n", id,
+		       committed ? "committed" : "not_committed");
+	else
+		printf("%s resolved as %s\n", id,
+		       committed ? "committed" : "not committed (released)");
+	return 0;
+}
+
+static int cmd_purge(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "older-than", required_argument, NULL, 'o' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t age = 0;
+	bool have = false;
+	msgpack_sbuffer sb;
+	int o, rc, code;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (o == 'j') {
+			x->json = true;
+			continue;
+		}
+		if (o != 'o' || parse_age(optarg, &age) != 0)
+			return usage_error("carmyctl purge: --older-than AGE, "
+					   "like 90s, 15m, 2h or 7d%s", "");
+		have = true;
+	}
+	if (!have || optind != argc)
+		return usage_error("carmyctl purge: --older-than AGE is "
+				   "needed%s", "");
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_purge(&sb, age / 1000000u);
+	if (rc == 0)
+		rc = ask(x, &sb, WIRE_PURGE, &code);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0)
+		return rc;
+	if (code < 0)
+		return fail("purge", code);
+	if (x->json)
+		printf("{\"purged\":%d}\n", code);
+	else
+		printf("purged %d completed entr%s\n", code,
+		       code == 1 ? "y" : "ies");
+	return 0;
+}
+
+static int cmd_journal_check(struct ctl *x, int argc, char **argv)
+{
+	static const char *const ops[] = { "", "reserve", "complete",
+					   "release", "resolve", "purge" };
+	struct journal_report rep;
+	char err[512] = "";
+	int rc;
+
+	if (argc != 2)
+		return usage_error("carmyctl journal-check: one DIR%s", "");
+	rc = journal_check(argv[1], &rep, err, sizeof(err));
+	if (x->json) {
+		printf("{\"journal\":");
+		json_put_str(stdout, argv[1]);
+		printf(",\"ok\":%s", rc == 0 ? "true" : "false");
+		if (rc != 0) {
+			printf(",\"error\":{\"code\":\"%s\",\"message\":",
+			       carmy_errname(rc));
+			json_put_str(stdout, err);
+			printf("}}\n");
+			return EXIT_FAIL;
+		}
+		printf(",\"records\":%llu", (unsigned long long)rep.records);
+		for (int op = 1; op <= CARMY_STORE_PURGE; op++)
+			printf(",\"%s\":%llu", ops[op],
+			       (unsigned long long)rep.by_op[op]);
+		printf(",\"end\":%llu,\"torn_bytes\":%llu,\"completed\":%llu,"
+		       "\"unfinished\":%llu}\n", (unsigned long long)rep.end,
+		       (unsigned long long)rep.torn,
+		       (unsigned long long)rep.completed,
+		       (unsigned long long)rep.unfinished);
+		return 0;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "carmyctl: journal-check: %s: %s\n",
+			carmy_errname(rc), err);
+		return EXIT_FAIL;
+	}
+	printf("journal     %s: good\n", argv[1]);
+	printf("records     %llu:", (unsigned long long)rep.records);
+	for (int op = 1; op <= CARMY_STORE_PURGE; op++)
+		printf(" %llu %s", (unsigned long long)rep.by_op[op], ops[op]);
+	printf("\nends at     byte %llu of %llu\n", (unsigned long long)rep.end,
+	       (unsigned long long)rep.file_bytes);
+	if (rep.torn != 0)
+		printf("torn tail   %llu bytes: a start cuts them (never "
+		       "acknowledged)\n", (unsigned long long)rep.torn);
+	printf("standing    %llu completed, %llu unfinished (uncertain after "
+	       "a reboot)\n", (unsigned long long)rep.completed,
+	       (unsigned long long)rep.unfinished);
+	return 0;
+}
+
+/* ------------------------------------------------------------ carmyd */
+
+/* Map the segment read-only: the one named, else the one carmyd says. */
+static int attach(struct ctl *x)
+{
+	int rc;
+
+	if (x->segment == NULL) {
+		rc = dial_hello(x);
+		if (rc != 0)
+			return rc;
+	} else {
+		snprintf(x->shm_name, sizeof(x->shm_name), "%s", x->segment);
+	}
+	rc = shm_map(x->shm_name, false, &x->view);
+	if (rc != 0) {
+		fprintf(stderr, "carmyctl: cannot read segment %s: %s: %s\n",
+			x->shm_name, carmy_errname(rc), carmy_strerror(rc));
+		return EXIT_FAIL;
+	}
+	x->mapped = true;
+	return 0;
+}
+
+static int dial_hello(struct ctl *x)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	msgpack_sbuffer sb;
+	int code, rc;
+
+	if (x->socket == NULL) {
+		if (carmy_default_socket(x->path, sizeof(x->path)) < 0)
+			return fail("socket", -ENAMETOOLONG);
+	} else if (snprintf(x->path, sizeof(x->path), "%s", x->socket) >=
+		   (int)sizeof(x->path)) {
+		return fail("socket", -ENAMETOOLONG);
+	}
+	strcpy(sa.sun_path, x->path);
+	x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (x->fd < 0 ||
+	    connect(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd at %s "
+			"(%s); give --segment NAME to read a segment without "
+			"it\n", x->path, strerror(errno));
+		return 69;
+	}
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_hello(&sb, shm_layout_signature(), 0, 0);
+	if (rc == 0)
+		rc = ask(x, &sb, WIRE_HELLO, &code);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+/* Send one request and read its reply; HELLO's fills x->shm_name. Returns
+ * 0 with the reply's code, or an exit status after saying why. */
+static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int *code)
+{
+	uint8_t buf[REPLY_MAX];
+	struct wire_msg m;
+	size_t have = 0;
+	long n = 0;
+
+	if (x->fd < 0) {
+		int rc = dial_hello(x);
+
+		if (rc != 0)
+			return rc;
+	}
+	if (send(x->fd, sb->data, sb->size, MSG_NOSIGNAL) != (ssize_t)sb->size)
+		return fail("send", CARMY_EDISCONNECTED);
+	while (n == 0) {
+		struct pollfd p = { .fd = x->fd, .events = POLLIN };
+		ssize_t got;
+
+		/* carmyd answers at once but for a purge, which waits for
+		 * the store: a minute is plenty. */
+		if (poll(&p, 1, 60000) != 1)
+			return fail("reply", CARMY_EUNAVAILABLE);
+		got = recv(x->fd, buf + have, sizeof(buf) - have, 0);
+		if (got <= 0)
+			return fail("reply", CARMY_EDISCONNECTED);
+		have += (size_t)got;
+		n = wire_scan(buf, have, sizeof(buf));
+		if (n < 0)
+			return fail("reply", CARMY_EPROTOCOL);
+	}
+	if (wire_decode(buf, (size_t)n, 0, &m) != 0)
+		return fail("reply", CARMY_EPROTOCOL);
+	if (m.type == WIRE_ERROR)
+		return fail("request", m.u.reply.code);
+	if (m.type != type)
+		return fail("reply", CARMY_EPROTOCOL);
+	if (type == WIRE_HELLO) {
+		memcpy(x->shm_name, m.u.hello_ok.shm_name,
+		       sizeof(x->shm_name));
+		*code = 0;
+	} else {
+		*code = m.u.reply.code;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ entries */
+
+/* Entry e as it stands, if it is published (running, completed or
+ * uncertain). Nothing read from the segment is trusted: lengths are
+ * clamped, and the word is read again after the entry, so a row that
+ * changed while it was read is skipped rather than shown torn. */
+static bool read_row(const struct shm_view *v, uint32_t e, struct row *r)
+{
+	const struct shm_entry *en = shm_entry_at(v, e);
+	uint32_t b = __atomic_load_n(&en->en_bucket, __ATOMIC_ACQUIRE);
+	uint64_t w;
+	size_t off = 0;
+
+	if (b >= v->geo.nbuckets)
+		return false;
+	w = __atomic_load_n(&v->buckets[b], __ATOMIC_ACQUIRE);
+	if (SHM_W_ENTRY(w) != e ||
+	    (SHM_W_STATE(w) != SHM_RUNNING && SHM_W_STATE(w) != SHM_COMPLETED &&
+	     SHM_W_STATE(w) != SHM_UNCERTAIN))
+		return false;
+	memset(r, 0, sizeof(*r));
+	r->entry = e;
+	r->state = SHM_W_STATE(w);
+	for (int i = 0; i < 3; i++) {
+		uint16_t len = en->en_len[i];
+
+		if (len == 0 || len > CARMY_ID_MAX || off + len > sizeof(en->en_ident))
+			return false;
+		memcpy(r->part[i], en->en_ident + off, len);
+		r->len[i] = len;
+		off += len;
+	}
+	memcpy(r->exec_bytes, en->en_exec, SHM_EXEC_LEN);
+	memcpy(r->fp, en->en_fingerprint, SHM_FP_LEN);
+	strcpy(r->exec, "exec_");
+	for (int i = 0; i < SHM_EXEC_LEN; i++)
+		snprintf(r->exec + 5 + 2 * i, 3, "%02x", r->exec_bytes[i]);
+	r->pid = en->en_pid;
+	r->started_ns = en->en_started_ns;
+	r->finished_ns = en->en_finished_ns;
+	r->resolved_ns = en->en_resolved_ns;
+	r->resolved_uid = en->en_resolved_uid;
+	r->resolved_pid = en->en_resolved_pid;
+	r->status = en->en_status;
+	r->result_code = en->en_result_code;
+	r->result_len = en->en_result_len <= v->geo.max_result ?
+				en->en_result_len : 0;
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&v->buckets[b], __ATOMIC_RELAXED) == w;
+}
+
+static bool find_exec(const struct shm_view *v, const char *id,
+		      struct row *r)
+{
+	uint8_t want[SHM_EXEC_LEN];
+
+	if (parse_exec(id, want) != 0)
+		return false;
+	for (uint32_t e = 0; e < v->geo.capacity; e++)
+		if (memcmp(shm_entry_at(v, e)->en_exec, want, SHM_EXEC_LEN) == 0 &&
+		    read_row(v, e, r) &&
+		    memcmp(r->exec_bytes, want, SHM_EXEC_LEN) == 0)
+			return true;
+	return false;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN])
+{
+	if (strncmp(id, "exec_", 5) != 0 || strlen(id) != 5 + 2 * SHM_EXEC_LEN)
+		return -1;
+	for (int i = 0; i < SHM_EXEC_LEN; i++) {
+		unsigned v;
+
+		if (sscanf(id + 5 + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+/* "90", "90s", "15m", "2h", "7d" into nanoseconds. */
+static int parse_age(const char *s, uint64_t *ns)
+{
+	char *end;
+	unsigned long long n;
+	uint64_t unit = 1;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	n = strtoull(s, &end, 10);
+	switch (*end) {
+	case '\0': case 's': unit = 1; break;
+	case 'm': unit = 60; break;
+	case 'h': unit = 3600; break;
+	case 'd': unit = 86400; break;
+	default: return -1;
+	}
+	if (*end != '\0' && end[1] != '\0')
+		return -1;
+	if (n > UINT64_MAX / 1000000000u / unit)
+		return -1;
+	*ns = (uint64_t)n * unit * 1000000000u;
+	return 0;
+}
+
+static int parse_state(const char *s)
+{
+	if (strcmp(s, "running") == 0)
+		return SHM_RUNNING;
+	if (strcmp(s, "uncertain") == 0 || strcmp(s, "interrupted") == 0)
+		return SHM_UNCERTAIN;
+	if (strcmp(s, "completed") == 0)
+		return SHM_COMPLETED;
+	return -1;
+}
+
+static const char *state_name(unsigned st)
+{
+	return st == SHM_RUNNING ? "running" :
+	       st == SHM_COMPLETED ? "completed" : "uncertain";
+}
+
+static void put_age(FILE *f, uint64_t ns)
+{
+	uint64_t s = ns / 1000000000u;
+
+	if (s < 120)
+		fprintf(f, "%5llus", (unsigned long long)s);
+	else if (s < 7200)
+		fprintf(f, "%5llum", (unsigned long long)(s / 60));
+	else if (s < 172800)
+		fprintf(f, "%5lluh", (unsigned long long)(s / 3600));
+	else
+		fprintf(f, "%5llud", (unsigned long long)(s / 86400));
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int fail(const char *what, int code)
+{
+	fprintf(stderr, "carmyctl: %s: %s: %s\n", what, carmy_errname(code),
+		carmy_strerror(code));
+	return code == CARMY_EUNAVAILABLE ? 69 : EXIT_FAIL;
+}
+
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n(carmyctl --help for usage)\n", stderr);
+	return EXIT_USAGE;
+}
