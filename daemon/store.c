@@ -359,25 +359,29 @@ int store_find_running(struct store *s, const struct shm_key *k,
 	return rc;
 }
 
-/* Is entry still published RUNNING as execution exec? No lock: a waiter
- * only needs to see that it stopped, and a stale answer is looked at
- * again on the next tick. */
+/* Is entry still published RUNNING as execution exec? Under the lock, like
+ * every look carmyd takes at an entry; waiters are few. */
 bool store_running(struct store *s, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN])
 {
 	const struct shm_view *v = &s->view;
+	bool running = false;
 	uint32_t b;
 	uint64_t w;
 
 	if (entry >= v->geo.capacity)
 		return false;
+	pthread_mutex_lock(&s->lock);
 	b = uatomic_read(&shm_entry_at(v, entry)->en_bucket);
-	if (b >= v->geo.nbuckets)
-		return false;
-	w = uatomic_read(&v->buckets[b]);
-	return SHM_W_STATE(w) == SHM_RUNNING && SHM_W_ENTRY(w) == entry &&
-	       memcmp(shm_entry_at(v, entry)->en_exec, exec,
-		      SHM_EXEC_LEN) == 0;
+	if (b < v->geo.nbuckets) {
+		w = uatomic_read(&v->buckets[b]);
+		running = SHM_W_STATE(w) == SHM_RUNNING &&
+			  SHM_W_ENTRY(w) == entry &&
+			  memcmp(shm_entry_at(v, entry)->en_exec, exec,
+				 SHM_EXEC_LEN) == 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return running;
 }
 
 /* A store request made and waited for on this thread (an operator's
