@@ -54,7 +54,8 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
 		return CARMY_ENOT_RESERVED;
 
-	memcpy(shm_result_area(v, e), data, len);
+	if (len > 0)	/* data may be NULL then */
+		memcpy(shm_result_area(v, e), data, len);
 	en->en_result_len = (uint32_t)len;
 	en->en_result_code = result_code;
 	en->en_status = (uint8_t)status;

@@ -304,8 +304,9 @@ restart:
 				en->en_resolved_ns = r->resolved_ns;
 				en->en_resolved_uid = r->resolved_uid;
 				en->en_resolved_pid = r->resolved_pid;
-				memcpy(shm_result_area(v, ticket), r->result,
-				       len);
+				if (len > 0)
+					memcpy(shm_result_area(v, ticket),
+					       r->result, len);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
 			if (shm_cas(&v->buckets[b], w,
@@ -330,7 +331,8 @@ restart:
 			return 0;
 		/* Ours, and the result only the store has: record it as a
 		 * completion would (result first, then the word). */
-		memcpy(shm_result_area(v, e), r->result, len);
+		if (len > 0)
+			memcpy(shm_result_area(v, e), r->result, len);
 		en->en_result_len = (uint32_t)len;
 		en->en_result_code = r->result_code;
 		en->en_status = (uint8_t)r->status;
@@ -409,7 +411,8 @@ int shm_resolve(const struct shm_view *v, const struct shm_found *f,
 		(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 		return 0;
 	}
-	memcpy(shm_result_area(v, f->entry), r->result, len);
+	if (len > 0)
+		memcpy(shm_result_area(v, f->entry), r->result, len);
 	en->en_result_len = (uint32_t)len;
 	en->en_result_code = r->result_code;
 	en->en_status = (uint8_t)r->status;
