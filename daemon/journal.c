@@ -62,6 +62,9 @@
 #define JOURNAL_VERSION 1
 #define JOURNAL_GROW (16u << 20)	/* zeros written ahead of the end */
 #define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
+/* A start rewrites the journal when it holds more than this many records
+ * and more than twice what the standing executions need. */
+#define JOURNAL_COMPACT_MIN 1000
 
 /* ---------------------------------------------------------------- types */
 
@@ -98,6 +101,7 @@ struct jnl {
 	bool readonly;		/* journal_check(): read, never cut */
 	uint64_t torn;		/* bytes a cut would remove */
 	uint64_t by_op[CARMY_STORE_PURGE + 1];	/* records read, by op */
+	uint64_t end2;		/* compact(): bytes written after the head */
 
 	/* What recovery found, for load(). */
 	uint8_t *map;		/* the file, mapped read-only */
@@ -207,6 +211,10 @@ static size_t rec_valid(const struct jnl *j, const uint8_t *p, size_t avail,
 static int index_record(struct jnl *j, const uint8_t *p, uint64_t off);
 static int index_grow(struct jnl *j);
 static void forget(struct jnl *j);
+static void standing_record(const struct jnl *j, const struct jexec *x,
+			    struct carmy_store_record *r);
+static int compact(struct jnl *j, char *err, size_t errlen);
+static bool needs_compaction(const struct jnl *j);
 static bool torn(const struct jnl *j, uint64_t off);
 static int grow(struct jnl *j, uint64_t need);
 static void *writer(void *arg);
@@ -283,6 +291,17 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 	}
 	j->size = (uint64_t)st.st_size;
 	rc = recover(j, err, errlen);
+	if (rc == 0 && needs_compaction(j)) {
+		rc = compact(j, err, errlen);
+		/* Compaction is an optimisation: if it failed before the
+		 * rename, the old journal is still read and mapped (and
+		 * has records, or it would not need compacting): go on with
+		 * it. A failure reading the new one stops us. */
+		if (rc != 0 && j->map != NULL && j->seq != 0) {
+			log_warn("%s", err);
+			rc = 0;
+		}
+	}
 	if (rc != 0)
 		goto fail;
 	*store = j;
@@ -303,57 +322,11 @@ static int jnl_load(void *store, carmy_store_each_fn each, void *arg)
 	int rc = 0;
 
 	for (uint32_t i = 0; i < j->nex && rc == 0; i++) {
-		const struct jexec *x = &j->ex[i];
-		const uint8_t *p;
-		struct jrec_reserve rv;
-		struct carmy_store_record r = { 0 };
-		size_t off = 0;
+		struct carmy_store_record r;
 
-		if (x->gone)
+		if (j->ex[i].gone)
 			continue;
-		p = j->map + x->reserve_off + sizeof(struct jrec_head);
-		memcpy(&rv, p, sizeof(rv));
-		p += sizeof(rv);
-		for (int k = 0; k < 3; k++) {
-			r.part[k] = p + off;
-			r.len[k] = rv.rv_len[k];
-			off += rv.rv_len[k];
-		}
-		memcpy(r.fingerprint, rv.rv_fingerprint, 16);
-		memcpy(r.rawprint, rv.rv_rawprint, 16);
-		memcpy(r.exec, rv.rv_exec, 16);
-		r.pid = rv.rv_pid;
-		r.started_ns = rv.rv_started_ns;
-		r.state = CARMY_STORE_RUNNING;
-		if (x->complete_off != 0 &&
-		    j->map[x->complete_off + offsetof(struct jrec_head,
-						      jr_op)] ==
-			    CARMY_STORE_RESOLVE) {
-			struct jrec_resolve rs;
-
-			p = j->map + x->complete_off + sizeof(struct jrec_head);
-			memcpy(&rs, p, sizeof(rs));
-			r.state = CARMY_STORE_COMPLETED;
-			r.finished_ns = rs.rs_finished_ns;
-			r.status = rs.rs_status;
-			r.result_code = rs.rs_result_code;
-			r.result = p + sizeof(rs);
-			r.result_len = rs.rs_result_len;
-			r.resolved_ns = rs.rs_resolved_ns;
-			r.resolved_uid = rs.rs_uid;
-			r.resolved_pid = rs.rs_pid;
-		} else if (x->complete_off != 0) {
-			struct jrec_complete cp;
-
-			p = j->map + x->complete_off + sizeof(struct jrec_head);
-			memcpy(&cp, p, sizeof(cp));
-			r.state = CARMY_STORE_COMPLETED;
-			r.finished_ns = cp.cp_finished_ns;
-			r.status = cp.cp_status;
-			r.result_code = cp.cp_result_code;
-			r.result = p + sizeof(cp);
-			r.result_len = cp.cp_result_len;
-		}
+		standing_record(j, &j->ex[i], &r);
 		rc = each(arg, &r);
 	}
 	forget(j);
@@ -1175,6 +1148,201 @@ static int index_grow(struct jnl *j)
 		si[b] = i + 1;
 	}
 	return 0;
+}
+
+/* Execution x as a record: identity, fingerprints, exec id and, if it has
+ * one, its result (from a COMPLETE or a committed RESOLVE), pointing into
+ * the mapped journal. */
+static void standing_record(const struct jnl *j, const struct jexec *x,
+			    struct carmy_store_record *r)
+{
+	const uint8_t *p = j->map + x->reserve_off + sizeof(struct jrec_head);
+	struct jrec_reserve rv;
+	size_t off = 0;
+
+	memset(r, 0, sizeof(*r));
+	memcpy(&rv, p, sizeof(rv));
+	p += sizeof(rv);
+	for (int k = 0; k < 3; k++) {
+		r->part[k] = p + off;
+		r->len[k] = rv.rv_len[k];
+		off += rv.rv_len[k];
+	}
+	memcpy(r->fingerprint, rv.rv_fingerprint, 16);
+	memcpy(r->rawprint, rv.rv_rawprint, 16);
+	memcpy(r->exec, rv.rv_exec, 16);
+	r->pid = rv.rv_pid;
+	r->started_ns = rv.rv_started_ns;
+	r->state = CARMY_STORE_RUNNING;
+	if (x->complete_off == 0)
+		return;
+	p = j->map + x->complete_off + sizeof(struct jrec_head);
+	r->state = CARMY_STORE_COMPLETED;
+	if (j->map[x->complete_off + offsetof(struct jrec_head, jr_op)] ==
+	    CARMY_STORE_RESOLVE) {
+		struct jrec_resolve rs;
+
+		memcpy(&rs, p, sizeof(rs));
+		r->finished_ns = rs.rs_finished_ns;
+		r->status = rs.rs_status;
+		r->result_code = rs.rs_result_code;
+		r->result = p + sizeof(rs);
+		r->result_len = rs.rs_result_len;
+		r->resolved_ns = rs.rs_resolved_ns;
+		r->resolved_uid = rs.rs_uid;
+		r->resolved_pid = rs.rs_pid;
+	} else {
+		struct jrec_complete cp;
+
+		memcpy(&cp, p, sizeof(cp));
+		r->finished_ns = cp.cp_finished_ns;
+		r->status = cp.cp_status;
+		r->result_code = cp.cp_result_code;
+		r->result = p + sizeof(cp);
+		r->result_len = cp.cp_result_len;
+	}
+}
+
+/*
+ * At start, when the journal holds much more history than executions
+ * standing (released, superseded, purged, or simply old records of what
+ * stands), write the standing ones into a new journal and put it in the
+ * old one's place: so restart time follows what stands, not everything
+ * that ever happened. The new file is written whole under another name,
+ * flushed, renamed over the old and the directory flushed: a crash leaves
+ * one journal or the other, both complete. Then it is read like any other.
+ * Returns 0, or -errno with the old journal left as it was (and in use).
+ */
+static int compact(struct jnl *j, char *err, size_t errlen)
+{
+	char tmp[sizeof(j->path) + 8];
+	struct jfile_head h = { .jf_version = JOURNAL_VERSION };
+	uint8_t *buf = NULL;
+	size_t cap = 0, len = 0;
+	uint64_t before = j->end, records = 0;
+	uint64_t old_salt = j->salt, old_seq = j->seq;
+	int fd, rc = 0;
+
+	memcpy(h.jf_magic, JOURNAL_MAGIC, 8);
+	if (getrandom(&h.jf_salt, sizeof(h.jf_salt), 0) != sizeof(h.jf_salt))
+		h.jf_salt = now_ns() ^ (uint64_t)getpid() << 32;
+	h.jf_created_ns = now_ns();
+	h.jf_check = XXH3_64bits(&h, offsetof(struct jfile_head, jf_check));
+	snprintf(tmp, sizeof(tmp), "%s.new", j->path);
+	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* Locked before it takes the journal's name, like the old one. */
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = write_all(fd, &h, sizeof(h), 0);
+	/* Records are written with the new file's salt and numbering, each
+	 * as a batch of its own: the file is flushed whole before it becomes
+	 * the journal, so any good record after a damaged one proves the
+	 * damage is not a torn write, and it is refused, never cut. */
+	j->salt = h.jf_salt;
+	j->seq = 0;
+	for (uint32_t i = 0; i < j->nex && rc == 0; i++) {
+		struct carmy_store_req req = { 0 };
+		struct carmy_store_record r;
+		size_t n[2] = { 0, 0 };
+		int ops = 1;
+
+		if (j->ex[i].gone)
+			continue;
+		standing_record(j, &j->ex[i], &r);
+		req.rec = &r;
+		req.op = CARMY_STORE_RESERVE;
+		n[0] = rec_size(&req);
+		req.op = r.resolved_ns != 0 ? CARMY_STORE_RESOLVE :
+						CARMY_STORE_COMPLETE;
+		if (r.state == CARMY_STORE_COMPLETED) {
+			n[1] = rec_size(&req);
+			ops = 2;
+		}
+		if (len + n[0] + (ops == 2 ? n[1] : 0) > cap) {
+			size_t ncap = cap ? cap * 2 : (1u << 20);
+
+			while (ncap < len + n[0] + n[1])
+				ncap *= 2;
+			uint8_t *nb = realloc(buf, ncap);
+
+			if (nb == NULL) {
+				rc = -ENOMEM;
+				break;
+			}
+			buf = nb;
+			cap = ncap;
+		}
+		req.op = CARMY_STORE_RESERVE;
+		rec_put(j, &req, j->seq + 1, buf + len, n[0]);
+		len += n[0];
+		if (ops == 2) {
+			req.op = r.resolved_ns != 0 ? CARMY_STORE_RESOLVE :
+							CARMY_STORE_COMPLETE;
+			rec_put(j, &req, j->seq + 1, buf + len, n[1]);
+			len += n[1];
+		}
+		records += (uint64_t)ops;
+		if (len >= JOURNAL_BATCH_MAX) {
+			rc = write_all(fd, buf, len, HEAD_SIZE + j->end2);
+			j->end2 += len;
+			len = 0;
+		}
+	}
+	if (rc == 0 && len > 0) {
+		rc = write_all(fd, buf, len, HEAD_SIZE + j->end2);
+		j->end2 += len;
+	}
+	free(buf);
+	if (rc == 0 && fsync(fd) != 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, j->path) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		/* The old journal stands, untouched: go on with it. */
+		close(fd);
+		unlink(tmp);
+		j->salt = old_salt;
+		j->seq = old_seq;
+		j->end2 = 0;
+		snprintf(err, errlen, "cannot compact journal %s: %s", j->path,
+			 strerror(-rc));
+		return rc;
+	}
+	/* Renamed: the new file is the journal now, whatever follows. */
+	if (fsync(j->dir_fd) != 0)
+		log_warn("journal %s: cannot flush its directory after "
+			 "compaction: %s", j->path, strerror(errno));
+	log_info("journal %s: compacted %llu bytes of history into %llu "
+		 "records (%llu bytes) for %u standing executions", j->path,
+		 (unsigned long long)before, (unsigned long long)records,
+		 (unsigned long long)(HEAD_SIZE + j->end2), j->live);
+	/* Read the new journal afresh, as a start would. */
+	forget(j);
+	close(j->fd);
+	j->fd = fd;
+	j->size = HEAD_SIZE + j->end2;
+	j->seq = 0;
+	j->end = 0;
+	j->live = 0;
+	memset(j->by_op, 0, sizeof(j->by_op));
+	return recover(j, err, errlen);
+}
+
+/* More than twice the records the standing executions need, and enough of
+ * them to be worth a rewrite. */
+static bool needs_compaction(const struct jnl *j)
+{
+	uint64_t records = 0, needed = 0;
+
+	for (int op = 0; op <= CARMY_STORE_PURGE; op++)
+		records += j->by_op[op];
+	for (uint32_t i = 0; i < j->nex; i++)
+		if (!j->ex[i].gone)
+			needed += j->ex[i].complete_off != 0 ? 2 : 1;
+	return records > JOURNAL_COMPACT_MIN && records > 2 * needed;
 }
 
 /* What recovery built is needed only until load() has handed it over. */

@@ -188,7 +188,10 @@ static void make_ex(struct ex *x, int i, int status)
 		x->exec[k] = (uint8_t)(i * 31 + k + 1);
 		x->fp[k] = (uint8_t)(i * 7 + k);
 	}
-	x->exec[15] = 0xee;	/* never zero */
+	/* Unique per i (exec ids never repeat), and never zero. */
+	x->exec[0] = (uint8_t)i;
+	x->exec[1] = (uint8_t)(i >> 8);
+	x->exec[15] = 0xee;
 	x->status = status;
 	snprintf(x->result, sizeof(x->result), "result of %d", i);
 }
@@ -393,6 +396,82 @@ START_TEST(test_resolve_and_purge_records_come_back)
 	k = find(&s, d.id);
 	ck_assert_int_ge(k, 0);
 	ck_assert_int_eq(s.e[k].state, CARMY_STORE_RUNNING);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* A journal mostly made of history is rewritten at start: it shrinks, and
+ * every execution standing comes back exactly as before, twice over. */
+START_TEST(test_history_is_compacted_at_start)
+{
+	char *dir = temp_dir();
+	char path[256];
+	struct seen before = { 0 }, after = { 0 }, again = { 0 };
+	struct stat st1, st2;
+	size_t len1, len2, *offs = calloc(2001, sizeof(size_t));
+	uint8_t *buf;
+	void *st = open_journal(dir);
+
+	/* 600 released executions (history), 20 completed, 5 running and
+	 * one resolved by hand. */
+	for (int i = 0; i < 626; i++) {
+		struct ex x;
+
+		make_ex(&x, i, CARMY_STATUS_COMPLETED + i % 4);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &x), 0);
+		if (i < 600)
+			ck_assert_int_eq(submit_wait(st, CARMY_STORE_RELEASE,
+						     &x), 0);
+		else if (i < 620)
+			ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE,
+						     &x), 0);
+		else if (i == 625)
+			ck_assert_int_eq(submit_resolve(st, &x, true), 0);
+	}
+	journal_store_ops.close(st);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len1);
+	len1 = (size_t)record_starts(buf, len1, offs, 2000);
+	len1 = offs[len1];
+	free(buf);
+	ck_assert_int_eq(stat(path, &st1), 0);
+
+	st = open_journal(dir);	/* compacts */
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &after), 0);
+	journal_store_ops.close(st);
+	buf = read_file(path, &len2);
+	len2 = (size_t)record_starts(buf, len2, offs, 2000);	/* records */
+	free(buf);
+	ck_assert_int_eq(stat(path, &st2), 0);
+	ck_assert_uint_ne(st1.st_ino, st2.st_ino);	/* a new file */
+	ck_assert_int_eq(after.n, 26);
+	for (int i = 600; i < 626; i++) {
+		char id[32];
+		int k;
+
+		snprintf(id, sizeof(id), "req-%03d", i);
+		k = find(&after, id);
+		ck_assert_int_ge(k, 0);
+		ck_assert_int_eq(after.e[k].state, i < 620 || i == 625 ?
+					   CARMY_STORE_COMPLETED :
+					   CARMY_STORE_RUNNING);
+		if (i < 620)
+			ck_assert_int_eq(after.e[k].status,
+					 CARMY_STATUS_COMPLETED + i % 4);
+		if (i == 625)
+			ck_assert_uint_eq(after.e[k].resolved_pid, 777);
+	}
+	/* Opened again: nothing left to compact, the same executions. */
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &again), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(again.n, after.n);
+	free(offs);
+	/* History gone: the new journal is about the standing records. */
+	ck_assert_uint_lt(len2, 60);
+	ck_assert_uint_gt(len1, 10 * 1024);
+	(void)before;
 	rm_rf(dir);
 	free(dir);
 }
@@ -707,6 +786,7 @@ int main(void)
 	tcase_add_test(tc, test_acknowledged_records_come_back_after_reopen);
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
+	tcase_add_test(tc, test_history_is_compacted_at_start);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
 	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
 	tcase_add_test(tc, test_torn_last_record_is_cut);
