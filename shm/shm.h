@@ -212,8 +212,9 @@ struct shm_entry {
  * What clients answered, counted for operators (carmyctl status, metrics).
  * Clients count in the segment, since reserves and replays never reach
  * carmyd; each handle adds to its own stripe (its owner id modulo the
- * stripes), one cache line each, so counting costs an uncontended atomic
- * add rather than a line bouncing between CPUs. Readers sum the stripes.
+ * stripes), one cache line each, so counting costs a store to a line of
+ * its own rather than a line bouncing between CPUs (or a locked add: see
+ * count() in client.c for what that trades). Readers sum the stripes.
  * Only ever added to; a scribbled stripe can only make the counts wrong.
  */
 #define SHM_STATS_STRIPES 64
