@@ -138,6 +138,26 @@ static void wire_seeds(void)
 	     ok(wire_put_reply(&sb, WIRE_COMPLETE, 0)));
 	SEED("hello_then_hello_ok", hello(&sb);
 	     ok(wire_put_hello_ok(&sb, 16, "/x", 64, 1, 0)));
+	/* The durable store's and the operator's requests, and a HELLO
+	 * asking for an owner id back. */
+	{
+		static const uint8_t ex[16] = { 1, 2, 3 }, fp[16] = { 4 };
+		const void *part[3] = { "p", "s", "r" };
+		const size_t plen[3] = { 1, 1, 1 };
+
+		SEED("hello_resume", ok(wire_put_hello(&sb,
+						       shm_layout_signature(),
+						       16, 1)));
+		SEED("reserve_release", hello(&sb);
+		     ok(wire_put_reserve(&sb, WIRE_RESERVE, FW_E_LIVE, ex));
+		     ok(wire_put_reserve(&sb, WIRE_RELEASE, 0, ex)));
+		SEED("resolve_wait_purge", hello(&sb);
+		     ok(wire_put_settle(&sb, WIRE_RESOLVE, part, plen, ex, fp, 1,
+					CARMY_STATUS_COMPLETED, "ok", 2, 0));
+		     ok(wire_put_settle(&sb, WIRE_WAIT, part, plen, ex, NULL,
+					0, 0, NULL, 0, 100));
+		     ok(wire_put_purge(&sb, 60000)));
+	}
 
 	/* Arguments-like objects, for canon: unsorted keys, every integer
 	 * width, float32, str/bin/ext of each header size, nesting, a map
