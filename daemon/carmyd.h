@@ -107,6 +107,8 @@ int store_find_uncertain(struct store *s, struct store_op *op,
 			 const struct shm_key *k, const uint8_t fp[SHM_FP_LEN],
 			 const uint8_t exec[SHM_EXEC_LEN]);
 int store_resolve(struct store *s, const struct store_op *op);
+bool store_completed_as(struct store *s, uint32_t entry, const uint8_t *exec,
+			int status, int code, const void *data, size_t len);
 void store_resolve_done(struct store *s, uint32_t entry);
 bool store_running(struct store *s, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN]);

@@ -185,9 +185,13 @@ struct jrec_resolve {
 
 #define HEAD_SIZE sizeof(struct jfile_head)
 #define REC_MIN (sizeof(struct jrec_head) + sizeof(struct jrec_release) + 8)
-/* The largest record: a COMPLETE with the largest result carmyd allows. */
-#define REC_MAX (sizeof(struct jrec_head) + sizeof(struct jrec_complete) + \
-		 (64u << 20) + 16)
+/* The largest record: a COMPLETE or a committed RESOLVE with the largest
+ * result carmyd allows (and the padding and checksum after it). */
+#define REC_FIXED_MAX (sizeof(struct jrec_resolve) > sizeof(struct jrec_complete) ? \
+		       sizeof(struct jrec_resolve) : sizeof(struct jrec_complete))
+#define REC_MAX (sizeof(struct jrec_head) + REC_FIXED_MAX + (64u << 20) + 16)
+_Static_assert(sizeof(struct jrec_reserve) + 3 * CARMY_STORE_ID_MAX <
+	       REC_FIXED_MAX + (64u << 20), "a RESERVE fits under REC_MAX");
 
 static int jnl_open(const char *args, void **store, char *err, size_t errlen);
 static int jnl_load(void *store, carmy_store_each_fn each, void *arg);
@@ -213,7 +217,7 @@ static int index_grow(struct jnl *j);
 static void forget(struct jnl *j);
 static void standing_record(const struct jnl *j, const struct jexec *x,
 			    struct carmy_store_record *r);
-static int compact(struct jnl *j, char *err, size_t errlen);
+static int compact(struct jnl *j, char *err, size_t errlen, bool *renamed);
 static bool needs_compaction(const struct jnl *j);
 static bool torn(const struct jnl *j, uint64_t off);
 static int grow(struct jnl *j, uint64_t need);
@@ -292,12 +296,14 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 	j->size = (uint64_t)st.st_size;
 	rc = recover(j, err, errlen);
 	if (rc == 0 && needs_compaction(j)) {
-		rc = compact(j, err, errlen);
+		bool renamed = false;
+
+		rc = compact(j, err, errlen, &renamed);
 		/* Compaction is an optimisation: if it failed before the
-		 * rename, the old journal is still read and mapped (and
-		 * has records, or it would not need compacting): go on with
-		 * it. A failure reading the new one stops us. */
-		if (rc != 0 && j->map != NULL && j->seq != 0) {
+		 * rename, the old journal is still read and in use: go on
+		 * with it. Once renamed, the new file is the journal, and a
+		 * failure to read it stops us. */
+		if (rc != 0 && !renamed) {
 			log_warn("%s", err);
 			rc = 0;
 		}
@@ -339,7 +345,7 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 	int broken;
 
 	pthread_mutex_lock(&j->lock);
-	broken = j->broken;
+	broken = __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE);
 	if (broken == 0 && !j->started) {
 		/* The first request starts the writer: open and load ran
 		 * single-threaded, before any thread. */
@@ -521,7 +527,7 @@ static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp)
  * j->flushing touches the file, the buffer and the sequence numbers. */
 static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 {
-	int rc = j->broken;
+	int rc = __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE);
 
 	if (rc == 0 && len > j->cap) {
 		uint8_t *nb = realloc(j->buf, len);
@@ -560,7 +566,7 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 			log_error("journal %s: %s: refusing every reservation "
 				  "and completion from now on", j->path,
 				  strerror(-rc));
-			j->broken = rc;
+			__atomic_store_n(&j->broken, rc, __ATOMIC_RELEASE);
 		}
 	}
 	while (batch != NULL) {
@@ -818,12 +824,33 @@ static int recover(struct jnl *j, char *err, size_t errlen)
 		 * record of a later batch proves the damaged one was
 		 * acknowledged (a batch is written only once the one before
 		 * it was flushed). */
+		uint64_t hashed = 0;
+
 		for (uint64_t p = off + 8; p + REC_MIN <= j->size; p += 8) {
 			struct jrec_head rh;
 
 			memcpy(&rh, j->map + p, sizeof(rh));
-			if (rh.jr_batch > j->seq + 1 &&
-			    rec_valid(j, j->map + p, j->size - p,
+			/* Only a head that could be one of ours is hashed:
+			 * a later sequence number, no more records than
+			 * the bytes could hold. Crafted bytes full of such
+			 * heads could still cost a hash each: past a
+			 * budget of 8x the file, the tail is judged
+			 * damaged (refused), never cut on a guess. */
+			if (rh.jr_batch <= j->seq + 1 || rh.jr_seq <= j->seq ||
+			    rh.jr_seq - j->seq > (j->size - off) / REC_MIN ||
+			    rh.jr_len < REC_MIN || rh.jr_len > j->size - p)
+				continue;
+			hashed += rh.jr_len;
+			if (hashed > 8 * j->size) {
+				snprintf(err, errlen,
+					 "journal %s: too many record-like "
+					 "heads after byte %llu to tell a torn "
+					 "tail from damage: refusing to cut. "
+					 "Keep a copy and see docs/journal.md",
+					 j->path, (unsigned long long)off);
+				return CARMY_ECORRUPT;
+			}
+			if (rec_valid(j, j->map + p, j->size - p,
 				      rh.jr_seq) != 0) {
 				snprintf(err, errlen,
 					 "journal %s is damaged at byte %llu, "
@@ -1213,7 +1240,7 @@ static void standing_record(const struct jnl *j, const struct jexec *x,
  * one journal or the other, both complete. Then it is read like any other.
  * Returns 0, or -errno with the old journal left as it was (and in use).
  */
-static int compact(struct jnl *j, char *err, size_t errlen)
+static int compact(struct jnl *j, char *err, size_t errlen, bool *renamed)
 {
 	char tmp[sizeof(j->path) + 8];
 	struct jfile_head h = { .jf_version = JOURNAL_VERSION };
@@ -1312,6 +1339,7 @@ static int compact(struct jnl *j, char *err, size_t errlen)
 		return rc;
 	}
 	/* Renamed: the new file is the journal now, whatever follows. */
+	*renamed = true;
 	if (fsync(j->dir_fd) != 0)
 		log_warn("journal %s: cannot flush its directory after "
 			 "compaction: %s", j->path, strerror(errno));

@@ -283,13 +283,18 @@ static int loop_run(struct loop *l)
 			log_error("epoll_wait: %s", strerror(errno));
 			return -1;
 		}
+		bool done = false;
+
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 
 			if (p == l) {
 				return 0;	/* stop_fd */
 			} else if (p == &l->done) {
-				on_done(l);
+				/* After the batch: answering may drop any of
+				 * this loop's connections, and a later event
+				 * of this batch may be one of them. */
+				done = true;
 			} else if (p == &sv->lfd) {
 				on_accept(sv);
 			} else if (p == &sv->sfd) {
@@ -324,6 +329,8 @@ static int loop_run(struct loop *l)
 					on_readable(c, evs[i].events);
 			}
 		}
+		if (done)
+			on_done(l);
 		if (l == sv->loops && sv->stop)
 			return 0;
 	}
@@ -639,6 +646,14 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 	op->entry = type == WIRE_COMPLETE ? m->u.complete.entry :
 					    m->u.reserve.entry;
 	rc = store_prepare(sv->store, op, c->owner, exec);
+	/* Sent again after a reconnect, the first one recorded: that is the
+	 * answer, as in the memory store's path. */
+	if (rc != 0 && type == WIRE_COMPLETE &&
+	    store_completed_as(sv->store, op->entry, exec, status, code, data,
+			       dlen)) {
+		free(op);
+		return wire_put_reply(&c->out, type, 0);
+	}
 	if (rc == 0 && type == WIRE_COMPLETE) {
 		if (dlen > 0) {
 			op->result = malloc(dlen);

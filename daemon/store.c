@@ -232,8 +232,17 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 	size_t off = 0;
 
 	memcpy(op->rec.exec, exec, SHM_EXEC_LEN);
-	if (op->req.op == CARMY_STORE_RELEASE)
-		return 0;
+	if (op->req.op == CARMY_STORE_RELEASE) {
+		/* The client released in the table first. A RELEASE for an
+		 * execution still published there (running, uncertain or
+		 * completed: anyone's) would let the store forget it: no. */
+		bool held;
+
+		pthread_mutex_lock(&s->lock);
+		held = shm_published_as(&s->view, op->entry, exec);
+		pthread_mutex_unlock(&s->lock);
+		return held ? CARMY_ENOT_RESERVED : 0;
+	}
 	pthread_mutex_lock(&s->lock);
 	if (!shm_owns(&s->view, op->entry, owner, &b, &w)) {
 		pthread_mutex_unlock(&s->lock);
@@ -264,6 +273,19 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 	}
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+/* A completion sent again (after a reconnect) whose first one was recorded:
+ * exactly this result is in the table already. */
+bool store_completed_as(struct store *s, uint32_t entry, const uint8_t *exec,
+			int status, int code, const void *data, size_t len)
+{
+	bool done;
+
+	pthread_mutex_lock(&s->lock);
+	done = shm_completed_as(&s->view, entry, exec, status, code, data, len);
+	pthread_mutex_unlock(&s->lock);
+	return done;
 }
 
 /*
@@ -307,11 +329,10 @@ int store_find_uncertain(struct store *s, struct store_op *op,
 }
 
 /* Apply a RESOLVE found by store_find_uncertain() (and recorded by a
- * durable store) to the segment. */
+ * durable store) to the segment. The entry is looked up again: carmyd's
+ * compaction may have moved its bucket while the store was writing. */
 int store_resolve(struct store *s, const struct store_op *op)
 {
-	struct shm_found f = { .entry = op->entry, .bucket = op->bucket,
-			       .word = op->word, .state = SHM_UNCERTAIN };
 	struct shm_restored r = {
 		.completed = op->rec.state == CARMY_STORE_COMPLETED,
 		.finished_ns = op->rec.finished_ns, .status = op->rec.status,
@@ -324,8 +345,12 @@ int store_resolve(struct store *s, const struct store_op *op)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	rc = shm_resolve(&s->view, &f, &r);
+	rc = shm_resolve(&s->view, op->entry, op->rec.exec, &r);
 	pthread_mutex_unlock(&s->lock);
+	if (rc != 0)
+		log_error("resolution of entry %u recorded by the store could "
+			  "not be applied to the segment: %s", op->entry,
+			  carmy_errname(rc));
 	return rc;
 }
 

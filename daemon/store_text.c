@@ -213,8 +213,7 @@ static int text_line(char *line, struct text_exec **xs, size_t *nx,
 
 			if (l <= 0)
 				return -EBADMSG;
-			x->rec.part[i] = x->ident + off;
-			x->rec.len[i] = (uint16_t)l;
+			x->rec.len[i] = (uint16_t)l;	/* part[]: at load */
 			off += (size_t)l;
 		}
 		x->rec.state = CARMY_STORE_RUNNING;
@@ -306,9 +305,18 @@ static int text_load(void *store, carmy_store_each_fn each, void *arg)
 	}
 	free(line);
 	fclose(f);
-	for (size_t i = 0; i < nx && rc == 0; i++)
-		if (!xs[i].gone)
-			rc = each(arg, &xs[i].rec);
+	for (size_t i = 0; i < nx && rc == 0; i++) {
+		size_t off = 0;
+
+		if (xs[i].gone)
+			continue;
+		/* The array moved as it grew: point into where it is now. */
+		for (int k = 0; k < 3; k++) {
+			xs[i].rec.part[k] = xs[i].ident + off;
+			off += xs[i].rec.len[k];
+		}
+		rc = each(arg, &xs[i].rec);
+	}
 	for (size_t i = 0; i < nx; i++)
 		free(xs[i].result);
 	free(xs);

@@ -374,7 +374,7 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	 * already; the store hears of it too, or after a reboot it would be
 	 * uncertain instead of free (never run twice either way). */
 	if (c->durable)
-		rc = confirm(c, WIRE_RELEASE, 0, exec);
+		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec);
 	return rc;
 }
 
@@ -457,6 +457,8 @@ EXPORT int carmy_resolve(carmy_t *c, const struct carmy_call *call,
 			return CARMY_EINVALID_ID;
 	if (parse_exec(execution_id, exec) != 0)
 		return -EINVAL;
+	if (committed && len > c->max_result)
+		return CARMY_ERESULT_TOO_LARGE;	/* nothing is recorded */
 	rc = canon_fingerprint(call, fp);
 	if (rc != 0)
 		return rc;

@@ -208,17 +208,12 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 			return CARMY_EPROTOCOL;
 		return 0;
 	case WIRE_RESERVE:
+	case WIRE_RELEASE:
 		if (n != 3 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
 		    a[2].type != MSGPACK_OBJECT_BIN || a[2].via.bin.size != 16)
 			return CARMY_EPROTOCOL;
 		m->u.reserve.entry = (uint32_t)e;
 		memcpy(m->u.reserve.exec, a[2].via.bin.ptr, 16);
-		return 0;
-	case WIRE_RELEASE:
-		if (n != 2 || a[1].type != MSGPACK_OBJECT_BIN ||
-		    a[1].via.bin.size != 16)
-			return CARMY_EPROTOCOL;
-		memcpy(m->u.reserve.exec, a[1].via.bin.ptr, 16);
 		return 0;
 	case WIRE_RESOLVE:
 	case WIRE_WAIT: {
@@ -363,17 +358,16 @@ int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 	return 0;
 }
 
-/* RESERVE [4, entry, exec] or RELEASE [5, exec]. */
+/* RESERVE [4, entry, exec] or RELEASE [5, entry, exec]. */
 int wire_put_reserve(msgpack_sbuffer *sb, int type, uint32_t entry,
 		     const uint8_t exec[16])
 {
 	msgpack_packer pk;
-	bool reserve = type == WIRE_RESERVE;
 
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	if (msgpack_pack_array(&pk, reserve ? 3 : 2) ||
+	if (msgpack_pack_array(&pk, 3) ||
 	    msgpack_pack_uint8(&pk, (uint8_t)type) ||
-	    (reserve && msgpack_pack_uint32(&pk, entry)) ||
+	    msgpack_pack_uint32(&pk, entry) ||
 	    msgpack_pack_bin(&pk, 16) || msgpack_pack_bin_body(&pk, exec, 16))
 		return -ENOMEM;
 	return 0;

@@ -13,7 +13,7 @@
  *     COMPLETE  [2, entry, exec(bin 16), status, result_code, result(bin)]
  *     RECLAIM   [3]   the index is all tombstones: reclaim them now
  *     RESERVE   [4, entry, exec(bin 16)]   make this reservation durable
- *     RELEASE   [5, exec(bin 16)]          make this release durable
+ *     RELEASE   [5, entry, exec(bin 16)]   make this release durable
  *     RESOLVE   [6, principal, session, request_id (bin each), fp(bin 16),
  *                exec(bin 16), committed(0|1), status, result(bin)]
  *     WAIT      [7, principal, session, request_id (bin each), exec(bin 16),
@@ -52,8 +52,9 @@
 /* HELLO reply flags. */
 #define WIRE_F_DURABLE 1u	/* confirm reservations and releases */
 #define WIRE_F_RESUMED 2u	/* the owner id asked for was given back */
-/* Bytes a COMPLETE needs beyond its result. */
-#define WIRE_OVERHEAD 64
+/* Bytes a message needs beyond its result: a RESOLVE, the largest, carries
+ * the identity (three parts of up to CARMY_ID_MAX bytes) too. */
+#define WIRE_OVERHEAD (3 * (CARMY_ID_MAX + 5) + 128)
 
 enum wire_type {
 	WIRE_ERROR = 0,
@@ -95,7 +96,7 @@ struct wire_msg {
 			size_t result_len;
 		} complete;
 		struct {
-			uint32_t entry;	/* RESERVE only */
+			uint32_t entry;
 			uint8_t exec[16];
 		} reserve;	/* RESERVE and RELEASE requests */
 		struct {

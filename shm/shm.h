@@ -405,8 +405,10 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      uint32_t owner, const uint8_t *exec, int status,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
-int shm_resolve(const struct shm_view *v, const struct shm_found *f,
+int shm_resolve(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		const struct shm_restored *r);
+bool shm_published_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec);
 bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec);
 bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec, int status, int result_code,

@@ -386,33 +386,44 @@ bool shm_lookup(const struct shm_view *v, const struct shm_key *k,
 }
 
 /*
- * carmyd, for an operator: settle the UNCERTAIN entry f found (shm_lookup,
- * under the store lock; UNCERTAIN is final, so only carmyd changes it). r
- * completed: the effect happened; record r's result and who resolved it,
- * then the word turns COMPLETED (result first, as a completion). Else it
- * did not: the bucket turns TOMB and the ticket FREE, so the next call with
- * the identity runs. Returns 0, or CARMY_ENOT_RESERVED if the entry changed.
+ * carmyd, for an operator, under its store lock: settle entry e, which must
+ * still be published UNCERTAIN as execution exec (UNCERTAIN is final, so
+ * only carmyd changes it; compaction may have moved its bucket, so it is
+ * found through en_bucket). r completed: the effect happened; record r's
+ * result and who resolved it, then the word turns COMPLETED (result first,
+ * as a completion). Else it did not: the bucket turns TOMB and the ticket
+ * FREE, so the next call with the identity runs. Returns 0,
+ * CARMY_ERESULT_TOO_LARGE, or CARMY_ENOT_INTERRUPTED if it is not so.
  */
-int shm_resolve(const struct shm_view *v, const struct shm_found *f,
+int shm_resolve(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		const struct shm_restored *r)
 {
-	struct shm_entry *en = shm_entry_at(v, f->entry);
+	struct shm_entry *en;
 	size_t len = r->result_len;
+	uint32_t b;
+	uint64_t w;
 
 	if (len > v->geo.max_result)
 		return CARMY_ERESULT_TOO_LARGE;
-	if (shm_load(&v->buckets[f->bucket]) != f->word)
-		return CARMY_ENOT_RESERVED;
+	if (e >= v->geo.capacity)
+		return CARMY_ENOT_INTERRUPTED;
+	en = shm_entry_at(v, e);
+	b = shm_load(&en->en_bucket);
+	if (b >= v->geo.nbuckets)
+		return CARMY_ENOT_INTERRUPTED;
+	w = shm_load(&v->buckets[b]);
+	if (SHM_W_STATE(w) != SHM_UNCERTAIN || SHM_W_ENTRY(w) != e ||
+	    memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
+		return CARMY_ENOT_INTERRUPTED;
 	if (!r->completed) {
-		if (shm_cas(&v->buckets[f->bucket], f->word,
-			    shm_next(f->word, SHM_TOMB)) != f->word)
-			return CARMY_ENOT_RESERVED;
-		shm_store(&v->tickets[f->entry], SHM_TICKET_FREE);
+		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) != w)
+			return CARMY_ENOT_INTERRUPTED;
+		shm_store(&v->tickets[e], SHM_TICKET_FREE);
 		(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 		return 0;
 	}
 	if (len > 0)
-		memcpy(shm_result_area(v, f->entry), r->result, len);
+		memcpy(shm_result_area(v, e), r->result, len);
 	en->en_result_len = (uint32_t)len;
 	en->en_result_code = r->result_code;
 	en->en_status = (uint8_t)r->status;
@@ -420,10 +431,30 @@ int shm_resolve(const struct shm_view *v, const struct shm_found *f,
 	en->en_resolved_ns = r->resolved_ns;
 	en->en_resolved_uid = r->resolved_uid;
 	en->en_resolved_pid = r->resolved_pid;
-	if (shm_cas(&v->buckets[f->bucket], f->word,
-		    shm_next(f->word, SHM_COMPLETED)) != f->word)
-		return CARMY_ENOT_RESERVED;
+	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
+		return CARMY_ENOT_INTERRUPTED;
 	return 0;
+}
+
+/* Is entry e published (running, completed or uncertain) as execution
+ * exec? carmyd, under its store lock. */
+bool shm_published_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec)
+{
+	uint32_t b;
+	uint64_t w;
+	unsigned st;
+
+	if (e >= v->geo.capacity)
+		return false;
+	b = shm_load(&shm_entry_at(v, e)->en_bucket);
+	if (b >= v->geo.nbuckets)
+		return false;
+	w = shm_load(&v->buckets[b]);
+	st = SHM_W_STATE(w);
+	return (st == SHM_RUNNING || st == SHM_COMPLETED ||
+		st == SHM_UNCERTAIN) && SHM_W_ENTRY(w) == e &&
+	       memcmp(shm_entry_at(v, e)->en_exec, exec, SHM_EXEC_LEN) == 0;
 }
 
 /*

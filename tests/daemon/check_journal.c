@@ -172,6 +172,18 @@ static int collect(void *arg, const struct carmy_store_record *r)
 	return 0;
 }
 
+/* collect() for huge results: the state only. */
+static int count_only(void *arg, const struct carmy_store_record *r)
+{
+	struct seen *s = arg;
+
+	ck_assert_int_lt(s->n, 256);
+	s->e[s->n].state = r->state;
+	ck_assert_uint_eq(r->result_len, 64u << 20);
+	s->n++;
+	return 0;
+}
+
 static int find(const struct seen *s, const char *id)
 {
 	for (int i = 0; i < s->n; i++)
@@ -472,6 +484,42 @@ START_TEST(test_history_is_compacted_at_start)
 	ck_assert_uint_lt(len2, 60);
 	ck_assert_uint_gt(len1, 10 * 1024);
 	(void)before;
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* The largest record carmyd can write, a committed RESOLVE with a result
+ * of the largest --max-result, is read back (the journal's size limit
+ * counts the larger of its record kinds). */
+START_TEST(test_largest_resolve_record_reads_back)
+{
+	char *dir = temp_dir();
+	struct carmy_store_record rec;
+	struct ex x;
+	struct seen s = { 0 };
+	void *st = open_journal(dir);
+	size_t big = 64u << 20;
+	char *result = malloc(big);
+
+	ck_assert_ptr_nonnull(result);
+	memset(result, 'r', big);
+	make_ex(&x, 1, CARMY_STATUS_COMPLETED);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &x), 0);
+	record_of(&x, &rec);
+	rec.state = CARMY_STORE_COMPLETED;
+	rec.result = result;
+	rec.result_len = (uint32_t)big;
+	rec.resolved_ns = 1;
+	rec.resolved_pid = 777;
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_RESOLVE, &rec), 0);
+	journal_store_ops.close(st);
+	free(result);
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, count_only, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 1);
+	ck_assert_int_eq(s.e[0].state, CARMY_STORE_COMPLETED);
 	rm_rf(dir);
 	free(dir);
 }
@@ -787,6 +835,7 @@ int main(void)
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
 	tcase_add_test(tc, test_history_is_compacted_at_start);
+	tcase_add_test(tc, test_largest_resolve_record_reads_back);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
 	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
 	tcase_add_test(tc, test_torn_last_record_is_cut);

@@ -32,7 +32,9 @@
 #include "tests/e2e/e2e.h"
 
 #define MAX_RESULT 1024
-#define MSG_CAP (MAX_RESULT + 64)	/* carmyd's cap: max-result + overhead */
+/* carmyd's cap: max-result + overhead, where the overhead is room for a
+ * RESOLVE's identity (three parts of up to 256 bytes) and its fields. */
+#define MSG_CAP (MAX_RESULT + 3 * (256 + 5) + 128)
 #define REPLY_TIMEOUT_MS 3000
 
 enum { T_ERROR = 0, T_HELLO = 1, T_COMPLETE = 2 };

@@ -21,6 +21,10 @@
 
 #include <check.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "libclient/wire.h"
 #include "tests/e2e/e2e.h"
 
 static const char *const opts[] = { "--capacity", "64", "--max-result", "256",
@@ -396,6 +400,159 @@ START_TEST(test_resolution_survives_a_reboot_with_the_journal)
 }
 END_TEST
 
+/* ------------------------------------------------------------ raw wire */
+
+/* A connection that says HELLO and then sends what a test builds: what a
+ * buggy or hostile peer could send. */
+static int raw_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	msgpack_sbuffer sb;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), code;
+
+	ck_assert_int_ge(fd, 0);
+	strcpy(sa.sun_path, d.socket);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_hello(&sb, shm_layout_signature(), 0, 0), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	(void)code;
+	return fd;
+}
+
+/* Read one reply of type; its code. */
+static int raw_reply(int fd, int type)
+{
+	uint8_t buf[512];
+	struct wire_msg m;
+	size_t have = 0;
+	long n = 0;
+
+	while (n == 0) {
+		ck_assert_int_eq(e2e_read_full(fd, buf + have, 1, 5000), 0);
+		have++;
+		n = wire_scan(buf, have, sizeof(buf));
+		ck_assert_int_ge(n, 0);
+	}
+	ck_assert_int_eq(wire_decode(buf, have, 0, &m), 0);
+	ck_assert_int_eq(m.type, type);
+	return m.type == WIRE_HELLO ? 0 : m.u.reply.code;
+}
+
+/* The entry index of an execution, from the segment. */
+static uint32_t entry_of(const char *exec_id)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+	struct shm_view v;
+	uint32_t found = UINT32_MAX;
+
+	e2e_exec_bytes(exec_id, exec);
+	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
+	for (uint32_t e = 0; e < v.geo.capacity; e++)
+		if (memcmp(shm_entry_at(&v, e)->en_exec, exec, SHM_EXEC_LEN) == 0)
+			found = e;
+	shm_unmap(&v);
+	ck_assert_uint_ne(found, UINT32_MAX);
+	return found;
+}
+
+/*
+ * With the journal: a completion sent again (as after a reconnect) with
+ * exactly the recorded result is answered 0, with another result refused;
+ * a RELEASE for an execution still in the table (running here, another
+ * client's) is refused, so the journal cannot be made to forget it.
+ */
+START_TEST(test_durable_requests_are_checked_against_the_table)
+{
+	char dir[] = "/tmp/check_settle.XXXXXX", spec[96], cmd[128];
+	const char *jopts[] = { "--capacity", "64", "--max-result", "256",
+				"--grace", "0", "--store", spec, NULL };
+	struct carmy_call done = E2E_CALL("p", "s", "done-once");
+	struct carmy_call held = E2E_CALL("p", "s", "held");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	uint8_t exec[SHM_EXEC_LEN];
+	msgpack_sbuffer sb;
+	struct worker w;
+	uint32_t e;
+	int fd;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(spec, sizeof(spec), "journal:%s/j", dir);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+	e2e_start(&d, jopts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &done, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "abc", 3),
+			 0);
+	e = entry_of(r.execution_id);
+	e2e_exec_bytes(r.execution_id, exec);
+
+	fd = raw_connect();
+	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
+					   0, "abc", 3), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_eq(raw_reply(fd, WIRE_COMPLETE), 0);
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
+					   0, "abd", 3), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_ne(raw_reply(fd, WIRE_COMPLETE), 0);
+
+	worker_start(&w, &held);
+	e2e_exec_bytes(w.exec, exec);
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RELEASE, entry_of(w.exec),
+					  exec), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_eq(raw_reply(fd, WIRE_RELEASE), CARMY_ENOT_RESERVED);
+	msgpack_sbuffer_destroy(&sb);
+	close(fd);
+	ck_assert_int_eq(worker_do(&w, 'c'), 0);
+	ck_assert_int_eq(carmy_begin(c, &held, &r), CARMY_REPLAY);
+	carmy_reservation_clear(&r);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* A resolution with the longest identity and the largest result fits in a
+ * message; a larger result is refused before anything is sent, and the
+ * handle's other reservations are untouched. */
+START_TEST(test_resolve_with_the_largest_identity_and_result)
+{
+	char rid[CARMY_ID_MAX + 1], big[257];
+	struct carmy_call call, other = E2E_CALL("p", "s", "other");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker w;
+
+	memset(rid, 'r', CARMY_ID_MAX);
+	rid[CARMY_ID_MAX] = '\0';
+	memset(big, 'x', sizeof(big));
+	call = (struct carmy_call)E2E_CALL("p", "s", rid);
+	interrupted(&w, &call);
+	ck_assert_int_eq(carmy_begin(c, &other, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 1,
+				       CARMY_STATUS_COMPLETED, big, 257),
+			 CARMY_ERESULT_TOO_LARGE);
+	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 1,
+				       CARMY_STATUS_COMPLETED, big, 256), 0);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "o", 1),
+			 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	ck_assert_uint_eq(r.result_len, 256);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("settle");
@@ -414,6 +571,8 @@ int main(void)
 	tcase_add_test(tc, test_wait_reports_uncertain_when_the_owner_dies);
 	tcase_add_test(tc, test_wait_ends_at_its_deadline_still_running);
 	tcase_add_test(tc, test_resolution_survives_a_reboot_with_the_journal);
+	tcase_add_test(tc, test_durable_requests_are_checked_against_the_table);
+	tcase_add_test(tc, test_resolve_with_the_largest_identity_and_result);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -16,9 +16,10 @@
 #include "tests/e2e/e2e.h"
 
 #define NDONE 5
+#define MANY 100	/* more than the plugin's first table of 64 */
 
 static char dir[64], spec[512];
-static const char *opts[] = { "--capacity", "64", "--max-result", "256",
+static const char *opts[] = { "--capacity", "256", "--max-result", "256",
 			      "--store", spec, NULL };
 static struct carmyd_proc d;
 static carmy_t *c;
@@ -71,6 +72,17 @@ START_TEST(test_plugin_store_survives_a_reboot)
 	}
 	ck_assert_int_eq(carmy_begin(c, &released, &r), CARMY_RESERVED);
 	ck_assert_int_eq(carmy_release(c, &r), 0);
+	/* Enough executions that the plugin's load has to grow its table. */
+	for (int i = 0; i < MANY; i++) {
+		char id[24];
+		struct carmy_call call;
+
+		snprintf(id, sizeof(id), "many-%d", i);
+		call = E2E_CALL("p", "s", id);
+		ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+		ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED,
+						id, strlen(id)), 0);
+	}
 	e2e_child_reserve(&ch, d.socket, &running, E2E_HOLD);
 	carmy_close(c);
 	c = NULL;
@@ -91,6 +103,16 @@ START_TEST(test_plugin_store_survives_a_reboot)
 		ck_assert_uint_eq(r.result_len, i == 0 ? 0 : strlen(rid[i]));
 		if (i > 0)
 			ck_assert_mem_eq(r.result, rid[i], r.result_len);
+	}
+	for (int i = 0; i < MANY; i++) {
+		char id[24];
+		struct carmy_call call;
+
+		snprintf(id, sizeof(id), "many-%d", i);
+		call = E2E_CALL("p", "s", id);
+		ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+		ck_assert_uint_eq(r.result_len, strlen(id));
+		ck_assert_mem_eq(r.result, id, r.result_len);
 	}
 	ck_assert_int_eq(carmy_begin(c, &running, &r), CARMY_EUNCERTAIN);
 	ck_assert_int_eq(r.state, CARMY_STATE_INTERRUPTED);

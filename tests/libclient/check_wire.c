@@ -135,9 +135,10 @@ START_TEST(test_every_message_round_trips)
 	ck_assert_mem_eq(m.u.reserve.exec, exec, 16);
 
 	sb.size = 0;
-	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RELEASE, 0, exec), 0);
+	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RELEASE, 9, exec), 0);
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
 	ck_assert_int_eq(m.type, WIRE_RELEASE);
+	ck_assert_uint_eq(m.u.reserve.entry, 9);
 	ck_assert_mem_eq(m.u.reserve.exec, exec, 16);
 	/* A client's RELEASE is not a reply: each direction has its shape. */
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), CARMY_EPROTOCOL);
@@ -165,15 +166,15 @@ START_TEST(test_wrong_shapes_rejected)
 	/* Not an array. */
 	ck_assert_int_eq(wire_decode("\x01", 1, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
-	/* RESERVE without its exec, with a 15-byte one; RELEASE with an
-	 * entry in front of its exec. */
+	/* RESERVE without its exec, with a 15-byte one; RELEASE without
+	 * the entry in front of its exec. */
 	ck_assert_int_eq(wire_decode("\x92\x04\x01", 3, 1,
 				     &(struct wire_msg){ 0 }), CARMY_EPROTOCOL);
 	ck_assert_int_eq(wire_decode("\x93\x04\x01\xc4\x0f" "0123456789abcde",
 				     20, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
-	ck_assert_int_eq(wire_decode("\x93\x05\x01\xc4\x10" "0123456789abcdef",
-				     21, 1, &(struct wire_msg){ 0 }),
+	ck_assert_int_eq(wire_decode("\x92\x05\xc4\x10" "0123456789abcdef",
+				     20, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
 	/* HELLO asking for owner 0 back, or with 4 fields. */
 	ck_assert_int_eq(wire_decode("\x95\x01\x02\x03\x00\x01", 6, 1,
