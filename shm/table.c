@@ -35,6 +35,8 @@ static void entry_fill(const struct shm_view *v, uint32_t e,
 		       const struct shm_key *k, const struct shm_claim *c);
 static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
 			  const struct shm_key *k);
+static void result_fill(const struct shm_view *v, uint32_t e,
+			const struct shm_restored *r, size_t len);
 
 static inline uint32_t key_tag(const struct shm_key *k)
 {
@@ -297,16 +299,7 @@ restart:
 				memcpy(en->en_exec, r->exec, SHM_EXEC_LEN);
 				en->en_pid = r->pid;
 				en->en_started_ns = r->started_ns;
-				en->en_finished_ns = r->finished_ns;
-				en->en_status = (uint8_t)r->status;
-				en->en_result_code = r->result_code;
-				en->en_result_len = (uint32_t)len;
-				en->en_resolved_ns = r->resolved_ns;
-				en->en_resolved_uid = r->resolved_uid;
-				en->en_resolved_pid = r->resolved_pid;
-				if (len > 0)
-					memcpy(shm_result_area(v, ticket),
-					       r->result, len);
+				result_fill(v, ticket, r, len);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
 			if (shm_cas(&v->buckets[b], w,
@@ -331,15 +324,7 @@ restart:
 			return 0;
 		/* Ours, and the result only the store has: record it as a
 		 * completion would (result first, then the word). */
-		if (len > 0)
-			memcpy(shm_result_area(v, e), r->result, len);
-		en->en_result_len = (uint32_t)len;
-		en->en_result_code = r->result_code;
-		en->en_status = (uint8_t)r->status;
-		en->en_finished_ns = r->finished_ns;
-		en->en_resolved_ns = r->resolved_ns;
-		en->en_resolved_uid = r->resolved_uid;
-		en->en_resolved_pid = r->resolved_pid;
+		result_fill(v, e, r, len);
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
 			goto restart;
 		return 0;
@@ -422,15 +407,7 @@ int shm_resolve(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 		return 0;
 	}
-	if (len > 0)
-		memcpy(shm_result_area(v, e), r->result, len);
-	en->en_result_len = (uint32_t)len;
-	en->en_result_code = r->result_code;
-	en->en_status = (uint8_t)r->status;
-	en->en_finished_ns = r->finished_ns;
-	en->en_resolved_ns = r->resolved_ns;
-	en->en_resolved_uid = r->resolved_uid;
-	en->en_resolved_pid = r->resolved_pid;
+	result_fill(v, e, r, len);
 	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_COMPLETED)) != w)
 		return CARMY_ENOT_INTERRUPTED;
 	return 0;
@@ -610,6 +587,25 @@ static uint32_t ticket_claim(const struct shm_view *v,
 			i = 0;
 	}
 	return UINT32_MAX;
+}
+
+/* carmyd: write r's result (len bytes, already checked against the
+ * geometry) and who settled it into entry e. Plain stores, made visible by
+ * the CAS that publishes the word after them. */
+static void result_fill(const struct shm_view *v, uint32_t e,
+			const struct shm_restored *r, size_t len)
+{
+	struct shm_entry *en = shm_entry_at(v, e);
+
+	if (len > 0)
+		memcpy(shm_result_area(v, e), r->result, len);
+	en->en_result_len = (uint32_t)len;
+	en->en_result_code = r->result_code;
+	en->en_status = (uint8_t)r->status;
+	en->en_finished_ns = r->finished_ns;
+	en->en_resolved_ns = r->resolved_ns;
+	en->en_resolved_uid = r->resolved_uid;
+	en->en_resolved_pid = r->resolved_pid;
 }
 
 /* Fill a freshly claimed entry. Plain stores: the entry is private to us
