@@ -962,25 +962,21 @@ static size_t rec_valid(const struct jnl *j, const uint8_t *p, size_t avail,
 			return 0;
 		break;
 	}
-	case CARMY_STORE_COMPLETE: {
-		struct jrec_complete cp;
-
-		fixed = sizeof(h) + sizeof(cp);
-		if (h.jr_len < fixed + 8)
-			return 0;
-		memcpy(&cp, p + sizeof(h), sizeof(cp));
-		if (fixed + (size_t)cp.cp_result_len + 8 > h.jr_len)
-			return 0;
-		break;
-	}
+	case CARMY_STORE_COMPLETE:
 	case CARMY_STORE_RESOLVE: {
-		struct jrec_resolve rs;
+		/* Both end in a result whose length is in their fixed part. */
+		bool cp = h.jr_op == CARMY_STORE_COMPLETE;
+		uint32_t rlen;
 
-		fixed = sizeof(h) + sizeof(rs);
+		fixed = sizeof(h) + (cp ? sizeof(struct jrec_complete) :
+					  sizeof(struct jrec_resolve));
 		if (h.jr_len < fixed + 8)
 			return 0;
-		memcpy(&rs, p + sizeof(h), sizeof(rs));
-		if (fixed + (size_t)rs.rs_result_len + 8 > h.jr_len)
+		memcpy(&rlen, p + sizeof(h) +
+			       (cp ? offsetof(struct jrec_complete, cp_result_len) :
+				     offsetof(struct jrec_resolve, rs_result_len)),
+		       sizeof(rlen));
+		if (fixed + (size_t)rlen + 8 > h.jr_len)
 			return 0;
 		break;
 	}

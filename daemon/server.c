@@ -109,6 +109,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len);
 static int to_store(struct conn *c, int type, enum carmy_store_op op,
 		    const struct wire_msg *m, int status, int code,
 		    const uint8_t *data, size_t dlen);
+static void hold(struct conn *c, struct store_op *op);
 static void store_done(struct carmy_store_req *req, int rc);
 static void on_done(struct loop *l);
 static void finish(struct store_op *op);
@@ -676,6 +677,18 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 		free(op);
 		return wire_put_reply(&c->out, type, rc);
 	}
+	hold(c, op);
+	store_submit(sv->store, op);
+	return 0;
+}
+
+/* op is on its way (to the store, or waiting): its answer comes back to
+ * c's loop through store_done(). Until then c reads nothing more, and
+ * shutdown waits for it. */
+static void hold(struct conn *c, struct store_op *op)
+{
+	struct server *sv = c->loop->sv;
+
 	op->conn = c;
 	op->req.done = store_done;
 	op->req.cookie = op;
@@ -684,8 +697,6 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 	pthread_mutex_lock(&sv->idle_lock);
 	sv->inflight++;
 	pthread_mutex_unlock(&sv->idle_lock);
-	store_submit(sv->store, op);
-	return 0;
 }
 
 /* The store's answer, on whatever thread the store calls it: queue it for
@@ -875,14 +886,7 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 		free(op);
 		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);
 	}
-	op->conn = c;
-	op->req.done = store_done;
-	op->req.cookie = op;
-	c->pending++;
-	arm(c);
-	pthread_mutex_lock(&sv->idle_lock);
-	sv->inflight++;
-	pthread_mutex_unlock(&sv->idle_lock);
+	hold(c, op);
 	store_submit(s, op);
 	return 0;
 }
@@ -922,15 +926,8 @@ static int on_wait(struct conn *c, const struct wire_msg *m)
 	memcpy(op->rec.exec, m->u.settle.exec, SHM_EXEC_LEN);
 	op->deadline_ns = mono_ns() +
 			  (uint64_t)m->u.settle.timeout_ms * 1000000u;
-	op->conn = c;
-	op->req.done = store_done;
-	op->req.cookie = op;
-	c->pending++;
 	c->waiting = op;
-	arm(c);
-	pthread_mutex_lock(&sv->idle_lock);
-	sv->inflight++;
-	pthread_mutex_unlock(&sv->idle_lock);
+	hold(c, op);
 	pthread_mutex_lock(&sv->wait_lock);
 	op->wnext = sv->waiters;
 	sv->waiters = op;
