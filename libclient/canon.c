@@ -70,6 +70,7 @@ static void put_head(struct out *o, uint64_t n, uint8_t fix, uint64_t fix_max,
 		     uint8_t op8, uint8_t op16, uint8_t op32);
 static void put_be(struct out *o, uint64_t v, unsigned width);
 static uint64_t get_be(const uint8_t *p, unsigned width);
+static inline uint8_t *put_part(uint8_t *p, const void *bytes, size_t len);
 static int kv_cmp(const uint8_t *base, const struct kv *a, const struct kv *b);
 
 /* ---------------------------------------------------------------- API */
@@ -99,9 +100,34 @@ int canon_fingerprint(const struct carmy_call *call,
 	return print(call, true, out);
 }
 
+/*
+ * The raw print is on the path of every begin(), replays included: the
+ * usual small call gets a straight-line copy into one stack buffer, the
+ * preimage print() would build, without its loops over the parts.
+ */
 int canon_rawprint(const struct carmy_call *call, uint8_t out[CANON_FP_LEN])
 {
-	return print(call, false, out);
+	static const char domain[] = RAW_DOMAIN;
+	uint8_t buf[CANON_SMALL], *p = buf;
+	XXH128_canonical_t digest;
+
+	if (!call || !out)
+		return -EINVAL;
+	if (call->tool_len + call->args_len + call->meta_len >
+	    sizeof(buf) - (sizeof(domain) - 1) - 24)
+		return print(call, false, out);
+	if ((!call->tool && call->tool_len) ||
+	    (!call->args && call->args_len) || (call->args && !call->args_len) ||
+	    (!call->meta && call->meta_len) || (call->meta && !call->meta_len))
+		return CARMY_EINVALID_ARGS;
+	memcpy(p, domain, sizeof(domain) - 1);
+	p += sizeof(domain) - 1;
+	p = put_part(p, call->tool, call->tool_len);
+	p = put_part(p, call->args, call->args_len);
+	p = put_part(p, call->meta, call->meta_len);
+	XXH128_canonicalFromHash(&digest, XXH3_128bits(buf, (size_t)(p - buf)));
+	memcpy(out, digest.digest, CANON_FP_LEN);
+	return 0;
 }
 
 /*
@@ -527,6 +553,18 @@ static void put_be(struct out *o, uint64_t v, unsigned width)
 	default: { uint64_t x = htobe64(v); memcpy(p, &x, 8); break; }
 	}
 	o->n += width;
+}
+
+/* One part of a print's preimage: its length, 8 bytes big-endian, then its
+ * bytes. Returns where the next part goes. */
+static inline uint8_t *put_part(uint8_t *p, const void *bytes, size_t len)
+{
+	uint64_t be = htobe64((uint64_t)len);
+
+	memcpy(p, &be, 8);
+	if (len > 0)
+		memcpy(p + 8, bytes, len);
+	return p + 8 + len;
 }
 
 static uint64_t get_be(const uint8_t *p, unsigned width)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -51,10 +52,11 @@ struct carmy {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char shm_name[WIRE_SHM_NAME_MAX];
 	struct shm_view view;
-	uint64_t exec_seed;		/* execution ids: keyed hash of ... */
-	uint8_t exec_key[16];		/* ... a random key and ... */
-	uint64_t exec_count;		/* ... a counter (atomic) */
+	uint64_t exec_seed;		/* execution ids: keyed hash of a */
+	uint8_t exec_key[16];		/* random key, see new_exec_id() */
 	uint32_t ticket_cursor;		/* where our next ticket search starts */
+	uint64_t prefault;		/* entries mapped ahead: lo << 32 | hi,
+					 * see prefault_ahead() (atomic) */
 	struct shm_stats *stats;	/* our stripe of the answer counts */
 };
 
@@ -74,6 +76,7 @@ static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN]);
 static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
 static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN]);
 static inline void count(uint64_t *counter);
+static void prefault_ahead(carmy_t *c);
 static uint64_t now_ns(void);
 static uint64_t mono_ms(void);
 
@@ -250,6 +253,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			r->priv_entry = f.entry;
 			r->priv_owner = claim.owner;
 			count(&c->stats->st_reserves);
+			prefault_ahead(c);
 			return CARMY_RESERVED;
 		case SHM_OUT_FULL:
 			count(&c->stats->st_capacity);
@@ -745,22 +749,77 @@ static int recv_msg(int fd, int timeout_ms, struct wire_msg *m,
 	return wire_decode(buf, (size_t)n, 0, m);
 }
 
-/* A new execution id: a keyed hash of a per-handle counter under a random
- * per-handle key, so ids are unique and unpredictable without a system
- * call. Returns the start time for the entry. */
+/*
+ * A new execution id: a keyed hash, under the handle's random key, of a
+ * number no other call of this process ever uses: the calling thread's
+ * serial (handed out once per thread, never reused) and a count of that
+ * thread's ids. Unique and unpredictable without a system call, and
+ * without a locked add on the reserve path: the entry's stores are still
+ * on their way to memory here, and a locked instruction would wait for
+ * all of them (the publishing CAS waits for them anyway, later, after
+ * this hash has overlapped with them). Returns the start time.
+ */
+static uint64_t exec_threads;		/* serials handed out (atomic) */
+static __thread uint64_t exec_thread;	/* this thread's, 0 until needed */
+static __thread uint64_t exec_count;	/* ids this thread made */
+
 static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN])
 {
 	carmy_t *c = arg;
-	uint8_t in[24];
-	uint64_t n = uatomic_add_return(&c->exec_count, 1);
+	uint8_t in[32];
 	XXH128_canonical_t can;
 
+	if (exec_thread == 0)
+		exec_thread = uatomic_add_return(&exec_threads, 1);
+	exec_count++;
 	memcpy(in, c->exec_key, 16);
-	memcpy(in + 16, &n, 8);
+	memcpy(in + 16, &exec_thread, 8);
+	memcpy(in + 24, &exec_count, 8);
 	XXH128_canonicalFromHash(&can, XXH3_128bits_withSeed(in, sizeof(in),
 							     c->exec_seed));
 	memcpy(out, can.digest, SHM_EXEC_LEN);
 	return now_ns();
+}
+
+/*
+ * Map the entries ahead of this handle's ticket cursor into this process
+ * before reserves write to them. Pages of the segment are carmyd's from
+ * the start, but each process takes a page fault on its first touch of
+ * each page: every four or five fresh entries, over a microsecond each,
+ * and serialised between processes on the segment's file. One
+ * madvise(MADV_POPULATE_WRITE) maps PREFAULT_ENTRIES of them at once,
+ * half a window before the cursor gets there. Only a hint: a kernel
+ * without it (before 5.14) or a failed call leaves the faults where they
+ * were, and threads racing here at worst map a window twice.
+ */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define PREFAULT_ENTRIES 256u
+
+static int prefault_works = 1;		/* atomic: 0 once the kernel refused */
+
+static void prefault_ahead(carmy_t *c)
+{
+	const uint32_t cap = c->view.geo.capacity;
+	const uint32_t cur = uatomic_read(&c->ticket_cursor) % cap;
+	const uint64_t win = uatomic_read(&c->prefault);
+	uint32_t lo = (uint32_t)(win >> 32), hi = (uint32_t)win, from, to;
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a, b;
+
+	if (cur >= lo && cur < hi && (hi == cap || hi - cur > PREFAULT_ENTRIES / 2))
+		return;		/* well inside the mapped window */
+	if (!uatomic_read(&prefault_works))
+		return;
+	from = cur >= lo && cur < hi ? hi : cur;
+	to = cap - from > PREFAULT_ENTRIES ? from + PREFAULT_ENTRIES : cap;
+	uatomic_set(&c->prefault, (uint64_t)cur << 32 | to);
+	a = (uintptr_t)shm_entry_at(&c->view, from) & ~(uintptr_t)(page - 1);
+	b = (uintptr_t)shm_entry_at(&c->view, to);
+	if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0 &&
+	    (errno == EINVAL || errno == ENOSYS))
+		uatomic_set(&prefault_works, 0);
 }
 
 /* Every begin() that finds or makes an entry formats its id: two digits

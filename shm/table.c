@@ -38,6 +38,16 @@ static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
 static void result_fill(const struct shm_view *v, uint32_t e,
 			const struct shm_restored *r, size_t len);
 
+/* One part of the identity's hashed form: its length, 2 bytes big-endian,
+ * then its bytes. Returns where the next part goes. */
+static inline uint8_t *key_part(uint8_t *p, const void *part, size_t len)
+{
+	p[0] = (uint8_t)(len >> 8);
+	p[1] = (uint8_t)len;
+	memcpy(p + 2, part, len);
+	return p + 2 + len;
+}
+
 static inline uint32_t key_tag(const struct shm_key *k)
 {
 	return (uint32_t)(k->hash >> 40);
@@ -54,22 +64,22 @@ int shm_key_init(struct shm_key *k, uint64_t seed, const void *principal,
 		 size_t plen, const void *session, size_t slen,
 		 const void *request_id, size_t rlen)
 {
-	uint8_t buf[3 * (2 + CARMY_ID_MAX)];
-	const void *parts[3] = { principal, session, request_id };
-	size_t lens[3] = { plen, slen, rlen };
-	size_t n = 0;
+	uint8_t buf[3 * (2 + CARMY_ID_MAX)], *p = buf;
 
-	for (int i = 0; i < 3; i++) {
-		if (parts[i] == NULL || lens[i] == 0 || lens[i] > CARMY_ID_MAX)
-			return CARMY_EINVALID_ID;
-		k->part[i] = parts[i];
-		k->len[i] = (uint16_t)lens[i];
-		buf[n++] = (uint8_t)(lens[i] >> 8);
-		buf[n++] = (uint8_t)lens[i];
-		memcpy(buf + n, parts[i], lens[i]);
-		n += lens[i];
-	}
-	k->hash = XXH3_64bits_withSeed(buf, n, seed);
+	/* Straight-line, not a loop over the parts: every begin() runs it. */
+	if (!principal || !session || !request_id || plen - 1 >= CARMY_ID_MAX ||
+	    slen - 1 >= CARMY_ID_MAX || rlen - 1 >= CARMY_ID_MAX)
+		return CARMY_EINVALID_ID;	/* (0 - 1 wraps: empty fails) */
+	k->part[0] = principal;
+	k->part[1] = session;
+	k->part[2] = request_id;
+	k->len[0] = (uint16_t)plen;
+	k->len[1] = (uint16_t)slen;
+	k->len[2] = (uint16_t)rlen;
+	p = key_part(p, principal, plen);
+	p = key_part(p, session, slen);
+	p = key_part(p, request_id, rlen);
+	k->hash = XXH3_64bits_withSeed(buf, (size_t)(p - buf), seed);
 	return 0;
 }
 

@@ -69,12 +69,12 @@ static int write_all(int fd, const void *buf, size_t len);
 
 /* ---------------------------------------------------------------- API */
 
-int floor_table_new(struct floor_table *t, uint64_t keys)
+int floor_table_new(struct floor_table *t, uint64_t keys, uint64_t min_words)
 {
 	uint64_t n = 64;
 	void *p;
 
-	while (n < 2 * keys)
+	while (n < 2 * keys || n < min_words)
 		n <<= 1;
 	t->bytes = n * sizeof(uint64_t);
 	p = mmap(NULL, t->bytes, PROT_READ | PROT_WRITE,

@@ -4,7 +4,10 @@
  *
  *   cas-insert   hash a key (XXH3, 8 bytes), linear-probe a power-of-two
  *                array of uint64_t in shared memory to the first zero word
- *                and uatomic_cmpxchg() the key into it
+ *                and uatomic_cmpxchg() the key into it; the array has as
+ *                many words as carmyd's index has buckets (when that is
+ *                more than twice the keys), so that both pay the same
+ *                cache and TLB misses for a random bucket
  *   lookup       the same probe, reading until the key is found
  *   msgpack-rt   pack a ~150-byte msgpack message, write it to a Unix
  *                socket, block until a single-threaded epoll server's small
@@ -36,9 +39,9 @@ struct floor_echo {
 	int stop_fd;
 };
 
-/* A table of at least 2 x keys words, all zero and faulted in. Returns 0 or
- * -errno. */
-int floor_table_new(struct floor_table *t, uint64_t keys);
+/* A table of at least 2 x keys and at least min_words words (a power of
+ * two), all zero and faulted in. Returns 0 or -errno. */
+int floor_table_new(struct floor_table *t, uint64_t keys, uint64_t min_words);
 /* Insert the n keys the lookup figure looks for. Returns 0, or -ENOSPC. */
 int floor_table_fill(struct floor_table *t, uint32_t n);
 void floor_table_free(struct floor_table *t);

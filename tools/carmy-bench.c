@@ -95,6 +95,7 @@ struct daemon_info {
 	char socket[256];
 	uint32_t pid;
 	uint32_t capacity;
+	uint32_t nbuckets;	/* its index: the CAS floor's table matches it */
 	uint32_t max_result;
 	uint32_t free_entries;	/* FREE tickets */
 	uint32_t free_buckets;	/* FREE index buckets */
@@ -225,8 +226,12 @@ int main(int argc, char **argv)
 		struct bench_figure f;
 
 		if (o.only[FIG_CAS] || o.only[FIG_LOOKUP]) {
+			/* As big as carmyd's index, so that a random
+			 * bucket costs the floor what it costs carmyd:
+			 * a smaller table fits a cache level carmyd's
+			 * does not, and measures the cache instead. */
 			rc = floor_table_new(&table, (uint64_t)p * o.ops +
-							     o.replay_set);
+						     o.replay_set, di.nbuckets);
 			if (rc == 0)
 				rc = floor_table_fill(&table, o.replay_set);
 			if (rc != 0) {
@@ -607,6 +612,7 @@ static int daemon_probe(const struct opts *o, struct carmy_fig *cf,
 							   boff);
 
 				di->capacity = cap;
+				di->nbuckets = nb;
 				for (uint32_t i = 0; i < cap; i++)
 					di->free_entries +=
 						t[i] == SHM_TICKET_FREE;
@@ -1074,8 +1080,9 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 	printf("carmy-bench: nproc %ld", nproc());
 	if (di->capacity != 0 || di->pid != 0)
 		printf("; carmyd pid %u, capacity %u (%u free before the run), "
-		       "max-result %u, socket %s", di->pid, di->capacity,
-		       di->free_entries, di->max_result, di->socket);
+		       "index %u buckets, max-result %u, socket %s", di->pid,
+		       di->capacity, di->free_entries, di->nbuckets,
+		       di->max_result, di->socket);
 	printf("\n%llu ops per process and figure; replay set %u; timer "
 	       "overhead %.3f µs (in every sample)\n\n",
 	       (unsigned long long)o->ops, o->replay_set, timer_us);
@@ -1120,10 +1127,12 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	printf("{\"nproc\":%ld,", nproc());
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
+		       "\"buckets\":%u,"
 		       "\"free_before\":%u,\"free_buckets_before\":%u,"
 		       "\"tombstones_before\":%u,\"max_result\":%u,"
-		       "\"socket\":", di->pid, di->capacity, di->free_entries,
-		       di->free_buckets, di->tombs, di->max_result);
+		       "\"socket\":", di->pid, di->capacity, di->nbuckets,
+		       di->free_entries, di->free_buckets, di->tombs,
+		       di->max_result);
 		json_str(di->socket);
 		printf("},");
 	} else {

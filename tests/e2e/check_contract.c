@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,6 +435,93 @@ START_TEST(test_new_identity_is_reserved_with_a_fresh_execution_id)
 }
 END_TEST
 
+/* Execution ids come from a per-thread count (no locked add on the reserve
+ * path): threads reserving on one handle at once, and threads started after
+ * others ended, still never make the same id. */
+#define ID_THREADS 4
+#define ID_ROUNDS 300
+
+struct id_worker {
+	int n;
+	pthread_t tid;
+	char ids[ID_ROUNDS][CARMY_EXECUTION_ID_LEN + 1];
+	int bad;		/* rounds not reserved, or bad ids */
+};
+
+static void *id_worker_run(void *arg)
+{
+	struct id_worker *w = arg;
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+
+	for (int i = 0; i < ID_ROUNDS; i++) {
+		char rid[32];
+		struct carmy_call call;
+
+		snprintf(rid, sizeof(rid), "thread-%d-%d", w->n, i);
+		call = E2E_CALL("p", "s", rid);
+		if (carmy_begin(c, &call, &r) != CARMY_RESERVED ||
+		    !e2e_exec_id_valid(r.execution_id)) {
+			w->bad++;
+			continue;
+		}
+		strcpy(w->ids[i], r.execution_id);
+	}
+	carmy_reservation_clear(&r);
+	return NULL;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+START_TEST(test_execution_ids_from_threads_never_repeat)
+{
+	static struct id_worker w[2 * ID_THREADS];
+	static char all[2 * ID_THREADS * ID_ROUNDS][CARMY_EXECUTION_ID_LEN + 1];
+	static const char *const opts[] = { "--capacity", "4096", NULL };
+	int n = 0;
+
+	/* Room for every reservation the threads make (none is released:
+	 * release churn is another test's). */
+	carmy_close(c);
+	e2e_stop(&d);
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	memset(w, 0, sizeof(w));
+	/* Two waves: the second's threads may reuse the first's thread ids
+	 * in the kernel, never their execution ids. */
+	for (int wave = 0; wave < 2; wave++) {
+		for (int t = wave * ID_THREADS; t < (wave + 1) * ID_THREADS; t++) {
+			w[t].n = t;
+			ck_assert_int_eq(pthread_create(&w[t].tid, NULL,
+							id_worker_run, &w[t]), 0);
+		}
+		for (int t = wave * ID_THREADS; t < (wave + 1) * ID_THREADS; t++)
+			ck_assert_int_eq(pthread_join(w[t].tid, NULL), 0);
+	}
+	for (int t = 0; t < 2 * ID_THREADS; t++) {
+		ck_assert_int_eq(w[t].bad, 0);
+		for (int i = 0; i < ID_ROUNDS; i++)
+			strcpy(all[n++], w[t].ids[i]);
+	}
+	qsort(all, (size_t)n, sizeof(all[0]), cmp_id);
+	for (int i = 1; i < n; i++)
+		ck_assert_msg(strcmp(all[i - 1], all[i]) != 0,
+			      "execution id %s made twice", all[i]);
+	/* And this thread's own, on the same handle, are new too. */
+	{
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		struct carmy_call call = E2E_CALL("p", "s", "main-thread");
+
+		expect_begin(c, &call, &r, CARMY_RESERVED);
+		ck_assert(bsearch(r.execution_id, all, (size_t)n,
+				  sizeof(all[0]), cmp_id) == NULL);
+		carmy_reservation_clear(&r);
+	}
+}
+END_TEST
+
 START_TEST(test_completed_call_replays_status_result_and_execution_id)
 {
 	static const char nul_result[] = "\0order\0\0id=1\xff\0";
@@ -788,6 +876,7 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_fingerprint_parts_do_not_slide_into_each_other);
 	tcase_add_test(tc, test_invalid_msgpack_args_are_refused_and_reserve_nothing);
 	tcase_add_test(tc, test_new_identity_is_reserved_with_a_fresh_execution_id);
+	tcase_add_test(tc, test_execution_ids_from_threads_never_repeat);
 	tcase_add_test(tc, test_completed_call_replays_status_result_and_execution_id);
 	tcase_add_test(tc, test_same_call_while_running_is_uncertain);
 	tcase_add_test(tc, test_conflict_reports_existing_entry_in_every_state);

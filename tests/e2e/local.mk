@@ -5,8 +5,8 @@ E2E_SOURCES = tests/e2e/e2e.h tests/e2e/e2e.c
 check_PROGRAMS += tests/e2e/check_contract
 TESTS += tests/e2e/check_contract
 tests_e2e_check_contract_SOURCES = tests/e2e/check_contract.c $(E2E_SOURCES)
-tests_e2e_check_contract_CFLAGS = $(TEST_CFLAGS)
-tests_e2e_check_contract_LDADD = $(TEST_LIBS)
+tests_e2e_check_contract_CFLAGS = $(TEST_CFLAGS) -pthread
+tests_e2e_check_contract_LDADD = $(TEST_LIBS) -lpthread
 
 check_PROGRAMS += tests/e2e/check_races
 TESTS += tests/e2e/check_races
