@@ -201,7 +201,10 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  * call (with --store journal:DIR, one round trip to record it). Returns 0,
  * CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd declared this handle
  * dead and did not give its reservations back (the entry is then
- * uncertain). Thread-safe.
+ * uncertain). With a durable store, CARMY_ESTORE means the identity was
+ * freed on this host but the store could not record it (carmyd did not come
+ * back within CARMY_RECONNECT_MS, or its store failed): after a reboot the
+ * execution is then uncertain, never run twice. Thread-safe.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 

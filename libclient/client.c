@@ -374,12 +374,19 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	if (rc != 0)
 		return rc;
 	r->priv_owner = 0;
+	if (!c->durable)
+		return 0;
 	/* Released in the segment, so the identity is free on this host
 	 * already; the store hears of it too, or after a reboot it would be
-	 * uncertain instead of free (never run twice either way). */
-	if (c->durable)
+	 * uncertain instead of free (never run twice either way). If the
+	 * connection broke (carmyd restarting?), tell the one that comes
+	 * back: a RELEASE needs no owner, only an entry no longer published
+	 * with this execution id. */
+	rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec);
+	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0)
 		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec);
-	return rc;
+	/* Free here either way: what failed is the store's record of it. */
+	return rc == 0 ? 0 : CARMY_ESTORE;
 }
 
 EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,

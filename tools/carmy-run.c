@@ -589,6 +589,15 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 	case RUN_EXEC_FAILED:
 		free(cap.buf);
 		rc = carmy_release(c, r);
+		if (rc == CARMY_ESTORE) {
+			snprintf(msg, sizeof(msg),
+				 "COMMAND did not run (%s) and its reservation "
+				 "was released on this host, but carmyd's store "
+				 "did not record the release: after a reboot "
+				 "the call would be uncertain.", strerror(err));
+			return report(o, exit_for(rc), carmy_errname(rc), msg,
+				      r->execution_id, NULL);
+		}
 		if (rc != 0) {
 			snprintf(msg, sizeof(msg),
 				 "%s COMMAND did not run (%s), but its "

@@ -434,6 +434,58 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 }
 END_TEST
 
+/* A release frees the identity in the segment first, then has the journal
+ * record it. After a carmyd restart the release reaches the carmyd that came
+ * back, and a reboot after it finds the identity free; when no carmyd is
+ * there, release says STORE_FAILED (free on this host, not in the journal)
+ * instead of DISCONNECTED (which promises an uncertain entry), and a reboot
+ * finds it interrupted: never free to run twice, never a release that
+ * silently went missing. (A connection cut in the middle of the release is
+ * sent again after reconnecting: soak --journal races that.) */
+START_TEST(test_release_cut_off_by_a_restart_reaches_the_journal)
+{
+	struct carmy_call first = E2E_CALL("p", "s", "released-across");
+	struct carmy_call second = E2E_CALL("p", "s", "released-alone");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
+	const char *opts[10];
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	opts[7] = "30";		/* our owner id survives the restart */
+	setenv("CARMY_RECONNECT_MS", "300", 1);
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+
+	/* carmyd restarts between the reservation and its release. */
+	ck_assert_int_eq(carmy_begin(c, &first, &r), CARMY_RESERVED);
+	e2e_kill9(&d);
+	e2e_restart(&d, opts);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+
+	/* No carmyd at all when the release is made. */
+	ck_assert_int_eq(carmy_begin(c, &second, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	e2e_kill9(&d);
+	ck_assert_int_eq(carmy_release(c, &r), CARMY_ESTORE);
+	carmy_close(c);
+	c = NULL;
+
+	lose_segment(&d);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &first, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	expect_interrupted(c, "released-alone", exec);
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+	memset(&d, 0, sizeof(d));
+	rm_rf(dir);
+}
+END_TEST
+
 /* A plain restart keeps the segment: carmyd then has both, and what it
  * serves afterwards must be recorded in the journal as well, so that a
  * later reboot agrees with what clients saw. */
@@ -1303,6 +1355,7 @@ static Suite *journal_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_acknowledged_results_survive_a_reboot);
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
+	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
 	tcase_add_test(tc, test_acknowledged_steps_survive_a_reboot_under_load);
 	tcase_add_test(tc, test_torn_journal_restores_a_clean_prefix);
 	tcase_add_test(tc, test_damage_in_the_middle_is_refused_not_cut);

@@ -636,9 +636,11 @@ static void judge_ident(struct checker *ck, unsigned id)
 	}
 
 	/* Killed between announcing a release and making it: the entry
-	 * stayed, uncertain, which is as good as live. */
+	 * stayed, uncertain, which is as good as live. So is a release the
+	 * journal never heard of (STORE_FAILED), once a reboot brought the
+	 * execution back from the journal. */
 	if (fr != live && live == NULL && fr->intent &&
-	    fr->rel_rc == REL_UNKNOWN)
+	    (fr->rel_rc == REL_UNKNOWN || fr->rel_rc == CARMY_ESTORE))
 		live = fr;
 	if (fr != live) {
 		if (live != NULL)
@@ -700,11 +702,13 @@ static struct resv *find_resv(struct ident *d, const char *exec)
 }
 
 /* A reservation given back cannot hold the identity; one whose release
- * was not confirmed may have been given back too, so only a failed
- * release keeps it live. */
+ * was not confirmed may have been given back too, and STORE_FAILED says it
+ * was given back on this host (only the journal missed it), so only
+ * another failed release keeps it live. */
 static bool is_live(const struct resv *r)
 {
-	return !r->intent || (r->rel_rc != 0 && r->rel_rc != REL_UNKNOWN);
+	return !r->intent || (r->rel_rc != 0 && r->rel_rc != REL_UNKNOWN &&
+			      r->rel_rc != CARMY_ESTORE);
 }
 
 /* Is what a replay showed the one execution's result? It needs the tool

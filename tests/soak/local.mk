@@ -9,9 +9,14 @@
 #
 # SOAK_MODE is workers (only workers are killed), carmyd (carmyd is killed
 # and restarted too) or both (one after the other, half the time each).
-# SOAK_ARGS passes more options, e.g. SOAK_ARGS='--seed 42 --keep'.
+# SOAK_ARGS passes more options, e.g. SOAK_ARGS='--seed 42 --keep', or
+# SOAK_ARGS=--journal: carmyd on the journal store, every other carmyd kill
+# a simulated reboot (tests/soak/journal.test is its short run).
 check_PROGRAMS += tests/soak/soak
 TESTS += tests/soak/soak
+# The same against the journal store, with simulated reboots.
+TESTS += tests/soak/journal.test
+dist_check_SCRIPTS += tests/soak/journal.test
 tests_soak_soak_SOURCES = tests/soak/soak.h tests/soak/soak.c \
 	tests/soak/worker.c tests/soak/verify.c tests/soak/check.c \
 	tests/soak/calls.c

@@ -6,11 +6,19 @@
  * (check.c), and reports in TAP.
  *
  *   soak [--mode workers|carmyd|both] [--seconds S] [--workers N]
- *        [--ids N] [--kill-ms MS] [--carmyd-ms MS] [--seed N] [--keep]
+ *        [--ids N] [--kill-ms MS] [--carmyd-ms MS] [--journal] [--seed N]
+ *        [--keep]
  *
  * With no option it is the short run of make check: both modes, about
  * 12 s each. "both" runs the two modes one after the other, each against
  * its own carmyd and logs, for half the time each.
+ *
+ * With --journal, carmyd records into a journal (--store journal:DIR in the
+ * round's directory), and every other carmyd kill is a simulated reboot:
+ * carmyd and every worker are killed with SIGKILL, the segment is removed
+ * (a reboot takes shared memory with it) and carmyd starts afresh from the
+ * journal alone. The checker's properties are the same: what was
+ * acknowledged must come back from the journal.
  *
  * Kills are aimed: the workers publish their phase in shared memory
  * (soak.h), and most kills wait (bounded) for some worker to enter a
@@ -33,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,11 +59,13 @@ struct opts {
 	unsigned workers, nids, kill_ms, carmyd_ms, max_result, capacity;
 	uint64_t seed;
 	bool keep;
+	bool journal;		/* --store journal, and reboots */
 };
 
 /* What one mode adds up over its rounds. */
 struct totals {
 	uint64_t rounds, kills, aimed, carmyd_kills, final_kills;
+	uint64_t reboots, reboot_kills;	/* --journal: workers killed by one */
 	uint64_t died_in[SOAK_P_COUNT];
 	struct soak_figures f;
 	double secs;
@@ -116,6 +127,7 @@ int main(int argc, char **argv)
 		{ "capacity", required_argument, NULL, 'C' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "keep", no_argument, NULL, 'K' },
+		{ "journal", no_argument, NULL, 'J' },
 		{ "check", required_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -139,6 +151,7 @@ int main(int argc, char **argv)
 		case 'C': o.capacity = (unsigned)atoi(optarg); break;
 		case 'S': o.seed = strtoull(optarg, NULL, 0); break;
 		case 'K': o.keep = true; break;
+		case 'J': o.journal = true; break;
 		case 'X': return recheck(optarg);
 		default: usage();
 		}
@@ -155,9 +168,9 @@ int main(int argc, char **argv)
 	setenv("CARMY_TEST_LOG", "error", 0);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("# soak: mode %s, %.0f s in rounds of %.0f s, %u workers, "
-	       "window of %u identities, capacity %u, seed %#" PRIx64 "\n",
-	       o.mode, o.seconds, o.round, o.workers, o.nids, o.capacity,
-	       o.seed);
+	       "window of %u identities, capacity %u, store %s, seed %#"
+	       PRIx64 "\n", o.mode, o.seconds, o.round, o.workers, o.nids,
+	       o.capacity, o.journal ? "journal (reboots)" : "memory", o.seed);
 
 	sp = soak_space_new();
 	if (strcmp(o.mode, "both") == 0) {
@@ -177,7 +190,7 @@ static void usage(void)
 	fprintf(stderr, "usage: soak [--mode workers|carmyd|both] "
 		"[--seconds S] [--round S] [--workers N] [--ids N] "
 		"[--kill-ms MS] [--carmyd-ms MS] [--max-result BYTES] "
-		"[--capacity N] [--seed N] [--keep]\n"
+		"[--capacity N] [--journal] [--seed N] [--keep]\n"
 		"       soak --check DIR     check the logs a round kept\n");
 	exit(2);
 }
@@ -229,6 +242,12 @@ static void report(const char *name, bool carmyd_kills, struct totals *t)
 	       "(%" PRIu64 " aimed, %" PRIu64 " more at round ends), %" PRIu64
 	       " carmyd kills\n", name, t->secs, t->rounds, t->kills, t->aimed,
 	       t->final_kills, t->carmyd_kills);
+	if (t->reboots > 0)
+		printf("# %s: %" PRIu64 " of the carmyd kills were reboots "
+		       "(segment removed, rebuilt from the journal), killing "
+		       "%" PRIu64 " workers with it (counted among the worker "
+		       "kills)\n", name, t->reboots,
+		       t->reboot_kills);
 	printf("# %s: victims died in:", name);
 	for (int p = 0; p < SOAK_P_COUNT; p++)
 		printf(" %s %" PRIu64, soak_phase_names[p], t->died_in[p]);
@@ -272,8 +291,9 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 	 * worker alive across a carmyd restart takes its reservations back,
 	 * and the entries of those that died are uncertain before the pass
 	 * judges them. */
+	char store[320];
 	const char *extra[] = { "--capacity", cap, "--max-result", maxr,
-				"--grace", "2", NULL };
+				"--grace", "2", NULL, NULL, NULL };
 	struct run r = { .o = o, .sp = sp, .extra = extra, .t = t };
 	size_t shared_len = sizeof(struct shared) +
 			    o->workers * sizeof(struct soak_slot);
@@ -317,6 +337,11 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 	};
 	snprintf(cap, sizeof(cap), "%u", o->capacity);
 	snprintf(maxr, sizeof(maxr), "%u", o->max_result);
+	if (o->journal) {
+		snprintf(store, sizeof(store), "journal:%s/journal", dir);
+		extra[6] = "--store";
+		extra[7] = store;
+	}
 	r.rng = r.cfg.seed;
 	fflush(NULL);
 	if (harness_start(&r.d, extra) != 0) {
@@ -472,14 +497,33 @@ static unsigned aim(struct run *r)
 
 static void kill_carmyd(struct run *r)
 {
+	bool reboot = r->o->journal && r->t->carmyd_kills % 2 == 1;
+
 	harness_kill9(&r->d);
 	r->t->carmyd_kills++;
+	if (reboot) {
+		/* A reboot takes every process and the shared memory: only
+		 * the journal is left to say what happened. The workers
+		 * start again at once and fail closed until carmyd is back. */
+		r->t->reboots++;
+		for (unsigned i = 0; i < r->o->workers && !r->t->failed; i++) {
+			if (r->pids[i] > 0)
+				r->t->reboot_kills++;
+			kill_worker(r, i, false);
+		}
+		if (shm_unlink(r->d.segment) != 0) {
+			printf("# reboot: shm_unlink %s: %s\n", r->d.segment,
+			       strerror(errno));
+			r->t->failed = true;
+		}
+	}
 	/* Down for a random while: workers meanwhile get fail-closed
 	 * answers and retry their connection. */
 	pace(r, DOWN_MS / 2);
 	fflush(NULL);
 	if (harness_restart(&r->d, r->extra) != 0) {
-		printf("# carmyd did not start again on its segment\n");
+		printf("# carmyd did not start again%s\n",
+		       reboot ? " from its journal" : " on its segment");
 		r->t->failed = true;
 	}
 }
