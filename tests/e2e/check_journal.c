@@ -62,6 +62,16 @@ static void rm_rf(const char *path)
 	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* The end of a test that went well: its handle, carmyd and directory go. */
+static void finish(const char *dir)
+{
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+	memset(&d, 0, sizeof(d));
+	rm_rf(dir);
+}
+
 /* A fresh directory under root; out gets its path. Unique, not numbered:
  * each test runs in a process of its own, and a failed one leaves its
  * directories behind for the end of main. */
@@ -426,11 +436,7 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 	}
 	carmy_reservation_clear(&r);
 	carmy_reservation_clear(&hr);
-	carmy_close(c);
-	c = NULL;
-	e2e_stop(&d);
-	memset(&d, 0, sizeof(d));
-	rm_rf(dir);
+	finish(dir);
 }
 END_TEST
 
@@ -478,11 +484,7 @@ START_TEST(test_release_cut_off_by_a_restart_reaches_the_journal)
 	ck_assert_int_eq(carmy_release(c, &r), 0);
 	expect_interrupted(c, "released-alone", exec);
 	carmy_reservation_clear(&r);
-	carmy_close(c);
-	c = NULL;
-	e2e_stop(&d);
-	memset(&d, 0, sizeof(d));
-	rm_rf(dir);
+	finish(dir);
 }
 END_TEST
 
@@ -549,11 +551,7 @@ START_TEST(test_restart_on_the_kept_segment_then_reboot_agree)
 	expect_interrupted(c, "d", hr.execution_id);
 	carmy_reservation_clear(&r);
 	carmy_reservation_clear(&hr);
-	carmy_close(c);
-	c = NULL;
-	e2e_stop(&d);
-	memset(&d, 0, sizeof(d));
-	rm_rf(dir);
+	finish(dir);
 }
 END_TEST
 
@@ -866,11 +864,7 @@ START_TEST(test_acknowledged_steps_survive_a_reboot_under_load)
 	/* Not vacuous: there was real traffic when carmyd died. */
 	ck_assert_uint_ge(acked, LOAD_MIN_ACKED);
 	carmy_reservation_clear(&r);
-	carmy_close(c);
-	c = NULL;
-	e2e_stop(&d);
-	memset(&d, 0, sizeof(d));
-	rm_rf(dir);
+	finish(dir);
 }
 END_TEST
 
@@ -1338,11 +1332,7 @@ START_TEST(test_unusable_journal_is_refused_without_a_segment)
 	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok",
 					2), 0);
 	carmy_reservation_clear(&r);
-	carmy_close(c);
-	c = NULL;
-	e2e_stop(&d);
-	memset(&d, 0, sizeof(d));
-	rm_rf(dir);
+	finish(dir);
 }
 END_TEST
 
