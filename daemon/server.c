@@ -86,6 +86,7 @@ struct server {
 	struct store *store;
 	const struct carmyd_config *cfg;
 	int lfd, sfd, tfd;
+	int wfd;		/* timer: the nearest waiter's deadline */
 	size_t msg_cap;		/* largest message a client may send */
 	struct loop *loops;
 	unsigned nloops;
@@ -97,6 +98,7 @@ struct server {
 	/* Connections waiting for an execution to stop running (WAIT). */
 	pthread_mutex_t wait_lock;
 	struct store_op *waiters;
+	uint64_t wfd_at;	/* deadline wfd is armed for, 0 none */
 };
 
 static int loop_init(struct server *sv, struct loop *l);
@@ -118,6 +120,7 @@ static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
 static void wake_waiters(struct server *sv, bool all, uint32_t entry,
 			 int rc);
+static void arm_deadline(struct server *sv, uint64_t at_ns);
 static uint64_t mono_ns(void);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
@@ -128,7 +131,7 @@ static void fail_conn(struct conn *c, int code, const char *why);
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 {
 	struct server sv = { .store = s, .cfg = cfg, .lfd = lfd,
-			     .sfd = -1, .tfd = -1 };
+			     .sfd = -1, .tfd = -1, .wfd = -1 };
 	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
 	struct epoll_event ev = { .events = EPOLLIN };
 	unsigned started = 1;
@@ -157,20 +160,24 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	sigaddset(&sigs, SIGHUP);
 	sv.sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
 	sv.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (sv.sfd < 0 || sv.tfd < 0 ||
+	sv.wfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (sv.sfd < 0 || sv.tfd < 0 || sv.wfd < 0 ||
 	    timerfd_settime(sv.tfd, 0, &tick, NULL) != 0)
 		goto setup_failed;
 	for (unsigned i = 0; i < sv.nloops; i++)
 		if (loop_init(&sv, &sv.loops[i]) != 0)
 			goto setup_failed;
-	/* The first loop also owns the listening socket, the signals and the
-	 * tick; its epoll data for them are the server's own fields. */
+	/* The first loop also owns the listening socket, the signals, the
+	 * tick and the waiters' timer; its epoll data for them are the
+	 * server's own fields. */
 	ev.data.ptr = &sv.lfd;
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &sv.sfd;
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.sfd, &ev);
 	ev.data.ptr = &sv.tfd;
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.tfd, &ev);
+	ev.data.ptr = &sv.wfd;
+	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.wfd, &ev);
 	for (; started < sv.nloops; started++) {
 		int err = pthread_create(&sv.loops[started].thread, NULL,
 					 loop_thread, &sv.loops[started]);
@@ -232,6 +239,8 @@ out:
 		close(sv.sfd);
 	if (sv.tfd >= 0)
 		close(sv.tfd);
+	if (sv.wfd >= 0)
+		close(sv.wfd);
 	free(sv.loops);
 	return rc;
 }
@@ -317,7 +326,15 @@ static int loop_run(struct loop *l)
 				}
 				store_tick(sv->store);
 				/* Releases and sweeps end executions
-				 * without telling us; deadlines pass. */
+				 * without telling us. */
+				wake_waiters(sv, true, 0, 0);
+			} else if (p == &sv->wfd) {
+				uint64_t ticks;
+
+				if (read(sv->wfd, &ticks, sizeof(ticks)) < 0) {
+					/* spurious wake-up */
+				}
+				/* A waiter's deadline came. */
 				wake_waiters(sv, true, 0, 0);
 			} else {
 				struct conn *c = p;
@@ -772,6 +789,10 @@ static void finish(struct store_op *op)
 				    op->result, op->rec.result_len);
 		if (rc == 0)
 			wake_waiters(c->loop->sv, false, op->entry, 0);
+	} else if (rc == 0 && type == WIRE_RELEASE) {
+		/* Released in the table before it was sent: its waiters can
+		 * have the identity now rather than at the next tick. */
+		wake_waiters(c->loop->sv, false, op->entry, 0);
 	} else if (rc == 0 && type == WIRE_RESOLVE) {
 		rc = store_resolve(s, op);
 		store_resolve_done(s, op->entry);
@@ -896,7 +917,9 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
  * released, resolved) or timeout_ms pass, whichever is first; the waiter
  * then asks the table again. Nothing more is read from c meanwhile. The
  * end is seen at once for completions and resolutions carmyd records and
- * for sweeps, within the 100 ms tick for releases and deadlines.
+ * for sweeps, within the 100 ms tick for releases (made in shared memory,
+ * without a word to carmyd); the deadline on time, by a timer armed for
+ * the nearest one.
  */
 static int on_wait(struct conn *c, const struct wire_msg *m)
 {
@@ -946,7 +969,7 @@ static int on_wait(struct conn *c, const struct wire_msg *m)
 static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
 {
 	struct store_op *go = NULL, **pp;
-	uint64_t now = mono_ns();
+	uint64_t now = mono_ns(), nearest = 0;
 
 	pthread_mutex_lock(&sv->wait_lock);
 	for (pp = &sv->waiters; *pp != NULL;) {
@@ -962,6 +985,8 @@ static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
 		else if (now >= w->deadline_ns)
 			why = -ETIMEDOUT;
 		if (why == 1) {
+			if (nearest == 0 || w->deadline_ns < nearest)
+				nearest = w->deadline_ns;
 			pp = &w->wnext;
 			continue;
 		}
@@ -970,6 +995,9 @@ static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
 		w->wnext = go;
 		go = w;
 	}
+	/* Every waiter left was looked at: the timer follows the nearest. */
+	if (nearest != sv->wfd_at)
+		arm_deadline(sv, nearest);
 	pthread_mutex_unlock(&sv->wait_lock);
 	while (go != NULL) {
 		struct store_op *next = go->wnext;
@@ -978,6 +1006,22 @@ static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
 		store_done(&go->req, go->rc);
 		go = next;
 	}
+}
+
+/* Arm wfd for the monotonic time at_ns (0: disarm). With wait_lock. */
+static void arm_deadline(struct server *sv, uint64_t at_ns)
+{
+	struct itimerspec it = { { 0, 0 }, { 0, 0 } };
+
+	if (at_ns != 0) {
+		it.it_value.tv_sec = (time_t)(at_ns / 1000000000u);
+		it.it_value.tv_nsec = (long)(at_ns % 1000000000u);
+	}
+	if (timerfd_settime(sv->wfd, TFD_TIMER_ABSTIME, &it, NULL) == 0)
+		sv->wfd_at = at_ns;
+	else
+		log_warn("cannot arm the waiters' timer: %s (deadlines are "
+			 "seen at the next tick)", strerror(errno));
 }
 
 static uint64_t mono_ns(void)
