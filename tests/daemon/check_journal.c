@@ -7,6 +7,12 @@
  * The on-disk layout (docs/journal.md) is read here only to find record
  * boundaries and batches, never to build records: every record is written
  * by the store itself.
+ *
+ * Online compaction is driven through its two test handles (journal.h):
+ * CARMY_JOURNAL_COMPACT_MIN lowers the threshold at open, and the
+ * compactor's hook, called between its phases on its own thread, lets a
+ * test submit records at exactly that point and wait for a compaction to
+ * end (condition variables with deadlines, never a sleep).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -26,6 +33,9 @@
 
 #define HEAD 40			/* struct jfile_head */
 #define REC_HEAD 24		/* struct jrec_head */
+#define SEEN_MAX 1024		/* executions a test's load() may hand over */
+#define WAIT_S 60		/* deadline for a compaction to end */
+#define CATCHUP_MIN (64u << 10)	/* JOURNAL_CATCHUP_MIN in journal.c */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -135,6 +145,26 @@ static void *open_journal(const char *dir)
 	return st;
 }
 
+/* Open with the compaction threshold at min records (read at open only;
+ * unset again, since CK_FORK=no runs every test in one process). */
+static void *open_journal_min(const char *dir, unsigned long min)
+{
+	char v[32];
+	void *st;
+
+	snprintf(v, sizeof(v), "%lu", min);
+	ck_assert_int_eq(setenv("CARMY_JOURNAL_COMPACT_MIN", v, 1), 0);
+	st = open_journal(dir);
+	ck_assert_int_eq(unsetenv("CARMY_JOURNAL_COMPACT_MIN"), 0);
+	return st;
+}
+
+/* Opened so that it never compacts, at start or online. */
+static void *open_journal_as_is(const char *dir)
+{
+	return open_journal_min(dir, 100000000ul);
+}
+
 /* What load() handed over, by request id. */
 struct seen {
 	int n;
@@ -145,14 +175,14 @@ struct seen {
 		int status;
 		uint32_t resolved_pid;
 		char result[48];
-	} e[256];
+	} e[SEEN_MAX];
 };
 
 static int collect(void *arg, const struct carmy_store_record *r)
 {
 	struct seen *s = arg;
 
-	ck_assert_int_lt(s->n, 256);
+	ck_assert_int_lt(s->n, SEEN_MAX);
 	ck_assert_uint_eq(r->len[0], 9);
 	ck_assert_mem_eq(r->part[0], "principal", 9);
 	ck_assert_uint_lt(r->len[2], sizeof(s->e[0].id));
@@ -177,7 +207,7 @@ static int count_only(void *arg, const struct carmy_store_record *r)
 {
 	struct seen *s = arg;
 
-	ck_assert_int_lt(s->n, 256);
+	ck_assert_int_lt(s->n, SEEN_MAX);
 	s->e[s->n].state = r->state;
 	ck_assert_uint_eq(r->result_len, 64u << 20);
 	s->n++;
@@ -423,7 +453,8 @@ START_TEST(test_history_is_compacted_at_start)
 	struct stat st1, st2;
 	size_t len1, len2, *offs = calloc(2001, sizeof(size_t));
 	uint8_t *buf;
-	void *st = open_journal(dir);
+	/* Built with no compaction while open: this is about the start. */
+	void *st = open_journal_as_is(dir);
 
 	/* 600 released executions (history), 20 completed, 5 running and
 	 * one resolved by hand. */
@@ -823,6 +854,628 @@ START_TEST(test_second_opener_is_refused)
 }
 END_TEST
 
+/* ------------------------------------------------------------ online */
+
+/* What the compactor's hook saw, for a test to wait on; act, if set, is
+ * the test's own step at each phase (n: compactions done before this
+ * one). The hook runs on the compactor thread: problems are counted in
+ * errors and asserted by the test's thread, not there. */
+struct watch {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	void *st;
+	int done, ok, failed, last_rc;
+	int shrank;		/* compactions whose file ended up smaller */
+	int errors;
+	char error[256];
+	bool main_done;		/* the test's thread submitted everything */
+	void (*act)(struct watch *w, enum journal_compact_phase ph, int n);
+	void *ctx;
+};
+
+static void watch_init(struct watch *w, void *st)
+{
+	memset(w, 0, sizeof(*w));
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->st = st;
+}
+
+static void watch_destroy(struct watch *w)
+{
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->lock);
+}
+
+static void watch_error(struct watch *w, const char *what, int rc)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->errors++ == 0)
+		snprintf(w->error, sizeof(w->error), "%s: %d", what, rc);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void on_phase(void *arg, enum journal_compact_phase ph, int rc)
+{
+	struct watch *w = arg;
+	struct journal_stats js;
+	int n;
+
+	pthread_mutex_lock(&w->lock);
+	n = w->done;
+	pthread_mutex_unlock(&w->lock);
+	if (w->act != NULL)
+		w->act(w, ph, n);
+	journal_get_stats(w->st, &js);
+	pthread_mutex_lock(&w->lock);
+	if (ph == JOURNAL_COMPACT_DONE) {
+		w->done++;
+		if (rc == 0)
+			w->ok++;
+		else
+			w->failed++;
+		if (rc == 0 && js.last_new_end < js.last_old_end)
+			w->shrank++;
+		w->last_rc = rc;
+		pthread_cond_broadcast(&w->cond);
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Wait, with a deadline, until *counter (a field of w) reaches n. */
+static void watch_wait(struct watch *w, const int *counter, int n)
+{
+	struct timespec dl;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += WAIT_S;
+	pthread_mutex_lock(&w->lock);
+	while (*counter < n && rc == 0)
+		rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+	pthread_mutex_unlock(&w->lock);
+	ck_assert_msg(rc == 0, "no compaction ended within %d s", WAIT_S);
+}
+
+/* A copy of w's counters, to assert on without holding its lock. */
+static struct watch watch_now(struct watch *w)
+{
+	struct watch now;
+
+	pthread_mutex_lock(&w->lock);
+	now = *w;
+	pthread_mutex_unlock(&w->lock);
+	return now;
+}
+
+/* The test's thread is done submitting (the hook may wait for that). */
+static void watch_main_done(struct watch *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->main_done = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static bool watch_wait_main(struct watch *w)
+{
+	struct timespec dl;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += WAIT_S;
+	pthread_mutex_lock(&w->lock);
+	while (!w->main_done && rc == 0)
+		rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+	pthread_mutex_unlock(&w->lock);
+	return rc == 0;
+}
+
+/* Execution i, as make_ex() makes it and what it ends up as. */
+static int ex_op(void *st, enum carmy_store_op op, int i)
+{
+	struct ex x;
+
+	make_ex(&x, i, CARMY_STATUS_COMPLETED + i % 4);
+	return submit_wait(st, op, &x);
+}
+
+/* load() must hand over exactly the executions want[i] says stand (by
+ * index, 0..n-1: 0 gone, else their state), with their results. */
+static void check_standing(const char *dir, const int *want, int n)
+{
+	struct seen *s = calloc(1, sizeof(*s));
+	void *st = open_journal_as_is(dir);
+	int standing = 0;
+
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, s), 0);
+	journal_store_ops.close(st);
+	for (int i = 0; i < n; i++) {
+		struct ex x;
+		int k;
+
+		make_ex(&x, i, CARMY_STATUS_COMPLETED + i % 4);
+		k = find(s, x.id);
+		if (want[i] == 0) {
+			ck_assert_msg(k < 0, "%s should be gone", x.id);
+			continue;
+		}
+		standing++;
+		ck_assert_msg(k >= 0, "%s is missing", x.id);
+		ck_assert_mem_eq(s->e[k].exec, x.exec, 16);
+		ck_assert_msg(s->e[k].state == want[i], "%s: state %d, not %d",
+			      x.id, s->e[k].state, want[i]);
+		if (want[i] == CARMY_STORE_COMPLETED) {
+			ck_assert_int_eq(s->e[k].status, x.status);
+			ck_assert_str_eq(s->e[k].result, x.result);
+		}
+	}
+	ck_assert_int_eq(s->n, standing);
+	free(s);
+}
+
+static ino_t inode_of(const char *dir)
+{
+	char path[256];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	ck_assert_int_eq(stat(path, &sb), 0);
+	return sb.st_ino;
+}
+
+/* Execution i's fate in the mixed workloads: released, completed then
+ * purged, completed, or left running. */
+static int mix_op(void *st, int i, int *want)
+{
+	int rc = ex_op(st, CARMY_STORE_RESERVE, i);
+
+	want[i] = CARMY_STORE_RUNNING;
+	switch (i % 4) {
+	case 0:
+		if (rc == 0)
+			rc = ex_op(st, CARMY_STORE_RELEASE, i);
+		want[i] = 0;
+		break;
+	case 1:
+		if (rc == 0)
+			rc = ex_op(st, CARMY_STORE_COMPLETE, i);
+		if (rc == 0)
+			rc = ex_op(st, CARMY_STORE_PURGE, i);
+		want[i] = 0;
+		break;
+	case 2:
+		if (rc == 0)
+			rc = ex_op(st, CARMY_STORE_COMPLETE, i);
+		want[i] = CARMY_STORE_COMPLETED;
+		break;
+	}
+	return rc;
+}
+
+#define MIX_THREADS 4
+#define MIX_PER_THREAD 200
+
+struct mixer {
+	void *st;
+	int base, n;
+	int *want;
+};
+
+static void *mix_thread(void *arg)
+{
+	struct mixer *m = arg;
+
+	for (int i = m->base; i < m->base + m->n; i++)
+		if (mix_op(m->st, i, m->want) != 0)
+			return (void *)1;
+	return NULL;
+}
+
+/*
+ * Under a low threshold, a journal that several threads keep reserving,
+ * completing, releasing and purging into rewrites itself while open:
+ * every request is acknowledged meanwhile, the file ends up smaller than
+ * what was written, and a reopen finds exactly what stands.
+ */
+START_TEST(test_journal_compacts_itself_while_open)
+{
+	static int want[MIX_THREADS * MIX_PER_THREAD];
+	char *dir = temp_dir();
+	struct mixer m[MIX_THREADS];
+	pthread_t t[MIX_THREADS];
+	struct journal_stats js;
+	struct watch w, now;
+	void *st = open_journal_min(dir, 200);
+	uint64_t written = 0;
+
+	watch_init(&w, st);
+	journal_set_compact_hook(st, on_phase, &w);
+	for (int i = 0; i < MIX_THREADS; i++) {
+		m[i] = (struct mixer){ st, i * MIX_PER_THREAD, MIX_PER_THREAD,
+				       want };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, mix_thread,
+						&m[i]), 0);
+	}
+	for (int i = 0; i < MIX_THREADS; i++) {
+		void *ret;
+
+		ck_assert_int_eq(pthread_join(t[i], &ret), 0);
+		ck_assert_msg(ret == NULL, "a request failed");
+	}
+	/* 2 records an execution on average: 1600 went in, far past the
+	 * threshold with at most 600 needed, so compactions ran
+	 * meanwhile. */
+	watch_wait(&w, &w.ok, 1);
+	journal_get_stats(st, &js);
+	for (int i = 0; i < MIX_THREADS * MIX_PER_THREAD; i++)
+		written += (uint64_t)(i % 4 == 0 ? 2 : i % 4 == 1 ? 3 :
+				      i % 4 == 2 ? 2 : 1);
+	fprintf(stderr, "# %llu compactions, %llu given up, %llu records "
+		"in the file of %llu written; last pause %.2f ms for %llu "
+		"bytes\n", (unsigned long long)js.compactions,
+		(unsigned long long)js.compact_failures,
+		(unsigned long long)js.records, (unsigned long long)written,
+		(double)js.last_pause_ns / 1e6,
+		(unsigned long long)js.last_pause_bytes);
+	ck_assert_uint_ge(js.compactions, 1);
+	ck_assert_uint_eq(js.compact_failures, 0);
+	ck_assert_uint_lt(js.records, written);
+	now = watch_now(&w);
+	/* Each one left a file smaller than the one it replaced. */
+	ck_assert_int_eq(now.shrank, now.ok);
+	journal_store_ops.close(st);
+	watch_destroy(&w);
+	check_standing(dir, want, MIX_THREADS * MIX_PER_THREAD);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Copy dir's journal files into crash, as a crash at this moment would
+ * leave them (both: journal.new is left over too). */
+static int copy_file(const char *from, const char *to)
+{
+	char buf[65536];
+	int in = open(from, O_RDONLY), out;
+	ssize_t n = 0;
+
+	if (in < 0)
+		return -1;
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	while (out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			n = -1;
+	close(in);
+	if (out >= 0)
+		close(out);
+	return out < 0 || n < 0 ? -1 : 0;
+}
+
+static int crash_copy(const char *dir, const char *crash)
+{
+	char from[256], to[256];
+
+	snprintf(from, sizeof(from), "%s/journal", dir);
+	snprintf(to, sizeof(to), "%s/journal", crash);
+	if (copy_file(from, to) != 0)
+		return -1;
+	snprintf(from, sizeof(from), "%s/journal.new", dir);
+	snprintf(to, sizeof(to), "%s/journal.new", crash);
+	return copy_file(from, to);
+}
+
+/* Indices of the executions in the next test. */
+#define A0 0			/* 0..9: completed before the snapshot */
+#define R0 10			/* 10, 11: running before it */
+#define H0 100			/* 100..139: history that triggers it */
+#define S0 200			/* 200..203: submitted during it */
+#define T0 1000			/* 1000..1399: by threads during it */
+#define T_PER 100
+#define DURING_N 1400
+
+struct during {
+	const char *dir, *crash;
+	int *want;
+};
+
+static void *during_thread(void *arg)
+{
+	struct mixer *m = arg;
+
+	/* Half stand completed, half are released: about 80 KB. */
+	for (int i = m->base; i < m->base + m->n; i++) {
+		int rc = ex_op(m->st, CARMY_STORE_RESERVE, i);
+
+		if (rc == 0)
+			rc = ex_op(m->st, i % 2 ? CARMY_STORE_RELEASE :
+					      CARMY_STORE_COMPLETE, i);
+		if (rc != 0)
+			return (void *)1;
+		m->want[i] = i % 2 ? 0 : CARMY_STORE_COMPLETED;
+	}
+	return NULL;
+}
+
+/* The first compaction's phases: records go in at each one. */
+static void during_act(struct watch *w, enum journal_compact_phase ph, int n)
+{
+	struct during *d = w->ctx;
+	int *want = d->want;
+	int rc = 0;
+
+	if (n != 0)
+		return;
+	switch (ph) {
+	case JOURNAL_COMPACT_SNAPSHOT:
+		/* After the snapshot: a new one completed, one that stood
+		 * released, one that stood purged, one reserved. */
+		if (!watch_wait_main(w))
+			rc = -ETIMEDOUT;
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_RESERVE, S0);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_COMPLETE, S0);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_RELEASE, R0);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_PURGE, A0);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_RESERVE, S0 + 1);
+		want[S0] = CARMY_STORE_COMPLETED;
+		want[R0] = want[A0] = 0;
+		want[S0 + 1] = CARMY_STORE_RUNNING;
+		break;
+	case JOURNAL_COMPACT_REWRITTEN: {
+		/* Written: several threads at once, more than a catch-up
+		 * round's minimum, so these are copied without a pause. */
+		struct mixer m[4];
+		pthread_t t[4];
+
+		for (int i = 0; i < 4; i++) {
+			m[i] = (struct mixer){ w->st, T0 + i * T_PER, T_PER,
+					       want };
+			if (pthread_create(&t[i], NULL, during_thread,
+					   &m[i]) != 0)
+				rc = -EAGAIN;
+		}
+		for (int i = 0; i < 4; i++) {
+			void *ret = NULL;
+
+			pthread_join(t[i], &ret);
+			if (ret != NULL)
+				rc = -EIO;
+		}
+		break;
+	}
+	case JOURNAL_COMPACT_SWITCHING:
+		/* Last: these few are copied while commits wait. */
+		rc = ex_op(w->st, CARMY_STORE_COMPLETE, S0 + 1);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_RESERVE, S0 + 2);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_RELEASE, S0 + 2);
+		if (rc == 0)
+			rc = ex_op(w->st, CARMY_STORE_RESERVE, S0 + 3);
+		want[S0 + 1] = CARMY_STORE_COMPLETED;
+		want[S0 + 2] = 0;
+		want[S0 + 3] = CARMY_STORE_RUNNING;
+		/* A crash now leaves the old journal, with all of it. */
+		if (rc == 0 && crash_copy(d->dir, d->crash) != 0)
+			rc = -EIO;
+		break;
+	default:
+		break;
+	}
+	if (rc != 0)
+		watch_error(w, "a request during compaction", rc);
+}
+
+/*
+ * Records submitted after the snapshot, during the rewrite (from several
+ * threads), during the catch-up and right before the switch are all in
+ * the new journal, with what they did to executions of the snapshot; the
+ * last few were copied while commits waited, the rest without a pause. A
+ * crash right before the switch leaves the old journal, whole.
+ */
+START_TEST(test_records_committed_during_compaction_are_in_the_new_journal)
+{
+	static int want[DURING_N];
+	char *dir = temp_dir(), *crash = temp_dir();
+	struct during d = { dir, crash, want };
+	struct journal_stats js;
+	struct watch w, now;
+	void *st = open_journal_min(dir, 100);
+	ino_t ino = inode_of(dir);
+
+	memset(want, 0, sizeof(want));
+	watch_init(&w, st);
+	w.act = during_act;
+	w.ctx = &d;
+	journal_set_compact_hook(st, on_phase, &w);
+	/* 22 records that stand, then history: the 101st record starts
+	 * one compaction (more than 100, more than twice 22). */
+	for (int i = A0; i < A0 + 10; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_COMPLETE, i), 0);
+		want[i] = CARMY_STORE_COMPLETED;
+	}
+	for (int i = R0; i < R0 + 2; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		want[i] = CARMY_STORE_RUNNING;
+	}
+	for (int i = H0; i < H0 + 40; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+	}
+	watch_main_done(&w);
+	watch_wait(&w, &w.done, 1);
+	now = watch_now(&w);
+	ck_assert_msg(now.errors == 0, "%s", now.error);
+	ck_assert_int_eq(now.ok, 1);
+	journal_get_stats(st, &js);
+	fprintf(stderr, "# pause %.2f ms for %llu bytes; %llu records\n",
+		(double)js.last_pause_ns / 1e6,
+		(unsigned long long)js.last_pause_bytes,
+		(unsigned long long)js.records);
+	ck_assert_uint_eq(js.compactions, 1);
+	/* The switch copied the last few records only. */
+	ck_assert_uint_gt(js.last_pause_bytes, 0);
+	ck_assert_uint_lt(js.last_pause_bytes, CATCHUP_MIN);
+	ck_assert_uint_ne(inode_of(dir), ino);	/* one compaction: a new file */
+	/* The new journal takes commits too. */
+	ck_assert_int_eq(ex_op(st, CARMY_STORE_COMPLETE, S0 + 3), 0);
+	journal_store_ops.close(st);
+	watch_destroy(&w);
+
+	/* The crash copy: the old journal, with everything acknowledged
+	 * up to the switch (journal.new left over is ignored). */
+	check_standing(crash, want, DURING_N);
+	want[S0 + 3] = CARMY_STORE_COMPLETED;
+	check_standing(dir, want, DURING_N);
+	rm_rf(dir);
+	rm_rf(crash);
+	free(dir);
+	free(crash);
+}
+END_TEST
+
+/* The failing test's first compaction: records go in after its snapshot,
+ * before it fails, so the index must take them from the file. */
+static void fail_act(struct watch *w, enum journal_compact_phase ph, int n)
+{
+	int *want = w->ctx;
+	int rc = 0;
+
+	if (n != 0 || ph != JOURNAL_COMPACT_SNAPSHOT)
+		return;
+	if (!watch_wait_main(w))
+		rc = -ETIMEDOUT;
+	if (rc == 0)
+		rc = ex_op(w->st, CARMY_STORE_RELEASE, R0);
+	if (rc == 0)
+		rc = ex_op(w->st, CARMY_STORE_COMPLETE, R0 + 1);
+	if (rc == 0)
+		rc = ex_op(w->st, CARMY_STORE_RESERVE, S0);
+	if (rc == 0)
+		rc = ex_op(w->st, CARMY_STORE_COMPLETE, S0);
+	if (rc == 0)
+		rc = ex_op(w->st, CARMY_STORE_PURGE, A0);
+	want[R0] = want[A0] = 0;
+	want[R0 + 1] = want[S0] = CARMY_STORE_COMPLETED;
+	if (rc != 0)
+		watch_error(w, "a request during compaction", rc);
+}
+
+/*
+ * A compaction that cannot create journal.new (a directory has its name)
+ * gives up: the store keeps working on the old journal, whole. Once it
+ * can, the next compaction keeps what was committed around the failed
+ * one, and a reopen finds every record.
+ */
+START_TEST(test_failed_compaction_keeps_the_journal)
+{
+	static int want[H0 + 200];
+	char *dir = temp_dir();
+	char blocker[256];
+	struct journal_stats js;
+	struct watch w, now;
+	void *st = open_journal_min(dir, 100);
+	ino_t ino = inode_of(dir);
+
+	memset(want, 0, sizeof(want));
+	snprintf(blocker, sizeof(blocker), "%s/journal.new", dir);
+	ck_assert_int_eq(mkdir(blocker, 0700), 0);
+	watch_init(&w, st);
+	w.act = fail_act;
+	w.ctx = want;
+	journal_set_compact_hook(st, on_phase, &w);
+	for (int i = A0; i < A0 + 10; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_COMPLETE, i), 0);
+		want[i] = CARMY_STORE_COMPLETED;
+	}
+	for (int i = R0; i < R0 + 2; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		want[i] = CARMY_STORE_RUNNING;
+	}
+	for (int i = H0; i < H0 + 40; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+	}
+	watch_main_done(&w);
+	watch_wait(&w, &w.done, 1);
+	now = watch_now(&w);
+	ck_assert_msg(now.errors == 0, "%s", now.error);
+	ck_assert_int_eq(now.failed, 1);
+	ck_assert_int_eq(now.last_rc, -EISDIR);
+	ck_assert_uint_eq(inode_of(dir), ino);
+	/* Still working, on the same file: more history, and no second
+	 * try before the journal has doubled. */
+	for (int i = H0 + 40; i < H0 + 60; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+	}
+	journal_get_stats(st, &js);
+	ck_assert_uint_eq(js.compactions + js.compact_failures, 1);
+	/* Now it can: the next one (once doubled) succeeds. */
+	ck_assert_int_eq(rmdir(blocker), 0);
+	for (int i = H0 + 60; i < H0 + 200; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+	}
+	/* (Not the inode: after two compactions it may be the first's.) */
+	watch_wait(&w, &w.ok, 1);
+	journal_get_stats(st, &js);
+	ck_assert_uint_ge(js.compactions, 1);
+	journal_store_ops.close(st);
+	watch_destroy(&w);
+	check_standing(dir, want, H0 + 200);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* The same failure, then a reopen with the directory still in the way:
+ * the compaction at start fails too, and nothing is lost either way. */
+START_TEST(test_failed_compaction_loses_no_record_after_reopen)
+{
+	static int want[H0 + 100];
+	char *dir = temp_dir();
+	char blocker[256];
+	struct watch w;
+	void *st = open_journal_min(dir, 100);
+	ino_t ino = inode_of(dir);
+
+	memset(want, 0, sizeof(want));
+	snprintf(blocker, sizeof(blocker), "%s/journal.new", dir);
+	ck_assert_int_eq(mkdir(blocker, 0700), 0);
+	watch_init(&w, st);
+	journal_set_compact_hook(st, on_phase, &w);
+	for (int i = 0; i < 60; i++)
+		ck_assert_int_eq(mix_op(st, i, want), 0);
+	for (int i = H0; i < H0 + 60; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+	}
+	watch_wait(&w, &w.failed, 1);
+	journal_store_ops.close(st);
+	watch_destroy(&w);
+	st = open_journal_min(dir, 100);	/* fails to compact: warns */
+	journal_store_ops.close(st);
+	ck_assert_uint_eq(inode_of(dir), ino);
+	check_standing(dir, want, H0 + 100);
+	ck_assert_int_eq(rmdir(blocker), 0);
+	st = open_journal_min(dir, 100);	/* compacts at start */
+	journal_store_ops.close(st);
+	ck_assert_uint_ne(inode_of(dir), ino);
+	check_standing(dir, want, H0 + 100);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("journal");
@@ -843,6 +1496,11 @@ int main(void)
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
+	tcase_add_test(tc, test_journal_compacts_itself_while_open);
+	tcase_add_test(tc,
+		test_records_committed_during_compaction_are_in_the_new_journal);
+	tcase_add_test(tc, test_failed_compaction_keeps_the_journal);
+	tcase_add_test(tc, test_failed_compaction_loses_no_record_after_reopen);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
