@@ -332,7 +332,7 @@ static int catch_up(struct jnl *j, struct jcompact *c);
 static int copy_delta(struct jnl *j, struct jcompact *c, uint64_t to);
 static int finish(struct jnl *j, struct jcompact *c, bool *renamed);
 static void switch_to(struct jnl *j, struct jcompact *c);
-static void abandon(struct jnl *j, struct jcompact *c);
+static void abandon(struct jnl *j, struct jcompact *c, bool closing);
 static int read_records(const struct jnl *j, uint64_t *from, uint64_t *seq,
 			uint64_t to, struct jcompact *c, size_t *lenp);
 static int put_standing(struct jcompact *c, const uint8_t *map,
@@ -416,6 +416,30 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot stat %s: %s", j->path,
 			 strerror(errno));
 		goto fail;
+	}
+	/* The lock must be on the file that is the journal: one opened just
+	 * before another carmyd's compaction renamed its new file over it
+	 * is a file nobody will ever read. */
+	{
+		struct stat now;
+
+		if (stat(j->path, &now) != 0 || now.st_dev != st.st_dev ||
+		    now.st_ino != st.st_ino) {
+			rc = -EBUSY;
+			snprintf(err, errlen, "journal %s is in use by another "
+				 "carmyd", j->path);
+			goto fail;
+		}
+	}
+	/* A compaction's new file that a crash left behind: never read, and
+	 * as big as the journal. Ours to remove now that we hold the lock. */
+	{
+		char stale[sizeof(j->path) + 8];
+
+		snprintf(stale, sizeof(stale), "%s.new", j->path);
+		if (unlink(stale) != 0 && errno != ENOENT && errno != EISDIR)
+			log_warn("cannot remove %s: %s", stale,
+				 strerror(errno));
 	}
 	j->size = (uint64_t)st.st_size;
 	rc = recover(j, err, errlen);
@@ -1685,7 +1709,7 @@ static void compact_online(struct jnl *j)
 	if (rc == 0)
 		rc = finish(j, &c, &renamed);
 	if (rc != 0 && !renamed) {
-		abandon(j, &c);
+		abandon(j, &c, rc == -ECANCELED);
 	} else if (rc != 0) {
 		/* The rename may not be durable, and with it whatever is
 		 * appended to the new file: fail closed, as after a failed
@@ -1737,7 +1761,7 @@ static int compact_at_start(struct jnl *j, bool *renamed)
 	if (rc == 0)
 		rc = finish(j, &c, renamed);
 	if (rc != 0 && !*renamed)
-		abandon(j, &c);
+		abandon(j, &c, false);
 	if (*renamed)
 		log_info("journal %s: compacted %llu bytes of history into "
 			 "%llu records (%llu bytes) for %u standing "
@@ -1974,6 +1998,7 @@ static void switch_to(struct jnl *j, struct jcompact *c)
 	j->end = c->end;
 	j->size = c->size > c->end ? c->size : c->end;
 	j->nrec = c->records;
+	j->retry_at = 0;	/* a failure's back-off ends with a success */
 	ix_free(&j->ix);
 	j->ix = c->ix;
 	c->ix = (struct jidx){ .fd = -1 };
@@ -1984,10 +2009,13 @@ static void switch_to(struct jnl *j, struct jcompact *c)
  * Give up before the rename, holding the token: the new file goes, the
  * old journal stays in use as it is (nothing was ever written to it but
  * commits), and its index takes the records committed since the snapshot,
- * which it missed meanwhile. The next try waits until the journal has
- * twice the records, so a full disk does not mean a rewrite per batch.
+ * which it missed meanwhile (commits wait for that: unlike a switch, a
+ * failure's pause grows with what was committed during the compaction).
+ * Not when the store is closing: its index is about to be freed. The next
+ * try waits until the journal has twice the records, so a full disk does
+ * not mean a rewrite per batch.
  */
-static void abandon(struct jnl *j, struct jcompact *c)
+static void abandon(struct jnl *j, struct jcompact *c, bool closing)
 {
 	uint64_t from = j->snap_end, seq = j->snap_seq + 1;
 	int rc = 0;
@@ -1998,7 +2026,7 @@ static void abandon(struct jnl *j, struct jcompact *c)
 		unlink(c->tmp);
 	}
 	ix_free(&c->ix);
-	while (rc == 0 && from < j->end) {
+	while (!closing && rc == 0 && from < j->end) {
 		uint64_t at = from;
 		size_t len;
 

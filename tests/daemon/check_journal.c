@@ -854,6 +854,32 @@ START_TEST(test_second_opener_is_refused)
 }
 END_TEST
 
+/* A compaction's new file left behind by a crash is never read, and is as
+ * big as the journal: the next open removes it (a directory of that name,
+ * not the journal's to remove, stays). */
+START_TEST(test_stale_compaction_file_is_removed_at_open)
+{
+	char *dir = temp_dir();
+	char stale[256];
+	struct stat sb;
+	void *st = open_journal(dir);
+	int fd;
+
+	journal_store_ops.close(st);
+	snprintf(stale, sizeof(stale), "%s/journal.new", dir);
+	fd = open(stale, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "left behind", 11), 11);
+	close(fd);
+	st = open_journal(dir);
+	ck_assert_int_eq(stat(stale, &sb), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	journal_store_ops.close(st);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------ online */
 
 /* What the compactor's hook saw, for a test to wait on; act, if set, is
@@ -864,7 +890,7 @@ struct watch {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	void *st;
-	int done, ok, failed, last_rc;
+	int started, done, ok, failed, last_rc;
 	int shrank;		/* compactions whose file ended up smaller */
 	int errors;
 	char error[256];
@@ -908,6 +934,10 @@ static void on_phase(void *arg, enum journal_compact_phase ph, int rc)
 		w->act(w, ph, n);
 	journal_get_stats(w->st, &js);
 	pthread_mutex_lock(&w->lock);
+	if (ph == JOURNAL_COMPACT_SNAPSHOT) {
+		w->started++;
+		pthread_cond_broadcast(&w->cond);
+	}
 	if (ph == JOURNAL_COMPACT_DONE) {
 		w->done++;
 		if (rc == 0)
@@ -922,7 +952,8 @@ static void on_phase(void *arg, enum journal_compact_phase ph, int rc)
 	pthread_mutex_unlock(&w->lock);
 }
 
-/* Wait, with a deadline, until *counter (a field of w) reaches n. */
+/* Wait, with a deadline, until *counter (a field of w) reaches n, or, with
+ * counter NULL, until every compaction started has ended. */
 static void watch_wait(struct watch *w, const int *counter, int n)
 {
 	struct timespec dl;
@@ -931,10 +962,17 @@ static void watch_wait(struct watch *w, const int *counter, int n)
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += WAIT_S;
 	pthread_mutex_lock(&w->lock);
-	while (*counter < n && rc == 0)
+	while ((counter != NULL ? *counter < n : w->started != w->done) &&
+	       rc == 0)
 		rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
 	pthread_mutex_unlock(&w->lock);
 	ck_assert_msg(rc == 0, "no compaction ended within %d s", WAIT_S);
+}
+
+/* Wait, with a deadline, until every compaction started has ended. */
+static void watch_idle(struct watch *w)
+{
+	watch_wait(w, NULL, 0);
 }
 
 /* A copy of w's counters, to assert on without holding its lock. */
@@ -1376,7 +1414,7 @@ static void fail_act(struct watch *w, enum journal_compact_phase ph, int n)
  */
 START_TEST(test_failed_compaction_keeps_the_journal)
 {
-	static int want[H0 + 200];
+	static int want[H0 + 260];
 	char *dir = temp_dir();
 	char blocker[256];
 	struct journal_stats js;
@@ -1429,9 +1467,28 @@ START_TEST(test_failed_compaction_keeps_the_journal)
 	watch_wait(&w, &w.ok, 1);
 	journal_get_stats(st, &js);
 	ck_assert_uint_ge(js.compactions, 1);
+	/* A success ends the back-off: the next compaction comes by the
+	 * usual rule (more than 100 records, more than twice the 22 that
+	 * stand), not once the journal holds twice what it held at the
+	 * failure (202 records). */
+	watch_idle(&w);
+	{
+		int started0 = watch_now(&w).started, i = H0 + 200;
+
+		journal_get_stats(st, &js);
+		while (js.records <= 110 && watch_now(&w).started == started0) {
+			ck_assert_int_lt(i, H0 + 260);
+			ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+			ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+			i++;
+			journal_get_stats(st, &js);
+		}
+		watch_wait(&w, &w.started, started0 + 1);
+	}
+	watch_idle(&w);
 	journal_store_ops.close(st);
 	watch_destroy(&w);
-	check_standing(dir, want, H0 + 200);
+	check_standing(dir, want, H0 + 260);
 	rm_rf(dir);
 	free(dir);
 }
@@ -1496,6 +1553,7 @@ int main(void)
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
+	tcase_add_test(tc, test_stale_compaction_file_is_removed_at_open);
 	tcase_add_test(tc, test_journal_compacts_itself_while_open);
 	tcase_add_test(tc,
 		test_records_committed_during_compaction_are_in_the_new_journal);
