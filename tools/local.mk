@@ -7,10 +7,12 @@ tools_carmy_run_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
 tools_carmy_run_LDADD = libclient/libcarmy.la $(MSGPACK_LIBS)
 
 # carmyctl: the operator's tool. It reads the segment and the journal with
-# carmyd's own code (shm/, daemon/journal.c) and speaks the wire protocol.
+# carmyd's own code (shm/, daemon/journal*.c) and speaks the wire protocol.
 bin_PROGRAMS += tools/carmyctl
 tools_carmyctl_SOURCES = tools/carmyctl.c tools/json.h tools/json.c \
-	daemon/journal.c daemon/journal.h daemon/log.c daemon/log.h
+	daemon/journal.c daemon/journal_recover.c daemon/journal_index.c \
+	daemon/journal_compact.c daemon/journal.h daemon/journal_int.h \
+	daemon/log.c daemon/log.h
 tools_carmyctl_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS) -pthread
 tools_carmyctl_LDADD = libclient/libcarmy.la shm/libshm.la \
 	libclient/libwire.la $(MSGPACK_LIBS) $(XXHASH_LIBS) -lpthread

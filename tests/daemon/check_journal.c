@@ -35,7 +35,7 @@
 #define REC_HEAD 24		/* struct jrec_head */
 #define SEEN_MAX 1024		/* executions a test's load() may hand over */
 #define WAIT_S 60		/* deadline for a compaction to end */
-#define CATCHUP_MIN (64u << 10)	/* JOURNAL_CATCHUP_MIN in journal.c */
+#define CATCHUP_MIN (64u << 10)	/* JOURNAL_CATCHUP_MIN in journal_compact.c */
 
 /* ------------------------------------------------------------ helpers */
 

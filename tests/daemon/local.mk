@@ -2,7 +2,9 @@
 check_PROGRAMS += tests/daemon/check_journal
 TESTS += tests/daemon/check_journal
 tests_daemon_check_journal_SOURCES = tests/daemon/check_journal.c \
-	daemon/journal.c daemon/journal.h daemon/log.c daemon/log.h
+	daemon/journal.c daemon/journal_recover.c daemon/journal_index.c \
+	daemon/journal_compact.c daemon/journal.h daemon/journal_int.h \
+	daemon/log.c daemon/log.h
 tests_daemon_check_journal_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_daemon_check_journal_LDADD = $(CHECK_LIBS) $(XXHASH_LIBS) -lpthread
 

@@ -1,0 +1,262 @@
+/*
+ * journal_int.h - what the journal store's files share, and nothing else:
+ * struct jnl, the index, the record formats, and the functions one file
+ * calls in another. Private to carmyd (and the programs that link the
+ * journal's files): not installed; the store's public face is journal.h.
+ *
+ *   journal.c          the store: open/load/submit/close, writer, commits
+ *   journal_recover.c  the file's header, record checks, recovery
+ *   journal_index.c    what stands and where (struct jidx)
+ *   journal_compact.c  compaction, at start and online
+ */
+#ifndef CARMY_DAEMON_JOURNAL_INT_H
+#define CARMY_DAEMON_JOURNAL_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "carmy_store.h"
+#include "daemon/journal.h"
+
+#define JOURNAL_MAGIC "CARMYJNL"
+#define JOURNAL_VERSION 1
+#define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
+
+/* ---------------------------------------------------------------- types */
+
+/* Open addressing over an index's executions: slot = 1 + index, 0 empty. */
+struct jindex {
+	uint32_t *slot;
+	uint32_t mask;
+};
+
+/* What the journal knows about one execution. */
+struct jexec {
+	uint8_t exec[16];
+	uint64_t reserve_off;	/* its RESERVE record */
+	uint64_t complete_off;	/* its COMPLETE or committed RESOLVE; 0: none */
+	uint64_t ident_hash;
+	bool gone;		/* released, superseded, resolved as not run,
+				 * or purged */
+};
+
+/*
+ * The executions of one journal file, by exec id and by identity, and where
+ * their records are in that file. Recovery builds it, every commit keeps it
+ * up to date, a compaction builds a new one for the new file (only what
+ * stands, so gone executions are pruned there). It holds no copy of any
+ * record: an identity is read back from the file when a hash matches.
+ */
+struct jidx {
+	struct jexec *ex;
+	uint32_t nex;
+	uint32_t live;		/* executions standing */
+	uint32_t results;	/* ... of which with a result */
+	struct jindex by_exec;	/* exec id -> execution */
+	struct jindex by_ident;	/* identity -> the execution that stands */
+	int fd;			/* the file the offsets are in */
+	const uint8_t *map;	/* recovery's mapping of it, or NULL */
+	uint64_t map_end;	/* records below this are read from map */
+};
+
+/* The compactor's hook (journal.h), for tests: called between phases. */
+struct jhook {
+	journal_compact_hook fn;
+	void *arg;
+};
+
+struct jnl {
+	int fd;
+	int dir_fd;
+	char path[4096];
+	uint64_t salt;
+	uint64_t end;		/* where the next record goes */
+	uint64_t size;		/* bytes in the file, zeros after end */
+	uint64_t seq;		/* of the last record written */
+	uint64_t nrec;		/* records in the file */
+	int broken;		/* -errno once a write or flush failed */
+
+	pthread_t writer;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct carmy_store_req *head, **tail;	/* queued, oldest first */
+	/* The token: whoever set it (under lock) is the only thread that
+	 * writes the file, and owns fd, salt, end, size, seq, nrec, buf and
+	 * (unless compacting) ix until it clears it, in jnl_batch_done(). A
+	 * batch holds it while it is written and flushed; the compactor
+	 * while it switches files. */
+	bool flushing;
+	bool alone;		/* the last batch held one record */
+	bool stopping;
+
+	uint8_t *buf;		/* the batch being written */
+	size_t cap;
+	uint64_t flushes;	/* batches made durable, and their records */
+	uint64_t records;
+	bool readonly;		/* journal_check(): read, never cut */
+	uint64_t torn;		/* bytes a cut would remove */
+	uint64_t by_op[CARMY_STORE_PURGE + 1];	/* records read, by op */
+
+	/* What stands, and where (see struct jidx). Owned by the token's
+	 * holder, except while compacting: the compactor owns it then. */
+	struct jidx ix;
+	uint8_t *map;		/* recovery's mapping of the file, for load() */
+	size_t map_len;
+
+	/* Online compaction: the compactor thread and what it shares with
+	 * the token's holders, under lock (compact_min is set at open). */
+	uint64_t compact_min;
+	uint64_t retry_at;	/* no compaction before nrec reaches this */
+	bool no_index;		/* ix missed a record: no online compaction */
+	bool compacting;	/* a snapshot is taken; commits do not index */
+	bool compact_go;	/* the compactor has a snapshot to work on */
+	bool want_token;	/* the compactor waits for the token */
+	bool compactor_started;
+	pthread_t compactor;
+	pthread_cond_t compact_wake;	/* the compactor: work, or stop */
+	pthread_cond_t idle;		/* the compactor: the token is free */
+	uint64_t snap_end;	/* the snapshot: where records ended, */
+	uint64_t snap_seq;	/* and the last one's sequence number */
+	uint64_t durable_end;	/* end, as of the last batch done */
+	uint64_t pub_records;	/* nrec, likewise */
+	struct jhook hook;
+	struct journal_stats stats;
+};
+
+/* ---------------------------------------------------------------- format */
+
+/* File header: magic, version, salt, and a checksum of those. */
+struct jfile_head {
+	char jf_magic[8];
+	uint32_t jf_version;
+	uint32_t jf_pad;
+	uint64_t jf_salt;
+	uint64_t jf_created_ns;
+	uint64_t jf_check;
+};
+
+/* Every record: this head, its payload, zero padding to 8 bytes, and an
+ * 8-byte checksum of all that. jr_len counts all of it. */
+struct jrec_head {
+	uint32_t jr_len;
+	uint8_t jr_op;		/* enum carmy_store_op */
+	uint8_t jr_pad[3];
+	uint64_t jr_seq;	/* one more than the record before */
+	uint64_t jr_batch;	/* jr_seq of its batch's first record */
+};
+
+struct jrec_reserve {
+	uint8_t rv_exec[16];
+	uint8_t rv_fingerprint[16];
+	uint8_t rv_rawprint[16];
+	uint64_t rv_started_ns;
+	uint32_t rv_pid;
+	uint16_t rv_len[3];
+	uint16_t rv_pad;
+	/* then the three identity parts, back to back */
+};
+
+struct jrec_complete {
+	uint8_t cp_exec[16];
+	uint64_t cp_finished_ns;
+	int32_t cp_status;
+	int32_t cp_result_code;
+	uint32_t cp_result_len;
+	uint32_t cp_pad;
+	/* then the result */
+};
+
+struct jrec_release {
+	uint8_t rl_exec[16];
+};
+
+struct jrec_resolve {
+	uint8_t rs_exec[16];
+	uint64_t rs_finished_ns;
+	uint64_t rs_resolved_ns;
+	uint32_t rs_uid;
+	uint32_t rs_pid;
+	int32_t rs_status;
+	int32_t rs_result_code;
+	uint32_t rs_result_len;
+	uint8_t rs_committed;	/* 1: it happened, with this result */
+	uint8_t rs_pad[3];
+	/* then the result */
+};
+
+#define HEAD_SIZE sizeof(struct jfile_head)
+#define REC_MIN (sizeof(struct jrec_head) + sizeof(struct jrec_release) + 8)
+/* The largest record: a COMPLETE or a committed RESOLVE with the largest
+ * result carmyd allows (and the padding and checksum after it). */
+#define REC_FIXED_MAX (sizeof(struct jrec_resolve) > sizeof(struct jrec_complete) ? \
+		       sizeof(struct jrec_resolve) : sizeof(struct jrec_complete))
+#define REC_MAX (sizeof(struct jrec_head) + REC_FIXED_MAX + (64u << 20) + 16)
+_Static_assert(sizeof(struct jrec_reserve) + 3 * CARMY_STORE_ID_MAX <
+	       REC_FIXED_MAX + (64u << 20), "a RESERVE fits under REC_MAX");
+
+/* ---------------------------------------------------------------- journal.c */
+
+/* Give the token back (lock held), maybe compact: writer, submit, compactor */
+void jnl_batch_done(struct jnl *j);
+/* Stop trusting the index (token held): index_batch(), abandon() */
+void jnl_lose_index(struct jnl *j, int rc);
+/* Write zeros ahead so need bytes fit: commit(), rewrite_standing() */
+int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need);
+/* Bytes req's record takes, sealed: commit path, put_standing() */
+size_t jnl_rec_size(const struct carmy_store_req *req);
+/* Write and seal req's record at p: commit(), put_standing() */
+void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
+		 uint64_t batch, uint64_t salt, uint8_t *p, size_t len);
+/* pwrite() all of buf at off, 0 or -errno: every file that writes */
+int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off);
+/* pread() len bytes at off, -EIO at EOF: same_ident(), read_records() */
+int jnl_read_all(int fd, void *buf, size_t len, uint64_t off);
+/* Grow *buf to need bytes, 0 or -ENOMEM: commit(), the compaction */
+int jnl_buf_room(uint8_t **buf, size_t *cap, size_t need);
+
+/* -------------------------------------------------------- journal_recover.c */
+
+/* A new file header, its own salt: jnl_create_file(), new_file() */
+void jnl_make_head(struct jfile_head *h);
+/* Create an empty journal at j->path, crash-safe: jnl_open() */
+int jnl_create_file(struct jnl *j, char *err, size_t errlen);
+/* Read records into j->ix, find the end: jnl_open(), journal_check() */
+int jnl_recover(struct jnl *j, char *err, size_t errlen);
+/* Good record numbered seq at p? Its length or 0: recovery, compaction */
+size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
+		     uint64_t seq);
+/* Map the records at j->map: jnl_load(), after a compaction at start */
+int jnl_map_file(struct jnl *j);
+/* Drop j->map, if any: jnl_load(), jnl_close(), switch_to() */
+void jnl_unmap_file(struct jnl *j);
+
+/* ---------------------------------------------------------- journal_index.c */
+
+/* Apply the record at off to ix: recovery, commits, compaction */
+int jidx_record(struct jidx *ix, const uint8_t *p, uint64_t off);
+/* Room for one more execution: jidx_record(), put_standing() */
+int jidx_room(struct jidx *ix);
+/* Add a standing execution, after jidx_room(): same callers */
+struct jexec *jidx_add(struct jidx *ix, const uint8_t exec[16],
+		       uint64_t ih, uint64_t off, uint32_t *ident_slot);
+/* Free ix's tables, empty it: jnl_close(), jnl_lose_index(), compaction */
+void jidx_free(struct jidx *ix);
+/* Execution x as a record pointing into map: jnl_load(), put_standing() */
+void jidx_standing(const uint8_t *map, const struct jexec *x,
+		   struct carmy_store_record *r);
+
+/* -------------------------------------------------------- journal_compact.c */
+
+/* Worth compacting now? (token's holder): jnl_open(), jnl_batch_done() */
+bool jnl_needs_compaction(const struct jnl *j);
+/* Snapshot, wake the compactor (lock held): jnl_batch_done() */
+void jnl_start_compaction(struct jnl *j);
+/* Compact before any thread runs (*renamed: it took over): jnl_open() */
+int jnl_compact_at_start(struct jnl *j, bool *renamed);
+/* The threshold, CARMY_JOURNAL_COMPACT_MIN or 1000: jnl_open() */
+uint64_t jnl_compact_min_env(void);
+
+#endif
