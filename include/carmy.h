@@ -172,7 +172,8 @@ void carmy_close(carmy_t *c);
  *   CARMY_ECAPACITY    the table is full; nothing was reserved.
  *   CARMY_EINVALID_ID, CARMY_EINVALID_ARGS, CARMY_EDISCONNECTED, -ENOMEM, ...
  * Reserve and replay work directly in shared memory, without a system call
- * (a replay's result copy is the one malloc). r's previous result, if any,
+ * (but for one madvise() every 256 reservations, mapping the entries ahead;
+ * a replay's result copy is the one malloc). r's previous result, if any,
  * is freed first. Thread-safe: several threads may call carmy_begin() on one
  * handle at once.
  */
