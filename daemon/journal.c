@@ -69,6 +69,7 @@ const struct carmy_store_ops journal_store_ops = {
 };
 
 static void *writer(void *arg);
+static void write_batch(struct jnl *j);
 static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp);
 static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len);
 static void index_batch(struct jnl *j, uint64_t off, size_t len);
@@ -248,17 +249,8 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 	req->next = NULL;
 	*j->tail = req;
 	j->tail = &req->next;
-	if (!j->flushing && !j->want_token && j->alone) {
-		struct carmy_store_req *batch;
-		size_t len;
-
-		j->flushing = true;
-		batch = take_batch(j, &len);
-		pthread_mutex_unlock(&j->lock);
-		commit(j, batch, len);
-		pthread_mutex_lock(&j->lock);
-		jnl_batch_done(j);
-	}
+	if (!j->flushing && !j->want_token && j->alone)
+		write_batch(j);
 	/* The writer: for this request, for what queued up meanwhile, or
 	 * to stop (glibc makes this free when nobody waits). */
 	pthread_cond_signal(&j->wake);
@@ -390,9 +382,6 @@ static void *writer(void *arg)
 
 	pthread_mutex_lock(&j->lock);
 	for (;;) {
-		struct carmy_store_req *batch;
-		size_t len;
-
 		/* The compactor asking for the token goes first: it only
 		 * waits for the batch in flight. */
 		while ((j->head == NULL || j->flushing || j->want_token) &&
@@ -404,12 +393,7 @@ static void *writer(void *arg)
 			pthread_cond_wait(&j->wake, &j->lock);
 			continue;
 		}
-		j->flushing = true;
-		batch = take_batch(j, &len);
-		pthread_mutex_unlock(&j->lock);
-		commit(j, batch, len);
-		pthread_mutex_lock(&j->lock);
-		jnl_batch_done(j);
+		write_batch(j);
 		pthread_cond_broadcast(&j->wake);
 	}
 	pthread_mutex_unlock(&j->lock);
@@ -432,6 +416,21 @@ void jnl_batch_done(struct jnl *j)
 	j->flushing = false;
 	if (j->want_token)
 		pthread_cond_signal(&j->idle);
+}
+
+/* Take the next batch and write it, as the one thread flushing: called and
+ * returns with j->lock held, which it lets go while the batch is written. */
+static void write_batch(struct jnl *j)
+{
+	struct carmy_store_req *batch;
+	size_t len;
+
+	j->flushing = true;
+	batch = take_batch(j, &len);
+	pthread_mutex_unlock(&j->lock);
+	commit(j, batch, len);
+	pthread_mutex_lock(&j->lock);
+	jnl_batch_done(j);
 }
 
 /* Take what is queued, up to about a batch's worth. With j->lock held, by

@@ -1213,6 +1213,33 @@ static int crash_copy(const char *dir, const char *crash)
 #define T_PER 100
 #define DURING_N 1400
 
+/* History: executions from..to-1 (H0 and up) reserved and released, two
+ * records each that nothing needs. */
+static void history(void *st, int from, int to)
+{
+	for (int i = from; i < to; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
+	}
+}
+
+/* 22 records that stand (10 completed, 2 running), then 80 of history:
+ * with a threshold of 100, the 101st record starts one compaction (more
+ * than 100, more than twice 22). */
+static void stand_then_history(void *st, int *want)
+{
+	for (int i = A0; i < A0 + 10; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_COMPLETE, i), 0);
+		want[i] = CARMY_STORE_COMPLETED;
+	}
+	for (int i = R0; i < R0 + 2; i++) {
+		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
+		want[i] = CARMY_STORE_RUNNING;
+	}
+	history(st, H0, H0 + 40);
+}
+
 struct during {
 	const char *dir, *crash;
 	int *want;
@@ -1332,21 +1359,7 @@ START_TEST(test_records_committed_during_compaction_are_in_the_new_journal)
 	w.act = during_act;
 	w.ctx = &d;
 	journal_set_compact_hook(st, on_phase, &w);
-	/* 22 records that stand, then history: the 101st record starts
-	 * one compaction (more than 100, more than twice 22). */
-	for (int i = A0; i < A0 + 10; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_COMPLETE, i), 0);
-		want[i] = CARMY_STORE_COMPLETED;
-	}
-	for (int i = R0; i < R0 + 2; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		want[i] = CARMY_STORE_RUNNING;
-	}
-	for (int i = H0; i < H0 + 40; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
-	}
+	stand_then_history(st, want);
 	watch_main_done(&w);
 	watch_wait(&w, &w.done, 1);
 	now = watch_now(&w);
@@ -1429,19 +1442,7 @@ START_TEST(test_failed_compaction_keeps_the_journal)
 	w.act = fail_act;
 	w.ctx = want;
 	journal_set_compact_hook(st, on_phase, &w);
-	for (int i = A0; i < A0 + 10; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_COMPLETE, i), 0);
-		want[i] = CARMY_STORE_COMPLETED;
-	}
-	for (int i = R0; i < R0 + 2; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		want[i] = CARMY_STORE_RUNNING;
-	}
-	for (int i = H0; i < H0 + 40; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
-	}
+	stand_then_history(st, want);
 	watch_main_done(&w);
 	watch_wait(&w, &w.done, 1);
 	now = watch_now(&w);
@@ -1451,18 +1452,12 @@ START_TEST(test_failed_compaction_keeps_the_journal)
 	ck_assert_uint_eq(inode_of(dir), ino);
 	/* Still working, on the same file: more history, and no second
 	 * try before the journal has doubled. */
-	for (int i = H0 + 40; i < H0 + 60; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
-	}
+	history(st, H0 + 40, H0 + 60);
 	journal_get_stats(st, &js);
 	ck_assert_uint_eq(js.compactions + js.compact_failures, 1);
 	/* Now it can: the next one (once doubled) succeeds. */
 	ck_assert_int_eq(rmdir(blocker), 0);
-	for (int i = H0 + 60; i < H0 + 200; i++) {
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RESERVE, i), 0);
-		ck_assert_int_eq(ex_op(st, CARMY_STORE_RELEASE, i), 0);
-	}
+	history(st, H0 + 60, H0 + 200);
 	/* (Not the inode: after two compactions it may be the first's.) */
 	watch_wait(&w, &w.ok, 1);
 	journal_get_stats(st, &js);
