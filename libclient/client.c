@@ -814,14 +814,16 @@ static void prefault_ahead(carmy_t *c)
 	const uint32_t cap = c->view.geo.capacity;
 	const uint32_t cur = uatomic_read(&c->ticket_cursor) % cap;
 	const uint64_t win = uatomic_read(&c->prefault);
-	uint32_t lo = (uint32_t)(win >> 32), hi = (uint32_t)win, from, to;
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t a, b;
+	const uint32_t lo = (uint32_t)(win >> 32), hi = (uint32_t)win;
+	uint32_t from, to;
+	uintptr_t page, a, b;
 
-	if (cur >= lo && cur < hi && (hi == cap || hi - cur > PREFAULT_ENTRIES / 2))
+	if (cur >= lo && cur < hi &&
+	    (hi == cap || hi - cur > PREFAULT_ENTRIES / 2))
 		return;		/* well inside the mapped window */
 	if (!uatomic_read(&prefault_works))
 		return;
+	page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	from = cur >= lo && cur < hi ? hi : cur;
 	to = cap - from > PREFAULT_ENTRIES ? from + PREFAULT_ENTRIES : cap;
 	uatomic_set(&c->prefault, (uint64_t)cur << 32 | to);
