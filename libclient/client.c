@@ -29,6 +29,7 @@
 #include "carmy.h"
 #include "libclient/canon.h"
 #include "libclient/wire.h"
+#include "shm/atomic.h"
 #include "shm/shm.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -780,7 +781,8 @@ static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN])
 	XXH128_canonical_t can;
 
 	if (exec_thread == 0)
-		exec_thread = uatomic_add_return(&exec_threads, 1);
+		exec_thread = __atomic_add_fetch(&exec_threads, 1,
+						 __ATOMIC_RELAXED);
 	exec_count++;
 	memcpy(in, c->exec_key, 16);
 	memcpy(in + 16, &exec_thread, 8);
@@ -812,8 +814,10 @@ static int prefault_works = 1;		/* atomic: 0 once the kernel refused */
 static void prefault_ahead(carmy_t *c)
 {
 	const uint32_t cap = c->view.geo.capacity;
-	const uint32_t cur = uatomic_read(&c->ticket_cursor) % cap;
-	const uint64_t win = uatomic_read(&c->prefault);
+	/* Relaxed loads: a stale view at worst maps a window twice. The
+	 * cursor is the table's (shm_store() in ticket_claim()). */
+	const uint32_t cur = shm_load(&c->ticket_cursor) % cap;
+	const uint64_t win = __atomic_load_n(&c->prefault, __ATOMIC_RELAXED);
 	const uint32_t lo = (uint32_t)(win >> 32), hi = (uint32_t)win;
 	uint32_t from, to;
 	uintptr_t page, a, b;
@@ -821,17 +825,18 @@ static void prefault_ahead(carmy_t *c)
 	if (cur >= lo && cur < hi &&
 	    (hi == cap || hi - cur > PREFAULT_ENTRIES / 2))
 		return;		/* well inside the mapped window */
-	if (!uatomic_read(&prefault_works))
+	if (!__atomic_load_n(&prefault_works, __ATOMIC_RELAXED))
 		return;
 	page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	from = cur >= lo && cur < hi ? hi : cur;
 	to = cap - from > PREFAULT_ENTRIES ? from + PREFAULT_ENTRIES : cap;
-	uatomic_set(&c->prefault, (uint64_t)cur << 32 | to);
+	__atomic_store_n(&c->prefault, (uint64_t)cur << 32 | to,
+			 __ATOMIC_RELAXED);
 	a = (uintptr_t)shm_entry_at(&c->view, from) & ~(uintptr_t)(page - 1);
 	b = (uintptr_t)shm_entry_at(&c->view, to);
 	if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0 &&
 	    (errno == EINVAL || errno == ENOSYS))
-		uatomic_set(&prefault_works, 0);
+		__atomic_store_n(&prefault_works, 0, __ATOMIC_RELAXED);
 }
 
 /* Every begin() that finds or makes an entry formats its id: two digits
