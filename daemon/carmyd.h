@@ -23,6 +23,10 @@
 /* --threads: event loops. The default is one per online CPU, up to this. */
 #define CARMYD_DEFAULT_THREADS_MAX 8
 #define CARMYD_THREADS_MAX 64
+/* --spin-us: how long an event loop keeps polling after its last event
+ * before it sleeps (see main.c's usage), and its upper bound. */
+#define CARMYD_DEFAULT_SPIN_US 50
+#define CARMYD_SPIN_US_MAX 10000
 
 struct carmyd_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -30,6 +34,7 @@ struct carmyd_config {
 	uint32_t capacity;
 	uint32_t max_result;
 	uint32_t threads;	/* event loops; 0 until resolved */
+	uint32_t spin_us;	/* --spin-us: poll this long before sleeping */
 	bool capacity_set;	/* given on the command line */
 	bool max_result_set;
 	bool foreground;
@@ -63,6 +68,7 @@ struct store {
 	bool durable;				/* ops->durable */
 	bool populating;			/* a new segment's pages are */
 	pthread_t populater;			/* ... zeroed by this thread */
+	int populate_stop;			/* ... until this is set (atomic) */
 	int fd;
 	uint32_t next_owner;	/* private copy; mirrored in the header */
 	uint32_t owner_base;
