@@ -51,6 +51,10 @@ static const char usage[] =
 	"                       (default 10; 0: at once)\n"
 	"  --threads N          event loops serving connections, 1..64\n"
 	"                       (default: one per online CPU, at most 8)\n"
+	"  --spin-us N          after an event, a loop polls for the next one\n"
+	"                       this long before it sleeps, 0..10000 (default\n"
+	"                       50): a reply sooner than a wake-up, for a CPU\n"
+	"                       while requests keep coming; 0 never polls\n"
 	"  --group NAME         share socket and segment with this group\n"
 	"                       (default: owner only)\n"
 	"  --foreground         stay in the foreground; print a ready line\n"
@@ -155,13 +159,14 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 {
 	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
 	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
-	       O_VERSION, O_THREADS, O_STORE, O_GRACE };
+	       O_VERSION, O_THREADS, O_STORE, O_GRACE, O_SPIN };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "capacity", required_argument, NULL, O_CAPACITY },
 		{ "max-result", required_argument, NULL, O_MAX_RESULT },
 		{ "segment", required_argument, NULL, O_SEGMENT },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "spin-us", required_argument, NULL, O_SPIN },
 		{ "store", required_argument, NULL, O_STORE },
 		{ "grace", required_argument, NULL, O_GRACE },
 		{ "group", required_argument, NULL, O_GROUP },
@@ -180,6 +185,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	cfg->capacity = CARMYD_DEFAULT_CAPACITY;
 	cfg->max_result = CARMYD_DEFAULT_MAX_RESULT;
 	cfg->grace_ms = CARMYD_DEFAULT_GRACE_S * 1000;
+	cfg->spin_us = CARMYD_DEFAULT_SPIN_US;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case O_SOCKET:
@@ -224,6 +230,11 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		case O_THREADS:
 			if (parse_u32("--threads", optarg, 1, CARMYD_THREADS_MAX,
 				      false, &cfg->threads) != 0)
+				return -1;
+			break;
+		case O_SPIN:
+			if (parse_u32("--spin-us", optarg, 0, CARMYD_SPIN_US_MAX,
+				      false, &cfg->spin_us) != 0)
 				return -1;
 			break;
 		case O_GROUP: {

@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -283,9 +284,15 @@ static int loop_run(struct loop *l)
 {
 	struct server *sv = l->sv;
 	struct epoll_event evs[MAX_EVENTS];
+	const uint64_t spin = sv->cfg->spin_us * 1000ull;
+	uint64_t spin_until = 0;
 
 	for (;;) {
-		int n = epoll_wait(l->ep, evs, MAX_EVENTS, -1);
+		/* Spin, then block (--spin-us): while requests keep coming,
+		 * poll for the next rather than sleep, so that its reply
+		 * goes out without a wake-up; idle, sleep. */
+		int wait = spin && mono_ns() < spin_until ? 0 : -1;
+		int n = epoll_wait(l->ep, evs, MAX_EVENTS, wait);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -293,6 +300,14 @@ static int loop_run(struct loop *l)
 			log_error("epoll_wait: %s", strerror(errno));
 			return -1;
 		}
+		if (n == 0) {
+			/* A client on this CPU, say, goes first: polling
+			 * must not delay the request it polls for. */
+			sched_yield();
+			continue;
+		}
+		if (spin)
+			spin_until = mono_ns() + spin;
 		bool done = false;
 
 		for (int i = 0; i < n; i++) {

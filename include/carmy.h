@@ -140,6 +140,17 @@ struct carmy_reservation {
 #define CARMY_RECONNECT_MS 10000
 
 /*
+ * A request to carmyd (a completion, a durable reservation, a release)
+ * waits for its reply by polling the socket for up to this many
+ * microseconds before it sleeps: the reply is usually a few microseconds
+ * away, and a sleeping thread's wake-up costs tens of microseconds where an
+ * idle CPU halts (virtual machines especially). $CARMY_SPIN_US overrides it
+ * at connect, 0..10000; 0 never polls. carmyd's --spin-us is the same on
+ * its side.
+ */
+#define CARMY_SPIN_US 50
+
+/*
  * Connect to carmyd on socket_path (NULL: $CARMY_SOCKET, else the default
  * path, see carmy_default_socket()) and map its shared segment.
  * On success *out is a new handle, freed by carmy_close().

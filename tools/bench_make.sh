@@ -13,7 +13,8 @@
 # and only the reserve + complete cycle is measured: the durable against
 # the durable. A store that is not installed, or that this carmy-bench was
 # built without, is skipped with a word saying so. PG_BINDIR overrides where
-# PostgreSQL's server programs are found.
+# PostgreSQL's server programs are found. CARMYD_ARGS adds options to
+# carmyd's command line (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'.
 set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
 store=${7:-memory}
@@ -63,7 +64,7 @@ fi
 mkfifo "$tmp/ready" || exit 1
 "$builddir/daemon/carmyd" --foreground --transient \
 	--socket "$tmp/carmyd.sock" --capacity "$cap" --max-result 1K \
-	"${store_args[@]}" >"$tmp/ready" 2>"$tmp/carmyd.log" &
+	"${store_args[@]}" ${CARMYD_ARGS:-} >"$tmp/ready" 2>"$tmp/carmyd.log" &
 carmyd_pid=$!
 exec 3<"$tmp/ready"
 if ! read -r line <&3; then

@@ -52,9 +52,11 @@ EXTRA_DIST += tools/bench_make.sh
 CARMY_BENCH_OPS = 200000
 CARMY_BENCH_PG_OPS = 20000
 CARMY_BENCH_PROCS = 1,2
+# Options for the benchmarked carmyd, e.g. make bench CARMYD_ARGS='--spin-us 0'.
+CARMYD_ARGS =
 .PHONY: bench
 bench: all
-	bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
+	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_OPS) $(CARMY_BENCH_PROCS) $(CARMY_BENCH_PG_OPS) \
 		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG)
 
@@ -67,6 +69,6 @@ CARMY_BENCH_JOURNAL_OPS = 2000
 CARMY_BENCH_JOURNAL_PROCS = 1,4,16,64
 .PHONY: bench-journal
 bench-journal: all
-	bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
+	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
 		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal

@@ -1,7 +1,9 @@
 /*
  * check_loops.c - carmyd with several event loops: connections spread over
  * them complete, replay and die concurrently, and every answer is still
- * exactly the contract's. Also: --threads is checked like every option.
+ * exactly the contract's. Again with polling off at both ends (carmyd
+ * --spin-us 0, CARMY_SPIN_US=0), where every reply is a sleep and a
+ * wake-up. Also: --threads and --spin-us are checked like every option.
  *
  * Workers are real processes, each with its own connection (so carmyd hands
  * them to different loops). Each one reserves, completes and replays its own
@@ -33,6 +35,17 @@ static void setup(void)
 					    "8192", "--max-result", "256",
 					    NULL };
 
+	e2e_start(&d, opts);
+}
+
+/* Neither carmyd's loops nor the clients poll: every wait sleeps. */
+static void setup_nospin(void)
+{
+	static const char *const opts[] = { "--threads", "2", "--spin-us",
+					    "0", "--capacity", "8192",
+					    "--max-result", "256", NULL };
+
+	setenv("CARMY_SPIN_US", "0", 1);	/* read at connect */
 	e2e_start(&d, opts);
 }
 
@@ -80,7 +93,7 @@ static int worker(int w)
 	return 0;
 }
 
-START_TEST(test_loops_complete_replay_and_drop_concurrently)
+static void run_workers(void)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	pid_t pids[WORKERS];
@@ -127,10 +140,22 @@ START_TEST(test_loops_complete_replay_and_drop_concurrently)
 	carmy_close(c);
 	ck_assert(e2e_alive(&d));
 }
+
+START_TEST(test_loops_complete_replay_and_drop_concurrently)
+{
+	run_workers();
+}
 END_TEST
 
-/* Run carmyd with one bad --threads value; it must refuse to start. */
-static void expect_refused(const char *value)
+START_TEST(test_without_polling_every_answer_is_the_same)
+{
+	ck_assert_str_eq(getenv("CARMY_SPIN_US"), "0");
+	run_workers();
+}
+END_TEST
+
+/* Run carmyd with one bad value of opt; it must refuse to start. */
+static void expect_refused(const char *opt, const char *value)
 {
 	char path[256];
 	pid_t pid;
@@ -142,7 +167,7 @@ static void expect_refused(const char *value)
 	if (pid == 0) {
 		freopen("/dev/null", "w", stderr);
 		execl(path, path, "--foreground", "--socket", "/nonexistent/s",
-		      "--threads", value, (char *)NULL);
+		      opt, value, (char *)NULL);
 		_exit(127);
 	}
 	st = harness_waitpid(pid, 10000);
@@ -151,16 +176,25 @@ static void expect_refused(const char *value)
 		waitpid(pid, NULL, 0);
 	}
 	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 64,
-		      "carmyd --threads %s: wanted exit status 64", value);
+		      "carmyd %s %s: wanted exit status 64", opt, value);
 }
 
 START_TEST(test_bad_threads_values_are_refused)
 {
-	expect_refused("0");
-	expect_refused("65");
-	expect_refused("-1");
-	expect_refused("two");
-	expect_refused("");
+	expect_refused("--threads", "0");
+	expect_refused("--threads", "65");
+	expect_refused("--threads", "-1");
+	expect_refused("--threads", "two");
+	expect_refused("--threads", "");
+}
+END_TEST
+
+START_TEST(test_bad_spin_values_are_refused)
+{
+	expect_refused("--spin-us", "10001");
+	expect_refused("--spin-us", "-1");
+	expect_refused("--spin-us", "50us");
+	expect_refused("--spin-us", "");
 }
 END_TEST
 
@@ -168,13 +202,19 @@ static Suite *loops_suite(void)
 {
 	Suite *s = suite_create("loops");
 	TCase *tc = tcase_create("loops");
+	TCase *tn = tcase_create("no polling");
 	TCase *to = tcase_create("options");
 
 	e2e_guard(tc);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_loops_complete_replay_and_drop_concurrently);
 	suite_add_tcase(s, tc);
+	e2e_guard(tn);
+	tcase_add_checked_fixture(tn, setup_nospin, teardown);
+	tcase_add_test(tn, test_without_polling_every_answer_is_the_same);
+	suite_add_tcase(s, tn);
 	tcase_add_test(to, test_bad_threads_values_are_refused);
+	tcase_add_test(to, test_bad_spin_values_are_refused);
 	suite_add_tcase(s, to);
 	return s;
 }
