@@ -635,8 +635,14 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 			return -1;
 		}
 		/* The segment is the record of a store that is not durable:
-		 * there is nothing to confirm. */
+		 * there is nothing to confirm. A release was made in the
+		 * table before it was sent: its waiters can have the
+		 * identity now rather than at the next tick (any entry
+		 * number is harmless here; a waiter whose entry still runs
+		 * waits on). */
 		if (!s->durable) {
+			if (m.type == WIRE_RELEASE)
+				wake_waiters(sv, false, m.u.reserve.entry, 0);
 			rc = wire_put_reply(&c->out, m.type, 0);
 			break;
 		}

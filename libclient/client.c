@@ -377,8 +377,14 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	if (rc != 0)
 		return rc;
 	r->priv_owner = 0;
-	if (!c->durable)
+	if (!c->durable) {
+		/* Free already; told, carmyd hands the identity to anyone
+		 * waiting for it now rather than at its next tick. Nothing
+		 * depends on the answer (a broken connection is found again
+		 * by the next call). */
+		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec);
 		return 0;
+	}
 	/* Released in the segment, so the identity is free on this host
 	 * already; the store hears of it too, or after a reboot it would be
 	 * uncertain instead of free (never run twice either way). If the
