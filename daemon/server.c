@@ -119,10 +119,11 @@ static void finish(struct store_op *op);
 static void arm(struct conn *c);
 static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
-static void wake_waiters(struct server *sv, bool all, uint32_t entry,
-			 int rc);
+static unsigned wake_waiters(struct server *sv, bool all, uint32_t entry,
+			     int rc);
 static void arm_deadline(struct server *sv, uint64_t at_ns);
 static uint64_t mono_ns(void);
+static void told_of_release(struct server *sv, uint32_t entry);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
 static void fail_conn(struct conn *c, int code, const char *why);
@@ -642,7 +643,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		 * waits on). */
 		if (!s->durable) {
 			if (m.type == WIRE_RELEASE)
-				wake_waiters(sv, false, m.u.reserve.entry, 0);
+				told_of_release(sv, m.u.reserve.entry);
 			rc = wire_put_reply(&c->out, m.type, 0);
 			break;
 		}
@@ -811,9 +812,7 @@ static void finish(struct store_op *op)
 		if (rc == 0)
 			wake_waiters(c->loop->sv, false, op->entry, 0);
 	} else if (rc == 0 && type == WIRE_RELEASE) {
-		/* Released in the table before it was sent: its waiters can
-		 * have the identity now rather than at the next tick. */
-		wake_waiters(c->loop->sv, false, op->entry, 0);
+		told_of_release(c->loop->sv, op->entry);
 	} else if (rc == 0 && type == WIRE_RESOLVE) {
 		rc = store_resolve(s, op);
 		store_resolve_done(s, op->entry);
@@ -934,13 +933,31 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 }
 
 /*
+ * A client released entry in the table, then told us (a RELEASE): its
+ * waiters can have the identity now rather than at the next tick. The
+ * entry number is the client's word: out of range it is ignored, and a
+ * waiter whose entry still runs waits on.
+ */
+static void told_of_release(struct server *sv, uint32_t entry)
+{
+	unsigned n;
+
+	if (entry >= sv->store->view.geo.capacity)
+		return;
+	n = wake_waiters(sv, false, entry, 0);
+	if (n > 0)
+		log_debug("entry %u released: %u waiter%s told at once", entry,
+			  n, n == 1 ? "" : "s");
+}
+
+/*
  * WAIT: answer once the execution stops running (completed, uncertain,
  * released, resolved) or timeout_ms pass, whichever is first; the waiter
  * then asks the table again. Nothing more is read from c meanwhile. The
- * end is seen at once for completions and resolutions carmyd records and
- * for sweeps, within the 100 ms tick for releases (made in shared memory,
- * without a word to carmyd); the deadline on time, by a timer armed for
- * the nearest one.
+ * end is seen at once for completions, resolutions and releases that
+ * reach carmyd (libcarmy sends a RELEASE after freeing the entry) and for
+ * sweeps; within the 100 ms tick for a release whose word was lost; the
+ * deadline on time, by a timer armed for the nearest one.
  */
 static int on_wait(struct conn *c, const struct wire_msg *m)
 {
@@ -987,10 +1004,12 @@ static int on_wait(struct conn *c, const struct wire_msg *m)
  * Each answer goes to its connection's loop like a store's. Called from
  * any loop.
  */
-static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
+static unsigned wake_waiters(struct server *sv, bool all, uint32_t entry,
+			     int rc)
 {
 	struct store_op *go = NULL, **pp;
 	uint64_t now = mono_ns(), nearest = 0;
+	unsigned woken = 0;
 
 	pthread_mutex_lock(&sv->wait_lock);
 	for (pp = &sv->waiters; *pp != NULL;) {
@@ -1026,7 +1045,9 @@ static void wake_waiters(struct server *sv, bool all, uint32_t entry, int rc)
 		/* The connection's loop clears c->waiting in finish(). */
 		store_done(&go->req, go->rc);
 		go = next;
+		woken++;
 	}
+	return woken;
 }
 
 /* Arm wfd for the monotonic time at_ns (0: disarm). With wait_lock. */

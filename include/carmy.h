@@ -140,11 +140,12 @@ struct carmy_reservation {
 #define CARMY_RECONNECT_MS 10000
 
 /*
- * A request to carmyd (a completion, a durable reservation, a release)
+ * With the memory store, a request to carmyd (a completion, a release)
  * waits for its reply by polling the socket for up to this many
  * microseconds before it sleeps: the reply is usually a few microseconds
  * away, and a sleeping thread's wake-up costs tens of microseconds where an
- * idle CPU halts (virtual machines especially). $CARMY_SPIN_US overrides it
+ * idle CPU halts (virtual machines especially). A durable store's reply
+ * waits for a flush, so then it sleeps at once. $CARMY_SPIN_US overrides it
  * at connect, 0..10000; 0 never polls. carmyd's --spin-us is the same on
  * its side.
  */
@@ -211,8 +212,9 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  * Give back a reservation whose tool provably did not run: the identity is
  * freed and the next call with it runs. Works in shared memory, then tells
  * carmyd in one round trip, which hands the identity to callers waiting
- * for it (carmy_wait) at once; with --store journal:DIR that round trip
- * also records it. Returns 0,
+ * for it (carmy_wait) at once (with the memory store that word waits at
+ * most 1 s for carmyd's answer, and nothing depends on it); with --store
+ * journal:DIR that round trip also records it. Returns 0,
  * CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd declared this handle
  * dead and did not give its reservations back (the entry is then
  * uncertain). With a durable store, CARMY_ESTORE means the identity was

@@ -37,6 +37,9 @@
 
 /* How long connect waits for carmyd's HELLO reply. */
 #define HELLO_TIMEOUT_MS 10000
+/* How long a word carmyd owes no one an answer to (a memory store's
+ * RELEASE) may hold up its caller. */
+#define NOTICE_TIMEOUT_MS 1000
 #define REPLY_MAX 256
 
 struct carmy {
@@ -68,9 +71,10 @@ static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
 		 uint64_t *w);
 static int hello(int fd, uint32_t owner, uint32_t epoch, struct wire_msg *m);
 static int reconnect(carmy_t *c, int wait_ms);
-static int request(carmy_t *c, int type, msgpack_sbuffer *sb);
+static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
+		   int timeout_ms);
 static int confirm(carmy_t *c, int type, uint32_t entry,
-		   const uint8_t exec[SHM_EXEC_LEN]);
+		   const uint8_t exec[SHM_EXEC_LEN], int timeout_ms);
 static int dial(const char *path, int *fdp);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
@@ -241,7 +245,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
 		case SHM_OUT_RESERVED:
 			if (c->durable) {
-				rc = confirm(c, WIRE_RESERVE, f.entry, f.exec);
+				rc = confirm(c, WIRE_RESERVE, f.entry, f.exec, -1);
 				if (rc != 0) {
 					/* Not recorded, so not reserved: the
 					 * tool must not run. Give the entry
@@ -269,7 +273,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				return CARMY_ECAPACITY;
 			}
 			reclaimed = true;
-			rc = request(c, WIRE_RECLAIM, NULL);
+			rc = request(c, WIRE_RECLAIM, NULL, -1);
 			if (rc != 0)
 				return rc;
 			continue;
@@ -343,13 +347,13 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
 			       len);
 	if (rc == 0)
-		rc = request(c, WIRE_COMPLETE, &sb);
+		rc = request(c, WIRE_COMPLETE, &sb, -1);
 	/* The connection broke (carmyd restarting?): get our owner id back
 	 * and send it again. If the first one got through, carmyd says so. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == r->priv_owner)
-		rc = request(c, WIRE_COMPLETE, &sb);
+		rc = request(c, WIRE_COMPLETE, &sb, -1);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -380,9 +384,12 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	if (!c->durable) {
 		/* Free already; told, carmyd hands the identity to anyone
 		 * waiting for it now rather than at its next tick. Nothing
-		 * depends on the answer (a broken connection is found again
-		 * by the next call). */
-		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec);
+		 * depends on the answer, so a wedged carmyd holds us up for
+		 * NOTICE_TIMEOUT_MS at most (and a broken or timed-out
+		 * connection is dropped, then found again by the next call,
+		 * so a late reply is never taken for another's). */
+		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec,
+			      NOTICE_TIMEOUT_MS);
 		return 0;
 	}
 	/* Released in the segment, so the identity is free on this host
@@ -391,9 +398,9 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	 * connection broke (carmyd restarting?), tell the one that comes
 	 * back: a RELEASE needs no owner, only an entry no longer published
 	 * with this execution id. */
-	rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec);
+	rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, -1);
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0)
-		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec);
+		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, -1);
 	/* Free here either way: what failed is the store's record of it. */
 	return rc == 0 ? 0 : CARMY_ESTORE;
 }
@@ -492,7 +499,7 @@ EXPORT int carmy_resolve(carmy_t *c, const struct carmy_call *call,
 			     committed, committed ? status : 0, result,
 			     committed ? len : 0, 0);
 	if (rc == 0)
-		rc = request(c, WIRE_RESOLVE, &sb);
+		rc = request(c, WIRE_RESOLVE, &sb, -1);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
 }
@@ -632,11 +639,14 @@ static bool alive(carmy_t *c)
 }
 
 /*
- * One request and its reply: the message in sb (NULL: a bare RECLAIM).
- * Returns the reply's code, or CARMY_EDISCONNECTED / CARMY_EPROTOCOL when
- * the connection failed, after which the handle is dead.
+ * One request and its reply: the message in sb (NULL: a bare RECLAIM),
+ * the reply awaited for timeout_ms (-1: however long it takes). Returns
+ * the reply's code, or CARMY_EDISCONNECTED / CARMY_EPROTOCOL when the
+ * connection failed or the reply was late, after which the handle is dead
+ * (a late reply must not be read as the next request's).
  */
-static int request(carmy_t *c, int type, msgpack_sbuffer *sb)
+static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
+		   int timeout_ms)
 {
 	uint8_t buf[REPLY_MAX];
 	msgpack_sbuffer own;
@@ -648,7 +658,7 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb)
 		msgpack_sbuffer_init(&own);
 		rc = wire_put_reclaim(&own);
 		if (rc == 0)
-			rc = request(c, type, &own);
+			rc = request(c, type, &own, timeout_ms);
 		msgpack_sbuffer_destroy(&own);
 		return rc;
 	}
@@ -657,7 +667,7 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb)
 	spin = c->durable ? 0 : c->spin_ns;
 	rc = send_all(c->fd, sb->data, sb->size);
 	if (rc == 0)
-		rc = recv_msg(c->fd, -1, spin, &m, buf, sizeof(buf));
+		rc = recv_msg(c->fd, timeout_ms, spin, &m, buf, sizeof(buf));
 	pthread_mutex_unlock(&c->io);
 	if (rc != 0) {
 		uatomic_set(&c->dead, 1);
@@ -674,7 +684,7 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb)
 
 /* RESERVE or RELEASE: have carmyd's durable store record it. */
 static int confirm(carmy_t *c, int type, uint32_t entry,
-		   const uint8_t exec[SHM_EXEC_LEN])
+		   const uint8_t exec[SHM_EXEC_LEN], int timeout_ms)
 {
 	msgpack_sbuffer sb;
 	int rc;
@@ -682,7 +692,7 @@ static int confirm(carmy_t *c, int type, uint32_t entry,
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_reserve(&sb, type, entry, exec);
 	if (rc == 0)
-		rc = request(c, type, &sb);
+		rc = request(c, type, &sb, timeout_ms);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
 }

@@ -12,6 +12,7 @@
  * while the other loops are still completing. A worker reports a broken
  * answer through its exit status (the line that failed), never by asserting.
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,51 @@ static int worker(int w)
 	return 0;
 }
 
+/* carmyd's CPU time so far (user + system), in clock ticks. */
+static unsigned long long cpu_ticks(void)
+{
+	char path[64], buf[1024];
+	unsigned long long ut = 0, st = 0;
+	const char *p;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)d.pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* After the command's closing parenthesis: state is field 3, utime
+	 * and stime are fields 14 and 15. */
+	p = strrchr(buf, ')');
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+				"%*u %*u %llu %llu", &ut, &st), 2);
+	return ut + st;
+}
+
+/*
+ * With no client left, carmyd's loops must sleep: a loop that polled on
+ * (--spin-us never ending) would burn a CPU. Its CPU time over half a
+ * second (a measurement window: there is no event to wait for) must stay
+ * under a quarter of one CPU; a busy loop takes all of one.
+ */
+static void assert_idle(void)
+{
+	const long hz = sysconf(_SC_CLK_TCK);
+	unsigned long long t0 = cpu_ticks(), used;
+
+	poll(NULL, 0, 500);
+	used = cpu_ticks() - t0;
+	e2e_note("idle carmyd: %llu ms of CPU in 500 ms",
+		 used * 1000 / (unsigned long long)hz);
+	ck_assert_msg(used * 4 * 2 < (unsigned long long)hz,
+		      "idle carmyd used %llu clock ticks (%ld a second) "
+		      "in 0.5 s",
+		      used, hz);
+}
+
 static void run_workers(void)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
@@ -139,6 +185,7 @@ static void run_workers(void)
 	carmy_reservation_clear(&r);
 	carmy_close(c);
 	ck_assert(e2e_alive(&d));
+	assert_idle();
 }
 
 START_TEST(test_loops_complete_replay_and_drop_concurrently)
