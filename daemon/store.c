@@ -64,9 +64,9 @@ static uint64_t now_ns(void);
 int store_open(struct store *s, const struct carmyd_config *cfg)
 {
 	struct shm_geometry geo;
+	bool fresh = false, load_all;
+	uint32_t *loaded;
 	int rc;
-
-	bool fresh = false;
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
@@ -102,10 +102,22 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			  cfg->shm_name);
 		return -EBUSY;
 	}
+	/* A segment whose carmyd died or gave up while loading the store into
+	 * it (a kill, a --capacity too small for the journal) lacks some of
+	 * what the store holds, and an identity it lacks would run again.
+	 * So it is loaded in full, as a new one is (shm_restore keeps what
+	 * is there), until one load has gone through to its end. */
+	loaded = &shm_header(&s->view)->sh_loaded;
+	load_all = fresh || __atomic_load_n(loaded, __ATOMIC_ACQUIRE) == 0;
+	if (load_all && !fresh && s->durable)
+		log_warn("segment %s was never fully loaded from the store "
+			 "(its carmyd stopped while starting): loading it all "
+			 "again", cfg->shm_name);
 	recover(s, fresh ? 0 : cfg->grace_ms);
-	rc = backend_load(s, fresh);
+	rc = backend_load(s, load_all);
 	if (rc != 0)
 		return rc;
+	__atomic_store_n(loaded, 1, __ATOMIC_RELEASE);
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
 	rc = shm_hold_alive(&s->view);
@@ -706,9 +718,10 @@ struct restore_ctx {
 /*
  * Bring the segment up to what the store holds. A fresh segment (the
  * machine rebooted, or it was removed) gets every execution back: results
- * replay as before and reservations without a result are uncertain. An
- * existing segment is newer than the store for presence (an entry it lacks
- * was released), so it only gets the results it missed.
+ * replay as before and reservations without a result are uncertain. So
+ * does one never fully loaded (see store_open). An existing, loaded
+ * segment is newer than the store for presence (an entry it lacks was
+ * released), so it only gets the results it missed.
  */
 static int backend_load(struct store *s, bool fresh)
 {

@@ -162,7 +162,12 @@ struct shm_header {
 	uint32_t sh_move_seq;
 	/* ---- held by carmyd for as long as it lives ---- */
 	pthread_mutex_t sh_alive;	/* robust: the kernel marks it if carmyd dies */
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 112 - sizeof(pthread_mutex_t)];
+	/* ---- 1 once a carmyd has loaded all its store held into this
+	 * segment; 0 (a segment of an older build reads 0 too) makes the
+	 * next carmyd load everything again, as into a new one ---- */
+	uint32_t sh_loaded;
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 112 - sizeof(pthread_mutex_t) -
+			    sizeof(uint32_t)];
 };
 
 /*

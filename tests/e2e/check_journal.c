@@ -555,6 +555,68 @@ START_TEST(test_restart_on_the_kept_segment_then_reboot_agree)
 }
 END_TEST
 
+/*
+ * A carmyd that gives up while loading its journal into a new segment (here
+ * a --capacity too small for what the journal holds; a kill -9 at that
+ * moment leaves the same) leaves a segment holding part of it. The next
+ * carmyd on that segment must load everything again rather than take the
+ * segment for the newer record: an identity it lacked would run again.
+ */
+#define NRUN 8
+
+START_TEST(test_a_segment_left_half_loaded_is_loaded_again)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160], rid[NRUN][16];
+	char execs[NRUN][CARMY_EXECUTION_ID_LEN + 1];
+	const char *opts[10], *small[10], *unsized[10];
+	struct done dn[NDONE];
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	journal_opts(small, spec, sizeof(spec), dir, "4", "256");
+	/* The segment's own capacity, as an operator restarting it would. */
+	memcpy(unsized, opts + 2, 7 * sizeof(*opts));
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	make_done(dn);
+	for (int i = 0; i < NDONE; i++)
+		record(c, &dn[i]);
+	for (int k = 0; k < NRUN; k++) {
+		struct carmy_call call;
+
+		snprintf(rid[k], sizeof(rid[k]), "run-%d", k);
+		call = (struct carmy_call)E2E_CALL("p", "s", rid[k]);
+		ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+		strcpy(execs[k], r.execution_id);
+		carmy_reservation_clear(&r);
+	}
+
+	/* The machine goes, then comes back with too small a table. */
+	e2e_kill9(&d);
+	carmy_close(c);
+	c = NULL;
+	lose_segment(&d);
+	fflush(NULL);
+	ck_assert_msg(harness_restart(&d, small) != 0, "carmyd started with "
+		      "--capacity 4 and %d executions to load", NDONE + NRUN);
+	ck_assert_msg(segment_exists(d.segment), "no half-loaded segment");
+	fflush(NULL);
+	ck_assert_msg(harness_restart(&d, unsized) != 0,
+		      "carmyd started on a segment holding part of its journal");
+
+	/* Room for all: everything is back as it was. */
+	lose_segment(&d);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+	for (int i = 0; i < NDONE; i++)
+		expect_replay(c, &dn[i]);
+	for (int k = 0; k < NRUN; k++)
+		expect_interrupted(c, rid[k], execs[k]);
+	finish(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------ under load */
 
 #define LOAD_WORKERS 6
@@ -1346,6 +1408,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_acknowledged_results_survive_a_reboot);
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
 	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
+	tcase_add_test(tc, test_a_segment_left_half_loaded_is_loaded_again);
 	tcase_add_test(tc, test_acknowledged_steps_survive_a_reboot_under_load);
 	tcase_add_test(tc, test_torn_journal_restores_a_clean_prefix);
 	tcase_add_test(tc, test_damage_in_the_middle_is_refused_not_cut);
