@@ -56,9 +56,6 @@ static uint32_t reclaim(struct store *s);
 static int backend_open(struct store *s, const char *spec);
 static int backend_load(struct store *s, bool fresh);
 static int restore_one(void *arg, const struct carmy_store_record *r);
-struct restore_ctx;
-static int note_released(struct restore_ctx *ctx,
-			 const struct carmy_store_record *r);
 static void *populate(void *arg);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
@@ -454,34 +451,6 @@ static void sync_done(struct carmy_store_req *req, int rc)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* Submit n requests of op (each with its rec.exec) to the store, and wait
- * here until it has answered them all; reqs[i].rc says how each went. */
-static void submit_wait(struct store *s, struct sync_req *reqs, size_t n,
-			enum carmy_store_op op)
-{
-	struct sync_batch batch;
-
-	if (n == 0)
-		return;
-	pthread_mutex_init(&batch.lock, NULL);
-	pthread_cond_init(&batch.cond, NULL);
-	batch.left = (unsigned)n;
-	for (size_t i = 0; i < n; i++) {
-		reqs[i].batch = &batch;
-		reqs[i].req.op = op;
-		reqs[i].req.rec = &reqs[i].rec;
-		reqs[i].req.done = sync_done;
-		reqs[i].req.cookie = &reqs[i];
-		s->ops->submit(s->st, &reqs[i].req);
-	}
-	pthread_mutex_lock(&batch.lock);
-	while (batch.left > 0)
-		pthread_cond_wait(&batch.cond, &batch.lock);
-	pthread_mutex_unlock(&batch.lock);
-	pthread_cond_destroy(&batch.cond);
-	pthread_mutex_destroy(&batch.lock);
-}
-
 /*
  * An operator's purge: forget every COMPLETED entry that finished more than
  * older_than_ms ago. Running and uncertain entries are never touched: this
@@ -496,6 +465,7 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 	uint64_t cutoff = older_than_ms > UINT64_MAX / 1000000u || age > now ?
 				  0 : now - age;
 	struct sync_req *reqs = NULL;
+	struct sync_batch batch;
 	size_t n = 0, cap = 0;
 	int purged = 0;
 
@@ -529,8 +499,25 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 	}
 	pthread_mutex_unlock(&s->lock);
 
-	if (s->durable)
-		submit_wait(s, reqs, n, CARMY_STORE_PURGE);
+	if (s->durable && n > 0) {
+		pthread_mutex_init(&batch.lock, NULL);
+		pthread_cond_init(&batch.cond, NULL);
+		batch.left = (unsigned)n;
+		for (size_t i = 0; i < n; i++) {
+			reqs[i].batch = &batch;
+			reqs[i].req.op = CARMY_STORE_PURGE;
+			reqs[i].req.rec = &reqs[i].rec;
+			reqs[i].req.done = sync_done;
+			reqs[i].req.cookie = &reqs[i];
+			s->ops->submit(s->st, &reqs[i].req);
+		}
+		pthread_mutex_lock(&batch.lock);
+		while (batch.left > 0)
+			pthread_cond_wait(&batch.cond, &batch.lock);
+		pthread_mutex_unlock(&batch.lock);
+		pthread_cond_destroy(&batch.cond);
+		pthread_mutex_destroy(&batch.lock);
+	}
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++)
 		if (reqs[i].rc == 0 &&
@@ -726,10 +713,6 @@ struct restore_ctx {
 	uint32_t cursor;
 	uint32_t completed, uncertain, skipped;
 	int rc;
-	/* Reservations the segment released and the store never heard of
-	 * (see note_released), to be released there after the load. */
-	struct sync_req *lost;
-	size_t nlost, caplost;
 };
 
 /*
@@ -748,7 +731,6 @@ static int backend_load(struct store *s, bool fresh)
 	if (rc == 0)
 		rc = ctx.rc;
 	if (rc != 0) {
-		free(ctx.lost);
 		log_error("cannot load the store into the segment: %s%s",
 			  carmy_errname(rc),
 			  rc == CARMY_ECAPACITY ?
@@ -761,62 +743,6 @@ static int backend_load(struct store *s, bool fresh)
 			 fresh ? "restored" : "brought up to date",
 			 ctx.completed, ctx.uncertain,
 			 ctx.uncertain == 1 ? "" : "s");
-	if (ctx.nlost > 0) {
-		unsigned done = 0;
-
-		submit_wait(s, ctx.lost, ctx.nlost, CARMY_STORE_RELEASE);
-		for (size_t i = 0; i < ctx.nlost; i++)
-			done += ctx.lost[i].rc == 0;
-		log_info("store: %u reservation%s released in the segment "
-			 "whose release the store never recorded: recorded now",
-			 done, done == 1 ? "" : "s");
-		if (done < ctx.nlost)
-			log_warn("store: %zu such release%s could not be "
-				 "recorded: after a reboot they will be "
-				 "uncertain, never run", ctx.nlost - done,
-				 ctx.nlost - done == 1 ? "" : "s");
-	}
-	free(ctx.lost);
-	return 0;
-}
-
-/*
- * An existing segment that was fully loaded (store_open) is the record of
- * what was released. A reservation the store holds without a result, and
- * the segment lacks (its identity absent, or there as a later execution),
- * was given back: released in the segment by a client whose RELEASE never
- * reached the store (carmyd died first), or whose reservation the store
- * recorded just before the connection broke, so that the client was told
- * it failed and gave the entry back. Either way its tool did not run.
- * Noted here, to be released in the store once the load is over: left,
- * a later reboot would bring it back as uncertain.
- */
-static int note_released(struct restore_ctx *ctx,
-			 const struct carmy_store_record *r)
-{
-	const struct shm_view *v = &ctx->s->view;
-	struct shm_found f;
-	struct shm_key k;
-
-	/* An identity no table can hold was never in it: leave it alone. */
-	if (shm_key_init(&k, v->seed, r->part[0], r->len[0], r->part[1],
-			 r->len[1], r->part[2], r->len[2]) != 0)
-		return 0;
-	if (shm_lookup(v, &k, &f) &&
-	    memcmp(f.exec, r->exec, SHM_EXEC_LEN) == 0)
-		return 0;	/* still there, in whatever state */
-	if (ctx->nlost == ctx->caplost) {
-		size_t ncap = ctx->caplost ? 2 * ctx->caplost : 16;
-		struct sync_req *nl = realloc(ctx->lost, ncap * sizeof(*nl));
-
-		if (nl == NULL)
-			return 0;	/* not released: uncertain, never run */
-		ctx->lost = nl;
-		ctx->caplost = ncap;
-	}
-	memset(&ctx->lost[ctx->nlost], 0, sizeof(ctx->lost[0]));
-	memcpy(ctx->lost[ctx->nlost].rec.exec, r->exec, SHM_EXEC_LEN);
-	ctx->nlost++;
 	return 0;
 }
 
@@ -838,7 +764,7 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 	int rc;
 
 	if (!ctx->fresh && !rs.completed)
-		return ctx->s->durable ? note_released(ctx, r) : 0;
+		return 0;
 	rc = shm_key_init(&k, v->seed, r->part[0], r->len[0], r->part[1],
 			  r->len[1], r->part[2], r->len[2]);
 	if (rc == 0 && (rs.status < CARMY_STATUS_COMPLETED ||

@@ -556,52 +556,6 @@ START_TEST(test_restart_on_the_kept_segment_then_reboot_agree)
 END_TEST
 
 /*
- * A release made in the segment whose RELEASE never reached the journal
- * (carmyd was killed first) is recorded when carmyd next starts on that
- * segment, which holds the identity free: a later reboot then finds it free
- * too, not uncertain.
- */
-START_TEST(test_a_release_the_journal_missed_is_recorded_at_restart)
-{
-	struct carmy_call call = E2E_CALL("p", "s", "given-back");
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char dir[128], spec[160];
-	const char *opts[10];
-	struct shm_view v;
-	int rc;
-
-	new_dir(dir, sizeof(dir));
-	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
-	e2e_start(&d, opts);
-	c = e2e_connect(&d);
-	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
-	/* Given back in the segment as carmy_release does it, and then no
-	 * word to carmyd: as if carmyd died before the RELEASE came. */
-	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
-	ck_assert_int_eq(shm_release(&v, r.priv_entry, (uint32_t)r.priv_owner),
-			 0);
-	shm_unmap(&v);
-	carmy_reservation_clear(&r);
-	e2e_kill9(&d);
-	carmy_close(c);
-	c = NULL;
-
-	/* carmyd starts again on the segment, where the identity is free;
-	 * then the machine goes, and the journal alone must know. */
-	e2e_restart(&d, opts);
-	e2e_kill9(&d);
-	lose_segment(&d);
-	e2e_restart(&d, opts);
-	c = e2e_connect(&d);
-	rc = carmy_begin(c, &call, &r);
-	ck_assert_msg(rc == CARMY_RESERVED, "released identity after a reboot: "
-		      "%s (state %s)", outcome(rc), carmy_state_name(r.state));
-	carmy_reservation_clear(&r);
-	finish(dir);
-}
-END_TEST
-
-/*
  * A carmyd that gives up while loading its journal into a new segment (here
  * a --capacity too small for what the journal holds; a kill -9 at that
  * moment leaves the same) leaves a segment holding part of it. The next
@@ -1455,7 +1409,6 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
 	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
 	tcase_add_test(tc, test_a_segment_left_half_loaded_is_loaded_again);
-	tcase_add_test(tc, test_a_release_the_journal_missed_is_recorded_at_restart);
 	tcase_add_test(tc, test_acknowledged_steps_survive_a_reboot_under_load);
 	tcase_add_test(tc, test_torn_journal_restores_a_clean_prefix);
 	tcase_add_test(tc, test_damage_in_the_middle_is_refused_not_cut);
