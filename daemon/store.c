@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #include <urcu/uatomic.h>
+#include <xxhash.h>
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
@@ -54,6 +56,7 @@ static void check(struct store *s);
 static void sweep_dead(struct store *s, const char *why);
 static uint32_t reclaim(struct store *s);
 static int backend_open(struct store *s, const char *spec);
+static uint64_t store_identity(const char *spec);
 static int backend_load(struct store *s, bool fresh);
 static int restore_one(void *arg, const struct carmy_store_record *r);
 static void *populate(void *arg);
@@ -64,8 +67,9 @@ static uint64_t now_ns(void);
 int store_open(struct store *s, const struct carmyd_config *cfg)
 {
 	struct shm_geometry geo;
+	struct shm_header *h;
 	bool fresh = false, load_all;
-	uint32_t *loaded;
+	uint64_t id;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
@@ -104,20 +108,26 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	}
 	/* A segment whose carmyd died or gave up while loading the store into
 	 * it (a kill, a --capacity too small for the journal) lacks some of
-	 * what the store holds, and an identity it lacks would run again.
-	 * So it is loaded in full, as a new one is (shm_restore keeps what
-	 * is there), until one load has gone through to its end. */
-	loaded = &shm_header(&s->view)->sh_loaded;
-	load_all = fresh || __atomic_load_n(loaded, __ATOMIC_ACQUIRE) == 0;
+	 * what the store holds, and an identity it lacks would run again; so
+	 * does one loaded from another store (after a reboot, carmyd started
+	 * once with the wrong --store). Either is loaded in full, as a new
+	 * one is (shm_restore keeps what is there), until a load of this
+	 * store has gone through to its end. */
+	h = shm_header(&s->view);
+	id = store_identity(cfg->store ? cfg->store : "memory");
+	load_all = fresh || __atomic_load_n(&h->sh_loaded,
+					    __ATOMIC_ACQUIRE) == 0 ||
+		   uatomic_read(&h->sh_store) != id;
 	if (load_all && !fresh && s->durable)
-		log_warn("segment %s was never fully loaded from the store "
-			 "(its carmyd stopped while starting): loading it all "
-			 "again", cfg->shm_name);
+		log_warn("segment %s was never fully loaded from this store "
+			 "(a carmyd stopped while starting, or ran with "
+			 "another --store): loading it all", cfg->shm_name);
 	recover(s, fresh ? 0 : cfg->grace_ms);
 	rc = backend_load(s, load_all);
 	if (rc != 0)
 		return rc;
-	__atomic_store_n(loaded, 1, __ATOMIC_RELEASE);
+	uatomic_set(&h->sh_store, id);
+	__atomic_store_n(&h->sh_loaded, 1, __ATOMIC_RELEASE);
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
 	rc = shm_hold_alive(&s->view);
@@ -644,6 +654,33 @@ void store_tick(struct store *s)
 }
 
 /* ------------------------------------------------------------ stores */
+
+/*
+ * Which store a segment was loaded from, as a number for its header: the
+ * --store spec with a journal's directory resolved, and that directory's
+ * device and inode (a directory swapped in at the same path, or restored
+ * from a copy, is another store). Called once the store is open, so the
+ * directory exists. Never 0, which the header of a segment never loaded,
+ * or of an older build, holds.
+ */
+static uint64_t store_identity(const char *spec)
+{
+	char dir[PATH_MAX], buf[PATH_MAX + 16];
+	struct stat st;
+	uint64_t h;
+
+	if (strncmp(spec, "journal:", 8) == 0 &&
+	    realpath(spec + 8, dir) != NULL && stat(dir, &st) == 0) {
+		snprintf(buf, sizeof(buf), "journal:%s", dir);
+	} else {
+		memset(&st, 0, sizeof(st));
+		snprintf(buf, sizeof(buf), "%s", spec);
+	}
+	h = XXH3_64bits_withSeed(buf, strnlen(buf, sizeof(buf)),
+				 (uint64_t)st.st_dev * 0x9e3779b97f4a7c15ull ^
+					 (uint64_t)st.st_ino);
+	return h != 0 ? h : 1;
+}
 
 /* --store SPEC: memory, journal:DIR or plugin:PATH.so[:ARGS]. */
 static int backend_open(struct store *s, const char *spec)

@@ -163,11 +163,15 @@ struct shm_header {
 	/* ---- held by carmyd for as long as it lives ---- */
 	pthread_mutex_t sh_alive;	/* robust: the kernel marks it if carmyd dies */
 	/* ---- 1 once a carmyd has loaded all its store held into this
-	 * segment; 0 (a segment of an older build reads 0 too) makes the
-	 * next carmyd load everything again, as into a new one ---- */
+	 * segment, and which store that was (a number carmyd derives from
+	 * it). 0 (a segment of an older build reads 0 too), or another
+	 * store, makes the next carmyd load everything again, as into a new
+	 * segment ---- */
 	uint32_t sh_loaded;
+	uint32_t sh_pad;
+	uint64_t sh_store;
 	uint8_t sh_reserved[SHM_HEADER_SIZE - 112 - sizeof(pthread_mutex_t) -
-			    sizeof(uint32_t)];
+			    16];
 };
 
 /*

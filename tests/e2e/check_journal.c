@@ -617,6 +617,50 @@ START_TEST(test_a_segment_left_half_loaded_is_loaded_again)
 }
 END_TEST
 
+/*
+ * After a reboot, carmyd is started once with the wrong --store (memory):
+ * it makes a segment and loads nothing into it. Started again with its
+ * journal on that segment, it must load everything the journal holds: the
+ * segment was loaded, but from another store, and a reservation the
+ * journal holds would otherwise be free to run again.
+ */
+START_TEST(test_a_segment_loaded_from_another_store_is_loaded_again)
+{
+	static const char *const memory[] = { "--capacity", "64",
+					      "--max-result", "256",
+					      "--grace", "0", NULL };
+	struct carmy_call running = E2E_CALL("p", "s", "running");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
+	const char *opts[10];
+	struct done dn[NDONE];
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	make_done(dn);
+	for (int i = 0; i < NDONE; i++)
+		record(c, &dn[i]);
+	ck_assert_int_eq(carmy_begin(c, &running, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	carmy_reservation_clear(&r);
+	e2e_kill9(&d);
+	carmy_close(c);
+	c = NULL;
+	lose_segment(&d);
+
+	e2e_restart(&d, memory);	/* the wrong store: a new segment */
+	e2e_kill9(&d);
+	e2e_restart(&d, opts);		/* the journal, on that segment */
+	c = e2e_connect(&d);
+	for (int i = 0; i < NDONE; i++)
+		expect_replay(c, &dn[i]);
+	expect_interrupted(c, "running", exec);
+	finish(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------ under load */
 
 #define LOAD_WORKERS 6
@@ -1409,6 +1453,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
 	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
 	tcase_add_test(tc, test_a_segment_left_half_loaded_is_loaded_again);
+	tcase_add_test(tc, test_a_segment_loaded_from_another_store_is_loaded_again);
 	tcase_add_test(tc, test_acknowledged_steps_survive_a_reboot_under_load);
 	tcase_add_test(tc, test_torn_journal_restores_a_clean_prefix);
 	tcase_add_test(tc, test_damage_in_the_middle_is_refused_not_cut);
