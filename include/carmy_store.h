@@ -36,9 +36,16 @@
  * submits RESERVE, then at most one of COMPLETE or RELEASE, each only after
  * the previous one is done; an execution left without either (its process
  * died) may later get one RESOLVE, from an operator, and a completed (or
- * resolved) one may get a PURGE, the only way one is ever forgotten. An identity may be reserved again (with a new
- * exec id) only after its earlier execution was released; if a store finds
- * two executions of one identity at load time, the later one stands.
+ * resolved) one may get a PURGE, the only way one is ever forgotten. An
+ * identity may be reserved again (with a new exec id) only after its
+ * earlier execution was released; if a store finds two executions of one
+ * identity at load time, the later one stands.
+ *
+ * A RELEASE may come twice (a client whose carmyd died before answering
+ * sends it again to the next one), or name an execution the store no longer
+ * holds as running (released already, replaced by a later RESERVE of its
+ * identity, or never recorded): the store records or ignores it, and
+ * answers 0 either way. It must never undo a result.
  *
  * Failure: a store that cannot record (full disk, an I/O error) answers
  * rc < 0 (-errno) and keeps answering it until it can again; carmyd then
