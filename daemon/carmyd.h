@@ -73,6 +73,7 @@ struct store {
 	uint32_t next_owner;	/* private copy; mirrored in the header */
 	uint32_t owner_base;
 	uint32_t epoch;
+	uint64_t store_id;	/* sh_store once loaded (store_identity()) */
 	uint32_t ticks;
 	uint64_t last_reclaim_ns;
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */

@@ -126,6 +126,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	rc = backend_load(s, load_all);
 	if (rc != 0)
 		return rc;
+	s->store_id = id;
 	uatomic_set(&h->sh_store, id);
 	__atomic_store_n(&h->sh_loaded, 1, __ATOMIC_RELEASE);
 	/* From here until we exit, however we exit, clients can tell that
@@ -564,7 +565,8 @@ static void check(struct store *s)
 	    h->sh_seed == s->view.seed && h->sh_epoch == s->epoch &&
 	    h->sh_owner_base == s->owner_base &&
 	    h->sh_next_owner == s->next_owner &&
-	    h->sh_move_seq == s->view.move_seq)
+	    h->sh_move_seq == s->view.move_seq &&
+	    h->sh_loaded == 1 && h->sh_store == s->store_id)
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));
@@ -575,6 +577,8 @@ static void check(struct store *s)
 	uatomic_set(&h->sh_daemon_pid, (uint32_t)getpid());
 	uatomic_set(&h->sh_epoch, s->epoch);
 	uatomic_set(&h->sh_move_seq, s->view.move_seq);
+	uatomic_set(&h->sh_store, s->store_id);
+	uatomic_set(&h->sh_loaded, 1);
 }
 
 /* Settle every ticket held by an owner that is not connected. */
@@ -756,9 +760,9 @@ struct restore_ctx {
  * Bring the segment up to what the store holds. A fresh segment (the
  * machine rebooted, or it was removed) gets every execution back: results
  * replay as before and reservations without a result are uncertain. So
- * does one never fully loaded (see store_open). An existing, loaded
- * segment is newer than the store for presence (an entry it lacks was
- * released), so it only gets the results it missed.
+ * does one never fully loaded from this store (see store_open). An
+ * existing segment loaded from it is newer than the store for presence (an
+ * entry it lacks was released), so it only gets the results it missed.
  */
 static int backend_load(struct store *s, bool fresh)
 {

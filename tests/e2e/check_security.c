@@ -842,18 +842,26 @@ static bool poke(void)
 	return true;
 }
 
-/* carmyd puts a scribbled header back on its next tick. */
+/* carmyd puts a scribbled header back on its next tick: its geometry, and
+ * the words that say the segment was loaded from carmyd's store (left
+ * scribbled, they would make the next carmyd load it all again). */
 static bool wait_header_restored(const struct shm_view *v,
-				 const struct shm_geometry *want, int timeout_ms)
+				 const struct shm_geometry *want,
+				 const struct shm_header *saved, int timeout_ms)
 {
 	uint64_t deadline = harness_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	const struct shm_header *h = shm_header(v);
 
 	for (;;) {
 		struct shm_geometry geo;
 		struct timespec ts = { 0, 2000000 };
 
 		if (shm_sane(v->base, v->mapped, &geo) == 0 &&
-		    memcmp(&geo, want, sizeof(geo)) == 0)
+		    memcmp(&geo, want, sizeof(geo)) == 0 &&
+		    __atomic_load_n(&h->sh_loaded, __ATOMIC_ACQUIRE) ==
+			    saved->sh_loaded &&
+		    __atomic_load_n(&h->sh_store, __ATOMIC_ACQUIRE) ==
+			    saved->sh_store)
 			return true;
 		if (harness_now_ns() > deadline)
 			return false;
@@ -872,6 +880,8 @@ START_TEST(test_scribbled_segment_never_crashes_carmyd)
 	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
 	geo = v.geo;
 	memcpy(&saved, v.base, sizeof(saved));
+	ck_assert_uint_eq(saved.sh_loaded, 1);	/* carmyd loaded its store */
+	ck_assert_uint_ne(saved.sh_store, 0);
 	for (int round = 0; round < 6; round++) {
 		uint64_t t0;
 
@@ -905,7 +915,7 @@ START_TEST(test_scribbled_segment_never_crashes_carmyd)
 		/* Make carmyd sweep now (a hang-up), then let it tick. */
 		poke();
 		t0 = harness_now_ns();
-		ck_assert_msg(wait_header_restored(&v, &geo, 3000),
+		ck_assert_msg(wait_header_restored(&v, &geo, &saved, 3000),
 			      "round %d: the header was not restored within 3 s "
 			      "(carmyd %s)", round,
 			      e2e_alive(&d) ? "alive" : "dead");
