@@ -336,6 +336,7 @@ static int loop_run(struct loop *l)
 				}
 			} else if (p == &sv->tfd) {
 				uint64_t ticks;
+				unsigned woken;
 
 				if (read(sv->tfd, &ticks, sizeof(ticks)) < 0) {
 					/* spurious wake-up */
@@ -343,7 +344,10 @@ static int loop_run(struct loop *l)
 				store_tick(sv->store);
 				/* Releases and sweeps end executions
 				 * without telling us. */
-				wake_waiters(sv, true, 0, 0);
+				woken = wake_waiters(sv, true, 0, 0);
+				if (woken > 0)
+					log_debug("%u waiter%s told at the tick",
+						  woken, woken == 1 ? "" : "s");
 			} else if (p == &sv->wfd) {
 				uint64_t ticks;
 
@@ -993,6 +997,8 @@ static int on_wait(struct conn *c, const struct wire_msg *m)
 	op->wnext = sv->waiters;
 	sv->waiters = op;
 	pthread_mutex_unlock(&sv->wait_lock);
+	log_debug("entry %u: a wait of up to %u ms begins", entry,
+		  m->u.settle.timeout_ms);
 	/* It may have ended between the look and the registration. */
 	wake_waiters(sv, false, entry, 0);
 	return 0;

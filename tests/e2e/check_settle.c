@@ -31,6 +31,8 @@ static struct carmyd_proc d;
 static carmy_t *c;
 /* carmyd's log, at debug level: what it did that no answer shows. */
 static char logdir[64], logpath[96];
+/* carmyd has registered a WAIT: what its log says. */
+#define WAIT_BEGINS "a wait of up to"
 
 static void setup(void)
 {
@@ -54,18 +56,33 @@ static void teardown(void)
 	rmdir(logdir);
 }
 
-/* Does carmyd's log have a line containing what? */
-static bool logged(const char *what)
+/* How many lines of carmyd's log contain what? */
+static int logged(const char *what)
 {
 	char line[512];
-	bool found = false;
+	int n = 0;
 	FILE *f = fopen(logpath, "r");
 
 	ck_assert_msg(f != NULL, "no log at %s", logpath);
-	while (!found && fgets(line, sizeof(line), f) != NULL)
-		found = strstr(line, what) != NULL;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, what) != NULL;
 	fclose(f);
-	return found;
+	return n;
+}
+
+/* Wait until carmyd's log has more than n lines containing what; false if
+ * it has not within ms. carmyd writes a line after the deed it tells of,
+ * so a test waits on the line rather than reading the log once. */
+static bool await_logged(const char *what, int n, int ms)
+{
+	uint64_t t0 = harness_now_ns();
+
+	while (logged(what) <= n) {
+		if (e2e_ms_since(t0) >= ms)
+			return false;
+		poll(NULL, 0, 2);	/* between looks at the event */
+	}
+	return true;
 }
 
 /* ------------------------------------------------------------ a worker */
@@ -269,37 +286,18 @@ static void *wait_thread(void *arg)
 	return NULL;
 }
 
-/* carmyd's connections: how a test tells that a waiter has dialled in. */
-static int carmyd_fds(void)
-{
-	char cmd[96], buf[32];
-	FILE *f;
-	int n = -1;
-
-	snprintf(cmd, sizeof(cmd), "ls /proc/%d/fd | wc -l", (int)d.pid);
-	f = popen(cmd, "r");
-	ck_assert_ptr_nonnull(f);
-	if (fgets(buf, sizeof(buf), f) != NULL)
-		n = atoi(buf);
-	pclose(f);
-	return n;
-}
-
-/* Start a waiter on call and return once it is connected and waiting. */
+/* Start a waiter on call and return once carmyd has it among its
+ * waiters (it logs each wait it registers). */
 static void waiter_start(struct waiter *wt, const struct carmy_call *call,
 			 int timeout_ms)
 {
-	int before = carmyd_fds();
-	uint64_t t0 = harness_now_ns();
+	int before = logged(WAIT_BEGINS);
 
 	wt->call = *call;
 	wt->timeout_ms = timeout_ms;
 	ck_assert_int_eq(pthread_create(&wt->t, NULL, wait_thread, wt), 0);
-	while (carmyd_fds() <= before) {
-		ck_assert_msg(e2e_ms_since(t0) < 5000,
-			      "the waiter never connected");
-		poll(NULL, 0, 2);	/* between looks at the event */
-	}
+	ck_assert_msg(await_logged(WAIT_BEGINS, before, 5000),
+		      "carmyd never registered the waiter");
 }
 
 START_TEST(test_wait_gets_the_replay_when_it_completes)
@@ -321,31 +319,60 @@ START_TEST(test_wait_gets_the_replay_when_it_completes)
 }
 END_TEST
 
+/*
+ * The release told carmyd, which woke the waiter then rather than on its
+ * 100 ms tick. The tick can still come first, between the worker's
+ * release in the table and carmyd reading its word (carmyd logs which of
+ * the two told the waiter): then the try is made again with a new
+ * identity. A carmyd that never wakes on a release fails every try. The
+ * latency is quoted, not asserted: a loaded machine is slow.
+ */
 START_TEST(test_wait_gets_the_reservation_when_it_is_released)
 {
-	struct carmy_call call = E2E_CALL("p", "s", "given-back");
-	struct waiter wt;
-	struct worker w;
+	const char *told = "released: 1 waiter told at once";
+	const char *ticked = "1 waiter told at the tick";
+	int try;
 
-	uint64_t t0;
+	for (try = 0; try < 3; try++) {
+		char rid[32];
+		struct carmy_call call;
+		struct waiter wt;
+		struct worker w;
+		int n_told = logged(told), n_ticked = logged(ticked);
+		uint64_t t0;
+		double ms;
 
-	worker_start(&w, &call);
-	waiter_start(&wt, &call, 20000);
-	t0 = harness_now_ns();
-	ck_assert_int_eq(worker_do(&w, 'r'), 0);
-	ck_assert_int_eq(pthread_join(wt.t, NULL), 0);
-	ck_assert_msg(wt.rc == CARMY_RESERVED, "wait: %s", carmy_errname(wt.rc));
-	/* The release told carmyd, which woke the waiter then rather than on
-	 * its 100 ms tick (which logs nothing). The latency is quoted, not
-	 * asserted: a loaded machine is slow. */
-	ck_assert_msg(logged("released: 1 waiter told at once"),
-		      "carmyd did not wake the waiter on the release");
-	e2e_note("reserved %.1f ms after the release was asked for",
-		 (double)(wt.done_ns - t0) / 1e6);
-	ck_assert_str_ne(wt.r.execution_id, w.exec);
-	ck_assert_int_eq(carmy_complete(c, &wt.r, CARMY_STATUS_COMPLETED, "me", 2),
-			 0);
-	carmy_reservation_clear(&wt.r);
+		snprintf(rid, sizeof(rid), "given-back-%d", try);
+		call = E2E_CALL("p", "s", rid);
+		worker_start(&w, &call);
+		waiter_start(&wt, &call, 20000);
+		t0 = harness_now_ns();
+		ck_assert_int_eq(worker_do(&w, 'r'), 0);
+		ck_assert_int_eq(pthread_join(wt.t, NULL), 0);
+		ck_assert_msg(wt.rc == CARMY_RESERVED, "wait: %s",
+			      carmy_errname(wt.rc));
+		ck_assert_str_ne(wt.r.execution_id, w.exec);
+		ck_assert_int_eq(carmy_complete(c, &wt.r,
+						CARMY_STATUS_COMPLETED, "me", 2),
+				 0);
+		carmy_reservation_clear(&wt.r);
+		ms = (double)(wt.done_ns - t0) / 1e6;
+		/* One of the two told it; wait for carmyd's line. */
+		t0 = harness_now_ns();
+		while (logged(told) == n_told && logged(ticked) == n_ticked) {
+			ck_assert_msg(e2e_ms_since(t0) < 5000,
+				      "carmyd did not wake the waiter on the "
+				      "release (nor at the tick)");
+			poll(NULL, 0, 2);	/* between looks at the event */
+		}
+		if (logged(told) > n_told) {
+			e2e_note("reserved %.1f ms after the release was "
+				 "asked for (try %d)", ms, try + 1);
+			return;
+		}
+		e2e_note("try %d: the tick woke the waiter first", try + 1);
+	}
+	ck_abort_msg("carmyd did not wake the waiter on the release");
 }
 END_TEST
 
