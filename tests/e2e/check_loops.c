@@ -94,30 +94,6 @@ static int worker(int w)
 	return 0;
 }
 
-/* carmyd's CPU time so far (user + system), in clock ticks. */
-static unsigned long long cpu_ticks(void)
-{
-	char path[64], buf[1024];
-	unsigned long long ut = 0, st = 0;
-	const char *p;
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)d.pid);
-	f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* After the command's closing parenthesis: state is field 3, utime
-	 * and stime are fields 14 and 15. */
-	p = strrchr(buf, ')');
-	ck_assert_ptr_nonnull(p);
-	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
-				"%*u %*u %llu %llu", &ut, &st), 2);
-	return ut + st;
-}
-
 /*
  * With no client left, carmyd's loops must sleep: a loop that polled on
  * (--spin-us never ending) would burn a CPU. Its CPU time over half a
@@ -127,10 +103,10 @@ static unsigned long long cpu_ticks(void)
 static void assert_idle(void)
 {
 	const long hz = sysconf(_SC_CLK_TCK);
-	unsigned long long t0 = cpu_ticks(), used;
+	unsigned long long t0 = e2e_cpu_ticks(d.pid), used;
 
 	poll(NULL, 0, 500);
-	used = cpu_ticks() - t0;
+	used = e2e_cpu_ticks(d.pid) - t0;
 	e2e_note("idle carmyd: %llu ms of CPU in 500 ms",
 		 used * 1000 / (unsigned long long)hz);
 	ck_assert_msg(used * 4 * 2 < (unsigned long long)hz,

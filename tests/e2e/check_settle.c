@@ -590,6 +590,68 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 }
 END_TEST
 
+/*
+ * A peer that sends its next request without waiting for the reply to a
+ * WAIT: carmyd reads nothing more until the WAIT is answered, answers the
+ * two in order, and does not spin meanwhile (its loop keeps input armed
+ * while a request is pending and takes it out only when more arrives; a
+ * level-triggered input left armed would wake the loop without end).
+ */
+START_TEST(test_a_request_sent_behind_a_wait_is_answered_after_it)
+{
+	struct carmy_call held = E2E_CALL("p", "s", "held-long");
+	const void *part[3] = { held.principal, held.session,
+				held.request_id };
+	const size_t len[3] = { held.principal_len, held.session_len,
+				held.request_id_len };
+	const uint8_t fp[SHM_FP_LEN] = { 0 };
+	const long hz = sysconf(_SC_CLK_TCK);
+	const int wait_ms = 600;
+	uint8_t exec[SHM_EXEC_LEN];
+	unsigned long long t0, used;
+	msgpack_sbuffer sb;
+	struct worker w;
+	uint64_t start;
+	int fd, waits;
+
+	worker_start(&w, &held);
+	e2e_exec_bytes(w.exec, exec);
+	fd = raw_connect();
+	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_settle(&sb, WIRE_WAIT, part, len, exec, fp,
+					 0, 0, NULL, 0, (uint32_t)wait_ms), 0);
+	waits = logged(WAIT_BEGINS);
+	start = harness_now_ns();
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	/* Once the WAIT is pending, the next request: it stays in the
+	 * socket, readable, until the WAIT is answered. */
+	ck_assert_msg(await_logged(WAIT_BEGINS, waits, 5000),
+		      "carmyd never registered the WAIT");
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reclaim(&sb), 0);
+	t0 = e2e_cpu_ticks(d.pid);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	/* The entry runs on: the WAIT ends at its deadline, first. */
+	ck_assert_int_eq(raw_reply(fd, WIRE_WAIT), -ETIMEDOUT);
+	used = e2e_cpu_ticks(d.pid) - t0;
+	ck_assert_msg(e2e_ms_since(start) >= wait_ms - 1,
+		      "the WAIT was answered before its deadline");
+	ck_assert_int_eq(raw_reply(fd, WIRE_RECLAIM), 0);
+	e2e_note("carmyd used %llu ms of CPU in a %d ms wait",
+		 used * 1000 / (unsigned long long)hz, wait_ms);
+	/* Under a quarter of a CPU; a loop woken without end takes one. */
+	ck_assert_msg(used * 1000 * 4 < (unsigned long long)hz * wait_ms,
+		      "carmyd used %llu clock ticks (%ld a second) while "
+		      "one WAIT was pending", used, hz);
+	close(fd);
+	ck_assert_int_eq(worker_do(&w, 'c'), 0);
+}
+END_TEST
+
 /* A resolution with the longest identity and the largest result fits in a
  * message; a larger result is refused before anything is sent, and the
  * handle's other reservations are untouched. */
@@ -638,6 +700,7 @@ int main(void)
 	tcase_add_test(tc, test_wait_ends_at_its_deadline_still_running);
 	tcase_add_test(tc, test_resolution_survives_a_reboot_with_the_journal);
 	tcase_add_test(tc, test_durable_requests_are_checked_against_the_table);
+	tcase_add_test(tc, test_a_request_sent_behind_a_wait_is_answered_after_it);
 	tcase_add_test(tc, test_resolve_with_the_largest_identity_and_result);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);

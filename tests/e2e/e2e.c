@@ -202,6 +202,29 @@ double e2e_ms_since(uint64_t t0_ns)
 	return (double)(harness_now_ns() - t0_ns) / 1e6;
 }
 
+unsigned long long e2e_cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long long ut = 0, st = 0;
+	const char *p;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* After the command's closing parenthesis: state is field 3, utime
+	 * and stime are fields 14 and 15. */
+	p = strrchr(buf, ')');
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+				"%*u %*u %llu %llu", &ut, &st), 2);
+	return ut + st;
+}
+
 int e2e_poll_begin(carmy_t *c, const struct carmy_call *call,
 		   struct carmy_reservation *r, int want_rc, int want_state,
 		   int timeout_ms, uint64_t *seen_ns)

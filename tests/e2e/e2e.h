@@ -74,6 +74,9 @@ void e2e_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Milliseconds since t0_ns (harness_now_ns()). */
 double e2e_ms_since(uint64_t t0_ns);
 
+/* A process's CPU time so far (user + system), in clock ticks. */
+unsigned long long e2e_cpu_ticks(pid_t pid);
+
 /*
  * Call carmy_begin until it returns want_rc with r->state == want_state
  * (want_state < 0: any), CARMY_RESERVED (never awaited: a second execution
