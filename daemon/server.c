@@ -460,7 +460,8 @@ static void on_readable(struct conn *c, uint32_t events)
 			 * reply) takes EPOLLIN out until then. */
 			if (events & (EPOLLHUP | EPOLLERR)) {
 				drop(c, "closed");
-			} else if (!c->in_paused) {
+			} else if (c->armed & EPOLLIN) {
+				/* (Again if epoll_ctl() failed last time.) */
 				c->in_paused = true;
 				arm(c);
 			}
@@ -775,7 +776,7 @@ static void store_done(struct carmy_store_req *req, int rc)
 	l->done = op;
 	pthread_mutex_unlock(&l->done_lock);
 	if (first && write(l->done_fd, &one, sizeof(one)) < 0) {
-		/* The counter is already non-zero: the loop is woken. */
+		/* Only at the counter's limit: the loop is woken. */
 	}
 	pthread_mutex_lock(&sv->idle_lock);
 	if (--sv->inflight == 0)
