@@ -936,11 +936,18 @@ static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN])
 	return 0;
 }
 
+/*
+ * An execution's start time, for ages shown to operators and for the
+ * owner check after a restart (which allows a second of slack): the
+ * clock's last tick (a few milliseconds at most behind) is exact enough,
+ * and takes an eighth of the precise clock's time on the reserve path
+ * (2.7 against 20.7 ns on the machine of the README's figures).
+ */
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);	/* vDSO: no system call */
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);	/* vDSO */
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
