@@ -363,6 +363,79 @@ START_TEST(test_fingerprint_parts_do_not_slide_into_each_other)
 }
 END_TEST
 
+/*
+ * libcarmy computes a call's canonical fingerprint before it looks in the
+ * table while a handle's recent begins were new calls, and only when the
+ * table asks for it after a run of retries (client.c, fp_early). The
+ * answers must not depend on which: each check below runs once after
+ * three retries of the same bytes (late) and once after three new calls
+ * (early), steered again before every begin since each begin moves it.
+ */
+static void steer(carmy_t *h, bool early)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("steer", "s", "done");
+	char rid[32];
+
+	for (int i = 0; i < 3; i++) {
+		if (early) {
+			snprintf(rid, sizeof(rid), "new-%d", i);
+			call = E2E_CALL("steer", "s", rid);
+			expect_begin(h, &call, &r, CARMY_RESERVED);
+			ck_assert_int_eq(carmy_release(h, &r), 0);
+		} else {
+			expect_begin(h, &call, &r, CARMY_REPLAY);
+		}
+	}
+	carmy_reservation_clear(&r);
+}
+
+START_TEST(test_answers_do_not_depend_on_when_the_fingerprint_is_computed)
+{
+	static const uint8_t ab[] = { 0x82, 0xa1, 'a', 1, 0xa1, 'b', 2 };
+	static const uint8_t ba[] = { 0x82, 0xa1, 'b', 0xcc, 2, 0xa1, 'a', 1 };
+	static const uint8_t ab3[] = { 0x82, 0xa1, 'a', 1, 0xa1, 'b', 3 };
+	static const uint8_t dup[] = { 0x82, 0xa1, 'a', 1, 0xa1, 'a', 2 };
+	static const uint8_t cut[] = { 0x82, 0xa1, 'a', 1, 0xa1 };
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call done = E2E_CALL("steer", "s", "done"), call;
+	char exec[CARMY_EXECUTION_ID_LEN + 1], rid[32];
+
+	expect_begin(c, &done, &r, CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "d", 1), 0);
+	for (int early = 0; early < 2; early++) {
+		/* A call completed with its keys in one order... */
+		snprintf(rid, sizeof(rid), "kept-%d", early);
+		call = with_args(E2E_CALL("p", "s", rid), ab, sizeof(ab));
+		steer(c, early);
+		expect_begin(c, &call, &r, CARMY_RESERVED);
+		strcpy(exec, r.execution_id);
+		ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED,
+						"ok", 2), 0);
+		/* ... replays for the other order and a wider integer... */
+		call = with_args(call, ba, sizeof(ba));
+		steer(c, early);
+		expect_begin(c, &call, &r, CARMY_REPLAY);
+		ck_assert_str_eq(r.execution_id, exec);
+		/* ... conflicts with another value... */
+		call = with_args(call, ab3, sizeof(ab3));
+		steer(c, early);
+		expect_begin(c, &call, &r, CARMY_ECONFLICT);
+		ck_assert_str_eq(r.execution_id, exec);
+		/* ... and bad arguments are refused, for it or a new one. */
+		call = with_args(call, dup, sizeof(dup));
+		steer(c, early);
+		expect_begin(c, &call, &r, CARMY_EINVALID_ARGS);
+		call = with_args(E2E_CALL("p", "s", "never"), cut, sizeof(cut));
+		steer(c, early);
+		expect_begin(c, &call, &r, CARMY_EINVALID_ARGS);
+	}
+	/* Nothing but the two calls and "done" holds an entry. */
+	expect_room_for_exactly(c, CAP - 3);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
 START_TEST(test_invalid_msgpack_args_are_refused_and_reserve_nothing)
 {
 	static const struct { const char *why; uint8_t b[8]; size_t n; } bad[] = {
@@ -874,6 +947,7 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_key_order_and_integer_width_are_the_same_call);
 	tcase_add_test(tc, test_different_args_tool_or_meta_is_a_conflict);
 	tcase_add_test(tc, test_fingerprint_parts_do_not_slide_into_each_other);
+	tcase_add_test(tc, test_answers_do_not_depend_on_when_the_fingerprint_is_computed);
 	tcase_add_test(tc, test_invalid_msgpack_args_are_refused_and_reserve_nothing);
 	tcase_add_test(tc, test_new_identity_is_reserved_with_a_fresh_execution_id);
 	tcase_add_test(tc, test_execution_ids_from_threads_never_repeat);
