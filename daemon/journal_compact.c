@@ -57,6 +57,8 @@ struct jcompact {
 	struct jidx ix;
 	uint64_t from;		/* the old file's next record to copy, */
 	uint64_t from_seq;	/* and its sequence number */
+	uint64_t ifrom;		/* after a failure: the next to index, */
+	uint64_t iseq;		/* and its number */
 	uint64_t paused_bytes;	/* copied while commits waited */
 	uint64_t old_end;	/* where the old file's records ended */
 	uint8_t *buf;
@@ -73,7 +75,12 @@ static int catch_up(struct jnl *j, struct jcompact *c);
 static int copy_delta(struct jnl *j, struct jcompact *c, uint64_t to);
 static int finish(struct jnl *j, struct jcompact *c, bool *renamed);
 static void switch_to(struct jnl *j, struct jcompact *c);
-static void abandon(struct jnl *j, struct jcompact *c, bool closing);
+static void abandon(struct jnl *j, struct jcompact *c, bool closing, int rc);
+static int reindex(struct jnl *j, struct jcompact *c, uint64_t to);
+static int in_rounds(struct jnl *j, struct jcompact *c, const uint64_t *from,
+		     int (*step)(struct jnl *j, struct jcompact *c,
+				 uint64_t to));
+static void token_lend(struct jnl *j);
 static int read_records(const struct jnl *j, uint64_t *from, uint64_t *seq,
 			uint64_t to, struct jcompact *c, size_t *lenp);
 static int put_standing(struct jcompact *c, const uint8_t *map,
@@ -95,11 +102,15 @@ static uint64_t mono_ns(void);
  */
 bool jnl_needs_compaction(const struct jnl *j)
 {
-	uint64_t needed = (uint64_t)j->ix.live + j->ix.results;
+	uint64_t needed;
 
-	return !j->readonly && !j->no_index && !j->compacting &&
-	       !j->stopping && __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE) == 0 &&
-	       j->nrec > j->compact_min && j->nrec > 2 * needed &&
+	/* The index is the compactor's while compacting (it may be
+	 * indexing a failed compaction's records): looked at only after. */
+	if (j->readonly || j->no_index || j->compacting || j->stopping ||
+	    __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE) != 0)
+		return false;
+	needed = (uint64_t)j->ix.live + j->ix.results;
+	return j->nrec > j->compact_min && j->nrec > 2 * needed &&
 	       j->nrec >= j->retry_at;
 }
 
@@ -182,9 +193,9 @@ static void compact_online(struct jnl *j)
 	struct jcompact c;
 	struct jhook hook;
 	bool renamed = false;
-	uint64_t t0, paused, before;
+	uint64_t t0, paused = 0, before;
 	uint32_t live = 0;
-	int rc;
+	int rc, irc;
 
 	pthread_mutex_lock(&j->lock);
 	hook = j->hook;
@@ -203,12 +214,25 @@ static void compact_online(struct jnl *j)
 	if (rc == 0 && hook.fn != NULL)
 		hook.fn(hook.arg, JOURNAL_COMPACT_SWITCHING, 0);
 
-	token_take(j);
-	t0 = mono_ns();
-	if (rc == 0)
+	if (rc == 0) {
+		token_take(j);
+		t0 = mono_ns();
 		rc = finish(j, &c, &renamed);
+		paused = mono_ns() - t0;
+		if (rc != 0 && !renamed)
+			token_lend(j);	/* failed: see below */
+	}
 	if (rc != 0 && !renamed) {
-		abandon(j, &c, rc == -ECANCELED);
+		/* The old journal stays, and its index missed what was
+		 * committed since the snapshot: indexed in rounds that do
+		 * not pause commits, like the catch-up, and only the rest
+		 * while they wait. */
+		irc = rc == -ECANCELED ? 0 : in_rounds(j, &c, &c.ifrom, reindex);
+		token_take(j);
+		t0 = mono_ns();
+		abandon(j, &c, rc == -ECANCELED || irc == -ECANCELED,
+			irc == -ECANCELED || irc > 0 ? 0 : irc);
+		paused += mono_ns() - t0;
 	} else if (rc != 0) {
 		/* The rename may not be durable, and with it whatever is
 		 * appended to the new file: fail closed, as after a failed
@@ -219,7 +243,6 @@ static void compact_online(struct jnl *j)
 		__atomic_store_n(&j->broken, rc, __ATOMIC_RELEASE);
 	}
 	live = j->ix.live;
-	paused = mono_ns() - t0;
 	token_give(j, rc, &c, paused);
 
 	if (rc == 0)
@@ -236,8 +259,11 @@ static void compact_online(struct jnl *j)
 			 j->path);
 	else if (!renamed)
 		log_warn("journal %s: compaction failed: %s; the journal in "
-			 "use is unchanged, next try once it has twice the "
-			 "records", j->path, strerror(-rc));
+			 "use is unchanged (commits waited %.2f ms while %llu "
+			 "bytes were indexed), next try once it has twice the "
+			 "records", j->path, strerror(-rc),
+			 (double)paused / 1e6,
+			 (unsigned long long)c.paused_bytes);
 	compact_free(&c);
 	if (hook.fn != NULL)
 		hook.fn(hook.arg, JOURNAL_COMPACT_DONE, rc);
@@ -260,7 +286,7 @@ int jnl_compact_at_start(struct jnl *j, bool *renamed)
 	if (rc == 0)
 		rc = finish(j, &c, renamed);
 	if (rc != 0 && !*renamed)
-		abandon(j, &c, false);
+		abandon(j, &c, false, 0);
 	if (*renamed)
 		log_info("journal %s: compacted %llu bytes of history into "
 			 "%llu records (%llu bytes) for %u standing "
@@ -275,8 +301,8 @@ static void compact_init(const struct jnl *j, struct jcompact *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->fd = c->ix.fd = -1;
-	c->from = j->snap_end;
-	c->from_seq = j->snap_seq + 1;
+	c->from = c->ifrom = j->snap_end;
+	c->from_seq = c->iseq = j->snap_seq + 1;
 }
 
 static void compact_free(struct jcompact *c)
@@ -399,7 +425,25 @@ static int put_standing(struct jcompact *c, const uint8_t *map,
  * and during each round the next, without pausing commits. */
 static int catch_up(struct jnl *j, struct jcompact *c)
 {
-	bool copied = false;
+	int rc = in_rounds(j, c, &c->from, copy_delta);
+
+	if (rc > 0 && fdatasync(c->fd) != 0)
+		return -errno;
+	return rc < 0 ? rc : 0;
+}
+
+/*
+ * Take what is durable in the old file past *from with step (which moves
+ * *from on), and during each round what was committed meanwhile, without
+ * pausing commits, until less than JOURNAL_CATCHUP_MIN is left or after
+ * JOURNAL_CATCHUP_ROUNDS. Returns how many rounds took something, an
+ * error from step, or -ECANCELED if carmyd is stopping.
+ */
+static int in_rounds(struct jnl *j, struct jcompact *c, const uint64_t *from,
+		     int (*step)(struct jnl *j, struct jcompact *c,
+				 uint64_t to))
+{
+	int taken = 0;
 
 	for (int round = 0; round < JOURNAL_CATCHUP_ROUNDS; round++) {
 		uint64_t to;
@@ -412,16 +456,14 @@ static int catch_up(struct jnl *j, struct jcompact *c)
 		pthread_mutex_unlock(&j->lock);
 		if (stop)
 			return -ECANCELED;
-		if (to - c->from < JOURNAL_CATCHUP_MIN)
+		if (to - *from < JOURNAL_CATCHUP_MIN)
 			break;
-		rc = copy_delta(j, c, to);
+		rc = step(j, c, to);
 		if (rc != 0)
 			return rc;
-		copied = true;
+		taken++;
 	}
-	if (copied && fdatasync(c->fd) != 0)
-		return -errno;
-	return 0;
+	return taken;
 }
 
 /*
@@ -507,17 +549,17 @@ static void switch_to(struct jnl *j, struct jcompact *c)
 /*
  * Give up before the rename, holding the token: the new file goes, the
  * old journal stays in use as it is (nothing was ever written to it but
- * commits), and its index takes the records committed since the snapshot,
- * which it missed meanwhile (commits wait for that: unlike a switch, a
- * failure's pause grows with what was committed during the compaction).
- * Not when the store is closing: its index is about to be freed. The next
- * try waits until the journal has twice the records, so a full disk does
- * not mean a rewrite per batch.
+ * commits), and its index takes the records committed since the snapshot
+ * that it still misses, from c->ifrom on: in_rounds() has taken the rest
+ * without pausing commits, so the pause is the last round's worth
+ * (c->paused_bytes says how much). rc is how those rounds ended: an error
+ * loses the index. Not when the store is closing: its index is about to
+ * be freed. The next try waits until the journal has twice the records,
+ * so a full disk does not mean a rewrite per batch.
  */
-static void abandon(struct jnl *j, struct jcompact *c, bool closing)
+static void abandon(struct jnl *j, struct jcompact *c, bool closing, int rc)
 {
-	uint64_t from = j->snap_end, seq = j->snap_seq + 1;
-	int rc = 0;
+	uint64_t at = c->ifrom;
 
 	if (c->fd >= 0) {
 		close(c->fd);
@@ -525,17 +567,29 @@ static void abandon(struct jnl *j, struct jcompact *c, bool closing)
 		unlink(c->tmp);
 	}
 	jidx_free(&c->ix);
-	while (!closing && rc == 0 && from < j->end) {
-		uint64_t at = from;
-		size_t len;
-
-		rc = read_records(j, &from, &seq, j->end, c, &len);
-		for (size_t k = 0; rc == 0 && k < len; k += rec_len(c->buf + k))
-			rc = jidx_record(&j->ix, c->buf + k, at + k);
-	}
+	if (!closing && rc == 0)
+		rc = reindex(j, c, j->end);
+	c->paused_bytes = c->ifrom - at;
 	if (rc != 0)
 		jnl_lose_index(j, rc);
 	j->retry_at = 2 * j->nrec;
+}
+
+/* Apply the old file's records from c->ifrom up to to to the journal's
+ * own index; by the compactor, which owns it meanwhile. */
+static int reindex(struct jnl *j, struct jcompact *c, uint64_t to)
+{
+	int rc = 0;
+
+	while (rc == 0 && c->ifrom < to) {
+		uint64_t at = c->ifrom;
+		size_t len;
+
+		rc = read_records(j, &c->ifrom, &c->iseq, to, c, &len);
+		for (size_t k = 0; rc == 0 && k < len; k += rec_len(c->buf + k))
+			rc = jidx_record(&j->ix, c->buf + k, at + k);
+	}
+	return rc;
 }
 
 /*
@@ -607,6 +661,16 @@ static void token_take(struct jnl *j)
 		pthread_cond_wait(&j->idle, &j->lock);
 	j->want_token = false;
 	j->flushing = true;
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* ... lends it back to the commits queued meanwhile, the compaction still
+ * under way (they go on not indexing) ... */
+static void token_lend(struct jnl *j)
+{
+	pthread_mutex_lock(&j->lock);
+	jnl_batch_done(j);
+	pthread_cond_broadcast(&j->wake);
 	pthread_mutex_unlock(&j->lock);
 }
 

@@ -1263,6 +1263,32 @@ static void *during_thread(void *arg)
 	return NULL;
 }
 
+/* Four threads committing T0..T0 + 4 * T_PER at once (about 80 KB, more
+ * than a catch-up round's minimum); 0, or why one failed. */
+static int during_threads(void *st, int *want)
+{
+	struct mixer m[4];
+	pthread_t t[4];
+	int started = 0, rc = 0;
+
+	for (int i = 0; i < 4; i++) {
+		m[i] = (struct mixer){ st, T0 + i * T_PER, T_PER, want };
+		if (pthread_create(&t[i], NULL, during_thread, &m[i]) != 0) {
+			rc = -EAGAIN;
+			break;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++) {
+		void *ret = NULL;
+
+		pthread_join(t[i], &ret);
+		if (ret != NULL)
+			rc = -EIO;
+	}
+	return rc;
+}
+
 /* The first compaction's phases: records go in at each one. */
 static void during_act(struct watch *w, enum journal_compact_phase ph, int n)
 {
@@ -1292,28 +1318,11 @@ static void during_act(struct watch *w, enum journal_compact_phase ph, int n)
 		want[R0] = want[A0] = 0;
 		want[S0 + 1] = CARMY_STORE_RUNNING;
 		break;
-	case JOURNAL_COMPACT_REWRITTEN: {
+	case JOURNAL_COMPACT_REWRITTEN:
 		/* Written: several threads at once, more than a catch-up
 		 * round's minimum, so these are copied without a pause. */
-		struct mixer m[4];
-		pthread_t t[4];
-
-		for (int i = 0; i < 4; i++) {
-			m[i] = (struct mixer){ w->st, T0 + i * T_PER, T_PER,
-					       want };
-			if (pthread_create(&t[i], NULL, during_thread,
-					   &m[i]) != 0)
-				rc = -EAGAIN;
-		}
-		for (int i = 0; i < 4; i++) {
-			void *ret = NULL;
-
-			pthread_join(t[i], &ret);
-			if (ret != NULL)
-				rc = -EIO;
-		}
+		rc = during_threads(w->st, want);
 		break;
-	}
 	case JOURNAL_COMPACT_SWITCHING:
 		/* Last: these few are copied while commits wait. */
 		rc = ex_op(w->st, CARMY_STORE_COMPLETE, S0 + 1);
@@ -1419,6 +1428,48 @@ static void fail_act(struct watch *w, enum journal_compact_phase ph, int n)
 		watch_error(w, "a request during compaction", rc);
 }
 
+/* The bounded failure test's first compaction: at its snapshot, before
+ * it fails, several threads commit more than a catch-up round's minimum,
+ * which the journal's index must take from the file. */
+static void fail_big_act(struct watch *w, enum journal_compact_phase ph, int n)
+{
+	int rc = 0;
+
+	if (n != 0 || ph != JOURNAL_COMPACT_SNAPSHOT)
+		return;
+	if (!watch_wait_main(w))
+		rc = -ETIMEDOUT;
+	if (rc == 0)
+		rc = during_threads(w->st, w->ctx);
+	if (rc != 0)
+		watch_error(w, "a request during compaction", rc);
+}
+
+/* A journal whose compactions fail until blocker (DIR/journal.new, made
+ * a directory) is removed, with w watching them and act run at each
+ * phase; 22 records stand and 80 of history start the first one, which
+ * has ended (failed) on return. *ino: the journal's inode before it. */
+static void *open_failing(const char *dir, char *blocker, size_t len,
+			  struct watch *w,
+			  void (*act)(struct watch *, enum journal_compact_phase,
+				      int),
+			  int *want, ino_t *ino)
+{
+	void *st = open_journal_min(dir, 100);
+
+	*ino = inode_of(dir);
+	snprintf(blocker, len, "%s/journal.new", dir);
+	ck_assert_int_eq(mkdir(blocker, 0700), 0);
+	watch_init(w, st);
+	w->act = act;
+	w->ctx = want;
+	journal_set_compact_hook(st, on_phase, w);
+	stand_then_history(st, want);
+	watch_main_done(w);
+	watch_wait(w, &w->done, 1);
+	return st;
+}
+
 /*
  * A compaction that cannot create journal.new (a directory has its name)
  * gives up: the store keeps working on the old journal, whole. Once it
@@ -1432,19 +1483,12 @@ START_TEST(test_failed_compaction_keeps_the_journal)
 	char blocker[256];
 	struct journal_stats js;
 	struct watch w, now;
-	void *st = open_journal_min(dir, 100);
-	ino_t ino = inode_of(dir);
+	void *st;
+	ino_t ino;
 
 	memset(want, 0, sizeof(want));
-	snprintf(blocker, sizeof(blocker), "%s/journal.new", dir);
-	ck_assert_int_eq(mkdir(blocker, 0700), 0);
-	watch_init(&w, st);
-	w.act = fail_act;
-	w.ctx = want;
-	journal_set_compact_hook(st, on_phase, &w);
-	stand_then_history(st, want);
-	watch_main_done(&w);
-	watch_wait(&w, &w.done, 1);
+	st = open_failing(dir, blocker, sizeof(blocker), &w, fail_act, want,
+			  &ino);
 	now = watch_now(&w);
 	ck_assert_msg(now.errors == 0, "%s", now.error);
 	ck_assert_int_eq(now.failed, 1);
@@ -1484,6 +1528,50 @@ START_TEST(test_failed_compaction_keeps_the_journal)
 	journal_store_ops.close(st);
 	watch_destroy(&w);
 	check_standing(dir, want, H0 + 260);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * A compaction that fails after more than a catch-up round's worth was
+ * committed during it: commits wait only while the journal's index takes
+ * the last round's records, not all of them (as the switch of a compaction
+ * that succeeds). The index is right: the next compaction, once it can,
+ * keeps every execution that stands, and a reopen finds them.
+ */
+START_TEST(test_failed_compaction_pauses_commits_for_the_last_records_only)
+{
+	static int want[DURING_N + 600];
+	char *dir = temp_dir();
+	char blocker[256];
+	struct journal_stats js;
+	struct watch w, now;
+	void *st;
+	ino_t ino;
+
+	memset(want, 0, sizeof(want));
+	st = open_failing(dir, blocker, sizeof(blocker), &w, fail_big_act,
+			  want, &ino);
+	now = watch_now(&w);
+	ck_assert_msg(now.errors == 0, "%s", now.error);
+	ck_assert_int_eq(now.failed, 1);
+	journal_get_stats(st, &js);
+	fprintf(stderr, "# failed: pause %.2f ms for %llu bytes indexed\n",
+		(double)js.last_pause_ns / 1e6,
+		(unsigned long long)js.last_pause_bytes);
+	ck_assert_uint_eq(js.compact_failures, 1);
+	ck_assert_uint_lt(js.last_pause_bytes, CATCHUP_MIN);
+	ck_assert_uint_eq(inode_of(dir), ino);
+	/* Once it can, and the journal has doubled, the next one works
+	 * from that index. */
+	ck_assert_int_eq(rmdir(blocker), 0);
+	history(st, DURING_N, DURING_N + 600);
+	watch_wait(&w, &w.ok, 1);
+	watch_idle(&w);
+	journal_store_ops.close(st);
+	watch_destroy(&w);
+	check_standing(dir, want, DURING_N + 600);
 	rm_rf(dir);
 	free(dir);
 }
@@ -1554,6 +1642,8 @@ int main(void)
 		test_records_committed_during_compaction_are_in_the_new_journal);
 	tcase_add_test(tc, test_failed_compaction_keeps_the_journal);
 	tcase_add_test(tc, test_failed_compaction_loses_no_record_after_reopen);
+	tcase_add_test(tc,
+		       test_failed_compaction_pauses_commits_for_the_last_records_only);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
