@@ -96,7 +96,7 @@ struct carmy_store_record {
 	uint8_t rawprint[16];		/* of its bytes as first sent */
 	uint8_t exec[16];		/* the execution id */
 	uint32_t pid;			/* of the reserving process */
-	uint64_t started_ns;		/* CLOCK_REALTIME */
+	uint64_t started_ns;		/* CLOCK_REALTIME, to a clock tick */
 	/* COMPLETE / COMPLETED only: */
 	uint64_t finished_ns;
 	int32_t status;			/* CARMY_STATUS_* */

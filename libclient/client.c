@@ -269,17 +269,13 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	 * reserve takes 0.26 us rather than 0.37 (README, Performance). A
 	 * retry of the same bytes does not need it and would only pay for
 	 * it (0.12 us rather than 0.08), so it is computed here only while
-	 * this handle's recent begins have been new calls (fp_early). Bad
-	 * arguments are refused here as they would be when asked: a begin
-	 * whose bytes are an entry's raw print never has bad arguments.
+	 * this handle's recent begins have been new calls (fp_early). If it
+	 * fails (bad arguments, no memory), the table is asked as if it had
+	 * not been tried, so the answer is the one the late path gives.
 	 */
 	early = __atomic_load_n(&c->fp_early, __ATOMIC_RELAXED) >= FP_EARLY_AT;
-	if (early) {
-		rc = canon_fingerprint(call, fp);
-		if (rc != 0)
-			return rc;
+	if (early && canon_fingerprint(call, fp) == 0)
 		claim.fp = fp;
-	}
 	claim.make_exec = new_exec_id;
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
