@@ -552,7 +552,7 @@ static void switch_to(struct jnl *j, struct jcompact *c)
  * commits), and its index takes the records committed since the snapshot
  * that it still misses, from c->ifrom on: in_rounds() has taken the rest
  * without pausing commits, so the pause is the last round's worth
- * (c->paused_bytes says how much). rc is how those rounds ended: an error
+ * (added to c->paused_bytes). rc is how those rounds ended: an error
  * loses the index. Not when the store is closing: its index is about to
  * be freed. The next try waits until the journal has twice the records,
  * so a full disk does not mean a rewrite per batch.
@@ -569,7 +569,7 @@ static void abandon(struct jnl *j, struct jcompact *c, bool closing, int rc)
 	jidx_free(&c->ix);
 	if (!closing && rc == 0)
 		rc = reindex(j, c, j->end);
-	c->paused_bytes = c->ifrom - at;
+	c->paused_bytes += c->ifrom - at;	/* after finish()'s, if any */
 	if (rc != 0)
 		jnl_lose_index(j, rc);
 	j->retry_at = 2 * j->nrec;

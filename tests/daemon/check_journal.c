@@ -1431,16 +1431,22 @@ static void fail_act(struct watch *w, enum journal_compact_phase ph, int n)
 /* The bounded failure test's first compaction: at its snapshot, before
  * it fails, several threads commit more than a catch-up round's minimum,
  * which the journal's index must take from the file. */
+static uint64_t fail_big_bytes;	/* what fail_big_act() committed */
+
 static void fail_big_act(struct watch *w, enum journal_compact_phase ph, int n)
 {
+	struct journal_stats js0, js1;
 	int rc = 0;
 
 	if (n != 0 || ph != JOURNAL_COMPACT_SNAPSHOT)
 		return;
 	if (!watch_wait_main(w))
 		rc = -ETIMEDOUT;
+	journal_get_stats(w->st, &js0);
 	if (rc == 0)
 		rc = during_threads(w->st, w->ctx);
+	journal_get_stats(w->st, &js1);
+	fail_big_bytes = js1.end - js0.end;
 	if (rc != 0)
 		watch_error(w, "a request during compaction", rc);
 }
@@ -1557,10 +1563,14 @@ START_TEST(test_failed_compaction_pauses_commits_for_the_last_records_only)
 	ck_assert_msg(now.errors == 0, "%s", now.error);
 	ck_assert_int_eq(now.failed, 1);
 	journal_get_stats(st, &js);
-	fprintf(stderr, "# failed: pause %.2f ms for %llu bytes indexed\n",
+	fprintf(stderr, "# failed after %llu bytes committed during it: pause "
+		"%.2f ms for %llu bytes indexed\n",
+		(unsigned long long)fail_big_bytes,
 		(double)js.last_pause_ns / 1e6,
 		(unsigned long long)js.last_pause_bytes);
 	ck_assert_uint_eq(js.compact_failures, 1);
+	/* More than a round's minimum came in: the rounds had work. */
+	ck_assert_uint_gt(fail_big_bytes, CATCHUP_MIN);
 	ck_assert_uint_lt(js.last_pause_bytes, CATCHUP_MIN);
 	ck_assert_uint_eq(inode_of(dir), ino);
 	/* Once it can, and the journal has doubled, the next one works
