@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +45,10 @@
  * JOURNAL_CATCHUP_ROUNDS; only the rest is copied while commits wait. */
 #define JOURNAL_CATCHUP_MIN (64u << 10)
 #define JOURNAL_CATCHUP_ROUNDS 8
+/* Room a compaction leaves on the disk beyond its copy: the old file
+ * grows meanwhile, JOURNAL_GROW (16 MB) at a time, and must be able to
+ * twice. */
+#define JOURNAL_COMPACT_SPARE (32u << 20)
 
 /* One compaction: the new file, and its index. */
 struct jcompact {
@@ -66,6 +71,7 @@ struct jcompact {
 };
 
 static void *compactor(void *arg);
+static bool room_to_compact(struct jnl *j);
 static void compact_online(struct jnl *j);
 static void compact_init(const struct jnl *j, struct jcompact *c);
 static void compact_free(struct jcompact *c);
@@ -128,6 +134,8 @@ bool jnl_needs_compaction(const struct jnl *j)
  */
 void jnl_start_compaction(struct jnl *j)
 {
+	if (!room_to_compact(j))
+		return;
 	if (!j->compactor_started) {
 		int err = pthread_create(&j->compactor, NULL, compactor, j);
 
@@ -144,6 +152,51 @@ void jnl_start_compaction(struct jnl *j)
 	j->snap_end = j->end;
 	j->snap_seq = j->seq;
 	pthread_cond_signal(&j->compact_wake);
+}
+
+/*
+ * Would a copy of what stands fit on the journal's disk, with
+ * JOURNAL_COMPACT_SPARE left? A copy that filled the disk would make the
+ * old file's growth fail, and with it commits, until the compaction gave
+ * up. If not, the next try waits until the journal has twice the
+ * records, like after a failure. If the disk cannot be asked, yes.
+ */
+static bool room_to_compact(struct jnl *j)
+{
+	uint64_t needed = (uint64_t)j->ix.live + j->ix.results, free_bytes;
+	struct statvfs sv;
+
+	if (fstatvfs(j->fd, &sv) != 0)
+		return true;
+	free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (jnl_compaction_fits(free_bytes, j->end, j->nrec, needed))
+		return true;
+	log_warn("journal %s: not compacted: %llu MB free on its disk, less "
+		 "than a copy of what stands and %u MB to spare; next try "
+		 "once it has twice the records", j->path,
+		 (unsigned long long)(free_bytes >> 20),
+		 JOURNAL_COMPACT_SPARE >> 20);
+	j->retry_at = 2 * j->nrec;
+	return false;
+}
+
+/*
+ * The rule room_to_compact() applies: free_bytes hold a copy of the
+ * needed records of a journal of nrec records ending at end, and
+ * JOURNAL_COMPACT_SPARE. The copy is taken as twice the needed records at
+ * the journal's mean record size (standing records, with their results,
+ * run larger than the reserves and releases of history), and never more
+ * than the journal, of which it is a subset.
+ */
+bool jnl_compaction_fits(uint64_t free_bytes, uint64_t end, uint64_t nrec,
+			 uint64_t needed)
+{
+	uint64_t mean = nrec > 0 ? end / nrec + 1 : end, copy = end;
+
+	if (needed < UINT64_MAX / 2 / mean && 2 * needed * mean < end)
+		copy = 2 * needed * mean;
+	return free_bytes >= JOURNAL_COMPACT_SPARE &&
+	       free_bytes - JOURNAL_COMPACT_SPARE >= copy;
 }
 
 static void *compactor(void *arg)
@@ -279,6 +332,8 @@ int jnl_compact_at_start(struct jnl *j, bool *renamed)
 
 	j->snap_end = j->end;
 	j->snap_seq = j->seq;
+	if (!room_to_compact(j))
+		return 0;
 	compact_init(j, &c);
 	rc = new_file(j, &c);
 	if (rc == 0)

@@ -256,6 +256,9 @@ bool jnl_needs_compaction(const struct jnl *j);
 void jnl_start_compaction(struct jnl *j);
 /* Compact before any thread runs (*renamed: it took over): jnl_open() */
 int jnl_compact_at_start(struct jnl *j, bool *renamed);
+/* Room on the disk for a compaction's copy? room_to_compact(), tests */
+bool jnl_compaction_fits(uint64_t free_bytes, uint64_t end, uint64_t nrec,
+			 uint64_t needed);
 /* The threshold, CARMY_JOURNAL_COMPACT_MIN or 1000: jnl_open() */
 uint64_t jnl_compact_min_env(void);
 

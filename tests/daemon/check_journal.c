@@ -30,6 +30,7 @@
 #include "carmy.h"
 #include "carmy_store.h"
 #include "daemon/journal.h"
+#include "daemon/journal_int.h"
 
 #define HEAD 40			/* struct jfile_head */
 #define REC_HEAD 24		/* struct jrec_head */
@@ -857,6 +858,33 @@ END_TEST
 /* A compaction's new file left behind by a crash is never read, and is as
  * big as the journal: the next open removes it (a directory of that name,
  * not the journal's to remove, stays). */
+/*
+ * A compaction starts only with room on the disk for its copy and 32 MB to
+ * spare (the old file grows meanwhile): the copy taken as twice the
+ * needed records at the journal's mean record size, at most the journal.
+ */
+START_TEST(test_compaction_needs_room_for_its_copy)
+{
+	const uint64_t MB = 1u << 20, spare = 32 * MB;
+	/* 100 MB of 1,000,000 records (105 bytes each, rounded up), 100,000
+	 * needed: a copy of 21,000,000 bytes. */
+	const uint64_t end = 100 * MB, nrec = 1000000, copy = 21000000;
+
+	ck_assert(jnl_compaction_fits(copy + spare, end, nrec, 100000));
+	ck_assert(!jnl_compaction_fits(copy + spare - 1, end, nrec, 100000));
+	/* Most of it needed: never more than the journal itself. */
+	ck_assert(jnl_compaction_fits(end + spare, end, nrec, 900000));
+	ck_assert(!jnl_compaction_fits(end + spare - 1, end, nrec, 900000));
+	/* Less than the spare alone, or nothing free: no. */
+	ck_assert(!jnl_compaction_fits(spare - 1, 1000, 10, 0));
+	ck_assert(!jnl_compaction_fits(0, 1000, 10, 1));
+	ck_assert(jnl_compaction_fits(spare, 1000, 10, 0));
+	/* Huge counts do not overflow into a yes. */
+	ck_assert(!jnl_compaction_fits(spare + 1, UINT64_MAX / 2, 1,
+				       UINT64_MAX / 4));
+}
+END_TEST
+
 START_TEST(test_stale_compaction_file_is_removed_at_open)
 {
 	char *dir = temp_dir();
@@ -1647,6 +1675,7 @@ int main(void)
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
 	tcase_add_test(tc, test_stale_compaction_file_is_removed_at_open);
+	tcase_add_test(tc, test_compaction_needs_room_for_its_copy);
 	tcase_add_test(tc, test_journal_compacts_itself_while_open);
 	tcase_add_test(tc,
 		test_records_committed_during_compaction_are_in_the_new_journal);
