@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -318,7 +319,7 @@ static int rt_setup(struct bench_worker *w)
 	return BENCH_OK;
 }
 
-/* One round trip: pack, write, block until one whole reply is unpacked. */
+/* One round trip: pack, write, wait until one whole reply is unpacked. */
 static void rt_op(struct bench_worker *w, uint64_t i)
 {
 	struct rt_worker *s = w->state;
@@ -344,8 +345,18 @@ static void rt_op(struct bench_worker *w, uint64_t i)
 		if (r != MSGPACK_UNPACK_CONTINUE ||
 		    !msgpack_unpacker_reserve_buffer(&s->up, ECHO_READ))
 			return;
-		n = read(s->fd, msgpack_unpacker_buffer(&s->up),
-			 msgpack_unpacker_buffer_capacity(&s->up));
+		/* Wait as libcarmy does, in poll(): a reader asleep in
+		 * read() is also woken when the server reads the request. */
+		n = recv(s->fd, msgpack_unpacker_buffer(&s->up),
+			 msgpack_unpacker_buffer_capacity(&s->up),
+			 MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
+
+			if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+				return;
+			continue;
+		}
 		if (n <= 0)
 			return;
 		msgpack_unpacker_buffer_consumed(&s->up, (size_t)n);
