@@ -791,6 +791,8 @@ static int send_all(int fd, const void *buf, size_t len)
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 		    struct wire_msg *m, uint8_t *buf, size_t cap)
 {
+	const uint64_t deadline = timeout_ms >= 0 ?
+					  mono_ms() + (uint64_t)timeout_ms : 0;
 	size_t have = 0;
 	long n;
 
@@ -824,6 +826,13 @@ static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 		 * 64 clients on a journal this was two of a cycle's four
 		 * sleeps (README, Performance).
 		 */
+		if (timeout_ms >= 0) {
+			/* The time left: neither a signal nor a reply
+			 * in pieces starts the wait over. */
+			uint64_t now = mono_ms();
+
+			timeout_ms = now < deadline ? (int)(deadline - now) : 0;
+		}
 		pr = poll(&pfd, 1, timeout_ms);
 		if (pr == 0)
 			return CARMY_EUNAVAILABLE;

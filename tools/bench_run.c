@@ -15,7 +15,9 @@
  * go itself.
  *
  * A figure is the rate while every worker runs. The first worker to finish
- * its ops sets stop, and the others stop after the op they are in: with
+ * its ops once all have started sets stop, and the others stop after the
+ * op they are in (not before their first: the last to reach the barrier
+ * starts while the others are still being woken from it). With
  * many workers sharing few CPUs, one the scheduler left behind would
  * otherwise run its last ops alone, and the figure would be that
  * straggler's wall time rather than what the clients got together (one
@@ -63,8 +65,9 @@ struct bench_ctl {
 	uint32_t arrived;
 	uint32_t go;
 	uint32_t abort;
-	uint32_t stop;		/* a worker has done all its ops */
-	uint32_t pad[12];
+	uint32_t running;	/* workers past their first op */
+	uint32_t stop;		/* then one has done all its ops */
+	uint32_t pad[11];
 	struct bench_slot slot[BENCH_MAX_PROCS];
 };
 
@@ -234,13 +237,15 @@ static void worker_main(const struct bench_figure *f, int index, int procs)
 				if (rc != BENCH_OK)
 					break;
 			}
-			done++;
+			if (++done == 1)
+				uatomic_inc(&ctl->running);
 			if (uatomic_read(&ctl->stop))
 				break;
 			if (done % ABORT_POLL == 0 && uatomic_read(&ctl->abort))
 				break;
 		}
-		if (done == ctl_ops)
+		if (done == ctl_ops &&
+		    uatomic_read(&ctl->running) == (uint32_t)procs)
 			uatomic_set(&ctl->stop, 1);
 		s->end_ns = bench_now_ns();
 		getrusage(RUSAGE_SELF, &r1);

@@ -64,8 +64,9 @@ struct bench_stats {
  * Returns 0 or -errno. */
 int bench_init(int max_procs, uint64_t ops);
 
-/* Run one figure with procs workers and fill *st. Returns 0 when every
- * worker finished its ops; otherwise st->fail and st->msg say why. */
+/* Run one figure with procs workers and fill *st: each does up to ops, and
+ * all stop once the first has done them all (bench_run.c). Returns 0 when
+ * no worker failed; otherwise st->fail and st->msg say why. */
 int bench_run(const struct bench_figure *f, int procs, struct bench_stats *st);
 
 /* From a worker: record why it fails (first caller wins). Returns code. */

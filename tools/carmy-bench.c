@@ -322,7 +322,8 @@ static void usage(FILE *out)
 		"                   libcarmy's default path)\n"
 		"  --procs LIST     process counts to measure (default 1,2)\n"
 		"  --ops N          timed operations per process and figure\n"
-		"                   (default 100000)\n"
+		"                   (default 100000); a figure stops when its\n"
+		"                   first process has done them all\n"
 		"  --replay-set K   identities the replay figure cycles over, and\n"
 		"                   keys the lookup floor cycles over (default 1000)\n"
 		"  --only LIST      figures to run, of: cas-insert, lookup,\n"
@@ -1083,7 +1084,8 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 		       "index %u buckets, max-result %u, socket %s", di->pid,
 		       di->capacity, di->free_entries, di->nbuckets,
 		       di->max_result, di->socket);
-	printf("\n%llu ops per process and figure; replay set %u; timer "
+	printf("\nup to %llu ops per process and figure (each stops when its "
+	       "first process is done); replay set %u; timer "
 	       "overhead %.3f µs (in every sample)\n\n",
 	       (unsigned long long)o->ops, o->replay_set, timer_us);
 	printf("%-11s %5s %12s %10s %10s %9s %7s  %s\n", "figure", "procs",
@@ -1265,7 +1267,7 @@ static void print_peers(const struct opts *o,
 	printf("\nThe same workload against its peers:\n");
 	for (int p = 0; p < PEER_COUNT; p++)
 		if (o->peer_where[p] != NULL)
-			printf("  %-5s %s; %llu ops per process and figure\n",
+			printf("  %-5s %s; up to %llu ops per process and figure\n",
 			       peer_kind_name((enum peer_kind)p),
 			       pr->cfg[p].settings,
 			       (unsigned long long)o->peer_ops[p]);
