@@ -796,51 +796,55 @@ static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 	size_t have = 0;
 	long n;
 
-	for (;;) {
-		ssize_t got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		int pr;
+	/*
+	 * Sleep in poll(), never in a blocking recv(): a reader asleep in
+	 * recv() is woken each time carmyd reads our request (the freed send
+	 * space wakes every sleeper on the socket), only to sleep again, and
+	 * being woken it often takes carmyd's CPU from it. poll() asks to be
+	 * woken for input alone. With 64 clients on a journal this was two of
+	 * a cycle's four sleeps (README, Performance). Without a spin the
+	 * reply is not there yet (a durable store's waits for a flush): sleep
+	 * first rather than try a recv() bound to fail.
+	 */
+	for (bool block = spin_ns == 0;; block = true) {
+		ssize_t got;
 
+		if (block) {
+			struct pollfd pfd = { .fd = fd, .events = POLLIN };
+			int pr;
+
+			if (timeout_ms >= 0) {
+				/* The time left: neither a signal nor a reply
+				 * in pieces starts the wait over. */
+				uint64_t now = mono_ms();
+
+				timeout_ms = now < deadline ?
+						     (int)(deadline - now) : 0;
+			}
+			pr = poll(&pfd, 1, timeout_ms);
+			if (pr == 0)
+				return CARMY_EUNAVAILABLE;
+			if (pr < 0 && errno != EINTR)
+				return -errno;
+		}
+		got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
 		/* A reply is usually a few microseconds away: polling for it
 		 * costs this CPU, sleeping costs a wake-up (tens of
 		 * microseconds on a VM whose idle vCPU halts). Yielding lets
 		 * the carmyd loop that owes the reply run first when it
 		 * shares this CPU. */
-		for (uint64_t until = spin_ns ? mono_ns() + spin_ns : 0;
+		for (uint64_t until = block || spin_ns == 0 ? 0 :
+						       mono_ns() + spin_ns;
 		     got < 0 && errno == EAGAIN && mono_ns() < until;) {
 			sched_yield();
 			got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
 		}
-		if (got >= 0)
-			goto take;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
+		if (got < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
 			return CARMY_EDISCONNECTED;
-		/*
-		 * Sleep in poll(), never in a blocking recv(): a reader asleep
-		 * in recv() is woken each time carmyd reads our request (the
-		 * freed send space wakes every sleeper on the socket), only
-		 * to sleep again, and being woken it often takes carmyd's
-		 * CPU from it. poll() asks to be woken for input alone. With
-		 * 64 clients on a journal this was two of a cycle's four
-		 * sleeps (README, Performance).
-		 */
-		if (timeout_ms >= 0) {
-			/* The time left: neither a signal nor a reply
-			 * in pieces starts the wait over. */
-			uint64_t now = mono_ms();
-
-			timeout_ms = now < deadline ? (int)(deadline - now) : 0;
 		}
-		pr = poll(&pfd, 1, timeout_ms);
-		if (pr == 0)
-			return CARMY_EUNAVAILABLE;
-		if (pr < 0 && errno != EINTR)
-			return -errno;
-		continue;
-take:
-		if (got <= 0)
+		if (got == 0)
 			return CARMY_EDISCONNECTED;
 		have += (size_t)got;
 		n = wire_scan(buf, have, cap);
