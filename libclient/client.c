@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -486,10 +487,14 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 			wrc = send_all(fd, sb.data, sb.size);
 		msgpack_sbuffer_destroy(&sb);
 		/* carmyd answers by the deadline (its tick is 100 ms); a
-		 * second more is for carmyd going away meanwhile. */
-		if (wrc == 0)
-			wrc = recv_msg(fd, (int)(deadline - now) + 1000, 0, &m,
-				       buf, sizeof(buf));
+		 * second more is for carmyd going away meanwhile (never past
+		 * INT_MAX, where it would turn into forever). */
+		if (wrc == 0) {
+			uint64_t ms = deadline - now + 1000;
+
+			wrc = recv_msg(fd, ms > INT_MAX ? INT_MAX : (int)ms, 0,
+				       &m, buf, sizeof(buf));
+		}
 		if (fd >= 0)
 			close(fd);
 		if (wrc == 0 && m.type == WIRE_WAIT &&
