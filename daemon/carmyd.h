@@ -121,7 +121,8 @@ bool store_running(struct store *s, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN]);
 int store_find_running(struct store *s, const struct shm_key *k,
 		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry);
-void store_submit(struct store *s, struct store_op *op);
+/* more: the caller submits other requests right after (CARMY_STORE_MORE). */
+void store_submit(struct store *s, struct store_op *op, bool more);
 int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);
 uint64_t store_now_ns(void);	/* CLOCK_REALTIME, as entries record it */
 void store_sweep_dead(struct store *s, const char *why);

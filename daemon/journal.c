@@ -21,11 +21,12 @@
  * flush is shared by as many clients as are waiting: throughput grows with
  * concurrency instead of being one flush per call. Batches are written by
  * the journal's own thread, except when requests come one at a time (the
- * last batch held one record) and none is in flight: then the thread that
- * submits it writes it at once, since on these VMs handing a request to
- * another thread and back costs two wake-ups, a third of a flush. Under
- * load that would stall an event loop for a flush while its other clients
- * wait, so it is not done then.
+ * last batch held one record), none is in flight and the caller has no
+ * other in hand (no CARMY_STORE_MORE): then the thread that submits it
+ * writes it at once, since on these VMs handing a request to another
+ * thread and back costs two wake-ups, a third of a flush. Under load that
+ * would stall an event loop for a flush while its other clients wait, so
+ * it is not done then.
  *
  * The file grows in pre-written chunks of zeros (JOURNAL_GROW), flushed
  * once, so that the fdatasync() of a commit writes data blocks only, not
@@ -249,7 +250,13 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 	req->next = NULL;
 	*j->tail = req;
 	j->tail = &req->next;
-	if (!j->flushing && !j->want_token && j->alone)
+	/* Written here only if it is alone and nothing follows it at once:
+	 * writing it would stall this caller (carmyd's event loop) for a
+	 * flush, and with one loop the requests behind it would never meet
+	 * in a batch. That was 4,400 cycles a second for 64 clients instead
+	 * of 48,500 (README, Performance). */
+	if (!j->flushing && !j->want_token && j->alone &&
+	    !(req->flags & CARMY_STORE_MORE))
 		write_batch(j);
 	/* The writer: for this request, for what queued up meanwhile, or
 	 * to stop (glibc makes this free when nobody waits). */

@@ -61,6 +61,9 @@ struct loop {
 	int done_fd;
 	pthread_mutex_t done_lock;
 	struct store_op *done;
+	/* Events of the current epoll batch still to be handled after this
+	 * one: a request submitted then is marked CARMY_STORE_MORE. */
+	bool more;
 };
 
 struct conn {
@@ -365,10 +368,12 @@ static int loop_run(struct loop *l)
 					if (flush_out(c) != 0)
 						continue;
 				}
+				l->more = i + 1 < n;
 				if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
 					on_readable(c, evs[i].events);
 			}
 		}
+		l->more = false;
 		if (done)
 			on_done(l);
 		if (l == sv->loops && sv->stop)
@@ -731,7 +736,7 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 		return wire_put_reply(&c->out, type, rc);
 	}
 	hold(c, op);
-	store_submit(sv->store, op);
+	store_submit(sv->store, op, c->loop->more);
 	return 0;
 }
 
@@ -960,7 +965,7 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);
 	}
 	hold(c, op);
-	store_submit(s, op);
+	store_submit(s, op, c->loop->more);
 	return 0;
 }
 

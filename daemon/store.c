@@ -543,9 +543,10 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 	return purged;
 }
 
-void store_submit(struct store *s, struct store_op *op)
+void store_submit(struct store *s, struct store_op *op, bool more)
 {
 	op->req.rec = &op->rec;
+	op->req.flags = more ? CARMY_STORE_MORE : 0;
 	s->ops->submit(s->st, &op->req);
 }
 

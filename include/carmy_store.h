@@ -124,7 +124,17 @@ struct carmy_store_req {
 	carmy_store_done_fn done;
 	void *cookie;			/* carmyd's */
 	struct carmy_store_req *next;	/* the store's, while it holds req */
+	uint32_t flags;			/* CARMY_STORE_MORE, or 0 */
 };
+
+/*
+ * A hint in req->flags: carmyd has more requests in hand and submits them
+ * right after this one. A store may write a lone request on the thread
+ * that submits it, sparing a hand-off to its own thread; it must not with
+ * this flag, or it would hold up the requests behind it for a whole write
+ * and lose the chance to write them together. A store may ignore it.
+ */
+#define CARMY_STORE_MORE 1u
 
 /* Called by load() once per execution; a non-zero return stops the load
  * and load() returns it. */

@@ -364,6 +364,69 @@ START_TEST(test_acknowledged_records_come_back_after_reopen)
 }
 END_TEST
 
+/*
+ * A lone request may be written on the thread that submits it, sparing a
+ * hand-off to the journal's thread; one marked CARMY_STORE_MORE never is.
+ * Its caller is carmyd's event loop with other requests in hand: written
+ * there, each would wait a whole flush behind it, and with one loop no two
+ * requests would ever meet in a batch (64 clients got 4,400 cycles a
+ * second instead of 48,500).
+ */
+static pthread_t done_on;
+
+static void on_done_where(struct carmy_store_req *req, int rc)
+{
+	done_on = pthread_self();
+	on_done(req, rc);
+}
+
+static bool submit_where(void *st, const struct ex *x, uint32_t flags)
+{
+	struct waiter w = { .done = false };
+	bool here;
+
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cond, NULL);
+	record_of(x, &w.rec);
+	w.req.op = CARMY_STORE_RESERVE;
+	w.req.rec = &w.rec;
+	w.req.done = on_done_where;
+	w.req.cookie = &w;
+	w.req.flags = flags;
+	journal_store_ops.submit(st, &w.req);
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	ck_assert_int_eq(w.rc, 0);
+	here = pthread_equal(done_on, pthread_self());
+	pthread_mutex_unlock(&w.lock);
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return here;
+}
+
+START_TEST(test_a_request_with_more_behind_it_is_left_to_the_writer)
+{
+	char *dir = temp_dir();
+	struct ex a, b;
+	struct seen s = { 0 };
+	void *st = open_journal(dir);
+
+	make_ex(&a, 1, 0);
+	make_ex(&b, 2, 0);
+	/* Nothing in flight, nothing behind it: written right here. */
+	ck_assert(submit_where(st, &a, 0));
+	/* The same, but the caller has more in hand: the writer's. */
+	ck_assert(!submit_where(st, &b, CARMY_STORE_MORE));
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_ge(find(&s, a.id), 0);
+	ck_assert_int_ge(find(&s, b.id), 0);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 START_TEST(test_later_reservation_of_an_identity_stands)
 {
 	char *dir = temp_dir();
@@ -1663,6 +1726,7 @@ int main(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_acknowledged_records_come_back_after_reopen);
+	tcase_add_test(tc, test_a_request_with_more_behind_it_is_left_to_the_writer);
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
 	tcase_add_test(tc, test_history_is_compacted_at_start);
