@@ -1492,6 +1492,95 @@ START_TEST(test_a_client_sleeps_once_per_answer)
 }
 END_TEST
 
+/*
+ * With one event loop, requests of many clients still go out together.
+ * A request that came alone was written on the loop's own thread; with a
+ * single loop (the default on one CPU) the loop then sat through every
+ * flush while the requests behind it waited, the next came alone again,
+ * and every flush held one record. Now a request the loop has others
+ * behind is left to the journal's thread. carmyd says at exit how many
+ * records went out in how many flushes.
+ */
+#define GROUP_CLIENTS 8
+#define GROUP_CYCLES 100
+
+static void group_client(const char *socket, int k)
+{
+	carmy_t *h = NULL;
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32];
+
+	if (carmy_connect(&h, socket) != 0)
+		_exit(2);
+	for (int i = 0; i < GROUP_CYCLES; i++) {
+		struct carmy_call call;
+
+		snprintf(rid, sizeof(rid), "group-%d-%d", k, i);
+		call = E2E_CALL("p", "s", rid);
+		if (carmy_begin(h, &call, &r) != CARMY_RESERVED ||
+		    carmy_complete(h, &r, CARMY_STATUS_COMPLETED, "ok", 2) != 0)
+			_exit(3);
+	}
+	carmy_reservation_clear(&r);
+	carmy_close(h);
+	_exit(0);
+}
+
+START_TEST(test_one_loop_still_commits_in_groups)
+{
+	char dir[128], spec[160], logpath[192], line[512];
+	const char *opts[16];
+	pid_t kids[GROUP_CLIENTS];
+	unsigned long long records = 0, flushes = 0;
+	FILE *f;
+
+	new_dir(dir, sizeof(dir));
+	snprintf(logpath, sizeof(logpath), "%s/carmyd.log", dir);
+	journal_opts(opts, spec, sizeof(spec), dir, "4096", "256");
+	opts[8] = "--threads";
+	opts[9] = "1";
+	opts[10] = "--log-file";
+	opts[11] = logpath;
+	opts[12] = "--log-level";
+	opts[13] = "info";
+	opts[14] = NULL;
+	e2e_start(&d, opts);
+	for (int k = 0; k < GROUP_CLIENTS; k++) {
+		kids[k] = fork();
+		ck_assert_int_ge(kids[k], 0);
+		if (kids[k] == 0)
+			group_client(d.socket, k);
+	}
+	for (int k = 0; k < GROUP_CLIENTS; k++) {
+		int st;
+
+		ck_assert_int_eq(waitpid(kids[k], &st, 0), kids[k]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "client %d: status %#x", k, st);
+	}
+	e2e_stop(&d);		/* the journal's summary comes at exit */
+	memset(&d, 0, sizeof(d));
+	f = fopen(logpath, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		const char *at = strstr(line, " records in ");
+
+		if (at != NULL) {
+			while (at > line && at[-1] != ' ')
+				at--;
+			ck_assert_int_eq(sscanf(at, "%llu records in %llu",
+						&records, &flushes), 2);
+		}
+	}
+	fclose(f);
+	e2e_note("one loop, %d clients: %llu records in %llu flushes",
+		 GROUP_CLIENTS, records, flushes);
+	ck_assert_uint_eq(records, 2ull * GROUP_CLIENTS * GROUP_CYCLES);
+	ck_assert_msg(flushes < records, "every flush held one record");
+	rm_rf(dir);
+}
+END_TEST
+
 static Suite *journal_suite(void)
 {
 	Suite *s = suite_create("journal");
@@ -1510,6 +1599,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_bad_store_values_are_refused_without_a_segment);
 	tcase_add_test(tc, test_unusable_journal_is_refused_without_a_segment);
 	tcase_add_test(tc, test_a_client_sleeps_once_per_answer);
+	tcase_add_test(tc, test_one_loop_still_commits_in_groups);
 	suite_add_tcase(s, tc);
 	return s;
 }
