@@ -812,9 +812,13 @@ static void on_done(struct loop *l)
 	while (fifo != NULL) {
 		struct store_op *next = fifo->next;
 
+		/* finish() may submit a request the connection had sent
+		 * ahead: the answers still to send are more in hand. */
+		l->more = next != NULL;
 		finish(fifo);
 		fifo = next;
 	}
+	l->more = false;
 }
 
 /*

@@ -520,6 +520,8 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 			reqs[i].req.rec = &reqs[i].rec;
 			reqs[i].req.done = sync_done;
 			reqs[i].req.cookie = &reqs[i];
+			/* All at once: let them go out together. */
+			reqs[i].req.flags = i + 1 < n ? CARMY_STORE_MORE : 0;
 			s->ops->submit(s->st, &reqs[i].req);
 		}
 		pthread_mutex_lock(&batch.lock);

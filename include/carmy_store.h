@@ -133,6 +133,9 @@ struct carmy_store_req {
  * that submits it, sparing a hand-off to its own thread; it must not with
  * this flag, or it would hold up the requests behind it for a whole write
  * and lose the chance to write them together. A store may ignore it.
+ * (flags was added at the end of this struct within ABI 1, before any
+ * release: carmyd allocates every request, so a store built without it
+ * is unaffected.)
  */
 #define CARMY_STORE_MORE 1u
 
