@@ -58,6 +58,7 @@ struct waiter {
 	pthread_cond_t cond;
 	bool done;
 	int rc;
+	pthread_t done_on;	/* the thread that answered it */
 };
 
 static void on_done(struct carmy_store_req *req, int rc)
@@ -67,6 +68,7 @@ static void on_done(struct carmy_store_req *req, int rc)
 	pthread_mutex_lock(&w->lock);
 	w->rc = rc;
 	w->done = true;
+	w->done_on = pthread_self();
 	pthread_cond_signal(&w->cond);
 	pthread_mutex_unlock(&w->lock);
 }
@@ -91,9 +93,11 @@ static void record_of(const struct ex *x, struct carmy_store_record *r)
 	r->result_len = (uint32_t)strlen(x->result);
 }
 
-/* Submit one request for rec and wait until the store has answered it. */
-static int submit_rec(void *st, enum carmy_store_op op,
-		      const struct carmy_store_record *rec)
+/* Submit one request for rec with flags and wait until the store has
+ * answered it; *here: whether it was answered on this thread. */
+static int submit_flags(void *st, enum carmy_store_op op,
+			const struct carmy_store_record *rec, uint32_t flags,
+			bool *here)
 {
 	struct waiter w = { .done = false };
 	int rc;
@@ -105,15 +109,25 @@ static int submit_rec(void *st, enum carmy_store_op op,
 	w.req.rec = &w.rec;
 	w.req.done = on_done;
 	w.req.cookie = &w;
+	w.req.flags = flags;
 	journal_store_ops.submit(st, &w.req);
 	pthread_mutex_lock(&w.lock);
 	while (!w.done)
 		pthread_cond_wait(&w.cond, &w.lock);
 	rc = w.rc;
+	*here = pthread_equal(w.done_on, pthread_self());
 	pthread_mutex_unlock(&w.lock);
 	pthread_cond_destroy(&w.cond);
 	pthread_mutex_destroy(&w.lock);
 	return rc;
+}
+
+static int submit_rec(void *st, enum carmy_store_op op,
+		      const struct carmy_store_record *rec)
+{
+	bool here;
+
+	return submit_flags(st, op, rec, 0, &here);
 }
 
 static int submit_wait(void *st, enum carmy_store_op op, const struct ex *x)
@@ -372,36 +386,14 @@ END_TEST
  * requests would ever meet in a batch (64 clients got 4,400 cycles a
  * second instead of 48,500).
  */
-static pthread_t done_on;
-
-static void on_done_where(struct carmy_store_req *req, int rc)
-{
-	done_on = pthread_self();
-	on_done(req, rc);
-}
-
 static bool submit_where(void *st, const struct ex *x, uint32_t flags)
 {
-	struct waiter w = { .done = false };
+	struct carmy_store_record rec;
 	bool here;
 
-	pthread_mutex_init(&w.lock, NULL);
-	pthread_cond_init(&w.cond, NULL);
-	record_of(x, &w.rec);
-	w.req.op = CARMY_STORE_RESERVE;
-	w.req.rec = &w.rec;
-	w.req.done = on_done_where;
-	w.req.cookie = &w;
-	w.req.flags = flags;
-	journal_store_ops.submit(st, &w.req);
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	ck_assert_int_eq(w.rc, 0);
-	here = pthread_equal(done_on, pthread_self());
-	pthread_mutex_unlock(&w.lock);
-	pthread_cond_destroy(&w.cond);
-	pthread_mutex_destroy(&w.lock);
+	record_of(x, &rec);
+	ck_assert_int_eq(submit_flags(st, CARMY_STORE_RESERVE, &rec, flags,
+				      &here), 0);
 	return here;
 }
 
