@@ -246,4 +246,16 @@ static inline int fs_build_template(void *mem, const struct shm_geometry *geo,
 	return 0;
 }
 
+/* ------------------------------------------------------------ fuzz_journal */
+
+/* A fuzz_journal input is a recipe for a journal file (see fuzz_journal.c):
+ * a flags byte, then records as op, back, blen (LE16) and body. */
+enum {
+	FJ_ZEROS = 0x01,	/* zeros after the records */
+	FJ_FLIP = 0x02,		/* one byte flipped after sealing */
+	FJ_LIE = 0x04,		/* sequence numbers from the input */
+	FJ_COMPACT = 0x08,	/* compact at start whenever it would */
+	FJ_SUBMIT = 0x10,	/* append an execution after recovery */
+};
+
 #endif /* CARMY_FUZZ_COMMON_H */

@@ -1,12 +1,15 @@
 /*
  * gen_corpus.c - write the seed corpora of the fuzz targets:
  *
- *   gen_corpus DIR    writes the files of DIR/wire/ and DIR/segment/
+ *   gen_corpus DIR    writes the files of DIR/wire/, DIR/segment/ and
+ *                     DIR/journal/
  *
  * Wire seeds are built with libclient/wire.c's own encoders (valid HELLO,
  * COMPLETE and RECLAIM sequences aimed at fuzz_wire's live entries) plus
  * hostile byte strings; segment seeds are pieces of fuzz_segment's template
- * (fuzz_common.h), whole or scribbled. Everything is deterministic: running
+ * (fuzz_common.h), whole or scribbled; journal seeds are recipes
+(fuzz_journal.c) for a journal with executions in every state, whole, cut
+short, damaged or compacted. Everything is deterministic: running
  * it again on the same platform writes the same bytes (`make fuzz-corpus`).
  * The HELLO seeds carry this build's layout signature.
  */
@@ -19,6 +22,8 @@
 #include <msgpack.h>
 
 #include "carmy.h"
+#include "carmy_store.h"
+#include "daemon/journal_int.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -363,6 +368,162 @@ static void segment_seeds(void)
 	free(seg);
 }
 
+/* ------------------------------------------------------------ journal */
+
+/* A recipe being written: flags, then records. */
+struct recipe {
+	uint8_t b[16384];
+	size_t n;
+};
+
+static void rput(struct recipe *r, const void *p, size_t n)
+{
+	if (r->n + n > sizeof(r->b)) {
+		fprintf(stderr, "gen_corpus: recipe too long\n");
+		exit(1);
+	}
+	memcpy(r->b + r->n, p, n);
+	r->n += n;
+}
+
+/* One record: op, back (0: a batch of its own), the body's length, body. */
+static void rrec(struct recipe *r, uint8_t op, uint8_t back, const void *body,
+		 size_t blen)
+{
+	uint8_t h[4] = { op, back, (uint8_t)blen, (uint8_t)(blen >> 8) };
+
+	rput(r, h, sizeof(h));
+	rput(r, body, blen);
+}
+
+/* Exec ids are 16 bytes of one value; identities three short strings. */
+static void rreserve(struct recipe *r, uint8_t x, const char *principal,
+		     const char *session, const char *request_id)
+{
+	const char *part[3] = { principal, session, request_id };
+	uint8_t body[sizeof(struct jrec_reserve) + 3 * 64];
+	struct jrec_reserve rv;
+	size_t n = sizeof(rv);
+
+	memset(&rv, 0, sizeof(rv));
+	memset(rv.rv_exec, x, sizeof(rv.rv_exec));
+	memset(rv.rv_fingerprint, x ^ 0x5a, sizeof(rv.rv_fingerprint));
+	memset(rv.rv_rawprint, x ^ 0xa5, sizeof(rv.rv_rawprint));
+	rv.rv_started_ns = 1000u * x;
+	rv.rv_pid = 100u + x;
+	for (int k = 0; k < 3; k++) {
+		rv.rv_len[k] = (uint16_t)strlen(part[k]);
+		memcpy(body + n, part[k], rv.rv_len[k]);
+		n += rv.rv_len[k];
+	}
+	memcpy(body, &rv, sizeof(rv));
+	rrec(r, CARMY_STORE_RESERVE, 0, body, n);
+}
+
+static void rcomplete(struct recipe *r, uint8_t x, const char *result)
+{
+	uint8_t body[sizeof(struct jrec_complete) + 64];
+	struct jrec_complete cp;
+
+	memset(&cp, 0, sizeof(cp));
+	memset(cp.cp_exec, x, sizeof(cp.cp_exec));
+	cp.cp_finished_ns = 2000u * x;
+	cp.cp_status = CARMY_STATUS_COMPLETED;
+	cp.cp_result_len = (uint32_t)strlen(result);
+	memcpy(body, &cp, sizeof(cp));
+	memcpy(body + sizeof(cp), result, cp.cp_result_len);
+	rrec(r, CARMY_STORE_COMPLETE, 0, body, sizeof(cp) + cp.cp_result_len);
+}
+
+/* RELEASE and PURGE: the exec id alone. */
+static void rexec(struct recipe *r, uint8_t op, uint8_t x)
+{
+	struct jrec_release rl;
+
+	memset(rl.rl_exec, x, sizeof(rl.rl_exec));
+	rrec(r, op, 0, &rl, sizeof(rl));
+}
+
+static void rresolve(struct recipe *r, uint8_t x, bool committed,
+		     const char *result)
+{
+	uint8_t body[sizeof(struct jrec_resolve) + 64];
+	struct jrec_resolve rs;
+
+	memset(&rs, 0, sizeof(rs));
+	memset(rs.rs_exec, x, sizeof(rs.rs_exec));
+	rs.rs_finished_ns = rs.rs_resolved_ns = 3000u * x;
+	rs.rs_uid = 1000;
+	rs.rs_pid = 4321;
+	rs.rs_committed = committed;
+	rs.rs_status = CARMY_STATUS_COMPLETED;
+	rs.rs_result_len = (uint32_t)strlen(result);
+	memcpy(body, &rs, sizeof(rs));
+	memcpy(body + sizeof(rs), result, rs.rs_result_len);
+	rrec(r, CARMY_STORE_RESOLVE, 0, body, sizeof(rs) + rs.rs_result_len);
+}
+
+/* Every state and every op: completed, running, released and reserved
+ * again, resolved both ways, purged. */
+static void history(struct recipe *r, uint8_t flags)
+{
+	r->n = 0;
+	rput(r, &flags, 1);
+	if (flags & FJ_FLIP) {
+		/* Byte 200 of the file: inside the first records. */
+		uint8_t flip[5] = { 200, 0, 0, 0, 0x10 };
+
+		rput(r, flip, sizeof(flip));
+	}
+	rreserve(r, 1, "alice", "s1", "req-1");
+	rreserve(r, 2, "alice", "s1", "req-2");
+	rcomplete(r, 1, "{\"ok\":true}");
+	rreserve(r, 3, "bob", "s2", "req-3");
+	rexec(r, CARMY_STORE_RELEASE, 3);
+	rreserve(r, 4, "bob", "s2", "req-3");
+	rreserve(r, 5, "carol", "s3", "req-5");
+	rresolve(r, 5, true, "settled by hand");
+	rreserve(r, 6, "carol", "s3", "req-6");
+	rresolve(r, 6, false, "");
+	rreserve(r, 7, "dave", "s4", "req-7");
+	rcomplete(r, 7, "old");
+	rexec(r, CARMY_STORE_PURGE, 7);
+	rcomplete(r, 9, "for an execution never reserved");
+}
+
+static void journal_seeds(void)
+{
+	static struct recipe r;
+	struct jrec_reserve rv;
+	uint8_t cut[4] = { CARMY_STORE_COMPLETE, 0, 200, 0 };
+
+	mkdirs("journal");
+	history(&r, FJ_ZEROS);
+	put("journal", "history", r.b, r.n);
+	history(&r, FJ_ZEROS | FJ_COMPACT | FJ_SUBMIT);
+	put("journal", "history_compact_append", r.b, r.n);
+	history(&r, FJ_ZEROS | FJ_FLIP);
+	put("journal", "history_damaged", r.b, r.n);
+
+	/* The last record cut short at the end of the file: a torn tail
+	 * (cut short before zeros, it would be whole on disk: damage). */
+	history(&r, FJ_SUBMIT);
+	rput(&r, cut, sizeof(cut));
+	rput(&r, "only part of a COMPLETE", 23);
+	put("journal", "history_torn", r.b, r.n);
+
+	/* Sizes inside a sealed record that lie: identity parts longer than
+	 * the record, and a batch that starts after its record. */
+	r.n = 0;
+	rput(&r, &(uint8_t){ FJ_ZEROS | FJ_LIE }, 1);
+	memset(&rv, 0, sizeof(rv));
+	memset(rv.rv_exec, 1, sizeof(rv.rv_exec));
+	rv.rv_len[0] = rv.rv_len[1] = rv.rv_len[2] = CARMY_STORE_ID_MAX;
+	rrec(&r, CARMY_STORE_RESERVE, 0x40, &rv, sizeof(rv));
+	rreserve(&r, 2, "p", "s", "r");
+	put("journal", "lying_sizes", r.b, r.n);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -372,5 +533,6 @@ int main(int argc, char **argv)
 	dir = argv[1];
 	wire_seeds();
 	segment_seeds();
+	journal_seeds();
 	return 0;
 }

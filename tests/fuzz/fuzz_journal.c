@@ -1,0 +1,375 @@
+/*
+ * fuzz_journal.c - libFuzzer target: the journal store reading back a
+ * journal file it did not write, or wrote and then lost part of.
+ *
+ * Random bytes would almost never get past a record's checksum, so the
+ * input is not the file itself but a recipe for one: records whose heads,
+ * padding and checksums this harness writes under the file's salt, with
+ * bodies (and ops, and batch numbers) from the input. That reaches what
+ * the checksum guards: sizes inside a record that lie, results for
+ * executions never reserved, the same exec id or identity twice, releases
+ * and purges of the wrong state. A recipe may end in a record cut short
+ * (written raw, unsealed: a torn write), ask for a byte to be flipped after
+ * sealing (damage on disk), and leave zeros after the records (a file
+ * grown ahead of its end).
+ *
+ *   byte 0       flags, FJ_* (fuzz_common.h)
+ *   [FJ_FLIP]    4 bytes: where (mod the file's size), 1 byte: XOR mask
+ *   then records, until the input ends:
+ *     op         1 byte, as is (unknown ops included)
+ *     back       1 byte: jr_batch = seq - back (and with FJ_LIE, jr_seq
+ *                is off by back's top bits)
+ *     blen       2 bytes, little-endian: the body's length
+ *     body       blen bytes, between the head and the padding; if fewer
+ *                remain, the head and what remains are written unsealed
+ *
+ * Then, as carmyd and carmyctl would:
+ *  1. journal_check() reads the file (never writes it);
+ *  2. the store's open() recovers it: it must refuse exactly what the
+ *     check refused, and a refused file is left byte for byte as it was
+ *     (nothing that may have been acknowledged is cut); opened, load()
+ *     hands over every execution standing, each of which must be whole
+ *     and sane, as many completed and unfinished as the check counted;
+ *  3. with FJ_SUBMIT, a new execution is reserved and completed through
+ *     submit(): acknowledged, so it must stand after a reopen;
+ *  4. closed, checked again (no torn tail left, the same executions) and
+ *     opened again: load() hands over the same executions, byte for byte.
+ * With FJ_COMPACT the open compacts at start whenever it would with a big
+ * journal (CARMY_JOURNAL_COMPACT_MIN=1), so the rewrite is checked too.
+ *
+ * The journal directory is on /dev/shm (tmpfs: its fsyncs cost nothing).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "carmy.h"
+#include "carmy_store.h"
+#include "daemon/journal.h"
+#include "daemon/journal_int.h"
+#include "daemon/log.h"
+#include "tests/fuzz/fuzz_common.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FJ_FILE_MAX (1u << 20)	/* the file a recipe makes, at most */
+#define FJ_ZERO_TAIL 4096
+
+static char dir[64];
+static char path[128];
+static uint8_t *file;		/* the file the recipe made */
+static uint8_t *again;		/* the file as it is after a refusal */
+static bool clash;		/* the file holds FJ_SUBMIT's exec id or
+				 * its identity's first part */
+static uint8_t fj_exec[16], fj_part[3][CARMY_STORE_ID_MAX];
+
+#define FJ_EXEC_BYTE 0xee	/* FJ_SUBMIT's exec id: 16 of these */
+
+/* One store's view of what stands: how many, of which with a result, and
+ * a digest of every byte load() handed over, independent of order. */
+struct standing {
+	uint64_t n, completed, digest;
+};
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+/* Build the file from the recipe; returns its size. */
+static size_t build(const uint8_t *d, size_t size, uint8_t flags)
+{
+	struct jfile_head h;
+	uint32_t flip_at = 0;
+	uint8_t flip = 0;
+	size_t at, in = 1;
+	uint64_t seq = 0;
+
+	/* A salt of its own, like every new journal, but the same one for
+	 * every input: a crash must replay the same way. */
+	jnl_make_head(&h);
+	h.jf_salt = UINT64_C(0x5eed5a175eed5a17);
+	h.jf_check = XXH3_64bits(&h, offsetof(struct jfile_head, jf_check));
+	memcpy(file, &h, sizeof(h));
+	at = sizeof(h);
+	if (flags & FJ_FLIP) {
+		if (size < in + 5)
+			return at;
+		memcpy(&flip_at, d + in, 4);
+		flip = d[in + 4];
+		in += 5;
+	}
+	while (in + 4 <= size) {
+		struct jrec_head rh;
+		uint16_t blen;
+		size_t len;
+
+		memset(&rh, 0, sizeof(rh));
+		rh.jr_op = d[in];
+		blen = (uint16_t)(d[in + 2] | d[in + 3] << 8);
+		seq++;
+		rh.jr_seq = seq;
+		if (flags & FJ_LIE)
+			rh.jr_seq += (uint64_t)(d[in + 1] >> 6) - 1;
+		rh.jr_batch = seq - (d[in + 1] & 0x3f) % seq;
+		in += 4;
+		len = (sizeof(rh) + blen + 7) / 8 * 8 + 8;
+		rh.jr_len = (uint32_t)len;
+		if (size - in < blen ||
+		    at + len > FJ_FILE_MAX - FJ_ZERO_TAIL) {
+			/* Cut short: its head and what remains, unsealed. */
+			size_t n = size - in;
+
+			if (at + sizeof(rh) + n > FJ_FILE_MAX - FJ_ZERO_TAIL)
+				n = FJ_FILE_MAX - FJ_ZERO_TAIL - at -
+				    sizeof(rh);
+			memcpy(file + at, &rh, sizeof(rh));
+			memcpy(file + at + sizeof(rh), d + in, n);
+			at += sizeof(rh) + n;
+			break;
+		}
+		memset(file + at, 0, len);
+		memcpy(file + at, &rh, sizeof(rh));
+		memcpy(file + at + sizeof(rh), d + in, blen);
+		put_u64(file + at + len - 8,
+			XXH3_64bits_withSeed(file + at, len - 8, h.jf_salt));
+		at += len;
+		in += blen;
+	}
+	if (flags & FJ_ZEROS) {
+		memset(file + at, 0, FJ_ZERO_TAIL);
+		at += FJ_ZERO_TAIL;
+	}
+	if ((flags & FJ_FLIP) && flip != 0)
+		file[flip_at % at] ^= flip;
+	return at;
+}
+
+static void write_file(const uint8_t *p, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	FUZZ_CHECK(fd >= 0);
+	FUZZ_CHECK(write(fd, p, n) == (ssize_t)n);
+	close(fd);
+}
+
+static size_t read_file(uint8_t *p, size_t max)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	FUZZ_CHECK(fd >= 0);
+	n = read(fd, p, max);
+	FUZZ_CHECK(n >= 0);
+	close(fd);
+	return (size_t)n;
+}
+
+/* load()'s callback: every execution handed over is whole and sane. */
+static int each(void *arg, const struct carmy_store_record *r)
+{
+	struct standing *st = arg;
+	XXH3_state_t *s = XXH3_createState();
+	size_t id = 0;
+
+	FUZZ_CHECK(s != NULL);
+	XXH3_64bits_reset(s);
+	for (int k = 0; k < 3; k++) {
+		FUZZ_CHECK(r->len[k] >= 1 && r->len[k] <= CARMY_STORE_ID_MAX);
+		FUZZ_CHECK(r->part[k] != NULL);
+		XXH3_64bits_update(s, &r->len[k], sizeof(r->len[k]));
+		XXH3_64bits_update(s, r->part[k], r->len[k]);	/* ASan reads */
+		id += r->len[k];
+	}
+	FUZZ_CHECK(id <= 3 * CARMY_STORE_ID_MAX);
+	XXH3_64bits_update(s, r->exec, sizeof(r->exec));
+	XXH3_64bits_update(s, r->fingerprint, sizeof(r->fingerprint));
+	XXH3_64bits_update(s, &r->state, sizeof(r->state));
+	FUZZ_CHECK(r->state == CARMY_STORE_RUNNING ||
+		   r->state == CARMY_STORE_COMPLETED);
+	if (r->state == CARMY_STORE_COMPLETED) {
+		FUZZ_CHECK(r->result != NULL || r->result_len == 0);
+		FUZZ_CHECK(r->result_len <= (64u << 20));
+		XXH3_64bits_update(s, &r->status, sizeof(r->status));
+		XXH3_64bits_update(s, &r->result_code, sizeof(r->result_code));
+		XXH3_64bits_update(s, r->result, r->result_len);
+		st->completed++;
+	} else {
+		FUZZ_CHECK(r->result_len == 0);
+	}
+	st->n++;
+	st->digest += XXH3_64bits_digest(s);	/* order does not matter */
+	XXH3_freeState(s);
+	return 0;
+}
+
+/* A request's done(), from whichever thread made it durable. */
+struct waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int rc;
+};
+
+static void on_done(struct carmy_store_req *req, int rc)
+{
+	struct waiter *w = req->cookie;
+
+	pthread_mutex_lock(&w->lock);
+	w->rc = rc;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static int submit(void *store, enum carmy_store_op op,
+		  const struct carmy_store_record *rec)
+{
+	struct waiter w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+			    false, 0 };
+	struct carmy_store_req req = { .op = op, .rec = rec, .done = on_done,
+				       .cookie = &w };
+
+	journal_store_ops.submit(store, &req);
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+	return w.rc;
+}
+
+/* Reserve and complete one new execution, as carmyd would: an identity
+ * that does not stand and an exec id never used (the caller skips this
+ * when the recipe made either, see clash). Adds it to *add; returns 0 or
+ * what the store refused it with. */
+static int append_one(void *store, struct standing *add)
+{
+	static const char result[] = "appended after recovery";
+	struct carmy_store_record rec;
+	struct standing one = { 0, 0, 0 };
+	int rc;
+
+	memset(&rec, 0, sizeof(rec));
+	for (int k = 0; k < 3; k++) {
+		rec.part[k] = fj_part[k];
+		rec.len[k] = CARMY_STORE_ID_MAX;
+	}
+	memcpy(rec.exec, fj_exec, sizeof(rec.exec));
+	memset(rec.fingerprint, 0xf1, sizeof(rec.fingerprint));
+	rec.pid = 1;
+	rec.started_ns = 1;
+	rc = submit(store, CARMY_STORE_RESERVE, &rec);
+	if (rc != 0)
+		return rc;
+	rec.finished_ns = 2;
+	rec.status = CARMY_STATUS_COMPLETED;
+	rec.result = result;
+	rec.result_len = sizeof(result);
+	rc = submit(store, CARMY_STORE_COMPLETE, &rec);
+	if (rc != 0)
+		return rc;
+	rec.state = CARMY_STORE_COMPLETED;
+	each(&one, &rec);
+	*add = one;
+	return 0;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	log_level = LOG_ERROR - 1;	/* refusals are expected: quiet */
+	snprintf(dir, sizeof(dir), "/dev/shm/carmy-fuzz-journal.%d",
+		 (int)getpid());
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		perror(dir);
+		exit(1);
+	}
+	memset(fj_exec, FJ_EXEC_BYTE, sizeof(fj_exec));
+	for (int k = 0; k < 3; k++)
+		memset(fj_part[k], 'a' + k, sizeof(fj_part[k]));
+	file = malloc(FJ_FILE_MAX);
+	again = malloc(FJ_FILE_MAX + 1);
+	if (file == NULL || again == NULL)
+		exit(1);
+	return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct journal_report rep, rep2;
+	struct standing first = { 0, 0, 0 }, second = { 0, 0, 0 };
+	char err[512];
+	void *store = NULL;
+	uint8_t flags;
+	size_t n;
+	int check, rc;
+
+	if (size < 1)
+		return 0;
+	flags = data[0];
+	n = build(data, size, flags);
+	/* An exec id comes once (a second RESERVE of it is ignored, as a
+	 * replayed record would be), and a new reservation of an identity
+	 * that stands supersedes it: carmyd never asks either, so neither
+	 * does the append, if the recipe could have made them. */
+	clash = memmem(file, n, fj_exec, sizeof(fj_exec)) != NULL ||
+		memmem(file, n, fj_part[0], sizeof(fj_part[0])) != NULL;
+	write_file(file, n);
+	setenv("CARMY_JOURNAL_COMPACT_MIN", flags & FJ_COMPACT ? "1" : "1000",
+	       1);
+
+	/* 1, 2: the check and the store agree, and a refusal cuts nothing. */
+	check = journal_check(dir, &rep, err, sizeof(err));
+	FUZZ_CHECK(check != 0 || rep.end <= n);
+	FUZZ_CHECK(check != 0 || rep.end + rep.torn <= n);
+	rc = journal_store_ops.open(dir, &store, err, sizeof(err));
+	FUZZ_CHECK((rc == 0) == (check == 0));
+	if (rc != 0) {
+		FUZZ_CHECK(store == NULL);
+		FUZZ_CHECK(err[0] != '\0');
+		FUZZ_CHECK(read_file(again, FJ_FILE_MAX + 1) == n);
+		FUZZ_CHECK(memcmp(again, file, n) == 0);
+		return 0;
+	}
+	FUZZ_CHECK(journal_store_ops.load(store, each, &first) == 0);
+	FUZZ_CHECK(first.completed == rep.completed);
+	FUZZ_CHECK(first.n == rep.completed + rep.unfinished);
+
+	/* 3: what is acknowledged after recovery stands after a reopen. */
+	if ((flags & FJ_SUBMIT) && !clash) {
+		struct standing add;
+
+		FUZZ_CHECK(append_one(store, &add) == 0);
+		first.n += add.n;
+		first.completed += add.completed;
+		first.digest += add.digest;
+	}
+	journal_store_ops.close(store);
+
+	/* 4: recovery's result reads back clean, the same executions. */
+	FUZZ_CHECK(journal_check(dir, &rep2, err, sizeof(err)) == 0);
+	FUZZ_CHECK(rep2.torn == 0);
+	FUZZ_CHECK(rep2.completed + rep2.unfinished == first.n);
+	FUZZ_CHECK(rep2.completed == first.completed);
+	rc = journal_store_ops.open(dir, &store, err, sizeof(err));
+	FUZZ_CHECK(rc == 0);
+	FUZZ_CHECK(journal_store_ops.load(store, each, &second) == 0);
+	journal_store_ops.close(store);
+	FUZZ_CHECK(second.n == first.n);
+	FUZZ_CHECK(second.completed == first.completed);
+	FUZZ_CHECK(second.digest == first.digest);
+	return 0;
+}
