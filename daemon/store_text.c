@@ -16,12 +16,18 @@
  *   X exec       (released)
  *   P exec       (purged)
  *   S exec committed finished_ns status result_code resolved_ns uid pid result
- * A line is only believed whole if it ends in a newline: a crash mid-line
- * leaves a partial last line, which load() ignores.
+ * Words are separated by one space; numbers are decimal. A line is only
+ * believed whole if it ends in a newline: a crash mid-line leaves a partial
+ * last line, never acknowledged, which load() cuts off before anything is
+ * appended (appended to, it would glue the next record onto it). A whole
+ * line that is not one of the above, exactly, is damage: load() refuses
+ * the file (-EBADMSG) rather than guess, since a record it skipped could be
+ * a result that must replay.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +63,17 @@ static int put_hex(char *out, size_t room, const uint8_t *p, size_t n)
 	return (int)(2 * n + 1);
 }
 
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 /* Decode hex word w into out (at most max bytes); returns the length or
  * -1. Empty results are written as "-". */
 static long get_hex(const char *w, uint8_t *out, size_t max)
@@ -65,16 +82,58 @@ static long get_hex(const char *w, uint8_t *out, size_t max)
 
 	if (strcmp(w, "-") == 0)
 		return 0;
-	if (n % 2 != 0 || n / 2 > max)
+	if (n == 0 || n % 2 != 0 || n / 2 > max)
 		return -1;
 	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
+		int hi = hex_digit(w[2 * i]), lo = hex_digit(w[2 * i + 1]);
 
-		if (sscanf(w + 2 * i, "%2x", &v) != 1)
+		if (hi < 0 || lo < 0)
 			return -1;
-		out[i] = (uint8_t)v;
+		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return (long)(n / 2);
+}
+
+/* Decimal word w, all of it, at most max: 0, or -1. */
+static int get_u64(const char *w, uint64_t max, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (w[0] == '\0')
+		return -1;
+	for (const char *p = w; *p != '\0'; p++) {
+		if (*p < '0' || *p > '9' || x > (max - (uint64_t)(*p - '0')) / 10)
+			return -1;
+		x = x * 10 + (uint64_t)(*p - '0');
+	}
+	*v = x;
+	return 0;
+}
+
+static int get_u32(const char *w, uint32_t *v)
+{
+	uint64_t x;
+
+	if (get_u64(w, UINT32_MAX, &x) != 0)
+		return -1;
+	*v = (uint32_t)x;
+	return 0;
+}
+
+static int get_i32(const char *w, int32_t *v)
+{
+	uint64_t x;
+
+	if (w[0] == '-') {
+		if (get_u64(w + 1, (uint64_t)INT32_MAX + 1, &x) != 0)
+			return -1;
+		*v = (int32_t)(-(int64_t)x);
+		return 0;
+	}
+	if (get_u64(w, INT32_MAX, &x) != 0)
+		return -1;
+	*v = (int32_t)x;
+	return 0;
 }
 
 static int text_open(const char *args, void **store, char *err, size_t errlen)
@@ -172,110 +231,148 @@ static void text_submit(void *store, struct carmy_store_req *req)
 	req->done(req, rc);
 }
 
+/* Split line into words at single spaces: how many, or -1 for an empty
+ * word or more than max. */
+static int split(char *line, char **w, int max)
+{
+	int nw = 0;
+
+	for (char *p = line;;) {
+		char *sp = strchr(p, ' ');
+
+		if (nw == max || *p == '\0' || sp == p)
+			return -1;
+		w[nw++] = p;
+		if (sp == NULL)
+			return nw;
+		*sp = '\0';
+		p = sp + 1;
+	}
+}
+
+/* A result: the last word of a C or S line, and its fields from at. */
+static int get_result(struct text_exec *x, char **w, int at, const char *res)
+{
+	size_t max = strlen(res) / 2 + 1;
+	long l;
+
+	x->result = malloc(max);
+	if (x->result == NULL)
+		return -ENOMEM;
+	l = get_hex(res, x->result, max);
+	if (l < 0 || get_u64(w[at], UINT64_MAX, &x->rec.finished_ns) != 0 ||
+	    get_i32(w[at + 1], &x->rec.status) != 0 ||
+	    get_i32(w[at + 2], &x->rec.result_code) != 0)
+		return -EBADMSG;
+	x->rec.state = CARMY_STORE_COMPLETED;
+	x->rec.result = x->result;
+	x->rec.result_len = (uint32_t)l;
+	return 0;
+}
+
+/* A new execution from the words of an R line. */
+static int reserve_line(char **w, struct text_exec **xs, size_t *nx,
+			size_t *cap)
+{
+	struct text_exec *x;
+	size_t off = 0;
+
+	if (*nx == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 64;
+		struct text_exec *nxs = realloc(*xs, ncap * sizeof(**xs));
+
+		if (nxs == NULL)
+			return -ENOMEM;
+		*xs = nxs;
+		*cap = ncap;
+	}
+	x = &(*xs)[*nx];
+	memset(x, 0, sizeof(*x));
+	if (get_hex(w[1], x->rec.exec, 16) != 16 ||
+	    get_hex(w[2], x->rec.fingerprint, 16) != 16 ||
+	    get_hex(w[3], x->rec.rawprint, 16) != 16 ||
+	    get_u32(w[4], &x->rec.pid) != 0 ||
+	    get_u64(w[5], UINT64_MAX, &x->rec.started_ns) != 0)
+		return -EBADMSG;
+	for (int i = 0; i < 3; i++) {
+		long l = get_hex(w[6 + i], x->ident + off, CARMY_STORE_ID_MAX);
+
+		if (l <= 0)
+			return -EBADMSG;
+		x->rec.len[i] = (uint16_t)l;	/* part[]: at load */
+		off += (size_t)l;
+	}
+	x->rec.state = CARMY_STORE_RUNNING;
+	/* A later reservation of an identity supersedes earlier ones (they
+	 * were released). */
+	for (size_t i = 0; i < *nx; i++) {
+		struct text_exec *y = &(*xs)[i];
+
+		if (!y->gone &&
+		    memcmp(y->rec.len, x->rec.len, sizeof(x->rec.len)) == 0 &&
+		    memcmp(y->ident, x->ident, off) == 0)
+			y->gone = 1;
+	}
+	(*nx)++;
+	return 0;
+}
+
 /* Parse one whole line into the executions read so far. A whole line that
  * does not parse is damage, not a crash: -EBADMSG stops carmyd. */
 static int text_line(char *line, struct text_exec **xs, size_t *nx,
 		     size_t *cap)
 {
-	char *w[11];
-	int nw = 0;
+	char *w[10];
+	int nw = split(line, w, 10), want;
 	uint8_t exec[16];
+	char op;
 
-	for (char *p = strtok(line, " "); p != NULL && nw < 11;
-	     p = strtok(NULL, " "))
-		w[nw++] = p;
-	if (nw < 2 || get_hex(w[1], exec, 16) != 16)
+	if (nw < 2 || w[0][1] != '\0')
 		return -EBADMSG;
-	if (w[0][0] == 'R' && nw == 9) {
-		struct text_exec *x;
-		size_t off = 0;
+	op = w[0][0];
+	want = op == 'R' ? 9 : op == 'C' ? 6 : op == 'S' ? 10 :
+	       op == 'X' || op == 'P' ? 2 : -1;
+	if (nw != want)
+		return -EBADMSG;
+	if (op == 'R')
+		return reserve_line(w, xs, nx, cap);
+	if (get_hex(w[1], exec, 16) != 16)
+		return -EBADMSG;
+	if (op == 'S') {
+		/* Checked whatever it is about: damage is damage. */
+		uint32_t u;
+		uint64_t t;
 
-		if (*nx == *cap) {
-			size_t ncap = *cap ? *cap * 2 : 64;
-			struct text_exec *nxs = realloc(*xs, ncap * sizeof(**xs));
-
-			if (nxs == NULL)
-				return -ENOMEM;
-			*xs = nxs;
-			*cap = ncap;
-		}
-		x = &(*xs)[*nx];
-		memset(x, 0, sizeof(*x));
-		memcpy(x->rec.exec, exec, 16);
-		if (get_hex(w[2], x->rec.fingerprint, 16) != 16 ||
-		    get_hex(w[3], x->rec.rawprint, 16) != 16)
+		if ((strcmp(w[2], "0") != 0 && strcmp(w[2], "1") != 0) ||
+		    get_u64(w[6], UINT64_MAX, &t) != 0 ||
+		    get_u32(w[7], &u) != 0 || get_u32(w[8], &u) != 0)
 			return -EBADMSG;
-		x->rec.pid = (uint32_t)strtoul(w[4], NULL, 10);
-		x->rec.started_ns = strtoull(w[5], NULL, 10);
-		for (int i = 0; i < 3; i++) {
-			long l = get_hex(w[6 + i], x->ident + off,
-					 CARMY_STORE_ID_MAX);
-
-			if (l <= 0)
-				return -EBADMSG;
-			x->rec.len[i] = (uint16_t)l;	/* part[]: at load */
-			off += (size_t)l;
-		}
-		x->rec.state = CARMY_STORE_RUNNING;
-		/* A later reservation of an identity supersedes earlier
-		 * ones (they were released). */
-		for (size_t i = 0; i < *nx; i++) {
-			struct text_exec *y = &(*xs)[i];
-
-			if (!y->gone &&
-			    memcmp(y->rec.len, x->rec.len, sizeof(x->rec.len)) == 0 &&
-			    memcmp(y->ident, x->ident, off) == 0)
-				y->gone = 1;
-		}
-		(*nx)++;
-		return 0;
 	}
 	for (size_t i = 0; i < *nx; i++) {
 		struct text_exec *x = &(*xs)[i];
+		int rc;
 
 		if (memcmp(x->rec.exec, exec, 16) != 0 || x->gone)
 			continue;
-		if (w[0][0] == 'P' && nw == 2) {
+		if (op == 'P') {
 			x->gone = x->rec.state == CARMY_STORE_COMPLETED;
 			return 0;
 		}
 		if (x->rec.state != CARMY_STORE_RUNNING)
 			return 0;	/* the first result stands */
-		/* C: its result. S: an operator's verdict on it, moved
-		 * one word along by the committed flag. */
-		int at = w[0][0] == 'S' ? 3 : 2;
-
-		if ((w[0][0] == 'X' && nw == 2) ||
-		    (w[0][0] == 'S' && nw == 10 && strcmp(w[2], "0") == 0)) {
+		if (op == 'X' || (op == 'S' && w[2][0] == '0')) {
 			x->gone = 1;
-		} else if ((w[0][0] == 'C' && nw == 6) ||
-			   (w[0][0] == 'S' && nw == 10)) {
-			const char *res = w[nw - 1];
-			size_t max = strlen(res) / 2 + 1;
-			long l;
-
-			x->result = malloc(max);
-			if (x->result == NULL)
-				return -ENOMEM;
-			l = get_hex(res, x->result, max);
-			if (l < 0)
-				return -EBADMSG;
-			x->rec.state = CARMY_STORE_COMPLETED;
-			x->rec.finished_ns = strtoull(w[at], NULL, 10);
-			x->rec.status = (int32_t)strtol(w[at + 1], NULL, 10);
-			x->rec.result_code = (int32_t)strtol(w[at + 2], NULL,
-							     10);
-			x->rec.result = x->result;
-			x->rec.result_len = (uint32_t)l;
-			if (w[0][0] == 'S') {
-				x->rec.resolved_ns = strtoull(w[6], NULL, 10);
-				x->rec.resolved_uid =
-					(uint32_t)strtoul(w[7], NULL, 10);
-				x->rec.resolved_pid =
-					(uint32_t)strtoul(w[8], NULL, 10);
-			}
+			return 0;
 		}
-		return 0;
+		/* C: its result. S: an operator's verdict on it, moved one
+		 * word along by the committed flag. */
+		rc = get_result(x, w, op == 'S' ? 3 : 2, w[nw - 1]);
+		if (rc == 0 && op == 'S') {
+			get_u64(w[6], UINT64_MAX, &x->rec.resolved_ns);
+			get_u32(w[7], &x->rec.resolved_uid);
+			get_u32(w[8], &x->rec.resolved_pid);
+		}
+		return rc;
 	}
 	return 0;	/* about an execution we do not have: ignored */
 }
@@ -289,6 +386,7 @@ static int text_load(void *store, carmy_store_each_fn each, void *arg)
 	char *line = NULL;
 	size_t lcap = 0;
 	ssize_t n;
+	off_t whole = 0;	/* where the last whole line ends */
 	int rc = 0, fd = dup(t->fd);
 
 	if (fd < 0 || lseek(fd, 0, SEEK_SET) < 0 ||
@@ -298,8 +396,16 @@ static int text_load(void *store, carmy_store_each_fn each, void *arg)
 		return -errno;
 	}
 	while (rc == 0 && (n = getline(&line, &lcap, f)) > 0) {
-		if (line[n - 1] != '\n')
-			break;	/* a partial last line: never acknowledged */
+		if (line[n - 1] != '\n') {
+			/* A partial last line, never acknowledged: cut it
+			 * off (and flush the cut), or the next record would
+			 * be appended to it and read back as damage. */
+			if (ftruncate(t->fd, whole) != 0 ||
+			    fdatasync(t->fd) != 0)
+				rc = -errno;
+			break;
+		}
+		whole += n;
 		line[n - 1] = '\0';
 		rc = text_line(line, &xs, &nx, &cap);
 	}

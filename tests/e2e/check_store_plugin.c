@@ -3,8 +3,12 @@
  * daemon/store_text.c, built as a real shared object) carries Carmy's
  * promise across a reboot: carmyd killed with -9 and its segment removed
  * comes back with every result replaying and the running call uncertain.
- * What is not a plugin is refused at start, with nothing left behind.
+ * A partial last line (a crash mid-write) is cut before anything is
+ * appended, a damaged whole line stops carmyd rather than being skipped,
+ * and what is not a plugin is refused at start, with nothing left behind.
  */
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +131,168 @@ START_TEST(test_plugin_store_survives_a_reboot)
 }
 END_TEST
 
+/* The plugin's file, whole, NUL-terminated. */
+static char *slurp(size_t *lenp)
+{
+	char path[128];
+	char *buf = malloc(65536);
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/store.txt", dir);
+	fd = open(path, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_ptr_nonnull(buf);
+	n = read(fd, buf, 65535);
+	ck_assert_int_gt(n, 0);
+	close(fd);
+	buf[n] = '\0';
+	*lenp = (size_t)n;
+	return buf;
+}
+
+static void spill(const char *buf, size_t len, bool append)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/store.txt", dir);
+	fd = open(path, O_WRONLY | (append ? O_APPEND : O_TRUNC));
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+/* A reboot: carmyd killed, its segment gone, started again. */
+static void reboot(void)
+{
+	carmy_close(c);
+	c = NULL;
+	e2e_kill9(&d);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+}
+
+static void run_one(const char *id, const char *result)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("p", "s", id);
+
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, result,
+					strlen(result)), 0);
+}
+
+static void replays(const char *id, const char *result)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("p", "s", id);
+
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	ck_assert_uint_eq(r.result_len, strlen(result));
+	ck_assert_mem_eq(r.result, result, r.result_len);
+	carmy_reservation_clear(&r);
+}
+
+/* A crash in the middle of a line leaves part of it, never acknowledged.
+ * Appended to as it was, the next record (acknowledged) would be glued to
+ * it and lost or refused at the next start: the part is cut at load. */
+START_TEST(test_a_partial_last_line_is_cut_before_the_next_record)
+{
+	static const char *const partial[] = {
+		"C 9fb641a8a0c2cbb6",			/* a result, cut */
+		"P 9fb641a8a0c2cbb64959f92ad0c75b29 ",	/* all but \n */
+		"R",
+	};
+	char id[3][16];
+	size_t len;
+	char *buf;
+
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	run_one("before", "ran once");
+	for (int i = 0; i < 3; i++) {
+		carmy_close(c);
+		c = NULL;
+		e2e_kill9(&d);
+		ck_assert_int_eq(shm_unlink(d.segment), 0);
+		spill(partial[i], strlen(partial[i]), true);
+		e2e_restart(&d, opts);
+		c = e2e_connect(&d);
+		buf = slurp(&len);
+		ck_assert_msg(buf[len - 1] == '\n', "partial line %d kept", i);
+		free(buf);
+		snprintf(id[i], sizeof(id[i]), "after-%d", i);
+		run_one(id[i], id[i]);
+		reboot();
+		replays("before", "ran once");
+		for (int k = 0; k <= i; k++)
+			replays(id[k], id[k]);
+	}
+	e2e_stop(&d);
+}
+END_TEST
+
+/* A whole line that is not a record, exactly, may be one that was: carmyd
+ * refuses the file instead of skipping it, and starts once it is mended. */
+START_TEST(test_a_damaged_line_stops_carmyd)
+{
+	struct damage {
+		const char *what;
+		int line;		/* 0: the R line, 1: the C line */
+		const char *from, *to;	/* first occurrence, in that line:
+					 * C exec finished 1 0 result */
+	};
+	static const struct damage dmg[] = {
+		{ "unknown op", 0, "R ", "T " },
+		{ "bad hex digit", 1, " 72616e", " 7g616e" },
+		{ "signed hex digit", 1, " 72616e", " -2616e" },
+		{ "extra word", 0, "\n", " 7\n" },
+		{ "missing word", 1, " 1 0 ", " 1 " },
+		{ "number with junk", 1, " 1 0 ", " 1x 0 " },
+		{ "number with a sign", 1, " 1 0 ", " +1 0 " },
+		{ "double space", 0, "R ", "R  " },
+	};
+	size_t len;
+	char *good;
+
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	run_one("only", "ran once");	/* "72616e206f6e6365" */
+	carmy_close(c);
+	c = NULL;
+	e2e_kill9(&d);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	good = slurp(&len);
+	for (size_t i = 0; i < sizeof(dmg) / sizeof(dmg[0]); i++) {
+		char bad[65536 + 64];
+		const char *line = good, *at;
+		size_t pre;
+
+		if (dmg[i].line == 1)
+			line = strchr(good, '\n') + 1;
+		at = strstr(line, dmg[i].from);
+		ck_assert_msg(at != NULL, "%s: no \"%s\"", dmg[i].what,
+			      dmg[i].from);
+		pre = (size_t)(at - good);
+		memcpy(bad, good, pre);
+		strcpy(bad + pre, dmg[i].to);
+		strcat(bad, at + strlen(dmg[i].from));
+		spill(bad, strlen(bad), false);
+		ck_assert_msg(harness_restart(&d, opts) == -1,
+			      "carmyd started on a file with %s", dmg[i].what);
+		shm_unlink(d.segment);	/* if it got that far */
+	}
+	spill(good, len, false);
+	free(good);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+	replays("only", "ran once");
+	e2e_stop(&d);
+}
+END_TEST
+
 /* Not a plugin: a path that is not there, and a shared object that does
  * not export carmy_store_plugin. carmyd exits without serving. */
 START_TEST(test_what_is_not_a_plugin_is_refused)
@@ -158,6 +324,8 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_plugin_store_survives_a_reboot);
+	tcase_add_test(tc, test_a_partial_last_line_is_cut_before_the_next_record);
+	tcase_add_test(tc, test_a_damaged_line_stops_carmyd);
 	tcase_add_test(tc, test_what_is_not_a_plugin_is_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
