@@ -117,7 +117,7 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 			 args, strerror(-rc));
 		goto fail;
 	}
-	j->fd = open(j->path, O_RDWR | O_CLOEXEC);
+	j->fd = open(j->path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
 	if (j->fd < 0 && errno == ENOENT) {
 		rc = jnl_create_file(j, err, errlen);
 		if (rc != 0)
@@ -140,6 +140,11 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 		rc = -errno;
 		snprintf(err, errlen, "cannot stat %s: %s", j->path,
 			 strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "%s is not a regular file", j->path);
 		goto fail;
 	}
 	/* The lock must be on the file that is the journal: one opened just
@@ -336,11 +341,18 @@ int journal_check(const char *dir, struct journal_report *rep, char *err,
 		snprintf(err, errlen, "%s: path too long", dir);
 		goto out;
 	}
-	j->fd = open(j->path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO there would hold open() until a writer came;
+	 * on a regular file it changes nothing. */
+	j->fd = open(j->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (j->fd < 0 || fstat(j->fd, &st) != 0) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot open %s: %s", j->path,
 			 strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "%s is not a regular file", j->path);
 		goto out;
 	}
 	j->size = (uint64_t)st.st_size;

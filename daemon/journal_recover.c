@@ -32,6 +32,8 @@
 #include "daemon/log.h"
 
 static bool torn(const struct jnl *j, uint64_t off);
+static bool next_extent(const struct jnl *j, uint64_t p, uint64_t *start,
+			uint64_t *end);
 static uint64_t now_ns(void);
 
 /* ---------------------------------------------------------------- recovery */
@@ -153,12 +155,14 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 	/* Is what follows the end zeros (a clean end), a torn tail, or
 	 * damage with good records after it? */
 	bool zeros = true;
-	uint64_t last = off;
+	uint64_t last = off, s, e;
 
-	for (uint64_t p = off; p < j->size; p++) {
-		if (j->map[p] != 0) {
-			zeros = false;
-			last = p;
+	for (uint64_t p = off; next_extent(j, p, &s, &e); p = e) {
+		for (uint64_t q = s; q < e; q++) {
+			if (j->map[q] != 0) {
+				zeros = false;
+				last = q;
+			}
 		}
 	}
 	if (!zeros && !torn(j, off)) {
@@ -178,9 +182,19 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 		 * it was flushed). */
 		uint64_t hashed = 0;
 
+		e = 0;
 		for (uint64_t p = off + 8; p + REC_MIN <= j->size; p += 8) {
 			struct jrec_head rh;
 
+			/* A hole is zeros, never a head: skip it. */
+			if (p >= e) {
+				if (!next_extent(j, p, &s, &e))
+					break;
+				if (s > p)
+					p = (s + 7) / 8 * 8;
+				if (p + REC_MIN > j->size)
+					break;
+			}
 			memcpy(&rh, j->map + p, sizeof(rh));
 			/* Only a head that could be one of ours is hashed:
 			 * a later sequence number, no more records than
@@ -273,6 +287,34 @@ static bool torn(const struct jnl *j, uint64_t off)
 		p = q;
 	}
 	return false;
+}
+
+/*
+ * The next stretch of j's file at or after p that may hold anything but
+ * zeros: [*start, *end), or false if there is none. A hole reads as zeros
+ * and is skipped, so that a file made sparse and huge (truncate -s 1T) is
+ * read in the time its data takes, not its length. Where the file system
+ * cannot tell, all the rest is one stretch.
+ */
+static bool next_extent(const struct jnl *j, uint64_t p, uint64_t *start,
+			uint64_t *end)
+{
+	off_t d, h;
+
+	if (p >= j->size)
+		return false;
+	d = lseek(j->fd, (off_t)p, SEEK_DATA);
+	if (d < 0 && errno == ENXIO)
+		return false;	/* a hole to the end */
+	if (d < 0 || (uint64_t)d >= j->size) {
+		*start = p;
+		*end = j->size;
+		return d < 0;
+	}
+	h = lseek(j->fd, d, SEEK_HOLE);
+	*start = (uint64_t)d;
+	*end = h < 0 || (uint64_t)h > j->size ? j->size : (uint64_t)h;
+	return *start < *end;
 }
 
 /* Is there a whole, good record with sequence number seq at p? Returns its

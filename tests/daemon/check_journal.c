@@ -873,6 +873,85 @@ START_TEST(test_damage_followed_by_good_records_is_refused)
 }
 END_TEST
 
+/*
+ * A file made sparse and huge after its records (truncate -s 1T: zeros
+ * the disk does not hold) is read in the time its data takes: a clean end
+ * as it is, and with a torn record before the hole the search for good
+ * records after it skips the hole too. Read byte by byte, a tebibyte would
+ * take most of an hour; the test's deadline is the tcase's 60 s.
+ */
+START_TEST(test_a_sparse_tail_costs_its_data_not_its_length)
+{
+	const uint64_t huge = UINT64_C(1) << 40;
+	char *dir = temp_dir();
+	char path[256], err[512] = "";
+	struct journal_report rep;
+	struct ex xs[6];
+	struct seen s = { 0 };
+	size_t len, off[32];
+	uint8_t *buf, torn[REC_HEAD];
+	uint32_t claim = 4096;	/* runs into the hole: a torn write */
+	void *st;
+	int nrec, fd;
+
+	build(dir, xs, 6);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	free(buf);
+	ck_assert_int_eq(truncate(path, (off_t)huge), 0);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.file_bytes, huge);
+	ck_assert_uint_eq(rep.end, off[nrec]);
+	ck_assert_uint_eq(rep.torn, 0);
+	ck_assert_uint_eq(rep.records, (uint64_t)nrec);
+
+	memset(torn, 0x5a, sizeof(torn));
+	memcpy(torn, &claim, sizeof(claim));
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, torn, sizeof(torn), (off_t)off[nrec]),
+			 (ssize_t)sizeof(torn));
+	close(fd);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.end, off[nrec]);
+	ck_assert_uint_eq(rep.torn, sizeof(torn));
+	/* Opened, the tail is cut: the hole with it. */
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 4);	/* 1, 2, 4 and 5 (build()'s pattern) */
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.file_bytes, off[nrec]);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Something other than a file where the journal should be is refused at
+ * once, with a sentence: a FIFO would otherwise hold journal_check()'s
+ * open() until some writer came along. */
+START_TEST(test_a_journal_that_is_not_a_file_is_refused)
+{
+	char *dir = temp_dir();
+	char path[256], err[512] = "";
+	struct journal_report rep;
+	void *st = NULL;
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "not a regular file") != NULL, "%s", err);
+	err[0] = '\0';
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, "not a regular file") != NULL, "%s", err);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 START_TEST(test_not_a_journal_is_refused)
 {
 	char *dir = temp_dir();
@@ -1728,6 +1807,8 @@ int main(void)
 	tcase_add_test(tc, test_torn_last_record_is_cut);
 	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
+	tcase_add_test(tc, test_a_sparse_tail_costs_its_data_not_its_length);
+	tcase_add_test(tc, test_a_journal_that_is_not_a_file_is_refused);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
 	tcase_add_test(tc, test_stale_compaction_file_is_removed_at_open);
