@@ -52,3 +52,39 @@ void log_msg(int level, const char *fmt, ...)
 		/* Nowhere left to report it. */
 	}
 }
+
+const char *log_bytes(char *out, size_t room, const void *p, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *b = p;
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		char e[4];
+		size_t k = 0;
+
+		if (b[i] == '\\') {
+			e[k++] = '\\';
+			e[k++] = '\\';
+		} else if (b[i] >= 0x20 && b[i] < 0x7f) {
+			e[k++] = (char)b[i];
+		} else {
+			e[k++] = '\\';
+			e[k++] = 'x';
+			e[k++] = hex[b[i] >> 4];
+			e[k++] = hex[b[i] & 15];
+		}
+		/* Room for this, and for "..." should more follow. */
+		if (o + k + (i + 1 < n ? 3 : 0) + 1 > room) {
+			if (o + 4 <= room) {
+				memcpy(out + o, "...", 3);
+				o += 3;
+			}
+			break;
+		}
+		memcpy(out + o, e, k);
+		o += k;
+	}
+	out[o] = '\0';
+	return out;
+}

@@ -953,12 +953,17 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 	op->rec.finished_ns = op->rec.resolved_ns = store_now_ns();
 	op->rec.resolved_uid = (uint32_t)c->uid;
 	op->rec.resolved_pid = (uint32_t)c->pid;
-	log_info("pid %d uid %u resolves entry %u (%.*s/%.*s/%.*s) as %s",
-		 (int)c->pid, (unsigned)c->uid, op->entry,
-		 (int)m->u.settle.len[0], (const char *)m->u.settle.part[0],
-		 (int)m->u.settle.len[1], (const char *)m->u.settle.part[1],
-		 (int)m->u.settle.len[2], (const char *)m->u.settle.part[2],
-		 committed ? "committed" : "not committed");
+	if (log_level >= LOG_INFO) {
+		char id[3][200];
+
+		for (int i = 0; i < 3; i++)
+			log_bytes(id[i], sizeof(id[i]), m->u.settle.part[i],
+				  m->u.settle.len[i]);
+		log_info("pid %d uid %u resolves entry %u (%s/%s/%s) as %s",
+			 (int)c->pid, (unsigned)c->uid, op->entry, id[0],
+			 id[1], id[2],
+			 committed ? "committed" : "not committed");
+	}
 	if (!s->durable) {
 		rc = store_resolve(s, op);
 		store_resolve_done(s, op->entry);

@@ -85,6 +85,8 @@ enum {
 #define HEAD_LEN 4
 /* A deadline this far away is a typo, and keeps the sums below in range. */
 #define TIMEOUT_MAX_S 1000000000ull
+/* carmy_wait() takes milliseconds in an int: 24.8 days. */
+#define WAIT_MAX_S (INT32_MAX / 1000)
 #define NSEC 1000000000ull
 /* How often the exit is checked for when there is no pidfd. */
 #define POLL_TICK_NS 10000000L
@@ -245,11 +247,10 @@ int main(int argc, char **argv)
 		rc = carmy_connect(&c, o.socket);
 	if (rc == 0) {
 		fill_call(&o, &args, &meta, &call);
+		/* Rounded up: --wait 0.0005 waits, for a millisecond. */
 		if (o.wait_ns > 0)
 			rc = carmy_wait(c, &call, &r,
-					o.wait_ns / 1000000 > INT32_MAX ?
-						INT32_MAX :
-						(int)(o.wait_ns / 1000000));
+					(int)((o.wait_ns + 999999) / 1000000));
 		else
 			rc = carmy_begin(c, &call, &r);
 	}
@@ -356,11 +357,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_WAIT:
 			if (set_once(&wait, arg, "--wait", err,
 				     sizeof(err)) == 0 &&
-			    parse_timeout(arg, &o->wait_ns) != 0 &&
+			    (parse_timeout(arg, &o->wait_ns) != 0 ||
+			     o->wait_ns > WAIT_MAX_S * NSEC) &&
 			    err[0] == '\0')
 				snprintf(err, sizeof(err),
 					 "--wait needs a number of seconds "
-					 "greater than 0, got '%s'", arg);
+					 "greater than 0 and at most %d, got "
+					 "'%s'", WAIT_MAX_S, arg);
 			break;
 		case OPT_JSON:
 			o->json = true;

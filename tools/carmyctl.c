@@ -30,6 +30,7 @@
 #include "libclient/wire.h"
 #include "shm/shm.h"
 #include "tools/json.h"
+#include "tools/text.h"
 
 #define EXIT_USAGE 64
 #define EXIT_FAIL 1
@@ -98,7 +99,8 @@ struct row {
 struct filter {
 	int state;		/* -1: any */
 	const char *principal, *session;
-	uint64_t older_ns, newer_ns;	/* 0: no bound */
+	uint64_t older_ns;	/* 0: no bound */
+	uint64_t newer_ns;	/* UINT64_MAX: no bound (0 is one) */
 	long limit;
 };
 
@@ -336,11 +338,16 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			printf("%-37s  %-9s  ", r->exec, state_name(r->state));
 			put_age(stdout, now > r->started_ns ?
 						now - r->started_ns : 0);
-			printf("  %-12.*s  %-12.*s  %-16.*s  %-9s  ",
-			       (int)r->len[0], r->part[0], (int)r->len[1],
-			       r->part[1], (int)r->len[2], r->part[2],
-			       r->state == SHM_COMPLETED ?
-				       carmy_status_name(r->status) : "-");
+			/* Identities as text_put_bytes() shows them: they
+			 * are anybody's bytes. */
+			fputs("  ", stdout);
+			text_put_bytes(stdout, r->part[0], r->len[0], 12);
+			fputs("  ", stdout);
+			text_put_bytes(stdout, r->part[1], r->len[1], 12);
+			fputs("  ", stdout);
+			text_put_bytes(stdout, r->part[2], r->len[2], 16);
+			printf("  %-9s  ", r->state == SHM_COMPLETED ?
+					carmy_status_name(r->status) : "-");
 			if (r->state == SHM_COMPLETED)
 				printf("%u\n", r->result_len);
 			else
@@ -349,9 +356,11 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		}
 		printf("execution_id  %s\nstate         %s\n", r->exec,
 		       state_name(r->state));
-		for (int i = 0; i < 3; i++)
-			printf("%-13s %.*s\n", names[i], (int)r->len[i],
-			       r->part[i]);
+		for (int i = 0; i < 3; i++) {
+			printf("%-13s ", names[i]);
+			text_put_bytes(stdout, r->part[i], r->len[i], 0);
+			putchar('\n');
+		}
 		printf("pid           %u\nage           ", r->pid);
 		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
 		printf("\n");
@@ -407,9 +416,7 @@ static bool keep(const struct filter *f, const struct row *r, uint64_t now)
 	    (strlen(f->session) != r->len[1] ||
 	     memcmp(f->session, r->part[1], r->len[1]) != 0))
 		return false;
-	if (f->older_ns != 0 && age < f->older_ns)
-		return false;
-	if (f->newer_ns != 0 && age > f->newer_ns)
+	if (age < f->older_ns || age > f->newer_ns)
 		return false;
 	return true;
 }
@@ -426,7 +433,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct filter f = { .state = -1, .limit = -1 };
+	struct filter f = { .state = -1, .newer_ns = UINT64_MAX, .limit = -1 };
 	long shown = 0;
 	uint64_t now;
 	int o, rc;
@@ -460,8 +467,10 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 			x->json = true;
 			break;
 		case 'l':
+			errno = 0;
 			f.limit = strtol(optarg, &end, 10);
-			if (*end != '\0' || f.limit < 0)
+			if (optarg[0] < '0' || optarg[0] > '9' ||
+			    *end != '\0' || errno != 0)
 				return usage_error("carmyctl list: --limit "
 						   "needs a count, not '%s'",
 						   optarg);
@@ -499,11 +508,15 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 
 static int cmd_show(struct ctl *x, int argc, char **argv)
 {
+	uint8_t exec[SHM_EXEC_LEN];
 	struct row r;
 	int rc;
 
 	if (argc != 2)
 		return usage_error("carmyctl show: one EXECUTION_ID%s", "");
+	if (parse_exec(argv[1], exec) != 0)
+		return usage_error("carmyctl show: an EXECUTION_ID is exec_ "
+				   "and 32 hex digits (lower case)%s", "");
 	rc = attach(x);
 	if (rc != 0)
 		return rc;
@@ -535,6 +548,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	};
 	const char *result = "", *id;
 	int committed = release ? 0 : -1, status = CARMY_STATUS_COMPLETED;
+	bool outcome = false;	/* --status or --result given */
 	msgpack_sbuffer sb;
 	struct row r;
 	int o, rc, code;
@@ -554,6 +568,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 			committed = o == 'c';
 			break;
 		case 's':
+			outcome = true;
 			status = 0;
 			for (int st = CARMY_STATUS_COMPLETED;
 			     st <= CARMY_STATUS_CANCELLED; st++)
@@ -566,6 +581,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 						   "not '%s'", optarg);
 			break;
 		case 'r':
+			outcome = true;
 			result = optarg;
 			break;
 		case 'j':
@@ -579,10 +595,25 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	if (committed < 0)
 		return usage_error("carmyctl resolve: say --committed or "
 				   "--not-committed%s", "");
+	/* Not run: there is no outcome to record, and one given would be
+	 * dropped without a word. */
+	if (committed == 0 && outcome)
+		return usage_error("carmyctl resolve: --status and --result "
+				   "go with --committed, not --not-committed%s",
+				   "");
 	if (optind + 1 != argc)
 		return usage_error("carmyctl %s: one EXECUTION_ID",
 				   release ? "release" : "resolve");
 	id = argv[optind];
+	{
+		uint8_t exec[SHM_EXEC_LEN];
+
+		if (parse_exec(id, exec) != 0)
+			return usage_error("carmyctl %s: an EXECUTION_ID is "
+					   "exec_ and 32 hex digits (lower "
+					   "case)", release ? "release" :
+							      "resolve");
+	}
 	rc = attach(x);
 	if (rc != 0)
 		return rc;
@@ -886,7 +917,9 @@ static bool find_exec(const struct shm_view *v, const char *id,
 
 static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN])
 {
-	if (strncmp(id, "exec_", 5) != 0 || strlen(id) != 5 + 2 * SHM_EXEC_LEN)
+	/* As carmyd writes them: %2x alone would take " f", "+f" or "-1". */
+	if (strncmp(id, "exec_", 5) != 0 || strlen(id) != 5 + 2 * SHM_EXEC_LEN ||
+	    strspn(id + 5, "0123456789abcdef") != 2 * SHM_EXEC_LEN)
 		return -1;
 	for (int i = 0; i < SHM_EXEC_LEN; i++) {
 		unsigned v;

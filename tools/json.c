@@ -10,8 +10,6 @@
 
 #include "tools/json.h"
 
-static size_t utf8_len(const uint8_t *p, size_t n);
-
 void json_put_bytes(FILE *f, const void *buf, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -35,7 +33,7 @@ void json_put_bytes(FILE *f, const void *buf, size_t len)
 		} else if (b < 0x80) {
 			putc(b, f);
 			i++;
-		} else if ((n = utf8_len(p + i, len - i)) > 0) {
+		} else if ((n = json_utf8_len(p + i, len - i)) > 0) {
 			fwrite(p + i, 1, n, f);
 			i += n;
 		} else {
@@ -56,14 +54,14 @@ void json_put_str(FILE *f, const char *s)
 }
 
 /*
- * Length of the well-formed UTF-8 sequence starting at p (whose first byte
- * is >= 0x80), or 0 if there is none. The second byte's range is narrowed
+ * The second byte's range is narrowed
  * per lead byte as in Unicode's table of well-formed sequences, which is
  * what rules out overlong forms, UTF-16 surrogates and code points above
  * U+10FFFF.
  */
-static size_t utf8_len(const uint8_t *p, size_t n)
+size_t json_utf8_len(const void *buf, size_t n)
 {
+	const uint8_t *p = buf;
 	uint8_t lo = 0x80, hi = 0xbf;
 	size_t need;
 

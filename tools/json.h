@@ -20,4 +20,8 @@ void json_put_bytes(FILE *f, const void *buf, size_t len);
 /* json_put_bytes() for a NUL-terminated string. */
 void json_put_str(FILE *f, const char *s);
 
+/* Length of the well-formed UTF-8 sequence starting at buf (whose first
+ * byte is >= 0x80, n bytes readable), or 0 if there is none. */
+size_t json_utf8_len(const void *buf, size_t n);
+
 #endif /* TOOLS_JSON_H */

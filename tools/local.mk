@@ -10,6 +10,7 @@ tools_carmy_run_LDADD = libclient/libcarmy.la $(MSGPACK_LIBS)
 # carmyd's own code (shm/, daemon/journal*.c) and speaks the wire protocol.
 bin_PROGRAMS += tools/carmyctl
 tools_carmyctl_SOURCES = tools/carmyctl.c tools/json.h tools/json.c \
+	tools/text.h tools/text.c \
 	daemon/journal.c daemon/journal_recover.c daemon/journal_index.c \
 	daemon/journal_compact.c daemon/journal.h daemon/journal_int.h \
 	daemon/log.c daemon/log.h
