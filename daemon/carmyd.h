@@ -87,6 +87,7 @@ void store_close(struct store *s, const struct carmyd_config *cfg,
 		 bool remove);
 int store_new_owner(struct store *s, uint32_t *id);
 int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn);
+bool store_peer_pid_usable(pid_t pid);
 int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len);

@@ -564,6 +564,12 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 				  "client built with another protocol or layout");
 			return -1;
 		}
+		if (!store_peer_pid_usable(c->pid)) {
+			fail_conn(c, -EPERM, "a client in another PID "
+				  "namespace (its pids name other processes "
+				  "here): run clients in carmyd's");
+			return -1;
+		}
 		flags = s->durable ? WIRE_F_DURABLE : 0;
 		/* A client of the previous carmyd, back for its owner id
 		 * (and the reservations it holds); else a new id. */

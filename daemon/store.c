@@ -993,7 +993,11 @@ static bool dead_owner(uint32_t owner, void *arg)
  * Has process pid exited, so that it can no longer write into an entry it
  * claimed? A kernel fact: no such process, or a zombie (state Z or X in
  * /proc/PID/stat, read after the last ')' since the name may hold any
- * byte). A reused pid only makes us wait longer, never free too early.
+ * byte) with no thread left. Z alone is not enough: a process whose main
+ * thread called pthread_exit() shows Z while its other threads run, and
+ * one of those may be the claimer. num_threads (field 20) counts the
+ * zombie leader until it is reaped, so a process that has wholly exited
+ * shows 1. A reused pid only makes us wait longer, never free too early.
  */
 static bool pid_gone(uint32_t pid, void *arg)
 {
@@ -1016,7 +1020,54 @@ static bool pid_gone(uint32_t pid, void *arg)
 		return false;
 	buf[n] = '\0';
 	p = strrchr(buf, ')');
-	return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+	if (p == NULL || p[1] != ' ' || (p[2] != 'Z' && p[2] != 'X'))
+		return false;
+	/* From the state (field 3) on to num_threads (field 20). */
+	p += 2;
+	for (int field = 3; field < 20; field++) {
+		p = strchr(p, ' ');
+		if (p == NULL)
+			return false;
+		p++;
+	}
+	return strtoul(p, NULL, 10) <= 1;
+}
+
+/*
+ * Does pid, as SO_PEERCRED gave it, name the same process the client calls
+ * getpid()? Not for a client in another PID namespace: the kernel then maps
+ * it to its pid here (or to 0, if it cannot be seen from here at all),
+ * while the client writes its own in the tickets it claims. Those pids are
+ * how carmyd tells a live claimer from a gone one and gives an owner id
+ * back after a restart, so a claim of such a client could be freed while
+ * it still writes. /proc/PID/status lists the pid in every namespace from
+ * ours down (NSpid): one field means the client's namespace is ours.
+ * Without NSpid (kernels before 4.1) there is no telling: believed.
+ */
+bool store_peer_pid_usable(pid_t pid)
+{
+	char path[32], buf[4096], *p;
+	ssize_t n;
+	int fd, fields = 0;
+
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;	/* gone already: its connection ends */
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = '\0';
+	p = strstr(buf, "\nNSpid:");
+	if (p == NULL)
+		return true;
+	for (p += 7; *p != '\0' && *p != '\n'; p++)
+		if ((*p >= '0' && *p <= '9') && (p[-1] == ' ' || p[-1] == '\t'))
+			fields++;
+	return fields == 1;
 }
 
 static uint64_t now_ns(void)

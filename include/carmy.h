@@ -212,9 +212,9 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  * Give back a reservation whose tool provably did not run: the identity is
  * freed and the next call with it runs. Works in shared memory, then tells
  * carmyd in one round trip, which hands the identity to callers waiting
- * for it (carmy_wait) at once (with the memory store that word waits at
- * most 1 s for carmyd's answer, and nothing depends on it); with --store
- * journal:DIR that round trip also records it. Returns 0,
+ * for it (carmy_wait) at once; with --store journal:DIR that round trip
+ * also records it. Like carmy_complete(), it waits for carmyd's answer
+ * however long that takes. Returns 0,
  * CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd declared this handle
  * dead and did not give its reservations back (the entry is then
  * uncertain). With a durable store, CARMY_ESTORE means the identity was

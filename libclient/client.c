@@ -38,9 +38,6 @@
 
 /* How long connect waits for carmyd's HELLO reply. */
 #define HELLO_TIMEOUT_MS 10000
-/* How long a word carmyd owes no one an answer to (a memory store's
- * RELEASE) may hold up its caller. */
-#define NOTICE_TIMEOUT_MS 1000
 #define REPLY_MAX 256
 
 struct carmy {
@@ -82,7 +79,8 @@ struct carmy {
 static bool alive(carmy_t *c);
 static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
 		 uint64_t *w);
-static int hello(int fd, uint32_t owner, uint32_t epoch, struct wire_msg *m);
+static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
+		 struct wire_msg *m);
 static int reconnect(carmy_t *c, int wait_ms);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms);
@@ -159,7 +157,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	rc = dial(socket_path, &c->fd);
 	if (rc != 0)
 		goto fail;
-	rc = hello(c->fd, 0, 0, &m);
+	rc = hello(c->fd, 0, 0, HELLO_TIMEOUT_MS, &m);
 	if (rc != 0)
 		goto fail;
 	rc = shm_map(m.u.hello_ok.shm_name, true, &c->view);
@@ -429,13 +427,13 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	r->priv_owner = 0;
 	if (!c->durable) {
 		/* Free already; told, carmyd hands the identity to anyone
-		 * waiting for it now rather than at its next tick. Nothing
-		 * depends on the answer, so a wedged carmyd holds us up for
-		 * NOTICE_TIMEOUT_MS at most (and a broken or timed-out
-		 * connection is dropped, then found again by the next call,
-		 * so a late reply is never taken for another's). */
-		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec,
-			      NOTICE_TIMEOUT_MS);
+		 * waiting for it now rather than at its next tick. Its
+		 * answer is waited for as a completion's is: giving up on
+		 * it would leave a reply in flight on the connection, which
+		 * could only be dropped, and carmyd would take the dropped
+		 * connection for this process dying and turn every call it
+		 * still runs uncertain. */
+		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec, -1);
 		return 0;
 	}
 	/* Released in the segment, so the identity is free on this host
@@ -475,9 +473,14 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 			return CARMY_EPROTOCOL;
 		/* A connection of its own: the wait does not hold up other
 		 * requests on c, and closing it ends the wait. */
+		/* A stalled carmyd holds this up no longer than the answer
+		 * below may take: the deadline, and a second. */
 		wrc = dial(c->path, &fd);
 		if (wrc == 0)
-			wrc = hello(fd, 0, 0, &m);
+			wrc = hello(fd, 0, 0,
+				    deadline - now + 1000 < HELLO_TIMEOUT_MS ?
+					    (int)(deadline - now + 1000) :
+					    HELLO_TIMEOUT_MS, &m);
 		msgpack_sbuffer_init(&sb);
 		if (wrc == 0)
 			wrc = wire_put_settle(&sb, WIRE_WAIT, part, len, exec,
@@ -582,9 +585,11 @@ static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
 	return 0;
 }
 
-/* HELLO on fd and its reply: a new owner (owner 0), or owner of epoch
- * back. Returns 0 with the reply in *m, or an error. */
-static int hello(int fd, uint32_t owner, uint32_t epoch, struct wire_msg *m)
+/* HELLO on fd and its reply, awaited for timeout_ms: a new owner (owner
+ * 0), or owner of epoch back. Returns 0 with the reply in *m, or an
+ * error. */
+static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
+		 struct wire_msg *m)
 {
 	uint8_t buf[REPLY_MAX];
 	msgpack_sbuffer sb;
@@ -596,7 +601,7 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, struct wire_msg *m)
 		rc = send_all(fd, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc == 0)
-		rc = recv_msg(fd, HELLO_TIMEOUT_MS, 0, m, buf, sizeof(buf));
+		rc = recv_msg(fd, timeout_ms, 0, m, buf, sizeof(buf));
 	if (rc != 0)
 		return rc;
 	if (m->type == WIRE_ERROR)
@@ -635,7 +640,8 @@ static int reconnect(carmy_t *c, int wait_ms)
 		retry = rc == CARMY_EUNAVAILABLE;
 		if (rc == 0) {
 			rc = hello(fd, uatomic_read(&c->owner),
-				   uatomic_read(&c->epoch), &m);
+				   uatomic_read(&c->epoch), HELLO_TIMEOUT_MS,
+				   &m);
 			/* Closed on us mid-way: carmyd starting or stopping. */
 			retry = rc == CARMY_EDISCONNECTED ||
 				rc == CARMY_EUNAVAILABLE;
@@ -713,16 +719,23 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		return rc;
 	}
 	pthread_mutex_lock(&c->io);
+	/* Another thread's request failed on this connection while we
+	 * waited for it: its reply may still come, and must not be read as
+	 * ours. */
+	if (uatomic_read(&c->dead)) {
+		pthread_mutex_unlock(&c->io);
+		return CARMY_EDISCONNECTED;
+	}
 	/* A durable store answers after a flush, far beyond any spin. */
 	spin = c->durable ? 0 : c->spin_ns;
 	rc = send_all(c->fd, sb->data, sb->size);
 	if (rc == 0)
 		rc = recv_msg(c->fd, timeout_ms, spin, &m, buf, sizeof(buf));
+	if (rc != 0)
+		uatomic_set(&c->dead, 1);	/* before the next one sends */
 	pthread_mutex_unlock(&c->io);
-	if (rc != 0) {
-		uatomic_set(&c->dead, 1);
+	if (rc != 0)
 		return rc == CARMY_EPROTOCOL ? rc : CARMY_EDISCONNECTED;
-	}
 	if (m.type == WIRE_ERROR) {
 		uatomic_set(&c->dead, 1);
 		return m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;

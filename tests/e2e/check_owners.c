@@ -2,16 +2,22 @@
  * check_owners.c - dead owners. A process that holds a running reservation
  * and dies (kill -9), closes its connection, or exits without completing
  * leaves the entry EXECUTION_UNCERTAIN (interrupted), promptly and for
- * good: never a second execution. Processes killed at random moments in the
+ * good: never a second execution. A claimer outliving its main thread is
+ * still alive. Processes killed at random moments in the
  * middle of claiming leave no stuck ticket or bucket, and the whole
  * remaining capacity stays usable.
  */
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +25,8 @@
 #include <check.h>
 #include <urcu/arch.h>
 
+#include "libclient/wire.h"
+#include "shm/atomic.h"
 #include "tests/e2e/e2e.h"
 
 /* The requirement is 100 ms; the assertion leaves room for a loaded CI
@@ -456,6 +464,210 @@ START_TEST(test_owners_killed_mid_claim_leave_nothing_stuck)
 }
 END_TEST
 
+/* ------------------------------------------- a claimer outliving its main */
+
+/* In the claimer's second thread: once the main thread has exited (the
+ * process shows Z in /proc/PID/stat, yet runs on), close the connection,
+ * which makes carmyd sweep the owner, then wait for the test's word. */
+static void *claimer_thread(void *arg)
+{
+	const int *fds = arg;	/* the connection, the word's pipe */
+	char path[64], buf[512], *p = NULL;
+	char go;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)getpid());
+	for (int i = 0; i < 10000; i++) {
+		FILE *f = fopen(path, "r");
+		size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+		if (f != NULL)
+			fclose(f);
+		buf[n] = '\0';
+		p = strrchr(buf, ')');
+		if (p != NULL && p[1] == ' ' && p[2] == 'Z')
+			break;
+		poll(NULL, 0, 1);
+	}
+	if (p == NULL || p[2] != 'Z')
+		_exit(3);
+	close(fds[0]);
+	if (read(fds[1], &go, 1) != 1)
+		_exit(4);
+	_exit(0);
+}
+
+/* A new owner's HELLO on fd: its owner id, or 0. */
+static uint32_t hello_new(int fd)
+{
+	msgpack_sbuffer sb;
+	struct wire_msg m;
+	uint8_t buf[512];
+	size_t have = 0;
+	long n = 0;
+
+	msgpack_sbuffer_init(&sb);
+	if (wire_put_hello(&sb, shm_layout_signature(), 0, 0) != 0 ||
+	    send(fd, sb.data, sb.size, MSG_NOSIGNAL) != (ssize_t)sb.size)
+		return 0;
+	msgpack_sbuffer_destroy(&sb);
+	while (n == 0 && have < sizeof(buf)) {
+		if (e2e_read_full(fd, buf + have, 1, 5000) != 0)
+			return 0;
+		n = wire_scan(buf, ++have, sizeof(buf));
+		if (n < 0)
+			return 0;
+	}
+	if (n == 0 || wire_decode(buf, have, 0, &m) != 0 ||
+	    m.type != WIRE_HELLO)
+		return 0;
+	return m.u.hello_ok.owner;
+}
+
+/*
+ * A process whose main thread has called pthread_exit() shows Z in
+ * /proc/PID/stat while its other threads run, and one of them may be in the
+ * middle of a claim. Its connection closed, carmyd must hold such a claim
+ * (ORPHAN) while the process lives, not free the ticket for another call
+ * whose entry the claimer would then write over; once the process is gone
+ * the ticket is freed.
+ */
+START_TEST(test_a_claimer_whose_main_thread_exited_is_alive)
+{
+	int go[2], report[2];
+	struct shm_view v;
+	uint64_t t, deadline;
+	uint32_t e = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(report), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		static int fds[2];
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		struct shm_view cv;
+		uint32_t owner;
+		pthread_t th;
+
+		fds[0] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		fds[1] = go[0];
+		strcpy(sa.sun_path, d.socket);
+		if (connect(fds[0], (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+		    (owner = hello_new(fds[0])) == 0 ||
+		    shm_map(d.segment, true, &cv) != 0)
+			_exit(2);
+		/* A claim, not published: what shm_reserve() holds for a
+		 * moment before it publishes the bucket. */
+		for (e = 0; e < cv.geo.capacity; e++)
+			if (shm_cas(&cv.tickets[e], SHM_TICKET_FREE,
+				    shm_ticket(owner, (uint32_t)getpid())) ==
+			    SHM_TICKET_FREE)
+				break;
+		if (e == cv.geo.capacity ||
+		    write(report[1], &e, sizeof(e)) != sizeof(e) ||
+		    pthread_create(&th, NULL, claimer_thread, fds) != 0)
+			_exit(2);
+		pthread_exit(NULL);
+	}
+	close(go[0]);
+	close(report[1]);
+	ck_assert_int_eq(e2e_read_full(report[0], &e, sizeof(e), 5000), 0);
+	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
+	ck_assert_uint_lt(e, v.geo.capacity);
+	/* carmyd sweeps the owner once the connection is gone. */
+	deadline = harness_now_ns() + 10000000000ull;
+	while (SHM_T_WHAT(t = shm_load(&v.tickets[e])) >= SHM_OWNER_MIN &&
+	       harness_now_ns() < deadline)
+		poll(NULL, 0, 5);
+	ck_assert_msg(SHM_T_WHAT(t) == SHM_TICKET_ORPHAN,
+		      "the live claimer's ticket is %u, not ORPHAN (%u)",
+		      SHM_T_WHAT(t), SHM_TICKET_ORPHAN);
+	ck_assert_uint_eq(SHM_T_PID(t), (uint32_t)pid);
+	/* Gone for good: the ticket is free again (carmyd's tick). */
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	deadline = harness_now_ns() + 10000000000ull;
+	while ((t = shm_load(&v.tickets[e])) != SHM_TICKET_FREE &&
+	       harness_now_ns() < deadline)
+		poll(NULL, 0, 5);
+	ck_assert_uint_eq(t, SHM_TICKET_FREE);
+	shm_unmap(&v);
+	close(go[1]);
+	close(report[0]);
+}
+END_TEST
+
+/* ------------------------------------------------- a stalled carmyd */
+
+struct releaser {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct carmy_reservation *r;
+	bool done;
+	int rc;
+};
+
+static void *release_thread(void *arg)
+{
+	struct releaser *x = arg;
+	int rc = carmy_release(c, x->r);
+
+	pthread_mutex_lock(&x->lock);
+	x->rc = rc;
+	x->done = true;
+	pthread_cond_signal(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
+/*
+ * carmyd stalls (stopped here; swapping, throttled, blocked writing its
+ * log elsewhere) for longer than a second while a process releases one
+ * call and runs another. Nothing is dead: when carmyd goes on, the release
+ * is answered and the other call completes and replays. (libcarmy used to
+ * give up on a release's answer after a second and drop the connection,
+ * which carmyd took for the process dying: the running call turned
+ * uncertain and its result was refused.)
+ */
+START_TEST(test_a_stalled_carmyd_leaves_a_live_owner_alive)
+{
+	struct carmy_call a = E2E_CALL("p", "s", "runs-on");
+	struct carmy_call b = E2E_CALL("p", "s", "released");
+	struct carmy_reservation ra = CARMY_RESERVATION_INIT;
+	struct carmy_reservation rb = CARMY_RESERVATION_INIT;
+	struct releaser x = { PTHREAD_MUTEX_INITIALIZER,
+			      PTHREAD_COND_INITIALIZER, &rb, false, 0 };
+	struct timespec until;
+	pthread_t th;
+
+	ck_assert_int_eq(carmy_begin(c, &a, &ra), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(c, &b, &rb), CARMY_RESERVED);
+	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, release_thread, &x), 0);
+	/* The stall: until the release is answered, or 1.5 s. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1 + (until.tv_nsec >= 500000000);
+	until.tv_nsec = (until.tv_nsec + 500000000) % 1000000000;
+	pthread_mutex_lock(&x.lock);
+	while (!x.done &&
+	       pthread_cond_timedwait(&x.cond, &x.lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&x.lock);
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(x.rc, 0);
+	ck_assert_int_eq(carmy_complete(c, &ra, CARMY_STATUS_COMPLETED, "ok", 2),
+			 0);
+	ck_assert_int_eq(carmy_begin(c, &a, &ra), CARMY_REPLAY);
+	ck_assert_int_eq(carmy_begin(c, &b, &rb), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &rb, CARMY_STATUS_COMPLETED, "", 0),
+			 0);
+	carmy_reservation_clear(&ra);
+	carmy_reservation_clear(&rb);
+}
+END_TEST
+
 static Suite *owners_suite(void)
 {
 	Suite *s = suite_create("owners");
@@ -469,6 +681,8 @@ static Suite *owners_suite(void)
 	tcase_add_test(tc, test_retry_after_owner_exits_without_completing_is_uncertain);
 	tcase_add_test(tc, test_owner_death_leaves_other_owners_alone);
 	tcase_add_test(tc, test_all_reservations_of_a_dead_owner_turn_uncertain);
+	tcase_add_test(tc, test_a_claimer_whose_main_thread_exited_is_alive);
+	tcase_add_test(tc, test_a_stalled_carmyd_leaves_a_live_owner_alive);
 	suite_add_tcase(s, tc);
 
 	e2e_guard(mid);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +424,36 @@ START_TEST(test_wait_ends_at_its_deadline_still_running)
 }
 END_TEST
 
+/* A stalled carmyd (stopped here) holds a wait up no longer than its
+ * deadline and the second carmyd may take to answer it, not the 10 s a
+ * connection's first word may take (libcarmy used to wait that long for
+ * the HELLO of the wait's own connection). The bound asserted is 5 s, far
+ * from both, so that a loaded machine cannot fail it. */
+START_TEST(test_wait_keeps_its_deadline_with_carmyd_stalled)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "stalled");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct worker w;
+	uint64_t t0;
+	double ms;
+	int rc;
+
+	worker_start(&w, &call);
+	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	t0 = harness_now_ns();
+	rc = carmy_wait(c, &call, &r, 300);
+	ms = e2e_ms_since(t0);
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	ck_assert_msg(rc == CARMY_EUNCERTAIN && r.state == CARMY_STATE_RUNNING,
+		      "wait: %s (%s)", carmy_errname(rc),
+		      carmy_state_name(r.state));
+	ck_assert_msg(ms < 5000.0, "a 300 ms wait took %.0f ms", ms);
+	e2e_note("a 300 ms wait on a stopped carmyd gave up after %.1f ms", ms);
+	ck_assert_int_eq(worker_do(&w, 'c'), 0);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
 /* ------------------------------------------------------------ durable */
 
 START_TEST(test_resolution_survives_a_reboot_with_the_journal)
@@ -698,6 +729,7 @@ int main(void)
 	tcase_add_test(tc, test_wait_gets_the_reservation_when_it_is_released);
 	tcase_add_test(tc, test_wait_reports_uncertain_when_the_owner_dies);
 	tcase_add_test(tc, test_wait_ends_at_its_deadline_still_running);
+	tcase_add_test(tc, test_wait_keeps_its_deadline_with_carmyd_stalled);
 	tcase_add_test(tc, test_resolution_survives_a_reboot_with_the_journal);
 	tcase_add_test(tc, test_durable_requests_are_checked_against_the_table);
 	tcase_add_test(tc, test_a_request_sent_behind_a_wait_is_answered_after_it);

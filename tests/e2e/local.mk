@@ -17,8 +17,8 @@ tests_e2e_check_races_LDADD = $(TEST_LIBS)
 check_PROGRAMS += tests/e2e/check_owners
 TESTS += tests/e2e/check_owners
 tests_e2e_check_owners_SOURCES = tests/e2e/check_owners.c $(E2E_SOURCES)
-tests_e2e_check_owners_CFLAGS = $(TEST_CFLAGS)
-tests_e2e_check_owners_LDADD = $(TEST_LIBS)
+tests_e2e_check_owners_CFLAGS = $(TEST_CFLAGS) -pthread
+tests_e2e_check_owners_LDADD = $(TEST_LIBS) -lpthread
 
 check_PROGRAMS += tests/e2e/check_capacity
 TESTS += tests/e2e/check_capacity
