@@ -76,6 +76,7 @@ static void write_batch(struct jnl *j);
 static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp);
 static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len);
 static void index_batch(struct jnl *j, uint64_t off, size_t len);
+static void fail_closed(struct jnl *j, int rc);
 
 /* ---------------------------------------------------------------- API */
 
@@ -487,8 +488,15 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 
 	if (rc == 0 && len > j->cap)
 		rc = jnl_buf_room(&j->buf, &j->cap, len);	/* this batch only */
-	if (rc == 0 && j->end + len > j->size)
+	if (rc == 0 && j->end + len > j->size) {
 		rc = jnl_grow_file(j->fd, j->end, &j->size, len);
+		/* Out of room fails this batch alone: the zeros written so
+		 * far are harmless. Anything else, EIO above all, may be a
+		 * write-back failure the kernel reports only once: fail
+		 * closed, as after a failed commit. */
+		if (rc != 0 && rc != -ENOSPC)
+			fail_closed(j, rc);
+	}
 	if (rc == 0) {
 		uint64_t first = j->seq + 1;
 		size_t at = 0;
@@ -511,13 +519,7 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 			j->records += (uint64_t)(j->seq + 1 - first);
 			j->nrec += (uint64_t)(j->seq + 1 - first);
 		} else {
-			/* After a failed write or flush nothing in the page
-			 * cache can be trusted to reach the disk: fail
-			 * closed from here on. */
-			log_error("journal %s: %s: refusing every reservation "
-				  "and completion from now on", j->path,
-				  strerror(-rc));
-			__atomic_store_n(&j->broken, rc, __ATOMIC_RELEASE);
+			fail_closed(j, rc);
 		}
 	}
 	while (batch != NULL) {
@@ -526,6 +528,15 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 		batch->done(batch, rc);
 		batch = next;
 	}
+}
+
+/* After a failed write or flush nothing in the page cache can be trusted
+ * to reach the disk: refuse every request from now on. */
+static void fail_closed(struct jnl *j, int rc)
+{
+	log_error("journal %s: %s: refusing every reservation and completion "
+		  "from now on", j->path, strerror(-rc));
+	__atomic_store_n(&j->broken, rc, __ATOMIC_RELEASE);
 }
 
 /*

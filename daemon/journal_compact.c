@@ -45,10 +45,10 @@
  * JOURNAL_CATCHUP_ROUNDS; only the rest is copied while commits wait. */
 #define JOURNAL_CATCHUP_MIN (64u << 10)
 #define JOURNAL_CATCHUP_ROUNDS 8
-/* Room a compaction leaves on the disk beyond its copy: the old file
- * grows meanwhile, JOURNAL_GROW (16 MB) at a time, and must be able to
- * twice. */
-#define JOURNAL_COMPACT_SPARE (32u << 20)
+/* Room a compaction leaves on the disk beyond its copy: the copy is
+ * followed by JOURNAL_GROW (16 MB) of zeros of its own, and the old file
+ * grows meanwhile, JOURNAL_GROW at a time, and must be able to twice. */
+#define JOURNAL_COMPACT_SPARE (48u << 20)
 
 /* One compaction: the new file, and its index. */
 struct jcompact {

@@ -150,6 +150,24 @@ static int submit_resolve(void *st, const struct ex *x, bool committed)
 	return submit_rec(st, CARMY_STORE_RESOLVE, &rec);
 }
 
+/* Fault injection: the program is linked with --wrap=fsync
+ * (tests/daemon/local.mk), so the journal's fsync() comes here first. */
+static int fsync_fails;		/* errno for the next fsync(), or 0 */
+
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+
+int __wrap_fsync(int fd)
+{
+	int e = __atomic_exchange_n(&fsync_fails, 0, __ATOMIC_SEQ_CST);
+
+	if (e != 0) {
+		errno = e;
+		return -1;
+	}
+	return __real_fsync(fd);
+}
+
 static void *open_journal(const char *dir)
 {
 	char err[512] = "";
@@ -952,6 +970,32 @@ START_TEST(test_a_journal_that_is_not_a_file_is_refused)
 }
 END_TEST
 
+/*
+ * The file grows in zeros written ahead and flushed. If that flush fails
+ * (EIO), the kernel may report the lost write-back only once, to this
+ * fsync(): the batch fails, and so does everything after it, as after a
+ * failed commit. (It used to fail that batch alone and go on.)
+ */
+START_TEST(test_a_failed_flush_of_the_zeros_ahead_stops_the_journal)
+{
+	char *dir = temp_dir();
+	struct ex a, b;
+	void *st = open_journal(dir);	/* a new journal: its header only */
+
+	make_ex(&a, 1, CARMY_STATUS_COMPLETED);
+	make_ex(&b, 2, CARMY_STATUS_COMPLETED);
+	__atomic_store_n(&fsync_fails, EIO, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &a), -EIO);
+	/* It was the growth's fsync that failed, and nothing after it
+	 * gets through. */
+	ck_assert_int_eq(__atomic_load_n(&fsync_fails, __ATOMIC_SEQ_CST), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &b), -EIO);
+	journal_store_ops.close(st);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 START_TEST(test_not_a_journal_is_refused)
 {
 	char *dir = temp_dir();
@@ -993,13 +1037,14 @@ END_TEST
  * big as the journal: the next open removes it (a directory of that name,
  * not the journal's to remove, stays). */
 /*
- * A compaction starts only with room on the disk for its copy and 32 MB to
- * spare (the old file grows meanwhile): the copy taken as twice the
+ * A compaction starts only with room on the disk for its copy and 48 MB to
+ * spare (the copy's own zeros ahead, and the old file growing meanwhile,
+ * twice): the copy taken as twice the
  * needed records at the journal's mean record size, at most the journal.
  */
 START_TEST(test_compaction_needs_room_for_its_copy)
 {
-	const uint64_t MB = 1u << 20, spare = 32 * MB;
+	const uint64_t MB = 1u << 20, spare = 48 * MB;
 	/* 100 MB of 1,000,000 records (105 bytes each, rounded up), 100,000
 	 * needed: a copy of 21,000,000 bytes. */
 	const uint64_t end = 100 * MB, nrec = 1000000, copy = 21000000;
@@ -1809,6 +1854,7 @@ int main(void)
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
 	tcase_add_test(tc, test_a_sparse_tail_costs_its_data_not_its_length);
 	tcase_add_test(tc, test_a_journal_that_is_not_a_file_is_refused);
+	tcase_add_test(tc, test_a_failed_flush_of_the_zeros_ahead_stops_the_journal);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
 	tcase_add_test(tc, test_stale_compaction_file_is_removed_at_open);
