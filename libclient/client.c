@@ -345,7 +345,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 					  &c->stats->st_conflicts);
 			return f.same_fp ? CARMY_EUNCERTAIN : CARMY_ECONFLICT;
 		}
-		rc = shm_read_result(&c->view, f.entry, f.word, &res);
+		rc = shm_read_result(&c->view, f.entry, f.bucket, f.word,
+				     &res);
 		if (rc == -EAGAIN)
 			continue;	/* changed while copied: look again */
 		if (rc != 0)

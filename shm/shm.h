@@ -386,8 +386,8 @@ int shm_key_init(struct shm_key *k, uint64_t seed, const void *principal,
 		 const void *request_id, size_t rlen);
 enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
 			     const struct shm_claim *c, struct shm_found *out);
-int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
-		    struct shm_result *out);
+int shm_read_result(const struct shm_view *v, uint32_t entry, uint32_t bucket,
+		    uint64_t word, struct shm_result *out);
 int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);

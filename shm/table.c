@@ -445,25 +445,32 @@ bool shm_published_as(const struct shm_view *v, uint32_t e,
 }
 
 /*
- * Copy out the recorded result of a COMPLETED entry seen with bucket word
- * `word`. The copy is validated by re-reading the word afterwards. Returns
- * 0, -ENOMEM, or -EAGAIN if the entry changed while it was read (the caller
+ * Copy out the recorded result of a COMPLETED entry seen in bucket `bucket`
+ * with word `word`. The copy is validated by re-reading that bucket's word
+ * afterwards: an entry is freed only after the bucket that publishes it has
+ * changed, and a bucket's version only goes up, so the same word there
+ * means the same execution's entry, whole. (Not the bucket the entry says
+ * it is in now: after a purge, the entry may be reused by another call of
+ * the same identity, published elsewhere with a word that is equal bit for
+ * bit, and its result would be replayed for this one.) Returns 0, -ENOMEM,
+ * or -EAGAIN if the entry changed or moved while it was read (the caller
  * looks it up again).
  */
-int shm_read_result(const struct shm_view *v, uint32_t entry, uint64_t word,
-		    struct shm_result *out)
+int shm_read_result(const struct shm_view *v, uint32_t entry, uint32_t bucket,
+		    uint64_t word, struct shm_result *out)
 {
 	const struct shm_entry *en;
 	const uint64_t *bp;
-	uint32_t len, b;
+	uint32_t len;
 
 	if (entry >= v->geo.capacity)
 		return -EINVAL;
-	en = shm_entry_at(v, entry);
-	b = shm_load(&en->en_bucket);
-	if (b >= v->geo.nbuckets)
+	if (bucket >= v->geo.nbuckets)
 		return -EAGAIN;
-	bp = &v->buckets[b];
+	en = shm_entry_at(v, entry);
+	bp = &v->buckets[bucket];
+	if (shm_load(bp) != word)
+		return -EAGAIN;
 	shm_rmb();
 	len = shm_load(&en->en_result_len);
 	if (len > v->geo.max_result)

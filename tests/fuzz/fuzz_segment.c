@@ -143,7 +143,7 @@ static void complete_and_replay(struct shm_view *v, const char *rid,
 	FUZZ_CHECK(fs_reserve(v, rid, NEW_OWNER + 1, NEW_PID, cursor, &g) ==
 		   SHM_OUT_FOUND);
 	FUZZ_CHECK(g.entry == f->entry && g.state == SHM_COMPLETED);
-	FUZZ_CHECK(shm_read_result(v, g.entry, g.word, &r) == 0);
+	FUZZ_CHECK(shm_read_result(v, g.entry, g.bucket, g.word, &r) == 0);
 	FUZZ_CHECK(r.status == CARMY_STATUS_COMPLETED && r.result_code == 0);
 	FUZZ_CHECK(r.len == len && memcmp(r.data, result, len) == 0);
 	FUZZ_CHECK(memcmp(r.exec, f->exec, SHM_EXEC_LEN) == 0);
@@ -181,7 +181,7 @@ static void client(struct shm_view *v, const char *rid, unsigned i,
 		FUZZ_CHECK(f.entry < v->geo.capacity &&
 			   f.bucket < v->geo.nbuckets);
 		if (f.state == SHM_COMPLETED) {
-			rc = shm_read_result(v, f.entry, f.word, &r);
+			rc = shm_read_result(v, f.entry, f.bucket, f.word, &r);
 			FUZZ_CHECK(rc == 0 || rc == -EAGAIN);
 			if (rc == 0) {
 				FUZZ_CHECK(r.len <= v->geo.max_result);
@@ -223,13 +223,13 @@ static void read_everything(struct shm_view *v)
 
 		if (b < v->geo.nbuckets)
 			w = v->buckets[b];
-		if (shm_read_result(v, e, w, &r) == 0) {
+		if (shm_read_result(v, e, b, w, &r) == 0) {
 			FUZZ_CHECK(r.len <= v->geo.max_result);
 			free(r.data);
 		}
 		(void)shm_owns(v, e, NEW_OWNER, &b, &w);
 	}
-	FUZZ_CHECK(shm_read_result(v, v->geo.capacity, 0, &(struct shm_result){
+	FUZZ_CHECK(shm_read_result(v, v->geo.capacity, 0, 0, &(struct shm_result){
 			   0 }) == -EINVAL);
 	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
 		uint32_t home;

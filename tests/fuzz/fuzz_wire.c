@@ -158,7 +158,7 @@ static void check_replay(uint32_t e, int status, int code, const void *data,
 	FUZZ_CHECK(e < FW_NENTRIES);
 	FUZZ_CHECK(reserve(e, FW_OTHER, &cursor, &f) == SHM_OUT_FOUND);
 	FUZZ_CHECK(f.entry == e && f.state == SHM_COMPLETED);
-	FUZZ_CHECK(shm_read_result(&view, f.entry, f.word, &r) == 0);
+	FUZZ_CHECK(shm_read_result(&view, f.entry, f.bucket, f.word, &r) == 0);
 	fw_exec(e, exec);
 	FUZZ_CHECK(r.status == status && r.result_code == code);
 	FUZZ_CHECK(r.len == len && (len == 0 || memcmp(r.data, data, len) == 0));

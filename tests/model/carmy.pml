@@ -66,8 +66,9 @@
  *                         :201-207; the RECLAIM request and second probe,
  *                         client.c:217-226
  *    r_end                carmy_begin's answer, client.c:208-254
- *    r_replay             shm_read_result table.c:220-254 (en_bucket :230,
- *                         result and exec :235-246, word re-check :248);
+ *    r_replay             shm_read_result table.c (the bucket the probe
+ *                         found it in, its word checked before and after
+ *                         the result and exec are copied);
  *                         -EAGAIN retry client.c:243-245
  *    c_release            carmy_release client.c:297-310 -> shm_release
  *                         table.c:304-328
@@ -313,7 +314,7 @@ inline cas_tk(ee, old, new, ok)
 
 proctype Client(byte c)
 {
-	byte id, tkt, b, n, e, eb, eid, t, i, k, s, fe, fst, res, ex, out;
+	byte id, tkt, b, n, e, eb, eid, t, i, k, s, fe, fb, fst, res, ex, out;
 	byte ops, cur, nfill;
 	int w, nw, fw;
 	bool ok, first, was_done, reclaimed;
@@ -464,7 +465,7 @@ r_match:		e = ENT(w);
 						cas_tk(tkt, HELD(c), T_FREE, ok)
 					:: else
 					fi;
-					fe = e; fw = w; fst = ST(w);
+					fe = e; fb = b; fw = w; fst = ST(w);
 					out = 1; goto r_end		/* FOUND */
 				:: else
 				fi
@@ -496,7 +497,7 @@ r_end:
 		rreq[c] == 0;
 		goto c_again
 	:: out == 1 && fst == COMPLETED ->
-r_replay:	b = en_bucket[fe];
+r_replay:	b = fb;
 		res = en_res[fe];
 		ex = en_exec[fe];
 		if
@@ -564,7 +565,7 @@ c_complete:		DIE;
 		:: skip		/* still running when the client stops */
 		fi
 	fi;
-	atomic { w = 0; t = 0; b = 0; s = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0 }
+	atomic { w = 0; t = 0; b = 0; s = 0; fb = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0 }
 	ops--;
 	if
 	:: ops > 0 -> goto c_op
@@ -584,7 +585,7 @@ c_died:
 		gone[c] = 1; dead[c] = 1;
 		id = 0; tkt = 0; b = 0; n = 0; e = 0; eb = 0; eid = 0; t = 0;
 		i = 0; k = 0; s = 0; fe = 0; fst = 0; res = 0; ex = 0; out = 0;
-		ops = 0; cur = 0; nfill = 0; w = 0; nw = 0; fw = 0; ok = 0;
+		ops = 0; cur = 0; nfill = 0; w = 0; nw = 0; fb = 0; fw = 0; ok = 0;
 		first = 0; was_done = 0; reclaimed = 0
 	}
 c_exit:

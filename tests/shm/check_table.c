@@ -260,7 +260,7 @@ START_TEST(test_complete_then_replay_reads_result)
 	ck_assert_uint_eq(view.tickets[f.entry], SHM_TICKET_LIVE);
 	ck_assert_int_eq(reserve("r1", OWNER_B, 1, &g), SHM_OUT_FOUND);
 	ck_assert_uint_eq(g.state, SHM_COMPLETED);
-	ck_assert_int_eq(shm_read_result(&view, g.entry, g.word, &r), 0);
+	ck_assert_int_eq(shm_read_result(&view, g.entry, g.bucket, g.word, &r), 0);
 	ck_assert_int_eq(r.status, CARMY_STATUS_TIMED_OUT);
 	ck_assert_uint_eq(r.len, 3);
 	ck_assert_mem_eq(r.data, "a\0b", 3);
@@ -269,6 +269,45 @@ START_TEST(test_complete_then_replay_reads_result)
 	ck_assert_int_ne(shm_record_result(&view, f.entry, OWNER_A, f.exec,
 					   CARMY_STATUS_COMPLETED, 0, "y", 1, 5),
 			 0);
+}
+END_TEST
+
+/*
+ * A replay stalled between finding a completed call and copying its result,
+ * while an operator purges that call and another call of the same identity
+ * (other arguments) takes the same entry, is published in another bucket
+ * with a word equal bit for bit (same tag, entry and version), and
+ * completes: the copy must be refused, never the other call's result
+ * handed over as this one's. Looked up again, it is a conflict.
+ */
+START_TEST(test_a_stalled_replay_never_reads_a_reused_entry)
+{
+	struct shm_found f, g, h;
+	struct shm_result r;
+
+	teardown();
+	setup_cap(1, 256);	/* one entry: a new call must reuse it */
+	ck_assert_int_eq(reserve("r", OWNER_A, 0xaa, &f), SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, f.entry, OWNER_A, f.exec,
+					   CARMY_STATUS_COMPLETED, 0, "A", 1, 5),
+			 0);
+	ck_assert_int_eq(reserve("r", OWNER_B, 0xaa, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.state, SHM_COMPLETED);
+	/* The replay stalls here. */
+	ck_assert(shm_purge(&view, g.entry, g.exec));
+	ck_assert_int_eq(reserve("r", OWNER_A, 0xbb, &h), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(h.entry, g.entry);
+	ck_assert_uint_ne(h.bucket, g.bucket);
+	ck_assert_int_eq(shm_record_result(&view, h.entry, OWNER_A, h.exec,
+					   CARMY_STATUS_COMPLETED, 0, "B", 1, 5),
+			 0);
+	/* The trap: the entry's bucket now holds the very word seen. */
+	ck_assert_uint_eq(view.buckets[view.entries[h.entry].en_bucket],
+			  g.word);
+	ck_assert_int_eq(shm_read_result(&view, g.entry, g.bucket, g.word, &r),
+			 -EAGAIN);
+	ck_assert_int_eq(reserve("r", OWNER_B, 0xaa, &g), SHM_OUT_FOUND);
+	ck_assert(!g.same_fp);
 }
 END_TEST
 
@@ -509,7 +548,7 @@ START_TEST(test_finished_entry_moves_home_so_tombstones_go)
 	ck_assert_uint_eq(g.entry, f[2].entry);
 	ck_assert_uint_eq(g.bucket, f[1].bucket);
 	ck_assert_uint_eq(SHM_W_STATE(view.buckets[f[2].bucket]), SHM_FREE);
-	ck_assert_int_eq(shm_read_result(&view, g.entry, g.word, &r), 0);
+	ck_assert_int_eq(shm_read_result(&view, g.entry, g.bucket, g.word, &r), 0);
 	ck_assert_mem_eq(r.data, "c", 1);
 	free(r.data);
 }
@@ -555,7 +594,7 @@ START_TEST(test_scribbled_buckets_and_entries_do_not_crash)
 			 0);
 	shm_entry_at(&view, f.entry)->en_result_len = UINT32_MAX;
 	ck_assert_int_eq(reserve("a", OWNER_B, 1, &f), SHM_OUT_FOUND);
-	ck_assert_int_eq(shm_read_result(&view, f.entry, f.word, &r), 0);
+	ck_assert_int_eq(shm_read_result(&view, f.entry, f.bucket, f.word, &r), 0);
 	ck_assert_uint_le(r.len, view.geo.max_result);
 	free(r.data);
 	for (int round = 0; round < 200; round++) {
@@ -637,12 +676,15 @@ static Suite *table_suite(void)
 	TCase *tc = tcase_create("table");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
+	/* The scribbling and racing tests take seconds on a loaded VM. */
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_geometry_rejects_out_of_range);
 	tcase_add_test(tc, test_sane_rejects_mismatched_layout_and_corruption);
 	tcase_add_test(tc, test_sane_never_accepts_random_headers);
 	tcase_add_test(tc, test_reserve_then_same_identity_is_found_running);
 	tcase_add_test(tc, test_raw_print_decides_only_when_equal);
 	tcase_add_test(tc, test_complete_then_replay_reads_result);
+	tcase_add_test(tc, test_a_stalled_replay_never_reads_a_reused_entry);
 	tcase_add_test(tc, test_capacity_is_exact_and_release_frees_room);
 	tcase_add_test(tc, test_no_carmyd_reserves_nothing_but_replays);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
