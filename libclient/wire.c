@@ -140,6 +140,45 @@ long wire_scan_more(struct wire_scanner *sc, const void *buf, size_t len,
 
 /* ------------------------------------------------------------ decoding */
 
+/*
+ * Is the message (accepted by wire_scan()) one array of at most
+ * WIRE_MAX_FIELDS elements, none of them an array or a map? Every message
+ * of the protocol is. msgpack-c allocates some 24 bytes for every element
+ * it unpacks, so without this an array of a million nils (a megabyte the
+ * size cap allows) would cost carmyd 24 MB before it was refused.
+ */
+static bool flat(const uint8_t *p, size_t len)
+{
+	uint64_t n;
+	size_t off;
+
+	if (len == 0)
+		return false;
+	if (p[0] >= 0x90 && p[0] <= 0x9f) {
+		n = p[0] & 0x0f;
+		off = 1;
+	} else if (p[0] == 0xdc && len >= 3) {
+		n = be(p + 1, 2);
+		off = 3;
+	} else {
+		return false;	/* array32 is never needed */
+	}
+	if (n > WIRE_MAX_FIELDS)
+		return false;
+	for (uint64_t i = 0; i < n; i++) {
+		long one;
+
+		if (off >= len || (p[off] >= 0x80 && p[off] <= 0x9f) ||
+		    (p[off] >= 0xdc && p[off] <= 0xdf))
+			return false;
+		one = wire_scan(p + off, len - off, len - off);
+		if (one <= 0)
+			return false;
+		off += (size_t)one;
+	}
+	return off == len;
+}
+
 int wire_decode(const void *buf, size_t len, int from_client,
 		struct wire_msg *m)
 {
@@ -149,7 +188,8 @@ int wire_decode(const void *buf, size_t len, int from_client,
 	int rc = CARMY_EPROTOCOL;
 
 	msgpack_unpacked_init(&up);
-	if (msgpack_unpack_next(&up, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+	if (!flat(buf, len) ||
+	    msgpack_unpack_next(&up, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
 	    off != len || up.data.type != MSGPACK_OBJECT_ARRAY ||
 	    up.data.via.array.size == 0)
 		goto out;

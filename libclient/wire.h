@@ -48,6 +48,8 @@
 
 #define WIRE_VERSION 2
 #define WIRE_MAX_DEPTH 32
+/* Every message is one flat array of at most this many elements. */
+#define WIRE_MAX_FIELDS 16
 #define WIRE_SHM_NAME_MAX 64
 /* HELLO reply flags. */
 #define WIRE_F_DURABLE 1u	/* confirm reservations and releases */

@@ -212,6 +212,17 @@ START_TEST(test_float32_widened_to_float64)
 	/* a float is not an integer: 1.0 stays a float */
 	expect_canon(BYTES(0xca, 0x3f, 0x80, 0x00, 0x00),
 		     BYTES(0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0));
+	/* NaNs keep sign, payload and quiet bit (a hardware conversion
+	 * quiets a signalling NaN, and two calls would merge) */
+	expect_canon(BYTES(0xca, 0x7f, 0x80, 0x00, 0x01),
+		     BYTES(0xcb, 0x7f, 0xf0, 0x00, 0x00, 0x20, 0, 0, 0));
+	expect_canon(BYTES(0xca, 0x7f, 0xc0, 0x00, 0x01),
+		     BYTES(0xcb, 0x7f, 0xf8, 0x00, 0x00, 0x20, 0, 0, 0));
+	expect_canon(BYTES(0xca, 0xff, 0xc0, 0x00, 0x00),
+		     BYTES(0xcb, 0xff, 0xf8, 0, 0, 0, 0, 0, 0));
+	/* infinity is not a NaN */
+	expect_canon(BYTES(0xca, 0x7f, 0x80, 0x00, 0x00),
+		     BYTES(0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0));
 }
 END_TEST
 
@@ -282,6 +293,51 @@ START_TEST(test_nested_maps_canonical)
 	expect_invalid(BYTES(0x82,
 			     0x82, 0xa1, 'b', 0x01, 0xa1, 'a', 0x02, 0x01,
 			     0x82, 0xa1, 'a', 0x02, 0xa1, 'b', 0x01, 0x02));
+}
+END_TEST
+
+/* A map bigger than the inline sort's: sorted the same whatever the
+ * order keys came in, and a key twice is still found. */
+START_TEST(test_big_maps_sort_and_find_duplicates)
+{
+	enum { N = 5000 };
+	msgpack_sbuffer fwd, rev, cf, cr;
+	msgpack_packer pf, pr;
+
+	msgpack_sbuffer_init(&fwd);
+	msgpack_sbuffer_init(&rev);
+	msgpack_packer_init(&pf, &fwd, msgpack_sbuffer_write);
+	msgpack_packer_init(&pr, &rev, msgpack_sbuffer_write);
+	msgpack_pack_map(&pf, N);
+	msgpack_pack_map(&pr, N);
+	for (int i = 0; i < N; i++) {
+		msgpack_pack_int(&pf, i);
+		msgpack_pack_int(&pf, -i);
+		msgpack_pack_int(&pr, N - 1 - i);
+		msgpack_pack_int(&pr, -(N - 1 - i));
+	}
+	msgpack_sbuffer_init(&cf);
+	msgpack_sbuffer_init(&cr);
+	ck_assert_int_eq(canon_msgpack(fwd.data, fwd.size, &cf), 0);
+	ck_assert_int_eq(canon_msgpack(rev.data, rev.size, &cr), 0);
+	ck_assert_uint_eq(cf.size, cr.size);
+	ck_assert_mem_eq(cf.data, cr.data, cf.size);
+	/* The reversed map with its first key (4999) repeated last. */
+	msgpack_sbuffer_clear(&rev);
+	msgpack_pack_map(&pr, N + 1);
+	for (int i = 0; i < N; i++) {
+		msgpack_pack_int(&pr, N - 1 - i);
+		msgpack_pack_nil(&pr);
+	}
+	msgpack_pack_int(&pr, N - 1);
+	msgpack_pack_nil(&pr);
+	msgpack_sbuffer_clear(&cr);
+	ck_assert_int_eq(canon_msgpack(rev.data, rev.size, &cr),
+			 CARMY_EINVALID_ARGS);
+	msgpack_sbuffer_destroy(&fwd);
+	msgpack_sbuffer_destroy(&rev);
+	msgpack_sbuffer_destroy(&cf);
+	msgpack_sbuffer_destroy(&cr);
 }
 END_TEST
 
@@ -1094,6 +1150,7 @@ static Suite *canon_suite(void)
 	tcase_add_test(tc, test_float32_widened_to_float64);
 	tcase_add_test(tc, test_headers_take_smallest_width);
 	tcase_add_test(tc, test_nested_maps_canonical);
+	tcase_add_test(tc, test_big_maps_sort_and_find_duplicates);
 	tcase_add_test(tc, test_duplicate_keys_rejected);
 	tcase_add_test(tc, test_trailing_bytes_rejected);
 	tcase_add_test(tc, test_truncated_rejected);

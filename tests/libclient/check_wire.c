@@ -208,6 +208,41 @@ START_TEST(test_wrong_shapes_rejected)
 }
 END_TEST
 
+/*
+ * Every message is one flat array of a few elements. Anything else is
+ * refused before msgpack-c unpacks it, which costs some 24 bytes of heap
+ * per element: a long array of nils, a container in a field, array32.
+ */
+START_TEST(test_only_flat_short_arrays_are_unpacked)
+{
+	static uint8_t many[3 + 1000];
+	struct wire_msg m;
+
+	many[0] = 0xdc;			/* array16 of 1000 nils */
+	many[1] = 1000 >> 8;
+	many[2] = 1000 & 0xff;
+	memset(many + 3, 0xc0, 1000);
+	ck_assert_int_eq(wire_scan(many, sizeof(many), sizeof(many)),
+			 (long)sizeof(many));	/* well-formed */
+	ck_assert_int_eq(wire_decode(many, sizeof(many), 1, &m),
+			 CARMY_EPROTOCOL);
+	/* [1, [2], 3] from a client, and from carmyd */
+	ck_assert_int_eq(wire_decode("\x93\x01\x91\x02\x03", 5, 1, &m),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x93\x01\x91\x02\x03", 5, 0, &m),
+			 CARMY_EPROTOCOL);
+	/* a map in a field */
+	ck_assert_int_eq(wire_decode("\x92\x03\x80", 3, 1, &m),
+			 CARMY_EPROTOCOL);
+	/* [3] (RECLAIM) as array32 */
+	ck_assert_int_eq(wire_decode("\xdd\x00\x00\x00\x01\x03", 6, 1, &m),
+			 CARMY_EPROTOCOL);
+	/* ... which, as a fixarray, is a message */
+	ck_assert_int_eq(wire_decode("\x91\x03", 2, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_RECLAIM);
+}
+END_TEST
+
 START_TEST(test_random_bytes_never_crash_the_scanner)
 {
 	unsigned seed = 11;
@@ -287,6 +322,7 @@ int main(void)
 	tcase_add_test(tc, test_message_beyond_cap_rejected);
 	tcase_add_test(tc, test_every_message_round_trips);
 	tcase_add_test(tc, test_wrong_shapes_rejected);
+	tcase_add_test(tc, test_only_flat_short_arrays_are_unpacked);
 	tcase_add_test(tc, test_random_bytes_never_crash_the_scanner);
 	tcase_add_test(tc, test_resumed_scan_agrees_byte_by_byte);
 	suite_add_tcase(s, tc);
