@@ -62,6 +62,7 @@ static int restore_one(void *arg, const struct carmy_store_record *r);
 static void *populate(void *arg);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
+static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size);
 static uint64_t now_ns(void);
 
 int store_open(struct store *s, const struct carmyd_config *cfg)
@@ -989,6 +990,28 @@ static bool dead_owner(uint32_t owner, void *arg)
 	return !owners_alive(owner);
 }
 
+/* The start of /proc/PID/NAME, NUL-terminated in buf: its length, or -1
+ * with errno set (ENOENT: no such process). */
+static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n <= 0) {
+		errno = n == 0 ? EIO : errno;
+		return -1;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
 /*
  * Has process pid exited, so that it can no longer write into an entry it
  * claimed? A kernel fact: no such process, or a zombie (state Z or X in
@@ -1001,24 +1024,17 @@ static bool dead_owner(uint32_t owner, void *arg)
  */
 static bool pid_gone(uint32_t pid, void *arg)
 {
-	char path[32], buf[512], *p;
+	char buf[512], *p;
 	ssize_t n;
-	int fd;
 
 	(void)arg;
 	if (pid == 0 || pid > INT32_MAX)
 		return true;
 	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
 		return true;
-	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	n = read_proc((pid_t)pid, "stat", buf, sizeof(buf));
+	if (n < 0)
 		return errno == ENOENT;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
 	p = strrchr(buf, ')');
 	if (p == NULL || p[1] != ' ' || (p[2] != 'Z' && p[2] != 'X'))
 		return false;
@@ -1046,21 +1062,13 @@ static bool pid_gone(uint32_t pid, void *arg)
  */
 bool store_peer_pid_usable(pid_t pid)
 {
-	char path[32], buf[4096], *p;
-	ssize_t n;
-	int fd, fields = 0;
+	char buf[4096], *p;
+	int fields = 0;
 
 	if (pid <= 0)
 		return false;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_proc(pid, "status", buf, sizeof(buf)) < 0)
 		return true;	/* gone already: its connection ends */
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return true;
-	buf[n] = '\0';
 	p = strstr(buf, "\nNSpid:");
 	if (p == NULL)
 		return true;
