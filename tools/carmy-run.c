@@ -14,7 +14,8 @@
  *
  * Exit status:
  *   0-255  COMMAND's own status, from this run or replayed
- *          (128+N if COMMAND was killed by signal N)
+ *          (128+N if COMMAND was killed by signal N, or the call was
+ *          cancelled by signal N: see Signals below)
  *   64     usage error (bad options)
  *   65     INVALID_ID: a part of the identity is empty or over 256 bytes
  *   66     INVALID_ARGUMENTS: e.g. the same --meta KEY twice
@@ -38,10 +39,15 @@
  * EXECUTION_UNCERTAIN. A COMMAND that exits with one of these statuses
  * itself is told apart by --json, whose errors are objects with "error".
  *
- * Signals are left alone on purpose: whatever kills carmy-run closes its
- * connection, which carmyd takes as a dead owner, so the entry becomes
- * uncertain and is never freed for a second run. COMMAND gets SIGKILL from
- * the kernel when carmy-run dies (PR_SET_PDEATHSIG).
+ * Signals. While COMMAND runs, SIGINT, SIGTERM and SIGHUP cancel the call:
+ * COMMAND and everything it started are killed, and the call is recorded
+ * as cancelled with the output so far (exit 128+N), then replayed as such,
+ * as a timeout is: the effect may have committed. Anything else that kills
+ * carmy-run (SIGKILL) closes its connection, which carmyd takes as a dead
+ * owner, so the entry becomes uncertain and is never freed for a second
+ * run; COMMAND's watcher (supervise.c) then kills COMMAND and everything it
+ * started, so that nothing of it goes on after the call was reported
+ * uncertain.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,8 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +69,7 @@
 
 #include "carmy.h"
 #include "tools/json.h"
+#include "tools/supervise.h"
 
 enum {
 	EXIT_USAGE = 64,
@@ -88,8 +94,6 @@ enum {
 /* carmy_wait() takes milliseconds in an int: 24.8 days. */
 #define WAIT_MAX_S (INT32_MAX / 1000)
 #define NSEC 1000000000ull
-/* How often the exit is checked for when there is no pidfd. */
-#define POLL_TICK_NS 10000000L
 /* Largest single read, so that its count always fits an int. */
 #define READ_MAX (1u << 20)
 
@@ -146,10 +150,9 @@ static const char usage_text[] =
 	"                       basename)\n"
 	"  --meta KEY=VALUE     request metadata for the fingerprint; repeatable,\n"
 	"                       in any order, each KEY at most once\n"
-	"  --timeout SECONDS    at the deadline, kill COMMAND's process group and\n"
-	"                       record the call as timed out (decimals allowed);\n"
-	"                       COMMAND then runs in its own process group, away\n"
-	"                       from the terminal's\n"
+	"  --timeout SECONDS    at the deadline, kill COMMAND and everything it\n"
+	"                       started, and record the call as timed out\n"
+	"                       (decimals allowed)\n"
 	"  --wait SECONDS       if the identity is running elsewhere, wait up to\n"
 	"                       this long for it to finish and replay it (or run\n"
 	"                       COMMAND if it was released) instead of failing\n"
@@ -177,10 +180,14 @@ static const char usage_text[] =
 	"  74     RESULT_TOO_LARGE       output over carmyd's --max-result (recorded)\n"
 	"  75     STORE_FAILED           carmyd's durable store could not record it\n"
 	"  124    COMMAND timed out, in this run or replayed\n"
+	"  128+N  also: cancelled by signal N (INT, TERM, HUP) while it ran,\n"
+	"         in this run or replayed\n"
 	"  126    COMMAND is not executable (nothing ran, reservation released)\n"
 	"  127    COMMAND was not found (nothing ran, reservation released)\n"
 	"On an error COMMAND does not run, except for an internal error (70) after\n"
-	"it started, which leaves the identity EXECUTION_UNCERTAIN.\n";
+	"it started, which leaves the identity EXECUTION_UNCERTAIN. COMMAND's own\n"
+	"status may be any of these numbers too: --json tells them apart (an\n"
+	"error is an object with \"error\").\n";
 
 static int parse_opts(int argc, char **argv, struct opts *o);
 static int set_once(const char **dst, const char *val, const char *name,
@@ -197,14 +204,9 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 static int replay(const struct opts *o, const struct carmy_reservation *r);
 static enum run_outcome run_command(const struct opts *o,
 				    struct capture *cap, int *err);
-static pid_t spawn(const struct opts *o, int out_w, int ctl_w);
-static void child(const struct opts *o, pid_t parent, int out_w, int ctl_w)
-	__attribute__((noreturn));
-static int exec_error(int ctl_r);
-static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
-				struct capture *cap, int *err);
+static enum run_outcome collect(const struct opts *o, struct supervised *sv,
+				int sfd, struct capture *cap, int *err);
 static int capture_read(int fd, struct capture *cap, size_t max);
-static int reap(pid_t pid, int *wstatus);
 static bool time_left(const struct timespec *deadline, struct timespec *left);
 static int print_result(const struct opts *o, const char *exec_id,
 			int status, bool replayed, int exit_code,
@@ -233,6 +235,9 @@ int main(int argc, char **argv)
 	msgpack_sbuffer_init(&args);
 	msgpack_sbuffer_init(&meta);
 
+	/* Inherited ignored, SIGCHLD would have the kernel reap our
+	 * children: COMMAND's end would be lost, and with it its result. */
+	signal(SIGCHLD, SIG_DFL);
 	rc = std_fds_open();
 	/* Checked here too, with the documented limits, so that bad input
 	 * is reported as such whether or not carmyd is up. */
@@ -680,126 +685,64 @@ foreign:
 
 /* ------------------------------------------------------------ COMMAND */
 
+/*
+ * Run COMMAND under a watcher (supervise.c) and capture its output. While
+ * it runs, SIGINT, SIGTERM and SIGHUP (those not ignored when we started)
+ * cancel it: it and everything it started are killed, and the call is
+ * recorded as cancelled (exit 128+N), replayed as such, as a timeout is.
+ */
 static enum run_outcome run_command(const struct opts *o,
 				    struct capture *cap, int *err)
 {
+	static const int cancelling[] = { SIGINT, SIGTERM, SIGHUP };
+	struct supervised sv;
 	enum run_outcome out;
-	int out_p[2], ctl_p[2];
-	pid_t pid;
+	sigset_t cancel, old;
+	int rc, sfd;
 
-	if (pipe2(out_p, O_CLOEXEC) != 0) {
-		*err = errno;
-		return RUN_NOT_STARTED;
+	rc = sv_start(&sv, o->cmd);
+	if (rc != 0) {
+		*err = rc > 0 ? rc : -rc;
+		return rc > 0 ? RUN_EXEC_FAILED : RUN_NOT_STARTED;
 	}
-	if (pipe2(ctl_p, O_CLOEXEC) != 0) {
-		*err = errno;
-		close(out_p[0]);
-		close(out_p[1]);
-		return RUN_NOT_STARTED;
+	/* Blocked only now: the watcher and COMMAND keep the mask we had.
+	 * One that came before this killed us, which leaves the call
+	 * uncertain (the watcher kills COMMAND), never run twice. */
+	sigemptyset(&cancel);
+	for (size_t i = 0; i < sizeof(cancelling) / sizeof(*cancelling); i++) {
+		struct sigaction sa;
+
+		/* One we were started with ignored (nohup) stays so. */
+		if (sigaction(cancelling[i], NULL, &sa) == 0 &&
+		    sa.sa_handler != SIG_IGN)
+			sigaddset(&cancel, cancelling[i]);
 	}
-	pid = spawn(o, out_p[1], ctl_p[1]);
-	close(out_p[1]);
-	close(ctl_p[1]);
-	if (pid < 0) {
-		close(out_p[0]);
-		close(ctl_p[0]);
-		*err = (int)-pid;
-		return RUN_NOT_STARTED;
-	}
-	*err = exec_error(ctl_p[0]);
-	close(ctl_p[0]);
-	if (*err != 0) {
-		close(out_p[0]);
-		reap(pid, NULL);
-		return RUN_EXEC_FAILED;
-	}
-	out = collect(o, pid, out_p[0], cap, err);
-	close(out_p[0]);
+	sigprocmask(SIG_BLOCK, &cancel, &old);
+	sfd = signalfd(-1, &cancel, SFD_CLOEXEC | SFD_NONBLOCK);
+	out = collect(o, &sv, sfd, cap, err);
+	sv_finish(&sv, out != RUN_DONE);
+	if (sfd >= 0)
+		close(sfd);
+	/* A signal that came after COMMAND's end stays pending, and is
+	 * dropped when we exit: the call is recorded as it ended. */
 	return out;
 }
 
-/* Returns the child's pid, or -errno if fork failed. */
-static pid_t spawn(const struct opts *o, int out_w, int ctl_w)
-{
-	pid_t parent = getpid();
-	pid_t pid = fork();
-
-	if (pid < 0)
-		return -errno;
-	if (pid == 0)
-		child(o, parent, out_w, ctl_w);
-	/* Also from this side, so the group exists before we may kill it,
-	 * whichever process runs first. Once the child has exec'd this
-	 * fails harmlessly: it has done it itself. */
-	if (o->timeout_ns != 0)
-		setpgid(pid, pid);
-	return pid;
-}
-
 /*
- * Everything up to execvp() can fail before COMMAND exists; the errno goes
- * back through ctl_w, which exec closes (CLOEXEC), so the parent reading
- * EOF there knows COMMAND started and reading an errno knows it did not.
+ * Capture COMMAND's standard output until it closes it and COMMAND has
+ * ended, until the deadline, or until a cancelling signal. COMMAND's end is
+ * its watcher's word (sv_ended), which also means its pid is never ours to
+ * kill after it was reaped. At a deadline or a cancellation whatever still
+ * runs of COMMAND is killed; if COMMAND itself had ended already (what is
+ * left only holds its standard output open), its own status stands.
  */
-static void child(const struct opts *o, pid_t parent, int out_w, int ctl_w)
+static enum run_outcome collect(const struct opts *o, struct supervised *sv,
+				int sfd, struct capture *cap, int *err)
 {
-	ssize_t n;
-	int e;
-
-	/* Its own group, so a timeout also kills what COMMAND started. */
-	if (o->timeout_ns != 0 && setpgid(0, 0) != 0)
-		goto fail;
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-		goto fail;
-	/* carmy-run died before prctl() took effect: nobody would kill
-	 * COMMAND, and nobody is left to record it. */
-	if (getppid() != parent)
-		_exit(EXIT_NOT_FOUND);
-	/* dup2() clears CLOEXEC on the copy; out_w >= 3 (std_fds_open). */
-	if (dup2(out_w, STDOUT_FILENO) < 0)
-		goto fail;
-	execvp(o->cmd[0], o->cmd);
-fail:
-	e = errno;
-	n = write(ctl_w, &e, sizeof(e));
-	(void)n;	/* the parent then sees EOF and assumes it ran */
-	_exit(EXIT_NOT_FOUND);
-}
-
-/* 0 if COMMAND was exec'd, else the errno the child reported. */
-static int exec_error(int ctl_r)
-{
-	int e;
-
-	for (;;) {
-		ssize_t n = read(ctl_r, &e, sizeof(e));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		/* Anything but a whole errno means we cannot prove that
-		 * COMMAND did not run, so treat it as running. */
-		if (n != (ssize_t)sizeof(e) || e <= 0)
-			return 0;
-		return e;
-	}
-}
-
-/*
- * Capture COMMAND's standard output until it closes it and exits, or until
- * the deadline. A pidfd tells us when COMMAND exits without reaping it:
- * the pid, and so the process group id, then stays ours until the kill
- * below has been sent, so a deadline can never hit a reused group.
- */
-static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
-				struct capture *cap, int *err)
-{
-	bool eof = false, exited = false, reaped = false, timed_out = false;
+	bool eof = false, exited = false, timed_out = false;
 	struct timespec deadline;
-	int pidfd, wstatus, rc;
+	int wstatus = 0, cancel = 0, rc, avail = 0;
 
-	/* Without pidfds (Linux < 5.3, valgrind) the exit is learnt from
-	 * waitpid(), which is then polled while a deadline runs. */
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (o->timeout_ns != 0) {
 		clock_gettime(CLOCK_MONOTONIC, &deadline);
 		deadline.tv_sec += (time_t)(o->timeout_ns / NSEC);
@@ -809,10 +752,9 @@ static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
 			deadline.tv_nsec -= (long)NSEC;
 		}
 	}
-
-	while (!eof || !exited) {
+	while ((!eof || !exited) && !timed_out && cancel == 0) {
 		struct timespec left, *tmo = NULL;
-		struct pollfd pfd[2];
+		struct pollfd pfd[3];
 		nfds_t n = 0;
 
 		if (o->timeout_ns != 0) {
@@ -822,65 +764,59 @@ static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
 			}
 			tmo = &left;
 		}
-		if (pidfd < 0 && eof) {
-			if (tmo == NULL)
-				break;	/* then reap() may simply block */
-			rc = waitpid(pid, &wstatus, WNOHANG);
-			if (rc == pid) {
-				exited = reaped = true;
-				continue;
-			}
-			if (rc < 0 && errno != EINTR) {
-				*err = errno;
-				goto lost;
-			}
-			if (left.tv_sec > 0 ||
-			    left.tv_nsec > POLL_TICK_NS) {
-				left.tv_sec = 0;
-				left.tv_nsec = POLL_TICK_NS;
-			}
-		}
 		if (!eof)
-			pfd[n++] = (struct pollfd){ fd, POLLIN, 0 };
-		if (!exited && pidfd >= 0)
-			pfd[n++] = (struct pollfd){ pidfd, POLLIN, 0 };
+			pfd[n++] = (struct pollfd){ sv->out, POLLIN, 0 };
+		if (!exited)
+			pfd[n++] = (struct pollfd){ sv->st, POLLIN, 0 };
+		if (sfd >= 0)
+			pfd[n++] = (struct pollfd){ sfd, POLLIN, 0 };
 		rc = ppoll(pfd, n, tmo, NULL);
 		if (rc < 0 && errno == EINTR)
 			continue;
 		if (rc < 0) {
 			*err = errno;
-			goto lost;
+			return RUN_LOST;
 		}
 		for (nfds_t i = 0; i < n; i++) {
 			if (pfd[i].revents == 0)
 				continue;
-			if (pfd[i].fd == pidfd) {
+			if (pfd[i].fd == sfd) {
+				struct signalfd_siginfo si;
+
+				if (read(sfd, &si, sizeof(si)) == sizeof(si))
+					cancel = (int)si.ssi_signo;
+			} else if (pfd[i].fd == sv->st) {
+				rc = sv_ended(sv, &wstatus);
+				if (rc <= 0) {
+					*err = rc < 0 ? -rc : ECHILD;
+					return RUN_LOST;
+				}
 				exited = true;
-				continue;
-			}
-			rc = capture_read(fd, cap, SIZE_MAX);
-			if (rc == 0)
-				eof = true;
-			else if (rc < 0 && rc != -EINTR) {
-				*err = -rc;
-				goto lost;
+			} else {
+				rc = capture_read(sv->out, cap, SIZE_MAX);
+				if (rc == 0) {
+					eof = true;
+				} else if (rc < 0 && rc != -EINTR) {
+					*err = -rc;
+					return RUN_LOST;
+				}
 			}
 		}
 	}
-
-	if (timed_out) {
-		int avail = 0;
-
-		kill(-pid, SIGKILL);
-		if (reap(pid, &wstatus) != 0) {
-			*err = errno;
-			goto out_lost;
+	if (timed_out || cancel != 0) {
+		sv_kill(sv);
+		if (!exited) {
+			rc = sv_ended(sv, &wstatus);
+			if (rc <= 0) {
+				*err = rc < 0 ? -rc : ECHILD;
+				return RUN_LOST;
+			}
 		}
 		/* What reached the pipe before the kill is the output so
-		 * far; a writer that escaped the group must not keep us. */
-		if (ioctl(fd, FIONREAD, &avail) == 0) {
+		 * far; a writer that escaped the kill must not keep us. */
+		if (ioctl(sv->out, FIONREAD, &avail) == 0) {
 			while (avail > 0) {
-				rc = capture_read(fd, cap, (size_t)avail);
+				rc = capture_read(sv->out, cap, (size_t)avail);
 				if (rc == -EINTR)
 					continue;
 				if (rc <= 0)
@@ -888,13 +824,14 @@ static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
 				avail -= rc;
 			}
 		}
+	}
+	if (!exited && cancel != 0) {
+		cap->exit_code = 128 + cancel;
+		cap->status = CARMY_STATUS_CANCELLED;
+	} else if (!exited) {
 		cap->exit_code = EXIT_TIMED_OUT;
 		cap->status = CARMY_STATUS_TIMED_OUT;
 	} else {
-		if (!reaped && reap(pid, &wstatus) != 0) {
-			*err = errno;
-			goto out_lost;
-		}
 		if (WIFSIGNALED(wstatus))
 			cap->exit_code = 128 + WTERMSIG(wstatus);
 		else
@@ -902,18 +839,7 @@ static enum run_outcome collect(const struct opts *o, pid_t pid, int fd,
 		cap->status = cap->exit_code == 0 ? CARMY_STATUS_COMPLETED :
 						    CARMY_STATUS_FAILED;
 	}
-	if (pidfd >= 0)
-		close(pidfd);
 	return RUN_DONE;
-
-lost:
-	/* COMMAND must not outlive a run nobody can record. */
-	kill(o->timeout_ns != 0 ? -pid : pid, SIGKILL);
-	reap(pid, NULL);
-out_lost:
-	if (pidfd >= 0)
-		close(pidfd);
-	return RUN_LOST;
 }
 
 /*
@@ -952,19 +878,6 @@ static int capture_read(int fd, struct capture *cap, size_t max)
 	if (dst != scratch)
 		cap->len += (size_t)n;
 	return (int)n;
-}
-
-static int reap(pid_t pid, int *wstatus)
-{
-	int st;
-
-	while (waitpid(pid, &st, 0) < 0) {
-		if (errno != EINTR)
-			return -1;
-	}
-	if (wstatus != NULL)
-		*wstatus = st;
-	return 0;
 }
 
 static bool time_left(const struct timespec *deadline, struct timespec *left)

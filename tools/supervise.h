@@ -1,0 +1,42 @@
+/*
+ * supervise.h - carmy-run's COMMAND under a watcher process that takes
+ * every process COMMAND started with it when carmy-run dies, times out or
+ * is cancelled.
+ */
+#ifndef TOOLS_SUPERVISE_H
+#define TOOLS_SUPERVISE_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct supervised {
+	pid_t watcher;
+	int ctl;	/* to the watcher; closing it (or dying) kills all */
+	int st;		/* from the watcher: COMMAND's end (sv_ended) */
+	int out;	/* COMMAND's standard output */
+};
+
+/*
+ * Start argv under a watcher. 0: COMMAND was exec'd, and s is set up. A
+ * positive errno: exec failed, COMMAND provably did not run (s is cleaned
+ * up). A negative errno: a system error before COMMAND could start.
+ */
+int sv_start(struct supervised *s, char **argv);
+
+/*
+ * After s->st polled readable: COMMAND's wait status into *wstatus, 1. 0 if
+ * the watcher is gone without saying (then COMMAND is gone too: it dies
+ * with its watcher). -errno on a read error.
+ */
+int sv_ended(struct supervised *s, int *wstatus);
+
+/* Kill COMMAND and every process it started (and that did not leave its
+ * subtree), now; its end still comes through sv_ended(). */
+void sv_kill(struct supervised *s);
+
+/* Let the watcher go and reap it. kill: first kill what is left of
+ * COMMAND's subtree; else processes COMMAND left running are left alone.
+ * Closes every descriptor in s. */
+void sv_finish(struct supervised *s, bool kill);
+
+#endif /* TOOLS_SUPERVISE_H */
