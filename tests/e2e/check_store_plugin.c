@@ -205,7 +205,7 @@ START_TEST(test_a_partial_last_line_is_cut_before_the_next_record)
 		"P 9fb641a8a0c2cbb64959f92ad0c75b29 ",	/* all but \n */
 		"R",
 	};
-	char id[3][16];
+	char id[3][24];
 	size_t len;
 	char *buf;
 
