@@ -700,14 +700,9 @@ static enum run_outcome run_command(const struct opts *o,
 	sigset_t cancel, old;
 	int rc, sfd;
 
-	rc = sv_start(&sv, o->cmd);
-	if (rc != 0) {
-		*err = rc > 0 ? rc : -rc;
-		return rc > 0 ? RUN_EXEC_FAILED : RUN_NOT_STARTED;
-	}
-	/* Blocked only now: the watcher and COMMAND keep the mask we had.
-	 * One that came before this killed us, which leaves the call
-	 * uncertain (the watcher kills COMMAND), never run twice. */
+	/* Blocked before COMMAND starts, so that none can kill us between
+	 * its start and our listening for them (that would leave the call
+	 * uncertain instead of cancelled); COMMAND gets the mask we had. */
 	sigemptyset(&cancel);
 	for (size_t i = 0; i < sizeof(cancelling) / sizeof(*cancelling); i++) {
 		struct sigaction sa;
@@ -719,12 +714,20 @@ static enum run_outcome run_command(const struct opts *o,
 	}
 	sigprocmask(SIG_BLOCK, &cancel, &old);
 	sfd = signalfd(-1, &cancel, SFD_CLOEXEC | SFD_NONBLOCK);
-	out = collect(o, &sv, sfd, cap, err);
-	sv_finish(&sv, out != RUN_DONE);
+	if (sfd < 0)
+		sigprocmask(SIG_SETMASK, &old, NULL);	/* uncancellable else */
+	rc = sv_start(&sv, o->cmd, &old);
+	if (rc != 0) {
+		*err = rc > 0 ? rc : -rc;
+		out = rc > 0 ? RUN_EXEC_FAILED : RUN_NOT_STARTED;
+	} else {
+		out = collect(o, &sv, sfd, cap, err);
+		sv_finish(&sv, out != RUN_DONE);
+	}
 	if (sfd >= 0)
 		close(sfd);
-	/* A signal that came after COMMAND's end stays pending, and is
-	 * dropped when we exit: the call is recorded as it ended. */
+	/* Left blocked: one that comes after COMMAND's end stays pending
+	 * and is dropped when we exit, the call recorded as it ended. */
 	return out;
 }
 
@@ -825,10 +828,14 @@ static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 			}
 		}
 	}
-	if (!exited && cancel != 0) {
+	/* Killed, by us or by the signal that cancels (a terminal's ^C
+	 * reaches COMMAND too), or ended on its own before the kill came
+	 * and before we heard of it: then its own status stands. */
+	if (!exited && cancel != 0 && WIFSIGNALED(wstatus)) {
 		cap->exit_code = 128 + cancel;
 		cap->status = CARMY_STATUS_CANCELLED;
-	} else if (!exited) {
+	} else if (!exited && cancel == 0 && WIFSIGNALED(wstatus) &&
+		   WTERMSIG(wstatus) == SIGKILL) {
 		cap->exit_code = EXIT_TIMED_OUT;
 		cap->status = CARMY_STATUS_TIMED_OUT;
 	} else {

@@ -20,8 +20,8 @@
  * dispositions carmy-run had.
  *
  * The watcher tells carmy-run, on a pipe, in records of two ints: whether
- * COMMAND was exec'd ('R') or why not ('E', errno), then how it ended
- * ('X', wait status).
+ * COMMAND was exec'd ('R') or why not ('E' exec's errno, 'F' the watcher's
+ * own), then how it ended ('X', wait status).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,11 +34,17 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tools/supervise.h"
 
-enum { REC_RUNNING = 'R', REC_EXEC_FAILED = 'E', REC_EXITED = 'X' };
+enum {
+	REC_RUNNING = 'R',		/* COMMAND was exec'd */
+	REC_EXEC_FAILED = 'E',		/* exec failed: errno */
+	REC_SETUP_FAILED = 'F',		/* the watcher could not start it */
+	REC_EXITED = 'X',		/* COMMAND's wait status */
+};
 
 struct rec {
 	int32_t type;
@@ -51,16 +57,20 @@ struct rec {
 static const int job_signals[] = { SIGINT, SIGQUIT, SIGHUP, SIGTERM,
 				   SIGPIPE };
 #define NJOB (sizeof(job_signals) / sizeof(job_signals[0]))
+/* How long a kill waits for what it killed to die before leaving the rest
+ * to init. */
+#define KILL_WAIT_MS 2000
 
-static void watch(char **argv, pid_t parent, int ctl, int st, int out)
-	__attribute__((noreturn));
+static void watch(char **argv, const sigset_t *mask, pid_t parent, int ctl,
+		  int st, int out) __attribute__((noreturn));
 static void tell(int st, int type, int value);
 static void reap(pid_t cmd, int st, bool *cmd_reaped, bool block);
-static void kill_all(pid_t cmd, int st, bool *cmd_reaped);
+static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped);
 static int read_rec(int fd, struct rec *r);
-static void close_others(int a, int b, int c);
+static void close_others(const int *keep, int n);
+static void drain(int sfd);
 
-int sv_start(struct supervised *s, char **argv)
+int sv_start(struct supervised *s, char **argv, const sigset_t *mask)
 {
 	int ctl[2], st[2] = { -1, -1 }, out[2] = { -1, -1 }, e;
 	pid_t parent = getpid();
@@ -81,7 +91,7 @@ int sv_start(struct supervised *s, char **argv)
 		close(ctl[1]);
 		close(st[0]);
 		close(out[0]);
-		watch(argv, parent, ctl[0], st[1], out[1]);
+		watch(argv, mask, parent, ctl[0], st[1], out[1]);
 	}
 	close(ctl[0]);
 	close(st[1]);
@@ -89,10 +99,11 @@ int sv_start(struct supervised *s, char **argv)
 	s->ctl = ctl[1];
 	s->st = st[0];
 	s->out = out[0];
-	if (read_rec(s->st, &r) == 1 && r.type == REC_EXEC_FAILED &&
+	if (read_rec(s->st, &r) == 1 &&
+	    (r.type == REC_EXEC_FAILED || r.type == REC_SETUP_FAILED) &&
 	    r.value > 0) {
 		sv_finish(s, false);
-		return r.value;
+		return r.type == REC_EXEC_FAILED ? r.value : -r.value;
 	}
 	/* Running, or a watcher gone without a word: that cannot prove
 	 * COMMAND did not start, so it is taken as started (and lost). */
@@ -139,39 +150,40 @@ void sv_finish(struct supervised *s, bool kill)
 
 /* ------------------------------------------------------------ watcher */
 
-static void watch(char **argv, pid_t parent, int ctl, int st, int out)
+static void watch(char **argv, const sigset_t *mask, pid_t parent, int ctl,
+		  int st, int out)
 {
 	struct sigaction ign = { .sa_handler = SIG_IGN };
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
 	struct sigaction orig[NJOB];
 	bool cmd_reaped = false;
-	sigset_t chld, mask;
 	pid_t me = getpid(), cmd;
 	int ep[2], sfd, e;
+	sigset_t chld;
 	ssize_t n;
 
-	/* Not carmy-run's connection to carmyd above all: held here, it
-	 * would keep carmyd from seeing carmy-run die. */
-	close_others(ctl, st, out);
 	for (size_t i = 0; i < NJOB; i++)
 		sigaction(job_signals[i], &ign, &orig[i]);
 	/* Ignored, SIGCHLD would have the kernel reap for us. */
 	sigaction(SIGCHLD, &dfl, NULL);
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &chld, &mask);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
 	if (getppid() != parent)
 		_exit(0);	/* carmy-run is gone: nothing was started */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0 ||
 	    (sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 ||
 	    pipe2(ep, O_CLOEXEC) != 0 || (cmd = fork()) < 0) {
-		tell(st, REC_EXEC_FAILED, errno);
+		tell(st, REC_SETUP_FAILED, errno);
 		_exit(0);
 	}
 	if (cmd == 0) {
+		/* COMMAND gets carmy-run's dispositions, its mask from before
+		 * it blocked the cancelling signals, and its descriptors (all
+		 * of ours are close-on-exec). */
 		for (size_t i = 0; i < NJOB; i++)
 			sigaction(job_signals[i], &orig[i], NULL);
-		sigprocmask(SIG_SETMASK, &mask, NULL);
+		sigprocmask(SIG_SETMASK, mask, NULL);
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
 			goto fail;
 		if (getppid() != me)
@@ -187,7 +199,9 @@ fail:
 		_exit(127);
 	}
 	close(ep[1]);
-	close(out);
+	/* What carmy-run held is not ours to hold: its connection to carmyd
+	 * above all, which would keep carmyd from seeing carmy-run die. */
+	close_others((const int[]){ ctl, st, sfd, ep[0] }, 4);
 	/* The errno of a failed exec, or EOF once exec closed the pipe. */
 	do
 		n = read(ep[0], &e, sizeof(e));
@@ -208,14 +222,11 @@ fail:
 		if (poll(pfd, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
-			kill_all(cmd, st, &cmd_reaped);
+			kill_all(cmd, st, sfd, &cmd_reaped);
 			_exit(1);
 		}
 		if (pfd[1].revents != 0) {
-			struct signalfd_siginfo si;
-
-			while (read(sfd, &si, sizeof(si)) == sizeof(si))
-				;
+			drain(sfd);
 			reap(cmd, st, &cmd_reaped, false);
 		}
 		if (pfd[0].revents == 0)
@@ -225,7 +236,7 @@ fail:
 			continue;
 		if (n == 1 && c == 'Q')
 			_exit(0);	/* what is left runs on, under init */
-		kill_all(cmd, st, &cmd_reaped);
+		kill_all(cmd, st, sfd, &cmd_reaped);
 		if (n != 1)
 			_exit(0);	/* carmy-run is gone */
 	}
@@ -239,8 +250,8 @@ static void tell(int st, int type, int value)
 	(void)n;	/* carmy-run gone: nobody to tell */
 }
 
-/* Reap what has exited (one, blocking, if block), telling carmy-run when
- * it is COMMAND. */
+/* Reap every child that has ended (the first blocking, if block), telling
+ * carmy-run when it is COMMAND. */
 static void reap(pid_t cmd, int st, bool *cmd_reaped, bool block)
 {
 	int ws;
@@ -251,39 +262,56 @@ static void reap(pid_t cmd, int st, bool *cmd_reaped, bool block)
 			*cmd_reaped = true;
 			tell(st, REC_EXITED, ws);
 		}
-		if (block)
-			return;
+		block = false;
 	}
 }
 
 /*
- * SIGKILL every child, reap one, again, until there is none: the children
- * of each killed process come to us (we are their subreaper) and are
- * killed on the next round. A pid read from our children list cannot be
- * reused before we reap it. Without that list (no CONFIG_PROC_CHILDREN),
- * only COMMAND is killed.
+ * SIGKILL every child, reap what died, again, until none is left: the
+ * children of each killed process come to us (we are their subreaper) and
+ * are killed on the next round. A pid read from our children list cannot
+ * be reused before we reap it. A round waits for SIGCHLD (on sfd), not
+ * for one child, so that thousands go in a few rounds. What cannot be
+ * killed (another user's, after a setuid exec) is left to init, and so is
+ * whatever is left after KILL_WAIT_MS, so that a process stuck in the
+ * kernel cannot hold the timeout or the cancellation up for long: COMMAND's
+ * end is still reported whenever it comes. Without the children list (no
+ * CONFIG_PROC_CHILDREN, or /proc not mounted) only COMMAND is killed.
  */
-static void kill_all(pid_t cmd, int st, bool *cmd_reaped)
+static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped)
 {
+	struct timespec t0, now;
 	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/children",
 		 (int)getpid());
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
+		struct pollfd pfd = { sfd, POLLIN, 0 };
 		FILE *f = fopen(path, "r");
-		long pid;
+		int alive = 0, killed = 0;
+		long pid, ms;
 
 		if (f != NULL) {
-			while (fscanf(f, "%ld", &pid) == 1)
-				kill((pid_t)pid, SIGKILL);
+			while (fscanf(f, "%ld", &pid) == 1) {
+				alive++;
+				killed += kill((pid_t)pid, SIGKILL) == 0;
+			}
 			fclose(f);
 		} else if (!*cmd_reaped) {
-			kill(cmd, SIGKILL);
+			alive = 1;
+			killed = kill(cmd, SIGKILL) == 0;
 		}
-		errno = 0;
-		reap(cmd, st, cmd_reaped, true);
-		if (errno == ECHILD)
+		reap(cmd, st, cmd_reaped, false);
+		if (alive == 0 || killed == 0)
 			return;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		ms = (now.tv_sec - t0.tv_sec) * 1000 +
+		     (now.tv_nsec - t0.tv_nsec) / 1000000;
+		if (ms >= KILL_WAIT_MS)
+			return;
+		if (poll(&pfd, 1, (int)(KILL_WAIT_MS - ms)) > 0)
+			drain(sfd);
 	}
 }
 
@@ -306,22 +334,21 @@ static int read_rec(int fd, struct rec *r)
 	return 1;
 }
 
-/* Close every descriptor from 3 up but a, b and c. */
-static void close_others(int a, int b, int c)
+/* Close every descriptor from 3 up but the n in keep (at most 8). */
+static void close_others(const int *keep, int n)
 {
-	int keep[3] = { a, b, c };
+	int k[8];
 	unsigned from = 3;
 
-	for (int i = 0; i < 3; i++)	/* sorted */
-		for (int j = i + 1; j < 3; j++)
-			if (keep[j] < keep[i]) {
-				int t = keep[i];
+	for (int i = 0; i < n; i++) {	/* sorted */
+		int j = i;
 
-				keep[i] = keep[j];
-				keep[j] = t;
-			}
-	for (int i = 0; i <= 3; i++) {
-		unsigned to = i < 3 ? (unsigned)keep[i] : ~0u;
+		for (; j > 0 && k[j - 1] > keep[i]; j--)
+			k[j] = k[j - 1];
+		k[j] = keep[i];
+	}
+	for (int i = 0; i <= n; i++) {
+		unsigned to = i < n ? (unsigned)k[i] : ~0u;
 
 		if (to > from && close_range(from, to - 1, 0) != 0) {
 			/* Before Linux 5.9: one by one, as far as the
@@ -331,7 +358,16 @@ static void close_others(int a, int b, int c)
 			for (long fd = from; fd < (long)to && fd < max; fd++)
 				close((int)fd);
 		}
-		if (i < 3)
-			from = (unsigned)keep[i] + 1;
+		if (i < n)
+			from = (unsigned)k[i] + 1;
 	}
+}
+
+/* Empty the signalfd: what it says is in waitpid()'s answer. */
+static void drain(int sfd)
+{
+	struct signalfd_siginfo si;
+
+	while (read(sfd, &si, sizeof(si)) == sizeof(si))
+		;
 }

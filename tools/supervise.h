@@ -6,6 +6,7 @@
 #ifndef TOOLS_SUPERVISE_H
 #define TOOLS_SUPERVISE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -17,11 +18,13 @@ struct supervised {
 };
 
 /*
- * Start argv under a watcher. 0: COMMAND was exec'd, and s is set up. A
- * positive errno: exec failed, COMMAND provably did not run (s is cleaned
- * up). A negative errno: a system error before COMMAND could start.
+ * Start argv under a watcher; COMMAND gets signal mask *mask (the caller's
+ * own may block what it waits for with a signalfd). 0: COMMAND was exec'd,
+ * and s is set up. A positive errno: exec failed, COMMAND provably did not
+ * run (s is cleaned up). A negative errno: a system error before COMMAND
+ * could start (it did not).
  */
-int sv_start(struct supervised *s, char **argv);
+int sv_start(struct supervised *s, char **argv, const sigset_t *mask);
 
 /*
  * After s->st polled readable: COMMAND's wait status into *wstatus, 1. 0 if

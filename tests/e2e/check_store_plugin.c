@@ -230,6 +230,8 @@ START_TEST(test_a_partial_last_line_is_cut_before_the_next_record)
 		for (int k = 0; k <= i; k++)
 			replays(id[k], id[k]);
 	}
+	carmy_close(c);	/* first: carmyd leaves open connections to the */
+	c = NULL;	/* kernel, which LeakSanitizer would report */
 	e2e_stop(&d);
 }
 END_TEST
@@ -289,6 +291,8 @@ START_TEST(test_a_damaged_line_stops_carmyd)
 	e2e_restart(&d, opts);
 	c = e2e_connect(&d);
 	replays("only", "ran once");
+	carmy_close(c);
+	c = NULL;
 	e2e_stop(&d);
 }
 END_TEST
