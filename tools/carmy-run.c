@@ -97,6 +97,15 @@ enum {
 /* Largest single read, so that its count always fits an int. */
 #define READ_MAX (1u << 20)
 
+/* The signals that cancel a run (SIGINT, SIGTERM, SIGHUP, those not
+ * ignored when we started), blocked and read from a signalfd, and the mask
+ * COMMAND gets. */
+struct cancelling {
+	sigset_t set;
+	sigset_t old;
+	int sfd;	/* -1: none, they kill us */
+};
+
 struct opts {
 	const char *socket;
 	const char *principal;
@@ -199,10 +208,13 @@ static int pack_args(const struct opts *o, msgpack_sbuffer *sb);
 static int pack_meta(const struct opts *o, msgpack_sbuffer *sb);
 static void fill_call(const struct opts *o, const msgpack_sbuffer *args,
 		      const msgpack_sbuffer *meta, struct carmy_call *call);
+static void cancel_block(struct cancelling *k);
 static int run_reserved(carmy_t *c, const struct opts *o,
-			struct carmy_reservation *r);
+			struct carmy_reservation *r,
+			const struct cancelling *k);
 static int replay(const struct opts *o, const struct carmy_reservation *r);
 static enum run_outcome run_command(const struct opts *o,
+				    const struct cancelling *k,
 				    struct capture *cap, int *err);
 static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 				int sfd, struct capture *cap, int *err);
@@ -221,6 +233,7 @@ static int exit_for(int code);
 int main(int argc, char **argv)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct cancelling k = { .sfd = -1 };
 	msgpack_sbuffer args, meta;
 	struct carmy_call call;
 	struct opts o;
@@ -252,17 +265,24 @@ int main(int argc, char **argv)
 		rc = carmy_connect(&c, o.socket);
 	if (rc == 0) {
 		fill_call(&o, &args, &meta, &call);
-		/* Rounded up: --wait 0.0005 waits, for a millisecond. */
-		if (o.wait_ns > 0)
+		/* Rounded up: --wait 0.0005 waits, for a millisecond. A
+		 * wait stays interruptible (^C ends it, nothing reserved);
+		 * a begin is quick, and with the cancelling signals blocked
+		 * before it none can kill us between the reservation and
+		 * COMMAND's start (the call would be left uncertain). */
+		if (o.wait_ns > 0) {
 			rc = carmy_wait(c, &call, &r,
 					(int)((o.wait_ns + 999999) / 1000000));
-		else
+			cancel_block(&k);
+		} else {
+			cancel_block(&k);
 			rc = carmy_begin(c, &call, &r);
+		}
 	}
 
 	switch (rc) {
 	case CARMY_RESERVED:
-		status = run_reserved(c, &o, &r);
+		status = run_reserved(c, &o, &r, &k);
 		break;
 	case CARMY_REPLAY:
 		status = replay(&o, &r);
@@ -274,6 +294,10 @@ int main(int argc, char **argv)
 
 	carmy_reservation_clear(&r);
 	carmy_close(c);
+	/* Left blocked: one that came after COMMAND's end stays pending and
+	 * is dropped when we exit, the call recorded as it ended. */
+	if (k.sfd >= 0)
+		close(k.sfd);
 	msgpack_sbuffer_destroy(&args);
 	msgpack_sbuffer_destroy(&meta);
 	free(o.meta);
@@ -570,7 +594,8 @@ static void fill_call(const struct opts *o, const msgpack_sbuffer *args,
 
 /* The identity is ours: run COMMAND and record what it did. */
 static int run_reserved(carmy_t *c, const struct opts *o,
-			struct carmy_reservation *r)
+			struct carmy_reservation *r,
+			const struct cancelling *k)
 {
 	struct capture cap = { 0 };
 	enum run_outcome out;
@@ -587,7 +612,7 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 		out = RUN_NOT_STARTED;
 		err = ENOMEM;
 	} else {
-		out = run_command(o, &cap, &err);
+		out = run_command(o, k, &cap, &err);
 	}
 
 	switch (out) {
@@ -692,43 +717,45 @@ foreign:
  * recorded as cancelled (exit 128+N), replayed as such, as a timeout is.
  */
 static enum run_outcome run_command(const struct opts *o,
+				    const struct cancelling *k,
 				    struct capture *cap, int *err)
 {
-	static const int cancelling[] = { SIGINT, SIGTERM, SIGHUP };
 	struct supervised sv;
 	enum run_outcome out;
-	sigset_t cancel, old;
-	int rc, sfd;
+	int rc;
 
-	/* Blocked before COMMAND starts, so that none can kill us between
-	 * its start and our listening for them (that would leave the call
-	 * uncertain instead of cancelled); COMMAND gets the mask we had. */
-	sigemptyset(&cancel);
-	for (size_t i = 0; i < sizeof(cancelling) / sizeof(*cancelling); i++) {
-		struct sigaction sa;
-
-		/* One we were started with ignored (nohup) stays so. */
-		if (sigaction(cancelling[i], NULL, &sa) == 0 &&
-		    sa.sa_handler != SIG_IGN)
-			sigaddset(&cancel, cancelling[i]);
-	}
-	sigprocmask(SIG_BLOCK, &cancel, &old);
-	sfd = signalfd(-1, &cancel, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sfd < 0)
-		sigprocmask(SIG_SETMASK, &old, NULL);	/* uncancellable else */
-	rc = sv_start(&sv, o->cmd, &old);
+	rc = sv_start(&sv, o->cmd, &k->old);
 	if (rc != 0) {
 		*err = rc > 0 ? rc : -rc;
-		out = rc > 0 ? RUN_EXEC_FAILED : RUN_NOT_STARTED;
-	} else {
-		out = collect(o, &sv, sfd, cap, err);
-		sv_finish(&sv, out != RUN_DONE);
+		return rc > 0 ? RUN_EXEC_FAILED : RUN_NOT_STARTED;
 	}
-	if (sfd >= 0)
-		close(sfd);
-	/* Left blocked: one that comes after COMMAND's end stays pending
-	 * and is dropped when we exit, the call recorded as it ended. */
+	out = collect(o, &sv, k->sfd, cap, err);
+	sv_finish(&sv, out != RUN_DONE);
 	return out;
+}
+
+/*
+ * Block the cancelling signals, to be read from k->sfd while COMMAND runs;
+ * COMMAND gets the mask from before. One we were started with ignored
+ * (nohup) stays so. Without a signalfd they are left as they were: they
+ * kill us, and the call is left uncertain.
+ */
+static void cancel_block(struct cancelling *k)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+
+	sigemptyset(&k->set);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+		struct sigaction sa;
+
+		if (sigaction(sigs[i], NULL, &sa) == 0 &&
+		    sa.sa_handler != SIG_IGN)
+			sigaddset(&k->set, sigs[i]);
+	}
+	sigprocmask(SIG_BLOCK, &k->set, &k->old);
+	k->sfd = signalfd(-1, &k->set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (k->sfd < 0)
+		sigprocmask(SIG_SETMASK, &k->old, NULL);
 }
 
 /*
@@ -743,6 +770,8 @@ static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 				int sfd, struct capture *cap, int *err)
 {
 	bool eof = false, exited = false, timed_out = false;
+	bool ended_first = false;	/* heard of COMMAND's end before a
+					 * cancelling signal, not with it */
 	struct timespec deadline;
 	int wstatus = 0, cancel = 0, rc, avail = 0;
 
@@ -759,6 +788,8 @@ static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 		struct timespec left, *tmo = NULL;
 		struct pollfd pfd[3];
 		nfds_t n = 0;
+
+		ended_first = exited;
 
 		if (o->timeout_ns != 0) {
 			if (!time_left(&deadline, &left)) {
@@ -829,9 +860,9 @@ static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 		}
 	}
 	/* Killed, by us or by the signal that cancels (a terminal's ^C
-	 * reaches COMMAND too), or ended on its own before the kill came
-	 * and before we heard of it: then its own status stands. */
-	if (!exited && cancel != 0 && WIFSIGNALED(wstatus)) {
+	 * reaches COMMAND too, and we may hear of both at once), or ended
+	 * on its own before the kill came: then its own status stands. */
+	if (cancel != 0 && !ended_first && WIFSIGNALED(wstatus)) {
 		cap->exit_code = 128 + cancel;
 		cap->status = CARMY_STATUS_CANCELLED;
 	} else if (!exited && cancel == 0 && WIFSIGNALED(wstatus) &&

@@ -288,10 +288,14 @@ static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd pfd = { sfd, POLLIN, 0 };
-		FILE *f = fopen(path, "r");
 		int alive = 0, killed = 0;
 		long pid, ms;
+		FILE *f;
 
+		/* First: what died since the last round is not listed, and
+		 * its SIGCHLD may have been read already. */
+		reap(cmd, st, cmd_reaped, false);
+		f = fopen(path, "r");
 		if (f != NULL) {
 			while (fscanf(f, "%ld", &pid) == 1) {
 				alive++;
@@ -302,7 +306,6 @@ static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped)
 			alive = 1;
 			killed = kill(cmd, SIGKILL) == 0;
 		}
-		reap(cmd, st, cmd_reaped, false);
 		if (alive == 0 || killed == 0)
 			return;
 		clock_gettime(CLOCK_MONOTONIC, &now);
