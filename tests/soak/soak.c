@@ -69,6 +69,10 @@ struct totals {
 	uint64_t died_in[SOAK_P_COUNT];
 	struct soak_figures f;
 	double secs;
+	/* When carmyd is next killed. Kept across rounds: a round ends
+	 * when its window of identities is used up, which can be sooner
+	 * than the mean pause between carmyd kills. */
+	uint64_t next_carmyd;
 	bool failed;		/* the harness itself went wrong */
 };
 
@@ -297,7 +301,7 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 	struct run r = { .o = o, .sp = sp, .extra = extra, .t = t };
 	size_t shared_len = sizeof(struct shared) +
 			    o->workers * sizeof(struct soak_slot);
-	uint64_t t0, deadline, next_carmyd;
+	uint64_t t0, deadline;
 	struct soak_figures before;
 	bool ok = false;
 	struct shared *sh;
@@ -353,8 +357,9 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 
 	t0 = harness_now_ns();
 	deadline = t0 + (uint64_t)(seconds * 1e9);
-	next_carmyd = t0 + (soak_below(&r.rng, o->carmyd_ms) + o->carmyd_ms / 2)
-			   * 1000000ull;
+	if (t->next_carmyd == 0)
+		t->next_carmyd = t0 + (soak_below(&r.rng, o->carmyd_ms) +
+				       o->carmyd_ms / 2) * 1000000ull;
 	for (unsigned i = 0; i < o->workers; i++)
 		spawn(&r, i);
 	while (!t->failed && harness_now_ns() < deadline &&
@@ -375,9 +380,9 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 		}
 		if (t->failed || kill_worker(&r, aim(&r), false) != 0)
 			break;
-		if (carmyd_kills && harness_now_ns() >= next_carmyd) {
+		if (carmyd_kills && harness_now_ns() >= t->next_carmyd) {
 			kill_carmyd(&r);
-			next_carmyd = harness_now_ns() +
+			t->next_carmyd = harness_now_ns() +
 				(soak_below(&r.rng, o->carmyd_ms) +
 				 o->carmyd_ms / 2) * 1000000ull;
 		}
