@@ -285,6 +285,19 @@ static int append_one(void *store, struct standing *add)
 	return 0;
 }
 
+/* The journal directory goes with the fuzzer (a crash keeps it). */
+static void remove_dir(void)
+{
+	static const char *const files[] = { "journal", "journal.new" };
+	char f[160];
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(f, sizeof(f), "%s/%s", dir, files[i]);
+		unlink(f);
+	}
+	rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
@@ -297,6 +310,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		perror(dir);
 		exit(1);
 	}
+	atexit(remove_dir);
 	memset(fj_exec, FJ_EXEC_BYTE, sizeof(fj_exec));
 	for (int k = 0; k < 3; k++)
 		memset(fj_part[k], 'a' + k, sizeof(fj_part[k]));
