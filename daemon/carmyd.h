@@ -66,6 +66,8 @@ struct store {
 	void *st;				/* its handle */
 	void *plugin;				/* dlopen() handle, or NULL */
 	bool durable;				/* ops->durable */
+	bool shared;				/* ops->shared */
+	uint32_t taken_cursor;	/* where store_taken() looks for a ticket */
 	bool populating;			/* a new segment's pages are */
 	pthread_t populater;			/* ... zeroed by this thread */
 	int populate_stop;			/* ... until this is set (atomic) */
@@ -108,6 +110,12 @@ struct store_op {
 	struct store_op *wnext;	/* WAIT: the list of waiters */
 	uint8_t ident[3 * CARMY_ID_MAX];
 	uint8_t *result;	/* malloc'd copy for COMPLETE */
+	/* RESERVE to a shared store that found the identity taken: the
+	 * execution standing there (its result is malloc'd; no identity:
+	 * it is ours), or taken_rc if it could not be copied. */
+	bool taken;
+	int taken_rc;
+	struct carmy_store_record standing;
 };
 int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		  const uint8_t exec[SHM_EXEC_LEN]);
@@ -122,6 +130,11 @@ bool store_running(struct store *s, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN]);
 int store_find_running(struct store *s, const struct shm_key *k,
 		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry);
+int store_taken(struct store *s, struct store_op *op, uint32_t owner,
+		pid_t pid, uint8_t exec[SHM_EXEC_LEN], uint32_t *state);
+int store_release_shared(struct store *s, const struct store_op *op,
+			 uint32_t owner);
+void store_settle(struct store *s, const struct store_op *op);
 /* more: the caller submits other requests right after (CARMY_STORE_MORE). */
 void store_submit(struct store *s, struct store_op *op, bool more);
 int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);

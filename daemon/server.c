@@ -570,7 +570,8 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 				  "here): run clients in carmyd's");
 			return -1;
 		}
-		flags = s->durable ? WIRE_F_DURABLE : 0;
+		flags = (s->durable ? WIRE_F_DURABLE : 0) |
+			(s->shared ? WIRE_F_SHARED : 0);
 		/* A client of the previous carmyd, back for its owner id
 		 * (and the reservations it holds); else a new id. */
 		if (m.u.hello.owner != 0 &&
@@ -838,6 +839,8 @@ static void finish(struct store_op *op)
 	struct conn *c = op->conn;
 	struct store *s = c->loop->sv->store;
 	int type = op->type, rc = op->rc;
+	uint8_t exec[SHM_EXEC_LEN];
+	uint32_t state = 0;
 
 	if (type == WIRE_WAIT) {
 		/* 0, -ETIMEDOUT or -ECANCELED: the waiter looks again. */
@@ -848,7 +851,20 @@ static void finish(struct store_op *op)
 				    op->result, op->rec.result_len);
 		if (rc == 0)
 			wake_waiters(c->loop->sv, false, op->entry, 0);
+	} else if (rc == 0 && type == WIRE_RESERVE && !op->taken) {
+		store_settle(s, op);	/* it stands: callers may name it */
+	} else if (rc == 0 && type == WIRE_RESERVE && op->taken) {
+		/* Done even if the client has gone: its entry must not turn
+		 * uncertain on a call another execution holds. */
+		rc = store_taken(s, op, c->owner, c->pid, exec, &state);
+		if (rc != CARMY_EUNCERTAIN && rc != CARMY_ECONFLICT)
+			state = 0;
+		log_debug("owner %u: entry %u is held in the store by another "
+			  "execution: %s", c->owner, op->entry,
+			  carmy_errname(rc));
 	} else if (rc == 0 && type == WIRE_RELEASE) {
+		if (s->shared)
+			rc = store_release_shared(s, op, c->owner);
 		told_of_release(c->loop->sv, op->entry);
 	} else if (rc == 0 && type == WIRE_RESOLVE) {
 		rc = store_resolve(s, op);
@@ -866,6 +882,7 @@ static void finish(struct store_op *op)
 		rc = CARMY_ESTORE;
 	}
 	free(op->result);
+	free((void *)op->standing.result);
 	free(op);
 	c->pending--;
 	if (c->closing) {
@@ -873,7 +890,8 @@ static void finish(struct store_op *op)
 			drop(c, c->why);
 		return;
 	}
-	if (wire_put_reply(&c->out, type, rc) != 0) {
+	if ((state != 0 ? wire_put_taken(&c->out, rc, exec, state) :
+			  wire_put_reply(&c->out, type, rc)) != 0) {
 		drop(c, "out of memory");
 		return;
 	}

@@ -258,7 +258,9 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 	size_t off = 0;
 
 	memcpy(op->rec.exec, exec, SHM_EXEC_LEN);
-	if (op->req.op == CARMY_STORE_RELEASE) {
+	/* A shared store hears of a release before the entry is given back
+	 * (carmy_store.h): then it is still ours, and checked as such. */
+	if (op->req.op == CARMY_STORE_RELEASE && !s->shared) {
 		/* The client released in the table first. A RELEASE for an
 		 * execution still published there (running, uncertain or
 		 * completed: anyone's) would let the store forget it: no. */
@@ -393,7 +395,9 @@ void store_resolve_done(struct store *s, uint32_t entry)
 }
 
 /* WAIT: is k's entry running as execution exec? Returns 0 with its index,
- * or CARMY_ENOT_RESERVED if not (absent, finished, another execution). */
+ * or CARMY_ENOT_RESERVED if not (finished, another execution). With a
+ * shared store, an identity absent here may run on another instance, out of
+ * this carmyd's sight: -EREMOTE. */
 int store_find_running(struct store *s, const struct shm_key *k,
 		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry)
 {
@@ -401,8 +405,11 @@ int store_find_running(struct store *s, const struct shm_key *k,
 	int rc = CARMY_ENOT_RESERVED;
 
 	pthread_mutex_lock(&s->lock);
-	if (shm_lookup(&s->view, k, &f) && f.state == SHM_RUNNING &&
-	    memcmp(f.exec, exec, SHM_EXEC_LEN) == 0) {
+	if (!shm_lookup(&s->view, k, &f)) {
+		if (s->shared)
+			rc = -EREMOTE;
+	} else if (f.state == SHM_RUNNING &&
+		   memcmp(f.exec, exec, SHM_EXEC_LEN) == 0) {
 		*entry = f.entry;
 		rc = 0;
 	}
@@ -546,11 +553,172 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 	return purged;
 }
 
+/* A shared store's RESERVE found the identity held (carmy_store.h): keep
+ * a copy of the standing execution for finish(), on whatever thread. */
+static void on_taken(struct carmy_store_req *req,
+		     const struct carmy_store_record *r)
+{
+	struct store_op *op = req->cookie;
+
+	if (op->taken)
+		return;		/* called twice: the first one stands */
+	op->taken = true;
+	op->standing = *r;
+	memset(op->standing.part, 0, sizeof(op->standing.part));
+	op->standing.result = NULL;
+	if (r->state == CARMY_STORE_COMPLETED && r->result_len > 0) {
+		void *copy = r->result ? malloc(r->result_len) : NULL;
+
+		if (copy == NULL) {
+			op->taken_rc = r->result ? -ENOMEM : CARMY_ECORRUPT;
+			op->standing.result_len = 0;
+			return;
+		}
+		memcpy(copy, r->result, r->result_len);
+		op->standing.result = copy;
+	}
+}
+
 void store_submit(struct store *s, struct store_op *op, bool more)
 {
 	op->req.rec = &op->rec;
 	op->req.flags = more ? CARMY_STORE_MORE : 0;
+	op->req.taken = s->shared && op->req.op == CARMY_STORE_RESERVE ?
+				on_taken : NULL;
 	s->ops->submit(s->st, &op->req);
+}
+
+/* store_taken(): the new reservation is the standing execution. */
+static uint64_t standing_exec(void *arg, uint8_t exec[SHM_EXEC_LEN])
+{
+	const struct carmy_store_record *r = arg;
+
+	memcpy(exec, r->exec, SHM_EXEC_LEN);
+	return r->started_ns;
+}
+
+/*
+ * A shared store answered op, a client's RESERVE, with the execution that
+ * holds the identity already (another instance's, or one this instance
+ * forgot). The client's entry goes back: the tool must not run. Then
+ *
+ *   - the standing one is completed: it takes the entry's place in the
+ *     segment, reserved and completed as an ordinary call would be (the
+ *     claim protocol keeps one entry per identity against clients
+ *     reserving meanwhile), and the client is told CARMY_REPLAY: look
+ *     again. It then finds a replay or, with other arguments, a conflict,
+ *     and this instance replays it from now on without asking the store.
+ *   - it is running (on another instance; its own process may be dead,
+ *     which only that instance can tell): CARMY_EUNCERTAIN with its exec
+ *     id, or CARMY_ECONFLICT if its fingerprint is another. Nothing is
+ *     kept: the next call asks the store again, and finds it completed
+ *     once it is.
+ *
+ * Returns the code for the client, with *exec and *state for the second
+ * case.
+ */
+int store_taken(struct store *s, struct store_op *op, uint32_t owner,
+		pid_t pid, uint8_t exec[SHM_EXEC_LEN], uint32_t *state)
+{
+	const struct carmy_store_record *r = &op->standing;
+	struct shm_view *v = &s->view;
+	struct shm_claim claim = {
+		.owner = owner, .pid = (uint32_t)pid, .fp = r->fingerprint,
+		.rawfp = r->rawprint, .make_exec = standing_exec,
+		.arg = &op->standing, .cursor = &s->taken_cursor,
+	};
+	struct shm_found f;
+	struct shm_key k;
+	int rc;
+
+	if (op->taken_rc != 0)
+		return op->taken_rc;
+	if (r->state == CARMY_STORE_COMPLETED &&
+	    (r->status < CARMY_STATUS_COMPLETED ||
+	     r->status > CARMY_STATUS_CANCELLED ||
+	     (r->result_code != 0 && r->result_code != CARMY_ERESULT_TOO_LARGE) ||
+	     r->result_len > v->geo.max_result))
+		return CARMY_ECORRUPT;
+	if (r->state != CARMY_STORE_COMPLETED &&
+	    r->state != CARMY_STORE_RUNNING)
+		return CARMY_ECORRUPT;
+	rc = shm_key_init(&k, v->seed, op->rec.part[0], op->rec.len[0],
+			  op->rec.part[1], op->rec.len[1], op->rec.part[2],
+			  op->rec.len[2]);
+	if (rc != 0)
+		return rc;
+	pthread_mutex_lock(&s->lock);
+	/* Callers waiting for the store's answer on the entry are woken
+	 * only once it is gone, or the standing execution is in its place:
+	 * woken earlier, they would name the client's. */
+	rc = shm_release_as(v, op->entry, owner, op->rec.exec);
+	if (rc != 0 || r->state != CARMY_STORE_COMPLETED) {
+		pthread_mutex_unlock(&s->lock);
+		if (rc != 0)
+			return rc;	/* no longer the client's (swept) */
+		shm_wake_pending(v, op->entry);
+		memcpy(exec, r->exec, SHM_EXEC_LEN);
+		*state = CARMY_STATE_RUNNING;
+		return memcmp(r->fingerprint, op->rec.fingerprint,
+			      SHM_FP_LEN) == 0 ? CARMY_EUNCERTAIN :
+						 CARMY_ECONFLICT;
+	}
+	for (bool reclaimed = false;;) {
+		switch (shm_reserve(v, &k, &claim, &f)) {
+		case SHM_OUT_RESERVED:
+			rc = shm_record_result(v, f.entry, owner, r->exec,
+					       r->status, r->result_code,
+					       r->result, r->result_len,
+					       r->finished_ns);
+			if (rc != 0)
+				log_warn("entry %u: cannot record a result "
+					 "from the store: %s", f.entry,
+					 carmy_errname(rc));
+			rc = rc == 0 ? CARMY_REPLAY : rc;
+			break;
+		case SHM_OUT_FOUND:
+			rc = CARMY_REPLAY;	/* a call of ours came first */
+			break;
+		case SHM_OUT_NOFREE:
+			if (!reclaimed) {
+				reclaimed = true;
+				s->last_reclaim_ns = 0;
+				reclaim(s);
+				continue;
+			}
+			/* fall through */
+		case SHM_OUT_FULL:
+			rc = CARMY_ECAPACITY;
+			break;
+		default:
+			rc = CARMY_EUNAVAILABLE;
+			break;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&s->lock);
+	shm_wake_pending(v, op->entry);
+	return rc;
+}
+
+/* A durable store has recorded op, a RESERVE: callers that found its
+ * entry running may now name its execution. */
+void store_settle(struct store *s, const struct store_op *op)
+{
+	shm_settle_pending(&s->view, op->entry, op->rec.exec);
+	(void)s;
+}
+
+/* A shared store has recorded op, a RELEASE: give the entry back. */
+int store_release_shared(struct store *s, const struct store_op *op,
+			 uint32_t owner)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = shm_release_as(&s->view, op->entry, owner, op->rec.exec);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 /*
@@ -746,7 +914,8 @@ static int backend_open(struct store *s, const char *spec)
 		return rc;
 	}
 	s->ops = ops;
-	s->durable = ops->durable != 0;
+	s->durable = ops->durable != 0 || ops->shared != 0;
+	s->shared = ops->shared != 0;
 	log_info("store: %s%s%s", ops->name ? ops->name : "plugin",
 		 args[0] ? " " : "", args);
 	return 0;

@@ -220,7 +220,10 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  * uncertain). With a durable store, CARMY_ESTORE means the identity was
  * freed on this host but the store could not record it (carmyd did not come
  * back within CARMY_RECONNECT_MS, or its store failed): after a reboot the
- * execution is then uncertain, never run twice. Thread-safe.
+ * execution is then uncertain, never run twice. With a store shared by
+ * several carmyds (PostgreSQL), the store hears of it first and carmyd frees
+ * the entry after: CARMY_ESTORE then means nothing changed, and the
+ * reservation is still r's to complete or release. Thread-safe.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 
@@ -233,7 +236,9 @@ int carmy_release(carmy_t *c, struct carmy_reservation *r);
  * tool provably did not run, so this caller runs it). On timeout, the
  * CARMY_EUNCERTAIN (RUNNING) begin would have given. Each wait uses a
  * connection of its own, so other threads on the handle are not held up.
- * Thread-safe.
+ * With a store shared by several carmyds, only executions running through
+ * this carmyd can be waited for: one running on another instance is
+ * answered at once, as carmy_begin() would. Thread-safe.
  */
 int carmy_wait(carmy_t *c, const struct carmy_call *call,
 	       struct carmy_reservation *r, int timeout_ms);

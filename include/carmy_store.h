@@ -55,6 +55,31 @@
  *
  * Threads: submit() and done() may run on any thread; open, load and close
  * run on carmyd's main thread with no submit in flight.
+ *
+ * Shared stores (ops->shared = 1). Several carmyds, on one host or many,
+ * may record into one store (PostgreSQL, for one): each is an instance,
+ * with its own segment, and the store is then the only place that knows
+ * every identity. Its RESERVE is the spec's atomic reserve:
+ *
+ *   - the identity is vacant in the store: record the execution, done(0);
+ *   - the store holds an execution of it already (running on any
+ *     instance, interrupted, or completed, whatever its fingerprint):
+ *     record nothing, call req->taken(req, standing) with that execution
+ *     (state RUNNING or COMPLETED; a completed one with its result), then
+ *     done(req, 0). The pointers in standing are borrowed for the call.
+ *   - the execution standing is req's own (the same exec id: a RESERVE
+ *     written again after a lost connection): it is recorded, done(0).
+ *
+ * Both halves (look, insert) must be one atomic step against every other
+ * instance: a unique constraint on the identity, not a read then a write.
+ * carmyd, not the store, tells replay from conflict from uncertain: it
+ * compares the fingerprints. It sends a RELEASE before it frees the entry
+ * in its own segment, so a release followed by a reserve on one instance
+ * never finds its own withdrawn record. load() of a shared store hands over
+ * only the executions this instance made (those it alone completes,
+ * releases or resolves); every other identity is asked at reserve time.
+ * A PURGE forgets in the store; another instance that cached the result
+ * replays it until it is purged there too.
  */
 #ifndef CARMY_STORE_H
 #define CARMY_STORE_H
@@ -66,7 +91,7 @@
 extern "C" {
 #endif
 
-#define CARMY_STORE_ABI 1
+#define CARMY_STORE_ABI 2
 #define CARMY_STORE_ID_MAX 256	/* bytes in each identity part */
 
 enum carmy_store_op {
@@ -114,6 +139,9 @@ struct carmy_store_record {
 
 struct carmy_store_req;
 typedef void (*carmy_store_done_fn)(struct carmy_store_req *req, int rc);
+/* A shared store's RESERVE found the identity held: see "Shared stores". */
+typedef void (*carmy_store_taken_fn)(struct carmy_store_req *req,
+				     const struct carmy_store_record *standing);
 
 /* A request in flight. carmyd owns it and keeps it alive until done(). For
  * RELEASE and PURGE only rec->exec is set; for RESOLVE rec->exec, rec->state, the
@@ -125,6 +153,8 @@ struct carmy_store_req {
 	void *cookie;			/* carmyd's */
 	struct carmy_store_req *next;	/* the store's, while it holds req */
 	uint32_t flags;			/* CARMY_STORE_MORE, or 0 */
+	/* RESERVE to a shared store only; NULL otherwise. */
+	carmy_store_taken_fn taken;
 };
 
 /*
@@ -157,6 +187,9 @@ struct carmy_store_ops {
 	 * record is the segment itself ("memory"): clients then reserve and
 	 * release without a round trip to carmyd. */
 	int durable;
+	/* Is the store shared by several carmyds (see "Shared stores")? A
+	 * shared store is durable. */
+	int shared;
 };
 
 /* A plugin exports this, with external linkage. */

@@ -39,6 +39,11 @@
 /* How long connect waits for carmyd's HELLO reply. */
 #define HELLO_TIMEOUT_MS 10000
 #define REPLY_MAX 256
+/* Looks a begin takes at an identity a shared store holds (see begin). */
+#define TAKEN_ROUNDS 4
+/* How long a begin waits for a durable store's answer to a reservation it
+ * found running, before it answers with that one anyway (see begin). */
+#define PENDING_WAIT_MS 5000
 
 struct carmy {
 	int fd;
@@ -48,6 +53,7 @@ struct carmy {
 	uint32_t max_result;
 	uint32_t epoch;			/* carmyd's start count (atomic) */
 	bool durable;			/* confirm reservations with carmyd */
+	bool shared;			/* ... whose store other carmyds share */
 	int dead;			/* carmyd declared us gone */
 	int reconnect_ms;		/* how long complete/release try */
 	uint64_t spin_ns;		/* poll for a reply this long first */
@@ -84,8 +90,10 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
 static int reconnect(carmy_t *c, int wait_ms);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms);
+static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
+		       int timeout_ms, struct wire_msg *reply);
 static int confirm(carmy_t *c, int type, uint32_t entry,
-		   const uint8_t exec[SHM_EXEC_LEN], int timeout_ms);
+		   const uint8_t exec[SHM_EXEC_LEN], struct wire_msg *reply);
 static int dial(const char *path, int *fdp);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
@@ -172,6 +180,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
 	c->durable = (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0;
+	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
 	/* Owners start their ticket searches far apart. */
 	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
 				      c->view.geo.capacity);
@@ -235,6 +244,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	struct shm_result res;
 	struct shm_key key;
 	bool early, asked = false;
+	uint64_t pending_until = 0;
 	int rc;
 
 	if (c == NULL || call == NULL || r == NULL)
@@ -278,18 +288,54 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	claim.make_exec = new_exec_id;
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
+	claim.pending = c->durable;
 
-	for (bool reclaimed = false;;) {
+	for (unsigned taken = 0, reclaimed = 0;;) {
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
 		case SHM_OUT_RESERVED:
 			if (c->durable) {
-				rc = confirm(c, WIRE_RESERVE, f.entry, f.exec, -1);
+				struct wire_msg m;
+
+				rc = confirm(c, WIRE_RESERVE, f.entry, f.exec,
+					     &m);
+				/* A shared store holds it already: carmyd
+				 * gave our entry back, and either put the
+				 * finished execution in its place (look
+				 * again) or says who runs it. */
+				if (rc == CARMY_REPLAY && c->shared) {
+					/* (Again and again only if purges or
+					 * other calls keep getting there
+					 * first: not forever.) */
+					if (++taken < TAKEN_ROUNDS)
+						continue;
+					return CARMY_EUNAVAILABLE;
+				}
+				if (rc > 0)
+					rc = CARMY_EPROTOCOL;
+				if ((rc == CARMY_EUNCERTAIN ||
+				     rc == CARMY_ECONFLICT) &&
+				    m.u.reply.taken) {
+					r->state = (int)m.u.reply.state;
+					exec_hex(m.u.reply.exec,
+						 r->execution_id);
+					count(rc == CARMY_EUNCERTAIN ?
+						      &c->stats->st_uncertain :
+						      &c->stats->st_conflicts);
+					return rc;
+				}
 				if (rc != 0) {
 					/* Not recorded, so not reserved: the
 					 * tool must not run. Give the entry
-					 * back while it is still ours. */
-					shm_release(&c->view, f.entry,
-						    claim.owner);
+					 * back if it is still ours (this
+					 * execution's: carmyd may have given
+					 * it back before the answer was
+					 * lost, and another call of ours
+					 * taken it since). */
+					if (shm_release_as(&c->view, f.entry,
+							   claim.owner,
+							   f.exec) == 0)
+						shm_wake_pending(&c->view,
+								 f.entry);
 					return rc;
 				}
 			}
@@ -311,7 +357,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				count(&c->stats->st_capacity);
 				return CARMY_ECAPACITY;
 			}
-			reclaimed = true;
+			reclaimed = 1;
 			rc = request(c, WIRE_RECLAIM, NULL, -1);
 			if (rc != 0)
 				return rc;
@@ -330,6 +376,20 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			asked = true;
 			continue;
 		case SHM_OUT_FOUND:
+			/* Running, but the store has not yet said whether
+			 * that reservation stands: wait for it (a while) and
+			 * look again, rather than name an execution that a
+			 * shared store may yet refuse. */
+			if (f.state == SHM_RUNNING && c->durable) {
+				uint64_t now = mono_ms();
+
+				if (pending_until == 0)
+					pending_until = now + PENDING_WAIT_MS;
+				if (now < pending_until &&
+				    shm_wait_pending(&c->view, f.entry,
+						     (int)(pending_until - now)))
+					continue;
+			}
 			/* Found from the raw print alone, unless asked: with
 			 * an early fingerprint this cannot tell, and counts a
 			 * conflict's other bytes as a retry's same ones. */
@@ -406,6 +466,30 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	return code;
 }
 
+/*
+ * Release with a store other carmyds share: the store first, then the
+ * entry, which carmyd gives back once the store has forgotten the
+ * execution. The other way round, a call of this process could reserve
+ * the identity again in between and find its own withdrawn execution in
+ * the store (uncertain, for nothing). If the store did not hear of it, the
+ * reservation stays as it was and release may be called again; a carmyd
+ * that went away after the store forgot it leaves the entry to be swept
+ * uncertain with the rest of this handle's calls if the owner id is not
+ * given back (it never runs twice).
+ */
+static int release_shared(carmy_t *c, struct carmy_reservation *r,
+			  const uint8_t exec[SHM_EXEC_LEN])
+{
+	int rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+
+	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0 &&
+	    uatomic_read(&c->owner) == r->priv_owner)
+		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+	if (rc == 0)
+		r->priv_owner = 0;
+	return rc;
+}
+
 EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 {
 	uint8_t exec[SHM_EXEC_LEN];
@@ -422,6 +506,8 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	/* Ours while running: nobody else writes it. */
 	memcpy(exec, shm_entry_at(&c->view, r->priv_entry)->en_exec,
 	       sizeof(exec));
+	if (c->shared)
+		return release_shared(c, r, exec);
 	rc = shm_release(&c->view, r->priv_entry, r->priv_owner);
 	if (rc != 0)
 		return rc;
@@ -434,7 +520,7 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 		 * could only be dropped, and carmyd would take the dropped
 		 * connection for this process dying and turn every call it
 		 * still runs uncertain. */
-		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec, -1);
+		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
 		return 0;
 	}
 	/* Released in the segment, so the identity is free on this host
@@ -443,9 +529,9 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	 * connection broke (carmyd restarting?), tell the one that comes
 	 * back: a RELEASE needs no owner, only an entry no longer published
 	 * with this execution id. */
-	rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, -1);
+	rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0)
-		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, -1);
+		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
 	/* Free here either way: what failed is the store's record of it. */
 	return rc == 0 ? 0 : CARMY_ESTORE;
 }
@@ -661,6 +747,8 @@ static int reconnect(carmy_t *c, int wait_ms)
 				}
 				c->durable = (m.u.hello_ok.flags &
 					      WIRE_F_DURABLE) != 0;
+				c->shared = (m.u.hello_ok.flags &
+					     WIRE_F_SHARED) != 0;
 				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
 				uatomic_set(&c->dead, 0);
 				break;
@@ -705,6 +793,16 @@ static bool alive(carmy_t *c)
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms)
 {
+	struct wire_msg m;
+
+	return request_msg(c, type, sb, timeout_ms, &m);
+}
+
+/* request(), with the reply in *reply (its pointers into a buffer that is
+ * gone: only scalars and arrays may be read). */
+static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
+		       int timeout_ms, struct wire_msg *reply)
+{
 	uint8_t buf[REPLY_MAX];
 	msgpack_sbuffer own;
 	struct wire_msg m;
@@ -743,20 +841,23 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 	}
 	if (m.type != type)
 		return CARMY_EPROTOCOL;
+	*reply = m;
 	return m.u.reply.code;
 }
 
-/* RESERVE or RELEASE: have carmyd's durable store record it. */
+/* RESERVE or RELEASE: have carmyd's durable store record it. The reply is
+ * in *reply if reply is not NULL. */
 static int confirm(carmy_t *c, int type, uint32_t entry,
-		   const uint8_t exec[SHM_EXEC_LEN], int timeout_ms)
+		   const uint8_t exec[SHM_EXEC_LEN], struct wire_msg *reply)
 {
+	struct wire_msg m;
 	msgpack_sbuffer sb;
 	int rc;
 
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_reserve(&sb, type, entry, exec);
 	if (rc == 0)
-		rc = request(c, type, &sb, timeout_ms);
+		rc = request_msg(c, type, &sb, -1, reply ? reply : &m);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
 }

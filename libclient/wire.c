@@ -323,9 +323,26 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 		m->u.hello_ok.max_result = (uint32_t)maxr;
 		m->u.hello_ok.epoch = (uint32_t)epoch;
 		return 0;
+	case WIRE_RESERVE:
+		if (n == 4) {
+			uint64_t state;
+
+			if (get_int(&a[1], &m->u.reply.code) != 0 ||
+			    (m->u.reply.code != CARMY_EUNCERTAIN &&
+			     m->u.reply.code != CARMY_ECONFLICT) ||
+			    a[2].type != MSGPACK_OBJECT_BIN ||
+			    a[2].via.bin.size != 16 ||
+			    get_uint(&a[3], CARMY_STATE_INTERRUPTED, &state) != 0 ||
+			    state == CARMY_STATE_NONE)
+				return CARMY_EPROTOCOL;
+			m->u.reply.taken = true;
+			memcpy(m->u.reply.exec, a[2].via.bin.ptr, 16);
+			m->u.reply.state = (uint32_t)state;
+			return 0;
+		}
+		/* fall through */
 	case WIRE_COMPLETE:
 	case WIRE_RECLAIM:
-	case WIRE_RESERVE:
 	case WIRE_RELEASE:
 	case WIRE_RESOLVE:
 	case WIRE_WAIT:
@@ -468,6 +485,21 @@ int wire_put_reply(msgpack_sbuffer *sb, int type, int code)
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
 	if (msgpack_pack_array(&pk, 2) || msgpack_pack_uint8(&pk, (uint8_t)type) ||
 	    msgpack_pack_int32(&pk, code))
+		return -ENOMEM;
+	return 0;
+}
+
+int wire_put_taken(msgpack_sbuffer *sb, int code, const uint8_t exec[16],
+		   uint32_t state)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	if (msgpack_pack_array(&pk, 4) ||
+	    msgpack_pack_uint8(&pk, WIRE_RESERVE) ||
+	    msgpack_pack_int32(&pk, code) || msgpack_pack_bin(&pk, 16) ||
+	    msgpack_pack_bin_body(&pk, exec, 16) ||
+	    msgpack_pack_uint32(&pk, state))
 		return -ENOMEM;
 	return 0;
 }

@@ -26,6 +26,12 @@
  *     COMPLETE  [2, code]
  *     RECLAIM   [3, code]
  *     RESERVE   [4, code]
+ *               [4, code, exec(bin 16), state]  a shared store found the
+ *               identity running elsewhere: code CARMY_EUNCERTAIN or
+ *               CARMY_ECONFLICT, exec and CARMY_STATE_* are the standing
+ *               execution's; carmyd has given back the client's entry.
+ *               (Code CARMY_REPLAY: it found it completed, and carmyd put
+ *               the result where the client's entry was: look again.)
  *     RELEASE   [5, code]
  *     RESOLVE   [6, code]
  *     WAIT      [7, code]   0: it is not running any more; -ETIMEDOUT
@@ -34,11 +40,14 @@
  *
  * RESERVE and RELEASE are sent only to a carmyd whose HELLO reply carries
  * WIRE_F_DURABLE: its store records reservations durably, so begin() may
- * answer "reserved" only once carmyd has (docs/journal.md).
+ * answer "reserved" only once carmyd has (docs/journal.md). With
+ * WIRE_F_SHARED too, the store is shared by several carmyds: a RELEASE is
+ * sent before the entry is given back, and carmyd gives it back.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,7 +55,7 @@
 
 #include "carmy.h"
 
-#define WIRE_VERSION 2
+#define WIRE_VERSION 3
 #define WIRE_MAX_DEPTH 32
 /* Every message is one flat array of at most this many elements. */
 #define WIRE_MAX_FIELDS 16
@@ -54,6 +63,7 @@
 /* HELLO reply flags. */
 #define WIRE_F_DURABLE 1u	/* confirm reservations and releases */
 #define WIRE_F_RESUMED 2u	/* the owner id asked for was given back */
+#define WIRE_F_SHARED 4u	/* its store is shared with other carmyds */
 /* Bytes a message needs beyond its result: a RESOLVE, the largest, carries
  * the identity (three parts of up to CARMY_ID_MAX bytes) too. */
 #define WIRE_OVERHEAD (3 * (CARMY_ID_MAX + 5) + 128)
@@ -117,6 +127,10 @@ struct wire_msg {
 		} purge;
 		struct {
 			int32_t code;
+			/* RESERVE, from a shared store: who holds it. */
+			bool taken;
+			uint8_t exec[16];
+			uint32_t state;
 		} reply;	/* every reply but HELLO's, and ERROR */
 	} u;
 };
@@ -168,5 +182,7 @@ int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
 		      uint32_t epoch, uint32_t flags);
 int wire_put_reply(msgpack_sbuffer *sb, int type, int code);
+int wire_put_taken(msgpack_sbuffer *sb, int code, const uint8_t exec[16],
+		   uint32_t state);
 
 #endif /* CARMY_WIRE_H */

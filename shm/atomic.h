@@ -39,6 +39,7 @@
 		shm_cas_old_;						\
 	})
 #define shm_add_return(p, v)	__atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define shm_xchg(p, v)		__atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
 #define shm_rmb()		__atomic_thread_fence(__ATOMIC_ACQUIRE)
 #define shm_mb()		__atomic_thread_fence(__ATOMIC_SEQ_CST)
 #else
@@ -46,6 +47,7 @@
 #define shm_store(p, v)		uatomic_set((p), (v))
 #define shm_cas(p, old, new)	uatomic_cmpxchg((p), (old), (new))
 #define shm_add_return(p, v)	uatomic_add_return((p), (v))
+#define shm_xchg(p, v)		uatomic_xchg((p), (v))
 #define shm_rmb()		cmm_smp_rmb()
 #define shm_mb()		cmm_smp_mb()
 #endif

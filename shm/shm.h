@@ -39,7 +39,7 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 3
+#define SHM_FORMAT 4
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
@@ -215,6 +215,11 @@ struct shm_entry {
 	uint32_t en_resolved_uid;
 	uint32_t en_resolved_pid;
 	uint8_t en_ident[3 * CARMY_ID_MAX];
+	/* Not 0 while a durable store has not yet answered this
+	 * reservation (a futex word: see shm_settle_pending): a call that
+	 * finds it RUNNING waits to learn whether it stands before it names
+	 * its execution id. */
+	uint32_t en_pending;
 } __attribute__((aligned(64)));
 
 /*
@@ -311,6 +316,7 @@ struct shm_claim {
 	uint64_t (*make_exec)(void *arg, uint8_t exec[SHM_EXEC_LEN]);
 	void *arg;
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
+	bool pending;		/* a durable store must confirm it first */
 };
 
 /* An execution a durable store gave back, for shm_restore(); also the
@@ -389,6 +395,12 @@ enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
 int shm_read_result(const struct shm_view *v, uint32_t entry, uint32_t bucket,
 		    uint64_t word, struct shm_result *out);
 int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner);
+int shm_release_as(const struct shm_view *v, uint32_t entry, uint32_t owner,
+		   const uint8_t *exec);
+void shm_settle_pending(const struct shm_view *v, uint32_t entry,
+			const uint8_t *exec);
+void shm_wake_pending(const struct shm_view *v, uint32_t entry);
+int shm_wait_pending(const struct shm_view *v, uint32_t entry, int timeout_ms);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
 int shm_restore(const struct shm_view *v, const struct shm_key *k,

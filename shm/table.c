@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -309,6 +311,7 @@ restart:
 				memcpy(en->en_exec, r->exec, SHM_EXEC_LEN);
 				en->en_pid = r->pid;
 				en->en_started_ns = r->started_ns;
+				en->en_pending = 0;
 				result_fill(v, ticket, r, len);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
@@ -543,6 +546,21 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
  */
 int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner)
 {
+	return shm_release_as(v, entry, owner, NULL);
+}
+
+/*
+ * shm_release(), only if the entry still runs as execution exec (NULL: any).
+ * For a release that may come after someone else let the entry go: carmyd
+ * (a shared store found the identity taken) or a client whose answer was
+ * lost. Owner ids are per handle, not per call, so the same owner may have
+ * reserved the entry again since; its exec id is then another. exec is
+ * written before the word is published and the CAS below is on the word
+ * seen with it, so a match cannot be stale.
+ */
+int shm_release_as(const struct shm_view *v, uint32_t entry, uint32_t owner,
+		   const uint8_t *exec)
+{
 	for (;;) {
 		uint32_t b = 0;
 		uint64_t w;
@@ -553,6 +571,10 @@ int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner)
 				return CARMY_EDISCONNECTED;
 			return CARMY_ENOT_RESERVED;
 		}
+		if (exec != NULL &&
+		    memcmp(shm_entry_at(v, entry)->en_exec, exec,
+			   SHM_EXEC_LEN) != 0)
+			return CARMY_ENOT_RESERVED;
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w)
 			break;
 	}
@@ -565,6 +587,69 @@ int shm_release(const struct shm_view *v, uint32_t entry, uint32_t owner)
 	/* Tell carmyd a tombstone is waiting (a hint: it never trusts it). */
 	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 	return 0;
+}
+
+/*
+ * en_pending is a futex word: 1 while a durable store has not answered the
+ * reservation, 2 once a caller waits for that answer, 0 after it. The
+ * waiter moves 1 to 2 before it sleeps, so the one who settles it makes a
+ * system call only if somebody sleeps.
+ *
+ * shm_settle_pending: the store has recorded the reservation of entry e,
+ * which still is execution exec (not given back and claimed anew,
+ * pending for another call): it stands, and waiters may name it.
+ */
+void shm_settle_pending(const struct shm_view *v, uint32_t e,
+			const uint8_t *exec)
+{
+	struct shm_entry *en;
+
+	if (e >= v->geo.capacity)
+		return;
+	en = shm_entry_at(v, e);
+	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0 ||
+	    shm_load(&en->en_pending) == 0)
+		return;
+	if (shm_xchg(&en->en_pending, 0) == 2)
+		shm_wake_pending(v, e);
+}
+
+/* Entry e, pending, was given back (and may be claimed anew already): wake
+ * whoever waited on it, to look at the table again. */
+void shm_wake_pending(const struct shm_view *v, uint32_t e)
+{
+	if (e < v->geo.capacity)
+		syscall(SYS_futex, &shm_entry_at(v, e)->en_pending, FUTEX_WAKE,
+			INT32_MAX, NULL, NULL, 0);
+}
+
+/*
+ * A call found entry e RUNNING: if a durable store has not answered its
+ * reservation yet, wait for the answer, up to timeout_ms. Until then the
+ * entry may yet be given back (a shared store found the identity held by
+ * another execution, or failed), and its execution id would name a call
+ * that never ran. Returns 0 if it is not pending: answer now; or 1 once it
+ * was and is no longer, or timeout_ms passed: look at the table again, as
+ * the entry may have changed hands meanwhile.
+ */
+int shm_wait_pending(const struct shm_view *v, uint32_t e, int timeout_ms)
+{
+	struct timespec ts = { .tv_sec = timeout_ms / 1000,
+			       .tv_nsec = (long)(timeout_ms % 1000) * 1000000 };
+	struct shm_entry *en;
+	uint32_t p;
+
+	if (e >= v->geo.capacity)
+		return 0;
+	en = shm_entry_at(v, e);
+	p = shm_load(&en->en_pending);
+	if (p == 0)
+		return 0;
+	if (p == 1 && shm_cas(&en->en_pending, 1, 2) != 1)
+		return 1;	/* settled (or claimed anew) meanwhile */
+	/* Woken, EAGAIN (no longer 2), ETIMEDOUT or EINTR: look again. */
+	(void)syscall(SYS_futex, &en->en_pending, FUTEX_WAIT, 2, &ts, NULL, 0);
+	return 1;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -649,6 +734,7 @@ static void entry_fill(const struct shm_view *v, uint32_t e,
 		memset(en->en_rawprint, 0, SHM_FP_LEN);
 	en->en_started_ns = c->make_exec(c->arg, en->en_exec);
 	en->en_finished_ns = 0;
+	en->en_pending = c->pending;
 }
 
 /* Does entry e, found in bucket b, hold identity k? The lengths are read

@@ -17,3 +17,16 @@ daemon_carmy_store_text_la_SOURCES = daemon/store_text.c
 daemon_carmy_store_text_la_CFLAGS = $(AM_CFLAGS) -pthread
 daemon_carmy_store_text_la_LDFLAGS = -module -avoid-version -shared \
 	-rpath /nowhere
+
+# The PostgreSQL store (daemon/store_pg.c) driven through its ops table
+# against a throwaway cluster: tests/daemon/store_pg.test starts one
+# (tests/pg_cluster.sh) and runs check_store_pg with PG_CONNINFO set.
+if HAVE_LIBPQ
+check_PROGRAMS += tests/daemon/check_store_pg
+tests_daemon_check_store_pg_SOURCES = tests/daemon/check_store_pg.c
+tests_daemon_check_store_pg_CFLAGS = $(TEST_CFLAGS) $(LIBPQ_CFLAGS) -pthread
+tests_daemon_check_store_pg_LDADD = $(CHECK_LIBS) $(LIBPQ_LIBS) -ldl -lpthread
+TESTS += tests/daemon/store_pg.test
+dist_check_SCRIPTS += tests/daemon/store_pg.test
+EXTRA_DIST += tests/pg_cluster.sh
+endif

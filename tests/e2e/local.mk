@@ -61,3 +61,14 @@ TESTS += tests/e2e/check_settle
 tests_e2e_check_settle_SOURCES = tests/e2e/check_settle.c $(E2E_SOURCES)
 tests_e2e_check_settle_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_e2e_check_settle_LDADD = $(TEST_LIBS) -lpthread
+
+# Two carmyds sharing one real PostgreSQL through daemon/store_pg.c:
+# tests/e2e/shared.test starts a throwaway cluster and runs check_shared.
+if HAVE_LIBPQ
+check_PROGRAMS += tests/e2e/check_shared
+tests_e2e_check_shared_SOURCES = tests/e2e/check_shared.c $(E2E_SOURCES)
+tests_e2e_check_shared_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_shared_LDADD = $(TEST_LIBS)
+TESTS += tests/e2e/shared.test
+dist_check_SCRIPTS += tests/e2e/shared.test
+endif

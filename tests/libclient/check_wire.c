@@ -149,6 +149,20 @@ START_TEST(test_every_message_round_trips)
 	ck_assert_int_eq(m.type, WIRE_RESERVE);
 	ck_assert_int_eq(m.u.reply.code, CARMY_ESTORE);
 
+	ck_assert(!m.u.reply.taken);
+
+	/* A shared store's answer: who holds the identity. */
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_taken(&sb, CARMY_EUNCERTAIN, exec,
+					CARMY_STATE_RUNNING), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_RESERVE);
+	ck_assert_int_eq(m.u.reply.code, CARMY_EUNCERTAIN);
+	ck_assert(m.u.reply.taken);
+	ck_assert_mem_eq(m.u.reply.exec, exec, 16);
+	ck_assert_uint_eq(m.u.reply.state, CARMY_STATE_RUNNING);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), CARMY_EPROTOCOL);
+
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_reply(&sb, WIRE_ERROR, CARMY_ELAYOUT), 0);
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
@@ -213,6 +227,52 @@ END_TEST
  * refused before msgpack-c unpacks it, which costs some 24 bytes of heap
  * per element: a long array of nils, a container in a field, array32.
  */
+/* The taken form of a RESERVE reply only says who holds an identity: any
+ * other code, exec size or state is refused. */
+START_TEST(test_taken_reply_shapes)
+{
+	struct wire_msg m;
+#define EXEC16 "\xc4\x10" "0123456789abcdef"
+	/* [4, EUNCERTAIN (-1002: 0xd1 0xfc 0x16), exec, 1]: the good one;
+	 * ECONFLICT is -1001 (0xfc17), ECAPACITY -1003 (0xfc15). */
+	ck_assert_int_eq(CARMY_EUNCERTAIN, -1002);
+	ck_assert_int_eq(CARMY_ECONFLICT, -1001);
+	ck_assert_int_eq(CARMY_ECAPACITY, -1003);
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x16" EXEC16 "\x01", 24,
+				     0, &m), 0);
+	ck_assert(m.u.reply.taken);
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x17" EXEC16 "\x03", 24,
+				     0, &m), 0);
+	ck_assert_int_eq(m.u.reply.code, CARMY_ECONFLICT);
+	ck_assert_uint_eq(m.u.reply.state, CARMY_STATE_INTERRUPTED);
+	/* Code 0 (reserved) or an error that names nobody. */
+	ck_assert_int_eq(wire_decode("\x94\x04\x00" EXEC16 "\x01", 22, 0, &m),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x15" EXEC16 "\x01", 24,
+				     0, &m), CARMY_EPROTOCOL);
+	/* State NONE, or beyond INTERRUPTED. */
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x16" EXEC16 "\x00", 24,
+				     0, &m), CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x16" EXEC16 "\x04", 24,
+				     0, &m), CARMY_EPROTOCOL);
+	/* An exec of 15 bytes; a string instead of bin; 3 or 5 elements. */
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x16\xc4\x0f"
+				     "0123456789abcde\x01", 23, 0, &m),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x94\x04\xd1\xfc\x16\xb0"
+				     "0123456789abcdef\x01", 23, 0, &m),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x93\x04\xd1\xfc\x16" EXEC16, 23, 0, &m),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x95\x04\xd1\xfc\x16" EXEC16 "\x01\x01",
+				     25, 0, &m), CARMY_EPROTOCOL);
+	/* Only RESERVE has the form. */
+	ck_assert_int_eq(wire_decode("\x94\x02\xd1\xfc\x16" EXEC16 "\x01", 24,
+				     0, &m), CARMY_EPROTOCOL);
+#undef EXEC16
+}
+END_TEST
+
 START_TEST(test_only_flat_short_arrays_are_unpacked)
 {
 	static uint8_t many[3 + 1000];
@@ -317,6 +377,7 @@ int main(void)
 	int failed;
 
 	tcase_add_test(tc, test_whole_message_length_and_partial_need_more);
+	tcase_add_test(tc, test_taken_reply_shapes);
 	tcase_add_test(tc, test_hostile_container_headers_rejected_without_allocation);
 	tcase_add_test(tc, test_nesting_beyond_limit_rejected);
 	tcase_add_test(tc, test_message_beyond_cap_rejected);

@@ -1,0 +1,380 @@
+/*
+ * check_shared.c - two carmyds, each with its own segment and socket (two
+ * hosts, as far as they can tell), sharing one real PostgreSQL through the
+ * PostgreSQL store plugin (daemon/store_pg.c). What must hold is the spec's
+ * multi-instance promise: one identity runs once whichever instance its
+ * calls reach; a result recorded through one replays through the other with
+ * the same execution id; other arguments are a conflict; a call running or
+ * interrupted on one is uncertain on the other; a release frees it for all.
+ *
+ * Run by tests/e2e/shared.test, which starts a throwaway PostgreSQL cluster
+ * and exports PG_CONNINFO. Each test uses its own principal, so tests share
+ * the database without seeing each other's rows.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "tests/e2e/e2e.h"
+
+#define RACERS 6	/* processes, half on each instance */
+#define IDS 60		/* identities they all race for */
+
+static char spec_a[1024], spec_b[1024];
+static const char *opts_a[] = { "--capacity", "1024", "--max-result", "1K",
+				"--store", spec_a, NULL };
+static const char *opts_b[] = { "--capacity", "1024", "--max-result", "1K",
+				"--store", spec_b, NULL };
+static struct carmyd_proc a, b;
+static carmy_t *ca, *cb;
+static char principal[32];
+
+static void setup(void)
+{
+	const char *conninfo = getenv("PG_CONNINFO");
+	static unsigned serial;
+	char so[256];
+
+	ck_assert_msg(conninfo != NULL && conninfo[0] != '\0',
+		      "PG_CONNINFO is not set: run tests/e2e/shared.test");
+	harness_path("daemon/.libs/carmy_store_pg.so", so, sizeof(so));
+	ck_assert_msg(access(so, R_OK) == 0, "no plugin at %s", so);
+	snprintf(spec_a, sizeof(spec_a), "plugin:%s:instance=a-%d %s", so,
+		 (int)getpid(), conninfo);
+	snprintf(spec_b, sizeof(spec_b), "plugin:%s:instance=b-%d %s", so,
+		 (int)getpid(), conninfo);
+	snprintf(principal, sizeof(principal), "p%d-%u", (int)getpid(),
+		 serial++);
+	e2e_start(&a, opts_a);
+	e2e_start(&b, opts_b);
+	ca = e2e_connect(&a);
+	cb = e2e_connect(&b);
+}
+
+static void teardown(void)
+{
+	carmy_close(ca);
+	carmy_close(cb);
+	ca = cb = NULL;
+	e2e_stop(&a);
+	e2e_stop(&b);
+}
+
+/* A call of this test's principal; args: msgpack bytes, or NULL. */
+static struct carmy_call call_of(const char *rid, const char *args)
+{
+	struct carmy_call call = E2E_CALL(principal, "s", rid);
+
+	call.args = args;
+	call.args_len = args ? strlen(args) : 0;
+	return call;
+}
+
+static void run_on(carmy_t *c, const char *rid, const char *result,
+		   char exec[CARMY_EXECUTION_ID_LEN + 1])
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = call_of(rid, NULL);
+
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, result,
+					strlen(result)), 0);
+	carmy_reservation_clear(&r);
+}
+
+static void replays_on(carmy_t *c, const char *rid, const char *result,
+		       const char *exec)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = call_of(rid, NULL);
+
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, exec);
+	ck_assert_int_eq(r.status, CARMY_STATUS_COMPLETED);
+	ck_assert_uint_eq(r.result_len, strlen(result));
+	ck_assert_mem_eq(r.result, result, r.result_len);
+	carmy_reservation_clear(&r);
+}
+
+/* A result recorded through one instance replays through the other, with
+ * the same execution id, from then on from its own segment; other
+ * arguments are a conflict there too. */
+START_TEST(test_a_result_replays_through_the_other_instance)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call other = call_of("x", "\x02");
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+
+	run_on(ca, "x", "done on a", exec);
+	replays_on(cb, "x", "done on a", exec);
+	replays_on(cb, "x", "done on a", exec);		/* now cached on b */
+	replays_on(ca, "x", "done on a", exec);
+	ck_assert_int_eq(carmy_begin(cb, &other, &r), CARMY_ECONFLICT);
+	ck_assert_str_eq(r.execution_id, exec);
+	ck_assert_int_eq(carmy_begin(ca, &other, &r), CARMY_ECONFLICT);
+	ck_assert_str_eq(r.execution_id, exec);
+	/* The conflict comes first on this one: b has nothing of it yet. */
+	run_on(ca, "y", "done on a", exec);
+	other = call_of("y", "\x03");
+	ck_assert_int_eq(carmy_begin(cb, &other, &r), CARMY_ECONFLICT);
+	ck_assert_str_eq(r.execution_id, exec);
+	replays_on(cb, "y", "done on a", exec);
+}
+END_TEST
+
+/* Running on one instance: uncertain on the other (conflict with other
+ * arguments), and a wait there does not pretend to see it; replayed there
+ * once it completes. A release frees the identity for every instance. */
+START_TEST(test_running_elsewhere_is_uncertain_and_a_release_frees_it)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation held = CARMY_RESERVATION_INIT;
+	struct carmy_call call = call_of("run", NULL);
+	struct carmy_call other = call_of("run", "\x91\x01");
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+
+	ck_assert_int_eq(carmy_begin(ca, &call, &held), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
+	ck_assert_str_eq(r.execution_id, held.execution_id);
+	ck_assert_int_eq(carmy_begin(cb, &other, &r), CARMY_ECONFLICT);
+	ck_assert_str_eq(r.execution_id, held.execution_id);
+	/* b cannot see a's process: its wait answers at once. */
+	ck_assert_int_eq(carmy_wait(cb, &call, &r, 60000), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
+	/* a's own wait is a real one: here it ends at its deadline. */
+	ck_assert_int_eq(carmy_wait(ca, &call, &r, 50), CARMY_EUNCERTAIN);
+	strcpy(exec, held.execution_id);
+	ck_assert_int_eq(carmy_complete(ca, &held, CARMY_STATUS_FAILED, "no",
+					2), 0);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, exec);
+	ck_assert_int_eq(r.status, CARMY_STATUS_FAILED);
+	carmy_reservation_clear(&r);
+
+	/* Released on b: a runs it, then b finds a's. */
+	call = call_of("rel", NULL);
+	ck_assert_int_eq(carmy_begin(cb, &call, &held), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(carmy_release(cb, &held), 0);
+	ck_assert_int_eq(carmy_release(cb, &held), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(carmy_begin(ca, &call, &held), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_str_eq(r.execution_id, held.execution_id);
+	/* A release then a reserve on one instance: its own withdrawn call
+	 * is not in the way. */
+	ck_assert_int_eq(carmy_release(ca, &held), 0);
+	ck_assert_int_eq(carmy_begin(ca, &call, &held), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(ca, &held, CARMY_STATUS_COMPLETED, "ok",
+					2), 0);
+	replays_on(cb, "rel", "ok", held.execution_id);
+	carmy_reservation_clear(&held);
+}
+END_TEST
+
+/* A process killed with -9 while it runs a call on a: uncertain there and
+ * on b; an operator resolves it on a, and b replays what was resolved. */
+START_TEST(test_a_killed_owner_is_uncertain_everywhere_until_resolved)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = call_of("killed", NULL);
+	struct e2e_child ch;
+
+	e2e_child_reserve(&ch, a.socket, &call, E2E_HOLD);
+	e2e_child_reap(&ch);
+	ck_assert_int_eq(e2e_poll_begin(ca, &call, &r, CARMY_EUNCERTAIN,
+					CARMY_STATE_INTERRUPTED, 10000, NULL),
+			 CARMY_EUNCERTAIN);
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	ck_assert_int_eq(carmy_resolve(ca, &call, ch.exec, 1,
+				       CARMY_STATUS_COMPLETED, "by hand", 7), 0);
+	replays_on(cb, "killed", "by hand", ch.exec);
+	replays_on(ca, "killed", "by hand", ch.exec);
+
+	/* Not committed: the identity is free everywhere. */
+	call = call_of("killed-2", NULL);
+	e2e_child_reserve(&ch, b.socket, &call, E2E_HOLD);
+	e2e_child_reap(&ch);
+	ck_assert_int_eq(e2e_poll_begin(cb, &call, &r, CARMY_EUNCERTAIN,
+					CARMY_STATE_INTERRUPTED, 10000, NULL),
+			 CARMY_EUNCERTAIN);
+	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(carmy_resolve(cb, &call, ch.exec, 0, 0, NULL, 0), 0);
+	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, ch.exec);
+	ck_assert_int_eq(carmy_release(ca, &r), 0);
+}
+END_TEST
+
+/* A reboot of one instance (carmyd killed, its segment gone): it gets back
+ * what it ran itself from the store, results replaying and its interrupted
+ * call uncertain, and the other instance's calls are answered as before. */
+START_TEST(test_an_instance_rebooted_gets_its_own_back)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call lost = call_of("lost", NULL);
+	char mine[CARMY_EXECUTION_ID_LEN + 1], theirs[CARMY_EXECUTION_ID_LEN + 1];
+	struct e2e_child ch;
+
+	run_on(ca, "mine", "a's", mine);
+	run_on(cb, "theirs", "b's", theirs);
+	e2e_child_reserve(&ch, a.socket, &lost, E2E_HOLD);
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	e2e_child_reap(&ch);
+	ck_assert_int_eq(shm_unlink(a.segment), 0);
+	e2e_restart(&a, opts_a);
+	ca = e2e_connect(&a);
+	replays_on(ca, "mine", "a's", mine);
+	replays_on(ca, "theirs", "b's", theirs);
+	ck_assert_int_eq(carmy_begin(ca, &lost, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_INTERRUPTED);
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	ck_assert_int_eq(carmy_begin(cb, &lost, &r), CARMY_EUNCERTAIN);
+	ck_assert_str_eq(r.execution_id, ch.exec);
+}
+END_TEST
+
+/* What a racer saw of one identity: its outcome and execution id. */
+struct seen {
+	int rc;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+};
+
+/* A racing process: waits for the start, then begins every identity once,
+ * completing the ones it reserved with its own number as the result. */
+static void racer(const char *socket, int go, int out, int me)
+{
+	carmy_t *c = NULL;
+	char buf[16];
+
+	if (carmy_connect(&c, socket) != 0 || read(go, buf, 1) < 0)
+		_exit(2);
+	for (int i = 0; i < IDS; i++) {
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		struct seen s = { 0 };
+		char rid[16];
+		struct carmy_call call;
+
+		snprintf(rid, sizeof(rid), "race-%d", i);
+		call = call_of(rid, NULL);
+		s.rc = carmy_begin(c, &call, &r);
+		memcpy(s.exec, r.execution_id, sizeof(s.exec));
+		if (s.rc == CARMY_RESERVED) {
+			snprintf(buf, sizeof(buf), "%d", me);
+			if (carmy_complete(c, &r, CARMY_STATUS_COMPLETED, buf,
+					   strlen(buf)) != 0)
+				s.rc = -9999;
+		}
+		carmy_reservation_clear(&r);
+		if (write(out, &s, sizeof(s)) != (ssize_t)sizeof(s))
+			_exit(3);
+	}
+	carmy_close(c);
+	_exit(0);
+}
+
+/* Processes on both instances race for the same identities: each runs
+ * exactly once, every other call is told about that one execution (a
+ * replay, or uncertain while it ran), and afterwards both instances
+ * replay it. */
+START_TEST(test_racing_instances_run_each_identity_once)
+{
+	int go[2], out[RACERS][2];
+	pid_t pid[RACERS];
+	struct seen seen[RACERS][IDS];
+
+	ck_assert_int_eq(pipe(go), 0);
+	for (int p = 0; p < RACERS; p++) {
+		ck_assert_int_eq(pipe(out[p]), 0);
+		fflush(NULL);
+		pid[p] = fork();
+		ck_assert_int_ge(pid[p], 0);
+		if (pid[p] == 0) {
+			close(go[1]);
+			close(out[p][0]);
+			racer(p % 2 ? b.socket : a.socket, go[0], out[p][1],
+			      p);
+		}
+		close(out[p][1]);
+	}
+	close(go[0]);
+	close(go[1]);		/* go: every racer's read returns */
+	for (int p = 0; p < RACERS; p++) {
+		ck_assert_msg(e2e_read_full(out[p][0], seen[p], sizeof(seen[p]),
+					    60000) == 0,
+			      "racer %d did not report", p);
+		close(out[p][0]);
+		ck_assert_int_eq(harness_waitpid(pid[p], 10000), 0);
+	}
+	for (int i = 0; i < IDS; i++) {
+		int winner = -1;
+		char rid[16], result[16];
+
+		for (int p = 0; p < RACERS; p++) {
+			ck_assert_msg(seen[p][i].rc == CARMY_RESERVED ||
+					      seen[p][i].rc == CARMY_REPLAY ||
+					      seen[p][i].rc == CARMY_EUNCERTAIN,
+				      "race-%d, racer %d: %s", i, p,
+				      carmy_errname(seen[p][i].rc));
+			if (seen[p][i].rc != CARMY_RESERVED)
+				continue;
+			ck_assert_msg(winner < 0, "race-%d ran twice (racers "
+				      "%d and %d)", i, winner, p);
+			winner = p;
+		}
+		ck_assert_msg(winner >= 0, "race-%d never ran", i);
+		for (int p = 0; p < RACERS; p++)
+			ck_assert_msg(strcmp(seen[p][i].exec,
+					     seen[winner][i].exec) == 0,
+				      "race-%d: racer %d (%s) was told %s, "
+				      "racer %d ran %s", i, p,
+				      carmy_errname(seen[p][i].rc),
+				      seen[p][i].exec, winner,
+				      seen[winner][i].exec);
+		snprintf(rid, sizeof(rid), "race-%d", i);
+		snprintf(result, sizeof(result), "%d", winner);
+		replays_on(ca, rid, result, seen[winner][i].exec);
+		replays_on(cb, rid, result, seen[winner][i].exec);
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("shared");
+	TCase *tc = tcase_create("shared");
+	SRunner *sr;
+	int failed;
+
+	e2e_guard(tc);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_a_result_replays_through_the_other_instance);
+	tcase_add_test(tc,
+		       test_running_elsewhere_is_uncertain_and_a_release_frees_it);
+	tcase_add_test(tc,
+		       test_a_killed_owner_is_uncertain_everywhere_until_resolved);
+	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);
+	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
