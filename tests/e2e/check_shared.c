@@ -267,7 +267,7 @@ static void racer(const char *socket, int go, int out, int me)
 	for (int i = 0; i < IDS; i++) {
 		struct carmy_reservation r = CARMY_RESERVATION_INIT;
 		struct seen s = { 0 };
-		char rid[16];
+		char rid[24];
 		struct carmy_call call;
 
 		snprintf(rid, sizeof(rid), "race-%d", i);
@@ -323,7 +323,7 @@ START_TEST(test_racing_instances_run_each_identity_once)
 	}
 	for (int i = 0; i < IDS; i++) {
 		int winner = -1;
-		char rid[16], result[16];
+		char rid[24], result[16];
 
 		for (int p = 0; p < RACERS; p++) {
 			ck_assert_msg(seen[p][i].rc == CARMY_RESERVED ||
