@@ -4,14 +4,16 @@
 # temp directory, all stopped by the trap whatever happens. Figures are
 # quoted, never asserted: this is not part of make check.
 #
-#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT [journal]
+#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT [journal|pg]
 #
 # OPS is per process and figure (PG_OPS for PostgreSQL, whose every write
 # waits for an fsync); PROCS a comma-separated list; *_BUILT yes or no, from
 # configure. With "journal", carmyd records into a journal in the temp
 # directory (--store journal:DIR, on the same disk as PostgreSQL's data)
 # and only the reserve + complete cycle is measured: the durable against
-# the durable. A store that is not installed, or that this carmy-bench was
+# the durable. With "pg", carmyd records into the same PostgreSQL through
+# the PostgreSQL store (daemon/store_pg.c), as one instance of several
+# would, and again only the cycle is measured. A store that is not installed, or that this carmy-bench was
 # built without, is skipped with a word saying so. PG_BINDIR overrides where
 # PostgreSQL's server programs are found. CARMYD_ARGS adds options to
 # carmyd's command line (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'.
@@ -21,6 +23,7 @@ store=${7:-memory}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench.XXXXXX") || exit 1
 carmyd_pid= redis_pid= pg_pid=
+peers=() pg_conninfo=
 
 # SIGINT is PostgreSQL's fast shutdown; SIGTERM stops the other two.
 cleanup() {
@@ -48,58 +51,6 @@ wait_ready() {
 		sleep 0.05
 	done
 }
-
-# carmyd: a table big enough for the run; its ready line is the event.
-sum=0 max=0
-for p in ${procs//,/ }; do
-	sum=$((sum + p))
-	[ "$p" -le "$max" ] || max=$p
-done
-cap=$((ops * (sum + max) + 10000))
-store_args=() only=()
-if [ "$store" = journal ]; then
-	store_args=(--store "journal:$tmp/journal")
-	only=(--only msgpack-rt,cycle)
-fi
-mkfifo "$tmp/ready" || exit 1
-"$builddir/daemon/carmyd" --foreground --transient \
-	--socket "$tmp/carmyd.sock" --capacity "$cap" --max-result 1K \
-	"${store_args[@]}" ${CARMYD_ARGS:-} >"$tmp/ready" 2>"$tmp/carmyd.log" &
-carmyd_pid=$!
-exec 3<"$tmp/ready"
-if ! read -r line <&3; then
-	echo "make bench: carmyd did not start:" >&2
-	cat "$tmp/carmyd.log" >&2
-	exit 1
-fi
-exec 3<&-
-echo "$line"
-peers=()
-
-# Redis, persistence off: Carmy's table lives in memory (it outlives
-# carmyd, not the machine) and writes nothing to disk on any path, so the
-# Redis that matches it keeps nothing on disk either. This is also the
-# fastest Redis: no AOF write per SET, no snapshot fork in the middle of
-# the run (the built-in default would snapshot every 60 s under this load).
-if [ "$store" = journal ]; then
-	echo "make bench: Redis left out: with persistence off it is no durable store"
-elif [ "$redis_built" != yes ]; then
-	echo "make bench: skipping Redis: carmy-bench was built without hiredis"
-elif ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-	echo "make bench: skipping Redis: redis-server or redis-cli is not installed"
-else
-	redis-server --port 0 --unixsocket "$tmp/redis.sock" \
-		--unixsocketperm 700 --save '' --appendonly no \
-		--dir "$tmp" --daemonize no >"$tmp/redis.log" 2>&1 &
-	redis_pid=$!
-	if wait_ready "$redis_pid" 20 redis-cli -s "$tmp/redis.sock" ping; then
-		echo "redis-server ready socket=$tmp/redis.sock pid=$redis_pid"
-		peers+=(--redis "$tmp/redis.sock")
-	else
-		echo "make bench: skipping Redis: redis-server did not start:" >&2
-		cat "$tmp/redis.log" >&2
-	fi
-fi
 
 # PostgreSQL with the server's defaults (fsync on, synchronous_commit on),
 # listening on a socket only. It refuses to run as root: then the cluster
@@ -131,7 +82,8 @@ else
 		pg_pid=$!
 		if wait_ready "$pg_pid" 60 "$pg_bindir/pg_isready" -q -h "$tmp/pg" -U carmy; then
 			echo "postgres ready socket=$tmp/pg pid=$pg_pid"
-			peers+=(--pg "host=$tmp/pg user=carmy dbname=postgres" --pg-ops "$pg_ops")
+			pg_conninfo="host=$tmp/pg user=carmy dbname=postgres"
+			peers+=(--pg "$pg_conninfo" --pg-ops "$pg_ops")
 		else
 			echo "make bench: skipping PostgreSQL: postgres did not start:" >&2
 			cat "$tmp/pg.log" >&2
@@ -139,6 +91,65 @@ else
 	else
 		echo "make bench: skipping PostgreSQL: initdb failed:" >&2
 		cat "$tmp/pg.log" >&2
+	fi
+fi
+
+# carmyd: a table big enough for the run; its ready line is the event.
+sum=0 max=0
+for p in ${procs//,/ }; do
+	sum=$((sum + p))
+	[ "$p" -le "$max" ] || max=$p
+done
+cap=$((ops * (sum + max) + 10000))
+store_args=() only=()
+if [ "$store" = journal ]; then
+	store_args=(--store "journal:$tmp/journal")
+	only=(--only msgpack-rt,cycle)
+elif [ "$store" = pg ]; then
+	plugin=$builddir/daemon/.libs/carmy_store_pg.so
+	if [ -z "$pg_conninfo" ] || [ ! -r "$plugin" ]; then
+		echo "make bench-shared: needs PostgreSQL running and $plugin (libpq)" >&2
+		exit 1
+	fi
+	store_args=(--store "plugin:$plugin:instance=bench $pg_conninfo")
+	only=(--only msgpack-rt,cycle)
+fi
+mkfifo "$tmp/ready" || exit 1
+"$builddir/daemon/carmyd" --foreground --transient \
+	--socket "$tmp/carmyd.sock" --capacity "$cap" --max-result 1K \
+	"${store_args[@]}" ${CARMYD_ARGS:-} >"$tmp/ready" 2>"$tmp/carmyd.log" &
+carmyd_pid=$!
+exec 3<"$tmp/ready"
+if ! read -r line <&3; then
+	echo "make bench: carmyd did not start:" >&2
+	cat "$tmp/carmyd.log" >&2
+	exit 1
+fi
+exec 3<&-
+echo "$line"
+
+# Redis, persistence off: Carmy's table lives in memory (it outlives
+# carmyd, not the machine) and writes nothing to disk on any path, so the
+# Redis that matches it keeps nothing on disk either. This is also the
+# fastest Redis: no AOF write per SET, no snapshot fork in the middle of
+# the run (the built-in default would snapshot every 60 s under this load).
+if [ "$store" != memory ]; then
+	echo "make bench: Redis left out: with persistence off it is no durable store"
+elif [ "$redis_built" != yes ]; then
+	echo "make bench: skipping Redis: carmy-bench was built without hiredis"
+elif ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	echo "make bench: skipping Redis: redis-server or redis-cli is not installed"
+else
+	redis-server --port 0 --unixsocket "$tmp/redis.sock" \
+		--unixsocketperm 700 --save '' --appendonly no \
+		--dir "$tmp" --daemonize no >"$tmp/redis.log" 2>&1 &
+	redis_pid=$!
+	if wait_ready "$redis_pid" 20 redis-cli -s "$tmp/redis.sock" ping; then
+		echo "redis-server ready socket=$tmp/redis.sock pid=$redis_pid"
+		peers+=(--redis "$tmp/redis.sock")
+	else
+		echo "make bench: skipping Redis: redis-server did not start:" >&2
+		cat "$tmp/redis.log" >&2
 	fi
 fi
 

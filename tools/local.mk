@@ -74,3 +74,12 @@ bench-journal: all
 	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
 		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal
+
+# make bench-shared: the same cycle through a carmyd whose store is
+# PostgreSQL itself (the PostgreSQL store, as one of several instances
+# would run), against PostgreSQL alone on the same cluster.
+.PHONY: bench-shared
+bench-shared: all
+	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
+		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
+		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) pg
