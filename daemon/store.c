@@ -605,9 +605,12 @@ static uint64_t standing_exec(void *arg, uint8_t exec[SHM_EXEC_LEN])
  *   - the standing one is completed: it takes the entry's place in the
  *     segment, reserved and completed as an ordinary call would be (the
  *     claim protocol keeps one entry per identity against clients
- *     reserving meanwhile), and the client is told CARMY_REPLAY: look
- *     again. It then finds a replay or, with other arguments, a conflict,
- *     and this instance replays it from now on without asking the store.
+ *     reserving meanwhile; pending until its result is in, so nobody is
+ *     told it runs), and the client is told CARMY_REPLAY: look again. It
+ *     then finds a replay or, with other arguments, a conflict, and this
+ *     instance replays it from now on without asking the store. A result
+ *     larger than this instance's --max-result cannot be kept:
+ *     CARMY_ERESULT_TOO_LARGE.
  *   - it is running (on another instance; its own process may be dead,
  *     which only that instance can tell): CARMY_EUNCERTAIN with its exec
  *     id, or CARMY_ECONFLICT if its fingerprint is another. Nothing is
@@ -626,43 +629,51 @@ int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 		.owner = owner, .pid = (uint32_t)pid, .fp = r->fingerprint,
 		.rawfp = r->rawprint, .make_exec = standing_exec,
 		.arg = &op->standing, .cursor = &s->taken_cursor,
+		.pending = true,	/* until its result is in */
 	};
 	struct shm_found f;
 	struct shm_key k;
 	int rc;
 
+	/* The client's entry goes back first, whatever the answer: the
+	 * store holds another execution, so this one must never run, nor
+	 * turn uncertain here if its client has gone. Callers waiting to
+	 * learn whether it stands look again. */
+	pthread_mutex_lock(&s->lock);
+	shm_withdraw_pending(v, op->entry, op->rec.exec);
+	rc = shm_release_as(v, op->entry, owner, op->rec.exec);
+	pthread_mutex_unlock(&s->lock);
+	if (rc != 0)
+		return rc;	/* no longer the client's (swept) */
 	if (op->taken_rc != 0)
 		return op->taken_rc;
-	if (r->state == CARMY_STORE_COMPLETED &&
-	    (r->status < CARMY_STATUS_COMPLETED ||
-	     r->status > CARMY_STATUS_CANCELLED ||
-	     (r->result_code != 0 && r->result_code != CARMY_ERESULT_TOO_LARGE) ||
-	     r->result_len > v->geo.max_result))
-		return CARMY_ECORRUPT;
-	if (r->state != CARMY_STORE_COMPLETED &&
-	    r->state != CARMY_STORE_RUNNING)
-		return CARMY_ECORRUPT;
-	rc = shm_key_init(&k, v->seed, op->rec.part[0], op->rec.len[0],
-			  op->rec.part[1], op->rec.len[1], op->rec.part[2],
-			  op->rec.len[2]);
-	if (rc != 0)
-		return rc;
-	pthread_mutex_lock(&s->lock);
-	/* Callers waiting for the store's answer on the entry are woken
-	 * only once it is gone, or the standing execution is in its place:
-	 * woken earlier, they would name the client's. */
-	rc = shm_release_as(v, op->entry, owner, op->rec.exec);
-	if (rc != 0 || r->state != CARMY_STORE_COMPLETED) {
-		pthread_mutex_unlock(&s->lock);
-		if (rc != 0)
-			return rc;	/* no longer the client's (swept) */
-		shm_wake_pending(v, op->entry);
+	if (r->state == CARMY_STORE_RUNNING) {
 		memcpy(exec, r->exec, SHM_EXEC_LEN);
 		*state = CARMY_STATE_RUNNING;
 		return memcmp(r->fingerprint, op->rec.fingerprint,
 			      SHM_FP_LEN) == 0 ? CARMY_EUNCERTAIN :
 						 CARMY_ECONFLICT;
 	}
+	if (r->state != CARMY_STORE_COMPLETED ||
+	    r->status < CARMY_STATUS_COMPLETED ||
+	    r->status > CARMY_STATUS_CANCELLED ||
+	    (r->result_code != 0 && r->result_code != CARMY_ERESULT_TOO_LARGE))
+		return CARMY_ECORRUPT;
+	if (r->result_len > v->geo.max_result) {
+		/* Recorded by an instance with a larger --max-result: it
+		 * cannot be replayed from this one's segment. */
+		log_warn("a result of %u bytes in the store is larger than "
+			 "--max-result %u: instances sharing a store need the "
+			 "same --max-result", r->result_len,
+			 v->geo.max_result);
+		return CARMY_ERESULT_TOO_LARGE;
+	}
+	rc = shm_key_init(&k, v->seed, op->rec.part[0], op->rec.len[0],
+			  op->rec.part[1], op->rec.len[1], op->rec.part[2],
+			  op->rec.len[2]);
+	if (rc != 0)
+		return rc;
+	pthread_mutex_lock(&s->lock);
 	for (bool reclaimed = false;;) {
 		switch (shm_reserve(v, &k, &claim, &f)) {
 		case SHM_OUT_RESERVED:
@@ -670,11 +681,15 @@ int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 					       r->status, r->result_code,
 					       r->result, r->result_len,
 					       r->finished_ns);
-			if (rc != 0)
+			if (rc != 0) {
 				log_warn("entry %u: cannot record a result "
 					 "from the store: %s", f.entry,
 					 carmy_errname(rc));
-			rc = rc == 0 ? CARMY_REPLAY : rc;
+				shm_withdraw_pending(v, f.entry, r->exec);
+			} else {
+				shm_settle_pending(v, f.entry, r->exec);
+				rc = CARMY_REPLAY;
+			}
 			break;
 		case SHM_OUT_FOUND:
 			rc = CARMY_REPLAY;	/* a call of ours came first */
@@ -697,7 +712,6 @@ int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 		break;
 	}
 	pthread_mutex_unlock(&s->lock);
-	shm_wake_pending(v, op->entry);
 	return rc;
 }
 
@@ -706,7 +720,6 @@ int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 void store_settle(struct store *s, const struct store_op *op)
 {
 	shm_settle_pending(&s->view, op->entry, op->rec.exec);
-	(void)s;
 }
 
 /* A shared store has recorded op, a RELEASE: give the entry back. */
@@ -977,7 +990,11 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 	struct shm_key k;
 	int rc;
 
-	if (!ctx->fresh && !rs.completed)
+	/* A shared store hears of a release before the segment does, so
+	 * an execution of ours it holds running and the segment lacks was
+	 * never given back: its answer was lost (carmyd died first). It is
+	 * uncertain, here where it can be resolved. */
+	if (!ctx->fresh && !rs.completed && !ctx->s->shared)
 		return 0;
 	rc = shm_key_init(&k, v->seed, r->part[0], r->len[0], r->part[1],
 			  r->len[1], r->part[2], r->len[2]);
@@ -987,7 +1004,8 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 	if (rc == 0 && r->result_len > v->geo.max_result)
 		rc = CARMY_ERESULT_TOO_LARGE;
 	if (rc == 0)
-		rc = shm_restore(v, &k, &rs, &ctx->cursor, ctx->fresh);
+		rc = shm_restore(v, &k, &rs, &ctx->cursor,
+				 ctx->fresh || ctx->s->shared);
 	if (rc != 0) {
 		ctx->rc = rc;
 		return rc;

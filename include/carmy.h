@@ -222,8 +222,12 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  * back within CARMY_RECONNECT_MS, or its store failed): after a reboot the
  * execution is then uncertain, never run twice. With a store shared by
  * several carmyds (PostgreSQL), the store hears of it first and carmyd frees
- * the entry after: CARMY_ESTORE then means nothing changed, and the
- * reservation is still r's to complete or release. Thread-safe.
+ * the entry after: on CARMY_ESTORE or CARMY_EDISCONNECTED the entry is
+ * still r's here, while the store may or may not have forgotten it (its
+ * answer can be lost, and other carmyds may then run the call). Do not run
+ * the tool after asking for its release, whatever the answer: release
+ * again, or leave it (it turns uncertain here when the handle closes).
+ * Thread-safe.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 

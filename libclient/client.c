@@ -41,6 +41,7 @@
 #define REPLY_MAX 256
 /* Looks a begin takes at an identity a shared store holds (see begin). */
 #define TAKEN_ROUNDS 4
+#define LOOK_AGAIN 1000		/* confirm_reserve(): not a carmy code */
 /* How long a begin waits for a durable store's answer to a reservation it
  * found running, before it answers with that one anyway (see begin). */
 #define PENDING_WAIT_MS 5000
@@ -92,6 +93,8 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
+static int confirm_reserve(carmy_t *c, const struct shm_found *f,
+			   uint32_t owner, struct carmy_reservation *r);
 static int confirm(carmy_t *c, int type, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN], struct wire_msg *reply);
 static int dial(const char *path, int *fdp);
@@ -294,15 +297,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
 		case SHM_OUT_RESERVED:
 			if (c->durable) {
-				struct wire_msg m;
-
-				rc = confirm(c, WIRE_RESERVE, f.entry, f.exec,
-					     &m);
-				/* A shared store holds it already: carmyd
-				 * gave our entry back, and either put the
-				 * finished execution in its place (look
-				 * again) or says who runs it. */
-				if (rc == CARMY_REPLAY && c->shared) {
+				rc = confirm_reserve(c, &f, claim.owner, r);
+				if (rc == LOOK_AGAIN) {
 					/* (Again and again only if purges or
 					 * other calls keep getting there
 					 * first: not forever.) */
@@ -310,34 +306,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 						continue;
 					return CARMY_EUNAVAILABLE;
 				}
-				if (rc > 0)
-					rc = CARMY_EPROTOCOL;
-				if ((rc == CARMY_EUNCERTAIN ||
-				     rc == CARMY_ECONFLICT) &&
-				    m.u.reply.taken) {
-					r->state = (int)m.u.reply.state;
-					exec_hex(m.u.reply.exec,
-						 r->execution_id);
-					count(rc == CARMY_EUNCERTAIN ?
-						      &c->stats->st_uncertain :
-						      &c->stats->st_conflicts);
+				if (rc != 0)
 					return rc;
-				}
-				if (rc != 0) {
-					/* Not recorded, so not reserved: the
-					 * tool must not run. Give the entry
-					 * back if it is still ours (this
-					 * execution's: carmyd may have given
-					 * it back before the answer was
-					 * lost, and another call of ours
-					 * taken it since). */
-					if (shm_release_as(&c->view, f.entry,
-							   claim.owner,
-							   f.exec) == 0)
-						shm_wake_pending(&c->view,
-								 f.entry);
-					return rc;
-				}
 			}
 			exec_hex(f.exec, r->execution_id);
 			r->state = CARMY_STATE_RUNNING;
@@ -386,7 +356,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				if (pending_until == 0)
 					pending_until = now + PENDING_WAIT_MS;
 				if (now < pending_until &&
-				    shm_wait_pending(&c->view, f.entry,
+				    shm_wait_pending(&c->view, f.entry, f.exec,
 						     (int)(pending_until - now)))
 					continue;
 			}
@@ -419,6 +389,61 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		count(&c->stats->st_replays);
 		return CARMY_REPLAY;
 	}
+}
+
+/*
+ * A reservation f just made in the segment, for a durable store: have
+ * carmyd record it. Returns 0 once it stands; LOOK_AGAIN when a shared
+ * store held the identity completed already (carmyd gave f back and put
+ * that execution in its place); or the answer, r filled, when it holds it
+ * running elsewhere (CARMY_EUNCERTAIN, CARMY_ECONFLICT: carmyd gave f
+ * back); or an error, f given back: not recorded, so not reserved, and the
+ * tool must not run.
+ *
+ * With a shared store, a lost answer is not taken for a refusal: the store
+ * may have recorded it, and every instance would then find it held by a
+ * call that never ran. The same RESERVE is sent again once reconnected
+ * (the store knows its own execution id); an owner id not given back
+ * leaves f to be swept uncertain here, as the store may have it.
+ */
+static int confirm_reserve(carmy_t *c, const struct shm_found *f,
+			   uint32_t owner, struct carmy_reservation *r)
+{
+	struct wire_msg m;
+	int rc;
+
+	memset(&m, 0, sizeof(m));
+	rc = confirm(c, WIRE_RESERVE, f->entry, f->exec, &m);
+	if (rc == CARMY_EDISCONNECTED && c->shared) {
+		if (reconnect(c, c->reconnect_ms) != 0 ||
+		    uatomic_read(&c->owner) != owner)
+			return CARMY_EDISCONNECTED;
+		memset(&m, 0, sizeof(m));
+		rc = confirm(c, WIRE_RESERVE, f->entry, f->exec, &m);
+		if (rc == CARMY_EDISCONNECTED)
+			return rc;
+	}
+	if (rc == CARMY_REPLAY && c->shared)
+		return LOOK_AGAIN;
+	if ((rc == CARMY_EUNCERTAIN || rc == CARMY_ECONFLICT) &&
+	    m.u.reply.taken) {
+		r->state = (int)m.u.reply.state;
+		exec_hex(m.u.reply.exec, r->execution_id);
+		count(rc == CARMY_EUNCERTAIN ? &c->stats->st_uncertain :
+					       &c->stats->st_conflicts);
+		return rc;
+	}
+	if (rc > 0)
+		rc = CARMY_EPROTOCOL;
+	if (rc != 0) {
+		/* Give f back if it is still ours, this execution's: carmyd
+		 * may have given it back before the answer was lost, and
+		 * another call of ours taken it since. Callers waiting to
+		 * learn whether it stands look again. */
+		shm_withdraw_pending(&c->view, f->entry, f->exec);
+		shm_release_as(&c->view, f->entry, owner, f->exec);
+	}
+	return rc;
 }
 
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,

@@ -399,8 +399,10 @@ int shm_release_as(const struct shm_view *v, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec);
 void shm_settle_pending(const struct shm_view *v, uint32_t entry,
 			const uint8_t *exec);
-void shm_wake_pending(const struct shm_view *v, uint32_t entry);
-int shm_wait_pending(const struct shm_view *v, uint32_t entry, int timeout_ms);
+void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
+			  const uint8_t *exec);
+int shm_wait_pending(const struct shm_view *v, uint32_t entry,
+		     const uint8_t *exec, int timeout_ms);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
 int shm_restore(const struct shm_view *v, const struct shm_key *k,

@@ -155,6 +155,9 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
 		/* The owner's release may race this CAS; then look again. */
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_UNCERTAIN)) == w) {
 			shm_store(&v->tickets[e], SHM_TICKET_LIVE);
+			/* Callers waiting for its store's answer: there will
+			 * be none to wait for now. */
+			shm_withdraw_pending(v, e, NULL);
 			st->uncertain++;
 			return;
 		}

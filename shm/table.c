@@ -591,48 +591,58 @@ int shm_release_as(const struct shm_view *v, uint32_t entry, uint32_t owner,
 
 /*
  * en_pending is a futex word: 1 while a durable store has not answered the
- * reservation, 2 once a caller waits for that answer, 0 after it. The
- * waiter moves 1 to 2 before it sleeps, so the one who settles it makes a
- * system call only if somebody sleeps.
- *
- * shm_settle_pending: the store has recorded the reservation of entry e,
- * which still is execution exec (not given back and claimed anew,
- * pending for another call): it stands, and waiters may name it.
+ * reservation, 2 once a caller waits for that answer, then 0 (it stands)
+ * or 3 (withdrawn: refused, given back, or swept: look again). A waiter
+ * moves 1 to 2 before it sleeps, so the one who ends it makes a system
+ * call only if somebody sleeps. Whoever ends it does so while the entry is
+ * still that execution's, before giving it back: a waiter that comes late
+ * then sees 3, never a word about a call that has taken the entry since.
  */
-void shm_settle_pending(const struct shm_view *v, uint32_t e,
-			const uint8_t *exec)
+static void end_pending(const struct shm_view *v, uint32_t e,
+			const uint8_t *exec, uint32_t how)
 {
 	struct shm_entry *en;
 
 	if (e >= v->geo.capacity)
 		return;
 	en = shm_entry_at(v, e);
-	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0 ||
+	if ((exec != NULL &&
+	     memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0) ||
 	    shm_load(&en->en_pending) == 0)
 		return;
-	if (shm_xchg(&en->en_pending, 0) == 2)
-		shm_wake_pending(v, e);
+	if (shm_xchg(&en->en_pending, how) == 2)
+		syscall(SYS_futex, &en->en_pending, FUTEX_WAKE, INT32_MAX,
+			NULL, NULL, 0);
 }
 
-/* Entry e, pending, was given back (and may be claimed anew already): wake
- * whoever waited on it, to look at the table again. */
-void shm_wake_pending(const struct shm_view *v, uint32_t e)
+/* The store recorded the reservation of entry e, execution exec: it
+ * stands, and callers may name it. */
+void shm_settle_pending(const struct shm_view *v, uint32_t e,
+			const uint8_t *exec)
 {
-	if (e < v->geo.capacity)
-		syscall(SYS_futex, &shm_entry_at(v, e)->en_pending, FUTEX_WAKE,
-			INT32_MAX, NULL, NULL, 0);
+	end_pending(v, e, exec, 0);
+}
+
+/* Entry e, execution exec (NULL: whatever it is), is about to be given
+ * back or has turned uncertain: callers waiting on it look again. */
+void shm_withdraw_pending(const struct shm_view *v, uint32_t e,
+			  const uint8_t *exec)
+{
+	end_pending(v, e, exec, 3);
 }
 
 /*
- * A call found entry e RUNNING: if a durable store has not answered its
- * reservation yet, wait for the answer, up to timeout_ms. Until then the
- * entry may yet be given back (a shared store found the identity held by
- * another execution, or failed), and its execution id would name a call
- * that never ran. Returns 0 if it is not pending: answer now; or 1 once it
- * was and is no longer, or timeout_ms passed: look at the table again, as
- * the entry may have changed hands meanwhile.
+ * A call found entry e RUNNING as execution exec: if a durable store has
+ * not answered its reservation yet, wait for the answer, up to timeout_ms.
+ * Until then the entry may yet be given back (a shared store found the
+ * identity held by another execution, or failed), and its execution id
+ * would name a call that never ran. Returns 0 if it is not pending: answer
+ * now; or 1 once it was and is no longer, or timeout_ms passed, or the
+ * entry is another execution's already: look at the table again. A value
+ * no writer makes (a hostile client's) counts as not pending.
  */
-int shm_wait_pending(const struct shm_view *v, uint32_t e, int timeout_ms)
+int shm_wait_pending(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+		     int timeout_ms)
 {
 	struct timespec ts = { .tv_sec = timeout_ms / 1000,
 			       .tv_nsec = (long)(timeout_ms % 1000) * 1000000 };
@@ -643,10 +653,13 @@ int shm_wait_pending(const struct shm_view *v, uint32_t e, int timeout_ms)
 		return 0;
 	en = shm_entry_at(v, e);
 	p = shm_load(&en->en_pending);
-	if (p == 0)
+	shm_rmb();
+	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0 || p == 3)
+		return 1;
+	if (p != 1 && p != 2)
 		return 0;
 	if (p == 1 && shm_cas(&en->en_pending, 1, 2) != 1)
-		return 1;	/* settled (or claimed anew) meanwhile */
+		return 1;	/* ended meanwhile */
 	/* Woken, EAGAIN (no longer 2), ETIMEDOUT or EINTR: look again. */
 	(void)syscall(SYS_futex, &en->en_pending, FUTEX_WAIT, 2, &ts, NULL, 0);
 	return 1;

@@ -255,6 +255,122 @@ struct seen {
 	char exec[CARMY_EXECUTION_ID_LEN + 1];
 };
 
+/* Run psql on the test's database with one command; its output (the
+ * first line, trimmed) in out if out is not NULL. Asserts it succeeded. */
+static void psql(const char *cmd, char *out, size_t outlen)
+{
+	int fd[2], status;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(fd), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		execlp("psql", "psql", "-X", "-q", "-A", "-t", "-v",
+		       "ON_ERROR_STOP=1", "-d", getenv("PG_CONNINFO"), "-c", cmd,
+		       (char *)NULL);
+		_exit(127);
+	}
+	close(fd[1]);
+	if (out != NULL) {
+		size_t got = 0;
+		ssize_t n;
+
+		/* Until psql exits (EOF); it is bounded by its own query. */
+		while (got < outlen - 1 &&
+		       (n = read(fd[0], out + got, outlen - 1 - got)) > 0)
+			got += (size_t)n;
+		out[got] = '\0';
+		out[strcspn(out, "\n")] = '\0';
+	}
+	close(fd[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "psql failed: %s", cmd);
+}
+
+/* carmyd dies after the store committed a reservation and before it
+ * answered. The client must not take the lost answer for a refusal (the
+ * identity would be held, on every instance, by a call that never ran):
+ * it sends the same reservation to the carmyd that comes back, which the
+ * store knows as its own, and runs the call. The store's commit is held
+ * up by a deferred trigger sleeping for this one identity. */
+START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32], cmd[1024], n[32];
+	struct carmy_call call;
+	struct seen got;
+	int up[2];
+	pid_t pid;
+
+	snprintf(rid, sizeof(rid), "held-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	snprintf(cmd, sizeof(cmd),
+		 "CREATE FUNCTION hold_%d() RETURNS trigger LANGUAGE plpgsql "
+		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
+		 "THEN PERFORM pg_sleep(3); END IF; RETURN NULL; END $$; "
+		 "CREATE CONSTRAINT TRIGGER hold_%d AFTER INSERT ON "
+		 "carmy_executions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+		 "EXECUTE FUNCTION hold_%d()", (int)getpid(), rid,
+		 (int)getpid(), (int)getpid());
+	psql(cmd, NULL, 0);
+
+	ck_assert_int_eq(pipe(up), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		carmy_t *c = NULL;
+
+		close(up[0]);
+		memset(&got, 0, sizeof(got));
+		if (carmy_connect(&c, a.socket) != 0)
+			_exit(2);
+		got.rc = carmy_begin(c, &call, &r);
+		memcpy(got.exec, r.execution_id, sizeof(got.exec));
+		if (got.rc == CARMY_RESERVED &&
+		    carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "late", 4) != 0)
+			got.rc = -9999;
+		if (write(up[1], &got, sizeof(got)) != (ssize_t)sizeof(got))
+			_exit(3);
+		carmy_close(c);
+		_exit(0);
+	}
+	close(up[1]);
+	/* The commit is under way (sleeping in the trigger): carmyd dies. */
+	for (uint64_t t0 = harness_now_ns();;) {
+		psql("SELECT count(*) FROM pg_stat_activity "
+		     "WHERE wait_event = 'PgSleep'", n, sizeof(n));
+		if (strcmp(n, "0") != 0)
+			break;
+		ck_assert_msg(e2e_ms_since(t0) < 20000,
+			      "the reservation never reached its commit");
+	}
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	e2e_restart(&a, opts_a);
+	ca = e2e_connect(&a);
+	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
+		      "the client did not report");
+	close(up[0]);
+	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	ck_assert_msg(got.rc == CARMY_RESERVED, "begin: %s",
+		      carmy_errname(got.rc));
+	replays_on(cb, rid, "late", got.exec);
+	replays_on(ca, rid, "late", got.exec);
+	snprintf(cmd, sizeof(cmd), "DROP TRIGGER hold_%d ON carmy_executions",
+		 (int)getpid());
+	psql(cmd, NULL, 0);
+}
+END_TEST
+
+
 /* A racing process: waits for the start, then begins every identity once,
  * completing the ones it reserved with its own number as the result. */
 static void racer(const char *socket, int go, int out, int me)
@@ -371,6 +487,7 @@ int main(void)
 		       test_a_killed_owner_is_uncertain_everywhere_until_resolved);
 	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);
 	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
+	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -5,9 +5,11 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <check.h>
 #include <urcu/uatomic.h>
@@ -670,6 +672,113 @@ START_TEST(test_threads_racing_one_identity_reserve_once)
 }
 END_TEST
 
+/* ------------------------------------------------------------ pending */
+
+/* A reservation a durable store has yet to answer (en_pending set). */
+static void reserve_pending(const char *rid, struct shm_found *f)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	static uint32_t cursor;
+	struct shm_claim c = { .owner = OWNER_A, .pid = 1, .fp = fp,
+			       .make_exec = make_exec, .arg = exec,
+			       .cursor = &cursor, .pending = true };
+	struct shm_key k;
+
+	memset(fp, 1, sizeof(fp));
+	memset(exec, 0x5a, sizeof(exec));
+	exec[0] = (uint8_t)rid[0];
+	key(&k, rid);
+	ck_assert_int_eq(shm_reserve(&view, &k, &c, f), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(shm_entry_at(&view, f->entry)->en_pending, 1);
+}
+
+struct pending_waiter {
+	uint32_t entry;
+	const uint8_t *exec;
+	int rc;
+	uint64_t ms;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *wait_pending(void *arg)
+{
+	struct pending_waiter *w = arg;
+	uint64_t t0 = now_ms();
+
+	w->rc = shm_wait_pending(&view, w->entry, w->exec, 30000);
+	w->ms = now_ms() - t0;
+	return NULL;
+}
+
+/* Whoever gives a pending entry back ends it first: a caller that found
+ * it running and comes to wait only after the give-back looks again at
+ * once, instead of sleeping on a word nobody will ever wake. */
+START_TEST(test_a_pending_entry_given_back_sends_late_waiters_back)
+{
+	struct pending_waiter w;
+	struct shm_found f, g;
+
+	reserve_pending("p", &f);
+	ck_assert_int_eq(reserve("p", OWNER_B, 1, &g), SHM_OUT_FOUND);
+	ck_assert_int_eq(g.state, SHM_RUNNING);
+	shm_withdraw_pending(&view, f.entry, f.exec);
+	ck_assert_int_eq(shm_release_as(&view, f.entry, OWNER_A, f.exec), 0);
+	ck_assert_uint_eq(shm_entry_at(&view, f.entry)->en_pending, 3);
+	w = (struct pending_waiter){ .entry = g.entry, .exec = g.exec };
+	wait_pending(&w);
+	ck_assert_int_eq(w.rc, 1);
+	/* Not the 30 s it would sleep if the word were left pending. */
+	ck_assert_msg(w.ms < 15000, "waited %llu ms", (unsigned long long)w.ms);
+}
+END_TEST
+
+/* A waiter asleep on a pending entry is woken when the store's answer
+ * comes; after it, the entry stands and nobody waits. Values no writer
+ * makes, and an entry that is another execution's by now, never put a
+ * caller to sleep. */
+START_TEST(test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone)
+{
+	struct pending_waiter w;
+	struct shm_entry *en;
+	struct shm_found f;
+	uint8_t other[SHM_EXEC_LEN];
+	pthread_t t;
+
+	reserve_pending("q", &f);
+	en = shm_entry_at(&view, f.entry);
+	w = (struct pending_waiter){ .entry = f.entry, .exec = f.exec };
+	ck_assert_int_eq(pthread_create(&t, NULL, wait_pending, &w), 0);
+	/* The waiter is registered once it has marked the word. */
+	for (uint64_t t0 = now_ms();
+	     __atomic_load_n(&en->en_pending, __ATOMIC_ACQUIRE) != 2;
+	     sched_yield())
+		ck_assert_msg(now_ms() - t0 < 20000, "the waiter never waited");
+	shm_settle_pending(&view, f.entry, f.exec);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(w.rc, 1);
+	ck_assert_msg(w.ms < 15000, "woken after %llu ms",
+		      (unsigned long long)w.ms);
+	ck_assert_uint_eq(en->en_pending, 0);
+	ck_assert_int_eq(shm_wait_pending(&view, f.entry, f.exec, 30000), 0);
+
+	__atomic_store_n(&en->en_pending, 7, __ATOMIC_RELEASE);
+	ck_assert_int_eq(shm_wait_pending(&view, f.entry, f.exec, 30000), 0);
+	memset(other, 0xee, sizeof(other));
+	__atomic_store_n(&en->en_pending, 1, __ATOMIC_RELEASE);
+	ck_assert_int_eq(shm_wait_pending(&view, f.entry, other, 30000), 1);
+	ck_assert_uint_eq(en->en_pending, 1);	/* not another's to mark */
+	ck_assert_int_eq(shm_wait_pending(&view, view.geo.capacity, f.exec,
+					  30000), 0);
+}
+END_TEST
+
 static Suite *table_suite(void)
 {
 	Suite *s = suite_create("shm");
@@ -696,6 +805,9 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_move_cut_short_by_a_crash_is_repaired);
 	tcase_add_test(tc, test_scribbled_buckets_and_entries_do_not_crash);
 	tcase_add_test(tc, test_threads_racing_one_identity_reserve_once);
+	tcase_add_test(tc, test_a_pending_entry_given_back_sends_late_waiters_back);
+	tcase_add_test(tc,
+		       test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone);
 	suite_add_tcase(s, tc);
 	return s;
 }
