@@ -188,6 +188,14 @@ void carmy_close(carmy_t *c);
  * a replay's result copy is the one malloc). r's previous result, if any,
  * is freed first. Thread-safe: several threads may call carmy_begin() on one
  * handle at once.
+ *
+ * With a durable store (--store journal:DIR, PostgreSQL) a reservation is
+ * answered once carmyd has recorded it, and a call that finds the identity
+ * reserved but not yet recorded waits for that (up to 5 s) before it
+ * answers, so that the execution id it names is one that stands. With a
+ * store shared by several carmyds, a reservation whose answer was lost
+ * (carmyd restarted) is asked again of the carmyd that comes back, for up
+ * to CARMY_RECONNECT_MS, rather than given up: the store may hold it.
  */
 int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		struct carmy_reservation *r);
