@@ -28,5 +28,5 @@ tests_daemon_check_store_pg_CFLAGS = $(TEST_CFLAGS) $(LIBPQ_CFLAGS) -pthread
 tests_daemon_check_store_pg_LDADD = $(CHECK_LIBS) $(LIBPQ_LIBS) -ldl -lpthread
 TESTS += tests/daemon/store_pg.test
 dist_check_SCRIPTS += tests/daemon/store_pg.test
-EXTRA_DIST += tests/pg_cluster.sh
 endif
+EXTRA_DIST += tests/pg_cluster.sh
