@@ -9,17 +9,30 @@
  * ("host=db dbname=carmy user=carmyd", "postgresql://db/carmy"). Under it
  * the store puts connect_timeout=10, TCP keepalives that find a silent
  * server gone within a minute (keepalives_idle=30, keepalives_interval=10,
- * keepalives_count=3: the worker would otherwise wait on it for hours) and
+ * keepalives_count=3: the worker would otherwise wait on it for hours),
+ * tcp_user_timeout=30000 (keepalives do not fire while sent data is
+ * unacknowledged: a batch sent to a server that vanished would wait for
+ * TCP's own retransmissions, some fifteen minutes) and
  * fallback_application_name=carmyd; the string overrides any of them.
  * Point it at a primary (target_session_attrs=read-write with several
  * hosts), directly or through a pooler in session mode: statements are
- * prepared once per connection.
+ * prepared, and the instance's name held, once per connection.
  *
  * NAME is this carmyd among those sharing the database, 1 to 64 bytes of
- * [A-Za-z0-9._-], the host name by default. load() selects on it, so two
- * carmyds sharing one database MUST have distinct names (two on one host:
- * give both one), and a carmyd that comes back after a reboot must keep
- * its name to find its executions again.
+ * [A-Za-z0-9._-], the host name by default. load() selects on it, and only
+ * the instance that made an execution completes, releases or resolves it,
+ * so two carmyds sharing one database must not share a name (two on one
+ * host: give both one): each would take the other's running executions
+ * for interrupted ones. The store enforces it: each connection holds a
+ * session advisory lock keyed on the name (a 64-bit hash of it), taken at
+ * open, where another carmyd of the name makes open fail, and taken again
+ * after every reconnect before any request runs; while another session
+ * holds it, every request fails (-EBUSY). A holder busy with a statement
+ * may be the backend of a carmyd that died (kill -9 mid-batch) and has not
+ * noticed yet: open waits up to 10 s for it to let go, the first try after
+ * a reconnect 2 s; an idle holder is a live carmyd, refused at once. A
+ * carmyd that comes back after a reboot must keep its name to find its
+ * executions again.
  *
  * The schema, created at open if absent (under an advisory lock, in one
  * transaction, so that instances starting together do not race on it):
@@ -31,31 +44,49 @@
  *     once completed; resolved_ns, resolved_uid, resolved_pid bigint: set
  *     by an operator's RESOLVE), indexed on instance.
  *
- * Each op in SQL (exec: the 16-byte execution id; every value a bound
- * parameter, bytea and integers in binary):
+ * Each op in SQL (exec: the 16-byte execution id, which comes from a
+ * client's entry in the segment and is trusted no further than that;
+ * instance: this one's name; every value a bound parameter, bytea and
+ * integers in binary):
  *
- *   RESERVE   INSERT ... ON CONFLICT (identity) DO NOTHING, and in the same
- *             statement the row standing for the identity. Inserted:
- *             recorded. A row with req's own exec: recorded (this is a
- *             batch run again). Any other row: taken(), nothing recorded.
- *             Neither: the row that stopped the insert was committed after
- *             the statement's snapshot was taken (READ COMMITTED); the
- *             statement runs again, in the next transaction, which sees it.
- *   COMPLETE  UPDATE ... SET state 2 and the result WHERE exec AND state 1.
- *             No row updated: fine if the row already holds exactly this
- *             result (a batch run again), -ESTALE otherwise: a result is
- *             never overwritten, a released execution never resurrected.
+ *   RESERVE   INSERT ... ON CONFLICT DO NOTHING (any unique constraint:
+ *             the identity's, and exec's, which a client could name for
+ *             another identity), and in the same statement the row
+ *             standing for the identity and whether a row holds the exec
+ *             id. Inserted: recorded. A row with req's own exec and this
+ *             instance: recorded (this is a batch run again). Any other
+ *             row: taken(), nothing recorded. No row for the identity but
+ *             one with the exec id: -EEXIST, nothing recorded, and the rest
+ *             of the batch unaffected. Neither: the row that stopped the
+ *             insert was committed after the statement's snapshot was
+ *             taken (READ COMMITTED); the statement runs again, in the next
+ *             transaction, which sees it.
+ *   COMPLETE  UPDATE ... SET state 2 and the result WHERE exec AND instance
+ *             AND state 1. No row updated: fine if this instance's row
+ *             already holds exactly this result (a batch run again),
+ *             -ESTALE otherwise: a result is never overwritten, a released
+ *             execution never resurrected, another instance's never
+ *             touched.
  *   RESOLVE   committed: as COMPLETE, with the resolved_* fields; not
  *             committed: as RELEASE.
- *   RELEASE   DELETE WHERE exec AND state 1; 0 whether or not a row went.
- *   PURGE     DELETE WHERE exec AND state 2; likewise.
+ *   RELEASE   DELETE WHERE exec AND instance AND state 1; 0 whether or not
+ *             a row went.
+ *   PURGE     DELETE WHERE exec AND state 2, of any instance: an instance
+ *             purges the copy it replayed of another's result, and with it
+ *             the record (carmy_store.h).
  *
  * Group commit. One thread owns the connection. submit() queues and
  * returns; the thread takes everything queued as one batch and sends it in
- * one pipeline (libpq pipeline mode): BEGIN, each request's statement in
- * submission order, COMMIT, sync, one round trip and one WAL flush for the
- * lot, then it answers every request. While a batch waits for its flush
- * the next one queues up, so throughput grows with concurrency. The
+ * one pipeline (libpq pipeline mode): BEGIN, each request's statement,
+ * COMMIT, sync, one round trip and one WAL flush for the lot, then it
+ * answers every request. Statements go in submission order, except that
+ * the RESERVEs between two requests that may free an identity (RELEASE,
+ * RESOLVE, PURGE) go in the order of their identities: two instances
+ * reserving the same identities in one batch each then insert them in one
+ * order and do not deadlock on them (a deadlock that involves other
+ * statements, a COMPLETE's update say, PostgreSQL still breaks after
+ * deadlock_timeout, and the batch runs again). While a batch waits for its
+ * flush the next one queues up, so throughput grows with concurrency. The
  * connection stays in blocking mode: libpq's send path reads and buffers
  * the server's answers whenever the socket will not take more
  * (pqSendSome), so a pipeline longer than both socket buffers cannot
@@ -68,21 +99,50 @@
  * transaction that could still have failed, and carmyd must not act on a
  * reservation whose outcome the store has not settled.
  *
- * Why a batch may run twice. A deadlock, serialization failure or lock
- * timeout rolls the batch back: it runs again (up to TRIES_MAX times).
- * A connection lost with the COMMIT sent leaves its outcome unknown: the
- * store reconnects and runs the batch again. Every statement above is
- * written to be right either way: RESERVE recognises its own exec, COMPLETE
- * and RESOLVE their own result, RELEASE and PURGE delete what is there.
- * A server that cannot be reached fails the batch (-ECONNREFUSED), and the
- * next batch tries again: the store keeps answering failures until it can
- * record, and never pretends.
+ * Waits are bounded. A RESERVE waits for any uncommitted insert or delete
+ * of its identity, and the one worker with it: an operator's open
+ * transaction, or another instance frozen mid-batch, would stall every
+ * request of this one. So each session sets lock_timeout 2s,
+ * statement_timeout 30s and idle_in_transaction_session_timeout 60s (the
+ * last for the other instances' sake, should this one freeze in a
+ * transaction), and the server's side of the TCP keepalives and
+ * tcp_user_timeout like the client's, so that the server drops a
+ * connection of ours that died silently, and the locks it held, within
+ * about a minute; each only where the session has no value of its own
+ * (CONNINFO's options, the role's, the database's). A statement that
+ * times out (lock_not_available, query_canceled) fails its request alone
+ * (-EAGAIN): the batch is rolled back and runs again without it, since
+ * waiting once more would hold up every other request as long again.
+ *
+ * Why a batch may run twice. A deadlock or serialization failure rolls
+ * the batch back: it runs again, as does a timeout in BEGIN or COMMIT (up
+ * to TRIES_MAX runs in all). A connection lost with the COMMIT sent leaves
+ * its outcome unknown: the store reconnects and runs the batch again.
+ * Every statement above is written to be right either way: RESERVE
+ * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
+ * and PURGE delete what is there.
+ *
+ * A server that cannot be reached fails the batch (-ECONNREFUSED): the
+ * store keeps answering failures until it can record, and never pretends.
+ * A reconnect blocks the worker up to connect_timeout, so after one fails
+ * the batches that follow are failed at once, without trying, for a
+ * backoff interval (200 ms, doubling to 2 s) before the next attempt.
+ *
+ * An outcome unknown, then no connection: a RESERVE answered with a
+ * failure may still have committed, and its row would hold the identity
+ * everywhere for an execution that never ran (its client gave the entry
+ * back). The store remembers such RESERVEs (up to WITHDRAW_MAX; beyond,
+ * it says so on stderr) and deletes their rows (this identity, this exec,
+ * this instance, still running) at the head of the next transaction it
+ * runs, before any other request, forgetting them once that commits; at
+ * close it makes one last attempt.
  *
  * Every value read back is untrusted: a row that is not what this store
  * writes (lengths, states, ranges) fails load() with -EBADMSG, and a
  * RESERVE that finds one standing fails -EBADMSG.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -90,6 +150,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
@@ -99,8 +160,18 @@
 #define INSTANCE_MAX 64
 #define BATCH_MAX 1024		/* requests in one transaction */
 #define TRIES_MAX 20		/* runs of one batch before -EAGAIN */
+#define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
 #define RESULT_MAX 0x3fff0000u	/* under bytea's (and a message's) 1 GB */
 #define MIN_SERVER 90500	/* INSERT ... ON CONFLICT */
+#define BACKOFF_MIN_MS 200	/* after a failed reconnect */
+#define BACKOFF_MAX_MS 2000
+/* How long open waits for the instance's name, and the first try after a
+ * reconnect (which holds up the worker): the backend of a carmyd that
+ * stopped or died lets it go as it exits, once it has noticed, at the end
+ * of the statement it was running (a kill -9 in the middle of a batch),
+ * and so does the backend of this one's lost connection. */
+#define NAME_WAIT_OPEN "'10s'"
+#define NAME_WAIT "'2s'"
 /* pg_advisory_xact_lock key of schema creation: "CarmyPgS" */
 #define SCHEMA_LOCK "4855287687794419539"
 
@@ -113,6 +184,7 @@
 /* Internal outcomes of one run of a batch, besides 0 and -errno. */
 #define LOST (-ENOTCONN)	/* connection gone: reconnect, run again */
 #define RETRY (-EAGAIN)		/* rolled back by a conflict: again */
+#define WAITED (-ETIMEDOUT)	/* a statement timed out: see culprit */
 
 static const char *const schema_sql[] = {
 	"BEGIN",
@@ -141,6 +213,20 @@ static const char *const schema_sql[] = {
 	"COMMIT",
 };
 
+/* The session's bounds (see the top), each where the session has none:
+ * pg_settings reads 0 for "disabled" (and for the TCP settings, "the
+ * system's default", which is what the session gets over a Unix socket
+ * whatever it sets), and lists only what the server knows
+ * (idle_in_transaction_session_timeout is 9.6's, tcp_user_timeout 12's). */
+#define BOUNDS_SQL \
+	"SELECT set_config(d.name, d.value, false) FROM (VALUES" \
+	" ('lock_timeout', '2s'), ('statement_timeout', '30s')," \
+	" ('idle_in_transaction_session_timeout', '60s')," \
+	" ('tcp_keepalives_idle', '30'), ('tcp_keepalives_interval', '10')," \
+	" ('tcp_keepalives_count', '3'), ('tcp_user_timeout', '30000'))" \
+	" AS d (name, value) JOIN pg_settings AS s USING (name)" \
+	" WHERE s.setting = '0'"
+
 /* The columns of a record, as load() and RESERVE read them back. */
 #define ROW_COLS "principal, session, request_id, exec, fingerprint, " \
 	"rawprint, pid, started_ns, state, finished_ns, status, result_code, " \
@@ -152,16 +238,19 @@ enum {
 	C_RESOLVED_PID, C_NCOLS
 };
 
-/* Columns 0 and 1: was it inserted, is a row standing; then ROW_COLS. The
- * join sees the statement's snapshot, not the insert's row: a row shows
- * only if it stood before. */
+/* Columns 0 to 3: was it inserted, is a row standing for the identity,
+ * is that row this instance's, does a row hold the exec id; then ROW_COLS.
+ * The reads see the statement's snapshot, not the insert's row: a row
+ * shows only if it stood before. */
 #define RESERVE_SQL \
 	"WITH ins AS (INSERT INTO carmy_executions (principal, session," \
 	" request_id, exec, instance, fingerprint, rawprint, pid, started_ns," \
 	" state) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)" \
-	" ON CONFLICT (principal, session, request_id) DO NOTHING" \
-	" RETURNING 1)" \
-	" SELECT EXISTS (SELECT 1 FROM ins), e.ctid IS NOT NULL, " ROW_COLS \
+	" ON CONFLICT DO NOTHING RETURNING 1)" \
+	" SELECT EXISTS (SELECT 1 FROM ins), e.ctid IS NOT NULL," \
+	" e.instance = $5," \
+	" EXISTS (SELECT 1 FROM carmy_executions AS o WHERE o.exec = $4), " \
+	ROW_COLS \
 	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
 	" ON e.principal = $1 AND e.session = $2 AND e.request_id = $3"
 /* COMPLETE, and RESOLVE as committed ($6..$8 NULL for COMPLETE). Columns:
@@ -170,16 +259,21 @@ enum {
 	"WITH upd AS (UPDATE carmy_executions SET state = 2," \
 	" finished_ns = $2, status = $3, result_code = $4, result = $5," \
 	" resolved_ns = $6, resolved_uid = $7, resolved_pid = $8" \
-	" WHERE exec = $1 AND state = 1" \
+	" WHERE exec = $1 AND instance = $9 AND state = 1" \
 	" RETURNING 1)" \
 	" SELECT EXISTS (SELECT 1 FROM upd), e.ctid IS NOT NULL, e.state," \
 	" e.status = $3 AND e.result_code = $4 AND e.result = $5" \
 	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
-	" ON e.exec = $1"
+	" ON e.exec = $1 AND e.instance = $9"
 #define RELEASE_SQL \
-	"DELETE FROM carmy_executions WHERE exec = $1 AND state = 1"
+	"DELETE FROM carmy_executions WHERE exec = $1 AND instance = $2" \
+	" AND state = 1"
 #define PURGE_SQL \
 	"DELETE FROM carmy_executions WHERE exec = $1 AND state = 2"
+/* The row a RESERVE reported failed may have inserted, and only it. */
+#define WITHDRAW_SQL \
+	"DELETE FROM carmy_executions WHERE principal = $1 AND session = $2" \
+	" AND request_id = $3 AND exec = $4 AND instance = $5 AND state = 1"
 #define LOAD_SQL \
 	"SELECT " ROW_COLS " FROM carmy_executions WHERE instance = $1"
 
@@ -190,12 +284,14 @@ static const struct stmt {
 } stmts[] = {
 	{ "carmy_reserve", RESERVE_SQL, 9, { BYTEAOID, BYTEAOID, BYTEAOID,
 	  BYTEAOID, TEXTOID, BYTEAOID, BYTEAOID, INT8OID, INT8OID } },
-	{ "carmy_settle", SETTLE_SQL, 8, { BYTEAOID, INT8OID, INT4OID,
-	  INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID } },
-	{ "carmy_release", RELEASE_SQL, 1, { BYTEAOID } },
+	{ "carmy_settle", SETTLE_SQL, 9, { BYTEAOID, INT8OID, INT4OID,
+	  INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID, TEXTOID } },
+	{ "carmy_release", RELEASE_SQL, 2, { BYTEAOID, TEXTOID } },
 	{ "carmy_purge", PURGE_SQL, 1, { BYTEAOID } },
+	{ "carmy_withdraw", WITHDRAW_SQL, 5, { BYTEAOID, BYTEAOID, BYTEAOID,
+	  BYTEAOID, TEXTOID } },
 };
-enum { ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE };
+enum { ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW };
 
 /* A request of the batch being written, and what its run decided. The
  * decision is only tentative until the transaction has committed. */
@@ -204,8 +300,17 @@ struct slot {
 	int rc;				/* its answer */
 	bool again;			/* run its statement again */
 	bool answered;
+	bool unsure;			/* a run of it ended, outcome
+					 * unknown: may have committed */
 	PGresult *res;			/* RESERVE taken: the row */
 	struct carmy_store_record standing;	/* points into res */
+};
+
+/* A RESERVE answered failed that may have committed: its row to delete. */
+struct withdrawal {
+	uint8_t exec[16];
+	uint16_t len[3];
+	uint8_t *id;			/* the three parts, end to end */
 };
 
 struct pg_store {
@@ -218,9 +323,16 @@ struct pg_store {
 	bool started;
 	pthread_t worker;
 	/* The worker's own: */
-	bool ready;		/* connected, session set up */
-	bool down;		/* said so on stderr; say when it is back */
+	bool session;		/* connected, session set up */
+	bool named;		/* and holding the name */
+	int down;		/* 0, or why requests fail (said on stderr) */
+	uint64_t retry_ms;	/* no reconnect before (CLOCK_MONOTONIC) */
+	unsigned backoff_ms;	/* the interval that led to it */
 	struct slot *slots;	/* BATCH_MAX */
+	struct slot **order;	/* the order their statements go in */
+	struct slot *culprit;	/* WAITED: whose statement timed out */
+	struct withdrawal *wd;	/* WITHDRAW_MAX */
+	size_t nwd;
 	char why[256];		/* the last failure, for stderr */
 };
 
@@ -235,12 +347,15 @@ static int connect_db(struct pg_store *s, const char *conninfo, char *err,
 		      size_t errlen);
 static int create_schema(PGconn *c, char *err, size_t errlen);
 static int setup_session(PGconn *c, char *err, size_t errlen);
+static int prepare_all(PGconn *c, char *err, size_t errlen);
+static int take_name(struct pg_store *s, const char *wait, char *err,
+		     size_t errlen);
 static int check_req(const struct carmy_store_req *req);
 static void *worker(void *arg);
+static void plan(struct pg_store *s, size_t n);
 static void run_batch(struct pg_store *s, size_t n);
 static int run_once(struct pg_store *s, size_t n);
-static int send_batch(PGconn *c, struct slot *slots, size_t n,
-		      const char *instance);
+static int send_batch(struct pg_store *s, size_t n);
 static int read_batch(struct pg_store *s, size_t n);
 static int judge(struct slot *sl, PGresult *r);
 static int decode_row(const PGresult *r, int row, int base,
@@ -248,6 +363,7 @@ static int decode_row(const PGresult *r, int row, int base,
 static void say(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 static const char *pq_error(const char *msg, char *buf, size_t len);
+static const char *hex16(const uint8_t id[16], char out[33]);
 
 const struct carmy_store_ops carmy_store_plugin = {
 	.abi = CARMY_STORE_ABI,
@@ -281,12 +397,18 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 	if (rc == 0)
 		rc = connect_db(s, conninfo, err, errlen);
 	if (rc == 0)
+		rc = setup_session(s->conn, err, errlen);
+	if (rc == 0)
+		rc = take_name(s, NAME_WAIT_OPEN, err, errlen);
+	if (rc == 0)
 		rc = create_schema(s->conn, err, errlen);
 	if (rc == 0)
-		rc = setup_session(s->conn, err, errlen);
+		rc = prepare_all(s->conn, err, errlen);
 	if (rc == 0) {
 		s->slots = calloc(BATCH_MAX, sizeof(*s->slots));
-		if (s->slots == NULL) {
+		s->order = calloc(BATCH_MAX, sizeof(*s->order));
+		s->wd = calloc(WITHDRAW_MAX, sizeof(*s->wd));
+		if (s->slots == NULL || s->order == NULL || s->wd == NULL) {
 			snprintf(err, errlen, "out of memory");
 			rc = -ENOMEM;
 		}
@@ -294,7 +416,7 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 	if (rc == 0) {
 		int e;
 
-		s->ready = true;
+		s->session = s->named = true;
 		e = pthread_create(&s->worker, NULL, worker, s);
 		if (e != 0) {
 			snprintf(err, errlen, "cannot start the PostgreSQL "
@@ -311,10 +433,23 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 	return 0;
 }
 
+/* The end of a load's transaction, gone either way (a cancel sent to stop
+ * the load may come late enough to cancel the ROLLBACK). It only read, in
+ * one snapshot: what it read stands whatever COMMIT says. */
+static int load_end(PGconn *c, int rc)
+{
+	PQclear(PQexec(c, rc == 0 ? "COMMIT" : "ROLLBACK"));
+	if (PQtransactionStatus(c) != PQTRANS_IDLE)
+		PQclear(PQexec(c, "ROLLBACK"));
+	return rc;
+}
+
 /*
  * Hand over this instance's executions, row by row (single-row mode: a
  * million of them are never in memory at once). The worker is idle: no
- * request has been submitted yet, so the connection is ours here.
+ * request has been submitted yet, so the connection is ours here. Without
+ * the session's statement and idle timeouts: a large instance takes as
+ * long as it takes, and carmyd's each() is part of it.
  */
 static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 {
@@ -325,17 +460,28 @@ static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 	int rc = 0;
 	char msg[256];
 
+	/* pg_settings: the idle timeout is 9.6's */
+	r = PQexec(c, "BEGIN; SELECT set_config(name, '0', true) FROM "
+		   "pg_settings WHERE name IN ('statement_timeout', "
+		   "'idle_in_transaction_session_timeout')");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		say("cannot load the executions of instance %s: %s",
+		    s->instance, pq_error(PQerrorMessage(c), msg, sizeof(msg)));
+		PQclear(r);
+		return load_end(c, -EIO);
+	}
+	PQclear(r);
 	if (!PQsendQueryParams(c, LOAD_SQL, 1, NULL, params, NULL, NULL, 1)) {
 		say("cannot load the executions of instance %s: %s",
 		    s->instance, pq_error(PQerrorMessage(c), msg, sizeof(msg)));
-		return -EIO;
+		return load_end(c, -EIO);
 	}
 	if (!PQsetSingleRowMode(c)) {
 		say("cannot load the executions of instance %s row by row",
 		    s->instance);
 		while ((r = PQgetResult(c)) != NULL)
 			PQclear(r);
-		return -EIO;
+		return load_end(c, -EIO);
 	}
 	while ((r = PQgetResult(c)) != NULL) {
 		ExecStatusType st = PQresultStatus(r);
@@ -368,7 +514,7 @@ static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 		}
 		PQclear(r);
 	}
-	return rc;
+	return load_end(c, rc);
 }
 
 static void pg_submit(void *store, struct carmy_store_req *req)
@@ -403,7 +549,11 @@ static void pg_close(void *store)
 		pthread_mutex_unlock(&s->lock);
 		pthread_join(s->worker, NULL);
 	}
-	PQfinish(s->conn);
+	PQfinish(s->conn);	/* and with the session, the name */
+	for (size_t i = 0; i < s->nwd; i++)
+		free(s->wd[i].id);
+	free(s->wd);
+	free(s->order);
 	free(s->slots);
 	pthread_cond_destroy(&s->wake);
 	pthread_mutex_destroy(&s->lock);
@@ -479,9 +629,10 @@ static int connect_db(struct pg_store *s, const char *conninfo, char *err,
 {
 	static const char *const keys[] = { "connect_timeout",
 		"keepalives_idle", "keepalives_interval", "keepalives_count",
-		"fallback_application_name", "dbname", NULL };
-	const char *values[] = { "10", "30", "10", "3", "carmyd", conninfo,
-				 NULL };
+		"tcp_user_timeout", "fallback_application_name", "dbname",
+		NULL };
+	const char *values[] = { "10", "30", "10", "3", "30000", "carmyd",
+				 conninfo, NULL };
 	char msg[256];
 	int v;
 
@@ -544,12 +695,23 @@ static int create_schema(PGconn *c, char *err, size_t errlen)
 	return 0;
 }
 
-/* What every connection needs before a batch, at open and after every
- * reconnect: commits that wait for the flush, and the statements. */
+/* What every connection needs first, at open and after every reconnect:
+ * commits that wait for the flush, and bounded waits. */
 static int setup_session(PGconn *c, char *err, size_t errlen)
 {
 	int rc = exec_ok(c, "SET synchronous_commit = on", "cannot set "
 			 "synchronous_commit", err, errlen);
+
+	if (rc == 0)
+		rc = exec_ok(c, BOUNDS_SQL, "cannot bound the session's waits",
+			     err, errlen);
+	return rc;
+}
+
+/* The statements, once the table is there. */
+static int prepare_all(PGconn *c, char *err, size_t errlen)
+{
+	int rc = 0;
 
 	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]) && rc == 0;
 	     i++) {
@@ -566,6 +728,101 @@ static int setup_session(PGconn *c, char *err, size_t errlen)
 		}
 		PQclear(r);
 	}
+	return rc;
+}
+
+/* The name's advisory lock key: FNV-1a, 64 bits, of the name. */
+static uint64_t name_hash(const char *name)
+{
+	uint64_t h = 14695981039346656037u;
+
+	for (const char *p = name; *p != '\0'; p++) {
+		h ^= (uint8_t)*p;
+		h *= 1099511628211u;
+	}
+	return h;
+}
+
+/* The lock's one statement outside a pipeline: 0, -EBUSY (its holder
+ * would not let go of it in time), or -EIO with a sentence in err. */
+static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
+		    char *err, size_t errlen)
+{
+	PGresult *r = PQexec(s->conn, sql);
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	ExecStatusType st = PQresultStatus(r);
+	char msg[256];
+	int rc = 0;
+
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+		rc = state != NULL && strcmp(state, "55P03") == 0 ? -EBUSY :
+		     -EIO;
+		if (rc == -EIO)
+			snprintf(err, errlen, "cannot take the advisory lock "
+				 "of instance %s: %s", s->instance, pq_error(r ?
+				 PQresultErrorMessage(r) :
+				 PQerrorMessage(s->conn), msg, sizeof(msg)));
+	}
+	if (PQtransactionStatus(s->conn) == PQTRANS_INERROR)
+		PQclear(PQexec(s->conn, "ROLLBACK"));
+	if (rc == 0 && out != NULL)
+		*out = r;
+	else
+		PQclear(r);
+	return rc;
+}
+
+/*
+ * Hold the instance's name for this session: 0, -EBUSY (with the sentence
+ * in err) while another session holds it, -EIO if the server would not
+ * say. A holder that sits idle is a live carmyd: refused at once. One in
+ * the middle of something may be the backend of a carmyd that died, to
+ * notice only at the end of its statement: waited for up to wait (an
+ * interval literal; a session lock taken in a transaction outlives it),
+ * unless wait is NULL. The holder is told by the key as pg_locks shows
+ * it: high half in classid, low half in objid, objsubid 1.
+ */
+static int take_name(struct pg_store *s, const char *wait, char *err,
+		     size_t errlen)
+{
+	uint64_t h = name_hash(s->instance);
+	char sql[640];
+	PGresult *r = NULL;
+	bool got, idle;
+	int rc;
+
+	snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock(%" PRId64 "),"
+		 " EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity"
+		 " AS a USING (pid) WHERE l.locktype = 'advisory' AND"
+		 " l.database = (SELECT oid FROM pg_database WHERE datname ="
+		 " current_database()) AND l.classid = %" PRIu32 " AND"
+		 " l.objid = %" PRIu32 " AND l.objsubid = 1 AND l.granted AND"
+		 " a.state = 'idle')", (int64_t)h, (uint32_t)(h >> 32),
+		 (uint32_t)h);
+	rc = name_sql(s, sql, &r, err, errlen);
+	if (rc == 0 && (PQresultStatus(r) != PGRES_TUPLES_OK ||
+			PQntuples(r) != 1 || PQnfields(r) != 2)) {
+		snprintf(err, errlen, "cannot take the advisory lock of "
+			 "instance %s: unexpected answer", s->instance);
+		rc = -EIO;
+	}
+	if (rc == 0) {
+		got = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		idle = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+		if (!got && (idle || wait == NULL)) {
+			rc = -EBUSY;
+		} else if (!got) {
+			snprintf(sql, sizeof(sql), "BEGIN; SET LOCAL "
+				 "lock_timeout = %s; SELECT pg_advisory_lock("
+				 "%" PRId64 "); COMMIT", wait, (int64_t)h);
+			rc = name_sql(s, sql, NULL, err, errlen);
+		}
+	}
+	PQclear(r);
+	if (rc == -EBUSY)
+		snprintf(err, errlen, "another carmyd is running as instance "
+			 "%s on this database (give each its own "
+			 "instance=NAME)", s->instance);
 	return rc;
 }
 
@@ -601,6 +858,22 @@ static int check_req(const struct carmy_store_req *req)
 	return 0;
 }
 
+/* At close: one last attempt at what is left to withdraw, whatever the
+ * backoff, then name what stands for an operator to resolve. */
+static void withdraw_at_close(struct pg_store *s)
+{
+	char hex[33];
+
+	if (s->nwd == 0)
+		return;
+	s->retry_ms = 0;
+	run_batch(s, 0);
+	for (size_t i = 0; i < s->nwd; i++)
+		say("instance %s: exec %s may stand as running though its "
+		    "reservation was reported failed: resolve it as not "
+		    "committed", s->instance, hex16(s->wd[i].exec, hex));
+}
+
 /* Take what is queued, up to BATCH_MAX, and write it; until close. */
 static void *worker(void *arg)
 {
@@ -622,41 +895,190 @@ static void *worker(void *arg)
 		if (s->head == NULL)
 			s->tail = &s->head;
 		pthread_mutex_unlock(&s->lock);
+		plan(s, n);
 		run_batch(s, n);
 		pthread_mutex_lock(&s->lock);
 	}
 	pthread_mutex_unlock(&s->lock);
+	withdraw_at_close(s);
 	return NULL;
 }
 
-/* The connection, working and set up for a batch: 0, or why not. */
-static int ready(struct pg_store *s)
+static uint64_t now_ms(void)
 {
-	char err[512];
-	int rc = 0;
+	struct timespec ts;
 
-	if (s->ready && PQstatus(s->conn) == CONNECTION_OK)
-		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A new connection, set up: 0, or why not in err. */
+static int reconnect(struct pg_store *s, char *err, size_t errlen)
+{
 	PQreset(s->conn);
 	if (PQstatus(s->conn) != CONNECTION_OK) {
-		pq_error(PQerrorMessage(s->conn), err, sizeof(err));
-		rc = -ECONNREFUSED;
-	} else if (PQserverVersion(s->conn) < MIN_SERVER) {
-		snprintf(err, sizeof(err), "server version %d is too old",
-			 PQserverVersion(s->conn));
-		rc = -EPROTONOSUPPORT;
-	} else {
-		rc = setup_session(s->conn, err, sizeof(err));
+		pq_error(PQerrorMessage(s->conn), err, errlen);
+		return -ECONNREFUSED;
 	}
-	if (rc != 0 && !s->down)
-		say("instance %s: the database cannot take requests, failing "
-		    "them until it can: %s", s->instance, err);
-	if (rc == 0 && s->down)
+	if (PQserverVersion(s->conn) < MIN_SERVER) {
+		snprintf(err, errlen, "server version %d is too old",
+			 PQserverVersion(s->conn));
+		return -EPROTONOSUPPORT;
+	}
+	PQsetNoticeProcessor(s->conn, no_notices, NULL);
+	if (setup_session(s->conn, err, errlen) != 0 ||
+	    prepare_all(s->conn, err, errlen) != 0)
+		return -EIO;
+	return 0;
+}
+
+/*
+ * The connection, working, set up and holding the instance's name, for a
+ * batch: 0, or why not (s->why says more). After a failed reconnect,
+ * batches fail at once until the backoff has passed: each attempt blocks
+ * the worker up to connect_timeout.
+ */
+static int ready(struct pg_store *s)
+{
+	bool fresh = false;
+	char err[256];
+	int rc = 0;
+
+	if (!s->session || PQstatus(s->conn) != CONNECTION_OK) {
+		s->session = s->named = false;
+		if (s->down != 0 && now_ms() < s->retry_ms)
+			return s->down;	/* s->why: the last attempt's */
+		rc = reconnect(s, err, sizeof(err));
+		if (rc != 0) {
+			s->backoff_ms = s->backoff_ms == 0 ? BACKOFF_MIN_MS :
+					s->backoff_ms * 2 > BACKOFF_MAX_MS ?
+					BACKOFF_MAX_MS : s->backoff_ms * 2;
+			s->retry_ms = now_ms() + s->backoff_ms;
+		} else {
+			s->backoff_ms = 0;
+			s->session = fresh = true;
+		}
+	}
+	/* Never a request without the name: another carmyd holding it
+	 * would take this one's running executions for interrupted ones.
+	 * Waited for on a new connection (this instance's old backend may
+	 * still be letting it go), only tried after that. */
+	if (rc == 0 && !s->named) {
+		rc = take_name(s, fresh ? NAME_WAIT : NULL, err, sizeof(err));
+		if (rc == 0)
+			s->named = true;
+		else if (rc != -EBUSY)
+			s->session = false;
+	}
+	if (rc != 0) {
+		snprintf(s->why, sizeof(s->why), "%s", err);
+		if (rc != s->down)
+			say("instance %s: the database cannot take requests, "
+			    "failing them until it can: %s", s->instance, err);
+	} else if (s->down != 0) {
 		say("instance %s: connected to the database again",
 		    s->instance);
-	s->down = rc != 0;
-	s->ready = rc == 0;
+	}
+	s->down = rc;
 	return rc;
+}
+
+/* One order of identities, the same in every instance: any will do. */
+static int identity_cmp(const struct carmy_store_record *a,
+			const struct carmy_store_record *b)
+{
+	for (int k = 0; k < 3; k++) {
+		size_t n = a->len[k] < b->len[k] ? a->len[k] : b->len[k];
+		int c = memcmp(a->part[k], b->part[k], n);
+
+		if (c != 0)
+			return c;
+		if (a->len[k] != b->len[k])
+			return a->len[k] < b->len[k] ? -1 : 1;
+	}
+	return 0;
+}
+
+/* Equal identities keep their submission order (the slots' addresses). */
+static int by_identity(const void *pa, const void *pb)
+{
+	const struct slot *a = *(const struct slot *const *)pa;
+	const struct slot *b = *(const struct slot *const *)pb;
+	int c = identity_cmp(a->req->rec, b->req->rec);
+
+	return c != 0 ? c : a < b ? -1 : a > b;
+}
+
+/* The order of a batch's statements (s->order): submission order, but
+ * for the RESERVEs between two requests that may free an identity
+ * (RELEASE, RESOLVE, PURGE), which take the places RESERVEs had among
+ * them in the order of their identities. Then two instances whose batches
+ * reserve the same identities insert them in the same order, and neither
+ * waits for a row the other inserted while the other waits for one of
+ * its own. A RESERVE never passes a request that may free its identity:
+ * carmyd sends the RELEASE first, and the new RESERVE after it. */
+static void plan(struct pg_store *s, size_t n)
+{
+	size_t from = 0;
+
+	for (size_t i = 0; i < n; i++)
+		s->order[i] = &s->slots[i];
+	while (from < n) {
+		size_t to = from, k = 0;
+		struct slot **run = s->order + from;
+
+		/* [from, to): no request in it frees an identity */
+		while (to < n && (s->slots[to].req->op ==
+				  CARMY_STORE_RESERVE ||
+				  s->slots[to].req->op ==
+				  CARMY_STORE_COMPLETE))
+			to++;
+		/* Its RESERVEs to the front of run, sorted, then back
+		 * into the RESERVEs' places. */
+		for (size_t i = from; i < to; i++)
+			if (s->slots[i].req->op == CARMY_STORE_RESERVE)
+				run[k++] = &s->slots[i];
+		qsort(run, k, sizeof(*run), by_identity);
+		for (size_t i = to; i-- > from;) {
+			if (s->slots[i].req->op == CARMY_STORE_RESERVE)
+				s->order[i] = run[--k];
+			else
+				s->order[i] = &s->slots[i];
+		}
+		from = to + 1;	/* past the one that frees an identity */
+	}
+}
+
+/* Keep what it takes to delete the row a failed RESERVE may have left. */
+static void remember(struct pg_store *s, const struct carmy_store_record *r)
+{
+	struct withdrawal *w;
+	size_t len = (size_t)r->len[0] + r->len[1] + r->len[2], off = 0;
+	char hex[33];
+
+	if (s->nwd == WITHDRAW_MAX || (w = &s->wd[s->nwd],
+				       w->id = malloc(len)) == NULL) {
+		say("instance %s: cannot remember to withdraw exec %s, whose "
+		    "reservation was reported failed but may have committed: "
+		    "if it stands as running, resolve it as not committed",
+		    s->instance, hex16(r->exec, hex));
+		return;
+	}
+	memcpy(w->exec, r->exec, 16);
+	for (int k = 0; k < 3; k++) {
+		w->len[k] = r->len[k];
+		memcpy(w->id + off, r->part[k], r->len[k]);
+		off += r->len[k];
+	}
+	s->nwd++;
+}
+
+/* After a commit: the withdrawals it carried are done. */
+static void withdrawn(struct pg_store *s)
+{
+	for (size_t i = 0; i < s->nwd; i++)
+		free(s->wd[i].id);
+	s->nwd = 0;
 }
 
 static void answer(struct slot *sl)
@@ -669,6 +1091,16 @@ static void answer(struct slot *sl)
 	sl->res = NULL;
 	sl->answered = true;
 	req->done(req, sl->rc);	/* req may be gone after this */
+}
+
+/* Answer sl with a failure, no commit behind it: a RESERVE that may have
+ * committed in an earlier run is to be withdrawn. */
+static void fail(struct pg_store *s, struct slot *sl, int rc)
+{
+	if (sl->unsure && sl->req->op == CARMY_STORE_RESERVE)
+		remember(s, sl->req->rec);
+	sl->rc = rc;
+	answer(sl);
 }
 
 /* After a commit: answer what it settled, in order; count what must run
@@ -695,7 +1127,7 @@ static size_t answer_settled(struct pg_store *s, size_t n)
 }
 
 /* After a rollback: forget what the run decided. */
-static void forget(struct pg_store *s, size_t n)
+static void forget(struct pg_store *s, size_t n, bool lost)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct slot *sl = &s->slots[i];
@@ -704,13 +1136,15 @@ static void forget(struct pg_store *s, size_t n)
 		sl->res = NULL;
 		sl->rc = 0;
 		sl->again = false;
+		if (lost && !sl->answered)
+			sl->unsure = true;
 	}
 }
 
 /*
- * Write slots[0..n) until each is answered: one transaction per run, runs
- * again after a conflict, a lost connection or a RESERVE that must look
- * again, at most TRIES_MAX runs in all.
+ * Write slots[0..n), and what is left to withdraw, until each is answered:
+ * one transaction per run, runs again after a conflict, a lost connection
+ * or a RESERVE that must look again, at most TRIES_MAX runs in all.
  */
 static void run_batch(struct pg_store *s, size_t n)
 {
@@ -718,7 +1152,7 @@ static void run_batch(struct pg_store *s, size_t n)
 	int rc = 0, tries = 0;
 	bool said = false;
 
-	while (left > 0) {
+	while (left > 0 || s->nwd > 0) {
 		if (tries++ == TRIES_MAX) {
 			rc = -EAGAIN;	/* s->why: the last trouble */
 			break;
@@ -730,15 +1164,22 @@ static void run_batch(struct pg_store *s, size_t n)
 		}
 		rc = run_once(s, n);
 		if (rc == 0) {
+			withdrawn(s);
 			left = answer_settled(s, n);
 			continue;
 		}
-		forget(s, n);
+		forget(s, n, rc == LOST);
 		if (rc == LOST) {
 			say("instance %s: connection lost (%s): reconnecting "
 			    "to run the batch again", s->instance, s->why);
-			s->ready = false;
-		} else if (rc != RETRY) {
+			s->session = false;
+		} else if (rc == WAITED && s->culprit != NULL) {
+			say("instance %s: a request failed, alone (%s): "
+			    "running the rest of its batch again",
+			    s->instance, s->why);
+			fail(s, s->culprit, -EAGAIN);
+			left--;
+		} else if (rc != RETRY && rc != WAITED) {
 			break;
 		}
 	}
@@ -747,8 +1188,7 @@ static void run_batch(struct pg_store *s, size_t n)
 	left = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!s->slots[i].answered) {
-			s->slots[i].rc = rc;
-			answer(&s->slots[i]);
+			fail(s, &s->slots[i], rc);
 			left++;
 		}
 	}
@@ -757,17 +1197,18 @@ static void run_batch(struct pg_store *s, size_t n)
 		    left, strerror(-rc), s->why);
 }
 
-/* One run: the unanswered slots as one pipelined transaction. 0 once it
- * committed (each slot's rc and again say what it decided), else RETRY,
- * LOST or -EIO, with the transaction rolled back or the connection to be
- * reset. */
+/* One run: what is left to withdraw and the unanswered slots as one
+ * pipelined transaction. 0 once it committed (each slot's rc and again
+ * say what it decided), else RETRY, WAITED, LOST or -EIO, with the
+ * transaction rolled back or the connection to be reset. */
 static int run_once(struct pg_store *s, size_t n)
 {
 	PGconn *c = s->conn;
 	int rc;
 
+	s->culprit = NULL;
 	if (PQenterPipelineMode(c)) {
-		rc = send_batch(c, s->slots, n, s->instance);
+		rc = send_batch(s, n);
 		if (rc == 0)
 			rc = read_batch(s, n);
 	} else {
@@ -827,15 +1268,16 @@ static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 
 /* COMPLETE, or RESOLVE as committed (resolved: with who settled it). */
 static int send_settle(PGconn *c, const struct carmy_store_record *r,
-		       bool resolved)
+		       bool resolved, const char *instance)
 {
 	uint8_t finished[8], status[4], code[4], rns[8], uid[8], pid[8];
-	const char *v[8] = { (const char *)r->exec, (const char *)finished,
+	const char *v[9] = { (const char *)r->exec, (const char *)finished,
 		(const char *)status, (const char *)code,
 		r->result_len ? (const char *)r->result : "",
-		NULL, NULL, NULL };
-	int len[8] = { 16, 8, 4, 4, (int)r->result_len, 8, 8, 8 };
-	int fmt[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+		NULL, NULL, NULL, instance };
+	int len[9] = { 16, 8, 4, 4, (int)r->result_len, 8, 8, 8,
+		       (int)strlen(instance) };
+	int fmt[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 1 };
 
 	put_be(finished, r->finished_ns, 8);
 	put_be(status, (uint32_t)r->status, 4);
@@ -848,16 +1290,35 @@ static int send_settle(PGconn *c, const struct carmy_store_record *r,
 		v[6] = (const char *)uid;
 		v[7] = (const char *)pid;
 	}
-	return PQsendQueryPrepared(c, stmts[ST_SETTLE].name, 8, v, len, fmt,
+	return PQsendQueryPrepared(c, stmts[ST_SETTLE].name, 9, v, len, fmt,
 				   1);
 }
 
-static int send_exec(PGconn *c, int st, const uint8_t exec[16])
+/* RELEASE (with instance) or PURGE (without). */
+static int send_exec(PGconn *c, int st, const uint8_t exec[16],
+		     const char *instance)
 {
-	const char *v[1] = { (const char *)exec };
-	int len[1] = { 16 }, fmt[1] = { 1 };
+	const char *v[2] = { (const char *)exec, instance };
+	int len[2] = { 16, instance ? (int)strlen(instance) : 0 };
+	int fmt[2] = { 1, 1 };
 
-	return PQsendQueryPrepared(c, stmts[st].name, 1, v, len, fmt, 1);
+	return PQsendQueryPrepared(c, stmts[st].name, instance ? 2 : 1, v,
+				   len, fmt, 1);
+}
+
+static int send_withdraw(PGconn *c, const struct withdrawal *w,
+			 const char *instance)
+{
+	const char *v[5] = { (const char *)w->id,
+		(const char *)w->id + w->len[0],
+		(const char *)w->id + w->len[0] + w->len[1],
+		(const char *)w->exec, instance };
+	int len[5] = { w->len[0], w->len[1], w->len[2], 16,
+		       (int)strlen(instance) };
+	int fmt[5] = { 1, 1, 1, 1, 1 };
+
+	return PQsendQueryPrepared(c, stmts[ST_WITHDRAW].name, 5, v, len, fmt,
+				   1);
 }
 
 static int send_one(PGconn *c, const struct carmy_store_req *req,
@@ -869,29 +1330,34 @@ static int send_one(PGconn *c, const struct carmy_store_req *req,
 	case CARMY_STORE_RESERVE:
 		return send_reserve(c, r, instance);
 	case CARMY_STORE_COMPLETE:
-		return send_settle(c, r, false);
+		return send_settle(c, r, false, instance);
 	case CARMY_STORE_RESOLVE:
 		if (r->state == CARMY_STORE_COMPLETED)
-			return send_settle(c, r, true);
-		return send_exec(c, ST_RELEASE, r->exec);
+			return send_settle(c, r, true, instance);
+		return send_exec(c, ST_RELEASE, r->exec, instance);
 	case CARMY_STORE_RELEASE:
-		return send_exec(c, ST_RELEASE, r->exec);
+		return send_exec(c, ST_RELEASE, r->exec, instance);
 	default:
-		return send_exec(c, ST_PURGE, r->exec);
+		return send_exec(c, ST_PURGE, r->exec, NULL);
 	}
 }
 
-/* BEGIN, the unanswered slots' statements, COMMIT, sync: queued, then
- * flushed by the sync. 0, or LOST (the connection is reset after). */
-static int send_batch(PGconn *c, struct slot *slots, size_t n,
-		      const char *instance)
+/* BEGIN, the withdrawals, the unanswered slots' statements in s->order,
+ * COMMIT, sync: queued, then flushed by the sync. 0, or LOST (the
+ * connection is reset after). */
+static int send_batch(struct pg_store *s, size_t n)
 {
+	PGconn *c = s->conn;
+
 	if (!PQsendQueryParams(c, "BEGIN ISOLATION LEVEL READ COMMITTED, "
 			       "READ WRITE", 0, NULL, NULL, NULL, NULL, 1))
 		return LOST;
+	for (size_t i = 0; i < s->nwd; i++)
+		if (!send_withdraw(c, &s->wd[i], s->instance))
+			return LOST;
 	for (size_t i = 0; i < n; i++)
-		if (!slots[i].answered &&
-		    !send_one(c, slots[i].req, instance))
+		if (!s->order[i]->answered &&
+		    !send_one(c, s->order[i]->req, s->instance))
 			return LOST;
 	if (!PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 1) ||
 	    !PQpipelineSync(c))
@@ -921,8 +1387,8 @@ static PGresult *next_result(PGconn *c)
 	return r;
 }
 
-/* Why a command failed: RETRY for what a rerun resolves, else -EIO with
- * the server's words in s->why. */
+/* Why a command failed: RETRY or WAITED for what a rerun resolves, else
+ * -EIO with the server's words in s->why. */
 static int failure(struct pg_store *s, const PGresult *r)
 {
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -930,9 +1396,12 @@ static int failure(struct pg_store *s, const PGresult *r)
 
 	pq_error(PQresultErrorMessage(r), s->why, sizeof(s->why));
 	if (state != NULL && (strcmp(state, "40P01") == 0 ||
-			      strcmp(state, "40001") == 0 ||
-			      strcmp(state, "55P03") == 0))
+			      strcmp(state, "40001") == 0))
 		return RETRY;
+	/* lock_timeout, statement_timeout, or a cancel */
+	if (state != NULL && (strcmp(state, "55P03") == 0 ||
+			      strcmp(state, "57014") == 0))
+		return WAITED;
 	/* FATAL: the server is closing the connection (a shutdown, a
 	 * terminated backend). */
 	if (sev != NULL && strcmp(sev, "ERROR") != 0)
@@ -979,16 +1448,26 @@ static int read_batch(struct pg_store *s, size_t n)
 	int rc = command(s, r);
 
 	PQclear(r);
+	for (size_t i = 0; i < s->nwd && rc == 0; i++) {
+		r = next_result(c);
+		rc = command(s, r);
+		PQclear(r);
+	}
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (s->slots[i].answered)
+		struct slot *sl = s->order[i];
+
+		if (sl->answered)
 			continue;
 		r = next_result(c);
 		rc = command(s, r);
-		if (rc != 0)
+		if (rc != 0) {
 			PQclear(r);
-		else if ((rc = judge(&s->slots[i], r)) != 0)
+			if (rc == WAITED)
+				s->culprit = sl;
+		} else if ((rc = judge(sl, r)) != 0) {
 			snprintf(s->why, sizeof(s->why), "a statement "
 				 "answered rows of an unexpected shape");
+		}
 	}
 	if (rc == 0) {
 		r = next_result(c);
@@ -1124,22 +1603,29 @@ static int decode_row(const PGresult *r, int row, int base,
 	return 0;
 }
 
-/* RESERVE: inserted, its own row, taken, or look again. Keeps r when
- * taken. */
+/* RESERVE: inserted, its own row, taken, an exec id another identity
+ * holds, or look again. Keeps r when taken. Its own: this exec and this
+ * instance; a row of another instance with req's exec id (a client named
+ * it) is a row like any other. */
 static void judge_reserve(struct slot *sl, PGresult *r)
 {
-	int64_t inserted, found;
+	int64_t inserted, found, mine, used;
 
 	if (get_int(r, 0, 0, 1, 0, 1, &inserted) ||
-	    get_int(r, 0, 1, 1, 0, 1, &found)) {
+	    get_int(r, 0, 1, 1, 0, 1, &found) ||
+	    get_opt_int(r, 0, 2, 1, 0, 1, &mine) ||
+	    get_int(r, 0, 3, 1, 0, 1, &used)) {
 		sl->rc = -EBADMSG;
 	} else if (inserted) {
 		sl->rc = 0;
+	} else if (!found && used) {
+		sl->rc = -EEXIST;	/* UNIQUE (exec), not the identity */
 	} else if (!found) {
 		sl->again = true;
-	} else if ((sl->rc = decode_row(r, 0, 2, &sl->standing)) != 0) {
+	} else if ((sl->rc = decode_row(r, 0, 4, &sl->standing)) != 0) {
 		/* damage stands for the identity: nothing recorded */
-	} else if (memcmp(sl->standing.exec, sl->req->rec->exec, 16) == 0) {
+	} else if (mine &&
+		   memcmp(sl->standing.exec, sl->req->rec->exec, 16) == 0) {
 		sl->rc = 0;
 	} else if (sl->req->taken == NULL) {
 		sl->rc = -EEXIST;
@@ -1187,7 +1673,7 @@ static int judge(struct slot *sl, PGresult *r)
 	if (req->op == CARMY_STORE_RESERVE || settle) {
 		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
 		    PQntuples(r) != 1 ||
-		    PQnfields(r) < (settle ? 4 : 2)) {
+		    PQnfields(r) < 4) {
 			PQclear(r);
 			return -EIO;
 		}
@@ -1241,4 +1727,16 @@ static const char *pq_error(const char *msg, char *buf, size_t len)
 		n--;
 	buf[n] = '\0';
 	return buf;
+}
+
+static const char *hex16(const uint8_t id[16], char out[33])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (int i = 0; i < 16; i++) {
+		out[2 * i] = digits[id[i] >> 4];
+		out[2 * i + 1] = digits[id[i] & 15];
+	}
+	out[32] = '\0';
+	return out;
 }

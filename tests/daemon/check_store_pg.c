@@ -11,7 +11,15 @@
  * is never overwritten, load() hands over this instance's executions only,
  * with every field, and refuses a row it would not have written. A request
  * is answered only after its transaction committed: a second connection
- * sees the row from inside done().
+ * sees the row from inside done(). And what a store shared with others
+ * owes them and itself: a wait on another session's lock is bounded and
+ * fails only the request that waited; only the instance that made an
+ * execution settles it, and an exec id a client borrowed from another row
+ * fails that request alone; one carmyd per instance name; a reservation
+ * reported failed whose commit may have happened is withdrawn before any
+ * other request; an unreachable server costs a failed request no wait;
+ * and batches reserving shared identities in opposite orders do not
+ * deadlock.
  *
  * Every test starts from no table at all (the fixture drops it), so tests
  * are independent and each open creates the schema again. Every wait is on
@@ -20,12 +28,15 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <check.h>
 #include <libpq-fe.h>
@@ -34,11 +45,14 @@
 #include "carmy_store.h"
 
 #define WAIT_S 60		/* deadline for one answer */
+#define BOUNDED_S 15		/* for an answer the store's own timeouts bound */
 #define RESULT_CAP 1024		/* result bytes a waiter keeps */
 #define SEEN_MAX 64		/* executions a test's load() may hand over */
 #define RACE_THREADS 8
 #define RACE_IDS 200
 #define GROUP_N 500
+#define OUTAGE_N 20		/* requests failed during one backoff */
+#define DL_ROUNDS 8
 
 static const struct carmy_store_ops *ops;
 static const char *conninfo;	/* PG_CONNINFO */
@@ -91,6 +105,13 @@ static void setup(void)
 		      "PG_CONNINFO is not set: run tests/daemon/store_pg.test");
 	db = db_connect("");
 	sql(db, "SET client_min_messages = warning");
+	/* A lost-commit test that failed half way leaves commits waiting
+	 * for a standby: never the next test's. */
+	if (sql_long(db, "SELECT count(*) FROM pg_file_settings WHERE name "
+		     "= 'synchronous_standby_names'") > 0) {
+		sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+		sql(db, "SELECT pg_reload_conf()");
+	}
 	sql(db, "DROP TABLE IF EXISTS carmy_executions");
 }
 
@@ -264,21 +285,26 @@ static void waiter_destroy(struct waiter *w)
 	pthread_mutex_destroy(&w->lock);
 }
 
-/* Wait, with a deadline, until w is answered; its rc. */
-static int wait_done(struct waiter *w)
+/* Wait up to secs until w is answered; its rc. */
+static int wait_within(struct waiter *w, int secs)
 {
 	struct timespec dl;
 	int rc = 0, ans;
 
 	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += WAIT_S;
+	dl.tv_sec += secs;
 	pthread_mutex_lock(&w->lock);
 	while (!w->done && rc == 0)
 		rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
 	ans = w->rc;
 	pthread_mutex_unlock(&w->lock);
-	ck_assert_msg(rc == 0, "no answer within %d s", WAIT_S);
+	ck_assert_msg(rc == 0, "no answer within %d s", secs);
 	return ans;
+}
+
+static int wait_done(struct waiter *w)
+{
+	return wait_within(w, WAIT_S);
 }
 
 static bool is_done(struct waiter *w)
@@ -314,6 +340,94 @@ static int op_wait(void *st, enum carmy_store_op op, const struct ex *x,
 static int reserve(void *st, const struct ex *x, struct waiter *w)
 {
 	return op_wait(st, CARMY_STORE_RESERVE, x, w);
+}
+
+/* A RESERVE of x, submitted again for as long as the store answers that
+ * the database cannot take it (a backoff after a failed reconnect, the
+ * instance's name held elsewhere), up to WAIT_S. */
+static int reserve_when_back(void *st, const struct ex *x, struct waiter *w)
+{
+	time_t end = time(NULL) + WAIT_S;
+	int rc;
+
+	while ((rc = reserve(st, x, w)) == -ECONNREFUSED || rc == -EBUSY)
+		ck_assert_msg(time(NULL) < end, "the store still answers %d "
+			      "after %d s", rc, WAIT_S);
+	return rc;
+}
+
+/* Poll q on c (outside a transaction, so each answer is fresh) until it
+ * counts something, up to WAIT_S. */
+static void wait_until(PGconn *c, const char *q)
+{
+	time_t end = time(NULL) + WAIT_S;
+
+	while (sql_long(c, q) == 0)
+		ck_assert_msg(time(NULL) < end, "not within %d s: %s", WAIT_S,
+			      q);
+}
+
+/* Wait until the backend named app waits on a lock. */
+static void wait_lock_wait(const char *app)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks l JOIN "
+		 "pg_stat_activity s USING (pid) WHERE NOT l.granted AND "
+		 "s.application_name = '%s'", app);
+	wait_until(db, q);
+}
+
+/* Insert on c (in whatever transaction it has open) a running row of
+ * another instance for (principal, "session", id), with exec if not NULL,
+ * else a random one. */
+static void insert_row(PGconn *c, const char *principal, const char *id,
+		       const uint8_t *exec)
+{
+	const char *v[3] = { principal, id, (const char *)exec };
+	int len[3] = { 0, 0, 16 }, fmt[3] = { 0, 0, 1 };
+	PGresult *r = PQexecParams(c, "INSERT INTO carmy_executions "
+		"(principal, session, request_id, exec, instance, fingerprint, "
+		"rawprint, pid, started_ns, state) VALUES (convert_to($1, "
+		"'UTF8'), 'session', convert_to($2, 'UTF8'), coalesce($3, "
+		"decode(md5(random()::text), 'hex')), 'other', "
+		"decode(repeat('00', 16), 'hex'), decode(repeat('00', 16), "
+		"'hex'), 1, 1, 1)", 3, NULL, v, len, fmt, 0);
+
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "insert %s: %s",
+		      id, PQerrorMessage(c));
+	PQclear(r);
+}
+
+/* A trigger under which the insert of request_id "sleep-MS-..." sleeps MS
+ * milliseconds, in whichever session makes it. */
+static void sleepy_inserts(void)
+{
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sleep() RETURNS "
+	    "trigger LANGUAGE plpgsql AS $$ BEGIN IF convert_from("
+	    "NEW.request_id, 'UTF8') LIKE 'sleep-%' THEN PERFORM pg_sleep("
+	    "split_part(convert_from(NEW.request_id, 'UTF8'), '-', 2)::int "
+	    "/ 1000.0); END IF; RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_sleep BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION "
+	    "carmy_test_sleep()");
+}
+
+/* Hold st's worker (its backend named app) in a batch of its own, a
+ * RESERVE whose insert sleeps (sleepy_inserts), so that what is submitted
+ * next queues up into one batch. w, x: the sleeper's, to wait on later. */
+static void hold_worker(void *st, const char *app, struct waiter *w,
+			struct ex *x)
+{
+	char id[64], q[256];
+
+	snprintf(id, sizeof(id), "sleep-500-%u", exec_seq);
+	make_ex(x, "hold", id);
+	waiter_init(w, CARMY_STORE_RESERVE, x);
+	ops->submit(st, &w->req);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE "
+		 "application_name = '%s' AND wait_event = 'PgSleep'", app);
+	wait_until(db, q);
 }
 
 /* A RESOLVE of x: as committed with x's result, by uid 1001 pid 777, or
@@ -1078,18 +1192,18 @@ START_TEST(test_an_unreachable_database_fails_requests_until_it_is_back)
 	}
 	sql(db, "ALTER DATABASE carmy_outage ALLOW_CONNECTIONS true");
 	make_ex(&x, "p", "outage");
-	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
 	ops->close(a);
 	sql(db, "DROP DATABASE carmy_outage WITH (FORCE)");
 }
 END_TEST
 
-START_TEST(test_a_lock_timeout_is_retried_then_given_up)
+START_TEST(test_a_table_locked_throughout_fails_requests_until_it_is_free)
 {
 	void *a = open_as("a", "options='-c lock_timeout=10'");
 	struct ex x;
 
-	/* Held throughout: every run times out, the batch gives up. */
+	/* Held throughout: each request waits, times out and fails. */
 	sql(db, "BEGIN");
 	sql(db, "LOCK TABLE carmy_executions IN EXCLUSIVE MODE");
 	make_ex(&x, "p", "locked");
@@ -1102,52 +1216,482 @@ START_TEST(test_a_lock_timeout_is_retried_then_given_up)
 }
 END_TEST
 
-/* When the transaction of the store's backend named retry-test started,
- * if it is waiting for a lock; else "". Asked on c, outside any
- * transaction: inside one, pg_stat_activity is a snapshot. */
-static void waiting_since(PGconn *c, char *out, size_t len)
+START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 {
-	PGresult *r = PQexec(c, "SELECT s.xact_start FROM pg_locks l JOIN "
-			     "pg_stat_activity s USING (pid) WHERE NOT "
-			     "l.granted AND s.application_name = 'retry-test'");
+	void *a = open_as("a", "application_name=bounds-a");
+	void *b = open_as("b", "options='-c lock_timeout=10 "
+			  "-c statement_timeout=1h'");
+	struct ex x;
 
-	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-	snprintf(out, len, "%s", PQntuples(r) ? PQgetvalue(r, 0, 0) : "");
-	PQclear(r);
+	/* What the store's sessions have set, seen from inside them. */
+	sql(db, "DROP TABLE IF EXISTS carmy_test_seen");
+	sql(db, "CREATE TABLE carmy_test_seen (instance text, lock text, "
+	    "stmt text, idle text)");
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_seen() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_seen VALUES "
+	    "(NEW.instance, current_setting('lock_timeout'), "
+	    "current_setting('statement_timeout'), "
+	    "current_setting('idle_in_transaction_session_timeout')); "
+	    "RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_seen BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_seen()");
+	make_ex(&x, "p", "bounds-a");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	make_ex(&x, "p", "bounds-b");
+	ck_assert_int_eq(reserve(b, &x, NULL), 0);
+	/* and again after a reconnect */
+	terminate("bounds-a");
+	make_ex(&x, "p", "bounds-a-again");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
+			 "WHERE instance = 'a' AND lock = '2s' AND "
+			 "stmt = '30s' AND idle = '1min'"), 2);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
+			 "WHERE instance = 'b' AND lock = '10ms' AND "
+			 "stmt = '1h' AND idle = '1min'"), 1);
+	sql(db, "DROP TABLE carmy_test_seen");
+	ops->close(b);
+	ops->close(a);
 }
+END_TEST
 
-START_TEST(test_a_lock_timeout_is_retried_until_the_lock_is_free)
+START_TEST(test_a_reserve_waiting_on_an_uncommitted_insert_fails_alone)
+{
+	void *a = open_as("a", "application_name=uncommitted-test");
+	PGconn *other = db_connect("");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	/* Another session inserted x's identity and neither commits nor
+	 * rolls back: with the store's own lock_timeout, x fails, and u,
+	 * in the same batch, is recorded all the same. */
+	sleepy_inserts();
+	sql(other, "BEGIN");
+	insert_row(other, "p", "held-open", NULL);
+	make_ex(&x, "p", "held-open");
+	make_ex(&u, "p", "unrelated");
+	hold_worker(a, "uncommitted-test", &hold, &h);
+	waiter_init(&wx, CARMY_STORE_RESERVE, &x);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	ops->submit(a, &wx.req);
+	ops->submit(a, &wu.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_within(&wx, BOUNDED_S), -EAGAIN);
+	ck_assert_int_eq(wait_within(&wu, BOUNDED_S), 0);
+	ck_assert_int_eq(wx.ntaken + wu.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	waiter_destroy(&hold);
+	waiter_destroy(&wx);
+	waiter_destroy(&wu);
+	sql(other, "ROLLBACK");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	PQfinish(other);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_a_request_waiting_on_a_row_lock_fails_alone)
 {
 	void *a = open_as("a", "options='-c lock_timeout=100' "
-			  "application_name=retry-test");
-	time_t end = time(NULL) + WAIT_S;
-	char first[64] = "", now[64] = "";
-	PGconn *watch = db_connect("");
+			  "application_name=row-lock-test");
+	PGconn *other = db_connect("");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	sleepy_inserts();
+	make_ex(&x, "p", "row-locked");
+	make_ex(&u, "p", "unrelated");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	sql(other, "BEGIN");
+	sql(other, "SELECT 1 FROM carmy_executions WHERE request_id = "
+	    "'row-locked' FOR UPDATE");
+	hold_worker(a, "row-lock-test", &hold, &h);
+	waiter_init(&wx, CARMY_STORE_COMPLETE, &x);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	ops->submit(a, &wx.req);
+	ops->submit(a, &wu.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_done(&wx), -EAGAIN);
+	ck_assert_int_eq(wait_done(&wu), 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	waiter_destroy(&hold);
+	waiter_destroy(&wx);
+	waiter_destroy(&wu);
+	sql(other, "COMMIT");
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	PQfinish(other);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_a_statement_timeout_fails_its_request_alone)
+{
+	void *a = open_as("a", "options='-c statement_timeout=2000' "
+			  "application_name=slow-test");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	sleepy_inserts();
+	make_ex(&x, "p", "sleep-30000-slow");
+	make_ex(&u, "p", "unrelated");
+	hold_worker(a, "slow-test", &hold, &h);
+	waiter_init(&wx, CARMY_STORE_RESERVE, &x);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	ops->submit(a, &wx.req);
+	ops->submit(a, &wu.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_done(&wx), -EAGAIN);	/* query_canceled */
+	ck_assert_int_eq(wait_done(&wu), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	waiter_destroy(&hold);
+	waiter_destroy(&wx);
+	waiter_destroy(&wu);
+	ops->close(a);
+}
+END_TEST
+
+/* Rows of exec x, instance inst, in state st. */
+static long rows_as(const struct ex *x, const char *inst, int st)
+{
+	const char *v[3] = { (const char *)x->exec, inst, NULL };
+	char state[8];
+	int len[3] = { 16, 0, 0 }, fmt[3] = { 1, 0, 0 };
+	PGresult *r;
+	long n;
+
+	snprintf(state, sizeof(state), "%d", st);
+	v[2] = state;
+	r = PQexecParams(db, "SELECT count(*) FROM carmy_executions WHERE "
+			 "exec = $1 AND instance = $2 AND state = $3::int", 3,
+			 NULL, v, len, fmt, 0);
+	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+	n = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return n;
+}
+
+START_TEST(test_only_the_instance_that_made_an_execution_settles_it)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
 	struct waiter w;
 	struct ex x;
 
-	sql(db, "BEGIN");
-	sql(db, "LOCK TABLE carmy_executions IN EXCLUSIVE MODE");
-	make_ex(&x, "p", "retried-lock");
-	waiter_init(&w, CARMY_STORE_RESERVE, &x);
+	make_ex(&x, "p", "theirs");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	/* A client of b names a's running exec id: b does not take a's row
+	 * for its own, it is told who holds the identity. */
+	ck_assert_int_eq(reserve(b, &x, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_reserved_as(&w.standing, &x);
+	ck_assert_int_eq(w.standing.state, CARMY_STORE_RUNNING);
+	/* Nor may b release, complete or resolve it. */
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_RELEASE, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_COMPLETE, &x, NULL), -ESTALE);
+	ck_assert_int_eq(resolve(b, &x, true), -ESTALE);
+	ck_assert_int_eq(resolve(b, &x, false), 0);
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_RUNNING), 1);
+	/* a completes it; b's resolve cannot change its result. */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	x.result[0] ^= 1;
+	ck_assert_int_eq(resolve(b, &x, true), -ESTALE);
+	x.result[0] ^= 1;
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_COMPLETED), 1);
+	/* A PURGE forgets it, from any instance (its copy there). */
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_PURGE, &x, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_an_exec_id_held_under_another_identity_fails_that_reserve_alone)
+{
+	void *a = open_as("a", "application_name=exec-test");
+	PGconn *other = db_connect("");
+	struct waiter hold, wy, wz, w;
+	struct ex h, x, y, z, e;
+
+	sleepy_inserts();
+	make_ex(&x, "p", "first");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	/* y names x's exec id for another identity: in one batch with z,
+	 * which is recorded. */
+	make_ex(&y, "p", "second");
+	memcpy(y.exec, x.exec, 16);
+	make_ex(&z, "p", "third");
+	hold_worker(a, "exec-test", &hold, &h);
+	waiter_init(&wy, CARMY_STORE_RESERVE, &y);
+	waiter_init(&wz, CARMY_STORE_RESERVE, &z);
+	ops->submit(a, &wy.req);
+	ops->submit(a, &wz.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_done(&wy), -EEXIST);
+	ck_assert_int_eq(wait_done(&wz), 0);
+	ck_assert_int_eq(wy.ntaken + wz.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(db, z.exec), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'first'"), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'second'"), 0);
+	waiter_destroy(&hold);
+	waiter_destroy(&wy);
+	waiter_destroy(&wz);
+
+	/* The same exec id inserted by another session, committed only
+	 * while the RESERVE waits for it: seen in the next run. */
+	make_ex(&e, "p", "fifth");
+	sql(other, "BEGIN");
+	insert_row(other, "p", "fourth", e.exec);
+	waiter_init(&w, CARMY_STORE_RESERVE, &e);
 	ops->submit(a, &w.req);
-	/* The events: the store waits for the lock, times out, and waits
-	 * again in a new transaction: the batch runs again. */
-	while (first[0] == '\0' || now[0] == '\0' ||
-	       strcmp(first, now) == 0) {
-		ck_assert_msg(time(NULL) < end && !is_done(&w), "the store "
-			      "did not wait for the lock twice");
-		waiting_since(watch, now, sizeof(now));
-		if (first[0] == '\0')
-			memcpy(first, now, sizeof(now));
-	}
-	sql(db, "COMMIT");
-	ck_assert_int_eq(wait_done(&w), 0);
+	wait_lock_wait("exec-test");
+	sql(other, "COMMIT");
+	ck_assert_int_eq(wait_done(&w), -EEXIST);
 	ck_assert_int_eq(w.ntaken, 0);
 	waiter_destroy(&w);
-	ck_assert_int_eq(rows_of_exec(db, x.exec), 1);
-	PQfinish(watch);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'fifth'"), 0);
+	PQfinish(other);
 	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
+{
+	char args[1024];
+	void *a, *b;
+	struct ex x;
+
+	a = open_as("twin", "application_name=twin-a");
+	snprintf(args, sizeof(args), "instance=twin %s", conninfo);
+	refused(args, -EBUSY, "another carmyd is running as instance twin on "
+		"this database");
+	ops->close(a);
+	b = open_as("twin", "");	/* free once a has gone */
+	ops->close(b);
+
+	/* a's connection is lost and another carmyd takes the name before
+	 * a is back: a runs no request until the name is free again. */
+	a = open_as("twin", "application_name=twin-a");
+	terminate("twin-a");
+	b = open_as("twin", "");
+	make_ex(&x, "p", "twin");
+	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
+	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ops->close(b);
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
+{
+	time_t end = time(NULL) + WAIT_S;
+	struct waiter w, w2;
+	struct ex x, x2;
+	PGconn *lost;
+	void *a;
+	char id[32];
+
+	/* The lost answer: a COMMIT flushed here that waits for a standby
+	 * that never comes, its backend terminated meanwhile (the client is
+	 * told nothing), and no connection to be had after. */
+	sql(db, "SET synchronous_commit = local");	/* never waits */
+	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_lost");
+	a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
+	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
+	sql(db, "SELECT pg_reload_conf()");
+	/* The server reads it in its own time: until then a RESERVE
+	 * commits without waiting, and the next one is tried. */
+	for (int i = 0;; i++) {
+		snprintf(id, sizeof(id), "lost-%d", i);
+		make_ex(&x, "p", id);
+		waiter_init(&w, CARMY_STORE_RESERVE, &x);
+		ops->submit(a, &w.req);
+		while (!is_done(&w) && sql_long(db, "SELECT count(*) FROM "
+				"pg_stat_activity WHERE application_name = "
+				"'lost-commit' AND wait_event = 'SyncRep'")
+				== 0)
+			ck_assert_msg(time(NULL) < end, "no commit waited");
+		if (!is_done(&w))
+			break;
+		ck_assert_int_eq(wait_done(&w), 0);
+		waiter_destroy(&w);
+	}
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
+	terminate("lost-commit");
+	ck_assert_int_eq(wait_done(&w), -ECONNREFUSED);
+	waiter_destroy(&w);
+	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+	sql(db, "SELECT pg_reload_conf()");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+	/* It did commit, for an execution reported failed. */
+	lost = db_connect("dbname=carmy_lost");
+	ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
+	/* The next request finds the identity free: the row went first. */
+	make_ex(&x2, "p", id);
+	ck_assert_int_eq(reserve_when_back(a, &x2, &w2), 0);
+	ck_assert_int_eq(w2.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(lost, x.exec), 0);
+	ck_assert_int_eq(rows_of_exec(lost, x2.exec), 1);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+END_TEST
+
+START_TEST(test_an_unreachable_server_fails_requests_without_a_wait_each)
+{
+	char dir[] = "/tmp/carmy-pgtest.XXXXXX", sock[160], hole[64];
+	char real[512], extra[600];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, attempts = 0, answered;
+	time_t end;
+	void *a;
+	struct ex x;
+
+	/* The server's socket reached through a link the test swaps for a
+	 * black hole: a socket that queues connections and never answers,
+	 * so each attempt to connect takes connect_timeout (2 s). */
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(real, sizeof(real), "%s/.s.PGSQL.%s", PQhost(db), PQport(db));
+	snprintf(sock, sizeof(sock), "%s/.s.PGSQL.%s", dir, PQport(db));
+	snprintf(hole, sizeof(hole), "%s/hole", dir);
+	ck_assert_int_eq(symlink(real, sock), 0);
+	snprintf(extra, sizeof(extra), "host=%s connect_timeout=2 "
+		 "application_name=hole-test", dir);
+	a = open_as("a", extra);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", hole);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 64), 0);
+	ck_assert_int_eq(rename(hole, sock), 0);
+	terminate("hole-test");
+
+	make_ex(&x, "p", "hole");
+	/* One attempt to connect, which fails: */
+	ck_assert_int_eq(reserve(a, &x, NULL), -ECONNREFUSED);
+	/* Then the store backs off: requests fail at once, not one
+	 * connect_timeout each. */
+	end = time(NULL) + 10;
+	for (answered = 0; answered < OUTAGE_N && time(NULL) < end;
+	     answered++)
+		ck_assert_int_eq(reserve(a, &x, NULL), -ECONNREFUSED);
+	ck_assert_msg(answered == OUTAGE_N, "%d requests failed in 10 s",
+		      answered);
+	for (int c; (c = accept(fd, NULL, NULL)) >= 0; attempts++)
+		close(c);
+	ck_assert_msg(attempts >= 1 && attempts <= 5, "%d attempts to "
+		      "connect for %d requests", attempts, OUTAGE_N + 1);
+
+	snprintf(hole, sizeof(hole), "%s/link", dir);
+	ck_assert_int_eq(symlink(real, hole), 0);
+	ck_assert_int_eq(rename(hole, sock), 0);
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ops->close(a);
+	close(fd);
+	unlink(sock);
+	rmdir(dir);
+}
+END_TEST
+
+/* The pid of the one backend named app. */
+static long backend_pid(const char *app)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT pid FROM pg_stat_activity WHERE "
+		 "application_name = '%s'", app);
+	return sql_long(db, q);
+}
+
+START_TEST(test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock)
+{
+	static const char *const app[2] = { "dl-a", "dl-b" };
+	static const char *const role[4] = { "w", "gate", "x", "y" };
+	struct waiter w[2][4];
+	struct ex x[2][4];
+	PGconn *gate_w, *gate_p;
+	void *st[2];
+	long pid[2];
+	time_t end;
+	char extra[256];
+
+	/* A database of its own: its deadlock count is this test's. */
+	sql(db, "DROP DATABASE IF EXISTS carmy_dl WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_dl");
+	for (int k = 0; k < 2; k++) {
+		snprintf(extra, sizeof(extra), "dbname=carmy_dl "
+			 "application_name=%s options='-c "
+			 "deadlock_timeout=10ms'", app[k]);
+		st[k] = open_as(k ? "b" : "a", extra);
+	}
+	gate_w = db_connect("dbname=carmy_dl");
+	gate_p = db_connect("dbname=carmy_dl");
+	for (int round = 0; round < DL_ROUNDS; round++) {
+		char id[4][32];
+
+		/* On each instance: a batch held on gate_w's insert, then
+		 * one batch of gate_p's identity (held on it: both start
+		 * at once when it commits), x and y; b submits y first. */
+		for (int i = 0; i < 4; i++)
+			snprintf(id[i], sizeof(id[i]), "%d-%d-%s", round, i,
+				 role[i]);
+		sql(gate_w, "BEGIN");
+		insert_row(gate_w, "dl", id[0], NULL);
+		sql(gate_p, "BEGIN");
+		insert_row(gate_p, "dl", id[1], NULL);
+		for (int k = 0; k < 2; k++) {
+			for (int i = 0; i < 4; i++) {
+				make_ex(&x[k][i], "dl", id[i]);
+				waiter_init(&w[k][i], CARMY_STORE_RESERVE,
+					    &x[k][i]);
+			}
+			ops->submit(st[k], &w[k][0].req);
+			wait_lock_wait(app[k]);
+			ops->submit(st[k], &w[k][1].req);
+			ops->submit(st[k], &w[k][k ? 3 : 2].req);
+			ops->submit(st[k], &w[k][k ? 2 : 3].req);
+		}
+		sql(gate_w, "COMMIT");
+		for (int k = 0; k < 2; k++) {
+			ck_assert_int_eq(wait_done(&w[k][0]), 0);
+			wait_lock_wait(app[k]);
+		}
+		sql(gate_p, "COMMIT");
+		for (int i = 2; i < 4; i++) {
+			for (int k = 0; k < 2; k++)
+				ck_assert_int_eq(wait_done(&w[k][i]), 0);
+			ck_assert_int_eq(w[0][i].ntaken + w[1][i].ntaken, 1);
+		}
+		for (int k = 0; k < 2; k++)
+			for (int i = 0; i < 4; i++) {
+				if (i == 1)
+					ck_assert_int_eq(wait_done(&w[k][i]),
+							 0);
+				waiter_destroy(&w[k][i]);
+			}
+	}
+	PQfinish(gate_w);
+	PQfinish(gate_p);
+	/* A backend reports its deadlocks by the time it has exited. */
+	for (int k = 0; k < 2; k++) {
+		pid[k] = backend_pid(app[k]);
+		ops->close(st[k]);
+	}
+	end = time(NULL) + WAIT_S;
+	for (int k = 0; k < 2; k++)
+		while (kill((pid_t)pid[k], 0) == 0 || errno != ESRCH)
+			ck_assert_msg(time(NULL) < end, "backend %ld still "
+				      "there", pid[k]);
+	ck_assert_int_eq(sql_long(db, "SELECT deadlocks FROM "
+			 "pg_stat_database WHERE datname = 'carmy_dl'"), 0);
+	sql(db, "DROP DATABASE carmy_dl WITH (FORCE)");
 }
 END_TEST
 
@@ -1215,8 +1759,17 @@ int main(void)
 	tcase_add_test(tc, test_the_instance_is_the_host_name_by_default);
 	tcase_add_test(tc, test_a_lost_connection_is_reset_and_the_batch_run_again);
 	tcase_add_test(tc, test_an_unreachable_database_fails_requests_until_it_is_back);
-	tcase_add_test(tc, test_a_lock_timeout_is_retried_then_given_up);
-	tcase_add_test(tc, test_a_lock_timeout_is_retried_until_the_lock_is_free);
+	tcase_add_test(tc, test_a_table_locked_throughout_fails_requests_until_it_is_free);
+	tcase_add_test(tc, test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own);
+	tcase_add_test(tc, test_a_reserve_waiting_on_an_uncommitted_insert_fails_alone);
+	tcase_add_test(tc, test_a_request_waiting_on_a_row_lock_fails_alone);
+	tcase_add_test(tc, test_a_statement_timeout_fails_its_request_alone);
+	tcase_add_test(tc, test_only_the_instance_that_made_an_execution_settles_it);
+	tcase_add_test(tc, test_an_exec_id_held_under_another_identity_fails_that_reserve_alone);
+	tcase_add_test(tc, test_an_instance_name_is_held_by_one_carmyd_at_a_time);
+	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
+	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
+	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
 	tcase_add_test(tc, test_a_request_the_database_would_refuse_fails_alone);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
