@@ -29,8 +29,11 @@
  * after every reconnect before any request runs; while another session
  * holds it, every request fails (-EBUSY). A holder busy with a statement
  * may be the backend of a carmyd that died (kill -9 mid-batch) and has not
- * noticed yet: open waits up to 10 s for it to let go, the first try after
- * a reconnect 2 s; an idle holder is a live carmyd, refused at once. A
+ * noticed yet, and one idle at open the backend of a carmyd that just
+ * stopped, still exiting: open waits up to 10 s for the name to be let go
+ * (a live carmyd holding it costs a second one 10 s, then a refusal); the
+ * first try after a reconnect waits 2 s for a busy holder and refuses an
+ * idle one, a live carmyd, at once. A
  * carmyd that comes back after a reboot must keep its name to find its
  * executions again.
  *
@@ -348,8 +351,8 @@ static int connect_db(struct pg_store *s, const char *conninfo, char *err,
 static int create_schema(PGconn *c, char *err, size_t errlen);
 static int setup_session(PGconn *c, char *err, size_t errlen);
 static int prepare_all(PGconn *c, char *err, size_t errlen);
-static int take_name(struct pg_store *s, const char *wait, char *err,
-		     size_t errlen);
+static int take_name(struct pg_store *s, const char *wait, bool at_open,
+		     char *err, size_t errlen);
 static int check_req(const struct carmy_store_req *req);
 static void *worker(void *arg);
 static void plan(struct pg_store *s, size_t n);
@@ -399,7 +402,7 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 	if (rc == 0)
 		rc = setup_session(s->conn, err, errlen);
 	if (rc == 0)
-		rc = take_name(s, NAME_WAIT_OPEN, err, errlen);
+		rc = take_name(s, NAME_WAIT_OPEN, true, err, errlen);
 	if (rc == 0)
 		rc = create_schema(s->conn, err, errlen);
 	if (rc == 0)
@@ -775,15 +778,16 @@ static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
 /*
  * Hold the instance's name for this session: 0, -EBUSY (with the sentence
  * in err) while another session holds it, -EIO if the server would not
- * say. A holder that sits idle is a live carmyd: refused at once. One in
- * the middle of something may be the backend of a carmyd that died, to
- * notice only at the end of its statement: waited for up to wait (an
- * interval literal; a session lock taken in a transaction outlives it),
- * unless wait is NULL. The holder is told by the key as pg_locks shows
+ * say. After a reconnect, a holder that sits idle is a live carmyd:
+ * refused at once. One in the middle of something may be the backend of a
+ * carmyd that died, to notice only at the end of its statement; at open,
+ * an idle one may be the backend of a carmyd that just stopped, still
+ * exiting: those are waited for up to wait (an interval literal; a session
+ * lock taken in a transaction outlives it), unless wait is NULL. The holder is told by the key as pg_locks shows
  * it: high half in classid, low half in objid, objsubid 1.
  */
-static int take_name(struct pg_store *s, const char *wait, char *err,
-		     size_t errlen)
+static int take_name(struct pg_store *s, const char *wait, bool at_open,
+		     char *err, size_t errlen)
 {
 	uint64_t h = name_hash(s->instance);
 	char sql[640];
@@ -809,7 +813,10 @@ static int take_name(struct pg_store *s, const char *wait, char *err,
 	if (rc == 0) {
 		got = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 		idle = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
-		if (!got && (idle || wait == NULL)) {
+		/* At open, even an idle holder is waited for: the backend
+		 * of a carmyd that just stopped (a restart) can still look
+		 * idle while it exits. */
+		if (!got && ((idle && !at_open) || wait == NULL)) {
 			rc = -EBUSY;
 		} else if (!got) {
 			snprintf(sql, sizeof(sql), "BEGIN; SET LOCAL "
@@ -964,7 +971,8 @@ static int ready(struct pg_store *s)
 	 * Waited for on a new connection (this instance's old backend may
 	 * still be letting it go), only tried after that. */
 	if (rc == 0 && !s->named) {
-		rc = take_name(s, fresh ? NAME_WAIT : NULL, err, sizeof(err));
+		rc = take_name(s, fresh ? NAME_WAIT : NULL, false, err,
+			       sizeof(err));
 		if (rc == 0)
 			s->named = true;
 		else if (rc != -EBUSY)

@@ -27,6 +27,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -1487,6 +1488,49 @@ START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
 }
 END_TEST
 
+/* The name's key as the store computes it (FNV-1a, 64 bits). */
+static int64_t name_key(const char *name)
+{
+	uint64_t h = 14695981039346656037u;
+
+	for (const char *p = name; *p != '\0'; p++) {
+		h ^= (uint8_t)*p;
+		h *= 1099511628211u;
+	}
+	return (int64_t)h;
+}
+
+/* A restart: the stopped carmyd's backend can still hold the name, idle,
+ * while it exits. Open waits for the name instead of refusing at once. */
+START_TEST(test_open_waits_for_a_name_let_go_meanwhile)
+{
+	pthread_barrier_t go;
+	struct opener o = { .name = "heir" };
+	char info[1024], q[128];
+	PGconn *holder;
+	pthread_t t;
+
+	snprintf(info, sizeof(info), "%s application_name=holder", conninfo);
+	holder = PQconnectdb(info);
+	ck_assert_int_eq(PQstatus(holder), CONNECTION_OK);
+	snprintf(q, sizeof(q), "SELECT pg_advisory_lock(%" PRId64 ")",
+		 name_key("heir"));
+	sql(holder, q);
+	pthread_barrier_init(&go, NULL, 1);
+	o.go = &go;
+	ck_assert_int_eq(pthread_create(&t, NULL, open_thread, &o), 0);
+	wait_lock_wait("carmyd");
+	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%" PRId64 ")",
+		 name_key("heir"));
+	sql(holder, q);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	pthread_barrier_destroy(&go);
+	ck_assert_msg(o.rc == 0, "open: %d %s", o.rc, o.err);
+	ops->close(o.st);
+	PQfinish(holder);
+}
+END_TEST
+
 START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
 {
 	time_t end = time(NULL) + WAIT_S;
@@ -1767,6 +1811,7 @@ int main(void)
 	tcase_add_test(tc, test_only_the_instance_that_made_an_execution_settles_it);
 	tcase_add_test(tc, test_an_exec_id_held_under_another_identity_fails_that_reserve_alone);
 	tcase_add_test(tc, test_an_instance_name_is_held_by_one_carmyd_at_a_time);
+	tcase_add_test(tc, test_open_waits_for_a_name_let_go_meanwhile);
 	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
