@@ -216,11 +216,15 @@ static const char *const schema_sql[] = {
 	"COMMIT",
 };
 
-/* The session's bounds (see the top), each where the session has none:
- * pg_settings reads 0 for "disabled" (and for the TCP settings, "the
- * system's default", which is what the session gets over a Unix socket
- * whatever it sets), and lists only what the server knows
- * (idle_in_transaction_session_timeout is 9.6's, tcp_user_timeout 12's). */
+/* The session's bounds (see the top), each where nothing set it: not the
+ * connection's options, the role's or the database's settings, nor the
+ * server's configuration (pg_settings.source 'default'). Not by its value:
+ * over TCP the keepalive settings read the system's defaults (7200 s...),
+ * not 0, and 0 may be an explicit choice. pg_settings lists only what the
+ * server knows (idle_in_transaction_session_timeout is 9.6's,
+ * tcp_user_timeout 12's). idle_session_timeout (14's) is turned off
+ * whatever set it: the session holds the instance's name, and must not be
+ * dropped for sitting idle between requests. */
 #define BOUNDS_SQL \
 	"SELECT set_config(d.name, d.value, false) FROM (VALUES" \
 	" ('lock_timeout', '2s'), ('statement_timeout', '30s')," \
@@ -228,7 +232,8 @@ static const char *const schema_sql[] = {
 	" ('tcp_keepalives_idle', '30'), ('tcp_keepalives_interval', '10')," \
 	" ('tcp_keepalives_count', '3'), ('tcp_user_timeout', '30000'))" \
 	" AS d (name, value) JOIN pg_settings AS s USING (name)" \
-	" WHERE s.setting = '0'"
+	" WHERE s.source = 'default' UNION ALL SELECT set_config(name, '0'," \
+	" false) FROM pg_settings WHERE name = 'idle_session_timeout'"
 
 /* The columns of a record, as load() and RESERVE read them back. */
 #define ROW_COLS "principal, session, request_id, exec, fingerprint, " \
@@ -681,11 +686,23 @@ static int exec_ok(PGconn *c, const char *sql, const char *doing, char *err,
 }
 
 /* CREATE ... IF NOT EXISTS still races with itself (two creators both
- * find the table absent): the advisory lock makes them take turns. */
+ * find the table absent): the advisory lock makes them take turns. It is
+ * not run at all once the table and its index exist: CREATE INDEX IF NOT
+ * EXISTS takes a lock on the table even then, which waits for every
+ * instance's writes in flight and holds up those behind it. */
 static int create_schema(PGconn *c, char *err, size_t errlen)
 {
 	size_t n = sizeof(schema_sql) / sizeof(schema_sql[0]);
+	PGresult *r = PQexec(c, "SELECT to_regclass('carmy_executions') IS NOT"
+			     " NULL AND to_regclass('carmy_executions_instance')"
+			     " IS NOT NULL");
+	bool exists = PQresultStatus(r) == PGRES_TUPLES_OK &&
+		      PQntuples(r) == 1 && PQnfields(r) == 1 &&
+		      strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 
+	PQclear(r);
+	if (exists)
+		return 0;
 	for (size_t i = 0; i < n; i++) {
 		int rc = exec_ok(c, schema_sql[i], "cannot create the table "
 				 "carmy_executions", err, errlen);

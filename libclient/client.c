@@ -397,8 +397,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
  * store held the identity completed already (carmyd gave f back and put
  * that execution in its place); or the answer, r filled, when it holds it
  * running elsewhere (CARMY_EUNCERTAIN, CARMY_ECONFLICT: carmyd gave f
- * back); or an error, f given back: not recorded, so not reserved, and the
- * tool must not run.
+ * back); or an error: not recorded, so not reserved, and the tool must not
+ * run; f is given back unless it was sent again (below).
  *
  * With a shared store, a lost answer is not taken for a refusal: the store
  * may have recorded it, and every instance would then find it held by a
@@ -409,6 +409,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 			   uint32_t owner, struct carmy_reservation *r)
 {
+	bool resent = false;
 	struct wire_msg m;
 	int rc;
 
@@ -422,6 +423,7 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 		rc = confirm(c, WIRE_RESERVE, f->entry, f->exec, &m);
 		if (rc == CARMY_EDISCONNECTED)
 			return rc;
+		resent = true;
 	}
 	if (rc == CARMY_REPLAY && c->shared)
 		return LOOK_AGAIN;
@@ -435,6 +437,13 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	}
 	if (rc > 0)
 		rc = CARMY_EPROTOCOL;
+	/* Sent again and refused (the store failed, timed out): the first
+	 * one may still stand in the store. f is kept, running and
+	 * pending, to turn uncertain here (where it can be resolved) when
+	 * this handle closes; given back, the store's record of it would
+	 * hold the identity everywhere with nothing here to settle it. */
+	if (rc != 0 && resent)
+		return rc;
 	if (rc != 0) {
 		/* Give f back if it is still ours, this execution's: carmyd
 		 * may have given it back before the answer was lost, and

@@ -169,6 +169,9 @@ restart:
 			if (shm_cas(&v->buckets[b], w, nw) != w)
 				goto restart;
 			if (shm_load(&v->tickets[ticket]) != held) {
+				/* Seen running meanwhile, maybe pending: who
+				 * waits for it looks again. */
+				shm_withdraw_pending(v, ticket, NULL);
 				shm_cas(&v->buckets[b], nw,
 						shm_next(nw, SHM_TOMB));
 				return SHM_OUT_DEAD;

@@ -1221,18 +1221,22 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 {
 	void *a = open_as("a", "application_name=bounds-a");
 	void *b = open_as("b", "options='-c lock_timeout=10 "
-			  "-c statement_timeout=1h'");
+			  "-c statement_timeout=1h -c idle_session_timeout=5s'");
+	/* 0 chosen explicitly stays 0; only idle_session_timeout is the
+	 * store's whatever it was (its session holds the name). */
+	void *c = open_as("c", "options='-c lock_timeout=0'");
 	struct ex x;
 
 	/* What the store's sessions have set, seen from inside them. */
 	sql(db, "DROP TABLE IF EXISTS carmy_test_seen");
 	sql(db, "CREATE TABLE carmy_test_seen (instance text, lock text, "
-	    "stmt text, idle text)");
+	    "stmt text, idle text, session_idle text)");
 	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_seen() RETURNS trigger "
 	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_seen VALUES "
 	    "(NEW.instance, current_setting('lock_timeout'), "
 	    "current_setting('statement_timeout'), "
-	    "current_setting('idle_in_transaction_session_timeout')); "
+	    "current_setting('idle_in_transaction_session_timeout'), "
+	    "current_setting('idle_session_timeout')); "
 	    "RETURN NEW; END $$");
 	sql(db, "CREATE TRIGGER carmy_test_seen BEFORE INSERT ON "
 	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_seen()");
@@ -1240,6 +1244,8 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 	ck_assert_int_eq(reserve(a, &x, NULL), 0);
 	make_ex(&x, "p", "bounds-b");
 	ck_assert_int_eq(reserve(b, &x, NULL), 0);
+	make_ex(&x, "p", "bounds-c");
+	ck_assert_int_eq(reserve(c, &x, NULL), 0);
 	/* and again after a reconnect */
 	terminate("bounds-a");
 	make_ex(&x, "p", "bounds-a-again");
@@ -1249,8 +1255,13 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 			 "stmt = '30s' AND idle = '1min'"), 2);
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
 			 "WHERE instance = 'b' AND lock = '10ms' AND "
-			 "stmt = '1h' AND idle = '1min'"), 1);
+			 "stmt = '1h' AND idle = '1min' AND session_idle = '0'"),
+			 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
+			 "WHERE instance = 'c' AND lock = '0' AND "
+			 "stmt = '30s'"), 1);
 	sql(db, "DROP TABLE carmy_test_seen");
+	ops->close(c);
 	ops->close(b);
 	ops->close(a);
 }
@@ -1485,6 +1496,24 @@ START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
 	ops->close(b);
 	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
 	ops->close(a);
+}
+END_TEST
+
+/* Once the table exists, open runs no DDL: CREATE INDEX IF NOT EXISTS
+ * would wait behind every instance's open transaction (and fail on its
+ * lock timeout behind a long one), holding up their writes meanwhile. */
+START_TEST(test_open_does_not_wait_for_other_writers_once_the_table_exists)
+{
+	PGconn *other = db_connect("");
+	void *a = open_as("first", "");	/* makes the table */
+
+	ops->close(a);
+	sql(other, "BEGIN");
+	insert_row(other, "p", "writer-open", NULL);
+	a = open_as("late", "");	/* asserts that it opened */
+	ops->close(a);
+	sql(other, "ROLLBACK");
+	PQfinish(other);
 }
 END_TEST
 
@@ -1812,6 +1841,8 @@ int main(void)
 	tcase_add_test(tc, test_an_exec_id_held_under_another_identity_fails_that_reserve_alone);
 	tcase_add_test(tc, test_an_instance_name_is_held_by_one_carmyd_at_a_time);
 	tcase_add_test(tc, test_open_waits_for_a_name_let_go_meanwhile);
+	tcase_add_test(tc,
+		       test_open_does_not_wait_for_other_writers_once_the_table_exists);
 	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
