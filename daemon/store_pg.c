@@ -341,6 +341,10 @@ struct pg_store {
 	struct slot *culprit;	/* WAITED: whose statement timed out */
 	struct withdrawal *wd;	/* WITHDRAW_MAX */
 	size_t nwd;
+	/* A withdrawal waited out its lock timeout (another session holds
+	 * its row): the rest of this batch runs without them, and the next
+	 * batch tries them again. */
+	bool wd_waited, wd_held;
 	char why[256];		/* the last failure, for stderr */
 };
 
@@ -1177,7 +1181,8 @@ static void run_batch(struct pg_store *s, size_t n)
 	int rc = 0, tries = 0;
 	bool said = false;
 
-	while (left > 0 || s->nwd > 0) {
+	s->wd_held = false;
+	while (left > 0 || (s->nwd > 0 && !s->wd_held)) {
 		if (tries++ == TRIES_MAX) {
 			rc = -EAGAIN;	/* s->why: the last trouble */
 			break;
@@ -1189,7 +1194,8 @@ static void run_batch(struct pg_store *s, size_t n)
 		}
 		rc = run_once(s, n);
 		if (rc == 0) {
-			withdrawn(s);
+			if (!s->wd_held)
+				withdrawn(s);
 			left = answer_settled(s, n);
 			continue;
 		}
@@ -1198,6 +1204,10 @@ static void run_batch(struct pg_store *s, size_t n)
 			say("instance %s: connection lost (%s): reconnecting "
 			    "to run the batch again", s->instance, s->why);
 			s->session = false;
+		} else if (rc == WAITED && s->wd_waited) {
+			say("instance %s: a withdrawal waited on a lock (%s): "
+			    "left for the next batch", s->instance, s->why);
+			s->wd_held = true;
 		} else if (rc == WAITED && s->culprit != NULL) {
 			say("instance %s: a request failed, alone (%s): "
 			    "running the rest of its batch again",
@@ -1232,6 +1242,7 @@ static int run_once(struct pg_store *s, size_t n)
 	int rc;
 
 	s->culprit = NULL;
+	s->wd_waited = false;
 	if (PQenterPipelineMode(c)) {
 		rc = send_batch(s, n);
 		if (rc == 0)
@@ -1377,7 +1388,7 @@ static int send_batch(struct pg_store *s, size_t n)
 	if (!PQsendQueryParams(c, "BEGIN ISOLATION LEVEL READ COMMITTED, "
 			       "READ WRITE", 0, NULL, NULL, NULL, NULL, 1))
 		return LOST;
-	for (size_t i = 0; i < s->nwd; i++)
+	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd); i++)
 		if (!send_withdraw(c, &s->wd[i], s->instance))
 			return LOST;
 	for (size_t i = 0; i < n; i++)
@@ -1473,10 +1484,11 @@ static int read_batch(struct pg_store *s, size_t n)
 	int rc = command(s, r);
 
 	PQclear(r);
-	for (size_t i = 0; i < s->nwd && rc == 0; i++) {
+	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd) && rc == 0; i++) {
 		r = next_result(c);
 		rc = command(s, r);
 		PQclear(r);
+		s->wd_waited = rc == WAITED;
 	}
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		struct slot *sl = s->order[i];

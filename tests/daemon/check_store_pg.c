@@ -1605,6 +1605,25 @@ START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
 	/* It did commit, for an execution reported failed. */
 	lost = db_connect("dbname=carmy_lost");
 	ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
+	/* While another session holds that row, the withdrawal waits out
+	 * its lock timeout and is left for later: other requests go on. */
+	{
+		const char *v[1] = { (const char *)x.exec };
+		int len[1] = { 16 }, fmt[1] = { 1 };
+		PGresult *r;
+		struct ex u;
+
+		sql(lost, "BEGIN");
+		r = PQexecParams(lost, "SELECT 1 FROM carmy_executions WHERE "
+				 "exec = $1 FOR UPDATE", 1, NULL, v, len, fmt,
+				 0);
+		ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+		PQclear(r);
+		make_ex(&u, "p", "unrelated-to-the-lost");
+		ck_assert_int_eq(reserve_when_back(a, &u, NULL), 0);
+		ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
+		sql(lost, "ROLLBACK");
+	}
 	/* The next request finds the identity free: the row went first. */
 	make_ex(&x2, "p", id);
 	ck_assert_int_eq(reserve_when_back(a, &x2, &w2), 0);
