@@ -56,6 +56,10 @@ struct loop {
 	int ep;
 	int stop_fd;
 	atomic_ulong conns;
+	/* Every connection it serves, so that those still open when carmyd
+	 * stops are freed (the accepting loop adds, this one removes). */
+	pthread_mutex_t list_lock;
+	struct conn *list;
 	/* Store requests answered (by the store's thread), for this loop to
 	 * reply to: a list under done_lock, and an eventfd to wake it. */
 	int done_fd;
@@ -68,6 +72,7 @@ struct loop {
 
 struct conn {
 	struct loop *loop;	/* the one loop that handles it */
+	struct conn *prev, *next;	/* in loop->list */
 	int fd;
 	uint32_t owner;		/* 0 until HELLO */
 	pid_t pid;
@@ -131,6 +136,7 @@ static uint64_t mono_ns(void);
 static void told_of_release(struct server *sv, uint32_t entry);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
+static void unlist(struct conn *c);
 static void fail_conn(struct conn *c, int code, const char *why);
 
 /* ------------------------------------------------------------ loops */
@@ -158,6 +164,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	for (unsigned i = 0; i < sv.nloops; i++) {
 		sv.loops[i].ep = sv.loops[i].stop_fd = sv.loops[i].done_fd = -1;
 		pthread_mutex_init(&sv.loops[i].done_lock, NULL);
+		pthread_mutex_init(&sv.loops[i].list_lock, NULL);
 	}
 	/* main() blocked these before any thread started, so every loop
 	 * inherits the mask and only the signalfd sees them. */
@@ -229,8 +236,22 @@ out:
 
 			l->done = op->next;
 			free(op->result);
+			free((void *)op->standing.result);
 			free(op);
 		}
+		/* Connections still open: the loops and the store are done
+		 * with them. Their owners' entries are left for the next
+		 * carmyd's start-up sweep, as the process's end would. */
+		while (l->list != NULL) {
+			struct conn *c = l->list;
+
+			l->list = c->next;
+			close(c->fd);
+			msgpack_sbuffer_destroy(&c->out);
+			free(c->rbuf);
+			free(c);
+		}
+		pthread_mutex_destroy(&l->list_lock);
 		if (l->ep >= 0)
 			close(l->ep);
 		if (l->stop_fd >= 0)
@@ -283,8 +304,10 @@ static void *loop_thread(void *arg)
 
 /*
  * Serve l's connections until told to stop. Connections still open then are
- * left to the kernel: carmyd is going away, and the next carmyd's start-up
- * sweep turns their running entries uncertain.
+ * closed and freed by server_run() once every loop and the store are done
+ * with them; their owners are not swept: carmyd is going away, and the
+ * next carmyd's start-up sweep turns their running entries uncertain (or
+ * gives them back to owners that return within the grace period).
  */
 static int loop_run(struct loop *l)
 {
@@ -440,8 +463,16 @@ static void on_accept(struct server *sv)
 		atomic_fetch_add_explicit(&l->conns, 1, memory_order_relaxed);
 		ev.data.ptr = c;
 		c->armed = ev.events;
+		/* Listed before l can see it, so l's drop() finds it. */
+		pthread_mutex_lock(&l->list_lock);
+		c->next = l->list;
+		if (l->list != NULL)
+			l->list->prev = c;
+		l->list = c;
+		pthread_mutex_unlock(&l->list_lock);
 		if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
 			log_error("epoll_ctl: %s", strerror(errno));
+			unlist(c);
 			atomic_fetch_sub_explicit(&l->conns, 1,
 						  memory_order_relaxed);
 			close(fd);
@@ -1244,8 +1275,23 @@ static void drop(struct conn *c, const char *why)
 		log_debug("%s", what);
 		wake_waiters(l->sv, true, 0, 0);
 	}
+	unlist(c);
 	msgpack_sbuffer_destroy(&c->out);
 	free(c->rbuf);
 	free(c);
 	atomic_fetch_sub_explicit(&l->conns, 1, memory_order_relaxed);
+}
+
+static void unlist(struct conn *c)
+{
+	struct loop *l = c->loop;
+
+	pthread_mutex_lock(&l->list_lock);
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		l->list = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	pthread_mutex_unlock(&l->list_lock);
 }

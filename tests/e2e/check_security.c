@@ -659,6 +659,27 @@ START_TEST(test_oversized_message_is_refused)
 END_TEST
 
 /* Half a message, then the peer goes away (or stalls): nobody waits for it. */
+/* carmyd stopped while peers are still connected (one HELLO'd, one
+ * half-way through a message, one silent) exits cleanly, having freed
+ * them: under AddressSanitizer (CI) a connection left behind is a leak,
+ * and a leak makes carmyd exit non-zero. */
+START_TEST(test_stopping_with_peers_still_connected_frees_them)
+{
+	struct raw rw;
+	int half = raw_dial(), silent = raw_dial();
+
+	raw_open(&rw);
+	ck_assert_int_eq(raw_send(half, "\x96\x02", 2), 0);
+	expect_bystander_works("peers connected");
+	carmy_close(good);
+	good = NULL;
+	e2e_stop(&d);		/* asserts exit status 0 */
+	close(rw.fd);
+	close(half);
+	close(silent);
+}
+END_TEST
+
 START_TEST(test_truncated_message_then_close_harms_no_one)
 {
 	static const uint8_t partial[][8] = {
@@ -953,6 +974,7 @@ static Suite *security_suite(void)
 	tcase_add_test(tc, test_deep_nesting_is_refused);
 	tcase_add_test(tc, test_oversized_message_is_refused);
 	tcase_add_test(tc, test_truncated_message_then_close_harms_no_one);
+	tcase_add_test(tc, test_stopping_with_peers_still_connected_frees_them);
 	tcase_add_test(tc, test_random_bytes_harm_no_one);
 	tcase_add_test(tc, test_peer_that_never_reads_replies_is_cut_off);
 	tcase_add_test(tc, test_scribbled_segment_never_crashes_carmyd);
