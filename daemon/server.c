@@ -126,6 +126,8 @@ static void hold(struct conn *c, struct store_op *op);
 static void store_done(struct carmy_store_req *req, int rc);
 static void on_done(struct loop *l);
 static void finish(struct store_op *op);
+static int answer(struct conn *c, int type, uint32_t entry,
+		  const uint8_t *exec, int rc);
 static void arm(struct conn *c);
 static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
@@ -634,8 +636,8 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		if (status < CARMY_STATUS_COMPLETED ||
 		    status > CARMY_STATUS_CANCELLED ||
 		    (code != 0 && code != CARMY_ERESULT_TOO_LARGE)) {
-			rc = wire_put_reply(&c->out, WIRE_COMPLETE,
-					    CARMY_EINVALID_STATUS);
+			rc = answer(c, WIRE_COMPLETE, m.u.complete.entry,
+				    m.u.complete.exec, CARMY_EINVALID_STATUS);
 			break;
 		}
 		if (dlen > s->view.geo.max_result) {
@@ -749,7 +751,7 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 	    store_completed_as(sv->store, op->entry, exec, status, code, data,
 			       dlen)) {
 		free(op);
-		return wire_put_reply(&c->out, type, 0);
+		return answer(c, type, m->u.complete.entry, exec, 0);
 	}
 	if (rc == 0 && type == WIRE_COMPLETE) {
 		if (dlen > 0) {
@@ -767,15 +769,42 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 		op->rec.finished_ns = store_now_ns();
 	}
 	if (rc != 0) {
+		uint32_t entry = op->entry;
+
 		log_debug("owner %u: %s of entry %u refused: %s", c->owner,
-			  type == WIRE_COMPLETE ? "completion" : "reservation",
-			  op->entry, carmy_errname(rc));
+			  type == WIRE_COMPLETE ? "completion" :
+			  type == WIRE_RESERVE ? "reservation" : "release",
+			  entry, carmy_errname(rc));
 		free(op);
-		return wire_put_reply(&c->out, type, rc);
+		return answer(c, type, entry, exec, rc);
 	}
 	hold(c, op);
 	store_submit(sv->store, op, c->loop->more);
 	return 0;
+}
+
+/*
+ * Answer a RESERVE or COMPLETE at once, without the store. A durable
+ * store's client awaits these in the entry (shm_ack): a success is told
+ * there alone, anything else on the socket, and the entry says so. Other
+ * requests, and every request to a store that is not durable, are answered
+ * on the socket. Returns 0 or -ENOMEM, like the encoders.
+ */
+static int answer(struct conn *c, int type, uint32_t entry,
+		  const uint8_t *exec, int rc)
+{
+	struct store *s = c->loop->sv->store;
+	bool quiet = s->durable &&
+		     (type == WIRE_RESERVE || type == WIRE_COMPLETE);
+
+	if (quiet && rc == 0) {
+		store_ack(s, entry, exec, true);
+		return 0;
+	}
+	rc = wire_put_reply(&c->out, type, rc);
+	if (quiet)
+		store_ack(s, entry, exec, false);
+	return rc;
 }
 
 /* op is on its way (to the store, or waiting): its answer comes back to
@@ -872,21 +901,29 @@ static void finish(struct store_op *op)
 	int type = op->type, rc = op->rc;
 	uint8_t exec[SHM_EXEC_LEN];
 	uint32_t state = 0;
+	bool told = false;	/* in the entry alone (shm_ack) */
 
 	if (type == WIRE_WAIT) {
 		/* 0, -ETIMEDOUT or -ECANCELED: the waiter looks again. */
 		c->waiting = NULL;
 	} else if (rc == 0 && type == WIRE_COMPLETE) {
+		/* Told in the entry, whichever way it went. */
 		rc = store_complete(s, op->entry, c->owner, op->rec.exec,
 				    op->rec.status, op->rec.result_code,
 				    op->result, op->rec.result_len);
+		told = rc == 0;
 		if (rc == 0)
 			wake_waiters(c->loop->sv, false, op->entry, 0);
 	} else if (rc == 0 && type == WIRE_RESERVE && !op->taken) {
 		store_settle(s, op);	/* it stands: callers may name it */
+		store_ack(s, op->entry, op->rec.exec, true);
+		told = true;
 	} else if (rc == 0 && type == WIRE_RESERVE && op->taken) {
-		/* Done even if the client has gone: its entry must not turn
+		/* The answer is on the socket: said while the entry is
+		 * still the client's, before store_taken() gives it back.
+		 * Done even if the client has gone: its entry must not turn
 		 * uncertain on a call another execution holds. */
+		store_ack(s, op->entry, op->rec.exec, false);
 		rc = store_taken(s, op, c->owner, c->pid, exec, &state);
 		if (rc != CARMY_EUNCERTAIN && rc != CARMY_ECONFLICT)
 			state = 0;
@@ -905,6 +942,8 @@ static void finish(struct store_op *op)
 	} else if (rc != 0) {
 		if (type == WIRE_RESOLVE)
 			store_resolve_done(s, op->entry);
+		if (type == WIRE_RESERVE || type == WIRE_COMPLETE)
+			store_ack(s, op->entry, op->rec.exec, false);
 		log_warn("owner %u: the store failed a %s: %s", c->owner,
 			 type == WIRE_RESERVE ? "reservation" :
 			 type == WIRE_COMPLETE ? "completion" :
@@ -921,8 +960,8 @@ static void finish(struct store_op *op)
 			drop(c, c->why);
 		return;
 	}
-	if ((state != 0 ? wire_put_taken(&c->out, rc, exec, state) :
-			  wire_put_reply(&c->out, type, rc)) != 0) {
+	if (!told && (state != 0 ? wire_put_taken(&c->out, rc, exec, state) :
+				   wire_put_reply(&c->out, type, rc)) != 0) {
 		drop(c, "out of memory");
 		return;
 	}

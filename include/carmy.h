@@ -152,6 +152,16 @@ struct carmy_reservation {
 #define CARMY_SPIN_US 50
 
 /*
+ * With a durable store, a reservation or completion that succeeds is told
+ * in its entry in the segment, where the calling thread sleeps (a futex),
+ * not on the socket. A carmyd that died cannot say so there: the waiting
+ * thread looks at the socket every this many ms, and when it is closed
+ * reconnects and sends the request again. $CARMY_ACK_CHECK_MS overrides it
+ * at connect (1..3600000).
+ */
+#define CARMY_ACK_CHECK_MS 100
+
+/*
  * Connect to carmyd on socket_path (NULL: $CARMY_SOCKET, else the default
  * path, see carmy_default_socket()) and map its shared segment.
  * On success *out is a new handle, freed by carmy_close().

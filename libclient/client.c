@@ -58,6 +58,7 @@ struct carmy {
 	int dead;			/* carmyd declared us gone */
 	int reconnect_ms;		/* how long complete/release try */
 	uint64_t spin_ns;		/* poll for a reply this long first */
+	int ack_check_ms;		/* see CARMY_ACK_CHECK_MS */
 	pthread_mutex_t io;		/* one request in flight per handle,
 					 * and reconnects */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -91,6 +92,10 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
 static int reconnect(carmy_t *c, int wait_ms);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms);
+static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
+		    int timeout_ms, uint32_t entry, const uint8_t *exec,
+		    struct wire_msg *reply);
+static bool readable(int fd);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
 static int confirm_reserve(carmy_t *c, const struct shm_found *f,
@@ -156,6 +161,10 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 				  3600 * 1000);
 	c->spin_ns = 1000ull * (uint64_t)env_int("CARMY_SPIN_US",
 						 CARMY_SPIN_US, 10000);
+	c->ack_check_ms = env_int("CARMY_ACK_CHECK_MS", CARMY_ACK_CHECK_MS,
+				  3600 * 1000);
+	if (c->ack_check_ms == 0)
+		c->ack_check_ms = 1;
 	pthread_mutex_init(&c->io, NULL);
 	if (getrandom(c->exec_key, sizeof(c->exec_key), 0) !=
 		    (ssize_t)sizeof(c->exec_key) ||
@@ -455,6 +464,15 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	return rc;
 }
 
+/* A COMPLETE: its success is told in the entry if the store is durable. */
+static int complete_msg(carmy_t *c, uint32_t entry,
+			const uint8_t exec[SHM_EXEC_LEN], msgpack_sbuffer *sb)
+{
+	struct wire_msg m;
+
+	return exchange(c, WIRE_COMPLETE, sb, -1, entry, exec, &m);
+}
+
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 			  const void *result, size_t len)
 {
@@ -486,13 +504,13 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
 			       len);
 	if (rc == 0)
-		rc = request(c, WIRE_COMPLETE, &sb, -1);
+		rc = complete_msg(c, r->priv_entry, exec, &sb);
 	/* The connection broke (carmyd restarting?): get our owner id back
 	 * and send it again. If the first one got through, carmyd says so. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == r->priv_owner)
-		rc = request(c, WIRE_COMPLETE, &sb, -1);
+		rc = complete_msg(c, r->priv_entry, exec, &sb);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -837,10 +855,7 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply)
 {
-	uint8_t buf[REPLY_MAX];
 	msgpack_sbuffer own;
-	struct wire_msg m;
-	uint64_t spin;
 	int rc;
 
 	if (sb == NULL) {
@@ -851,6 +866,26 @@ static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		msgpack_sbuffer_destroy(&own);
 		return rc;
 	}
+	return exchange(c, type, sb, timeout_ms, 0, NULL, reply);
+}
+
+/*
+ * Send sb and take the answer. With exec (a RESERVE or COMPLETE of the
+ * running call in entry) and a durable store, a success is told in the
+ * entry and nothing comes on the socket (shm_ack): the wait is on the
+ * entry's word, and the socket is read only when the word says the answer
+ * is there, or when carmyd may have gone (every ack_check_ms). Then *reply
+ * holds the bare success.
+ */
+static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
+		    int timeout_ms, uint32_t entry, const uint8_t *exec,
+		    struct wire_msg *reply)
+{
+	uint8_t buf[REPLY_MAX];
+	struct wire_msg m;
+	uint64_t spin;
+	int rc;
+
 	pthread_mutex_lock(&c->io);
 	/* Another thread's request failed on this connection while we
 	 * waited for it: its reply may still come, and must not be read as
@@ -861,7 +896,27 @@ static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 	}
 	/* A durable store answers after a flush, far beyond any spin. */
 	spin = c->durable ? 0 : c->spin_ns;
+	/* Read under io, which a reconnect holds: the carmyd this goes to
+	 * is the one that said whether its store is durable. */
+	if (!c->durable)
+		exec = NULL;
+	if (exec != NULL)
+		shm_ack_expect(&c->view, entry);
 	rc = send_all(c->fd, sb->data, sb->size);
+	while (rc == 0 && exec != NULL) {
+		int ack = shm_ack_wait(&c->view, entry, exec, c->ack_check_ms);
+
+		if (ack == 0) {
+			pthread_mutex_unlock(&c->io);
+			memset(reply, 0, sizeof(*reply));
+			reply->type = type;
+			return 0;
+		}
+		/* On the socket; or carmyd restarted or closed it (to a
+		 * dead carmyd the word would never come). */
+		if (ack == 1 || !alive(c) || readable(c->fd))
+			break;
+	}
 	if (rc == 0)
 		rc = recv_msg(c->fd, timeout_ms, spin, &m, buf, sizeof(buf));
 	if (rc != 0)
@@ -891,9 +946,19 @@ static int confirm(carmy_t *c, int type, uint32_t entry,
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_reserve(&sb, type, entry, exec);
 	if (rc == 0)
-		rc = request_msg(c, type, &sb, -1, reply ? reply : &m);
+		rc = exchange(c, type, &sb, -1, entry,
+			      type == WIRE_RESERVE ? exec : NULL,
+			      reply ? reply : &m);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
+}
+
+/* Has the socket something to read: a reply, carmyd's ERROR, or its end? */
+static bool readable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) != 0;
 }
 
 static int dial(const char *path, int *fdp)

@@ -21,7 +21,8 @@
  *                              running, or the time is up
  *     PURGE     [8, older_than_ms]  forget completed entries that old
  *
- *   carmyd -> client (one reply per request, in order)
+ *   carmyd -> client (one reply per request, in order, but for the
+ *   successes below)
  *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags]
  *     COMPLETE  [2, code]
  *     RECLAIM   [3, code]
@@ -43,6 +44,11 @@
  * answer "reserved" only once carmyd has (docs/journal.md). With
  * WIRE_F_SHARED too, the store is shared by several carmyds: a RELEASE is
  * sent before the entry is given back, and carmyd gives it back.
+ *
+ * With WIRE_F_DURABLE, a RESERVE or COMPLETE that succeeds (code 0) gets
+ * no reply: it is told in the entry's en_ack word, which the client set
+ * before it sent the request (shm_ack). Any other answer is a reply, and
+ * the word says to read it.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H
@@ -55,7 +61,7 @@
 
 #include "carmy.h"
 
-#define WIRE_VERSION 3
+#define WIRE_VERSION 4
 #define WIRE_MAX_DEPTH 32
 /* Every message is one flat array of at most this many elements. */
 #define WIRE_MAX_FIELDS 16

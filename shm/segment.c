@@ -47,6 +47,7 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_ident),
 		offsetof(struct shm_entry, en_resolved_ns),
 		offsetof(struct shm_entry, en_pending),
+		offsetof(struct shm_entry, en_ack),
 		offsetof(struct shm_header, sh_tombs),
 		offsetof(struct shm_header, sh_move_seq),
 		offsetof(struct shm_header, sh_alive),

@@ -39,7 +39,7 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 4
+#define SHM_FORMAT 5
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
@@ -220,6 +220,10 @@ struct shm_entry {
 	 * finds it RUNNING waits to learn whether it stands before it names
 	 * its execution id. */
 	uint32_t en_pending;
+	/* The running call's owner awaits carmyd's answer to a RESERVE or
+	 * COMPLETE it sent a durable store (a futex word between the two
+	 * alone: see shm_ack). */
+	uint32_t en_ack;
 } __attribute__((aligned(64)));
 
 /*
@@ -401,6 +405,12 @@ void shm_settle_pending(const struct shm_view *v, uint32_t entry,
 			const uint8_t *exec);
 void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 			  const uint8_t *exec);
+void shm_ack_expect(const struct shm_view *v, uint32_t entry);
+int shm_ack_wait(const struct shm_view *v, uint32_t entry,
+		 const uint8_t *exec, int timeout_ms);
+bool shm_ack(const struct shm_view *v, uint32_t entry, const uint8_t *exec,
+	     bool done);
+void shm_ack_wake(const struct shm_view *v, uint32_t entry);
 int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,

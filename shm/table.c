@@ -668,6 +668,102 @@ int shm_wait_pending(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 	return 1;
 }
 
+/*
+ * en_ack carries carmyd's answer to the owner of a running call, for a
+ * RESERVE or COMPLETE it sent a durable store: a success is told here
+ * alone, with no reply on the socket. Those replies were a third of a
+ * journal's CPU: each cost carmyd a send() and the client a poll() and a
+ * recv() on top of the one wake-up it needs (README, Performance). Anything
+ * else (a refusal, another execution standing in a shared store) comes on
+ * the socket as before, and the word says to read it.
+ *
+ *   1  the owner awaits the answer      (set by the owner, before it sends)
+ *   2  ... and sleeps on the word       (the owner, 1 -> 2)
+ *   0  done: it stands, or is recorded  (carmyd)
+ *   3  the answer is on the socket      (carmyd)
+ *
+ * The word is the owner's and carmyd's alone, and carmyd writes it only
+ * while the entry is still the request's execution. A value read is
+ * believed only if the execution id read after it is still the caller's:
+ * an entry carmyd gave back (a shared store's answer) may be another
+ * call's by the time its old owner looks.
+ */
+
+/* The owner of entry e is about to send a request whose answer it awaits
+ * in en_ack. (Its execution id, which the answer is checked against, was
+ * published with the entry, by a CAS that ordered it before this.) */
+void shm_ack_expect(const struct shm_view *v, uint32_t e)
+{
+	if (e < v->geo.capacity)
+		shm_store(&shm_entry_at(v, e)->en_ack, 1);
+}
+
+/*
+ * Wait up to timeout_ms for carmyd's answer about entry e, execution exec.
+ * Returns 0 when it is done (no reply follows on the socket), 1 when the
+ * answer is on the socket, or -ETIMEDOUT when none came in time (the
+ * caller sees whether the connection is still there, and waits again).
+ */
+int shm_ack_wait(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+		 int timeout_ms)
+{
+	struct timespec ts = { .tv_sec = timeout_ms / 1000,
+			       .tv_nsec = (long)(timeout_ms % 1000) * 1000000 };
+	struct shm_entry *en;
+	bool slept = false;
+
+	if (e >= v->geo.capacity)
+		return 1;
+	en = shm_entry_at(v, e);
+	for (;;) {
+		uint32_t p = shm_load(&en->en_ack);
+
+		shm_rmb();
+		if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
+			return 1;
+		if (p == 0)
+			return 0;
+		if (p != 1 && p != 2)
+			return 1;
+		if (p == 1 && shm_cas(&en->en_ack, 1, 2) != 1)
+			continue;	/* answered meanwhile */
+		if (slept)
+			return -ETIMEDOUT;
+		/* Woken, EAGAIN (no longer 2) or EINTR: look again; once
+		 * the time is up, say so. */
+		if (syscall(SYS_futex, &en->en_ack, FUTEX_WAIT, 2, &ts, NULL,
+			    0) != 0 && errno == ETIMEDOUT)
+			slept = true;
+	}
+}
+
+/* carmyd: the answer about entry e, execution exec, is done (it stands, or
+ * is recorded, and nothing follows on the socket) or on the socket.
+ * Returns whether the owner sleeps: then shm_ack_wake(), which carmyd
+ * calls after it lets go of its lock (a wake-up is microseconds on a VM,
+ * and the lock's other takers would wait them out). */
+bool shm_ack(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+	     bool done)
+{
+	struct shm_entry *en;
+
+	if (e >= v->geo.capacity)
+		return false;
+	en = shm_entry_at(v, e);
+	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
+		return false;
+	return shm_xchg(&en->en_ack, done ? 0 : 3) == 2;
+}
+
+/* Wake the owner asleep on entry e's en_ack. If the entry is another
+ * call's by now, its owner, if it sleeps, only looks at its word again. */
+void shm_ack_wake(const struct shm_view *v, uint32_t e)
+{
+	if (e < v->geo.capacity)
+		syscall(SYS_futex, &shm_entry_at(v, e)->en_ack, FUTEX_WAKE,
+			INT32_MAX, NULL, NULL, 0);
+}
+
 /* ------------------------------------------------------------ helpers */
 
 /*

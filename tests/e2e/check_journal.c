@@ -18,6 +18,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1493,6 +1495,76 @@ START_TEST(test_a_client_sleeps_once_per_answer)
 END_TEST
 
 /*
+ * A durable store's success is told in the entry (shm_ack), where a carmyd
+ * that dies can say nothing. A client waiting there for the answer to its
+ * completion when carmyd is killed finds out from the socket (it looks
+ * every CARMY_ACK_CHECK_MS), reconnects to the carmyd that comes back,
+ * sends the completion again and has it recorded: it does not sleep on
+ * the word for ever.
+ */
+struct completer {
+	struct carmy_reservation *r;
+	int rc;
+};
+
+static void *complete_in_thread(void *arg)
+{
+	struct completer *k = arg;
+
+	k->rc = carmy_complete(c, k->r, CARMY_STATUS_COMPLETED, "late", 4);
+	return NULL;
+}
+
+START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "acked-across");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160];
+	const char *opts[10];
+	struct completer k = { .r = &r };
+	struct shm_view v;
+	uint32_t e = UINT32_MAX;
+	uint8_t exec[SHM_EXEC_LEN];
+	pthread_t t;
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	opts[7] = "30";		/* our owner id survives the restart */
+	setenv("CARMY_RECONNECT_MS", "10000", 1);
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	e2e_exec_bytes(r.execution_id, exec);
+	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
+	for (uint32_t i = 0; i < v.geo.capacity; i++)
+		if (memcmp(shm_entry_at(&v, i)->en_exec, exec,
+			   SHM_EXEC_LEN) == 0)
+			e = i;
+	ck_assert_uint_ne(e, UINT32_MAX);
+
+	/* carmyd cannot answer; the client goes to sleep on the word. */
+	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, complete_in_thread, &k), 0);
+	for (uint64_t t0 = harness_now_ns();
+	     __atomic_load_n(&shm_entry_at(&v, e)->en_ack,
+			     __ATOMIC_ACQUIRE) != 2;
+	     sched_yield())
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "the client never waited in the entry");
+	shm_unmap(&v);
+	e2e_kill9(&d);
+	e2e_restart(&d, opts);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(k.rc, 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	ck_assert_uint_eq(r.result_len, 4);
+	ck_assert_int_eq(memcmp(r.result, "late", 4), 0);
+	carmy_reservation_clear(&r);
+	finish(dir);
+}
+END_TEST
+
+/*
  * With one event loop, requests of many clients still go out together.
  * A request that came alone was written on the loop's own thread; with a
  * single loop (the default on one CPU) the loop then sat through every
@@ -1600,6 +1672,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_unusable_journal_is_refused_without_a_segment);
 	tcase_add_test(tc, test_a_client_sleeps_once_per_answer);
 	tcase_add_test(tc, test_one_loop_still_commits_in_groups);
+	tcase_add_test(tc, test_a_client_waiting_in_the_entry_outlives_carmyd);
 	suite_add_tcase(s, tc);
 	return s;
 }

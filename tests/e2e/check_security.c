@@ -40,7 +40,7 @@
 enum { T_ERROR = 0, T_HELLO = 1, T_COMPLETE = 2 };
 /* The protocol spoken here by hand, as a hostile peer would (wire.h is
  * deliberately not used): its version, and the HELLO reply of 7 fields. */
-#define PROTOCOL_VERSION 3
+#define PROTOCOL_VERSION 4
 
 static struct carmyd_proc d;
 static carmy_t *good;	/* a bystander connected before any mischief */

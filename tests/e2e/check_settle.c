@@ -559,7 +559,10 @@ static uint32_t entry_of(const char *exec_id)
  * With the journal: a completion sent again (as after a reconnect) with
  * exactly the recorded result is answered 0, with another result refused;
  * a RELEASE for an execution still in the table (running here, another
- * client's) is refused, so the journal cannot be made to forget it.
+ * client's) is refused, so the journal cannot be made to forget it. The
+ * success is told in the entry's en_ack word alone (nothing comes on the
+ * socket: the refusal that follows is the next thing read), the refusal on
+ * the socket, with the word saying so.
  */
 START_TEST(test_durable_requests_are_checked_against_the_table)
 {
@@ -570,6 +573,7 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	struct carmy_call held = E2E_CALL("p", "s", "held");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	uint8_t exec[SHM_EXEC_LEN];
+	struct shm_view v;
 	msgpack_sbuffer sb;
 	struct worker w;
 	uint32_t e;
@@ -590,18 +594,23 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 
 	fd = raw_connect();
 	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
+	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
 	msgpack_sbuffer_init(&sb);
 	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
 					   0, "abc", 3), 0);
+	shm_ack_expect(&v, e);
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
 			 (ssize_t)sb.size);
-	ck_assert_int_eq(raw_reply(fd, WIRE_COMPLETE), 0);
+	ck_assert_int_eq(shm_ack_wait(&v, e, exec, 20000), 0);
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
 					   0, "abd", 3), 0);
+	shm_ack_expect(&v, e);
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
 			 (ssize_t)sb.size);
+	ck_assert_int_eq(shm_ack_wait(&v, e, exec, 20000), 1);
 	ck_assert_int_ne(raw_reply(fd, WIRE_COMPLETE), 0);
+	shm_unmap(&v);
 
 	worker_start(&w, &held);
 	e2e_exec_bytes(w.exec, exec);

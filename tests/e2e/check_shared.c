@@ -55,6 +55,11 @@ static void setup(void)
 		 (int)getpid(), conninfo);
 	snprintf(principal, sizeof(principal), "p%d-%u", (int)getpid(),
 		 serial++);
+	/* Every answer that is not a success must be told in the entry
+	 * (shm_ack): a client that had to find it by its look at the socket
+	 * would wait ten minutes here, and the test would time out. Only
+	 * the one whose carmyd is killed under it looks sooner. */
+	setenv("CARMY_ACK_CHECK_MS", "600000", 1);
 	e2e_start(&a, opts_a);
 	e2e_start(&b, opts_b);
 	ca = e2e_connect(&a);
@@ -329,6 +334,8 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 
 		close(up[0]);
 		memset(&got, 0, sizeof(got));
+		/* Its carmyd dies while it waits for the answer. */
+		setenv("CARMY_ACK_CHECK_MS", "100", 1);
 		if (carmy_connect(&c, a.socket) != 0)
 			_exit(2);
 		got.rc = carmy_begin(c, &call, &r);
@@ -370,6 +377,39 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 }
 END_TEST
 
+
+/* A reservation the store refuses (a trigger raises for one identity) is
+ * answered at once, STORE_FAILED, and its entry is given back: once the
+ * store takes it, the same call runs. */
+START_TEST(test_a_reservation_the_store_refuses_is_answered_and_given_back)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32], cmd[1024];
+	struct carmy_call call;
+
+	snprintf(rid, sizeof(rid), "refused-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	snprintf(cmd, sizeof(cmd),
+		 "CREATE FUNCTION refuse_%d() RETURNS trigger LANGUAGE plpgsql "
+		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
+		 "THEN RAISE EXCEPTION 'refused by the test'; END IF; "
+		 "RETURN NEW; END $$; "
+		 "CREATE TRIGGER refuse_%d BEFORE INSERT ON carmy_executions "
+		 "FOR EACH ROW EXECUTE FUNCTION refuse_%d()", (int)getpid(),
+		 rid, (int)getpid(), (int)getpid());
+	psql(cmd, NULL, 0);
+	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_ESTORE);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_ESTORE);
+	snprintf(cmd, sizeof(cmd), "DROP TRIGGER refuse_%d ON carmy_executions",
+		 (int)getpid());
+	psql(cmd, NULL, 0);
+	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(ca, &r, CARMY_STATUS_COMPLETED, "ok", 2),
+			 0);
+	replays_on(cb, rid, "ok", r.execution_id);
+	carmy_reservation_clear(&r);
+}
+END_TEST
 
 /* A racing process: waits for the start, then begins every identity once,
  * completing the ones it reserved with its own number as the result. */
@@ -488,6 +528,8 @@ int main(void)
 	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);
 	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
+	tcase_add_test(tc,
+		       test_a_reservation_the_store_refuses_is_answered_and_given_back);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -779,6 +779,84 @@ START_TEST(test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone)
 }
 END_TEST
 
+struct ack_waiter {
+	uint32_t entry;
+	const uint8_t *exec;
+	int rc;
+};
+
+static void *wait_ack(void *arg)
+{
+	struct ack_waiter *w = arg;
+
+	w->rc = shm_ack_wait(&view, w->entry, w->exec, 30000);
+	return NULL;
+}
+
+/*
+ * en_ack, the owner's word for carmyd's answer to a RESERVE or COMPLETE:
+ * an owner asleep on it is woken by the answer, which says whether it is
+ * done or on the socket; carmyd leaves the word of another execution
+ * alone; an owner whose entry is another execution's by now, or whose word
+ * holds a value nobody writes, reads the socket; and a wait with no answer
+ * ends at its time, the word still saying that the owner sleeps.
+ */
+START_TEST(test_an_ack_wakes_its_owner_and_says_where_the_answer_is)
+{
+	struct ack_waiter w;
+	struct shm_entry *en;
+	struct shm_found f;
+	uint8_t other[SHM_EXEC_LEN];
+	pthread_t t;
+
+	reserve_pending("k", &f);
+	en = shm_entry_at(&view, f.entry);
+	shm_ack_expect(&view, f.entry);
+	ck_assert_uint_eq(en->en_ack, 1);
+	w = (struct ack_waiter){ .entry = f.entry, .exec = f.exec };
+	ck_assert_int_eq(pthread_create(&t, NULL, wait_ack, &w), 0);
+	for (uint64_t t0 = now_ms();
+	     __atomic_load_n(&en->en_ack, __ATOMIC_ACQUIRE) != 2;
+	     sched_yield())
+		ck_assert_msg(now_ms() - t0 < 20000, "the owner never slept");
+	ck_assert(shm_ack(&view, f.entry, f.exec, true));
+	shm_ack_wake(&view, f.entry);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(w.rc, 0);
+	ck_assert_uint_eq(en->en_ack, 0);
+
+	/* Answered on the socket before the owner looks. */
+	shm_ack_expect(&view, f.entry);
+	ck_assert(!shm_ack(&view, f.entry, f.exec, false));	/* awake */
+	ck_assert_uint_eq(en->en_ack, 3);
+	ck_assert_int_eq(shm_ack_wait(&view, f.entry, f.exec, 30000), 1);
+
+	/* Not carmyd's to write for another execution; and the owner of
+	 * another execution (the entry was given back and taken again)
+	 * does not believe the word. */
+	memset(other, 0xee, sizeof(other));
+	shm_ack_expect(&view, f.entry);
+	ck_assert(!shm_ack(&view, f.entry, other, true));
+	ck_assert_uint_eq(en->en_ack, 1);
+	__atomic_store_n(&en->en_ack, 0, __ATOMIC_RELEASE);
+	ck_assert_int_eq(shm_ack_wait(&view, f.entry, other, 30000), 1);
+
+	/* No answer: the wait ends at its time. */
+	shm_ack_expect(&view, f.entry);
+	ck_assert_int_eq(shm_ack_wait(&view, f.entry, f.exec, 50), -ETIMEDOUT);
+	ck_assert_uint_eq(en->en_ack, 2);
+
+	/* Values nobody writes, and entries beyond the table. */
+	__atomic_store_n(&en->en_ack, 77, __ATOMIC_RELEASE);
+	ck_assert_int_eq(shm_ack_wait(&view, f.entry, f.exec, 30000), 1);
+	ck_assert_int_eq(shm_ack_wait(&view, view.geo.capacity, f.exec, 30000),
+			 1);
+	ck_assert(!shm_ack(&view, view.geo.capacity, f.exec, true));
+	shm_ack_wake(&view, view.geo.capacity);
+	shm_ack_expect(&view, view.geo.capacity);
+}
+END_TEST
+
 static Suite *table_suite(void)
 {
 	Suite *s = suite_create("shm");
@@ -808,6 +886,8 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_a_pending_entry_given_back_sends_late_waiters_back);
 	tcase_add_test(tc,
 		       test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone);
+	tcase_add_test(tc,
+		       test_an_ack_wakes_its_owner_and_says_where_the_answer_is);
 	suite_add_tcase(s, tc);
 	return s;
 }
