@@ -378,6 +378,103 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 END_TEST
 
 
+/*
+ * As above, but the reservation sent again is refused (a trigger raises
+ * for it by the time carmyd is back). The first may stand in the store, and
+ * does: the client must keep its entry rather than give it back, so that
+ * the call turns uncertain here when the client goes, where an operator
+ * can settle it, instead of being held by the store with no instance able
+ * to. Settled as not committed, it is free everywhere.
+ */
+START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32], cmd[1024], n[32], exec[CARMY_EXECUTION_ID_LEN + 1];
+	struct carmy_call call;
+	struct seen got;
+	int up[2];
+	pid_t pid;
+
+	snprintf(rid, sizeof(rid), "refused-again-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	snprintf(cmd, sizeof(cmd),
+		 "CREATE FUNCTION hold2_%d() RETURNS trigger LANGUAGE plpgsql "
+		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
+		 "THEN PERFORM pg_sleep(3); END IF; RETURN NULL; END $$; "
+		 "CREATE CONSTRAINT TRIGGER hold2_%d AFTER INSERT ON "
+		 "carmy_executions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+		 "EXECUTE FUNCTION hold2_%d()", (int)getpid(), rid,
+		 (int)getpid(), (int)getpid());
+	psql(cmd, NULL, 0);
+
+	ck_assert_int_eq(pipe(up), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		carmy_t *c = NULL;
+
+		close(up[0]);
+		memset(&got, 0, sizeof(got));
+		setenv("CARMY_ACK_CHECK_MS", "100", 1);
+		if (carmy_connect(&c, a.socket) != 0)
+			_exit(2);
+		got.rc = carmy_begin(c, &call, &r);
+		if (write(up[1], &got, sizeof(got)) != (ssize_t)sizeof(got))
+			_exit(3);
+		carmy_close(c);
+		_exit(0);
+	}
+	close(up[1]);
+	for (uint64_t t0 = harness_now_ns();;) {
+		psql("SELECT count(*) FROM pg_stat_activity "
+		     "WHERE wait_event = 'PgSleep'", n, sizeof(n));
+		if (strcmp(n, "0") != 0)
+			break;
+		ck_assert_msg(e2e_ms_since(t0) < 20000,
+			      "the reservation never reached its commit");
+	}
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	/* Waits for the first commit (its lock), then refuses the resend. */
+	snprintf(cmd, sizeof(cmd),
+		 "CREATE FUNCTION refuse2_%d() RETURNS trigger LANGUAGE plpgsql "
+		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
+		 "THEN RAISE EXCEPTION 'refused by the test'; END IF; "
+		 "RETURN NEW; END $$; "
+		 "CREATE TRIGGER refuse2_%d BEFORE INSERT ON carmy_executions "
+		 "FOR EACH ROW EXECUTE FUNCTION refuse2_%d()", (int)getpid(),
+		 rid, (int)getpid(), (int)getpid());
+	psql(cmd, NULL, 0);
+	e2e_restart(&a, opts_a);
+	ca = e2e_connect(&a);
+	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
+		      "the client did not report");
+	close(up[0]);
+	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	ck_assert_msg(got.rc == CARMY_ESTORE, "begin: %s",
+		      carmy_errname(got.rc));
+	snprintf(cmd, sizeof(cmd), "DROP TRIGGER refuse2_%d ON carmy_executions; "
+		 "DROP TRIGGER hold2_%d ON carmy_executions", (int)getpid(),
+		 (int)getpid());
+	psql(cmd, NULL, 0);
+
+	/* Kept, then swept uncertain when the client went: interrupted
+	 * here, held by the same execution in the store. */
+	ck_assert_int_eq(e2e_poll_begin(ca, &call, &r, CARMY_EUNCERTAIN,
+					CARMY_STATE_INTERRUPTED, 10000, NULL),
+			 CARMY_EUNCERTAIN);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_str_eq(r.execution_id, exec);
+	ck_assert_int_eq(carmy_resolve(ca, &call, exec, 0, 0, NULL, 0), 0);
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, exec);
+	ck_assert_int_eq(carmy_release(cb, &r), 0);
+}
+END_TEST
+
 /* A reservation the store refuses (a trigger raises for one identity) is
  * answered at once, STORE_FAILED, and its entry is given back: once the
  * store takes it, the same call runs. */
@@ -530,6 +627,8 @@ int main(void)
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	tcase_add_test(tc,
 		       test_a_reservation_the_store_refuses_is_answered_and_given_back);
+	tcase_add_test(tc,
+		       test_a_reservation_sent_again_and_refused_is_kept_uncertain);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
