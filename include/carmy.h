@@ -144,10 +144,10 @@ struct carmy_reservation {
  * waits for its reply by polling the socket for up to this many
  * microseconds before it sleeps: the reply is usually a few microseconds
  * away, and a sleeping thread's wake-up costs tens of microseconds where an
- * idle CPU halts (virtual machines especially). A durable store's reply
- * waits for a flush, so then it sleeps at once. $CARMY_SPIN_US overrides it
- * at connect, 0..10000; 0 never polls. carmyd's --spin-us is the same on
- * its side.
+ * idle CPU halts (virtual machines especially). A durable store's answer
+ * waits for a flush, so then it sleeps at once (CARMY_ACK_CHECK_MS).
+ * $CARMY_SPIN_US overrides it at connect, 0..10000; 0 never polls.
+ * carmyd's --spin-us is the same on its side.
  */
 #define CARMY_SPIN_US 50
 
@@ -155,9 +155,10 @@ struct carmy_reservation {
  * With a durable store, a reservation or completion that succeeds is told
  * in its entry in the segment, where the calling thread sleeps (a futex),
  * not on the socket. A carmyd that died cannot say so there: the waiting
- * thread looks at the socket every this many ms, and when it is closed
- * reconnects and sends the request again. $CARMY_ACK_CHECK_MS overrides it
- * at connect (1..3600000).
+ * thread looks at the socket every this many ms, and when it is closed the
+ * call goes on as when carmyd goes away during any request (complete
+ * reconnects and sends it again; see carmy_begin and carmy_complete).
+ * $CARMY_ACK_CHECK_MS overrides it at connect (1..3600000).
  */
 #define CARMY_ACK_CHECK_MS 100
 

@@ -95,7 +95,9 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    int timeout_ms, uint32_t entry, const uint8_t *exec,
 		    struct wire_msg *reply);
-static bool readable(int fd);
+static int await_ack(carmy_t *c, int type, uint32_t entry,
+		     const uint8_t *exec);
+static bool wait_readable(int fd, int timeout_ms);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
 static int confirm_reserve(carmy_t *c, const struct shm_found *f,
@@ -873,9 +875,8 @@ static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
  * Send sb and take the answer. With exec (a RESERVE or COMPLETE of the
  * running call in entry) and a durable store, a success is told in the
  * entry and nothing comes on the socket (shm_ack): the wait is on the
- * entry's word, and the socket is read only when the word says the answer
- * is there, or when carmyd may have gone (every ack_check_ms). Then *reply
- * holds the bare success.
+ * entry's word, and *reply then holds the bare success. Otherwise the
+ * answer is read from the socket.
  */
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    int timeout_ms, uint32_t entry, const uint8_t *exec,
@@ -901,21 +902,18 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	if (!c->durable)
 		exec = NULL;
 	if (exec != NULL)
-		shm_ack_expect(&c->view, entry);
+		shm_ack_expect(&c->view, entry, exec);
 	rc = send_all(c->fd, sb->data, sb->size);
-	while (rc == 0 && exec != NULL) {
-		int ack = shm_ack_wait(&c->view, entry, exec, c->ack_check_ms);
-
-		if (ack == 0) {
+	if (rc == 0 && exec != NULL) {
+		rc = await_ack(c, type, entry, exec);
+		if (rc == SHM_ACK_DONE) {
 			pthread_mutex_unlock(&c->io);
 			memset(reply, 0, sizeof(*reply));
 			reply->type = type;
 			return 0;
 		}
-		/* On the socket; or carmyd restarted or closed it (to a
-		 * dead carmyd the word would never come). */
-		if (ack == 1 || !alive(c) || readable(c->fd))
-			break;
+		if (rc == SHM_ACK_SOCKET)
+			rc = 0;
 	}
 	if (rc == 0)
 		rc = recv_msg(c->fd, timeout_ms, spin, &m, buf, sizeof(buf));
@@ -934,6 +932,49 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	return m.u.reply.code;
 }
 
+/*
+ * The answer to a RESERVE or COMPLETE of entry's execution exec, sent to a
+ * durable store: SHM_ACK_DONE when the entry says it succeeded;
+ * SHM_ACK_SOCKET once something waits on the socket (a refusal, carmyd's
+ * ERROR, or the end of the connection: recv_msg() takes it); or
+ * CARMY_EDISCONNECTED when carmyd restarted, whose old connection says
+ * nothing more. The socket is never read before it has something: a read
+ * there would wait for ever for the success the entry tells.
+ *
+ * A dead carmyd cannot write the entry; the socket, closed, says so. So
+ * the entry's word is awaited ack_check_ms at a time, and the socket
+ * looked at in between. Once the entry is another execution's, its word
+ * says nothing of ours. A reservation given back by carmyd (a shared store
+ * holds the identity) has its answer on the socket; a completion's entry
+ * is given back only once the completion is recorded and an operator
+ * purged it (carmyctl purge), or after carmyd took this connection for
+ * dead and an operator settled the uncertain call (and then the socket is
+ * closed): so an entry gone with the socket quiet is a completion
+ * recorded.
+ */
+static int await_ack(carmy_t *c, int type, uint32_t entry,
+		     const uint8_t *exec)
+{
+	for (;;) {
+		int ack = shm_ack_wait(&c->view, entry, exec, c->ack_check_ms);
+
+		if (ack == SHM_ACK_DONE)
+			return ack;
+		if (wait_readable(c->fd, 0))
+			return SHM_ACK_SOCKET;
+		if (ack == SHM_ACK_GONE && type == WIRE_COMPLETE)
+			return SHM_ACK_DONE;
+		if (!alive(c))
+			return CARMY_EDISCONNECTED;
+		/* Told to read the socket (or gone, for a reservation):
+		 * the reply is on its way. Wait for it there, and look at
+		 * the entry again meanwhile: a word scribbled on must not
+		 * hold us for ever. */
+		if (ack != -ETIMEDOUT &&
+		    wait_readable(c->fd, c->ack_check_ms))
+			return SHM_ACK_SOCKET;
+	}
+}
 /* RESERVE or RELEASE: have carmyd's durable store record it. The reply is
  * in *reply if reply is not NULL. */
 static int confirm(carmy_t *c, int type, uint32_t entry,
@@ -953,12 +994,13 @@ static int confirm(carmy_t *c, int type, uint32_t entry,
 	return rc;
 }
 
-/* Has the socket something to read: a reply, carmyd's ERROR, or its end? */
-static bool readable(int fd)
+/* Has the socket something to read (a reply, carmyd's ERROR, or its end),
+ * or within timeout_ms? A poll() cut short by a signal says no. */
+static bool wait_readable(int fd, int timeout_ms)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLIN };
 
-	return poll(&pfd, 1, 0) != 0;
+	return poll(&pfd, 1, timeout_ms) > 0;
 }
 
 static int dial(const char *path, int *fdp)

@@ -48,7 +48,7 @@
  * With WIRE_F_DURABLE, a RESERVE or COMPLETE that succeeds (code 0) gets
  * no reply: it is told in the entry's en_ack word, which the client set
  * before it sent the request (shm_ack). Any other answer is a reply, and
- * the word says to read it.
+ * the word, if it still awaits this execution's answer, says to read it.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H

@@ -405,7 +405,12 @@ void shm_settle_pending(const struct shm_view *v, uint32_t entry,
 			const uint8_t *exec);
 void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 			  const uint8_t *exec);
-void shm_ack_expect(const struct shm_view *v, uint32_t entry);
+/* shm_ack_wait(): where carmyd's answer is. */
+#define SHM_ACK_DONE 0		/* the request succeeded: no reply follows */
+#define SHM_ACK_SOCKET 1	/* the answer is a reply on the socket */
+#define SHM_ACK_GONE 2		/* the entry is another execution's now */
+void shm_ack_expect(const struct shm_view *v, uint32_t entry,
+		    const uint8_t *exec);
 int shm_ack_wait(const struct shm_view *v, uint32_t entry,
 		 const uint8_t *exec, int timeout_ms);
 bool shm_ack(const struct shm_view *v, uint32_t entry, const uint8_t *exec,

@@ -1546,8 +1546,8 @@ START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
 	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
 	ck_assert_int_eq(pthread_create(&t, NULL, complete_in_thread, &k), 0);
 	for (uint64_t t0 = harness_now_ns();
-	     __atomic_load_n(&shm_entry_at(&v, e)->en_ack,
-			     __ATOMIC_ACQUIRE) != 2;
+	     (__atomic_load_n(&shm_entry_at(&v, e)->en_ack,
+			      __ATOMIC_ACQUIRE) & 3) != 2;
 	     sched_yield())
 		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
 			      "the client never waited in the entry");
@@ -1560,6 +1560,125 @@ START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
 	ck_assert_uint_eq(r.result_len, 4);
 	ck_assert_int_eq(memcmp(r.result, "late", 4), 0);
 	carmy_reservation_clear(&r);
+	finish(dir);
+}
+END_TEST
+
+/*
+ * A completion told in the entry, whose owner looks only after the entry
+ * was purged and taken by another call: the word it would have read is
+ * gone with the entry. The completion was recorded (nothing else frees a
+ * running call's entry while its owner is connected), and carmy_complete
+ * says so, instead of waiting for a reply on the socket that never comes.
+ * The owner is stopped (SIGSTOP) between going to sleep on the word and
+ * reading carmyd's answer.
+ */
+static void gone_child(const char *socket, int go, int out)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "purged-under-me");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	carmy_t *h = NULL;
+	char b;
+	int rc;
+
+	if (carmy_connect(&h, socket) != 0 ||
+	    carmy_begin(h, &call, &r) != CARMY_RESERVED ||
+	    write(out, r.execution_id, sizeof(r.execution_id)) !=
+		    (ssize_t)sizeof(r.execution_id) ||
+	    read(go, &b, 1) != 1)
+		_exit(2);
+	rc = carmy_complete(h, &r, CARMY_STATUS_COMPLETED, "r", 1);
+	if (write(out, &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+		_exit(3);
+	carmy_close(h);
+	_exit(0);
+}
+
+START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
+{
+	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1], ctl[256];
+	char cmd[768];
+	const char *opts[10];
+	uint8_t bytes[SHM_EXEC_LEN];
+	int go[2], out[2], rc = -1, status;
+	struct shm_view v;
+	uint32_t e = UINT32_MAX;
+	struct shm_entry *en;
+	bool taken = false;
+	pid_t pid;
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "4", "256");
+	opts[8] = NULL;
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(out), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(go[1]);
+		close(out[0]);
+		gone_child(d.socket, go[0], out[1]);
+	}
+	close(go[0]);
+	close(out[1]);
+	ck_assert_int_eq(e2e_read_full(out[0], exec, sizeof(exec), 20000), 0);
+	e2e_exec_bytes(exec, bytes);
+	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
+	for (uint32_t i = 0; i < v.geo.capacity; i++)
+		if (memcmp(shm_entry_at(&v, i)->en_exec, bytes,
+			   SHM_EXEC_LEN) == 0)
+			e = i;
+	ck_assert_uint_ne(e, UINT32_MAX);
+	en = shm_entry_at(&v, e);
+
+	/* carmyd held, the owner sends its completion and sleeps on the
+	 * word; the owner held, carmyd answers in the word. */
+	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	for (uint64_t t0 = harness_now_ns();
+	     (__atomic_load_n(&en->en_ack, __ATOMIC_ACQUIRE) & 3) != 2;
+	     sched_yield())
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "the owner never slept on the word");
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(pid, &status, WUNTRACED), pid);
+	ck_assert(WIFSTOPPED(status));
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	for (uint64_t t0 = harness_now_ns();
+	     (__atomic_load_n(&en->en_ack, __ATOMIC_ACQUIRE) & 3) != 0;
+	     sched_yield())
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "carmyd never answered in the word");
+
+	/* Purged, and the entry taken by another call. */
+	harness_path("tools/carmyctl", ctl, sizeof(ctl));
+	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' purge --older-than 0s "
+		 ">/dev/null", ctl, d.socket);
+	ck_assert_int_eq(system(cmd), 0);
+	for (int i = 0; i < 4 && !taken; i++) {
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		char rid[32];
+		struct carmy_call call;
+
+		snprintf(rid, sizeof(rid), "after-%d", i);
+		call = E2E_CALL("p", "s", rid);
+		ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+		taken = memcmp(en->en_exec, bytes, SHM_EXEC_LEN) != 0;
+		carmy_reservation_clear(&r);
+	}
+	ck_assert_msg(taken, "no call took the purged entry");
+	shm_unmap(&v);
+
+	ck_assert_int_eq(kill(pid, SIGCONT), 0);
+	ck_assert_msg(e2e_read_full(out[0], &rc, sizeof(rc), 20000) == 0,
+		      "carmy_complete never returned");
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	close(go[1]);
+	close(out[0]);
 	finish(dir);
 }
 END_TEST
@@ -1673,6 +1792,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_a_client_sleeps_once_per_answer);
 	tcase_add_test(tc, test_one_loop_still_commits_in_groups);
 	tcase_add_test(tc, test_a_client_waiting_in_the_entry_outlives_carmyd);
+	tcase_add_test(tc, test_a_completion_whose_entry_was_purged_before_it_looked);
 	suite_add_tcase(s, tc);
 	return s;
 }

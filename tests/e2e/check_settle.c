@@ -598,17 +598,17 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	msgpack_sbuffer_init(&sb);
 	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
 					   0, "abc", 3), 0);
-	shm_ack_expect(&v, e);
+	shm_ack_expect(&v, e, exec);
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
 			 (ssize_t)sb.size);
-	ck_assert_int_eq(shm_ack_wait(&v, e, exec, 20000), 0);
+	ck_assert_int_eq(shm_ack_wait(&v, e, exec, 20000), SHM_ACK_DONE);
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
 					   0, "abd", 3), 0);
-	shm_ack_expect(&v, e);
+	shm_ack_expect(&v, e, exec);
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
 			 (ssize_t)sb.size);
-	ck_assert_int_eq(shm_ack_wait(&v, e, exec, 20000), 1);
+	ck_assert_int_eq(shm_ack_wait(&v, e, exec, 20000), SHM_ACK_SOCKET);
 	ck_assert_int_ne(raw_reply(fd, WIRE_COMPLETE), 0);
 	shm_unmap(&v);
 
