@@ -135,7 +135,6 @@ int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 int store_release_shared(struct store *s, const struct store_op *op,
 			 uint32_t owner);
 void store_settle(struct store *s, const struct store_op *op);
-void store_ack(struct store *s, uint32_t e, const uint8_t *exec, bool done);
 /* more: the caller submits other requests right after (CARMY_STORE_MORE). */
 void store_submit(struct store *s, struct store_op *op, bool more);
 int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);

@@ -91,6 +91,7 @@ struct conn {
 	bool closing;
 	char why[64];
 	struct store_op *waiting;	/* its WAIT, while registered */
+	uint32_t ack_slot;	/* its word in the segment, or UINT32_MAX */
 };
 
 struct server {
@@ -106,6 +107,9 @@ struct server {
 	pthread_mutex_t idle_lock;
 	pthread_cond_t idle;
 	unsigned inflight;
+	/* Ack slots handed to connections (shm_ack), a bit each. */
+	pthread_mutex_t ack_lock;
+	uint64_t ack_used[SHM_ACK_SLOTS / 64];
 	/* Connections waiting for an execution to stop running (WAIT). */
 	pthread_mutex_t wait_lock;
 	struct store_op *waiters;
@@ -126,8 +130,7 @@ static void hold(struct conn *c, struct store_op *op);
 static void store_done(struct carmy_store_req *req, int rc);
 static void on_done(struct loop *l);
 static void finish(struct store_op *op);
-static int answer(struct conn *c, int type, uint32_t entry,
-		  const uint8_t *exec, int rc);
+static int answer(struct conn *c, int type, const uint8_t *exec, int rc);
 static void arm(struct conn *c);
 static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
@@ -138,6 +141,9 @@ static uint64_t mono_ns(void);
 static void told_of_release(struct server *sv, uint32_t entry);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
+static uint32_t ack_take(struct server *sv);
+static void ack_give(struct server *sv, uint32_t slot);
+static bool ack(struct conn *c, const uint8_t *exec, bool done);
 static void unlist(struct conn *c);
 static void fail_conn(struct conn *c, int code, const char *why);
 
@@ -157,6 +163,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	pthread_mutex_init(&sv.idle_lock, NULL);
 	pthread_cond_init(&sv.idle, NULL);
 	pthread_mutex_init(&sv.wait_lock, NULL);
+	pthread_mutex_init(&sv.ack_lock, NULL);
 	sv.nloops = cfg->threads ? cfg->threads : 1;
 	sv.loops = calloc(sv.nloops, sizeof(*sv.loops));
 	if (sv.loops == NULL) {
@@ -249,6 +256,7 @@ out:
 
 			l->list = c->next;
 			close(c->fd);
+			ack_give(&sv, c->ack_slot);
 			msgpack_sbuffer_destroy(&c->out);
 			free(c->rbuf);
 			free(c);
@@ -265,6 +273,7 @@ out:
 	pthread_cond_destroy(&sv.idle);
 	pthread_mutex_destroy(&sv.idle_lock);
 	pthread_mutex_destroy(&sv.wait_lock);
+	pthread_mutex_destroy(&sv.ack_lock);
 	if (sv.sfd >= 0)
 		close(sv.sfd);
 	if (sv.tfd >= 0)
@@ -455,6 +464,7 @@ static void on_accept(struct server *sv)
 		l = least_busy(sv);
 		c->loop = l;
 		c->fd = fd;
+		c->ack_slot = UINT32_MAX;
 		msgpack_sbuffer_init(&c->out);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
 			c->pid = cred.pid;
@@ -620,8 +630,11 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 			return -1;
 		}
 		log_debug("owner %u is pid %d", c->owner, (int)c->pid);
+		if (s->durable)
+			c->ack_slot = ack_take(sv);
 		rc = wire_put_hello_ok(&c->out, c->owner, sv->cfg->shm_name,
-				       s->view.geo.max_result, s->epoch, flags);
+				       s->view.geo.max_result, s->epoch, flags,
+				       c->ack_slot);
 		break;
 	case WIRE_COMPLETE: {
 		int status = m.u.complete.status;
@@ -636,8 +649,8 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		if (status < CARMY_STATUS_COMPLETED ||
 		    status > CARMY_STATUS_CANCELLED ||
 		    (code != 0 && code != CARMY_ERESULT_TOO_LARGE)) {
-			rc = answer(c, WIRE_COMPLETE, m.u.complete.entry,
-				    m.u.complete.exec, CARMY_EINVALID_STATUS);
+			rc = answer(c, WIRE_COMPLETE, m.u.complete.exec,
+				    CARMY_EINVALID_STATUS);
 			break;
 		}
 		if (dlen > s->view.geo.max_result) {
@@ -751,7 +764,7 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 	    store_completed_as(sv->store, op->entry, exec, status, code, data,
 			       dlen)) {
 		free(op);
-		return answer(c, type, m->u.complete.entry, exec, 0);
+		return answer(c, type, exec, 0);
 	}
 	if (rc == 0 && type == WIRE_COMPLETE) {
 		if (dlen > 0) {
@@ -769,14 +782,12 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 		op->rec.finished_ns = store_now_ns();
 	}
 	if (rc != 0) {
-		uint32_t entry = op->entry;
-
 		log_debug("owner %u: %s of entry %u refused: %s", c->owner,
 			  type == WIRE_COMPLETE ? "completion" :
 			  type == WIRE_RESERVE ? "reservation" : "release",
-			  entry, carmy_errname(rc));
+			  op->entry, carmy_errname(rc));
 		free(op);
-		return answer(c, type, entry, exec, rc);
+		return answer(c, type, exec, rc);
 	}
 	hold(c, op);
 	store_submit(sv->store, op, c->loop->more);
@@ -785,26 +796,36 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 
 /*
  * Answer a RESERVE or COMPLETE at once, without the store. A durable
- * store's client awaits these in the entry (shm_ack): a success is told
- * there alone, anything else on the socket, and the entry says so. Other
+ * store's client awaits these in its ack slot (shm_ack): a success is told
+ * there alone, anything else on the socket, and the slot says so. Other
  * requests, and every request to a store that is not durable, are answered
  * on the socket. Returns 0 or -ENOMEM, like the encoders.
  */
-static int answer(struct conn *c, int type, uint32_t entry,
-		  const uint8_t *exec, int rc)
+static int answer(struct conn *c, int type, const uint8_t *exec, int rc)
 {
 	struct store *s = c->loop->sv->store;
 	bool quiet = s->durable &&
 		     (type == WIRE_RESERVE || type == WIRE_COMPLETE);
 
-	if (quiet && rc == 0) {
-		store_ack(s, entry, exec, true);
+	if (quiet && rc == 0 && ack(c, exec, true))
 		return 0;
-	}
 	rc = wire_put_reply(&c->out, type, rc);
 	if (quiet)
-		store_ack(s, entry, exec, false);
+		(void)ack(c, exec, false);
 	return rc;
+}
+
+/* Tell c's client in its slot that the answer to its request naming exec
+ * is done, or on the socket. Returns false if the slot did not await it:
+ * then the answer, success included, goes on the socket. */
+static bool ack(struct conn *c, const uint8_t *exec, bool done)
+{
+	const struct shm_view *v = &c->loop->sv->store->view;
+	int told = shm_ack(v, c->ack_slot, exec, done);
+
+	if (told == SHM_ACK_TOLD_ASLEEP)
+		shm_ack_wake(v, c->ack_slot);
+	return told != SHM_ACK_MISSED;
 }
 
 /* op is on its way (to the store, or waiting): its answer comes back to
@@ -899,31 +920,28 @@ static void finish(struct store_op *op)
 	struct conn *c = op->conn;
 	struct store *s = c->loop->sv->store;
 	int type = op->type, rc = op->rc;
-	uint8_t exec[SHM_EXEC_LEN];
+	uint8_t exec[SHM_EXEC_LEN], asked[SHM_EXEC_LEN];
 	uint32_t state = 0;
-	bool told = false;	/* in the entry alone (shm_ack) */
+	bool told = false;	/* in the client's slot alone (shm_ack) */
+
+	memcpy(asked, op->rec.exec, sizeof(asked));
 
 	if (type == WIRE_WAIT) {
 		/* 0, -ETIMEDOUT or -ECANCELED: the waiter looks again. */
 		c->waiting = NULL;
 	} else if (rc == 0 && type == WIRE_COMPLETE) {
-		/* Told in the entry, whichever way it went. */
 		rc = store_complete(s, op->entry, c->owner, op->rec.exec,
 				    op->rec.status, op->rec.result_code,
 				    op->result, op->rec.result_len);
-		told = rc == 0;
 		if (rc == 0)
 			wake_waiters(c->loop->sv, false, op->entry, 0);
+		told = rc == 0 && ack(c, op->rec.exec, true);
 	} else if (rc == 0 && type == WIRE_RESERVE && !op->taken) {
 		store_settle(s, op);	/* it stands: callers may name it */
-		store_ack(s, op->entry, op->rec.exec, true);
-		told = true;
+		told = ack(c, op->rec.exec, true);
 	} else if (rc == 0 && type == WIRE_RESERVE && op->taken) {
-		/* The answer is on the socket: said while the entry is
-		 * still the client's, before store_taken() gives it back.
-		 * Done even if the client has gone: its entry must not turn
+		/* Done even if the client has gone: its entry must not turn
 		 * uncertain on a call another execution holds. */
-		store_ack(s, op->entry, op->rec.exec, false);
 		rc = store_taken(s, op, c->owner, c->pid, exec, &state);
 		if (rc != CARMY_EUNCERTAIN && rc != CARMY_ECONFLICT)
 			state = 0;
@@ -942,8 +960,6 @@ static void finish(struct store_op *op)
 	} else if (rc != 0) {
 		if (type == WIRE_RESOLVE)
 			store_resolve_done(s, op->entry);
-		if (type == WIRE_RESERVE || type == WIRE_COMPLETE)
-			store_ack(s, op->entry, op->rec.exec, false);
 		log_warn("owner %u: the store failed a %s: %s", c->owner,
 			 type == WIRE_RESERVE ? "reservation" :
 			 type == WIRE_COMPLETE ? "completion" :
@@ -965,6 +981,8 @@ static void finish(struct store_op *op)
 		drop(c, "out of memory");
 		return;
 	}
+	if (!told && (type == WIRE_RESERVE || type == WIRE_COMPLETE))
+		(void)ack(c, asked, false);	/* read the socket */
 	if (c->pending == 0) {
 		arm(c);
 		if (process(c) != 0)
@@ -1315,10 +1333,42 @@ static void drop(struct conn *c, const char *why)
 		wake_waiters(l->sv, true, 0, 0);
 	}
 	unlist(c);
+	/* Closed: its client reads nothing more from the slot but what the
+	 * next connection's answers say of other executions. */
+	ack_give(l->sv, c->ack_slot);
 	msgpack_sbuffer_destroy(&c->out);
 	free(c->rbuf);
 	free(c);
 	atomic_fetch_sub_explicit(&l->conns, 1, memory_order_relaxed);
+}
+
+/* A free ack slot for a connection, or UINT32_MAX when all are taken (its
+ * answers then all come on its socket). */
+static uint32_t ack_take(struct server *sv)
+{
+	uint32_t slot = UINT32_MAX;
+
+	pthread_mutex_lock(&sv->ack_lock);
+	for (uint32_t i = 0; i < SHM_ACK_SLOTS / 64; i++) {
+		if (sv->ack_used[i] != UINT64_MAX) {
+			int bit = __builtin_ctzll(~sv->ack_used[i]);
+
+			sv->ack_used[i] |= UINT64_C(1) << bit;
+			slot = i * 64 + (uint32_t)bit;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&sv->ack_lock);
+	return slot;
+}
+
+static void ack_give(struct server *sv, uint32_t slot)
+{
+	if (slot >= SHM_ACK_SLOTS)
+		return;
+	pthread_mutex_lock(&sv->ack_lock);
+	sv->ack_used[slot / 64] &= ~(UINT64_C(1) << (slot % 64));
+	pthread_mutex_unlock(&sv->ack_lock);
 }
 
 static void unlist(struct conn *c)

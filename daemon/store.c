@@ -228,7 +228,6 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len)
 {
-	bool wake = false;
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
@@ -239,32 +238,8 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 	if (rc != 0 && shm_completed_as(&s->view, entry, exec, status, code,
 					 data, len))
 		rc = 0;
-	/* Told under the lock that a purge takes to free entries: the
-	 * entry recorded here is still this execution's. */
-	if (s->durable)
-		wake = shm_ack(&s->view, entry, exec, rc == 0);
 	pthread_mutex_unlock(&s->lock);
-	if (wake)
-		shm_ack_wake(&s->view, entry);
 	return rc;
-}
-
-/*
- * Tell the owner of entry e, execution exec, waiting for the answer to a
- * RESERVE or COMPLETE sent to a durable store, that it is done (nothing
- * follows on the socket) or on the socket (shm_ack). Under the lock: an
- * entry a purge frees may be another call's at once, and its word is not
- * ours to write.
- */
-void store_ack(struct store *s, uint32_t e, const uint8_t *exec, bool done)
-{
-	bool wake;
-
-	pthread_mutex_lock(&s->lock);
-	wake = shm_ack(&s->view, e, exec, done);
-	pthread_mutex_unlock(&s->lock);
-	if (wake)
-		shm_ack_wake(&s->view, e);
 }
 
 /*

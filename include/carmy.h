@@ -153,7 +153,8 @@ struct carmy_reservation {
 
 /*
  * With a durable store, a reservation or completion that succeeds is told
- * in its entry in the segment, where the calling thread sleeps (a futex),
+ * in the segment, in a word of the handle's connection where the calling
+ * thread sleeps (a futex),
  * not on the socket. A carmyd that died cannot say so there: the waiting
  * thread looks at the socket every this many ms, and when it is closed the
  * call goes on as when carmyd goes away during any request (complete

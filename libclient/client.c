@@ -59,6 +59,8 @@ struct carmy {
 	int reconnect_ms;		/* how long complete/release try */
 	uint64_t spin_ns;		/* poll for a reply this long first */
 	int ack_check_ms;		/* see CARMY_ACK_CHECK_MS */
+	uint32_t ack_slot;		/* our word for durable answers, or
+					 * SHM_ACK_SLOTS and up: none */
 	pthread_mutex_t io;		/* one request in flight per handle,
 					 * and reconnects */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -93,10 +95,9 @@ static int reconnect(carmy_t *c, int wait_ms);
 static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms);
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
-		    int timeout_ms, uint32_t entry, const uint8_t *exec,
+		    int timeout_ms, const uint8_t *exec,
 		    struct wire_msg *reply);
-static int await_ack(carmy_t *c, int type, uint32_t entry,
-		     const uint8_t *exec);
+static int await_ack(carmy_t *c, const uint8_t *exec);
 static bool wait_readable(int fd, int timeout_ms);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
@@ -195,6 +196,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->epoch = m.u.hello_ok.epoch;
 	c->durable = (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0;
 	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
+	c->ack_slot = m.u.hello_ok.ack_slot;
 	/* Owners start their ticket searches far apart. */
 	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
 				      c->view.geo.capacity);
@@ -466,13 +468,13 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	return rc;
 }
 
-/* A COMPLETE: its success is told in the entry if the store is durable. */
-static int complete_msg(carmy_t *c, uint32_t entry,
-			const uint8_t exec[SHM_EXEC_LEN], msgpack_sbuffer *sb)
+/* A COMPLETE: its success is told in our slot if the store is durable. */
+static int complete_msg(carmy_t *c, const uint8_t exec[SHM_EXEC_LEN],
+			msgpack_sbuffer *sb)
 {
 	struct wire_msg m;
 
-	return exchange(c, WIRE_COMPLETE, sb, -1, entry, exec, &m);
+	return exchange(c, WIRE_COMPLETE, sb, -1, exec, &m);
 }
 
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
@@ -506,13 +508,13 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
 			       len);
 	if (rc == 0)
-		rc = complete_msg(c, r->priv_entry, exec, &sb);
+		rc = complete_msg(c, exec, &sb);
 	/* The connection broke (carmyd restarting?): get our owner id back
 	 * and send it again. If the first one got through, carmyd says so. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == r->priv_owner)
-		rc = complete_msg(c, r->priv_entry, exec, &sb);
+		rc = complete_msg(c, exec, &sb);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -803,6 +805,7 @@ static int reconnect(carmy_t *c, int wait_ms)
 					      WIRE_F_DURABLE) != 0;
 				c->shared = (m.u.hello_ok.flags &
 					     WIRE_F_SHARED) != 0;
+				c->ack_slot = m.u.hello_ok.ack_slot;
 				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
 				uatomic_set(&c->dead, 0);
 				break;
@@ -868,18 +871,18 @@ static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		msgpack_sbuffer_destroy(&own);
 		return rc;
 	}
-	return exchange(c, type, sb, timeout_ms, 0, NULL, reply);
+	return exchange(c, type, sb, timeout_ms, NULL, reply);
 }
 
 /*
- * Send sb and take the answer. With exec (a RESERVE or COMPLETE of the
- * running call in entry) and a durable store, a success is told in the
- * entry and nothing comes on the socket (shm_ack): the wait is on the
- * entry's word, and *reply then holds the bare success. Otherwise the
+ * Send sb and take the answer. With exec (a RESERVE or COMPLETE naming
+ * that execution), a durable store and an ack slot, a success is told in
+ * the slot and nothing comes on the socket (shm_ack): the wait is on the
+ * slot's word, and *reply then holds the bare success. Otherwise the
  * answer is read from the socket.
  */
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
-		    int timeout_ms, uint32_t entry, const uint8_t *exec,
+		    int timeout_ms, const uint8_t *exec,
 		    struct wire_msg *reply)
 {
 	uint8_t buf[REPLY_MAX];
@@ -898,14 +901,15 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	/* A durable store answers after a flush, far beyond any spin. */
 	spin = c->durable ? 0 : c->spin_ns;
 	/* Read under io, which a reconnect holds: the carmyd this goes to
-	 * is the one that said whether its store is durable. */
-	if (!c->durable)
+	 * is the one that said whether its store is durable, and gave the
+	 * slot. */
+	if (!c->durable || c->ack_slot >= SHM_ACK_SLOTS)
 		exec = NULL;
 	if (exec != NULL)
-		shm_ack_expect(&c->view, entry, exec);
+		shm_ack_expect(&c->view, c->ack_slot, exec);
 	rc = send_all(c->fd, sb->data, sb->size);
 	if (rc == 0 && exec != NULL) {
-		rc = await_ack(c, type, entry, exec);
+		rc = await_ack(c, exec);
 		if (rc == SHM_ACK_DONE) {
 			pthread_mutex_unlock(&c->io);
 			memset(reply, 0, sizeof(*reply));
@@ -933,48 +937,42 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 }
 
 /*
- * The answer to a RESERVE or COMPLETE of entry's execution exec, sent to a
- * durable store: SHM_ACK_DONE when the entry says it succeeded;
+ * The answer to the RESERVE or COMPLETE naming exec just sent to a
+ * durable store: SHM_ACK_DONE when our slot says it succeeded;
  * SHM_ACK_SOCKET once something waits on the socket (a refusal, carmyd's
  * ERROR, or the end of the connection: recv_msg() takes it); or
  * CARMY_EDISCONNECTED when carmyd restarted, whose old connection says
  * nothing more. The socket is never read before it has something: a read
- * there would wait for ever for the success the entry tells.
+ * there would wait for ever for a success told in the slot.
  *
- * A dead carmyd cannot write the entry; the socket, closed, says so. So
- * the entry's word is awaited ack_check_ms at a time, and the socket
- * looked at in between. Once the entry is another execution's, its word
- * says nothing of ours. A reservation given back by carmyd (a shared store
- * holds the identity) has its answer on the socket; a completion's entry
- * is given back only once the completion is recorded and an operator
- * purged it (carmyctl purge), or after carmyd took this connection for
- * dead and an operator settled the uncertain call (and then the socket is
- * closed): so an entry gone with the socket quiet is a completion
- * recorded.
+ * A dead carmyd cannot write the slot; the socket, closed, says so. So the
+ * word is awaited ack_check_ms at a time, and the socket looked at in
+ * between; once the word says the answer is on the socket, the socket is
+ * waited on, with a look at the word now and then (a scribbled word must
+ * not hold us for ever).
  */
-static int await_ack(carmy_t *c, int type, uint32_t entry,
-		     const uint8_t *exec)
+static int await_ack(carmy_t *c, const uint8_t *exec)
 {
 	for (;;) {
-		int ack = shm_ack_wait(&c->view, entry, exec, c->ack_check_ms);
+		int ack = shm_ack_wait(&c->view, c->ack_slot, exec,
+				       c->ack_check_ms);
 
 		if (ack == SHM_ACK_DONE)
 			return ack;
-		if (wait_readable(c->fd, 0))
+		if (wait_readable(c->fd, ack == SHM_ACK_SOCKET ?
+						 c->ack_check_ms : 0)) {
+			/* A success told just before carmyd went away
+			 * comes first: it sent nothing on the socket. */
+			if (shm_ack_wait(&c->view, c->ack_slot, exec, 0) ==
+			    SHM_ACK_DONE)
+				return SHM_ACK_DONE;
 			return SHM_ACK_SOCKET;
-		if (ack == SHM_ACK_GONE && type == WIRE_COMPLETE)
-			return SHM_ACK_DONE;
+		}
 		if (!alive(c))
 			return CARMY_EDISCONNECTED;
-		/* Told to read the socket (or gone, for a reservation):
-		 * the reply is on its way. Wait for it there, and look at
-		 * the entry again meanwhile: a word scribbled on must not
-		 * hold us for ever. */
-		if (ack != -ETIMEDOUT &&
-		    wait_readable(c->fd, c->ack_check_ms))
-			return SHM_ACK_SOCKET;
 	}
 }
+
 /* RESERVE or RELEASE: have carmyd's durable store record it. The reply is
  * in *reply if reply is not NULL. */
 static int confirm(carmy_t *c, int type, uint32_t entry,
@@ -987,7 +985,7 @@ static int confirm(carmy_t *c, int type, uint32_t entry,
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_reserve(&sb, type, entry, exec);
 	if (rc == 0)
-		rc = exchange(c, type, &sb, -1, entry,
+		rc = exchange(c, type, &sb, -1,
 			      type == WIRE_RESERVE ? exec : NULL,
 			      reply ? reply : &m);
 	msgpack_sbuffer_destroy(&sb);

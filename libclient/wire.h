@@ -23,7 +23,8 @@
  *
  *   carmyd -> client (one reply per request, in order, but for the
  *   successes below)
- *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags]
+ *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags,
+ *                ack_slot]
  *     COMPLETE  [2, code]
  *     RECLAIM   [3, code]
  *     RESERVE   [4, code]
@@ -45,10 +46,11 @@
  * WIRE_F_SHARED too, the store is shared by several carmyds: a RELEASE is
  * sent before the entry is given back, and carmyd gives it back.
  *
- * With WIRE_F_DURABLE, a RESERVE or COMPLETE that succeeds (code 0) gets
- * no reply: it is told in the entry's en_ack word, which the client set
- * before it sent the request (shm_ack). Any other answer is a reply, and
- * the word, if it still awaits this execution's answer, says to read it.
+ * With WIRE_F_DURABLE and an ack_slot below SHM_ACK_SLOTS (the
+ * connection's own word in the segment, for as long as it is open), a
+ * RESERVE or COMPLETE that succeeds gets no reply if the client set the
+ * word to await it before it sent the request: the word tells it
+ * (shm_ack). Any other answer is a reply, and the word says to read it.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H
@@ -104,6 +106,7 @@ struct wire_msg {
 			uint32_t max_result;
 			uint32_t epoch;
 			uint32_t flags;
+			uint32_t ack_slot;	/* UINT32_MAX: none */
 		} hello_ok;
 		struct {
 			uint32_t entry;
@@ -186,7 +189,7 @@ int wire_put_settle(msgpack_sbuffer *sb, int type, const void *const part[3],
 		    uint32_t timeout_ms);
 int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
-		      uint32_t epoch, uint32_t flags);
+		      uint32_t epoch, uint32_t flags, uint32_t ack_slot);
 int wire_put_reply(msgpack_sbuffer *sb, int type, int code);
 int wire_put_taken(msgpack_sbuffer *sb, int code, const uint8_t exec[16],
 		   uint32_t state);

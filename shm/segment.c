@@ -47,7 +47,8 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_ident),
 		offsetof(struct shm_entry, en_resolved_ns),
 		offsetof(struct shm_entry, en_pending),
-		offsetof(struct shm_entry, en_ack),
+		SHM_ACK_SLOTS,
+		sizeof(struct shm_ack_slot),
 		offsetof(struct shm_header, sh_tombs),
 		offsetof(struct shm_header, sh_move_seq),
 		offsetof(struct shm_header, sh_alive),
@@ -87,7 +88,8 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 	geo->max_result = max_result;
 	geo->result_stride = (uint32_t)ALIGN_UP((uint64_t)max_result, 64);
 	geo->tickets_off = SHM_HEADER_SIZE +
-			   SHM_STATS_STRIPES * sizeof(struct shm_stats);
+			   SHM_STATS_STRIPES * sizeof(struct shm_stats) +
+			   SHM_ACK_SLOTS * sizeof(struct shm_ack_slot);
 	geo->buckets_off = ALIGN_UP(geo->tickets_off +
 				    (uint64_t)capacity * sizeof(uint64_t), 64);
 	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
@@ -173,6 +175,9 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
 	v->geo = geo;
 	v->seed = ((const volatile struct shm_header *)base)->sh_seed;
 	v->stats = (struct shm_stats *)(v->base + SHM_HEADER_SIZE);
+	v->acks = (struct shm_ack_slot *)(v->base + SHM_HEADER_SIZE +
+					  SHM_STATS_STRIPES *
+						  sizeof(struct shm_stats));
 	v->tickets = (uint64_t *)(v->base + geo.tickets_off);
 	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
 	v->entries = (struct shm_entry *)(v->base + geo.entries_off);

@@ -11,6 +11,7 @@
  *
  *   header     struct shm_header, 256 bytes
  *   stats      SHM_STATS_STRIPES x struct shm_stats   answers counted
+ *   acks       SHM_ACK_SLOTS x struct shm_ack_slot   durable answers
  *   tickets    capacity x uint64_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
  *   entries    capacity x struct shm_entry  identity, fingerprint, status
@@ -220,10 +221,6 @@ struct shm_entry {
 	 * finds it RUNNING waits to learn whether it stands before it names
 	 * its execution id. */
 	uint32_t en_pending;
-	/* The running call's owner awaits carmyd's answer to a RESERVE or
-	 * COMPLETE it sent a durable store (a futex word between the two
-	 * alone: see shm_ack). */
-	uint32_t en_ack;
 } __attribute__((aligned(64)));
 
 /*
@@ -243,6 +240,19 @@ struct shm_stats {
 	uint64_t st_uncertain;
 	uint64_t st_capacity;	/* refused: IDEMPOTENCY_CAPACITY */
 	uint64_t st_pad[3];
+} __attribute__((aligned(64)));
+
+/*
+ * Where carmyd tells a connection's client the answer to a RESERVE or
+ * COMPLETE it sent a durable store (a futex word: see shm_ack). carmyd
+ * hands one slot to each such connection, for as long as it is open, so
+ * nothing else writes it meanwhile; one past the last, a connection is
+ * answered on its socket alone.
+ */
+#define SHM_ACK_SLOTS 1024
+struct shm_ack_slot {
+	uint32_t ak_word;
+	uint32_t ak_pad[15];
 } __attribute__((aligned(64)));
 
 /* Geometry derived from (capacity, max_result): the one place sizes and
@@ -267,6 +277,7 @@ struct shm_view {
 	struct shm_geometry geo;
 	uint64_t seed;
 	struct shm_stats *stats;
+	struct shm_ack_slot *acks;
 	uint64_t *tickets;
 	uint64_t *buckets;
 	struct shm_entry *entries;
@@ -408,14 +419,17 @@ void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 /* shm_ack_wait(): where carmyd's answer is. */
 #define SHM_ACK_DONE 0		/* the request succeeded: no reply follows */
 #define SHM_ACK_SOCKET 1	/* the answer is a reply on the socket */
-#define SHM_ACK_GONE 2		/* the entry is another execution's now */
-void shm_ack_expect(const struct shm_view *v, uint32_t entry,
+void shm_ack_expect(const struct shm_view *v, uint32_t slot,
 		    const uint8_t *exec);
-int shm_ack_wait(const struct shm_view *v, uint32_t entry,
+int shm_ack_wait(const struct shm_view *v, uint32_t slot,
 		 const uint8_t *exec, int timeout_ms);
-bool shm_ack(const struct shm_view *v, uint32_t entry, const uint8_t *exec,
-	     bool done);
-void shm_ack_wake(const struct shm_view *v, uint32_t entry);
+/* shm_ack(): whether the answer was told in the slot. */
+#define SHM_ACK_MISSED 0	/* not awaited there: answer on the socket */
+#define SHM_ACK_TOLD 1
+#define SHM_ACK_TOLD_ASLEEP 2	/* ... and shm_ack_wake() is owed */
+int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
+	    bool done);
+void shm_ack_wake(const struct shm_view *v, uint32_t slot);
 int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,

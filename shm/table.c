@@ -670,29 +670,30 @@ int shm_wait_pending(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 }
 
 /*
- * en_ack carries carmyd's answer to the owner of a running call, for a
- * RESERVE or COMPLETE it sent a durable store: a success is told here
+ * An ack slot carries carmyd's answer to a connection's client, for a
+ * RESERVE or COMPLETE it sent a durable store: a success is told there
  * alone, with no reply on the socket. Each reply cost carmyd a send() and
  * the client a poll() and a recv() on top of the one wake-up it needs:
  * without them a journal's cycle with 64 clients is 9-14% faster (README,
  * Performance). Anything else (a refusal, another execution standing in a
  * shared store) comes on the socket as before, and the word says to read
- * it.
+ * it. A slot belongs to one open connection (carmyd hands it out at HELLO
+ * and takes it back when the connection is gone), whose requests go one
+ * at a time: nothing but that client and carmyd writes it meanwhile.
  *
  * The low two bits say where the answer is; the rest is a tag of the
- * execution the request is for (30 bits of its id), so carmyd's answer,
- * one CAS, lands only on a word awaiting that execution's answer: never on
- * another call's that took the entry since (ABA on the bare states).
+ * execution the request names (30 bits of its id), so an answer lands
+ * only on a word that awaits it: not on the next request's, nor on the
+ * next connection's once the slot changed hands.
  *
- *   tag | 1   the owner awaits the answer    (set by the owner before it sends)
- *   tag | 2   ... and sleeps on the word     (the owner, CAS from tag | 1)
+ *   tag | 1   the client awaits the answer  (it stores this before it sends)
+ *   tag | 2   ... and sleeps on the word    (the client, CAS from tag | 1)
  *   tag | 0   done: it stands, or is recorded  (carmyd, CAS from 1 or 2)
  *   tag | 3   the answer is on the socket      (carmyd, CAS from 1 or 2)
  *
- * The word is the owner's and carmyd's alone. The owner believes it only
- * while the entry's execution id, read after it, is still its own: an
- * entry may be given back and taken by another call before its old owner
- * looks (shm_ack_wait() then says SHM_ACK_GONE, and the caller decides).
+ * If carmyd's CAS finds the word not awaiting that answer (a client that
+ * does not use the slot, or a scribbled word), it answers on the socket
+ * instead, success included.
  */
 #define ACK_DONE 0u
 #define ACK_WAIT 1u
@@ -708,35 +709,34 @@ static uint32_t ack_tag(const uint8_t *exec)
 	return t & ~ACK_STATE;
 }
 
-/* The owner of entry e, execution exec, is about to send a request whose
- * answer it awaits in en_ack. (The execution id was published with the
- * entry, by a CAS that ordered it before this.) */
-void shm_ack_expect(const struct shm_view *v, uint32_t e, const uint8_t *exec)
+/* The client is about to send a request naming execution exec, whose
+ * answer it awaits in its slot. */
+void shm_ack_expect(const struct shm_view *v, uint32_t slot,
+		    const uint8_t *exec)
 {
-	if (e < v->geo.capacity)
-		shm_store(&shm_entry_at(v, e)->en_ack, ack_tag(exec) | ACK_WAIT);
+	if (slot < SHM_ACK_SLOTS)
+		shm_store(&v->acks[slot].ak_word, ack_tag(exec) | ACK_WAIT);
 }
 
 /*
- * Wait up to timeout_ms for carmyd's answer about entry e, execution exec.
- * Returns SHM_ACK_DONE (nothing follows on the socket), SHM_ACK_SOCKET
- * (the answer is a reply on the socket, or the word holds what neither
- * side writes: look there), SHM_ACK_GONE (the entry is another
- * execution's: whatever the word said is lost), or -ETIMEDOUT (no answer
- * yet: the caller sees whether the connection is still there, and waits
- * again). The time is a deadline: signals do not start it over.
+ * Wait up to timeout_ms for carmyd's answer to the request naming exec.
+ * Returns SHM_ACK_DONE (it succeeded: nothing follows on the socket),
+ * SHM_ACK_SOCKET (the answer is a reply on the socket; or the word holds
+ * what neither side wrote: look there), or -ETIMEDOUT (no answer yet: the
+ * caller sees whether the connection is still there, and waits again).
+ * The time is a deadline: signals do not start it over.
  */
-int shm_ack_wait(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+int shm_ack_wait(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 		 int timeout_ms)
 {
 	const uint32_t tag = ack_tag(exec);
 	struct timespec end;
-	struct shm_entry *en;
+	uint32_t *word;
 	bool late = false;
 
-	if (e >= v->geo.capacity)
+	if (slot >= SHM_ACK_SLOTS)
 		return SHM_ACK_SOCKET;
-	en = shm_entry_at(v, e);
+	word = &v->acks[slot].ak_word;
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	end.tv_sec += timeout_ms / 1000;
 	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
@@ -745,65 +745,58 @@ int shm_ack_wait(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		end.tv_nsec -= 1000000000;
 	}
 	for (;;) {
-		uint32_t w = shm_load(&en->en_ack);
+		uint32_t w = shm_load(word);
 
-		shm_rmb();
-		if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
-			return SHM_ACK_GONE;
 		if ((w & ~ACK_STATE) != tag || (w & ACK_STATE) == ACK_SOCKET)
 			return SHM_ACK_SOCKET;
 		if ((w & ACK_STATE) == ACK_DONE)
 			return SHM_ACK_DONE;
 		if ((w & ACK_STATE) == ACK_WAIT &&
-		    shm_cas(&en->en_ack, w, tag | ACK_SLEEP) != w)
+		    shm_cas(word, w, tag | ACK_SLEEP) != w)
 			continue;	/* answered meanwhile */
 		if (late)
 			return -ETIMEDOUT;
-		/* Woken, EAGAIN (no longer asleep), EINTR: look again; at
-		 * the deadline, once more, then say so. */
-		if (syscall(SYS_futex, &en->en_ack, FUTEX_WAIT_BITSET,
-			    tag | ACK_SLEEP, &end, NULL,
-			    FUTEX_BITSET_MATCH_ANY) != 0 &&
-		    errno == ETIMEDOUT)
+		/* Woken, EAGAIN (no longer asleep), EINTR: look again. At
+		 * the deadline, or if futex() fails otherwise (it cannot
+		 * wait here at all), once more, then say so. */
+		if (syscall(SYS_futex, word, FUTEX_WAIT_BITSET, tag | ACK_SLEEP,
+			    &end, NULL, FUTEX_BITSET_MATCH_ANY) != 0 &&
+		    errno != EINTR && errno != EAGAIN)
 			late = true;
 	}
 }
 
-/* carmyd: the answer about entry e, execution exec, is done (it stands, or
- * is recorded, and nothing follows on the socket) or on the socket; told
- * only if the word awaits it. Returns whether the owner sleeps: then
- * shm_ack_wake(), which carmyd calls after it lets go of its lock (a
- * wake-up is microseconds on a VM, and the lock's other takers would wait
- * them out). */
-bool shm_ack(const struct shm_view *v, uint32_t e, const uint8_t *exec,
-	     bool done)
+/* carmyd: the answer to the request naming exec that came on slot's
+ * connection is done (it stands, or is recorded: nothing follows on the
+ * socket) or on the socket. Returns SHM_ACK_MISSED if the word did not
+ * await it (then the answer, success included, goes on the socket),
+ * SHM_ACK_TOLD, or SHM_ACK_TOLD_ASLEEP: then shm_ack_wake() is owed. */
+int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
+	    bool done)
 {
 	const uint32_t tag = ack_tag(exec);
-	struct shm_entry *en;
+	uint32_t *word;
 
-	if (e >= v->geo.capacity)
-		return false;
-	en = shm_entry_at(v, e);
-	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
-		return false;
+	if (slot >= SHM_ACK_SLOTS)
+		return SHM_ACK_MISSED;
+	word = &v->acks[slot].ak_word;
 	for (;;) {
-		uint32_t w = shm_load(&en->en_ack);
+		uint32_t w = shm_load(word);
 
 		if ((w & ~ACK_STATE) != tag ||
 		    ((w & ACK_STATE) != ACK_WAIT && (w & ACK_STATE) != ACK_SLEEP))
-			return false;
-		if (shm_cas(&en->en_ack, w,
-			    tag | (done ? ACK_DONE : ACK_SOCKET)) == w)
-			return (w & ACK_STATE) == ACK_SLEEP;
+			return SHM_ACK_MISSED;
+		if (shm_cas(word, w, tag | (done ? ACK_DONE : ACK_SOCKET)) == w)
+			return (w & ACK_STATE) == ACK_SLEEP ? SHM_ACK_TOLD_ASLEEP :
+							      SHM_ACK_TOLD;
 	}
 }
 
-/* Wake the owner asleep on entry e's en_ack. If the entry is another
- * call's by now, its owner, if it sleeps, only looks at its word again. */
-void shm_ack_wake(const struct shm_view *v, uint32_t e)
+/* Wake the client asleep on slot's word. */
+void shm_ack_wake(const struct shm_view *v, uint32_t slot)
 {
-	if (e < v->geo.capacity)
-		syscall(SYS_futex, &shm_entry_at(v, e)->en_ack, FUTEX_WAKE,
+	if (slot < SHM_ACK_SLOTS)
+		syscall(SYS_futex, &v->acks[slot].ak_word, FUTEX_WAKE,
 			INT32_MAX, NULL, NULL, 0);
 }
 

@@ -1495,13 +1495,27 @@ START_TEST(test_a_client_sleeps_once_per_answer)
 END_TEST
 
 /*
- * A durable store's success is told in the entry (shm_ack), where a carmyd
- * that dies can say nothing. A client waiting there for the answer to its
- * completion when carmyd is killed finds out from the socket (it looks
- * every CARMY_ACK_CHECK_MS), reconnects to the carmyd that comes back,
- * sends the completion again and has it recorded: it does not sleep on
- * the word for ever.
+ * A durable store's success is told in the connection's ack slot
+ * (shm_ack), where a carmyd that dies can say nothing. A client waiting
+ * there for the answer to its completion when carmyd is killed finds out
+ * from the socket (it looks every CARMY_ACK_CHECK_MS), reconnects to the
+ * carmyd that comes back, sends the completion again and has it recorded:
+ * it does not sleep on the word for ever.
  */
+/* The ack slot whose client sleeps on it, waited for up to 20 s: the one
+ * client here that awaits a durable answer. */
+static uint32_t sleeping_slot(const struct shm_view *v)
+{
+	for (uint64_t t0 = harness_now_ns();; sched_yield()) {
+		for (uint32_t i = 0; i < SHM_ACK_SLOTS; i++)
+			if ((__atomic_load_n(&v->acks[i].ak_word,
+					     __ATOMIC_ACQUIRE) & 3) == 2)
+				return i;
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "no client slept on its slot");
+	}
+}
+
 struct completer {
 	struct carmy_reservation *r;
 	int rc;
@@ -1515,7 +1529,7 @@ static void *complete_in_thread(void *arg)
 	return NULL;
 }
 
-START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
+START_TEST(test_a_client_waiting_in_its_slot_outlives_carmyd)
 {
 	struct carmy_call call = E2E_CALL("p", "s", "acked-across");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
@@ -1523,8 +1537,6 @@ START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
 	const char *opts[10];
 	struct completer k = { .r = &r };
 	struct shm_view v;
-	uint32_t e = UINT32_MAX;
-	uint8_t exec[SHM_EXEC_LEN];
 	pthread_t t;
 
 	new_dir(dir, sizeof(dir));
@@ -1534,23 +1546,12 @@ START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
 	e2e_start(&d, opts);
 	c = e2e_connect(&d);
 	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
-	e2e_exec_bytes(r.execution_id, exec);
 	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
-	for (uint32_t i = 0; i < v.geo.capacity; i++)
-		if (memcmp(shm_entry_at(&v, i)->en_exec, exec,
-			   SHM_EXEC_LEN) == 0)
-			e = i;
-	ck_assert_uint_ne(e, UINT32_MAX);
 
-	/* carmyd cannot answer; the client goes to sleep on the word. */
+	/* carmyd cannot answer; the client goes to sleep on its slot. */
 	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
 	ck_assert_int_eq(pthread_create(&t, NULL, complete_in_thread, &k), 0);
-	for (uint64_t t0 = harness_now_ns();
-	     (__atomic_load_n(&shm_entry_at(&v, e)->en_ack,
-			      __ATOMIC_ACQUIRE) & 3) != 2;
-	     sched_yield())
-		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
-			      "the client never waited in the entry");
+	(void)sleeping_slot(&v);
 	shm_unmap(&v);
 	e2e_kill9(&d);
 	e2e_restart(&d, opts);
@@ -1565,12 +1566,11 @@ START_TEST(test_a_client_waiting_in_the_entry_outlives_carmyd)
 END_TEST
 
 /*
- * A completion told in the entry, whose owner looks only after the entry
- * was purged and taken by another call: the word it would have read is
- * gone with the entry. The completion was recorded (nothing else frees a
- * running call's entry while its owner is connected), and carmy_complete
- * says so, instead of waiting for a reply on the socket that never comes.
- * The owner is stopped (SIGSTOP) between going to sleep on the word and
+ * A completion told in the owner's slot, which looks only after the entry
+ * was purged and taken by another call: the answer is the connection's,
+ * not the entry's, and carmy_complete returns 0 (it waited for a reply on
+ * the socket that never comes when the answer was kept in the entry). The
+ * owner is stopped (SIGSTOP) between going to sleep on its slot and
  * reading carmyd's answer.
  */
 static void gone_child(const char *socket, int go, int out)
@@ -1602,7 +1602,7 @@ START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
 	uint8_t bytes[SHM_EXEC_LEN];
 	int go[2], out[2], rc = -1, status;
 	struct shm_view v;
-	uint32_t e = UINT32_MAX;
+	uint32_t e = UINT32_MAX, slot;
 	struct shm_entry *en;
 	bool taken = false;
 	pid_t pid;
@@ -1634,24 +1634,21 @@ START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
 	ck_assert_uint_ne(e, UINT32_MAX);
 	en = shm_entry_at(&v, e);
 
-	/* carmyd held, the owner sends its completion and sleeps on the
-	 * word; the owner held, carmyd answers in the word. */
+	/* carmyd held, the owner sends its completion and sleeps on its
+	 * slot; the owner held, carmyd answers there. */
 	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
 	ck_assert_int_eq(write(go[1], "g", 1), 1);
-	for (uint64_t t0 = harness_now_ns();
-	     (__atomic_load_n(&en->en_ack, __ATOMIC_ACQUIRE) & 3) != 2;
-	     sched_yield())
-		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
-			      "the owner never slept on the word");
+	slot = sleeping_slot(&v);
 	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
 	ck_assert_int_eq(waitpid(pid, &status, WUNTRACED), pid);
 	ck_assert(WIFSTOPPED(status));
 	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
 	for (uint64_t t0 = harness_now_ns();
-	     (__atomic_load_n(&en->en_ack, __ATOMIC_ACQUIRE) & 3) != 0;
+	     (__atomic_load_n(&v.acks[slot].ak_word, __ATOMIC_ACQUIRE) & 3) !=
+	     0;
 	     sched_yield())
 		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
-			      "carmyd never answered in the word");
+			      "carmyd never answered in the slot");
 
 	/* Purged, and the entry taken by another call. */
 	harness_path("tools/carmyctl", ctl, sizeof(ctl));
@@ -1791,7 +1788,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_unusable_journal_is_refused_without_a_segment);
 	tcase_add_test(tc, test_a_client_sleeps_once_per_answer);
 	tcase_add_test(tc, test_one_loop_still_commits_in_groups);
-	tcase_add_test(tc, test_a_client_waiting_in_the_entry_outlives_carmyd);
+	tcase_add_test(tc, test_a_client_waiting_in_its_slot_outlives_carmyd);
 	tcase_add_test(tc, test_a_completion_whose_entry_was_purged_before_it_looked);
 	suite_add_tcase(s, tc);
 	return s;

@@ -55,7 +55,7 @@ static void setup(void)
 		 (int)getpid(), conninfo);
 	snprintf(principal, sizeof(principal), "p%d-%u", (int)getpid(),
 		 serial++);
-	/* Every answer that is not a success must be told in the entry
+	/* Every answer that is not a success must be told in the slot
 	 * (shm_ack): a client that had to find it by its look at the socket
 	 * would wait ten minutes here, and the test would time out. Only
 	 * the one whose carmyd is killed under it looks sooner. */

@@ -780,7 +780,7 @@ START_TEST(test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone)
 END_TEST
 
 struct ack_waiter {
-	uint32_t entry;
+	uint32_t slot;
 	const uint8_t *exec;
 	int rc;
 	uint64_t ms;
@@ -791,92 +791,82 @@ static void *wait_ack(void *arg)
 	struct ack_waiter *w = arg;
 	uint64_t t0 = now_ms();
 
-	w->rc = shm_ack_wait(&view, w->entry, w->exec, 30000);
+	w->rc = shm_ack_wait(&view, w->slot, w->exec, 30000);
 	w->ms = now_ms() - t0;
 	return NULL;
 }
 
 /*
- * en_ack, the owner's word for carmyd's answer to a RESERVE or COMPLETE:
- * an owner asleep on it is woken by the answer, which says whether it is
- * done or on the socket. carmyd's answer lands only on a word awaiting
- * that execution's answer: not on a word another execution's owner set
- * (the entry was given back and taken again, its old id still there, or
- * not), nor twice. An owner whose entry is another execution's by now is
- * told so; a word holding what nobody writes sends it to the socket; and
- * a wait with no answer ends at its time, the word still saying that the
- * owner sleeps.
+ * An ack slot, a connection's word for carmyd's answers to its RESERVEs
+ * and COMPLETEs: a client asleep on it is woken by the answer, which says
+ * whether it is done or on the socket. carmyd's answer lands only on a
+ * word awaiting the answer about that execution, and only once; missed,
+ * carmyd is told so (and answers on the socket). A word holding what
+ * nobody writes sends the client to the socket; a wait with no answer ends
+ * at its time, the word still saying that the client sleeps.
  */
-START_TEST(test_an_ack_wakes_its_owner_and_says_where_the_answer_is)
+START_TEST(test_an_ack_wakes_its_client_and_says_where_the_answer_is)
 {
+	const uint32_t slot = SHM_ACK_SLOTS - 1;
+	uint8_t exec[SHM_EXEC_LEN], other[SHM_EXEC_LEN];
+	uint32_t *word = &view.acks[slot].ak_word, before;
 	struct ack_waiter w;
-	struct shm_entry *en;
-	struct shm_found f;
-	uint8_t other[SHM_EXEC_LEN], mine[SHM_EXEC_LEN];
-	uint32_t word;
 	pthread_t t;
 
-	reserve_pending("k", &f);
-	en = shm_entry_at(&view, f.entry);
-	shm_ack_expect(&view, f.entry, f.exec);
-	ck_assert_uint_eq(en->en_ack & 3, 1);
-	w = (struct ack_waiter){ .entry = f.entry, .exec = f.exec };
+	memset(exec, 0x5a, sizeof(exec));
+	memset(other, 0xee, sizeof(other));
+	shm_ack_expect(&view, slot, exec);
+	ck_assert_uint_eq(*word & 3, 1);
+	w = (struct ack_waiter){ .slot = slot, .exec = exec };
 	ck_assert_int_eq(pthread_create(&t, NULL, wait_ack, &w), 0);
 	for (uint64_t t0 = now_ms();
-	     (__atomic_load_n(&en->en_ack, __ATOMIC_ACQUIRE) & 3) != 2;
-	     sched_yield())
-		ck_assert_msg(now_ms() - t0 < 20000, "the owner never slept");
-	ck_assert(shm_ack(&view, f.entry, f.exec, true));
-	shm_ack_wake(&view, f.entry);
+	     (__atomic_load_n(word, __ATOMIC_ACQUIRE) & 3) != 2; sched_yield())
+		ck_assert_msg(now_ms() - t0 < 20000, "the client never slept");
+	ck_assert_int_eq(shm_ack(&view, slot, exec, true), SHM_ACK_TOLD_ASLEEP);
+	shm_ack_wake(&view, slot);
 	ck_assert_int_eq(pthread_join(t, NULL), 0);
 	ck_assert_int_eq(w.rc, SHM_ACK_DONE);
 	/* Woken, not found at the end of its 30 s. */
 	ck_assert_msg(w.ms < 15000, "woken after %llu ms",
 		      (unsigned long long)w.ms);
-	ck_assert_uint_eq(en->en_ack & 3, 0);
-	ck_assert(!shm_ack(&view, f.entry, f.exec, false));	/* told once */
-	ck_assert_uint_eq(en->en_ack & 3, 0);
+	ck_assert_uint_eq(*word & 3, 0);
+	/* Told once: a second answer is not awaited. */
+	ck_assert_int_eq(shm_ack(&view, slot, exec, false), SHM_ACK_MISSED);
+	ck_assert_uint_eq(*word & 3, 0);
 
-	/* Answered on the socket before the owner looks. */
-	shm_ack_expect(&view, f.entry, f.exec);
-	ck_assert(!shm_ack(&view, f.entry, f.exec, false));	/* awake */
-	ck_assert_uint_eq(en->en_ack & 3, 3);
-	ck_assert_int_eq(shm_ack_wait(&view, f.entry, f.exec, 30000),
+	/* Answered on the socket before the client looks. */
+	shm_ack_expect(&view, slot, exec);
+	ck_assert_int_eq(shm_ack(&view, slot, exec, false), SHM_ACK_TOLD);
+	ck_assert_uint_eq(*word & 3, 3);
+	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 30000),
 			 SHM_ACK_SOCKET);
 
-	/* The entry given back and taken by another execution, whose owner
-	 * awaits its own answer: the old execution's answer does not land
-	 * on it, whether the old id is still in the entry or not. */
-	memset(other, 0xee, sizeof(other));
-	memcpy(mine, f.exec, sizeof(mine));
-	shm_ack_expect(&view, f.entry, other);
-	word = en->en_ack;
-	ck_assert(!shm_ack(&view, f.entry, mine, true));
-	ck_assert_uint_eq(en->en_ack, word);
-	memcpy(en->en_exec, other, SHM_EXEC_LEN);
-	ck_assert(!shm_ack(&view, f.entry, mine, true));
-	ck_assert_uint_eq(en->en_ack, word);
-	/* ... and the old owner is told its entry is gone. */
-	ck_assert_int_eq(shm_ack_wait(&view, f.entry, mine, 30000),
-			 SHM_ACK_GONE);
-	memcpy(en->en_exec, mine, SHM_EXEC_LEN);
+	/* The client awaits the answer about another execution (its next
+	 * request, or the next connection's): this one does not land. */
+	shm_ack_expect(&view, slot, other);
+	before = *word;
+	ck_assert_int_eq(shm_ack(&view, slot, exec, true), SHM_ACK_MISSED);
+	ck_assert_uint_eq(*word, before);
+	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 30000),
+			 SHM_ACK_SOCKET);
 
 	/* No answer: the wait ends at its time. */
-	shm_ack_expect(&view, f.entry, f.exec);
-	ck_assert_int_eq(shm_ack_wait(&view, f.entry, f.exec, 50), -ETIMEDOUT);
-	ck_assert_uint_eq(en->en_ack & 3, 2);
+	shm_ack_expect(&view, slot, exec);
+	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 50), -ETIMEDOUT);
+	ck_assert_uint_eq(*word & 3, 2);
 
-	/* Values nobody writes, and entries beyond the table. */
-	__atomic_store_n(&en->en_ack, 77, __ATOMIC_RELEASE);
-	ck_assert_int_eq(shm_ack_wait(&view, f.entry, f.exec, 30000),
+	/* Values nobody writes, and slots beyond the region. */
+	__atomic_store_n(word, 77, __ATOMIC_RELEASE);
+	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 30000),
 			 SHM_ACK_SOCKET);
-	ck_assert(!shm_ack(&view, f.entry, f.exec, true));
-	ck_assert_uint_eq(en->en_ack, 77);
-	ck_assert_int_eq(shm_ack_wait(&view, view.geo.capacity, f.exec, 30000),
+	ck_assert_int_eq(shm_ack(&view, slot, exec, true), SHM_ACK_MISSED);
+	ck_assert_uint_eq(*word, 77);
+	ck_assert_int_eq(shm_ack_wait(&view, SHM_ACK_SLOTS, exec, 30000),
 			 SHM_ACK_SOCKET);
-	ck_assert(!shm_ack(&view, view.geo.capacity, f.exec, true));
-	shm_ack_wake(&view, view.geo.capacity);
-	shm_ack_expect(&view, view.geo.capacity, f.exec);
+	ck_assert_int_eq(shm_ack(&view, UINT32_MAX, exec, true),
+			 SHM_ACK_MISSED);
+	shm_ack_wake(&view, SHM_ACK_SLOTS);
+	shm_ack_expect(&view, UINT32_MAX, exec);
 }
 END_TEST
 
@@ -910,7 +900,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc,
 		       test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone);
 	tcase_add_test(tc,
-		       test_an_ack_wakes_its_owner_and_says_where_the_answer_is);
+		       test_an_ack_wakes_its_client_and_says_where_the_answer_is);
 	suite_add_tcase(s, tc);
 	return s;
 }
