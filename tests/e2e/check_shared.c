@@ -298,16 +298,83 @@ static void psql(const char *cmd, char *out, size_t outlen)
 		      "psql failed: %s", cmd);
 }
 
+/*
+ * A session of its own that holds advisory lock key until release_lock():
+ * a commit whose trigger takes the same lock (pg_advisory_xact_lock) waits
+ * there, as long as the test needs, with no clock involved. Returns once
+ * the lock is held.
+ */
+static pid_t hold_lock(long key)
+{
+	char cmd[160], n[32];
+	pid_t pid;
+
+	snprintf(cmd, sizeof(cmd), "SELECT pg_advisory_lock(%ld), "
+		 "pg_sleep(600) /* carmy-hold-%ld */", key, key);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("psql", "psql", "-X", "-q", "-d", getenv("PG_CONNINFO"),
+		       "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	snprintf(cmd, sizeof(cmd), "SELECT count(*) FROM pg_locks WHERE "
+		 "locktype = 'advisory' AND granted AND objid = %ld", key);
+	for (uint64_t t0 = harness_now_ns();;) {
+		psql(cmd, n, sizeof(n));
+		if (strcmp(n, "0") != 0)
+			return pid;
+		ck_assert_msg(e2e_ms_since(t0) < 20000,
+			      "the lock holder never got the lock");
+	}
+}
+
+static void release_lock(long key, pid_t holder)
+{
+	char cmd[200], n[32];
+
+	snprintf(cmd, sizeof(cmd), "SELECT count(pg_terminate_backend(pid)) "
+		 "FROM pg_stat_activity WHERE query LIKE "
+		 "'%%carmy-hold-%ld */%%' AND pid <> pg_backend_pid()", key);
+	psql(cmd, n, sizeof(n));
+	ck_assert_str_eq(n, "1");
+	ck_assert_int_ge(harness_waitpid(holder, 10000), 0);
+}
+
+/* Wait until a commit waits for an advisory lock (hold_lock()'s). */
+static void await_held_commit(void)
+{
+	char n[32];
+
+	for (uint64_t t0 = harness_now_ns();;) {
+		psql("SELECT count(*) FROM pg_stat_activity WHERE "
+		     "wait_event_type = 'Lock' AND wait_event = 'advisory'",
+		     n, sizeof(n));
+		if (strcmp(n, "0") != 0)
+			return;
+		ck_assert_msg(e2e_ms_since(t0) < 20000,
+			      "the reservation never reached its commit");
+	}
+}
+
 /* carmyd dies after the store committed a reservation and before it
  * answered. The client must not take the lost answer for a refusal (the
  * identity would be held, on every instance, by a call that never ran):
  * it sends the same reservation to the carmyd that comes back, which the
  * store knows as its own, and runs the call. The store's commit is held
- * up by a deferred trigger sleeping for this one identity. */
+ * up by a deferred trigger waiting, for this one identity, on a lock the
+ * test holds until carmyd is dead. */
 START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], cmd[1024], n[32];
+	char rid[32], cmd[1024];
+	long key = (long)getpid();
+	pid_t holder;
 	struct carmy_call call;
 	struct seen got;
 	int up[2];
@@ -318,12 +385,14 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 	snprintf(cmd, sizeof(cmd),
 		 "CREATE FUNCTION hold_%d() RETURNS trigger LANGUAGE plpgsql "
 		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
-		 "THEN PERFORM pg_sleep(3); END IF; RETURN NULL; END $$; "
+		 "THEN PERFORM pg_advisory_xact_lock(%ld); END IF; "
+		 "RETURN NULL; END $$; "
 		 "CREATE CONSTRAINT TRIGGER hold_%d AFTER INSERT ON "
 		 "carmy_executions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-		 "EXECUTE FUNCTION hold_%d()", (int)getpid(), rid,
+		 "EXECUTE FUNCTION hold_%d()", (int)getpid(), rid, key,
 		 (int)getpid(), (int)getpid());
 	psql(cmd, NULL, 0);
+	holder = hold_lock(key);
 
 	ck_assert_int_eq(pipe(up), 0);
 	fflush(NULL);
@@ -349,18 +418,13 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 		_exit(0);
 	}
 	close(up[1]);
-	/* The commit is under way (sleeping in the trigger): carmyd dies. */
-	for (uint64_t t0 = harness_now_ns();;) {
-		psql("SELECT count(*) FROM pg_stat_activity "
-		     "WHERE wait_event = 'PgSleep'", n, sizeof(n));
-		if (strcmp(n, "0") != 0)
-			break;
-		ck_assert_msg(e2e_ms_since(t0) < 20000,
-			      "the reservation never reached its commit");
-	}
+	/* The commit is under way (held in the trigger): carmyd dies, and
+	 * then the commit goes through. */
+	await_held_commit();
 	carmy_close(ca);
 	ca = NULL;
 	e2e_kill9(&a);
+	release_lock(key, holder);
 	e2e_restart(&a, opts_a);
 	ca = e2e_connect(&a);
 	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
@@ -389,7 +453,9 @@ END_TEST
 START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], cmd[1024], n[32], exec[CARMY_EXECUTION_ID_LEN + 1];
+	char rid[32], cmd[1024], exec[CARMY_EXECUTION_ID_LEN + 1];
+	long key = (long)getpid();
+	pid_t holder;
 	struct carmy_call call;
 	struct seen got;
 	int up[2];
@@ -400,12 +466,14 @@ START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 	snprintf(cmd, sizeof(cmd),
 		 "CREATE FUNCTION hold2_%d() RETURNS trigger LANGUAGE plpgsql "
 		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
-		 "THEN PERFORM pg_sleep(3); END IF; RETURN NULL; END $$; "
+		 "THEN PERFORM pg_advisory_xact_lock(%ld); END IF; "
+		 "RETURN NULL; END $$; "
 		 "CREATE CONSTRAINT TRIGGER hold2_%d AFTER INSERT ON "
 		 "carmy_executions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-		 "EXECUTE FUNCTION hold2_%d()", (int)getpid(), rid,
+		 "EXECUTE FUNCTION hold2_%d()", (int)getpid(), rid, key,
 		 (int)getpid(), (int)getpid());
 	psql(cmd, NULL, 0);
+	holder = hold_lock(key);
 
 	ck_assert_int_eq(pipe(up), 0);
 	fflush(NULL);
@@ -426,17 +494,11 @@ START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 		_exit(0);
 	}
 	close(up[1]);
-	for (uint64_t t0 = harness_now_ns();;) {
-		psql("SELECT count(*) FROM pg_stat_activity "
-		     "WHERE wait_event = 'PgSleep'", n, sizeof(n));
-		if (strcmp(n, "0") != 0)
-			break;
-		ck_assert_msg(e2e_ms_since(t0) < 20000,
-			      "the reservation never reached its commit");
-	}
+	await_held_commit();
 	carmy_close(ca);
 	ca = NULL;
 	e2e_kill9(&a);
+	release_lock(key, holder);
 	/* Waits for the first commit (its lock), then refuses the resend. */
 	snprintf(cmd, sizeof(cmd),
 		 "CREATE FUNCTION refuse2_%d() RETURNS trigger LANGUAGE plpgsql "
