@@ -159,7 +159,7 @@ struct carmy_reservation {
  * thread looks at the socket every this many ms, and when it is closed the
  * call goes on as when carmyd goes away during any request (complete
  * reconnects and sends it again; see carmy_begin and carmy_complete).
- * $CARMY_ACK_CHECK_MS overrides it at connect (1..3600000).
+ * $CARMY_ACK_CHECK_MS overrides it at connect (0..3600000; 0 counts as 1).
  */
 #define CARMY_ACK_CHECK_MS 100
 

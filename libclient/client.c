@@ -930,8 +930,12 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		uatomic_set(&c->dead, 1);
 		return m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
 	}
-	if (m.type != type)
+	if (m.type != type) {
+		/* Out of step with carmyd: every later reply would be the
+		 * one before it. A new connection starts afresh. */
+		uatomic_set(&c->dead, 1);
 		return CARMY_EPROTOCOL;
+	}
 	*reply = m;
 	return m.u.reply.code;
 }
