@@ -223,7 +223,9 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
  * this handle its reservations back (the entry is then uncertain); or
  * -errno. A completion interrupted by a carmyd restart is sent again once
  * reconnected (see CARMY_RECONNECT_MS); carmyd records it once. Thread-safe
- * (socket use is serialised per handle).
+ * (socket use is serialised per handle), but one reservation is one call's:
+ * completing r on one thread while another completes or releases the same
+ * r is not supported, and what is recorded then is not defined.
  */
 int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		   const void *result, size_t len);
