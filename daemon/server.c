@@ -110,6 +110,7 @@ struct server {
 	/* Ack slots handed to connections (shm_ack), a bit each. */
 	pthread_mutex_t ack_lock;
 	uint64_t ack_used[SHM_ACK_SLOTS / 64];
+	uint32_t ack_gen;	/* slots handed out, for their marks */
 	/* Connections waiting for an execution to stop running (WAIT). */
 	pthread_mutex_t wait_lock;
 	struct store_op *waiters;
@@ -1355,6 +1356,9 @@ static uint32_t ack_take(struct server *sv)
 
 			sv->ack_used[i] |= UINT64_C(1) << bit;
 			slot = i * 64 + (uint32_t)bit;
+			/* Whatever the slot's last client still writes
+			 * there cannot land now (shm_ack_expect). */
+			shm_ack_mark(&sv->store->view, slot, ++sv->ack_gen);
 			break;
 		}
 	}

@@ -61,6 +61,7 @@ struct carmy {
 	int ack_check_ms;		/* see CARMY_ACK_CHECK_MS */
 	uint32_t ack_slot;		/* our word for durable answers, or
 					 * SHM_ACK_SLOTS and up: none */
+	uint32_t ack_last;		/* what we last saw in it (under io) */
 	pthread_mutex_t io;		/* one request in flight per handle,
 					 * and reconnects */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -197,6 +198,8 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->durable = (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0;
 	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
 	c->ack_slot = m.u.hello_ok.ack_slot;
+	if (c->ack_slot < SHM_ACK_SLOTS)	/* carmyd's mark, before HELLO */
+		c->ack_last = shm_load(&c->view.acks[c->ack_slot].ak_word);
 	/* Owners start their ticket searches far apart. */
 	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
 				      c->view.geo.capacity);
@@ -806,6 +809,10 @@ static int reconnect(carmy_t *c, int wait_ms)
 				c->shared = (m.u.hello_ok.flags &
 					     WIRE_F_SHARED) != 0;
 				c->ack_slot = m.u.hello_ok.ack_slot;
+				if (c->ack_slot < SHM_ACK_SLOTS)
+					c->ack_last = shm_load(
+						&c->view.acks[c->ack_slot]
+							 .ak_word);
 				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
 				uatomic_set(&c->dead, 0);
 				break;
@@ -905,8 +912,14 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	 * slot. */
 	if (!c->durable || c->ack_slot >= SHM_ACK_SLOTS)
 		exec = NULL;
-	if (exec != NULL)
-		shm_ack_expect(&c->view, c->ack_slot, exec);
+	/* Not ours any more (carmyd handed it on: it took this connection
+	 * for gone), or written over: start afresh on a new connection. */
+	if (exec != NULL &&
+	    !shm_ack_expect(&c->view, c->ack_slot, &c->ack_last, exec)) {
+		uatomic_set(&c->dead, 1);
+		pthread_mutex_unlock(&c->io);
+		return CARMY_EDISCONNECTED;
+	}
 	rc = send_all(c->fd, sb->data, sb->size);
 	if (rc == 0 && exec != NULL) {
 		rc = await_ack(c, exec);
@@ -921,21 +934,19 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	}
 	if (rc == 0)
 		rc = recv_msg(c->fd, timeout_ms, spin, &m, buf, sizeof(buf));
-	if (rc != 0)
-		uatomic_set(&c->dead, 1);	/* before the next one sends */
+	/* Before the next request can go out on this connection: after a
+	 * failure, carmyd's ERROR, or a reply of another type (out of step
+	 * with carmyd: every later reply would be the one before it), a new
+	 * connection starts afresh. */
+	if (rc != 0 || m.type == WIRE_ERROR || m.type != type)
+		uatomic_set(&c->dead, 1);
 	pthread_mutex_unlock(&c->io);
 	if (rc != 0)
 		return rc == CARMY_EPROTOCOL ? rc : CARMY_EDISCONNECTED;
-	if (m.type == WIRE_ERROR) {
-		uatomic_set(&c->dead, 1);
+	if (m.type == WIRE_ERROR)
 		return m.u.reply.code < 0 ? m.u.reply.code : CARMY_EPROTOCOL;
-	}
-	if (m.type != type) {
-		/* Out of step with carmyd: every later reply would be the
-		 * one before it. A new connection starts afresh. */
-		uatomic_set(&c->dead, 1);
+	if (m.type != type)
 		return CARMY_EPROTOCOL;
-	}
 	*reply = m;
 	return m.u.reply.code;
 }
@@ -946,29 +957,32 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
  * SHM_ACK_SOCKET once something waits on the socket (a refusal, carmyd's
  * ERROR, or the end of the connection: recv_msg() takes it); or
  * CARMY_EDISCONNECTED when carmyd restarted, whose old connection says
- * nothing more. The socket is never read before it has something: a read
- * there would wait for ever for a success told in the slot.
+ * nothing more, or the word was written over (the answer may have been
+ * there: a new connection starts afresh, and a completion is sent again).
+ * The socket is never read before it has something: a read there would
+ * wait for ever for a success told in the slot.
  *
  * A dead carmyd cannot write the slot; the socket, closed, says so. So the
  * word is awaited ack_check_ms at a time, and the socket looked at in
- * between; once the word says the answer is on the socket, the socket is
- * waited on, with a look at the word now and then (a scribbled word must
- * not hold us for ever).
+ * between; once the word says the answer is on the socket (or futex()
+ * cannot wait here), the socket is waited on, ack_check_ms at a time.
  */
 static int await_ack(carmy_t *c, const uint8_t *exec)
 {
 	for (;;) {
-		int ack = shm_ack_wait(&c->view, c->ack_slot, exec,
-				       c->ack_check_ms);
+		int ack = shm_ack_wait(&c->view, c->ack_slot, &c->ack_last,
+				       exec, c->ack_check_ms);
 
 		if (ack == SHM_ACK_DONE)
 			return ack;
-		if (wait_readable(c->fd, ack == SHM_ACK_SOCKET ?
-						 c->ack_check_ms : 0)) {
+		if (ack == SHM_ACK_LOST)
+			return CARMY_EDISCONNECTED;
+		if (wait_readable(c->fd, ack == -ETIMEDOUT ? 0 :
+						 c->ack_check_ms)) {
 			/* A success told just before carmyd went away
 			 * comes first: it sent nothing on the socket. */
-			if (shm_ack_wait(&c->view, c->ack_slot, exec, 0) ==
-			    SHM_ACK_DONE)
+			if (shm_ack_wait(&c->view, c->ack_slot, &c->ack_last,
+					 exec, 0) == SHM_ACK_DONE)
 				return SHM_ACK_DONE;
 			return SHM_ACK_SOCKET;
 		}

@@ -50,7 +50,9 @@
  * connection's own word in the segment, for as long as it is open), a
  * RESERVE or COMPLETE that succeeds gets no reply if the client set the
  * word to await it before it sent the request: the word tells it
- * (shm_ack). Any other answer is a reply, and the word says to read it.
+ * (shm_ack; carmyd marks the slot before the HELLO reply, and the client
+ * awaits with a CAS from that mark or its last answer). Any other answer
+ * is a reply, and the word says to read it.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H

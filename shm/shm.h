@@ -419,9 +419,11 @@ void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 /* shm_ack_wait(): where carmyd's answer is. */
 #define SHM_ACK_DONE 0		/* the request succeeded: no reply follows */
 #define SHM_ACK_SOCKET 1	/* the answer is a reply on the socket */
-void shm_ack_expect(const struct shm_view *v, uint32_t slot,
+#define SHM_ACK_LOST 2		/* written over: the answer is not there */
+bool shm_ack_expect(const struct shm_view *v, uint32_t slot, uint32_t *last,
 		    const uint8_t *exec);
-int shm_ack_wait(const struct shm_view *v, uint32_t slot,
+uint32_t shm_ack_mark(const struct shm_view *v, uint32_t slot, uint32_t gen);
+int shm_ack_wait(const struct shm_view *v, uint32_t slot, uint32_t *last,
 		 const uint8_t *exec, int timeout_ms);
 /* shm_ack(): whether the answer was told in the slot. */
 #define SHM_ACK_MISSED 0	/* not awaited there: answer on the socket */

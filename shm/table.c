@@ -709,25 +709,52 @@ static uint32_t ack_tag(const uint8_t *exec)
 	return t & ~ACK_STATE;
 }
 
-/* The client is about to send a request naming execution exec, whose
- * answer it awaits in its slot. */
-void shm_ack_expect(const struct shm_view *v, uint32_t slot,
+/*
+ * The client is about to send a request naming execution exec, whose
+ * answer it awaits in its slot: the word goes from *last (what the client
+ * last saw there: carmyd's value when it handed out the slot, then each
+ * answer) to awaiting. Returns false if the word holds anything else: the
+ * slot is no longer this client's (carmyd took the connection for gone and
+ * handed the slot to another, which it marks first), or was written over;
+ * the client must not wait there.
+ */
+bool shm_ack_expect(const struct shm_view *v, uint32_t slot, uint32_t *last,
 		    const uint8_t *exec)
 {
+	uint32_t want = ack_tag(exec) | ACK_WAIT;
+
+	if (slot >= SHM_ACK_SLOTS ||
+	    shm_cas(&v->acks[slot].ak_word, *last, want) != *last)
+		return false;
+	*last = want;
+	return true;
+}
+
+/* carmyd hands slot to a new connection: mark it, so that nothing the
+ * client that had it before still writes can land (shm_ack_expect()).
+ * Returns the mark, which the new client reads as its first *last. */
+uint32_t shm_ack_mark(const struct shm_view *v, uint32_t slot, uint32_t gen)
+{
+	uint32_t mark = (gen << 2) | ACK_SOCKET;
+
 	if (slot < SHM_ACK_SLOTS)
-		shm_store(&v->acks[slot].ak_word, ack_tag(exec) | ACK_WAIT);
+		shm_store(&v->acks[slot].ak_word, mark);
+	return mark;
 }
 
 /*
  * Wait up to timeout_ms for carmyd's answer to the request naming exec.
  * Returns SHM_ACK_DONE (it succeeded: nothing follows on the socket),
- * SHM_ACK_SOCKET (the answer is a reply on the socket; or the word holds
- * what neither side wrote: look there), or -ETIMEDOUT (no answer yet: the
- * caller sees whether the connection is still there, and waits again).
- * The time is a deadline: signals do not start it over.
+ * SHM_ACK_SOCKET (the answer is a reply on the socket), SHM_ACK_LOST (the
+ * word holds what neither side wrote for this request: the answer is not
+ * there, and may never come), -ETIMEDOUT (no answer yet: the caller sees
+ * whether the connection is still there, and waits again), or another
+ * -errno if futex() cannot wait here at all (the caller then waits on the
+ * socket instead). *last gets the word last seen. The time is a deadline:
+ * signals do not start it over.
  */
-int shm_ack_wait(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
-		 int timeout_ms)
+int shm_ack_wait(const struct shm_view *v, uint32_t slot, uint32_t *last,
+		 const uint8_t *exec, int timeout_ms)
 {
 	const uint32_t tag = ack_tag(exec);
 	struct timespec end;
@@ -735,7 +762,7 @@ int shm_ack_wait(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 	bool late = false;
 
 	if (slot >= SHM_ACK_SLOTS)
-		return SHM_ACK_SOCKET;
+		return SHM_ACK_LOST;
 	word = &v->acks[slot].ak_word;
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	end.tv_sec += timeout_ms / 1000;
@@ -747,22 +774,29 @@ int shm_ack_wait(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 	for (;;) {
 		uint32_t w = shm_load(word);
 
-		if ((w & ~ACK_STATE) != tag || (w & ACK_STATE) == ACK_SOCKET)
+		*last = w;
+		if ((w & ~ACK_STATE) != tag)
+			return SHM_ACK_LOST;
+		if ((w & ACK_STATE) == ACK_SOCKET)
 			return SHM_ACK_SOCKET;
 		if ((w & ACK_STATE) == ACK_DONE)
 			return SHM_ACK_DONE;
-		if ((w & ACK_STATE) == ACK_WAIT &&
-		    shm_cas(word, w, tag | ACK_SLEEP) != w)
-			continue;	/* answered meanwhile */
+		if ((w & ACK_STATE) == ACK_WAIT) {
+			if (shm_cas(word, w, tag | ACK_SLEEP) != w)
+				continue;	/* answered meanwhile */
+			*last = tag | ACK_SLEEP;
+		}
 		if (late)
 			return -ETIMEDOUT;
 		/* Woken, EAGAIN (no longer asleep), EINTR: look again. At
-		 * the deadline, or if futex() fails otherwise (it cannot
-		 * wait here at all), once more, then say so. */
+		 * the deadline once more, then say so. */
 		if (syscall(SYS_futex, word, FUTEX_WAIT_BITSET, tag | ACK_SLEEP,
 			    &end, NULL, FUTEX_BITSET_MATCH_ANY) != 0 &&
-		    errno != EINTR && errno != EAGAIN)
+		    errno != EINTR && errno != EAGAIN) {
+			if (errno != ETIMEDOUT)
+				return -errno;
 			late = true;
+		}
 	}
 }
 
@@ -780,7 +814,10 @@ int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 	if (slot >= SHM_ACK_SLOTS)
 		return SHM_ACK_MISSED;
 	word = &v->acks[slot].ak_word;
-	for (;;) {
+	/* The client moves the word once (1 -> 2), so a second try is all
+	 * an honest one needs; a word that keeps changing is a scribbler's,
+	 * and the answer goes on the socket. */
+	for (int tries = 0; tries < 3; tries++) {
 		uint32_t w = shm_load(word);
 
 		if ((w & ~ACK_STATE) != tag ||
@@ -790,6 +827,7 @@ int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 			return (w & ACK_STATE) == ACK_SLEEP ? SHM_ACK_TOLD_ASLEEP :
 							      SHM_ACK_TOLD;
 	}
+	return SHM_ACK_MISSED;
 }
 
 /* Wake the client asleep on slot's word. */

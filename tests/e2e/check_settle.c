@@ -580,6 +580,7 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	uint8_t exec[SHM_EXEC_LEN];
 	struct shm_view v;
+	uint32_t last;
 	msgpack_sbuffer sb;
 	struct worker w;
 	uint32_t e;
@@ -602,20 +603,22 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
 	ck_assert_uint_lt(raw_slot, SHM_ACK_SLOTS);
 	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
+	last = v.acks[raw_slot].ak_word;	/* carmyd's mark */
 	msgpack_sbuffer_init(&sb);
 	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
 					   0, "abc", 3), 0);
-	shm_ack_expect(&v, raw_slot, exec);
+	ck_assert(shm_ack_expect(&v, raw_slot, &last, exec));
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
 			 (ssize_t)sb.size);
-	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, exec, 20000), SHM_ACK_DONE);
+	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, &last, exec, 20000),
+			 SHM_ACK_DONE);
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
 					   0, "abd", 3), 0);
-	shm_ack_expect(&v, raw_slot, exec);
+	ck_assert(shm_ack_expect(&v, raw_slot, &last, exec));
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
 			 (ssize_t)sb.size);
-	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, exec, 20000),
+	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, &last, exec, 20000),
 			 SHM_ACK_SOCKET);
 	ck_assert_int_ne(raw_reply(fd, WIRE_COMPLETE), 0);
 	/* Not awaited in the slot: even a success comes on the socket. */

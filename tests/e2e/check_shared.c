@@ -66,8 +66,15 @@ static void setup(void)
 	cb = e2e_connect(&b);
 }
 
+static pid_t held_pid;	/* hold_lock()'s session, until released */
+static long held_key;
+static void release_lock(long key, pid_t holder);
+
 static void teardown(void)
 {
+	/* A test that failed while it held its lock: let it go. */
+	if (held_pid != 0)
+		release_lock(held_key, held_pid);
 	carmy_close(ca);
 	carmy_close(cb);
 	ca = cb = NULL;
@@ -325,6 +332,8 @@ static pid_t hold_lock(long key)
 	}
 	snprintf(cmd, sizeof(cmd), "SELECT count(*) FROM pg_locks WHERE "
 		 "locktype = 'advisory' AND granted AND objid = %ld", key);
+	held_pid = pid;
+	held_key = key;
 	for (uint64_t t0 = harness_now_ns();;) {
 		psql(cmd, n, sizeof(n));
 		if (strcmp(n, "0") != 0)
@@ -341,20 +350,21 @@ static void release_lock(long key, pid_t holder)
 	snprintf(cmd, sizeof(cmd), "SELECT count(pg_terminate_backend(pid)) "
 		 "FROM pg_stat_activity WHERE query LIKE "
 		 "'%%carmy-hold-%ld */%%' AND pid <> pg_backend_pid()", key);
+	held_pid = 0;
 	psql(cmd, n, sizeof(n));
 	ck_assert_str_eq(n, "1");
 	ck_assert_int_ge(harness_waitpid(holder, 10000), 0);
 }
 
-/* Wait until a commit waits for an advisory lock (hold_lock()'s). */
-static void await_held_commit(void)
+/* Wait until a commit waits for hold_lock()'s lock. */
+static void await_held_commit(long key)
 {
-	char n[32];
+	char cmd[160], n[32];
 
+	snprintf(cmd, sizeof(cmd), "SELECT count(*) FROM pg_locks WHERE "
+		 "locktype = 'advisory' AND NOT granted AND objid = %ld", key);
 	for (uint64_t t0 = harness_now_ns();;) {
-		psql("SELECT count(*) FROM pg_stat_activity WHERE "
-		     "wait_event_type = 'Lock' AND wait_event = 'advisory'",
-		     n, sizeof(n));
+		psql(cmd, n, sizeof(n));
 		if (strcmp(n, "0") != 0)
 			return;
 		ck_assert_msg(e2e_ms_since(t0) < 20000,
@@ -420,7 +430,7 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 	close(up[1]);
 	/* The commit is under way (held in the trigger): carmyd dies, and
 	 * then the commit goes through. */
-	await_held_commit();
+	await_held_commit(key);
 	carmy_close(ca);
 	ca = NULL;
 	e2e_kill9(&a);
@@ -494,7 +504,7 @@ START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 		_exit(0);
 	}
 	close(up[1]);
-	await_held_commit();
+	await_held_commit(key);
 	carmy_close(ca);
 	ca = NULL;
 	e2e_kill9(&a);

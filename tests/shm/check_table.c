@@ -782,6 +782,7 @@ END_TEST
 struct ack_waiter {
 	uint32_t slot;
 	const uint8_t *exec;
+	uint32_t last;
 	int rc;
 	uint64_t ms;
 };
@@ -791,7 +792,7 @@ static void *wait_ack(void *arg)
 	struct ack_waiter *w = arg;
 	uint64_t t0 = now_ms();
 
-	w->rc = shm_ack_wait(&view, w->slot, w->exec, 30000);
+	w->rc = shm_ack_wait(&view, w->slot, &w->last, w->exec, 30000);
 	w->ms = now_ms() - t0;
 	return NULL;
 }
@@ -801,23 +802,28 @@ static void *wait_ack(void *arg)
  * and COMPLETEs: a client asleep on it is woken by the answer, which says
  * whether it is done or on the socket. carmyd's answer lands only on a
  * word awaiting the answer about that execution, and only once; missed,
- * carmyd is told so (and answers on the socket). A word holding what
- * nobody writes sends the client to the socket; a wait with no answer ends
- * at its time, the word still saying that the client sleeps.
+ * carmyd is told so (and answers on the socket). A client awaits only from
+ * the value it last saw: once carmyd handed the slot to another connection
+ * (and marked it), or anyone wrote over it, the client's claim fails, and
+ * a client whose word was written over while it waited is told so. A wait
+ * with no answer ends at its time, the word still saying that the client
+ * sleeps.
  */
 START_TEST(test_an_ack_wakes_its_client_and_says_where_the_answer_is)
 {
 	const uint32_t slot = SHM_ACK_SLOTS - 1;
 	uint8_t exec[SHM_EXEC_LEN], other[SHM_EXEC_LEN];
-	uint32_t *word = &view.acks[slot].ak_word, before;
+	uint32_t *word = &view.acks[slot].ak_word, last, stale, before;
 	struct ack_waiter w;
 	pthread_t t;
 
 	memset(exec, 0x5a, sizeof(exec));
 	memset(other, 0xee, sizeof(other));
-	shm_ack_expect(&view, slot, exec);
+	last = shm_ack_mark(&view, slot, 1);
+	ck_assert_uint_eq(*word, last);
+	ck_assert(shm_ack_expect(&view, slot, &last, exec));
 	ck_assert_uint_eq(*word & 3, 1);
-	w = (struct ack_waiter){ .slot = slot, .exec = exec };
+	w = (struct ack_waiter){ .slot = slot, .exec = exec, .last = last };
 	ck_assert_int_eq(pthread_create(&t, NULL, wait_ack, &w), 0);
 	for (uint64_t t0 = now_ms();
 	     (__atomic_load_n(word, __ATOMIC_ACQUIRE) & 3) != 2; sched_yield())
@@ -830,43 +836,55 @@ START_TEST(test_an_ack_wakes_its_client_and_says_where_the_answer_is)
 	ck_assert_msg(w.ms < 15000, "woken after %llu ms",
 		      (unsigned long long)w.ms);
 	ck_assert_uint_eq(*word & 3, 0);
+	ck_assert_uint_eq(w.last, *word);
+	last = w.last;
 	/* Told once: a second answer is not awaited. */
 	ck_assert_int_eq(shm_ack(&view, slot, exec, false), SHM_ACK_MISSED);
 	ck_assert_uint_eq(*word & 3, 0);
 
 	/* Answered on the socket before the client looks. */
-	shm_ack_expect(&view, slot, exec);
+	ck_assert(shm_ack_expect(&view, slot, &last, exec));
 	ck_assert_int_eq(shm_ack(&view, slot, exec, false), SHM_ACK_TOLD);
 	ck_assert_uint_eq(*word & 3, 3);
-	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 30000),
+	ck_assert_int_eq(shm_ack_wait(&view, slot, &last, exec, 30000),
 			 SHM_ACK_SOCKET);
 
-	/* The client awaits the answer about another execution (its next
-	 * request, or the next connection's): this one does not land. */
-	shm_ack_expect(&view, slot, other);
+	/* The client awaits the answer about another execution: this one
+	 * does not land. */
+	ck_assert(shm_ack_expect(&view, slot, &last, other));
 	before = *word;
 	ck_assert_int_eq(shm_ack(&view, slot, exec, true), SHM_ACK_MISSED);
 	ck_assert_uint_eq(*word, before);
-	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 30000),
-			 SHM_ACK_SOCKET);
+
+	/* carmyd hands the slot to another connection: what the client
+	 * that had it still writes does not land, and if it was waiting,
+	 * it learns that its word is gone. */
+	stale = last;
+	last = shm_ack_mark(&view, slot, 2);
+	ck_assert(!shm_ack_expect(&view, slot, &stale, exec));
+	ck_assert_uint_eq(*word, last);
+	ck_assert_int_eq(shm_ack_wait(&view, slot, &stale, other, 30000),
+			 SHM_ACK_LOST);
 
 	/* No answer: the wait ends at its time. */
-	shm_ack_expect(&view, slot, exec);
-	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 50), -ETIMEDOUT);
+	ck_assert(shm_ack_expect(&view, slot, &last, exec));
+	ck_assert_int_eq(shm_ack_wait(&view, slot, &last, exec, 50),
+			 -ETIMEDOUT);
 	ck_assert_uint_eq(*word & 3, 2);
 
 	/* Values nobody writes, and slots beyond the region. */
 	__atomic_store_n(word, 77, __ATOMIC_RELEASE);
-	ck_assert_int_eq(shm_ack_wait(&view, slot, exec, 30000),
-			 SHM_ACK_SOCKET);
+	ck_assert_int_eq(shm_ack_wait(&view, slot, &last, exec, 30000),
+			 SHM_ACK_LOST);
 	ck_assert_int_eq(shm_ack(&view, slot, exec, true), SHM_ACK_MISSED);
 	ck_assert_uint_eq(*word, 77);
-	ck_assert_int_eq(shm_ack_wait(&view, SHM_ACK_SLOTS, exec, 30000),
-			 SHM_ACK_SOCKET);
+	ck_assert_int_eq(shm_ack_wait(&view, SHM_ACK_SLOTS, &last, exec, 30000),
+			 SHM_ACK_LOST);
 	ck_assert_int_eq(shm_ack(&view, UINT32_MAX, exec, true),
 			 SHM_ACK_MISSED);
 	shm_ack_wake(&view, SHM_ACK_SLOTS);
-	shm_ack_expect(&view, UINT32_MAX, exec);
+	ck_assert(!shm_ack_expect(&view, UINT32_MAX, &last, exec));
+	(void)shm_ack_mark(&view, SHM_ACK_SLOTS, 3);
 }
 END_TEST
 
