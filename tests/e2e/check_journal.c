@@ -1549,7 +1549,7 @@ START_TEST(test_a_client_waiting_in_its_slot_outlives_carmyd)
 	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
 
 	/* carmyd cannot answer; the client goes to sleep on its slot. */
-	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	e2e_sigstop(d.pid);
 	ck_assert_int_eq(pthread_create(&t, NULL, complete_in_thread, &k), 0);
 	(void)sleeping_slot(&v);
 	shm_unmap(&v);
@@ -1636,7 +1636,7 @@ START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
 
 	/* carmyd held, the owner sends its completion and sleeps on its
 	 * slot; the owner held, carmyd answers there. */
-	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	e2e_sigstop(d.pid);
 	ck_assert_int_eq(write(go[1], "g", 1), 1);
 	slot = sleeping_slot(&v);
 	ck_assert_int_eq(kill(pid, SIGSTOP), 0);

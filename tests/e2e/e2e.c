@@ -1,9 +1,11 @@
 /*
  * e2e.c - see e2e.h.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -150,6 +152,45 @@ bool e2e_alive(const struct carmyd_proc *d)
 	if (waitid(P_PID, (id_t)d->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
 		return false;
 	return si.si_pid == 0;
+}
+
+/* Is every thread of pid stopped (state T in /proc/pid/task/N/stat)? */
+static bool all_stopped(pid_t pid)
+{
+	char path[64];
+	DIR *dir;
+	struct dirent *de;
+	bool stopped = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	if (dir == NULL)
+		return false;
+	while (stopped && (de = readdir(dir)) != NULL) {
+		char stat[320], buf[256], *p;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(stat, sizeof(stat), "/proc/%d/task/%s/stat", (int)pid,
+			 de->d_name);
+		f = fopen(stat, "r");
+		if (f == NULL)
+			continue;	/* the thread ended */
+		p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+		fclose(f);
+		stopped = p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+	}
+	closedir(dir);
+	return stopped;
+}
+
+void e2e_sigstop(pid_t pid)
+{
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	for (uint64_t t0 = harness_now_ns(); !all_stopped(pid); sched_yield())
+		ck_assert_msg(e2e_ms_since(t0) < 20000,
+			      "pid %d did not stop", (int)pid);
 }
 
 carmy_t *e2e_connect(const struct carmyd_proc *d)

@@ -54,6 +54,10 @@ void e2e_stop(struct carmyd_proc *d);
 void e2e_kill9(struct carmyd_proc *d);
 void e2e_restart(struct carmyd_proc *d, const char *const *extra);
 
+/* kill(pid, SIGSTOP), and wait (up to 20 s) until every thread of it has
+ * stopped: the signal reaches a process's threads after kill() returns. */
+void e2e_sigstop(pid_t pid);
+
 /* Is carmyd still running (not exited, not a zombie)? */
 bool e2e_alive(const struct carmyd_proc *d);
 
