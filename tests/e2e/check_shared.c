@@ -372,6 +372,116 @@ static void await_held_commit(long key)
 	}
 }
 
+/* Have a trigger named name_PID on the table (function of the same name),
+ * whose body is plpgsql run for rows of request id rid only. when is
+ * BEFORE or a deferred constraint trigger's AFTER. */
+static void trigger_on(const char *name, const char *rid, const char *when,
+		       const char *then, const char *ret)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "CREATE FUNCTION %s_%d() RETURNS trigger LANGUAGE plpgsql "
+		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
+		 "THEN %s; END IF; RETURN %s; END $$; "
+		 "CREATE %s %s_%d %s INSERT ON carmy_executions %s"
+		 "FOR EACH ROW EXECUTE FUNCTION %s_%d()", name, (int)getpid(),
+		 rid, then, ret,
+		 strcmp(when, "BEFORE") == 0 ? "TRIGGER" : "CONSTRAINT TRIGGER",
+		 name, (int)getpid(), when,
+		 strcmp(when, "BEFORE") == 0 ? "" :
+					       "DEFERRABLE INITIALLY DEFERRED ",
+		 name, (int)getpid());
+	psql(cmd, NULL, 0);
+}
+
+static void drop_trigger(const char *name)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "DROP TRIGGER %s_%d ON carmy_executions",
+		 name, (int)getpid());
+	psql(cmd, NULL, 0);
+}
+
+/* Every reservation of rid is refused from now on (a trigger raises). */
+static void refuse(const char *name, const char *rid)
+{
+	trigger_on(name, rid, "BEFORE",
+		   "RAISE EXCEPTION 'refused by the test'", "NEW");
+}
+
+/* The commit of a reservation of rid waits, in a deferred trigger, on
+ * advisory lock key, which a session of the test holds from now on
+ * (hold_lock(); its process is returned). */
+static pid_t hold_commits(const char *name, const char *rid, long key)
+{
+	char then[64];
+
+	snprintf(then, sizeof(then), "PERFORM pg_advisory_xact_lock(%ld)", key);
+	trigger_on(name, rid, "AFTER", then, "NULL");
+	return hold_lock(key);
+}
+
+/* A client process on a: begins call (and if it is reserved, completes it
+ * with "late" when complete) and reports what it saw on up[1]. Its carmyd
+ * dies while it waits for the answer, so it looks at the socket often. */
+static pid_t client_on_a(const struct carmy_call *call, bool complete,
+			 int up[2])
+{
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(up), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		struct seen got;
+		carmy_t *c = NULL;
+
+		close(up[0]);
+		memset(&got, 0, sizeof(got));
+		setenv("CARMY_ACK_CHECK_MS", "100", 1);
+		if (carmy_connect(&c, a.socket) != 0)
+			_exit(2);
+		got.rc = carmy_begin(c, call, &r);
+		memcpy(got.exec, r.execution_id, sizeof(got.exec));
+		if (complete && got.rc == CARMY_RESERVED &&
+		    carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "late", 4) != 0)
+			got.rc = -9999;
+		if (write(up[1], &got, sizeof(got)) != (ssize_t)sizeof(got))
+			_exit(3);
+		carmy_close(c);
+		_exit(0);
+	}
+	close(up[1]);
+	return pid;
+}
+
+/* The held commit is under way: carmyd a dies, then the commit goes
+ * through. */
+static void kill_a_mid_commit(long key, pid_t holder)
+{
+	await_held_commit(key);
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	release_lock(key, holder);
+}
+
+/* What client_on_a()'s process reported, once it is gone. */
+static struct seen client_report(pid_t pid, int up[2])
+{
+	struct seen got;
+
+	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
+		      "the client did not report");
+	close(up[0]);
+	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	return got;
+}
+
 /* carmyd dies after the store committed a reservation and before it
  * answered. The client must not take the lost answer for a refusal (the
  * identity would be held, on every instance, by a call that never ran):
@@ -381,76 +491,28 @@ static void await_held_commit(long key)
  * test holds until carmyd is dead. */
 START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 {
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], cmd[1024];
 	long key = (long)getpid();
-	pid_t holder;
 	struct carmy_call call;
 	struct seen got;
+	char rid[32];
+	pid_t holder, pid;
 	int up[2];
-	pid_t pid;
 
 	snprintf(rid, sizeof(rid), "held-%d", (int)getpid());
 	call = call_of(rid, NULL);
-	snprintf(cmd, sizeof(cmd),
-		 "CREATE FUNCTION hold_%d() RETURNS trigger LANGUAGE plpgsql "
-		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
-		 "THEN PERFORM pg_advisory_xact_lock(%ld); END IF; "
-		 "RETURN NULL; END $$; "
-		 "CREATE CONSTRAINT TRIGGER hold_%d AFTER INSERT ON "
-		 "carmy_executions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-		 "EXECUTE FUNCTION hold_%d()", (int)getpid(), rid, key,
-		 (int)getpid(), (int)getpid());
-	psql(cmd, NULL, 0);
-	holder = hold_lock(key);
-
-	ck_assert_int_eq(pipe(up), 0);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		carmy_t *c = NULL;
-
-		close(up[0]);
-		memset(&got, 0, sizeof(got));
-		/* Its carmyd dies while it waits for the answer. */
-		setenv("CARMY_ACK_CHECK_MS", "100", 1);
-		if (carmy_connect(&c, a.socket) != 0)
-			_exit(2);
-		got.rc = carmy_begin(c, &call, &r);
-		memcpy(got.exec, r.execution_id, sizeof(got.exec));
-		if (got.rc == CARMY_RESERVED &&
-		    carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "late", 4) != 0)
-			got.rc = -9999;
-		if (write(up[1], &got, sizeof(got)) != (ssize_t)sizeof(got))
-			_exit(3);
-		carmy_close(c);
-		_exit(0);
-	}
-	close(up[1]);
-	/* The commit is under way (held in the trigger): carmyd dies, and
-	 * then the commit goes through. */
-	await_held_commit(key);
-	carmy_close(ca);
-	ca = NULL;
-	e2e_kill9(&a);
-	release_lock(key, holder);
+	holder = hold_commits("hold", rid, key);
+	pid = client_on_a(&call, true, up);
+	kill_a_mid_commit(key, holder);
 	e2e_restart(&a, opts_a);
 	ca = e2e_connect(&a);
-	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
-		      "the client did not report");
-	close(up[0]);
-	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	got = client_report(pid, up);
 	ck_assert_msg(got.rc == CARMY_RESERVED, "begin: %s",
 		      carmy_errname(got.rc));
 	replays_on(cb, rid, "late", got.exec);
 	replays_on(ca, rid, "late", got.exec);
-	snprintf(cmd, sizeof(cmd), "DROP TRIGGER hold_%d ON carmy_executions",
-		 (int)getpid());
-	psql(cmd, NULL, 0);
+	drop_trigger("hold");
 }
 END_TEST
-
 
 /*
  * As above, but the reservation sent again is refused (a trigger raises
@@ -463,74 +525,27 @@ END_TEST
 START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], cmd[1024], exec[CARMY_EXECUTION_ID_LEN + 1];
+	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1];
 	long key = (long)getpid();
-	pid_t holder;
 	struct carmy_call call;
 	struct seen got;
+	pid_t holder, pid;
 	int up[2];
-	pid_t pid;
 
 	snprintf(rid, sizeof(rid), "refused-again-%d", (int)getpid());
 	call = call_of(rid, NULL);
-	snprintf(cmd, sizeof(cmd),
-		 "CREATE FUNCTION hold2_%d() RETURNS trigger LANGUAGE plpgsql "
-		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
-		 "THEN PERFORM pg_advisory_xact_lock(%ld); END IF; "
-		 "RETURN NULL; END $$; "
-		 "CREATE CONSTRAINT TRIGGER hold2_%d AFTER INSERT ON "
-		 "carmy_executions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-		 "EXECUTE FUNCTION hold2_%d()", (int)getpid(), rid, key,
-		 (int)getpid(), (int)getpid());
-	psql(cmd, NULL, 0);
-	holder = hold_lock(key);
-
-	ck_assert_int_eq(pipe(up), 0);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		carmy_t *c = NULL;
-
-		close(up[0]);
-		memset(&got, 0, sizeof(got));
-		setenv("CARMY_ACK_CHECK_MS", "100", 1);
-		if (carmy_connect(&c, a.socket) != 0)
-			_exit(2);
-		got.rc = carmy_begin(c, &call, &r);
-		if (write(up[1], &got, sizeof(got)) != (ssize_t)sizeof(got))
-			_exit(3);
-		carmy_close(c);
-		_exit(0);
-	}
-	close(up[1]);
-	await_held_commit(key);
-	carmy_close(ca);
-	ca = NULL;
-	e2e_kill9(&a);
-	release_lock(key, holder);
+	holder = hold_commits("hold2", rid, key);
+	pid = client_on_a(&call, false, up);
+	kill_a_mid_commit(key, holder);
 	/* Waits for the first commit (its lock), then refuses the resend. */
-	snprintf(cmd, sizeof(cmd),
-		 "CREATE FUNCTION refuse2_%d() RETURNS trigger LANGUAGE plpgsql "
-		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
-		 "THEN RAISE EXCEPTION 'refused by the test'; END IF; "
-		 "RETURN NEW; END $$; "
-		 "CREATE TRIGGER refuse2_%d BEFORE INSERT ON carmy_executions "
-		 "FOR EACH ROW EXECUTE FUNCTION refuse2_%d()", (int)getpid(),
-		 rid, (int)getpid(), (int)getpid());
-	psql(cmd, NULL, 0);
+	refuse("refuse2", rid);
 	e2e_restart(&a, opts_a);
 	ca = e2e_connect(&a);
-	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
-		      "the client did not report");
-	close(up[0]);
-	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	got = client_report(pid, up);
 	ck_assert_msg(got.rc == CARMY_ESTORE, "begin: %s",
 		      carmy_errname(got.rc));
-	snprintf(cmd, sizeof(cmd), "DROP TRIGGER refuse2_%d ON carmy_executions; "
-		 "DROP TRIGGER hold2_%d ON carmy_executions", (int)getpid(),
-		 (int)getpid());
-	psql(cmd, NULL, 0);
+	drop_trigger("refuse2");
+	drop_trigger("hold2");
 
 	/* Kept, then swept uncertain when the client went: interrupted
 	 * here, held by the same execution in the store. */
@@ -553,25 +568,15 @@ END_TEST
 START_TEST(test_a_reservation_the_store_refuses_is_answered_and_given_back)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], cmd[1024];
 	struct carmy_call call;
+	char rid[32];
 
 	snprintf(rid, sizeof(rid), "refused-%d", (int)getpid());
 	call = call_of(rid, NULL);
-	snprintf(cmd, sizeof(cmd),
-		 "CREATE FUNCTION refuse_%d() RETURNS trigger LANGUAGE plpgsql "
-		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
-		 "THEN RAISE EXCEPTION 'refused by the test'; END IF; "
-		 "RETURN NEW; END $$; "
-		 "CREATE TRIGGER refuse_%d BEFORE INSERT ON carmy_executions "
-		 "FOR EACH ROW EXECUTE FUNCTION refuse_%d()", (int)getpid(),
-		 rid, (int)getpid(), (int)getpid());
-	psql(cmd, NULL, 0);
+	refuse("refuse", rid);
 	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_ESTORE);
 	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_ESTORE);
-	snprintf(cmd, sizeof(cmd), "DROP TRIGGER refuse_%d ON carmy_executions",
-		 (int)getpid());
-	psql(cmd, NULL, 0);
+	drop_trigger("refuse");
 	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_RESERVED);
 	ck_assert_int_eq(carmy_complete(ca, &r, CARMY_STATUS_COMPLETED, "ok", 2),
 			 0);
