@@ -598,7 +598,11 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		      struct carmy_reservation *r, int timeout_ms)
 {
-	uint64_t deadline = mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	/* In nanoseconds, and what is left rounded up to carmyd: in whole
+	 * milliseconds on both sides, the wait could end up to a
+	 * millisecond before its deadline. */
+	uint64_t deadline = mono_ns() +
+			    (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 
 	for (;;) {
 		const void *part[3] = { call->principal, call->session,
@@ -608,13 +612,14 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		uint8_t exec[SHM_EXEC_LEN], buf[REPLY_MAX];
 		struct wire_msg m;
 		msgpack_sbuffer sb;
-		uint64_t now;
+		uint64_t left;
 		int rc = carmy_begin(c, call, r), fd = -1, wrc;
 
-		now = mono_ms();
+		left = deadline - mono_ns();
 		if (rc != CARMY_EUNCERTAIN || r->state != CARMY_STATE_RUNNING ||
-		    now >= deadline)
+		    (int64_t)left <= 0)
 			return rc;
+		left = (left + 999999u) / 1000000u;	/* ms, rounded up */
 		if (parse_exec(r->execution_id, exec) != 0)
 			return CARMY_EPROTOCOL;
 		/* A connection of its own: the wait does not hold up other
@@ -624,14 +629,14 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		wrc = dial(c->path, &fd);
 		if (wrc == 0)
 			wrc = hello(fd, 0, 0,
-				    deadline - now + 1000 < HELLO_TIMEOUT_MS ?
-					    (int)(deadline - now + 1000) :
+				    left + 1000 < HELLO_TIMEOUT_MS ?
+					    (int)(left + 1000) :
 					    HELLO_TIMEOUT_MS, &m);
 		msgpack_sbuffer_init(&sb);
 		if (wrc == 0)
 			wrc = wire_put_settle(&sb, WIRE_WAIT, part, len, exec,
 					      NULL, 0, 0, NULL, 0,
-					      (uint32_t)(deadline - now));
+					      (uint32_t)left);
 		if (wrc == 0)
 			wrc = send_all(fd, sb.data, sb.size);
 		msgpack_sbuffer_destroy(&sb);
@@ -639,7 +644,7 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		 * second more is for carmyd going away meanwhile (never past
 		 * INT_MAX, where it would turn into forever). */
 		if (wrc == 0) {
-			uint64_t ms = deadline - now + 1000;
+			uint64_t ms = left + 1000;
 
 			wrc = recv_msg(fd, ms > INT_MAX ? INT_MAX : (int)ms, 0,
 				       &m, buf, sizeof(buf));

@@ -416,6 +416,25 @@ START_TEST(test_wait_ends_at_its_deadline_still_running)
 	 * arms a timer for the deadline, so this is near 300 ms, not up to
 	 * a 100 ms tick later. */
 	e2e_note("a 300 ms wait gave up after %.1f ms", e2e_ms_since(t0));
+	/* Not a millisecond early either. libcarmy once counted in whole
+	 * milliseconds: a wait begun just before a millisecond ended that
+	 * was still running when libcarmy looked just after it sent carmyd
+	 * one millisecond less, or none. So begin 1 ms waits at 0.5 us
+	 * steps before a millisecond ends (same clock as libcarmy's). */
+	for (int i = 0; i < 200; i++) {
+		uint64_t lead = 1000 + 500 * (uint64_t)i, at;
+
+		do {
+			t0 = harness_now_ns();
+			at = 1000000 - t0 % 1000000;
+		} while (at > lead || at + 2000 < lead);
+		rc = carmy_wait(c, &call, &r, 1);
+		ck_assert_int_eq(rc, CARMY_EUNCERTAIN);
+		ck_assert_msg(e2e_ms_since(t0) >= 1.0,
+			      "a 1 ms wait begun %.1f us before a millisecond "
+			      "ended gave up after %.3f ms", at / 1000.0,
+			      e2e_ms_since(t0));
+	}
 	/* A wait of 0 is a begin. */
 	ck_assert_int_eq(carmy_wait(c, &call, &r, 0), CARMY_EUNCERTAIN);
 	ck_assert_int_eq(worker_do(&w, 'c'), 0);
