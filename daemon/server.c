@@ -21,6 +21,7 @@
  * (a client that scribbled, or raced a sweep).
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -68,6 +70,11 @@ struct loop {
 	/* Events of the current epoll batch still to be handled after this
 	 * one: a request submitted then is marked CARMY_STORE_MORE. */
 	bool more;
+	/* Its bell in the segment (shm_post), or UINT32_MAX: none, and the
+	 * connections whose clients may post, this loop's alone. */
+	uint32_t bell;
+	struct conn **posting;
+	unsigned nposting, posting_cap;
 };
 
 struct conn {
@@ -92,6 +99,8 @@ struct conn {
 	char why[64];
 	struct store_op *waiting;	/* its WAIT, while registered */
 	uint32_t ack_slot;	/* its word in the segment, or UINT32_MAX */
+	uint32_t ack_gen;	/* the slot's generation, for its posts */
+	unsigned post_ix;	/* in loop->posting, or UINT_MAX */
 };
 
 struct server {
@@ -111,6 +120,7 @@ struct server {
 	pthread_mutex_t ack_lock;
 	uint64_t ack_used[SHM_ACK_SLOTS / 64];
 	uint32_t ack_gen;	/* slots handed out, for their marks */
+	uint32_t ack_next;	/* where the search for a free one starts */
 	/* Connections waiting for an execution to stop running (WAIT). */
 	pthread_mutex_t wait_lock;
 	struct store_op *waiters;
@@ -124,6 +134,10 @@ static void on_accept(struct server *sv);
 static void on_readable(struct conn *c, uint32_t events);
 static int process(struct conn *c);
 static int on_message(struct conn *c, const uint8_t *buf, size_t len);
+static int on_request(struct conn *c, const struct wire_msg *m);
+static unsigned take_posts(struct loop *l, bool more);
+static void posting_add(struct conn *c);
+static void posting_del(struct conn *c);
 static int to_store(struct conn *c, int type, enum carmy_store_op op,
 		    const struct wire_msg *m, int status, int code,
 		    const uint8_t *data, size_t dlen);
@@ -142,7 +156,7 @@ static uint64_t mono_ns(void);
 static void told_of_release(struct server *sv, uint32_t entry);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
-static uint32_t ack_take(struct server *sv);
+static uint32_t ack_take(struct server *sv, uint32_t *gen);
 static void ack_give(struct server *sv, uint32_t slot);
 static bool ack(struct conn *c, const uint8_t *exec, bool done);
 static void unlist(struct conn *c);
@@ -171,7 +185,17 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 		log_error("out of memory for %u event loops", sv.nloops);
 		return -1;
 	}
+	/* A bell a carmyd before us left ringing would have clients post to
+	 * loops that are asleep. */
+	for (uint32_t i = 0; i < SHM_BELLS; i++)
+		shm_bell_set(&s->view, i, false);
+	/* Slot generations start anywhere: a client of a carmyd before us
+	 * cannot post into a slot we hand out. */
+	if (getrandom(&sv.ack_gen, sizeof(sv.ack_gen), 0) !=
+	    (ssize_t)sizeof(sv.ack_gen))
+		sv.ack_gen = (uint32_t)mono_ns();
 	for (unsigned i = 0; i < sv.nloops; i++) {
+		sv.loops[i].bell = i < SHM_BELLS ? i : UINT32_MAX;
 		sv.loops[i].ep = sv.loops[i].stop_fd = sv.loops[i].done_fd = -1;
 		pthread_mutex_init(&sv.loops[i].done_lock, NULL);
 		pthread_mutex_init(&sv.loops[i].list_lock, NULL);
@@ -215,6 +239,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	if (started == sv.nloops) {
 		log_debug("%u event loops", sv.nloops);
 		rc = loop_run(&sv.loops[0]);
+		shm_bell_set(&s->view, sv.loops[0].bell, false);
 	}
 	/* Stop the others: each sees its eventfd readable and returns. */
 	for (unsigned i = 1; i < started; i++) {
@@ -262,6 +287,8 @@ out:
 			free(c->rbuf);
 			free(c);
 		}
+		free(l->posting);
+		shm_bell_set(&s->view, l->bell, false);
 		pthread_mutex_destroy(&l->list_lock);
 		if (l->ep >= 0)
 			close(l->ep);
@@ -310,6 +337,8 @@ static void *loop_thread(void *arg)
 
 	rcu_register_thread();	/* the owner registry is RCU */
 	loop_run(l);
+	/* Stopped: a post now would wait for nobody. */
+	shm_bell_set(&l->sv->store->view, l->bell, false);
 	rcu_unregister_thread();
 	return NULL;
 }
@@ -333,8 +362,21 @@ static int loop_run(struct loop *l)
 		 * poll for the next rather than sleep, so that its reply
 		 * goes out without a wake-up; idle, sleep. */
 		int wait = spin && mono_ns() < spin_until ? 0 : -1;
-		int n = epoll_wait(l->ep, evs, MAX_EVENTS, wait);
+		int n;
 
+		/* Asleep, we look at no slot: clients send instead of
+		 * posting. Say so, then look once more (see shm/post.c). */
+		if (wait < 0 && l->bell < SHM_BELLS) {
+			shm_bell_set(&sv->store->view, l->bell, false);
+			if (take_posts(l, false) > 0) {
+				shm_bell_set(&sv->store->view, l->bell, true);
+				spin_until = mono_ns() + spin;
+				continue;
+			}
+		}
+		n = epoll_wait(l->ep, evs, MAX_EVENTS, wait);
+		if (wait < 0)
+			shm_bell_set(&sv->store->view, l->bell, true);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -342,6 +384,10 @@ static int loop_run(struct loop *l)
 			return -1;
 		}
 		if (n == 0) {
+			if (take_posts(l, false) > 0) {
+				spin_until = mono_ns() + spin;
+				continue;
+			}
 			/* A client on this CPU, say, goes first: polling
 			 * must not delay the request it polls for. */
 			sched_yield();
@@ -349,6 +395,8 @@ static int loop_run(struct loop *l)
 		}
 		if (spin)
 			spin_until = mono_ns() + spin;
+		/* Posted meanwhile: in the same flush as this batch's. */
+		take_posts(l, true);
 		bool done = false;
 
 		for (int i = 0; i < n; i++) {
@@ -411,6 +459,7 @@ static int loop_run(struct loop *l)
 		l->more = false;
 		if (done)
 			on_done(l);
+		take_posts(l, false);
 		if (l == sv->loops && sv->stop)
 			return 0;
 	}
@@ -466,6 +515,7 @@ static void on_accept(struct server *sv)
 		c->loop = l;
 		c->fd = fd;
 		c->ack_slot = UINT32_MAX;
+		c->post_ix = UINT_MAX;
 		msgpack_sbuffer_init(&c->out);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
 			c->pid = cred.pid;
@@ -586,24 +636,32 @@ static int process(struct conn *c)
 /* Handle one message. Returns 0, or -1 if the connection was dropped. */
 static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 {
-	struct server *sv = c->loop->sv;
-	struct store *s = sv->store;
 	struct wire_msg m;
-	uint32_t flags;
-	int rc;
 
 	if (wire_decode(buf, len, 1, &m) != 0) {
 		fail_conn(c, CARMY_EPROTOCOL, "undecodable message");
 		return -1;
 	}
-	switch (m.type) {
+	return on_request(c, &m);
+}
+
+/* Handle one request, sent or posted. Returns 0, or -1 if the connection
+ * was dropped. */
+static int on_request(struct conn *c, const struct wire_msg *m)
+{
+	struct server *sv = c->loop->sv;
+	struct store *s = sv->store;
+	uint32_t flags;
+	int rc;
+
+	switch (m->type) {
 	case WIRE_HELLO:
 		if (c->owner != 0) {
 			fail_conn(c, CARMY_EPROTOCOL, "second HELLO");
 			return -1;
 		}
-		if (m.u.hello.version != WIRE_VERSION ||
-		    m.u.hello.layout != shm_layout_signature()) {
+		if (m->u.hello.version != WIRE_VERSION ||
+		    m->u.hello.layout != shm_layout_signature()) {
 			fail_conn(c, CARMY_ELAYOUT,
 				  "client built with another protocol or layout");
 			return -1;
@@ -618,12 +676,12 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 			(s->shared ? WIRE_F_SHARED : 0);
 		/* A client of the previous carmyd, back for its owner id
 		 * (and the reservations it holds); else a new id. */
-		if (m.u.hello.owner != 0 &&
-		    store_resume(s, m.u.hello.owner, c->pid, c) == 0) {
-			c->owner = m.u.hello.owner;
+		if (m->u.hello.owner != 0 &&
+		    store_resume(s, m->u.hello.owner, c->pid, c) == 0) {
+			c->owner = m->u.hello.owner;
 			flags |= WIRE_F_RESUMED;
 			log_info("owner %u (pid %d) is back from epoch %u",
-				 c->owner, (int)c->pid, m.u.hello.epoch);
+				 c->owner, (int)c->pid, m->u.hello.epoch);
 		} else if (store_new_owner(s, &c->owner) != 0 ||
 			   owners_add(c->owner, c) != 0) {
 			c->owner = 0;
@@ -632,16 +690,20 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		}
 		log_debug("owner %u is pid %d", c->owner, (int)c->pid);
 		if (s->durable)
-			c->ack_slot = ack_take(sv);
+			c->ack_slot = ack_take(sv, &c->ack_gen);
+		if (c->ack_slot < SHM_ACK_SLOTS && c->loop->bell < SHM_BELLS)
+			posting_add(c);
 		rc = wire_put_hello_ok(&c->out, c->owner, sv->cfg->shm_name,
 				       s->view.geo.max_result, s->epoch, flags,
-				       c->ack_slot);
+				       c->ack_slot,
+				       c->post_ix != UINT_MAX ? c->loop->bell :
+								UINT32_MAX);
 		break;
 	case WIRE_COMPLETE: {
-		int status = m.u.complete.status;
-		int code = m.u.complete.result_code;
-		const uint8_t *data = m.u.complete.result;
-		size_t dlen = m.u.complete.result_len;
+		int status = m->u.complete.status;
+		int code = m->u.complete.result_code;
+		const uint8_t *data = m->u.complete.result;
+		size_t dlen = m->u.complete.result_len;
 
 		if (c->owner == 0) {
 			fail_conn(c, CARMY_EPROTOCOL, "COMPLETE before HELLO");
@@ -650,7 +712,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		if (status < CARMY_STATUS_COMPLETED ||
 		    status > CARMY_STATUS_CANCELLED ||
 		    (code != 0 && code != CARMY_ERESULT_TOO_LARGE)) {
-			rc = answer(c, WIRE_COMPLETE, m.u.complete.exec,
+			rc = answer(c, WIRE_COMPLETE, m->u.complete.exec,
 				    CARMY_EINVALID_STATUS);
 			break;
 		}
@@ -662,17 +724,17 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		}
 		if (s->durable) {
 			rc = to_store(c, WIRE_COMPLETE, CARMY_STORE_COMPLETE,
-				      &m, status, code, data, dlen);
+				      m, status, code, data, dlen);
 			break;
 		}
-		rc = store_complete(s, m.u.complete.entry, c->owner,
-				    m.u.complete.exec, status, code, data,
+		rc = store_complete(s, m->u.complete.entry, c->owner,
+				    m->u.complete.exec, status, code, data,
 				    dlen);
 		if (rc == 0)
-			wake_waiters(sv, false, m.u.complete.entry, 0);
+			wake_waiters(sv, false, m->u.complete.entry, 0);
 		if (rc != 0)
 			log_debug("owner %u: completion of entry %u refused: %s",
-				  c->owner, m.u.complete.entry,
+				  c->owner, m->u.complete.entry,
 				  carmy_errname(rc));
 		rc = wire_put_reply(&c->out, WIRE_COMPLETE, rc);
 		break;
@@ -691,7 +753,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 			fail_conn(c, CARMY_EPROTOCOL, "request before HELLO");
 			return -1;
 		}
-		rc = m.type == WIRE_RESOLVE ? on_resolve(c, &m) : on_wait(c, &m);
+		rc = m->type == WIRE_RESOLVE ? on_resolve(c, m) : on_wait(c, m);
 		break;
 	case WIRE_PURGE:
 		if (c->owner == 0) {
@@ -699,7 +761,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 			return -1;
 		}
 		rc = wire_put_reply(&c->out, WIRE_PURGE,
-				    store_purge(s, m.u.purge.older_than_ms,
+				    store_purge(s, m->u.purge.older_than_ms,
 						c->uid, c->pid));
 		break;
 	case WIRE_RESERVE:
@@ -715,14 +777,14 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		 * number is harmless here; a waiter whose entry still runs
 		 * waits on). */
 		if (!s->durable) {
-			if (m.type == WIRE_RELEASE)
-				told_of_release(sv, m.u.reserve.entry);
-			rc = wire_put_reply(&c->out, m.type, 0);
+			if (m->type == WIRE_RELEASE)
+				told_of_release(sv, m->u.reserve.entry);
+			rc = wire_put_reply(&c->out, m->type, 0);
 			break;
 		}
-		rc = to_store(c, m.type, m.type == WIRE_RESERVE ?
+		rc = to_store(c, m->type, m->type == WIRE_RESERVE ?
 				      CARMY_STORE_RESERVE : CARMY_STORE_RELEASE,
-			      &m, 0, 0, NULL, 0);
+			      m, 0, 0, NULL, 0);
 		break;
 	default:
 		fail_conn(c, CARMY_EPROTOCOL, "unknown message type");
@@ -733,6 +795,124 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		return -1;
 	}
 	return flush_out(c);
+}
+
+/* ------------------------------------------------------------ posts */
+
+/*
+ * Take the requests posted in the slots of this loop's connections
+ * (shm_post) and handle each as if it had come on its socket: answered the
+ * same way, in the slot or there. A connection with a request in hand
+ * (sent or posted) is left until it is answered, as its socket is. more:
+ * requests of this batch follow (the store's CARMY_STORE_MORE hint).
+ *
+ * A post is taken only while its connection's ack word awaits the answer
+ * to it, as an honest client's does: one the client is not waiting for
+ * (written by another process) is dropped unanswered. A post that is not
+ * whole (torn by a late writer, such as a client stalled since its
+ * connection was dropped and its slot handed on) is not this client's
+ * fault: carmyd tells it to send the request instead (RESEND).
+ *
+ * Returns how many were ready: if any, the loop must look again before it
+ * sleeps (one call takes up to 64).
+ */
+static unsigned take_posts(struct loop *l, bool more)
+{
+	const struct shm_view *v = &l->sv->store->view;
+	struct conn *ready[64];
+	unsigned n = 0;
+
+	/* Those that have one first, so that each submission but the
+	 * batch's last is marked "more" (the store may wait for it). */
+	for (unsigned i = 0; i < l->nposting && n < 64; i++) {
+		struct conn *c = l->posting[i];
+
+		if (c->pending == 0 && !c->closing &&
+		    shm_post_ready(v, c->ack_slot, c->ack_gen))
+			ready[n++] = c;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct conn *c = ready[i];
+		uint8_t result[SHM_POST_INLINE];
+		struct shm_post p;
+		struct wire_msg m;
+		int rc = shm_post_take(v, c->ack_slot, c->ack_gen, &p, result);
+
+		if (rc == 0)
+			continue;	/* taken back: it comes on the socket */
+		if (rc < 0 ||
+		    (p.type != WIRE_RESERVE && p.type != WIRE_COMPLETE)) {
+			int told = shm_ack_any(v, c->ack_slot);
+
+			log_warn("owner %u: a request posted in the segment "
+				 "was not whole%s", c->owner,
+				 told == SHM_ACK_MISSED ? " (and nobody waits "
+				 "for it): dropped" : ": asked to send it");
+			if (told == SHM_ACK_MISSED)
+				continue;
+			if (told == SHM_ACK_TOLD_ASLEEP)
+				shm_ack_wake(v, c->ack_slot);
+			if (wire_put_reply(&c->out, WIRE_RESEND, 0) != 0) {
+				drop(c, "out of memory");
+				continue;
+			}
+			flush_out(c);
+			continue;
+		}
+		if (!shm_ack_awaits(v, c->ack_slot, p.exec)) {
+			log_warn("owner %u: a request posted in the segment "
+				 "that its client does not wait for: dropped",
+				 c->owner);
+			continue;
+		}
+		memset(&m, 0, sizeof(m));
+		m.type = (int)p.type;
+		if (p.type == WIRE_RESERVE) {
+			m.u.reserve.entry = p.entry;
+			memcpy(m.u.reserve.exec, p.exec, sizeof(p.exec));
+		} else {
+			m.u.complete.entry = p.entry;
+			memcpy(m.u.complete.exec, p.exec, sizeof(p.exec));
+			m.u.complete.status = p.status;
+			m.u.complete.result_code = p.code;
+			m.u.complete.result = p.result;
+			m.u.complete.result_len = p.len;
+		}
+		l->more = more || i + 1 < n;
+		(void)on_request(c, &m);	/* c may be gone after */
+	}
+	l->more = false;
+	return n;
+}
+
+/* c's client may post: look at its slot (c's loop only). */
+static void posting_add(struct conn *c)
+{
+	struct loop *l = c->loop;
+
+	if (l->nposting == l->posting_cap) {
+		unsigned cap = l->posting_cap ? 2 * l->posting_cap : 16;
+		struct conn **p = realloc(l->posting, cap * sizeof(*p));
+
+		if (p == NULL)
+			return;	/* then it sends: bell UINT32_MAX */
+		l->posting = p;
+		l->posting_cap = cap;
+	}
+	c->post_ix = l->nposting;
+	l->posting[l->nposting++] = c;
+}
+
+static void posting_del(struct conn *c)
+{
+	struct loop *l = c->loop;
+	unsigned i = c->post_ix;
+
+	if (i == UINT_MAX)
+		return;
+	l->posting[i] = l->posting[--l->nposting];
+	l->posting[i]->post_ix = i;
+	c->post_ix = UINT_MAX;
 }
 
 /*
@@ -1334,6 +1514,7 @@ static void drop(struct conn *c, const char *why)
 		wake_waiters(l->sv, true, 0, 0);
 	}
 	unlist(c);
+	posting_del(c);
 	/* Closed: its client reads nothing more from the slot but what the
 	 * next connection's answers say of other executions. */
 	ack_give(l->sv, c->ack_slot);
@@ -1345,20 +1526,27 @@ static void drop(struct conn *c, const char *why)
 
 /* A free ack slot for a connection, or UINT32_MAX when all are taken (its
  * answers then all come on its socket). */
-static uint32_t ack_take(struct server *sv)
+static uint32_t ack_take(struct server *sv, uint32_t *gen)
 {
 	uint32_t slot = UINT32_MAX;
 
+	/* From past the last one handed out: a slot given back rests while
+	 * the others are used, so that a late write of its last client (see
+	 * take_posts) is unlikely to meet the next one's request. */
 	pthread_mutex_lock(&sv->ack_lock);
-	for (uint32_t i = 0; i < SHM_ACK_SLOTS / 64; i++) {
-		if (sv->ack_used[i] != UINT64_MAX) {
-			int bit = __builtin_ctzll(~sv->ack_used[i]);
+	for (uint32_t n = 0; n < SHM_ACK_SLOTS; n++) {
+		uint32_t i = (sv->ack_next + n) % SHM_ACK_SLOTS;
 
-			sv->ack_used[i] |= UINT64_C(1) << bit;
-			slot = i * 64 + (uint32_t)bit;
+		if (!(sv->ack_used[i / 64] & UINT64_C(1) << (i % 64))) {
+			sv->ack_used[i / 64] |= UINT64_C(1) << (i % 64);
+			sv->ack_next = i + 1;
+			slot = i;
 			/* Whatever the slot's last client still writes
-			 * there cannot land now (shm_ack_expect). */
-			shm_ack_mark(&sv->store->view, slot, ++sv->ack_gen);
+			 * there cannot land now (shm_ack_expect, and
+			 * shm_post for its posts). */
+			*gen = shm_ack_mark(&sv->store->view, slot,
+					    ++sv->ack_gen) >> 2;
+			shm_post_reset(&sv->store->view, slot, *gen);
 			break;
 		}
 	}

@@ -62,6 +62,9 @@ struct carmy {
 	uint32_t ack_slot;		/* our word for durable answers, or
 					 * SHM_ACK_SLOTS and up: none */
 	uint32_t ack_last;		/* what we last saw in it (under io) */
+	uint32_t ack_gen;		/* its generation: its mark >> 2 */
+	uint32_t bell;			/* our carmyd loop's, or SHM_BELLS and
+					 * up: requests are sent, not posted */
 	pthread_mutex_t io;		/* one request in flight per handle,
 					 * and reconnects */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -97,8 +100,10 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 		   int timeout_ms);
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    int timeout_ms, const uint8_t *exec,
-		    struct wire_msg *reply);
-static int await_ack(carmy_t *c, const uint8_t *exec);
+		    const struct shm_post *post, struct wire_msg *reply);
+static void take_slot(carmy_t *c, const struct wire_msg *m);
+static int await_ack(carmy_t *c, const uint8_t *exec,
+		     const msgpack_sbuffer *posted);
 static bool wait_readable(int fd, int timeout_ms);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
@@ -197,9 +202,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->epoch = m.u.hello_ok.epoch;
 	c->durable = (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0;
 	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
-	c->ack_slot = m.u.hello_ok.ack_slot;
-	if (c->ack_slot < SHM_ACK_SLOTS)	/* carmyd's mark, before HELLO */
-		c->ack_last = shm_load(&c->view.acks[c->ack_slot].ak_word);
+	take_slot(c, &m);
 	/* Owners start their ticket searches far apart. */
 	c->ticket_cursor = (uint32_t)((uint64_t)c->owner * 2654435761u %
 				      c->view.geo.capacity);
@@ -471,13 +474,15 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	return rc;
 }
 
-/* A COMPLETE: its success is told in our slot if the store is durable. */
+/* A COMPLETE: its success is told in our slot if the store is durable;
+ * with a small result, it may be posted there too (post). */
 static int complete_msg(carmy_t *c, const uint8_t exec[SHM_EXEC_LEN],
-			msgpack_sbuffer *sb)
+			msgpack_sbuffer *sb, const struct shm_post *post)
 {
 	struct wire_msg m;
 
-	return exchange(c, WIRE_COMPLETE, sb, -1, exec, &m);
+	return exchange(c, WIRE_COMPLETE, sb, -1, exec,
+			post->len <= SHM_POST_INLINE ? post : NULL, &m);
 }
 
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
@@ -485,6 +490,7 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 {
 	uint8_t exec[SHM_EXEC_LEN];
 	struct shm_entry *en;
+	struct shm_post post;
 	msgpack_sbuffer sb;
 	int code = 0, rc;
 	uint32_t b;
@@ -507,17 +513,24 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	en = shm_entry_at(&c->view, r->priv_entry);
 	memcpy(exec, en->en_exec, sizeof(exec));
 
+	post.type = WIRE_COMPLETE;
+	post.entry = r->priv_entry;
+	post.status = status;
+	post.code = code;
+	post.len = len > SHM_POST_INLINE ? UINT32_MAX : (uint32_t)len;
+	memcpy(post.exec, exec, sizeof(post.exec));
+	post.result = result;
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
 			       len);
 	if (rc == 0)
-		rc = complete_msg(c, exec, &sb);
+		rc = complete_msg(c, exec, &sb, &post);
 	/* The connection broke (carmyd restarting?): get our owner id back
 	 * and send it again. If the first one got through, carmyd says so. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == r->priv_owner)
-		rc = complete_msg(c, exec, &sb);
+		rc = complete_msg(c, exec, &sb, &post);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -813,11 +826,7 @@ static int reconnect(carmy_t *c, int wait_ms)
 					      WIRE_F_DURABLE) != 0;
 				c->shared = (m.u.hello_ok.flags &
 					     WIRE_F_SHARED) != 0;
-				c->ack_slot = m.u.hello_ok.ack_slot;
-				if (c->ack_slot < SHM_ACK_SLOTS)
-					c->ack_last = shm_load(
-						&c->view.acks[c->ack_slot]
-							 .ak_word);
+				take_slot(c, &m);
 				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
 				uatomic_set(&c->dead, 0);
 				break;
@@ -883,7 +892,7 @@ static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		msgpack_sbuffer_destroy(&own);
 		return rc;
 	}
-	return exchange(c, type, sb, timeout_ms, NULL, reply);
+	return exchange(c, type, sb, timeout_ms, NULL, NULL, reply);
 }
 
 /*
@@ -895,11 +904,12 @@ static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
  */
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    int timeout_ms, const uint8_t *exec,
-		    struct wire_msg *reply)
+		    const struct shm_post *post, struct wire_msg *reply)
 {
 	uint8_t buf[REPLY_MAX];
 	struct wire_msg m;
 	uint64_t spin;
+	bool posted;
 	int rc;
 
 	pthread_mutex_lock(&c->io);
@@ -925,20 +935,43 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		pthread_mutex_unlock(&c->io);
 		return CARMY_EDISCONNECTED;
 	}
-	rc = send_all(c->fd, sb->data, sb->size);
-	if (rc == 0 && exec != NULL) {
-		rc = await_ack(c, exec);
-		if (rc == SHM_ACK_DONE) {
-			pthread_mutex_unlock(&c->io);
-			memset(reply, 0, sizeof(*reply));
-			reply->type = type;
-			return 0;
-		}
-		if (rc == SHM_ACK_SOCKET)
-			rc = 0;
+	/* Posted in the slot while the loop serving us is awake: no
+	 * send() here, no wake-up and recv() in carmyd. */
+	rc = exec != NULL && post != NULL && c->bell < SHM_BELLS ?
+		     shm_post(&c->view, c->ack_slot, c->bell, c->ack_gen,
+			      post) :
+		     SHM_WITHDRAWN;
+	if (rc < 0) {	/* the slot is not ours any more */
+		uatomic_set(&c->dead, 1);
+		pthread_mutex_unlock(&c->io);
+		return CARMY_EDISCONNECTED;
 	}
-	if (rc == 0)
-		rc = recv_msg(c->fd, timeout_ms, spin, &m, buf, sizeof(buf));
+	posted = rc == SHM_POSTED;
+	rc = posted ? 0 : send_all(c->fd, sb->data, sb->size);
+	for (;;) {
+		if (rc == 0 && exec != NULL) {
+			rc = await_ack(c, exec, posted ? sb : NULL);
+			if (rc == SHM_ACK_DONE) {
+				pthread_mutex_unlock(&c->io);
+				memset(reply, 0, sizeof(*reply));
+				reply->type = type;
+				return 0;
+			}
+			if (rc == SHM_ACK_SOCKET)
+				rc = 0;
+		}
+		if (rc == 0)
+			rc = recv_msg(c->fd, timeout_ms, spin, &m, buf,
+				      sizeof(buf));
+		/* Our post was torn by another writer of the segment
+		 * (carmyd did nothing with it): send it, once. */
+		if (rc != 0 || m.type != WIRE_RESEND || !posted)
+			break;
+		posted = false;
+		rc = shm_ack_expect(&c->view, c->ack_slot, &c->ack_last, exec) ?
+			     send_all(c->fd, sb->data, sb->size) :
+			     CARMY_EDISCONNECTED;
+	}
 	/* Before the next request can go out on this connection: after a
 	 * failure, carmyd's ERROR, or a reply of another type (out of step
 	 * with carmyd: every later reply would be the one before it), a new
@@ -971,8 +1004,13 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
  * word is awaited ack_check_ms at a time, and the socket looked at in
  * between; once the word says the answer is on the socket (or futex()
  * cannot wait here), the socket is waited on, ack_check_ms at a time.
+ *
+ * A request posted in the slot (posted: its message) that carmyd has not
+ * taken by then is taken back and sent: a bell that said "awake" wrongly
+ * (written over) costs ack_check_ms, never the answer.
  */
-static int await_ack(carmy_t *c, const uint8_t *exec)
+static int await_ack(carmy_t *c, const uint8_t *exec,
+		     const msgpack_sbuffer *posted)
 {
 	for (;;) {
 		int ack = shm_ack_wait(&c->view, c->ack_slot, &c->ack_last,
@@ -982,6 +1020,13 @@ static int await_ack(carmy_t *c, const uint8_t *exec)
 			return ack;
 		if (ack == SHM_ACK_LOST)
 			return CARMY_EDISCONNECTED;
+		if (posted != NULL && ack < 0 &&
+		    shm_post_withdraw(&c->view, c->ack_slot, c->ack_gen)) {
+			if (send_all(c->fd, posted->data, posted->size) != 0)
+				return CARMY_EDISCONNECTED;
+			posted = NULL;
+			continue;
+		}
 		if (wait_readable(c->fd, ack == -ETIMEDOUT ? 0 :
 						 c->ack_check_ms)) {
 			/* A success told just before carmyd went away
@@ -1001,18 +1046,36 @@ static int await_ack(carmy_t *c, const uint8_t *exec)
 static int confirm(carmy_t *c, int type, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN], struct wire_msg *reply)
 {
+	struct shm_post post = { .type = WIRE_RESERVE, .entry = entry };
 	struct wire_msg m;
 	msgpack_sbuffer sb;
 	int rc;
 
+	memcpy(post.exec, exec, sizeof(post.exec));
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_reserve(&sb, type, entry, exec);
 	if (rc == 0)
 		rc = exchange(c, type, &sb, -1,
 			      type == WIRE_RESERVE ? exec : NULL,
+			      type == WIRE_RESERVE ? &post : NULL,
 			      reply ? reply : &m);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
+}
+
+/* The ack slot and bell the HELLO reply m gives us. carmyd marked the
+ * slot before it replied: the mark is the first word we "last saw" there,
+ * and says the slot's generation, which our posts carry. */
+static void take_slot(carmy_t *c, const struct wire_msg *m)
+{
+	c->ack_slot = m->u.hello_ok.ack_slot;
+	c->bell = m->u.hello_ok.bell;
+	if (c->ack_slot < SHM_ACK_SLOTS) {
+		c->ack_last = shm_load(&c->view.acks[c->ack_slot].ak_word);
+		c->ack_gen = c->ack_last >> 2;
+	} else {
+		c->bell = UINT32_MAX;
+	}
 }
 
 /* Has the socket something to read (a reply, carmyd's ERROR, or its end),

@@ -302,11 +302,11 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 			      struct wire_msg *m)
 {
-	uint64_t owner, maxr, epoch, flags, slot;
+	uint64_t owner, maxr, epoch, flags, slot, bell;
 
 	switch (m->type) {
 	case WIRE_HELLO:
-		if (n != 8 || get_int(&a[1], &m->u.hello_ok.code) != 0 ||
+		if (n != 9 || get_int(&a[1], &m->u.hello_ok.code) != 0 ||
 		    get_uint(&a[2], UINT32_MAX, &owner) != 0 ||
 		    a[3].type != MSGPACK_OBJECT_STR ||
 		    a[3].via.str.size == 0 ||
@@ -315,10 +315,12 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 		    get_uint(&a[4], UINT32_MAX, &maxr) != 0 ||
 		    get_uint(&a[5], UINT32_MAX, &epoch) != 0 ||
 		    get_uint(&a[6], UINT32_MAX, &flags) != 0 ||
-		    get_uint(&a[7], UINT32_MAX, &slot) != 0)
+		    get_uint(&a[7], UINT32_MAX, &slot) != 0 ||
+		    get_uint(&a[8], UINT32_MAX, &bell) != 0)
 			return CARMY_EPROTOCOL;
 		m->u.hello_ok.flags = (uint32_t)flags;
 		m->u.hello_ok.ack_slot = (uint32_t)slot;
+		m->u.hello_ok.bell = (uint32_t)bell;
 		m->u.hello_ok.owner = (uint32_t)owner;
 		memcpy(m->u.hello_ok.shm_name, a[3].via.str.ptr,
 		       a[3].via.str.size);
@@ -349,6 +351,7 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 	case WIRE_RESOLVE:
 	case WIRE_WAIT:
 	case WIRE_PURGE:
+	case WIRE_RESEND:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
 			return CARMY_EPROTOCOL;
@@ -465,18 +468,19 @@ int wire_put_settle(msgpack_sbuffer *sb, int type, const void *const part[3],
 
 int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
-		      uint32_t epoch, uint32_t flags, uint32_t ack_slot)
+		      uint32_t epoch, uint32_t flags, uint32_t ack_slot,
+		      uint32_t bell)
 {
 	size_t n = strlen(shm_name);
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	if (msgpack_pack_array(&pk, 8) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
+	if (msgpack_pack_array(&pk, 9) || msgpack_pack_uint8(&pk, WIRE_HELLO) ||
 	    msgpack_pack_int32(&pk, 0) || msgpack_pack_uint32(&pk, owner) ||
 	    msgpack_pack_str(&pk, n) || msgpack_pack_str_body(&pk, shm_name, n) ||
 	    msgpack_pack_uint32(&pk, max_result) ||
 	    msgpack_pack_uint32(&pk, epoch) || msgpack_pack_uint32(&pk, flags) ||
-	    msgpack_pack_uint32(&pk, ack_slot))
+	    msgpack_pack_uint32(&pk, ack_slot) || msgpack_pack_uint32(&pk, bell))
 		return -ENOMEM;
 	return 0;
 }

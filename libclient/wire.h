@@ -24,7 +24,7 @@
  *   carmyd -> client (one reply per request, in order, but for the
  *   successes below)
  *     HELLO     [1, 0, owner, shm_name(str), max_result, epoch, flags,
- *                ack_slot]
+ *                ack_slot, bell]
  *     COMPLETE  [2, code]
  *     RECLAIM   [3, code]
  *     RESERVE   [4, code]
@@ -38,6 +38,8 @@
  *     RESOLVE   [6, code]
  *     WAIT      [7, code]   0: it is not running any more; -ETIMEDOUT
  *     PURGE     [8, code]   >= 0: how many were forgotten
+ *     RESEND    [9, 0]      the request posted in the slot was not whole
+ *                           (torn by another writer): send it instead
  *     ERROR     [0, code]   carmyd closes the connection after it
  *
  * RESERVE and RELEASE are sent only to a carmyd whose HELLO reply carries
@@ -53,6 +55,12 @@
  * (shm_ack; carmyd marks the slot before the HELLO reply, and the client
  * awaits with a CAS from that mark or its last answer). Any other answer
  * is a reply, and the word says to read it.
+ *
+ * With a bell below SHM_BELLS too (that of the carmyd loop serving the
+ * connection), such a RESERVE, or a COMPLETE with a result of at most
+ * SHM_POST_INLINE bytes, may be posted in the slot instead of sent, while
+ * the bell says the loop is awake (shm_post, shm/post.c); it is answered
+ * the same way. The slot's generation is its mark >> 2.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H
@@ -65,7 +73,7 @@
 
 #include "carmy.h"
 
-#define WIRE_VERSION 4
+#define WIRE_VERSION 5
 #define WIRE_MAX_DEPTH 32
 /* Every message is one flat array of at most this many elements. */
 #define WIRE_MAX_FIELDS 16
@@ -88,6 +96,7 @@ enum wire_type {
 	WIRE_RESOLVE = 6,
 	WIRE_WAIT = 7,
 	WIRE_PURGE = 8,
+	WIRE_RESEND = 9,	/* carmyd -> client only */
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer
@@ -109,6 +118,7 @@ struct wire_msg {
 			uint32_t epoch;
 			uint32_t flags;
 			uint32_t ack_slot;	/* UINT32_MAX: none */
+			uint32_t bell;		/* UINT32_MAX: none */
 		} hello_ok;
 		struct {
 			uint32_t entry;
@@ -191,7 +201,8 @@ int wire_put_settle(msgpack_sbuffer *sb, int type, const void *const part[3],
 		    uint32_t timeout_ms);
 int wire_put_hello_ok(msgpack_sbuffer *sb, uint32_t owner,
 		      const char *shm_name, uint32_t max_result,
-		      uint32_t epoch, uint32_t flags, uint32_t ack_slot);
+		      uint32_t epoch, uint32_t flags, uint32_t ack_slot,
+		      uint32_t bell);
 int wire_put_reply(msgpack_sbuffer *sb, int type, int code);
 int wire_put_taken(msgpack_sbuffer *sb, int code, const uint8_t exec[16],
 		   uint32_t state);

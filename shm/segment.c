@@ -24,6 +24,8 @@ _Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE,
 _Static_assert(sizeof(struct shm_entry) % 64 == 0,
 	       "entries are cache-line aligned");
 _Static_assert(sizeof(struct shm_stats) == 64, "one stats stripe per line");
+_Static_assert(sizeof(struct shm_ack_slot) == 256, "an ack slot is 4 lines");
+_Static_assert(sizeof(struct shm_bell) == 64, "one bell per line");
 
 #define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
 
@@ -49,6 +51,9 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_pending),
 		SHM_ACK_SLOTS,
 		sizeof(struct shm_ack_slot),
+		offsetof(struct shm_ack_slot, ak_result),
+		SHM_BELLS,
+		sizeof(struct shm_bell),
 		offsetof(struct shm_header, sh_tombs),
 		offsetof(struct shm_header, sh_move_seq),
 		offsetof(struct shm_header, sh_alive),
@@ -89,7 +94,8 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 	geo->result_stride = (uint32_t)ALIGN_UP((uint64_t)max_result, 64);
 	geo->tickets_off = SHM_HEADER_SIZE +
 			   SHM_STATS_STRIPES * sizeof(struct shm_stats) +
-			   SHM_ACK_SLOTS * sizeof(struct shm_ack_slot);
+			   SHM_ACK_SLOTS * sizeof(struct shm_ack_slot) +
+			   SHM_BELLS * sizeof(struct shm_bell);
 	geo->buckets_off = ALIGN_UP(geo->tickets_off +
 				    (uint64_t)capacity * sizeof(uint64_t), 64);
 	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
@@ -178,6 +184,9 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
 	v->acks = (struct shm_ack_slot *)(v->base + SHM_HEADER_SIZE +
 					  SHM_STATS_STRIPES *
 						  sizeof(struct shm_stats));
+	v->bells = (struct shm_bell *)((uint8_t *)v->acks +
+				       SHM_ACK_SLOTS *
+					       sizeof(struct shm_ack_slot));
 	v->tickets = (uint64_t *)(v->base + geo.tickets_off);
 	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
 	v->entries = (struct shm_entry *)(v->base + geo.entries_off);

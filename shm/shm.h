@@ -11,7 +11,9 @@
  *
  *   header     struct shm_header, 256 bytes
  *   stats      SHM_STATS_STRIPES x struct shm_stats   answers counted
- *   acks       SHM_ACK_SLOTS x struct shm_ack_slot   durable answers
+ *   acks       SHM_ACK_SLOTS x struct shm_ack_slot   durable answers, and
+ *                                                    requests posted
+ *   bells      SHM_BELLS x struct shm_bell        which loops are awake
  *   tickets    capacity x uint64_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
  *   entries    capacity x struct shm_entry  identity, fingerprint, status
@@ -40,7 +42,7 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 5
+#define SHM_FORMAT 6
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
@@ -250,9 +252,33 @@ struct shm_stats {
  * answered on its socket alone.
  */
 #define SHM_ACK_SLOTS 1024
+#define SHM_POST_INLINE 192	/* result bytes a posted COMPLETE carries */
 struct shm_ack_slot {
-	uint32_t ak_word;
-	uint32_t ak_pad[15];
+	uint32_t ak_word;	/* the answer (shm_ack) */
+	/* A RESERVE or COMPLETE posted here instead of sent (shm/post.c):
+	 * gen << 2 | state, then the request, which its sum covers. */
+	uint32_t ak_post;
+	uint32_t ak_type;
+	uint32_t ak_entry;
+	int32_t ak_status;
+	int32_t ak_code;
+	uint32_t ak_len;
+	uint32_t ak_pad0;
+	uint8_t ak_exec[16];
+	uint64_t ak_sum;
+	uint64_t ak_pad1;
+	uint8_t ak_result[SHM_POST_INLINE];
+} __attribute__((aligned(64)));
+
+/*
+ * Whether an event loop of carmyd is awake, and so looks at the slots of
+ * its connections for posted requests (shm_post). One per loop, up to
+ * SHM_BELLS; a connection of a loop past the last posts nothing.
+ */
+#define SHM_BELLS 64
+struct shm_bell {
+	uint32_t bl_awake;
+	uint32_t bl_pad[15];
 } __attribute__((aligned(64)));
 
 /* Geometry derived from (capacity, max_result): the one place sizes and
@@ -278,6 +304,7 @@ struct shm_view {
 	uint64_t seed;
 	struct shm_stats *stats;
 	struct shm_ack_slot *acks;
+	struct shm_bell *bells;
 	uint64_t *tickets;
 	uint64_t *buckets;
 	struct shm_entry *entries;
@@ -432,6 +459,29 @@ int shm_ack_wait(const struct shm_view *v, uint32_t slot, uint32_t *last,
 int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 	    bool done);
 void shm_ack_wake(const struct shm_view *v, uint32_t slot);
+bool shm_ack_awaits(const struct shm_view *v, uint32_t slot,
+		    const uint8_t *exec);
+int shm_ack_any(const struct shm_view *v, uint32_t slot);
+/* A request posted in a slot: shm/post.c. */
+struct shm_post {
+	uint32_t type;		/* WIRE_RESERVE or WIRE_COMPLETE */
+	uint32_t entry;
+	int32_t status, code;	/* COMPLETE */
+	uint32_t len;		/* bytes of result, <= SHM_POST_INLINE */
+	uint8_t exec[16];
+	const uint8_t *result;	/* shm_post(): the caller's; taken: out */
+};
+#define SHM_POSTED 1		/* shm_post(): carmyd has it or will look */
+#define SHM_WITHDRAWN 0		/* ... carmyd sleeps: send it instead */
+int shm_post(const struct shm_view *v, uint32_t slot, uint32_t bell,
+	     uint32_t gen, const struct shm_post *p);
+int shm_post_take(const struct shm_view *v, uint32_t slot, uint32_t gen,
+		  struct shm_post *out, uint8_t result[SHM_POST_INLINE]);
+bool shm_post_ready(const struct shm_view *v, uint32_t slot, uint32_t gen);
+void shm_post_reset(const struct shm_view *v, uint32_t slot, uint32_t gen);
+bool shm_post_withdraw(const struct shm_view *v, uint32_t slot,
+		       uint32_t gen);
+void shm_bell_set(const struct shm_view *v, uint32_t bell, bool awake);
 int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,

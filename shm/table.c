@@ -701,6 +701,9 @@ int shm_wait_pending(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 #define ACK_SOCKET 3u
 #define ACK_STATE 3u
 
+static int ack_tell(const struct shm_view *v, uint32_t slot,
+		    const uint32_t *tag, uint32_t state);
+
 static uint32_t ack_tag(const uint8_t *exec)
 {
 	uint32_t t;
@@ -809,6 +812,15 @@ int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 	    bool done)
 {
 	const uint32_t tag = ack_tag(exec);
+
+	return ack_tell(v, slot, &tag, done ? ACK_DONE : ACK_SOCKET);
+}
+
+/* Turn slot's word from awaiting (the answer about *tag, or any if tag is
+ * NULL) to state. Returns like shm_ack(). */
+static int ack_tell(const struct shm_view *v, uint32_t slot,
+		    const uint32_t *tag, uint32_t state)
+{
 	uint32_t *word;
 
 	if (slot >= SHM_ACK_SLOTS)
@@ -820,14 +832,36 @@ int shm_ack(const struct shm_view *v, uint32_t slot, const uint8_t *exec,
 	for (int tries = 0; tries < 3; tries++) {
 		uint32_t w = shm_load(word);
 
-		if ((w & ~ACK_STATE) != tag ||
+		if ((tag != NULL && (w & ~ACK_STATE) != *tag) ||
 		    ((w & ACK_STATE) != ACK_WAIT && (w & ACK_STATE) != ACK_SLEEP))
 			return SHM_ACK_MISSED;
-		if (shm_cas(word, w, tag | (done ? ACK_DONE : ACK_SOCKET)) == w)
+		if (shm_cas(word, w, (w & ~ACK_STATE) | state) == w)
 			return (w & ACK_STATE) == ACK_SLEEP ? SHM_ACK_TOLD_ASLEEP :
 							      SHM_ACK_TOLD;
 	}
 	return SHM_ACK_MISSED;
+}
+
+/* carmyd: does slot's word await the answer to a request naming exec?
+ * A client posts a request only once its word awaits it (shm_post). */
+bool shm_ack_awaits(const struct shm_view *v, uint32_t slot,
+		    const uint8_t *exec)
+{
+	uint32_t w;
+
+	if (slot >= SHM_ACK_SLOTS)
+		return false;
+	w = shm_load(&v->acks[slot].ak_word);
+	return (w & ~ACK_STATE) == ack_tag(exec) &&
+	       ((w & ACK_STATE) == ACK_WAIT || (w & ACK_STATE) == ACK_SLEEP);
+}
+
+/* carmyd: the answer to whatever request slot's word awaits is on the
+ * socket (the request, posted, was not whole: carmyd cannot know which
+ * execution it named). Returns like shm_ack(). */
+int shm_ack_any(const struct shm_view *v, uint32_t slot)
+{
+	return ack_tell(v, slot, NULL, ACK_SOCKET);
 }
 
 /* Wake the client asleep on slot's word. */

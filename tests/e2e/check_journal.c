@@ -97,7 +97,11 @@ static const char *outcome(int rc)
 /* carmyd's options for a journal in dir/j; spec is the caller's buffer,
  * which must outlive opts. No grace period: these tests judge entries of
  * dead owners right after a restart (check_restart covers the grace). */
-static void journal_opts(const char *opts[10], char *spec, size_t size,
+/* With spin_us set, carmyd's loops poll that long after each event: awake,
+ * they take the requests clients post in their slots (shm_post). */
+static const char *spin_us;
+
+static void journal_opts(const char *opts[16], char *spec, size_t size,
 			 const char *dir, const char *capacity,
 			 const char *max_result)
 {
@@ -112,7 +116,24 @@ static void journal_opts(const char *opts[10], char *spec, size_t size,
 	opts[5] = spec;
 	opts[6] = "--grace";
 	opts[7] = "0";
-	opts[8] = NULL;
+	opts[8] = spin_us ? "--spin-us" : NULL;
+	opts[9] = spin_us;
+	opts[10] = NULL;
+}
+
+/* How many slots of the segment named say a request posted there was
+ * taken by carmyd. */
+static unsigned posts_taken(const char *segment)
+{
+	struct shm_view v;
+	unsigned n = 0;
+
+	ck_assert_int_eq(shm_map(segment, false, &v), 0);
+	for (uint32_t i = 0; i < SHM_ACK_SLOTS; i++)
+		n += (__atomic_load_n(&v.acks[i].ak_post, __ATOMIC_ACQUIRE) &
+		      3) == 2;
+	shm_unmap(&v);
+	return n;
 }
 
 static void journal_path(char *out, size_t size, const char *dir)
@@ -370,7 +391,7 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_reservation hr = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160], released_exec[CARMY_EXECUTION_ID_LEN + 1];
-	const char *opts[10];
+	const char *opts[16];
 	struct e2e_child ch;
 
 	new_dir(dir, sizeof(dir));
@@ -380,6 +401,9 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 	c = e2e_connect(&d);
 	for (int i = 0; i < NDONE; i++)
 		record(c, &dn[i]);
+	/* Awake between our requests, carmyd took them from the slot. */
+	if (spin_us != NULL)
+		ck_assert_uint_ge(posts_taken(d.segment), 1);
 	ck_assert_int_eq(carmy_begin(c, &released, &r), CARMY_RESERVED);
 	strcpy(released_exec, r.execution_id);
 	ck_assert_int_eq(carmy_release(c, &r), 0);
@@ -443,6 +467,16 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 }
 END_TEST
 
+/* The same, with the reservations and completions posted in the slot
+ * (results of up to SHM_POST_INLINE bytes; the 256-byte one is sent). */
+START_TEST(test_acknowledged_results_survive_a_reboot_posted)
+{
+	spin_us = "10000";
+	test_acknowledged_results_survive_a_reboot_fn(_i);
+	spin_us = NULL;
+}
+END_TEST
+
 /* A release frees the identity in the segment first, then has the journal
  * record it. After a carmyd restart the release reaches the carmyd that came
  * back, and a reboot after it finds the identity free; when no carmyd is
@@ -457,7 +491,7 @@ START_TEST(test_release_cut_off_by_a_restart_reaches_the_journal)
 	struct carmy_call second = E2E_CALL("p", "s", "released-alone");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
-	const char *opts[10];
+	const char *opts[16];
 
 	new_dir(dir, sizeof(dir));
 	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
@@ -503,7 +537,7 @@ START_TEST(test_restart_on_the_kept_segment_then_reboot_agree)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_reservation hr = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160];
-	const char *opts[10];
+	const char *opts[16];
 	struct e2e_child ch;
 
 	new_dir(dir, sizeof(dir));
@@ -572,7 +606,7 @@ START_TEST(test_a_segment_left_half_loaded_is_loaded_again)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160], rid[NRUN][16];
 	char execs[NRUN][CARMY_EXECUTION_ID_LEN + 1];
-	const char *opts[10], *small[10], *unsized[10];
+	const char *opts[16], *small[16], *unsized[16];
 	struct done dn[NDONE];
 
 	new_dir(dir, sizeof(dir));
@@ -635,7 +669,7 @@ START_TEST(test_a_segment_loaded_from_another_store_is_loaded_again)
 	struct carmy_call running = E2E_CALL("p", "s", "running");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
-	const char *opts[10];
+	const char *opts[16];
 	struct done dn[NDONE];
 
 	new_dir(dir, sizeof(dir));
@@ -835,7 +869,7 @@ START_TEST(test_acknowledged_steps_survive_a_reboot_under_load)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct wlog wl[LOAD_WORKERS];
 	pid_t pids[LOAD_WORKERS];
-	const char *opts[10];
+	const char *opts[16];
 	uint64_t t0, kill_ns, deadline;
 	unsigned us = 50, target;
 	unsigned acked = 0, replayed_unacked = 0, uncertain = 0;
@@ -1004,7 +1038,7 @@ static void make_torn_items(struct done *dn, int n)
 static size_t fill_journal(const char *dir, struct done *dn, int n)
 {
 	char spec[160], path[160];
-	const char *opts[10];
+	const char *opts[16];
 	struct stat st;
 
 	journal_opts(opts, spec, sizeof(spec), dir, "256", "1024");
@@ -1045,7 +1079,7 @@ static int check_prefix(const char *dir, struct done *dn, int n,
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char spec[160];
-	const char *opts[10];
+	const char *opts[16];
 	int known = 0;
 
 	journal_opts(opts, spec, sizeof(spec), dir, "256", "1024");
@@ -1104,7 +1138,7 @@ static void check_after_cut(const char *dir, const struct done *dn, int n,
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char spec[160];
-	const char *opts[10];
+	const char *opts[16];
 
 	journal_opts(opts, spec, sizeof(spec), dir, "256", "1024");
 	e2e_start(&d, opts);
@@ -1345,7 +1379,7 @@ START_TEST(test_damage_in_the_middle_is_refused_not_cut)
 	flips[3] = head + (end - head) / 2;
 	for (int i = 0; i < 4; i++) {
 		char cdir[128], cpath[160], spec[160], jdir[160];
-		const char *opts[10];
+		const char *opts[16];
 		uint8_t *after;
 		size_t alen;
 
@@ -1401,7 +1435,7 @@ END_TEST
 START_TEST(test_unusable_journal_is_refused_without_a_segment)
 {
 	char dir[128], path[160], spec[200], jdir[160];
-	const char *opts[10], *argv[3] = { "--store", spec, NULL };
+	const char *opts[16], *argv[3] = { "--store", spec, NULL };
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct carmy_call call = E2E_CALL("p", "s", "still-served");
 	static const uint8_t junk[4096] = { 'n', 'o', 't', ' ', 'a', ' ',
@@ -1461,7 +1495,7 @@ END_TEST
 START_TEST(test_a_client_sleeps_once_per_answer)
 {
 	char dir[128], spec[160], rid[32];
-	const char *opts[12];
+	const char *opts[16];
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct rusage r0, r1;
 	long sleeps;
@@ -1534,7 +1568,7 @@ START_TEST(test_a_client_waiting_in_its_slot_outlives_carmyd)
 	struct carmy_call call = E2E_CALL("p", "s", "acked-across");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char dir[128], spec[160];
-	const char *opts[10];
+	const char *opts[16];
 	struct completer k = { .r = &r };
 	struct shm_view v;
 	pthread_t t;
@@ -1561,6 +1595,197 @@ START_TEST(test_a_client_waiting_in_its_slot_outlives_carmyd)
 	ck_assert_uint_eq(r.result_len, 4);
 	ck_assert_int_eq(memcmp(r.result, "late", 4), 0);
 	carmy_reservation_clear(&r);
+	finish(dir);
+}
+END_TEST
+
+/* The slot where a request is posted (state READY), waited for. */
+static uint32_t posted_slot(const struct shm_view *v)
+{
+	for (uint64_t t0 = harness_now_ns();; sched_yield()) {
+		for (uint32_t i = 0; i < SHM_ACK_SLOTS; i++)
+			if ((__atomic_load_n(&v->acks[i].ak_post,
+					     __ATOMIC_ACQUIRE) & 3) == 1)
+				return i;
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "no client posted in its slot");
+	}
+}
+
+/* Wait until the request posted in slot is taken, by carmyd or back by its
+ * client (the post word leaves READY). */
+static void await_post_gone(const struct shm_view *v, uint32_t slot,
+			    const char *who)
+{
+	for (uint64_t t0 = harness_now_ns();
+	     (__atomic_load_n(&v->acks[slot].ak_post, __ATOMIC_ACQUIRE) & 3) ==
+	     1;
+	     sched_yield())
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "%s never took the post", who);
+}
+
+/* A journal carmyd with threads event loops, and our handle c on it. */
+static void start_posting(char *dir, size_t dsize, char *spec, size_t ssize,
+			  const char *opts[16], const char *threads)
+{
+	new_dir(dir, dsize);
+	journal_opts(opts, spec, ssize, dir, "64", "256");
+	opts[8] = threads ? "--threads" : NULL;
+	opts[9] = threads;
+	opts[10] = NULL;
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+}
+
+/* Stop carmyd with every bell saying "awake" and have a thread of ours
+ * complete k->r: it posts the completion. Returns its slot. */
+static uint32_t post_to_stopped(struct shm_view *v, pthread_t *t,
+				struct completer *k)
+{
+	ck_assert_int_eq(shm_map(d.segment, true, v), 0);
+	e2e_sigstop(d.pid);
+	for (uint32_t i = 0; i < SHM_BELLS; i++)
+		__atomic_store_n(&v->bells[i].bl_awake, 1, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(pthread_create(t, NULL, complete_in_thread, k), 0);
+	return posted_slot(v);
+}
+
+/* Let carmyd go on: the completion post_to_stopped() began succeeds. */
+static void resume_posted(struct shm_view *v, pthread_t t,
+			  const struct completer *k)
+{
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(k->rc, 0);
+	shm_unmap(v);
+}
+
+/* call replays what complete_in_thread() recorded, and nothing else. */
+static void expect_late(const struct carmy_call *call)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+
+	ck_assert_int_eq(carmy_begin(c, call, &r), CARMY_REPLAY);
+	ck_assert_uint_eq(r.result_len, 4);
+	ck_assert_int_eq(memcmp(r.result, "late", 4), 0);
+	carmy_reservation_clear(&r);
+}
+
+/*
+ * A bell that says "awake" wrongly (written over, or left so by a carmyd
+ * stopped while awake) costs a request CARMY_ACK_CHECK_MS, never its
+ * answer: the client takes its post back and sends it. carmyd is stopped
+ * while this happens, so only the client can have taken the post back.
+ */
+START_TEST(test_a_post_nobody_takes_is_sent_instead)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "posted-to-no-one");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160];
+	const char *opts[16];
+	struct completer k = { .r = &r };
+	struct shm_view v;
+	uint32_t slot;
+	pthread_t t;
+
+	setenv("CARMY_ACK_CHECK_MS", "50", 1);
+	start_posting(dir, sizeof(dir), spec, sizeof(spec), opts, NULL);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	slot = post_to_stopped(&v, &t, &k);
+	await_post_gone(&v, slot, "the client");
+	ck_assert_int_eq(v.acks[slot].ak_post & 3, 0);	/* taken back */
+	resume_posted(&v, t, &k);
+	expect_late(&call);
+	carmy_reservation_clear(&r);
+	finish(dir);
+}
+END_TEST
+
+/*
+ * A post torn by another writer (here the test, standing for a client
+ * stalled since its connection was dropped and its slot handed on) is not
+ * acted on, and does not cost its client the call: carmyd asks it to send
+ * the request instead (RESEND), and what is recorded is what it sent. One
+ * loop, whose 100 ms tick wakes it after SIGCONT, and a client that waits
+ * in its slot longer than the test: only carmyd can take the post.
+ */
+START_TEST(test_a_torn_post_is_sent_again_not_acted_on)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "torn-post");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160];
+	const char *opts[16];
+	struct completer k = { .r = &r };
+	struct shm_view v;
+	uint32_t slot;
+	pthread_t t;
+
+	setenv("CARMY_ACK_CHECK_MS", "600000", 1);
+	start_posting(dir, sizeof(dir), spec, sizeof(spec), opts, "1");
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	slot = post_to_stopped(&v, &t, &k);
+	ck_assert_uint_eq(v.acks[slot].ak_len, 4);
+	v.acks[slot].ak_result[0] ^= 0x20;	/* "late" -> "Late" */
+	resume_posted(&v, t, &k);
+	expect_late(&call);
+	/* The connection is whole: the next call is served on it. */
+	call.request_id = "after-torn";
+	call.request_id_len = strlen(call.request_id);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok", 2),
+			 0);
+	carmy_reservation_clear(&r);
+	finish(dir);
+}
+END_TEST
+
+/*
+ * A request posted in a connection's slot by someone other than its client
+ * (any process that may write the segment can) is not acted on: the
+ * client's word does not await it. Here a forged completion of a call the
+ * client is still running, whole and of the slot's generation.
+ */
+START_TEST(test_a_post_its_client_does_not_await_is_dropped)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "forged-post");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation other = CARMY_RESERVATION_INIT;
+	struct shm_post p = { .type = 2, .status = CARMY_STATUS_COMPLETED };
+	char dir[128], spec[160];
+	const char *opts[16];
+	struct shm_view v;
+	uint32_t slot = SHM_ACK_SLOTS, gen;
+	carmy_t *c2;
+
+	start_posting(dir, sizeof(dir), spec, sizeof(spec), opts, "1");
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
+	for (uint32_t i = 0; i < SHM_ACK_SLOTS; i++)
+		if (v.acks[i].ak_post != 0)
+			slot = i;	/* the one connection's */
+	ck_assert_uint_lt(slot, SHM_ACK_SLOTS);
+	gen = __atomic_load_n(&v.acks[slot].ak_post, __ATOMIC_ACQUIRE) >> 2;
+	p.entry = r.priv_entry;
+	e2e_exec_bytes(r.execution_id, p.exec);
+	p.result = (const uint8_t *)"forged";
+	p.len = 6;
+	__atomic_store_n(&v.bells[0].bl_awake, 1, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(shm_post(&v, slot, 0, gen, &p), SHM_POSTED);
+	/* The loop takes it (at its tick at the latest). */
+	await_post_gone(&v, slot, "carmyd");
+	shm_unmap(&v);
+	/* Still running, and the client records its own result. */
+	c2 = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c2, &call, &other), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(other.state, CARMY_STATE_RUNNING);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "real", 4),
+			 0);
+	ck_assert_int_eq(carmy_begin(c2, &call, &other), CARMY_REPLAY);
+	ck_assert_uint_eq(other.result_len, 4);
+	ck_assert_int_eq(memcmp(other.result, "real", 4), 0);
+	carmy_reservation_clear(&other);
+	carmy_close(c2);
 	finish(dir);
 }
 END_TEST
@@ -1598,7 +1823,7 @@ START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
 {
 	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1], ctl[256];
 	char cmd[768];
-	const char *opts[10];
+	const char *opts[16];
 	uint8_t bytes[SHM_EXEC_LEN];
 	int go[2], out[2], rc = -1, status;
 	struct shm_view v;
@@ -1777,6 +2002,7 @@ static Suite *journal_suite(void)
 	e2e_guard(tc);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_acknowledged_results_survive_a_reboot);
+	tcase_add_test(tc, test_acknowledged_results_survive_a_reboot_posted);
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
 	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
 	tcase_add_test(tc, test_a_segment_left_half_loaded_is_loaded_again);
@@ -1789,6 +2015,9 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_a_client_sleeps_once_per_answer);
 	tcase_add_test(tc, test_one_loop_still_commits_in_groups);
 	tcase_add_test(tc, test_a_client_waiting_in_its_slot_outlives_carmyd);
+	tcase_add_test(tc, test_a_post_nobody_takes_is_sent_instead);
+	tcase_add_test(tc, test_a_torn_post_is_sent_again_not_acted_on);
+	tcase_add_test(tc, test_a_post_its_client_does_not_await_is_dropped);
 	tcase_add_test(tc, test_a_completion_whose_entry_was_purged_before_it_looked);
 	suite_add_tcase(s, tc);
 	return s;

@@ -39,8 +39,8 @@
 
 enum { T_ERROR = 0, T_HELLO = 1, T_COMPLETE = 2 };
 /* The protocol spoken here by hand, as a hostile peer would (wire.h is
- * deliberately not used): its version, and the HELLO reply of 8 fields. */
-#define PROTOCOL_VERSION 4
+ * deliberately not used): its version, and the HELLO reply of 9 fields. */
+#define PROTOCOL_VERSION 5
 
 static struct carmyd_proc d;
 static carmy_t *good;	/* a bystander connected before any mischief */
@@ -168,7 +168,7 @@ static int raw_reply(int fd, int timeout_ms, struct reply *rep)
 		if (rep->type == T_HELLO) {
 			const msgpack_object *a = up.data.via.array.ptr;
 
-			ck_assert_uint_eq(up.data.via.array.size, 8);
+			ck_assert_uint_eq(up.data.via.array.size, 9);
 			ck_assert_int_eq(a[3].type, MSGPACK_OBJECT_STR);
 			ck_assert_uint_lt(a[3].via.str.size, sizeof(rep->shm_name));
 			rep->owner = (uint32_t)obj_uint(&a[2]);

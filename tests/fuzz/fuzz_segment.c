@@ -90,6 +90,8 @@ static void overwrite(uint8_t *seg, unsigned mode, const uint8_t *in, size_t n)
 		  (uint64_t)tgeo.capacity * sizeof(struct shm_entry) },
 		{ tgeo.results_off,
 		  (uint64_t)tgeo.capacity * tgeo.result_stride },
+		/* Answer counts, ack slots (posted requests) and bells. */
+		{ SHM_HEADER_SIZE, tgeo.tickets_off - SHM_HEADER_SIZE },
 	};
 	size_t first = (mode & FS_MODE_BODY) ? 1 : 0;
 
@@ -119,6 +121,11 @@ static void private_view(struct shm_view *v)
 	v->mapped = tgeo.size;
 	v->geo = tgeo;
 	v->seed = FS_SEED;
+	v->stats = (struct shm_stats *)(work + SHM_HEADER_SIZE);
+	v->acks = (struct shm_ack_slot *)(work + SHM_HEADER_SIZE +
+					  SHM_STATS_STRIPES *
+						  sizeof(struct shm_stats));
+	v->bells = (struct shm_bell *)(v->acks + SHM_ACK_SLOTS);
 	v->tickets = (uint64_t *)(work + tgeo.tickets_off);
 	v->buckets = (uint64_t *)(work + tgeo.buckets_off);
 	v->entries = (struct shm_entry *)(work + tgeo.entries_off);
@@ -239,6 +246,26 @@ static void read_everything(struct shm_view *v)
 	}
 }
 
+/* carmyd takes every request the slots say is posted, of the generation
+ * they say: whatever their bytes, it stays in bounds, and what it takes is
+ * whole or refused. */
+static void take_every_post(struct shm_view *v)
+{
+	uint8_t result[SHM_POST_INLINE];
+
+	for (uint32_t i = 0; i < SHM_ACK_SLOTS; i++) {
+		uint32_t gen = v->acks[i].ak_post >> 2;
+		struct shm_post p;
+		int rc = shm_post_take(v, i, gen, &p, result);
+
+		FUZZ_CHECK(rc == 0 || rc == 1 || rc == -EBADMSG);
+		if (rc == 1)
+			FUZZ_CHECK(p.len <= SHM_POST_INLINE &&
+				   p.result == result);
+		FUZZ_CHECK(shm_post_take(v, i, gen, &p, result) == 0);
+	}
+}
+
 static void carmyd_and_clients(struct shm_view *v, unsigned mode)
 {
 	static const char *const rids[] = { "a", "b", "c", "d", "f", "n1", "n2",
@@ -256,6 +283,7 @@ static void carmyd_and_clients(struct shm_view *v, unsigned mode)
 
 	/* Clients. */
 	read_everything(v);
+	take_every_post(v);
 	for (unsigned i = 0; i < sizeof(rids) / sizeof(rids[0]); i++)
 		client(v, rids[i], i, &cursor);
 

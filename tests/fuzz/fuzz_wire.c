@@ -279,7 +279,8 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 		}
 		c->owner = FW_OWNER;	/* store_new_owner() on a fresh carmyd */
 		rc = wire_put_hello_ok(&c->out, c->owner, FW_SHM_NAME,
-				       view.geo.max_result, 1, 0, UINT32_MAX);
+				       view.geo.max_result, 1, 0, UINT32_MAX,
+				       UINT32_MAX);
 		break;
 	case WIRE_COMPLETE: {
 		int status = m.u.complete.status;

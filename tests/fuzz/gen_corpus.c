@@ -142,7 +142,7 @@ static void wire_seeds(void)
 	SEED("hello_then_reply", hello(&sb);
 	     ok(wire_put_reply(&sb, WIRE_COMPLETE, 0)));
 	SEED("hello_then_hello_ok", hello(&sb);
-	     ok(wire_put_hello_ok(&sb, 16, "/x", 64, 1, 0, 0)));
+	     ok(wire_put_hello_ok(&sb, 16, "/x", 64, 1, 0, 0, 0)));
 	/* The durable store's and the operator's requests, and a HELLO
 	 * asking for an owner id back. */
 	{

@@ -45,7 +45,7 @@ FUZZ_CPPFLAGS = -include $(top_builddir)/config.h \
 FUZZ_LIBS = $(MSGPACK_LIBS) $(XXHASH_LIBS) -lpthread
 
 FUZZ_SHM_SRCS = $(top_srcdir)/shm/segment.c $(top_srcdir)/shm/table.c \
-	$(top_srcdir)/shm/sweep.c
+	$(top_srcdir)/shm/sweep.c $(top_srcdir)/shm/post.c
 FUZZ_WIRE_SRCS = $(top_srcdir)/libclient/wire.c
 FUZZ_CANON_SRCS = $(top_srcdir)/libclient/canon.c
 FUZZ_JOURNAL_SRCS = $(top_srcdir)/daemon/journal.c \

@@ -119,7 +119,7 @@ START_TEST(test_every_message_round_trips)
 
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_hello_ok(&sb, 17, "/carmy.0.x", 4096, 3,
-					   WIRE_F_DURABLE, 5), 0);
+					   WIRE_F_DURABLE, 5, 1), 0);
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
 	ck_assert_uint_eq(m.u.hello_ok.owner, 17);
 	ck_assert_str_eq(m.u.hello_ok.shm_name, "/carmy.0.x");
@@ -127,6 +127,7 @@ START_TEST(test_every_message_round_trips)
 	ck_assert_uint_eq(m.u.hello_ok.epoch, 3);
 	ck_assert_uint_eq(m.u.hello_ok.flags, WIRE_F_DURABLE);
 	ck_assert_uint_eq(m.u.hello_ok.ack_slot, 5);
+	ck_assert_uint_eq(m.u.hello_ok.bell, 1);
 
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RESERVE, 77, exec), 0);
