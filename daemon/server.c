@@ -135,7 +135,7 @@ static void on_readable(struct conn *c, uint32_t events);
 static int process(struct conn *c);
 static int on_message(struct conn *c, const uint8_t *buf, size_t len);
 static int on_request(struct conn *c, const struct wire_msg *m);
-static unsigned take_posts(struct loop *l, bool more);
+static unsigned take_posts(struct loop *l);
 static void posting_add(struct conn *c);
 static void posting_del(struct conn *c);
 static int to_store(struct conn *c, int type, enum carmy_store_op op,
@@ -368,7 +368,7 @@ static int loop_run(struct loop *l)
 		 * posting. Say so, then look once more (see shm/post.c). */
 		if (wait < 0 && l->bell < SHM_BELLS) {
 			shm_bell_set(&sv->store->view, l->bell, false);
-			if (take_posts(l, false) > 0) {
+			if (take_posts(l) > 0) {
 				shm_bell_set(&sv->store->view, l->bell, true);
 				spin_until = mono_ns() + spin;
 				continue;
@@ -384,7 +384,7 @@ static int loop_run(struct loop *l)
 			return -1;
 		}
 		if (n == 0) {
-			if (take_posts(l, false) > 0) {
+			if (take_posts(l) > 0) {
 				spin_until = mono_ns() + spin;
 				continue;
 			}
@@ -395,8 +395,6 @@ static int loop_run(struct loop *l)
 		}
 		if (spin)
 			spin_until = mono_ns() + spin;
-		/* Posted meanwhile: in the same flush as this batch's. */
-		take_posts(l, true);
 		bool done = false;
 
 		for (int i = 0; i < n; i++) {
@@ -459,7 +457,9 @@ static int loop_run(struct loop *l)
 		l->more = false;
 		if (done)
 			on_done(l);
-		take_posts(l, false);
+		/* After the batch, as on_done(): a post may drop its
+		 * connection, which a later event of the batch may name. */
+		take_posts(l);
 		if (l == sv->loops && sv->stop)
 			return 0;
 	}
@@ -803,8 +803,8 @@ static int on_request(struct conn *c, const struct wire_msg *m)
  * Take the requests posted in the slots of this loop's connections
  * (shm_post) and handle each as if it had come on its socket: answered the
  * same way, in the slot or there. A connection with a request in hand
- * (sent or posted) is left until it is answered, as its socket is. more:
- * requests of this batch follow (the store's CARMY_STORE_MORE hint).
+ * (sent or posted) is left until it is answered, as its socket is.
+ * Called between batches of events only: a post may drop its connection.
  *
  * A post is taken only while its connection's ack word awaits the answer
  * to it, as an honest client's does: one the client is not waiting for
@@ -816,7 +816,7 @@ static int on_request(struct conn *c, const struct wire_msg *m)
  * Returns how many were ready: if any, the loop must look again before it
  * sleeps (one call takes up to 64).
  */
-static unsigned take_posts(struct loop *l, bool more)
+static unsigned take_posts(struct loop *l)
 {
 	const struct shm_view *v = &l->sv->store->view;
 	struct conn *ready[64];
@@ -878,7 +878,7 @@ static unsigned take_posts(struct loop *l, bool more)
 			m.u.complete.result = p.result;
 			m.u.complete.result_len = p.len;
 		}
-		l->more = more || i + 1 < n;
+		l->more = i + 1 < n;
 		(void)on_request(c, &m);	/* c may be gone after */
 	}
 	l->more = false;

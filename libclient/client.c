@@ -103,7 +103,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    const struct shm_post *post, struct wire_msg *reply);
 static void take_slot(carmy_t *c, const struct wire_msg *m);
 static int await_ack(carmy_t *c, const uint8_t *exec,
-		     const msgpack_sbuffer *posted);
+		     const msgpack_sbuffer *sb, bool *posted);
 static bool wait_readable(int fd, int timeout_ms);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
@@ -950,7 +950,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	rc = posted ? 0 : send_all(c->fd, sb->data, sb->size);
 	for (;;) {
 		if (rc == 0 && exec != NULL) {
-			rc = await_ack(c, exec, posted ? sb : NULL);
+			rc = await_ack(c, exec, sb, &posted);
 			if (rc == SHM_ACK_DONE) {
 				pthread_mutex_unlock(&c->io);
 				memset(reply, 0, sizeof(*reply));
@@ -964,9 +964,15 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 			rc = recv_msg(c->fd, timeout_ms, spin, &m, buf,
 				      sizeof(buf));
 		/* Our post was torn by another writer of the segment
-		 * (carmyd did nothing with it): send it, once. */
-		if (rc != 0 || m.type != WIRE_RESEND || !posted)
+		 * (carmyd did nothing with it): send it, once. A RESEND
+		 * of a request not posted, or posted no more, is another
+		 * writer's doing: out of step, start afresh. */
+		if (rc != 0 || m.type != WIRE_RESEND)
 			break;
+		if (!posted) {
+			rc = CARMY_EDISCONNECTED;
+			break;
+		}
 		posted = false;
 		rc = shm_ack_expect(&c->view, c->ack_slot, &c->ack_last, exec) ?
 			     send_all(c->fd, sb->data, sb->size) :
@@ -1005,12 +1011,12 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
  * between; once the word says the answer is on the socket (or futex()
  * cannot wait here), the socket is waited on, ack_check_ms at a time.
  *
- * A request posted in the slot (posted: its message) that carmyd has not
- * taken by then is taken back and sent: a bell that said "awake" wrongly
- * (written over) costs ack_check_ms, never the answer.
+ * A request posted in the slot (*posted) that carmyd has not taken by
+ * then is taken back and sent (sb), and *posted cleared: a bell that said
+ * "awake" wrongly (written over) costs ack_check_ms, never the answer.
  */
 static int await_ack(carmy_t *c, const uint8_t *exec,
-		     const msgpack_sbuffer *posted)
+		     const msgpack_sbuffer *sb, bool *posted)
 {
 	for (;;) {
 		int ack = shm_ack_wait(&c->view, c->ack_slot, &c->ack_last,
@@ -1020,11 +1026,11 @@ static int await_ack(carmy_t *c, const uint8_t *exec,
 			return ack;
 		if (ack == SHM_ACK_LOST)
 			return CARMY_EDISCONNECTED;
-		if (posted != NULL && ack < 0 &&
+		if (*posted && ack < 0 &&
 		    shm_post_withdraw(&c->view, c->ack_slot, c->ack_gen)) {
-			if (send_all(c->fd, posted->data, posted->size) != 0)
+			*posted = false;
+			if (send_all(c->fd, sb->data, sb->size) != 0)
 				return CARMY_EDISCONNECTED;
-			posted = NULL;
 			continue;
 		}
 		if (wait_readable(c->fd, ack == -ETIMEDOUT ? 0 :

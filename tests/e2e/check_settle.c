@@ -538,8 +538,8 @@ static int raw_connect(void)
 	return fd;
 }
 
-/* The ack slot of the last HELLO reply raw_reply() read. */
-static uint32_t raw_slot;
+/* The ack slot and bell of the last HELLO reply raw_reply() read. */
+static uint32_t raw_slot, raw_bell;
 
 /* Read one reply of type; its code. */
 static int raw_reply(int fd, int type)
@@ -557,9 +557,37 @@ static int raw_reply(int fd, int type)
 	}
 	ck_assert_int_eq(wire_decode(buf, have, 0, &m), 0);
 	ck_assert_int_eq(m.type, type);
-	if (m.type == WIRE_HELLO)
+	if (m.type == WIRE_HELLO) {
 		raw_slot = m.u.hello_ok.ack_slot;
+		raw_bell = m.u.hello_ok.bell;
+	}
 	return m.type == WIRE_HELLO ? 0 : m.u.reply.code;
+}
+
+/* Restart carmyd on a journal in dir (a mkdtemp template), with our
+ * handle c on it; spec holds its --store. */
+static void restart_with_journal(char *dir, char spec[96])
+{
+	static const char *jopts[] = { "--capacity", "64", "--max-result",
+				       "256", "--grace", "0", "--store",
+				       NULL, NULL };
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(spec, 96, "journal:%s/j", dir);
+	jopts[7] = spec;
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+	e2e_start(&d, jopts);
+	c = e2e_connect(&d);
+}
+
+static void remove_dir(const char *dir)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
 }
 
 /* The entry index of an execution, from the segment. */
@@ -591,9 +619,7 @@ static uint32_t entry_of(const char *exec_id)
  */
 START_TEST(test_durable_requests_are_checked_against_the_table)
 {
-	char dir[] = "/tmp/check_settle.XXXXXX", spec[96], cmd[128];
-	const char *jopts[] = { "--capacity", "64", "--max-result", "256",
-				"--grace", "0", "--store", spec, NULL };
+	char dir[] = "/tmp/check_settle.XXXXXX", spec[96];
 	struct carmy_call done = E2E_CALL("p", "s", "done-once");
 	struct carmy_call held = E2E_CALL("p", "s", "held");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
@@ -605,13 +631,7 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	uint32_t e;
 	int fd;
 
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(spec, sizeof(spec), "journal:%s/j", dir);
-	carmy_close(c);
-	c = NULL;
-	e2e_stop(&d);
-	e2e_start(&d, jopts);
-	c = e2e_connect(&d);
+	restart_with_journal(dir, spec);
 	ck_assert_int_eq(carmy_begin(c, &done, &r), CARMY_RESERVED);
 	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "abc", 3),
 			 0);
@@ -662,8 +682,53 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	ck_assert_int_eq(worker_do(&w, 'c'), 0);
 	ck_assert_int_eq(carmy_begin(c, &held, &r), CARMY_REPLAY);
 	carmy_reservation_clear(&r);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	remove_dir(dir);
+}
+END_TEST
+
+/*
+ * A peer that posts a request in its slot and hangs up at once: carmyd's
+ * loop, woken by the hang-up, must not take the post in the same batch
+ * (answering it drops the connection, which the batch's hang-up event
+ * then named: a use after free, caught by the ASan run of this suite).
+ * Here the request is refused (an entry not its own), whole or torn, and
+ * the bell is set as a client that read it a moment earlier would see it.
+ */
+START_TEST(test_a_peer_that_posts_and_hangs_up_harms_no_one)
+{
+	char dir[] = "/tmp/check_settle.XXXXXX", spec[96];
+	struct carmy_call call = E2E_CALL("p", "s", "after-hang-up");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct shm_post p = { .type = WIRE_RESERVE, .entry = 3 };
+	struct shm_view v;
+
+	restart_with_journal(dir, spec);
+	memset(p.exec, 0x5c, sizeof(p.exec));
+	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
+	for (int torn = 0; torn < 2; torn++) {
+		int fd = raw_connect();
+		uint32_t last, gen;
+
+		ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
+		ck_assert_uint_lt(raw_bell, SHM_BELLS);
+		last = v.acks[raw_slot].ak_word;	/* carmyd's mark */
+		gen = last >> 2;
+		ck_assert(shm_ack_expect(&v, raw_slot, &last, p.exec));
+		__atomic_store_n(&v.bells[raw_bell].bl_awake, 1,
+				 __ATOMIC_SEQ_CST);
+		ck_assert_int_eq(shm_post(&v, raw_slot, raw_bell, gen, &p),
+				 SHM_POSTED);
+		if (torn)
+			v.acks[raw_slot].ak_exec[5] ^= 1;
+		close(fd);
+	}
+	shm_unmap(&v);
+	/* carmyd is there, and serves. */
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok", 2),
+			 0);
+	ck_assert(e2e_alive(&d));
+	remove_dir(dir);
 }
 END_TEST
 
@@ -778,6 +843,7 @@ int main(void)
 	tcase_add_test(tc, test_wait_keeps_its_deadline_with_carmyd_stalled);
 	tcase_add_test(tc, test_resolution_survives_a_reboot_with_the_journal);
 	tcase_add_test(tc, test_durable_requests_are_checked_against_the_table);
+	tcase_add_test(tc, test_a_peer_that_posts_and_hangs_up_harms_no_one);
 	tcase_add_test(tc, test_a_request_sent_behind_a_wait_is_answered_after_it);
 	tcase_add_test(tc, test_resolve_with_the_largest_identity_and_result);
 	suite_add_tcase(s, tc);
