@@ -833,15 +833,13 @@ static unsigned take_posts(struct loop *l)
 	}
 	for (unsigned i = 0; i < n; i++) {
 		struct conn *c = ready[i];
-		uint8_t result[SHM_POST_INLINE];
 		struct shm_post p;
 		struct wire_msg m;
-		int rc = shm_post_take(v, c->ack_slot, c->ack_gen, &p, result);
+		int rc = shm_post_take(v, c->ack_slot, c->ack_gen, &p);
 
 		if (rc == 0)
 			continue;	/* taken back: it comes on the socket */
-		if (rc < 0 ||
-		    (p.type != WIRE_RESERVE && p.type != WIRE_COMPLETE)) {
+		if (rc < 0 || p.type != WIRE_RESERVE) {
 			int told = shm_ack_any(v, c->ack_slot);
 
 			log_warn("owner %u: a request posted in the segment "
@@ -866,18 +864,9 @@ static unsigned take_posts(struct loop *l)
 			continue;
 		}
 		memset(&m, 0, sizeof(m));
-		m.type = (int)p.type;
-		if (p.type == WIRE_RESERVE) {
-			m.u.reserve.entry = p.entry;
-			memcpy(m.u.reserve.exec, p.exec, sizeof(p.exec));
-		} else {
-			m.u.complete.entry = p.entry;
-			memcpy(m.u.complete.exec, p.exec, sizeof(p.exec));
-			m.u.complete.status = p.status;
-			m.u.complete.result_code = p.code;
-			m.u.complete.result = p.result;
-			m.u.complete.result_len = p.len;
-		}
+		m.type = WIRE_RESERVE;
+		m.u.reserve.entry = p.entry;
+		memcpy(m.u.reserve.exec, p.exec, sizeof(p.exec));
 		l->more = i + 1 < n;
 		(void)on_request(c, &m);	/* c may be gone after */
 	}

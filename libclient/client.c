@@ -474,15 +474,14 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	return rc;
 }
 
-/* A COMPLETE: its success is told in our slot if the store is durable;
- * with a small result, it may be posted there too (post). */
+/* A COMPLETE, always sent: its success is told in our slot if the store
+ * is durable. */
 static int complete_msg(carmy_t *c, const uint8_t exec[SHM_EXEC_LEN],
-			msgpack_sbuffer *sb, const struct shm_post *post)
+			msgpack_sbuffer *sb)
 {
 	struct wire_msg m;
 
-	return exchange(c, WIRE_COMPLETE, sb, -1, exec,
-			post->len <= SHM_POST_INLINE ? post : NULL, &m);
+	return exchange(c, WIRE_COMPLETE, sb, -1, exec, NULL, &m);
 }
 
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
@@ -490,7 +489,6 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 {
 	uint8_t exec[SHM_EXEC_LEN];
 	struct shm_entry *en;
-	struct shm_post post;
 	msgpack_sbuffer sb;
 	int code = 0, rc;
 	uint32_t b;
@@ -513,24 +511,17 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	en = shm_entry_at(&c->view, r->priv_entry);
 	memcpy(exec, en->en_exec, sizeof(exec));
 
-	post.type = WIRE_COMPLETE;
-	post.entry = r->priv_entry;
-	post.status = status;
-	post.code = code;
-	post.len = len > SHM_POST_INLINE ? UINT32_MAX : (uint32_t)len;
-	memcpy(post.exec, exec, sizeof(post.exec));
-	post.result = result;
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
 			       len);
 	if (rc == 0)
-		rc = complete_msg(c, exec, &sb, &post);
+		rc = complete_msg(c, exec, &sb);
 	/* The connection broke (carmyd restarting?): get our owner id back
 	 * and send it again. If the first one got through, carmyd says so. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == r->priv_owner)
-		rc = complete_msg(c, exec, &sb, &post);
+		rc = complete_msg(c, exec, &sb);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;

@@ -57,10 +57,10 @@
  * is a reply, and the word says to read it.
  *
  * With a bell below SHM_BELLS too (that of the carmyd loop serving the
- * connection), such a RESERVE, or a COMPLETE with a result of at most
- * SHM_POST_INLINE bytes, may be posted in the slot instead of sent, while
- * the bell says the loop is awake (shm_post, shm/post.c); it is answered
- * the same way. The slot's generation is its mark >> 2.
+ * connection), such a RESERVE may be posted in the slot instead of sent,
+ * while the bell says the loop is awake (shm_post, shm/post.c); it is
+ * answered the same way. The slot's generation is its mark >> 2. A
+ * COMPLETE is always sent.
  */
 #ifndef CARMY_WIRE_H
 #define CARMY_WIRE_H

@@ -1,14 +1,18 @@
 /*
- * post.c - a durable store's RESERVE or COMPLETE handed to carmyd in the
- * segment instead of on the socket.
+ * post.c - a durable store's RESERVE handed to carmyd in the segment
+ * instead of on the socket.
  *
- * A client of a durable store waits for each answer in its ack slot
+ * A client reserves in the segment with a CAS; with a durable store,
+ * carmyd must then record the reservation before begin may answer
+ * "reserved", and the client waits for that answer in its ack slot
  * (shm_ack, table.c). While the carmyd loop serving its connection is
  * awake it looks at its connections' slots after every batch of events, so
- * the request itself can wait there too: the client writes it into its
- * slot and the loop takes it, with no send() on one side and no epoll
- * wake-up and recv() on the other. When the loop may be asleep the client
- * takes the request back and sends it, as before.
+ * the request (entry and execution id) can wait there too: the client
+ * writes it into its slot and the loop takes it, with no send() on one
+ * side and no epoll wake-up and recv() on the other. When the loop may be
+ * asleep the client takes the request back and sends it, as before.
+ * Completions are never posted: they go to carmyd on the socket, as
+ * msgpack, with their results.
  *
  * Waking, without a lost request (both sides use full barriers):
  *
@@ -27,8 +31,7 @@
  * The request's fields are plain stores before the READY word; the loop
  * copies them after its CAS and checks their sum, so one torn by a late
  * writer (a stale client stalled between its checks and its writes, or any
- * scribbler) is refused, never acted on. Nothing read is trusted: lengths
- * are bounded before anything is copied.
+ * scribbler) is refused, never acted on. Nothing read is trusted.
  */
 #include <errno.h>
 #include <string.h>
@@ -43,13 +46,10 @@
 #define POST_TAKEN 2u
 
 /* The sum of a request as posted in a slot of generation gen. */
-static uint64_t post_sum(uint32_t gen, const struct shm_post *p,
-			 const uint8_t *result)
+static uint64_t post_sum(uint32_t gen, const struct shm_post *p)
 {
 	struct {
 		uint32_t gen, type, entry;
-		int32_t status, code;
-		uint32_t len;
 		uint8_t exec[16];
 	} h;
 
@@ -57,11 +57,8 @@ static uint64_t post_sum(uint32_t gen, const struct shm_post *p,
 	h.gen = gen;
 	h.type = p->type;
 	h.entry = p->entry;
-	h.status = p->status;
-	h.code = p->code;
-	h.len = p->len;
 	memcpy(h.exec, p->exec, sizeof(h.exec));
-	return XXH3_64bits_withSeed(result, p->len, XXH3_64bits(&h, sizeof(h)));
+	return XXH3_64bits(&h, sizeof(h));
 }
 
 /*
@@ -71,7 +68,7 @@ static uint64_t post_sum(uint32_t gen, const struct shm_post *p,
  * not take it: send the request on the socket), or -ESTALE if the slot is
  * not of generation gen (carmyd handed it on) or holds a request not yet
  * taken: it is not ours to post in. The caller's ack word already awaits
- * the answer (shm_ack_expect), and p->len is at most SHM_POST_INLINE.
+ * the answer (shm_ack_expect).
  */
 int shm_post(const struct shm_view *v, uint32_t slot, uint32_t bell,
 	     uint32_t gen, const struct shm_post *p)
@@ -80,8 +77,7 @@ int shm_post(const struct shm_view *v, uint32_t slot, uint32_t bell,
 	const uint32_t ready = gen << 2 | POST_READY;
 	uint32_t w;
 
-	if (slot >= SHM_ACK_SLOTS || bell >= SHM_BELLS ||
-	    p->len > SHM_POST_INLINE)
+	if (slot >= SHM_ACK_SLOTS || bell >= SHM_BELLS)
 		return SHM_WITHDRAWN;
 	s = &v->acks[slot];
 	w = shm_load(&s->ak_post);
@@ -89,13 +85,8 @@ int shm_post(const struct shm_view *v, uint32_t slot, uint32_t bell,
 		return -ESTALE;
 	s->ak_type = p->type;
 	s->ak_entry = p->entry;
-	s->ak_status = p->status;
-	s->ak_code = p->code;
-	s->ak_len = p->len;
 	memcpy(s->ak_exec, p->exec, sizeof(s->ak_exec));
-	if (p->len > 0)
-		memcpy(s->ak_result, p->result, p->len);
-	s->ak_sum = post_sum(gen, p, p->result);
+	s->ak_sum = post_sum(gen, p);
 	/* After the fields; from what we saw, so that a slot handed on
 	 * meanwhile is not written over. */
 	if (shm_cas(&s->ak_post, w, ready) != w)
@@ -136,13 +127,12 @@ bool shm_post_ready(const struct shm_view *v, uint32_t slot, uint32_t gen)
 
 /*
  * carmyd: take the request posted in slot by its connection (generation
- * gen) into *out, its result into result (out->result points there).
- * Returns 1 if one was taken and is whole, 0 if none was waiting, or
- * -EBADMSG if one was taken but is not what its client posted (torn, out
- * of range, or a scribble): it must be refused, never acted on.
+ * gen) into *out. Returns 1 if one was taken and is whole, 0 if none was
+ * waiting, or -EBADMSG if one was taken but is not what its client posted
+ * (torn, or a scribble): it must be refused, never acted on.
  */
 int shm_post_take(const struct shm_view *v, uint32_t slot, uint32_t gen,
-		  struct shm_post *out, uint8_t result[SHM_POST_INLINE])
+		  struct shm_post *out)
 {
 	const uint32_t ready = gen << 2 | POST_READY;
 	const volatile struct shm_ack_slot *s;
@@ -158,16 +148,9 @@ int shm_post_take(const struct shm_view *v, uint32_t slot, uint32_t gen,
 	memset(out, 0, sizeof(*out));
 	out->type = s->ak_type;
 	out->entry = s->ak_entry;
-	out->status = s->ak_status;
-	out->code = s->ak_code;
-	out->len = s->ak_len;	/* read once: bounded, then used */
 	for (size_t i = 0; i < sizeof(out->exec); i++)
 		out->exec[i] = s->ak_exec[i];
-	if (out->len > SHM_POST_INLINE)
-		return -EBADMSG;
-	memcpy(result, (const uint8_t *)s->ak_result, out->len);
-	out->result = result;
-	if (post_sum(gen, out, result) != s->ak_sum)
+	if (post_sum(gen, out) != s->ak_sum)
 		return -EBADMSG;
 	return 1;
 }

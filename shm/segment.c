@@ -24,7 +24,7 @@ _Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE,
 _Static_assert(sizeof(struct shm_entry) % 64 == 0,
 	       "entries are cache-line aligned");
 _Static_assert(sizeof(struct shm_stats) == 64, "one stats stripe per line");
-_Static_assert(sizeof(struct shm_ack_slot) == 256, "an ack slot is 4 lines");
+_Static_assert(sizeof(struct shm_ack_slot) == 64, "one ack slot per line");
 _Static_assert(sizeof(struct shm_bell) == 64, "one bell per line");
 
 #define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
@@ -51,7 +51,7 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_entry, en_pending),
 		SHM_ACK_SLOTS,
 		sizeof(struct shm_ack_slot),
-		offsetof(struct shm_ack_slot, ak_result),
+		offsetof(struct shm_ack_slot, ak_sum),
 		SHM_BELLS,
 		sizeof(struct shm_bell),
 		offsetof(struct shm_header, sh_tombs),

@@ -12,7 +12,7 @@
  *   header     struct shm_header, 256 bytes
  *   stats      SHM_STATS_STRIPES x struct shm_stats   answers counted
  *   acks       SHM_ACK_SLOTS x struct shm_ack_slot   durable answers, and
- *                                                    requests posted
+ *                                                    reservations posted
  *   bells      SHM_BELLS x struct shm_bell        which loops are awake
  *   tickets    capacity x uint64_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
@@ -252,22 +252,17 @@ struct shm_stats {
  * answered on its socket alone.
  */
 #define SHM_ACK_SLOTS 1024
-#define SHM_POST_INLINE 192	/* result bytes a posted COMPLETE carries */
 struct shm_ack_slot {
 	uint32_t ak_word;	/* the answer (shm_ack) */
-	/* A RESERVE or COMPLETE posted here instead of sent (shm/post.c):
-	 * gen << 2 | state, then the request, which its sum covers. */
+	/* A RESERVE posted here instead of sent (shm/post.c): gen << 2 |
+	 * state, then the request, which its sum covers. (Completions go
+	 * to carmyd on the socket, as msgpack, always.) */
 	uint32_t ak_post;
 	uint32_t ak_type;
 	uint32_t ak_entry;
-	int32_t ak_status;
-	int32_t ak_code;
-	uint32_t ak_len;
-	uint32_t ak_pad0;
 	uint8_t ak_exec[16];
 	uint64_t ak_sum;
-	uint64_t ak_pad1;
-	uint8_t ak_result[SHM_POST_INLINE];
+	uint32_t ak_pad[6];
 } __attribute__((aligned(64)));
 
 /*
@@ -464,19 +459,16 @@ bool shm_ack_awaits(const struct shm_view *v, uint32_t slot,
 int shm_ack_any(const struct shm_view *v, uint32_t slot);
 /* A request posted in a slot: shm/post.c. */
 struct shm_post {
-	uint32_t type;		/* WIRE_RESERVE or WIRE_COMPLETE */
+	uint32_t type;		/* WIRE_RESERVE (carmyd takes no other) */
 	uint32_t entry;
-	int32_t status, code;	/* COMPLETE */
-	uint32_t len;		/* bytes of result, <= SHM_POST_INLINE */
 	uint8_t exec[16];
-	const uint8_t *result;	/* shm_post(): the caller's; taken: out */
 };
 #define SHM_POSTED 1		/* shm_post(): carmyd has it or will look */
 #define SHM_WITHDRAWN 0		/* ... carmyd sleeps: send it instead */
 int shm_post(const struct shm_view *v, uint32_t slot, uint32_t bell,
 	     uint32_t gen, const struct shm_post *p);
 int shm_post_take(const struct shm_view *v, uint32_t slot, uint32_t gen,
-		  struct shm_post *out, uint8_t result[SHM_POST_INLINE]);
+		  struct shm_post *out);
 bool shm_post_ready(const struct shm_view *v, uint32_t slot, uint32_t gen);
 void shm_post_reset(const struct shm_view *v, uint32_t slot, uint32_t gen);
 bool shm_post_withdraw(const struct shm_view *v, uint32_t slot,

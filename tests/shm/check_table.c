@@ -889,30 +889,25 @@ START_TEST(test_an_ack_wakes_its_client_and_says_where_the_answer_is)
 END_TEST
 
 /*
- * A request posted in a slot (shm/post.c): taken whole by the loop while
- * its bell says awake, taken back by the client when it does not, refused
- * when torn, and never taken for a slot handed on.
+ * A reservation posted in a slot (shm/post.c): taken whole by the loop
+ * while its bell says awake, taken back by the client when it does not,
+ * refused when torn, and never taken for a slot handed on.
  */
 START_TEST(test_a_posted_request_is_taken_whole_or_taken_back)
 {
 	const uint32_t slot = SHM_ACK_SLOTS - 2, bell = SHM_BELLS - 1;
-	uint8_t result[SHM_POST_INLINE], got_result[SHM_POST_INLINE];
 	struct shm_ack_slot *s = &view.acks[slot];
-	struct shm_post p = { .type = 2, .entry = 7, .status = 1, .code = 0 };
+	struct shm_post p = { .type = 4, .entry = 7 };
 	struct shm_post got;
 	uint32_t gen, stale;
 
-	for (size_t i = 0; i < sizeof(result); i++)
-		result[i] = (uint8_t)(i * 7 + 1);
 	memset(p.exec, 0x3c, sizeof(p.exec));
-	p.result = result;
-	p.len = SHM_POST_INLINE;
 	gen = shm_ack_mark(&view, slot, 11) >> 2;
 	shm_post_reset(&view, slot, gen);
 
 	/* Nothing posted: nothing taken. */
 	ck_assert(!shm_post_ready(&view, slot, gen));
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result), 0);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), 0);
 
 	/* The loop is awake: the post stays for it, whole. */
 	shm_bell_set(&view, bell, true);
@@ -920,48 +915,40 @@ START_TEST(test_a_posted_request_is_taken_whole_or_taken_back)
 	ck_assert(shm_post_ready(&view, slot, gen));
 	/* A post not yet taken is not written over by the next. */
 	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), -ESTALE);
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result), 1);
-	ck_assert_uint_eq(got.type, 2);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), 1);
+	ck_assert_uint_eq(got.type, 4);
 	ck_assert_uint_eq(got.entry, 7);
-	ck_assert_int_eq(got.status, 1);
-	ck_assert_uint_eq(got.len, SHM_POST_INLINE);
 	ck_assert_mem_eq(got.exec, p.exec, sizeof(p.exec));
-	ck_assert_ptr_eq(got.result, got_result);
-	ck_assert_mem_eq(got_result, result, SHM_POST_INLINE);
 	/* Taken once: not again, and the client cannot take it back. */
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result), 0);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), 0);
 	ck_assert(!shm_post_withdraw(&view, slot, gen));
 
 	/* The loop sleeps: the client takes it back, to send it. */
 	shm_bell_set(&view, bell, false);
 	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_WITHDRAWN);
 	ck_assert(!shm_post_ready(&view, slot, gen));
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result), 0);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), 0);
 
 	/* Posted while awake, taken back later (the client's safety net). */
 	shm_bell_set(&view, bell, true);
 	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
 	ck_assert(shm_post_withdraw(&view, slot, gen));
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result), 0);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), 0);
 
-	/* Torn after it was posted (a byte of the result, the entry, the
-	 * length): taken, and refused. */
-	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
-	s->ak_result[100] ^= 1;
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result),
-			 -EBADMSG);
+	/* Torn after it was posted (the entry, a byte of the exec id, the
+	 * type, the sum): taken, and refused. */
 	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
 	s->ak_entry = 8;
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result),
-			 -EBADMSG);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), -EBADMSG);
 	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
-	s->ak_len = SHM_POST_INLINE + 1;	/* never read past the slot */
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result),
-			 -EBADMSG);
+	s->ak_exec[15] ^= 1;
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), -EBADMSG);
 	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
-	s->ak_len = UINT32_MAX;
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result),
-			 -EBADMSG);
+	s->ak_type = 2;
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), -EBADMSG);
+	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
+	s->ak_sum ^= 1;
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), -EBADMSG);
 
 	/* carmyd hands the slot on: the last client's post does not land,
 	 * and one it left is not taken for the new connection's. */
@@ -970,28 +957,24 @@ START_TEST(test_a_posted_request_is_taken_whole_or_taken_back)
 	gen = shm_ack_mark(&view, slot, 12) >> 2;
 	ck_assert_uint_ne(gen, stale);
 	ck_assert(!shm_post_ready(&view, slot, gen));
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result), 0);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), 0);
 	shm_post_reset(&view, slot, gen);
 	ck_assert_int_eq(shm_post(&view, slot, bell, stale, &p), -ESTALE);
 	ck_assert(!shm_post_withdraw(&view, slot, stale));
-	ck_assert_int_eq(shm_post_take(&view, slot, stale, &got, got_result), 0);
-	/* A post of the stale client's generation with a sum of its own
-	 * (written over the new one's) is refused by the new one's. */
-	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_POSTED);
-	s->ak_sum ^= 1;
-	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got, got_result),
-			 -EBADMSG);
+	ck_assert_int_eq(shm_post_take(&view, slot, stale, &got), 0);
+	/* A stale client's whole post (its generation in its sum) under
+	 * the new generation's word: refused. */
+	shm_post_reset(&view, slot, stale);
+	ck_assert_int_eq(shm_post(&view, slot, bell, stale, &p), SHM_POSTED);
+	__atomic_store_n(&s->ak_post, gen << 2 | 1, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(shm_post_take(&view, slot, gen, &got), -EBADMSG);
 
 	/* Out of range: nothing posted, nothing taken, nothing written. */
-	p.len = SHM_POST_INLINE + 1;
-	ck_assert_int_eq(shm_post(&view, slot, bell, gen, &p), SHM_WITHDRAWN);
-	p.len = 0;
 	ck_assert_int_eq(shm_post(&view, SHM_ACK_SLOTS, bell, gen, &p),
 			 SHM_WITHDRAWN);
 	ck_assert_int_eq(shm_post(&view, slot, SHM_BELLS, gen, &p),
 			 SHM_WITHDRAWN);
-	ck_assert_int_eq(shm_post_take(&view, SHM_ACK_SLOTS, gen, &got,
-				       got_result), 0);
+	ck_assert_int_eq(shm_post_take(&view, SHM_ACK_SLOTS, gen, &got), 0);
 	ck_assert(!shm_post_ready(&view, UINT32_MAX, gen));
 	ck_assert(!shm_post_withdraw(&view, UINT32_MAX, gen));
 	shm_post_reset(&view, SHM_ACK_SLOTS, gen);
