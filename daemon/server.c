@@ -806,8 +806,8 @@ static int on_request(struct conn *c, const struct wire_msg *m)
  * (sent or posted) is left until it is answered, as its socket is.
  * Called between batches of events only: a post may drop its connection.
  *
- * A post is taken only while its connection's ack word awaits the answer
- * to it, as an honest client's does: one the client is not waiting for
+ * A post is taken only if it is a RESERVE and its connection's ack word
+ * awaits the answer to it, as an honest client's is and does: any other
  * (written by another process) is dropped unanswered. A post that is not
  * whole (torn by a late writer, such as a client stalled since its
  * connection was dropped and its slot handed on) is not this client's
@@ -839,7 +839,7 @@ static unsigned take_posts(struct loop *l)
 
 		if (rc == 0)
 			continue;	/* taken back: it comes on the socket */
-		if (rc < 0 || p.type != WIRE_RESERVE) {
+		if (rc < 0) {
 			int told = shm_ack_any(v, c->ack_slot);
 
 			log_warn("owner %u: a request posted in the segment "
@@ -857,7 +857,11 @@ static unsigned take_posts(struct loop *l)
 			flush_out(c);
 			continue;
 		}
-		if (!shm_ack_awaits(v, c->ack_slot, p.exec)) {
+		/* Whole, but not what an honest client posts: another
+		 * writer's. Answered, it would be read as the answer to
+		 * the client's next request; left alone, it harms none. */
+		if (p.type != WIRE_RESERVE ||
+		    !shm_ack_awaits(v, c->ack_slot, p.exec)) {
 			log_warn("owner %u: a request posted in the segment "
 				 "that its client does not wait for: dropped",
 				 c->owner);
