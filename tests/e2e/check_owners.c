@@ -575,9 +575,11 @@ START_TEST(test_a_claimer_whose_main_thread_exited_is_alive)
 	ck_assert_int_eq(e2e_read_full(report[0], &e, sizeof(e), 5000), 0);
 	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
 	ck_assert_uint_lt(e, v.geo.capacity);
-	/* carmyd sweeps the owner once the connection is gone. */
+	/* carmyd sweeps the owner once the connection is gone; SWEEPING is
+	 * its word while it decides (long enough to be seen under TSan). */
 	deadline = harness_now_ns() + 10000000000ull;
-	while (SHM_T_WHAT(t = shm_load(&v.tickets[e])) >= SHM_OWNER_MIN &&
+	while ((SHM_T_WHAT(t = shm_load(&v.tickets[e])) >= SHM_OWNER_MIN ||
+		SHM_T_WHAT(t) == SHM_TICKET_SWEEPING) &&
 	       harness_now_ns() < deadline)
 		poll(NULL, 0, 5);
 	ck_assert_msg(SHM_T_WHAT(t) == SHM_TICKET_ORPHAN,
