@@ -4,7 +4,8 @@
 # temp directory, all stopped by the trap whatever happens. Figures are
 # quoted, never asserted: this is not part of make check.
 #
-#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT [journal|pg]
+#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT \
+#                 [memory|journal|pg] [ROUNDS]
 #
 # OPS is per process and figure (PG_OPS for PostgreSQL, whose every write
 # waits for an fsync); PROCS a comma-separated list; *_BUILT yes or no, from
@@ -13,13 +14,16 @@
 # and only the reserve + complete cycle is measured: the durable against
 # the durable. With "pg", carmyd records into the same PostgreSQL through
 # the PostgreSQL store (daemon/store_pg.c), as one instance of several
-# would, and again only the cycle is measured. A store that is not installed, or that this carmy-bench was
-# built without, is skipped with a word saying so. PG_BINDIR overrides where
-# PostgreSQL's server programs are found. CARMYD_ARGS adds options to
-# carmyd's command line (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'.
+# would, and again only the cycle is measured. A store that is not
+# installed, or that this carmy-bench was built without, is skipped with a
+# word saying so. ROUNDS (default 1) is carmy-bench's --rounds: every
+# figure that many times, Carmy's and then the peers' in each round, and
+# the median round quoted. PG_BINDIR overrides where PostgreSQL's server
+# programs are found. CARMYD_ARGS adds options to carmyd's command line
+# (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'.
 set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
-store=${7:-memory}
+store=${7:-memory} rounds=${8:-1}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench.XXXXXX") || exit 1
 carmyd_pid= redis_pid= pg_pid=
@@ -100,7 +104,7 @@ for p in ${procs//,/ }; do
 	sum=$((sum + p))
 	[ "$p" -le "$max" ] || max=$p
 done
-cap=$((ops * (sum + max) + 10000))
+cap=$((ops * (sum * rounds + max) + 10000))
 store_args=() only=()
 if [ "$store" = journal ]; then
 	store_args=(--store "journal:$tmp/journal")
@@ -154,5 +158,6 @@ else
 fi
 
 "$builddir/tools/carmy-bench" --socket "$tmp/carmyd.sock" \
-	--procs "$procs" --ops "$ops" "${only[@]}" "${peers[@]}"
+	--procs "$procs" --ops "$ops" --rounds "$rounds" "${only[@]}" \
+	"${peers[@]}"
 exit $?

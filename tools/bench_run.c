@@ -75,6 +75,7 @@ static struct bench_ctl *ctl;
 static uint32_t *samples;	/* max_procs x ops, after the control block */
 static int ctl_max_procs;
 static uint64_t ctl_ops;
+static size_t ctl_len;
 
 static void worker_main(const struct bench_figure *f, int index, int procs)
 	__attribute__((noreturn));
@@ -100,7 +101,10 @@ int bench_init(int max_procs, uint64_t ops)
 		 -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
+	if (ctl != NULL)
+		munmap(ctl, ctl_len);	/* the block of another op count */
 	ctl = p;
+	ctl_len = len;
 	samples = (uint32_t *)(ctl + 1);
 	ctl_max_procs = max_procs;
 	ctl_ops = ops;

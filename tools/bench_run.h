@@ -60,8 +60,8 @@ struct bench_stats {
 	char msg[BENCH_MSG_MAX];
 };
 
-/* Map the shared control block for up to procs workers of ops each.
- * Returns 0 or -errno. */
+/* Map the shared control block for up to procs workers of ops each, in
+ * place of any block mapped before. Returns 0 or -errno. */
 int bench_init(int max_procs, uint64_t ops);
 
 /* Run one figure with procs workers and fill *st: each does up to ops, and

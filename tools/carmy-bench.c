@@ -43,6 +43,7 @@
 #include "tools/bench_run.h"
 
 #define MAX_PROC_COUNTS 16
+#define MAX_ROUNDS 15
 #define RESULT_LEN 100
 #define RID_MAX 64
 
@@ -74,15 +75,20 @@ struct opts {
 	int echo_cpu;		/* pin the echo server there; -1: do not */
 	bool only[FIG_COUNT];
 	bool json;
+	int rounds;		/* of every figure, interleaved with the peers' */
 	const char *peer_where[PEER_COUNT];	/* NULL: not compared */
 	uint64_t peer_ops[PEER_COUNT];
 };
 
-/* The peers' figures, for every P, next to carmyd's. */
+/* The peers' figures, for every P, next to carmyd's: the median round's,
+ * and every round's cycle ops/s (carmyd's too), for the ratio round by
+ * round. */
 struct peer_results {
 	struct peer_cfg cfg[PEER_COUNT];
 	struct bench_stats st[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS];
 	bool ran[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS];
+	double cycle[PEER_COUNT][MAX_PROC_COUNTS][MAX_ROUNDS];
+	double carmy_cycle[MAX_PROC_COUNTS][MAX_ROUNDS];
 };
 
 /* Which carmyd figure selects each peer figure in --only. */
@@ -143,12 +149,25 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 		       const struct peer_results *pr);
 static int peers_prepare(const struct opts *o, struct peer_results *pr,
 			 const struct carmy_fig *cf);
+static int carmy_round(const struct opts *o, int k, struct carmy_fig *cf,
+		       const struct daemon_info *di, struct floor_echo *echo,
+		       struct bench_stats st[FIG_COUNT]);
+static struct bench_stats median_round(struct bench_stats *each, int n);
+static void keep_medians(const struct opts *o, int k,
+			 struct bench_stats rst[][FIG_COUNT],
+			 struct bench_stats prst[][MAX_ROUNDS][PEER_OP_COUNT],
+			 struct bench_stats st[][MAX_PROC_COUNTS],
+			 bool ran[][MAX_PROC_COUNTS], struct peer_results *pr);
 static int peers_run(const struct opts *o, struct peer_results *pr,
-		     enum peer_kind kind, int k);
+		     enum peer_kind kind, int k, int maxp,
+		     struct bench_stats st[PEER_OP_COUNT]);
 static void print_peers(const struct opts *o,
 			struct bench_stats st[][MAX_PROC_COUNTS],
 			const bool ran[][MAX_PROC_COUNTS],
 			const struct peer_results *pr);
+static void print_rounds(const struct opts *o,
+			 const bool ran[][MAX_PROC_COUNTS],
+			 const struct peer_results *pr);
 static void print_peers_json(const struct opts *o,
 			     const struct peer_results *pr);
 static void json_str(const char *s);
@@ -161,6 +180,8 @@ int main(int argc, char **argv)
 	static struct bench_stats st[FIG_COUNT][MAX_PROC_COUNTS];
 	static bool ran[FIG_COUNT][MAX_PROC_COUNTS];
 	static struct peer_results pr;
+	static struct bench_stats rst[MAX_ROUNDS][FIG_COUNT];
+	static struct bench_stats prst[PEER_COUNT][MAX_ROUNDS][PEER_OP_COUNT];
 	struct carmy_fig cf = { 0 };
 	struct daemon_info di = { 0 };
 	struct floor_echo echo = { .stop_fd = -1 };
@@ -220,75 +241,21 @@ int main(int argc, char **argv)
 	}
 	timer_us = bench_timer_overhead_us();
 
+	/* Round by round, each process count runs its figures and then the
+	 * peers' (Redis's with the same ops, PostgreSQL's with its own): every
+	 * round sees Carmy and its peers at the same moment of this noisy
+	 * machine, and the round with the median ops/s stands for the
+	 * figure. */
 	for (int k = 0; k < o.nprocs; k++) {
-		int p = o.procs[k];
-		struct floor_table table = { 0 };
-		struct bench_figure f;
-
-		if (o.only[FIG_CAS] || o.only[FIG_LOOKUP]) {
-			/* As big as carmyd's index, so that a random
-			 * bucket costs the floor what it costs carmyd:
-			 * a smaller table fits a cache level carmyd's
-			 * does not, and measures the cache instead. */
-			rc = floor_table_new(&table, (uint64_t)p * o.ops +
-						     o.replay_set, di.nbuckets);
-			if (rc == 0)
-				rc = floor_table_fill(&table, o.replay_set);
-			if (rc != 0) {
-				fprintf(stderr, "carmy-bench: CAS table: %s\n",
-					strerror(-rc));
+		for (int r = 0; r < o.rounds; r++) {
+			if (carmy_round(&o, k, &cf, &di, &echo, rst[r]) != 0)
 				goto fail;
-			}
+			for (int kind = 0; kind < PEER_COUNT; kind++)
+				if (peers_run(&o, &pr, (enum peer_kind)kind, k,
+					      maxp, prst[kind][r]) != 0)
+					goto fail;
 		}
-		for (int g = 0; g < FIG_COUNT; g++) {
-			if (!o.only[g])
-				continue;
-			switch (g) {
-			case FIG_CAS:
-				floor_insert_figure(&f, &table);
-				break;
-			case FIG_LOOKUP:
-				floor_lookup_figure(&f, &table);
-				break;
-			case FIG_RT:
-				floor_rt_figure(&f, &echo);
-				break;
-			default:
-				carmy_figure(&f, g, &cf);
-				break;
-			}
-			if (bench_run(&f, p, &st[g][k]) != 0) {
-				if (st[g][k].fail == BENCH_FULL) {
-					floor_table_free(&table);
-					floor_echo_stop(&echo);
-					capacity_fail(&o, &di, st[g][k].msg);
-				}
-				fprintf(stderr, "carmy-bench: %s, %d process%s: "
-					"%s\n", fig_names[g], p,
-					p == 1 ? "" : "es", st[g][k].msg);
-				floor_table_free(&table);
-				goto fail;
-			}
-			ran[g][k] = true;
-		}
-		floor_table_free(&table);
-		/* Redis right after carmyd, with the same ops: both see the
-		 * same moment of this noisy machine. */
-		if (peers_run(&o, &pr, PEER_REDIS, k) != 0)
-			goto fail;
-	}
-	/* PostgreSQL last, with its own (smaller) op count: its samples need
-	 * a harness block of their own. */
-	if (o.peer_where[PEER_PG] != NULL) {
-		rc = bench_init(maxp, o.peer_ops[PEER_PG]);
-		if (rc != 0) {
-			fprintf(stderr, "carmy-bench: cannot map the samples "
-				"of the PostgreSQL figures: %s\n", strerror(-rc));
-			goto fail;
-		}
-		for (int k = 0; k < o.nprocs; k++)
-			if (peers_run(&o, &pr, PEER_PG, k) != 0)
-				goto fail;
+		keep_medians(&o, k, rst, prst, st, ran, &pr);
 	}
 	floor_echo_stop(&echo);
 	msgpack_sbuffer_destroy(&args);
@@ -312,7 +279,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: carmy-bench [--socket PATH] [--procs 1,2] [--ops N]\n"
 		"                   [--replay-set K] [--only FIGURE,...]\n"
-		"                   [--echo-cpu N] [--json]\n"
+		"                   [--echo-cpu N] [--rounds N] [--json]\n"
 		"\n"
 		"Measures a running carmyd (reserve, replay, reserve+complete\n"
 		"cycle) with 1..N client processes, and this machine's floors\n"
@@ -330,6 +297,9 @@ static void usage(FILE *out)
 		"                   msgpack-rt, reserve, replay, cycle (default all)\n"
 		"  --echo-cpu N     pin the msgpack-rt echo server to CPU N, to\n"
 		"                   compare like with like when carmyd is pinned\n"
+		"  --rounds N       run every figure N times (1 to %d, default 1),\n"
+		"                   each round Carmy's and then the peers', and\n"
+		"                   quote the round with the median ops/s\n"
 		"  --json           print one JSON object instead of a table\n"
 		"  --redis SOCKET   run the same workload against the Redis\n"
 		"                   server on this Unix socket (SET NX, SET, GET)\n"
@@ -346,8 +316,9 @@ static void usage(FILE *out)
 		"\n"
 		"Figures that keep entries need room in carmyd's table: start it\n"
 		"with --capacity of at least ops x (sum of procs) for cycle, plus\n"
-		"ops x (largest procs) for reserve, plus K for replay; carmy-bench\n"
-		"says how much and exits 2 if that is missing.\n",
+		"ops x (largest procs) for reserve, plus K for replay, with cycle's\n"
+		"share times --rounds; carmy-bench says how much and exits 2 if\n"
+		"that is missing.\n", MAX_ROUNDS,
 		peer_backend(PEER_REDIS) != NULL ? "yes" :
 		"no (configure did not find hiredis)",
 		peer_backend(PEER_PG) != NULL ? "yes" :
@@ -410,6 +381,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "redis", required_argument, NULL, 'R' },
 		{ "pg", required_argument, NULL, 'P' },
 		{ "pg-ops", required_argument, NULL, 'N' },
+		{ "rounds", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -424,6 +396,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->ops = 100000;
 	o->replay_set = 1000;
 	o->echo_cpu = -1;
+	o->rounds = 1;
 	for (int g = 0; g < FIG_COUNT; g++)
 		o->only[g] = true;
 	while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -483,6 +456,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					"msgpack-rt, reserve, replay, cycle\n");
 				return -1;
 			}
+			break;
+		case 'r':
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno != 0 || *end != '\0' || optarg[0] < '0' ||
+			    optarg[0] > '9' || v < 1 || v > MAX_ROUNDS) {
+				fprintf(stderr, "carmy-bench: --rounds: expected "
+					"an integer from 1 to %d\n", MAX_ROUNDS);
+				return -1;
+			}
+			o->rounds = (int)v;
 			break;
 		case 'e':
 			errno = 0;
@@ -687,15 +671,18 @@ static uint64_t capacity_needed(const struct opts *o)
 {
 	uint64_t kept = o->only[FIG_REPLAY] ? o->replay_set : 0, peak = kept;
 
+	/* reserve gives its entries back; cycle keeps its own, every round. */
 	for (int k = 0; k < o->nprocs; k++) {
 		uint64_t n = (uint64_t)o->procs[k] * o->ops;
 
-		if (o->only[FIG_RESERVE] && kept + n > peak)
-			peak = kept + n;
-		if (o->only[FIG_CYCLE])
-			kept += n;
-		if (kept > peak)
-			peak = kept;
+		for (int r = 0; r < o->rounds; r++) {
+			if (o->only[FIG_RESERVE] && kept + n > peak)
+				peak = kept + n;
+			if (o->only[FIG_CYCLE])
+				kept += n;
+			if (kept > peak)
+				peak = kept;
+		}
 	}
 	return peak;
 }
@@ -718,7 +705,8 @@ static void capacity_fail(const struct opts *o, const struct daemon_info *di,
 		di->free_entries, need);
 	if (o->only[FIG_CYCLE])
 		fprintf(stderr, "    cycle   %llu ops x %d processes (sum of "
-			"--procs), kept\n", (unsigned long long)o->ops, sum);
+			"--procs) x %d rounds, kept\n",
+			(unsigned long long)o->ops, sum, o->rounds);
 	if (o->only[FIG_RESERVE])
 		fprintf(stderr, "    reserve %llu ops x %d processes at once, "
 			"released after\n", (unsigned long long)o->ops, max);
@@ -733,7 +721,7 @@ static void capacity_fail(const struct opts *o, const struct daemon_info *di,
 		"  Start a fresh carmyd with a bigger table, e.g.\n"
 		"    carmyd --transient --capacity %llu --max-result 1K "
 		"--socket %s\n"
-		"  or lower --ops.\n", di->free_buckets, di->tombs,
+		"  or lower --ops or --rounds.\n", di->free_buckets, di->tombs,
 		need + need / 4 + 1000, di->socket);
 	exit(2);
 }
@@ -1013,31 +1001,153 @@ static int peers_prepare(const struct opts *o, struct peer_results *pr,
 	return 0;
 }
 
-/* The peer's figures for procs[k], in the order the carmyd ones ran.
- * Returns 0 or -1 (said why). */
+/* The peer's figures for procs[k], one round of them, in the order the
+ * carmyd ones ran, into st. A peer with an op count of its own
+ * (PostgreSQL's --pg-ops) gets a harness block of that size for the
+ * round, and carmyd's is put back after. Returns 0 or -1 (said why). */
 static int peers_run(const struct opts *o, struct peer_results *pr,
-		     enum peer_kind kind, int k)
+		     enum peer_kind kind, int k, int maxp,
+		     struct bench_stats st[PEER_OP_COUNT])
 {
-	int p = o->procs[k];
+	bool own = o->peer_ops[kind] != o->ops;
+	int p = o->procs[k], rc = 0;
 
 	if (o->peer_where[kind] == NULL)
 		return 0;
+	if (own && (rc = bench_init(maxp, o->peer_ops[kind])) != 0)
+		goto no_block;
 	for (int op = 0; op < PEER_OP_COUNT; op++) {
-		struct bench_stats *st = &pr->st[kind][op][k];
 		struct bench_figure f;
 
 		if (!o->only[peer_fig[op]])
 			continue;
 		peer_figure(&f, &pr->cfg[kind], (enum peer_op)op);
-		if (bench_run(&f, p, st) != 0) {
+		if (bench_run(&f, p, &st[op]) != 0) {
 			fprintf(stderr, "carmy-bench: %s %s, %d process%s: %s\n",
 				peer_kind_name(kind), f.name, p,
-				p == 1 ? "" : "es", st->msg);
+				p == 1 ? "" : "es", st[op].msg);
 			return -1;
 		}
 		pr->ran[kind][op][k] = true;
 	}
+	if (own && (rc = bench_init(maxp, o->ops)) != 0)
+		goto no_block;
 	return 0;
+no_block:
+	fprintf(stderr, "carmy-bench: cannot map the samples of the %s "
+		"figures: %s\n", peer_kind_name(kind), strerror(-rc));
+	return -1;
+}
+
+/* One round of carmyd's figures and the floors for procs[k], into st.
+ * Returns 0 or -1 (said why); exits 2 if carmyd's table filled up. */
+static int carmy_round(const struct opts *o, int k, struct carmy_fig *cf,
+		       const struct daemon_info *di, struct floor_echo *echo,
+		       struct bench_stats st[FIG_COUNT])
+{
+	int p = o->procs[k], rc = 0;
+	struct floor_table table = { 0 };
+	struct bench_figure f;
+
+	if (o->only[FIG_CAS] || o->only[FIG_LOOKUP]) {
+		/* As big as carmyd's index, so that a random bucket costs
+		 * the floor what it costs carmyd: a smaller table fits a
+		 * cache level carmyd's does not, and measures the cache
+		 * instead. A new one each round: cas-insert fills it. */
+		rc = floor_table_new(&table, (uint64_t)p * o->ops +
+					     o->replay_set, di->nbuckets);
+		if (rc == 0)
+			rc = floor_table_fill(&table, o->replay_set);
+		if (rc != 0) {
+			fprintf(stderr, "carmy-bench: CAS table: %s\n",
+				strerror(-rc));
+			floor_table_free(&table);
+			return -1;
+		}
+	}
+	for (int g = 0; g < FIG_COUNT && rc == 0; g++) {
+		if (!o->only[g])
+			continue;
+		switch (g) {
+		case FIG_CAS:
+			floor_insert_figure(&f, &table);
+			break;
+		case FIG_LOOKUP:
+			floor_lookup_figure(&f, &table);
+			break;
+		case FIG_RT:
+			floor_rt_figure(&f, echo);
+			break;
+		default:
+			carmy_figure(&f, g, cf);
+			break;
+		}
+		rc = bench_run(&f, p, &st[g]);
+		if (rc == 0)
+			continue;
+		floor_table_free(&table);
+		if (st[g].fail == BENCH_FULL) {
+			floor_echo_stop(echo);
+			capacity_fail(o, di, st[g].msg);
+		}
+		fprintf(stderr, "carmy-bench: %s, %d process%s: %s\n",
+			fig_names[g], p, p == 1 ? "" : "es", st[g].msg);
+		return -1;
+	}
+	floor_table_free(&table);
+	return 0;
+}
+
+/* What stands for procs[k] once its rounds ran: each figure's median
+ * round (median_round()), and every round's cycle for print_rounds(). */
+static void keep_medians(const struct opts *o, int k,
+			 struct bench_stats rst[][FIG_COUNT],
+			 struct bench_stats prst[][MAX_ROUNDS][PEER_OP_COUNT],
+			 struct bench_stats st[][MAX_PROC_COUNTS],
+			 bool ran[][MAX_PROC_COUNTS], struct peer_results *pr)
+{
+	for (int g = 0; g < FIG_COUNT; g++) {
+		struct bench_stats each[MAX_ROUNDS];
+
+		if (!o->only[g])
+			continue;
+		for (int r = 0; r < o->rounds; r++)
+			each[r] = rst[r][g];
+		st[g][k] = median_round(each, o->rounds);
+		ran[g][k] = true;
+	}
+	for (int kind = 0; kind < PEER_COUNT; kind++) {
+		for (int op = 0; op < PEER_OP_COUNT; op++) {
+			struct bench_stats each[MAX_ROUNDS];
+
+			if (!pr->ran[kind][op][k])
+				continue;
+			for (int r = 0; r < o->rounds; r++)
+				each[r] = prst[kind][r][op];
+			pr->st[kind][op][k] = median_round(each, o->rounds);
+		}
+		for (int r = 0; r < o->rounds; r++)
+			pr->cycle[kind][k][r] =
+				prst[kind][r][PEER_CYCLE].ops_per_s;
+	}
+	for (int r = 0; r < o->rounds; r++)
+		pr->carmy_cycle[k][r] = rst[r][FIG_CYCLE].ops_per_s;
+}
+
+/* The round whose ops/s is the median of n, the lower of the two middle
+ * ones if n is even: a figure as one run measured it, its median and p99
+ * latencies with it, rather than a blend of rounds. Sorts each. */
+static struct bench_stats median_round(struct bench_stats *each, int n)
+{
+	for (int i = 1; i < n; i++) {
+		struct bench_stats x = each[i];
+		int j = i;
+
+		for (; j > 0 && each[j - 1].ops_per_s > x.ops_per_s; j--)
+			each[j] = each[j - 1];
+		each[j] = x;
+	}
+	return each[(n - 1) / 2];
 }
 
 /* ------------------------------------------------------------ output */
@@ -1086,8 +1196,13 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 		       di->max_result, di->socket);
 	printf("\nup to %llu ops per process and figure (each stops when its "
 	       "first process is done); replay set %u; timer "
-	       "overhead %.3f µs (in every sample)\n\n",
+	       "overhead %.3f µs (in every sample)\n",
 	       (unsigned long long)o->ops, o->replay_set, timer_us);
+	if (o->rounds > 1)
+		printf("%d rounds of every figure, each round Carmy's and then "
+		       "its peers'; each line is the round with the median "
+		       "ops/s\n", o->rounds);
+	printf("\n");
 	printf("%-11s %5s %12s %10s %10s %9s %7s  %s\n", "figure", "procs",
 	       "ops/s", "median µs", "p99 µs", "faults/op", "csw/op",
 	       "median vs floor");
@@ -1140,9 +1255,10 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	} else {
 		printf("\"carmyd\":null,");
 	}
-	printf("\"ops_per_process\":%llu,\"replay_set\":%u,"
+	printf("\"ops_per_process\":%llu,\"replay_set\":%u,\"rounds\":%d,"
 	       "\"timer_overhead_us\":%.3f,\"figures\":[",
-	       (unsigned long long)o->ops, o->replay_set, timer_us);
+	       (unsigned long long)o->ops, o->replay_set, o->rounds,
+	       timer_us);
 	for (int k = 0; k < o->nprocs; k++) {
 		for (int g = 0; g < FIG_COUNT; g++) {
 			const struct bench_stats *s = &st[g][k];
@@ -1342,6 +1458,7 @@ static void print_peers(const struct opts *o,
 		}
 	}
 
+	print_rounds(o, ran, pr);
 	if (o->peer_where[PEER_REDIS] == NULL)
 		return;
 	for (int k = 0; k < o->nprocs; k++) {
@@ -1363,6 +1480,30 @@ static void print_peers(const struct opts *o,
 	goal("cycle throughput ≥ 2x Redis's", o, cyc, 2);
 	goal("reserve ≥ 100x faster than a Redis round trip", o, res, 100);
 	goal("replay ≥ 100x faster than a Redis round trip", o, rep, 100);
+}
+
+/* With --rounds, the cycle's ratio in every round: how far one run's
+ * figure may stray on this machine. */
+static void print_rounds(const struct opts *o,
+			 const bool ran[][MAX_PROC_COUNTS],
+			 const struct peer_results *pr)
+{
+	if (o->rounds < 2)
+		return;
+	printf("\nCycle ops/s, Carmy's over the peer's, round by round:\n");
+	for (int p = 0; p < PEER_COUNT; p++) {
+		for (int k = 0; k < o->nprocs; k++) {
+			if (!ran[FIG_CYCLE][k] || !pr->ran[p][PEER_CYCLE][k])
+				continue;
+			printf("  %-5s %3d procs:",
+			       peer_kind_name((enum peer_kind)p), o->procs[k]);
+			for (int r = 0; r < o->rounds; r++)
+				printf(" %6.2fx",
+				       div_or(pr->carmy_cycle[k][r],
+					      pr->cycle[p][k][r]));
+			printf("\n");
+		}
+	}
 }
 
 static void print_peers_json(const struct opts *o,
@@ -1396,6 +1537,23 @@ static void print_peers_json(const struct opts *o,
 				       s->ops_per_s, s->median_us, s->p99_us);
 				ffirst = false;
 			}
+		}
+		printf("],\"cycle_by_round\":[");
+		ffirst = true;
+		for (int k = 0; k < o->nprocs; k++) {
+			if (!pr->ran[p][PEER_CYCLE][k])
+				continue;
+			printf("%s{\"procs\":%d,\"carmy\":[", ffirst ? "" : ",",
+			       o->procs[k]);
+			for (int r = 0; r < o->rounds; r++)
+				printf("%s%.0f", r ? "," : "",
+				       pr->carmy_cycle[k][r]);
+			printf("],\"peer\":[");
+			for (int r = 0; r < o->rounds; r++)
+				printf("%s%.0f", r ? "," : "",
+				       pr->cycle[p][k][r]);
+			printf("]}");
+			ffirst = false;
 		}
 		printf("]}");
 	}

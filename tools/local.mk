@@ -54,13 +54,16 @@ EXTRA_DIST += tools/bench_make.sh
 CARMY_BENCH_OPS = 200000
 CARMY_BENCH_PG_OPS = 20000
 CARMY_BENCH_PROCS = 1,2
+# Rounds of every figure (carmy-bench --rounds): each round Carmy's figures
+# and then the peers', and the round with the median ops/s is quoted.
+CARMY_BENCH_ROUNDS = 1
 # Options for the benchmarked carmyd, e.g. make bench CARMYD_ARGS='--spin-us 0'.
 CARMYD_ARGS =
 .PHONY: bench
 bench: all
 	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_OPS) $(CARMY_BENCH_PROCS) $(CARMY_BENCH_PG_OPS) \
-		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG)
+		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG) memory $(CARMY_BENCH_ROUNDS)
 
 # make bench-journal: the durable store against the durable peer. A carmyd
 # with --store journal:DIR and PostgreSQL (synchronous_commit on), both on
@@ -69,11 +72,15 @@ bench: all
 # is how many clients one flush serves.
 CARMY_BENCH_JOURNAL_OPS = 2000
 CARMY_BENCH_JOURNAL_PROCS = 1,4,16,64
+# Five rounds: a flush's cost and this machine's load both wander, and one
+# round of each side can land on different moments of them.
+CARMY_BENCH_JOURNAL_ROUNDS = 5
 .PHONY: bench-journal
 bench-journal: all
 	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
-		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal
+		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal \
+		$(CARMY_BENCH_JOURNAL_ROUNDS)
 
 # make bench-shared: the same cycle through a carmyd whose store is
 # PostgreSQL itself (the PostgreSQL store, as one of several instances
@@ -82,4 +89,5 @@ bench-journal: all
 bench-shared: all
 	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/tools/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
-		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) pg
+		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) pg \
+		$(CARMY_BENCH_JOURNAL_ROUNDS)

@@ -311,9 +311,13 @@ START_TEST(test_what_is_not_a_plugin_is_refused)
 	harness_path("libclient/.libs/libcarmy.so", lib, sizeof(lib));
 	ck_assert_msg(access(lib, R_OK) == 0, "no %s", lib);
 	snprintf(bad, sizeof(bad), "plugin:%s", lib);
+	/* harness_stop after each refusal removes the test's directory. */
 	ck_assert_int_eq(harness_start(&x, missing), -1);
+	harness_stop(&x);
 	ck_assert_int_eq(harness_start(&x, other), -1);
+	harness_stop(&x);
 	ck_assert_int_eq(harness_start(&x, empty), -1);
+	harness_stop(&x);
 }
 END_TEST
 
