@@ -30,7 +30,7 @@ extern const struct peer_backend peer_pg;
 #endif
 
 static int worker_open(struct peer_worker *s, const struct peer_cfg *cfg,
-		       char tag);
+		       char tag, const struct bench_worker *w);
 static void new_exec(struct peer_worker *s);
 static void fingerprint(struct peer_worker *s);
 static void do_reserve(struct peer_worker *s);
@@ -79,7 +79,7 @@ int peer_prepare(struct peer_cfg *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	if (worker_open(s, cfg, 0) != 0)
+	if (worker_open(s, cfg, 0, NULL) != 0)
 		goto out;
 	cfg->be->setup(s, cfg);
 	for (uint32_t j = 0; s->ok && j < cfg->replay_set; j++) {
@@ -163,17 +163,18 @@ size_t peer_put_hex(char *p, uint64_t v)
 
 /* ------------------------------------------------------------ the call */
 
-/* Connect, and lay out the request id's prefix: "<nonce>-<pid>-<tag>-" for
- * new identities, "<nonce>-replay-" for the replay set (tag 0), as the
- * carmyd figures do. Returns 0, or -1 with s->err set. */
+/* Connect, and lay out the request id's prefix: "<nonce>-<run>.<index>-
+ * <tag>-" for new identities (w names the worker), "<nonce>-replay-" for
+ * the replay set (tag 0, w NULL), as the carmyd figures do. Returns 0, or
+ * -1 with s->err set. */
 static int worker_open(struct peer_worker *s, const struct peer_cfg *cfg,
-		       char tag)
+		       char tag, const struct bench_worker *w)
 {
 	s->cfg = cfg;
 	if (tag != 0)
 		s->prefix = (size_t)snprintf(s->rid, sizeof(s->rid),
-					     "%s-%ld-%c-", cfg->nonce,
-					     (long)getpid(), tag);
+					     "%s-%u.%d-%c-", cfg->nonce,
+					     w->run, w->index, tag);
 	else
 		s->prefix = (size_t)snprintf(s->rid, sizeof(s->rid),
 					     "%s-replay-", cfg->nonce);
@@ -243,7 +244,7 @@ static int setup_any(struct bench_worker *w, char tag)
 	if (s == NULL)
 		return bench_failf(w, BENCH_FAIL, "out of memory");
 	w->state = s;
-	if (worker_open(s, cfg, tag) != 0)
+	if (worker_open(s, cfg, tag, w) != 0)
 		return bench_failf(w, BENCH_FAIL, "%s: %s", cfg->be->name,
 				   s->err);
 	return BENCH_OK;

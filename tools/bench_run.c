@@ -76,6 +76,7 @@ static uint32_t *samples;	/* max_procs x ops, after the control block */
 static int ctl_max_procs;
 static uint64_t ctl_ops;
 static size_t ctl_len;
+static uint32_t runs;		/* bench_run() calls so far */
 
 static void worker_main(const struct bench_figure *f, int index, int procs)
 	__attribute__((noreturn));
@@ -115,6 +116,8 @@ int bench_run(const struct bench_figure *f, int procs, struct bench_stats *st)
 {
 	pid_t pids[BENCH_MAX_PROCS];
 	int started = 0, rc;
+
+	runs++;
 
 	memset(st, 0, sizeof(*st));
 	st->name = f->name;
@@ -209,7 +212,8 @@ uint64_t bench_now_ns(void)
 static void worker_main(const struct bench_figure *f, int index, int procs)
 {
 	struct bench_worker w = {
-		.index = index, .procs = procs, .ops = ctl_ops, .arg = f->arg,
+		.index = index, .procs = procs, .run = runs, .ops = ctl_ops,
+		.arg = f->arg,
 	};
 	struct bench_slot *s = &ctl->slot[index];
 	uint32_t *mine = samples + (size_t)index * ctl_ops;

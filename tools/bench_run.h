@@ -28,6 +28,9 @@ enum bench_fail {
 struct bench_worker {
 	int index;		/* 0 .. procs - 1 */
 	int procs;
+	uint32_t run;		/* the figure's number in this process, from
+				 * 1: with index, a name for the worker that
+				 * no other in the run has (a PID may be) */
 	uint64_t ops;
 	void *arg;		/* the figure's arg, inherited over fork */
 	void *state;		/* whatever setup wants to keep */

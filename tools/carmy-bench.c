@@ -2,7 +2,7 @@
  * carmy-bench - measure a running carmyd against the floor of this machine.
  *
  *   carmy-bench [--socket PATH] [--procs 1,2] [--ops N] [--replay-set K]
- *               [--only FIGURE,...] [--echo-cpu N] [--json]
+ *               [--only FIGURE,...] [--echo-cpu N] [--rounds N] [--json]
  *               [--redis SOCKET] [--pg CONNINFO] [--pg-ops N]
  *
  * For each process count P it forks P workers, each with its own
@@ -18,8 +18,11 @@
  *
  * With --redis and --pg, the same workload runs against Redis and
  * PostgreSQL in the same run (see bench_peer.h), and a last table divides
- * Carmy's figures by theirs. Exit status: 0 on success, 2 if carmyd's table
- * is too small for the run, 1 on any other failure.
+ * Carmy's figures by theirs. With --rounds N every figure runs N times,
+ * Carmy's and then the peers' in each round for one P: each figure quoted
+ * is its median round, and each ratio the median of the rounds' ratios,
+ * each between two figures of one round. Exit status: 0 on success, 2 if
+ * carmyd's table is too small for the run, 1 on any other failure.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -80,15 +83,22 @@ struct opts {
 	uint64_t peer_ops[PEER_COUNT];
 };
 
-/* The peers' figures, for every P, next to carmyd's: the median round's,
- * and every round's cycle ops/s (carmyd's too), for the ratio round by
- * round. */
+/* The peers' figures, for every P, next to carmyd's: each the median
+ * round's. */
 struct peer_results {
 	struct peer_cfg cfg[PEER_COUNT];
 	struct bench_stats st[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS];
 	bool ran[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS];
-	double cycle[PEER_COUNT][MAX_PROC_COUNTS][MAX_ROUNDS];
-	double carmy_cycle[MAX_PROC_COUNTS][MAX_ROUNDS];
+};
+
+/* Every round's figures, carmyd's and the peers'. A ratio between two
+ * figures is taken in each round, between figures measured minutes apart
+ * at most, and the median of those is quoted (round_ratio()). */
+struct rounds {
+	int n;
+	struct bench_stats carmy[FIG_COUNT][MAX_PROC_COUNTS][MAX_ROUNDS];
+	struct bench_stats peer[PEER_COUNT][PEER_OP_COUNT][MAX_PROC_COUNTS]
+			       [MAX_ROUNDS];
 };
 
 /* Which carmyd figure selects each peer figure in --only. */
@@ -142,34 +152,38 @@ static void carmy_figure(struct bench_figure *f, enum fig which,
 			 struct carmy_fig *cf);
 static void print_table(const struct opts *o, const struct daemon_info *di,
 			double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
-			const bool ran[][MAX_PROC_COUNTS]);
+			const bool ran[][MAX_PROC_COUNTS],
+			const struct rounds *rd);
 static void print_json(const struct opts *o, const struct daemon_info *di,
 		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 		       const bool ran[][MAX_PROC_COUNTS],
-		       const struct peer_results *pr);
+		       const struct peer_results *pr, const struct rounds *rd);
 static int peers_prepare(const struct opts *o, struct peer_results *pr,
 			 const struct carmy_fig *cf);
-static int carmy_round(const struct opts *o, int k, struct carmy_fig *cf,
-		       const struct daemon_info *di, struct floor_echo *echo,
-		       struct bench_stats st[FIG_COUNT]);
-static struct bench_stats median_round(struct bench_stats *each, int n);
-static void keep_medians(const struct opts *o, int k,
-			 struct bench_stats rst[][FIG_COUNT],
-			 struct bench_stats prst[][MAX_ROUNDS][PEER_OP_COUNT],
+static int carmy_round(const struct opts *o, int k, int r,
+		       struct carmy_fig *cf, const struct daemon_info *di,
+		       struct floor_echo *echo, struct rounds *rd);
+static int peers_run(const struct opts *o, struct peer_results *pr,
+		     enum peer_kind kind, int k, int r, int maxp,
+		     struct rounds *rd);
+static void keep_medians(const struct opts *o, int k, const struct rounds *rd,
 			 struct bench_stats st[][MAX_PROC_COUNTS],
 			 bool ran[][MAX_PROC_COUNTS], struct peer_results *pr);
-static int peers_run(const struct opts *o, struct peer_results *pr,
-		     enum peer_kind kind, int k, int maxp,
-		     struct bench_stats st[PEER_OP_COUNT]);
+static struct bench_stats median_round(const struct bench_stats *each,
+				       int n);
+static double round_ratio(const struct bench_stats *a,
+			  const struct bench_stats *b, int n, bool ops);
 static void print_peers(const struct opts *o,
 			struct bench_stats st[][MAX_PROC_COUNTS],
 			const bool ran[][MAX_PROC_COUNTS],
-			const struct peer_results *pr);
+			const struct peer_results *pr, const struct rounds *rd);
 static void print_rounds(const struct opts *o,
 			 const bool ran[][MAX_PROC_COUNTS],
-			 const struct peer_results *pr);
+			 const struct peer_results *pr, const struct rounds *rd);
 static void print_peers_json(const struct opts *o,
-			     const struct peer_results *pr);
+			     const struct peer_results *pr,
+			     const struct rounds *rd);
+static void json_rounds(const struct bench_stats *each, int n);
 static void json_str(const char *s);
 static void build_args(msgpack_sbuffer *sb);
 
@@ -180,8 +194,7 @@ int main(int argc, char **argv)
 	static struct bench_stats st[FIG_COUNT][MAX_PROC_COUNTS];
 	static bool ran[FIG_COUNT][MAX_PROC_COUNTS];
 	static struct peer_results pr;
-	static struct bench_stats rst[MAX_ROUNDS][FIG_COUNT];
-	static struct bench_stats prst[PEER_COUNT][MAX_ROUNDS][PEER_OP_COUNT];
+	static struct rounds rd;
 	struct carmy_fig cf = { 0 };
 	struct daemon_info di = { 0 };
 	struct floor_echo echo = { .stop_fd = -1 };
@@ -246,24 +259,25 @@ int main(int argc, char **argv)
 	 * round sees Carmy and its peers at the same moment of this noisy
 	 * machine, and the round with the median ops/s stands for the
 	 * figure. */
+	rd.n = o.rounds;
 	for (int k = 0; k < o.nprocs; k++) {
 		for (int r = 0; r < o.rounds; r++) {
-			if (carmy_round(&o, k, &cf, &di, &echo, rst[r]) != 0)
+			if (carmy_round(&o, k, r, &cf, &di, &echo, &rd) != 0)
 				goto fail;
 			for (int kind = 0; kind < PEER_COUNT; kind++)
 				if (peers_run(&o, &pr, (enum peer_kind)kind, k,
-					      maxp, prst[kind][r]) != 0)
+					      r, maxp, &rd) != 0)
 					goto fail;
 		}
-		keep_medians(&o, k, rst, prst, st, ran, &pr);
+		keep_medians(&o, k, &rd, st, ran, &pr);
 	}
 	floor_echo_stop(&echo);
 	msgpack_sbuffer_destroy(&args);
 	if (o.json) {
-		print_json(&o, &di, timer_us, st, ran, &pr);
+		print_json(&o, &di, timer_us, st, ran, &pr, &rd);
 	} else {
-		print_table(&o, &di, timer_us, st, ran);
-		print_peers(&o, st, ran, &pr);
+		print_table(&o, &di, timer_us, st, ran, &rd);
+		print_peers(&o, st, ran, &pr, &rd);
 	}
 	return 0;
 fail:
@@ -744,8 +758,8 @@ static int cw_setup(struct bench_worker *w)
 		.tool = "bench.echo", .tool_len = 10,
 		.args = cf->args, .args_len = cf->args_len,
 	};
-	s->prefix = (size_t)snprintf(s->rid, sizeof(s->rid), "%s-%ld-%c-",
-				     cf->nonce, (long)getpid(), cf->tag);
+	s->prefix = (size_t)snprintf(s->rid, sizeof(s->rid), "%s-%u.%d-%c-",
+				     cf->nonce, w->run, w->index, cf->tag);
 	rc = carmy_connect(&s->c, cf->socket);
 	if (rc != 0)
 		return bench_failf(w, BENCH_FAIL, "carmy_connect: %s: %s",
@@ -1001,13 +1015,13 @@ static int peers_prepare(const struct opts *o, struct peer_results *pr,
 	return 0;
 }
 
-/* The peer's figures for procs[k], one round of them, in the order the
- * carmyd ones ran, into st. A peer with an op count of its own
+/* The peer's figures for procs[k], round r of them, in the order the
+ * carmyd ones ran, into rd. A peer with an op count of its own
  * (PostgreSQL's --pg-ops) gets a harness block of that size for the
  * round, and carmyd's is put back after. Returns 0 or -1 (said why). */
 static int peers_run(const struct opts *o, struct peer_results *pr,
-		     enum peer_kind kind, int k, int maxp,
-		     struct bench_stats st[PEER_OP_COUNT])
+		     enum peer_kind kind, int k, int r, int maxp,
+		     struct rounds *rd)
 {
 	bool own = o->peer_ops[kind] != o->ops;
 	int p = o->procs[k], rc = 0;
@@ -1017,21 +1031,25 @@ static int peers_run(const struct opts *o, struct peer_results *pr,
 	if (own && (rc = bench_init(maxp, o->peer_ops[kind])) != 0)
 		goto no_block;
 	for (int op = 0; op < PEER_OP_COUNT; op++) {
+		struct bench_stats *st = &rd->peer[kind][op][k][r];
 		struct bench_figure f;
 
 		if (!o->only[peer_fig[op]])
 			continue;
 		peer_figure(&f, &pr->cfg[kind], (enum peer_op)op);
-		if (bench_run(&f, p, &st[op]) != 0) {
+		if (bench_run(&f, p, st) != 0) {
 			fprintf(stderr, "carmy-bench: %s %s, %d process%s: %s\n",
 				peer_kind_name(kind), f.name, p,
-				p == 1 ? "" : "es", st[op].msg);
+				p == 1 ? "" : "es", st->msg);
 			return -1;
 		}
 		pr->ran[kind][op][k] = true;
 	}
-	if (own && (rc = bench_init(maxp, o->ops)) != 0)
-		goto no_block;
+	if (own && (rc = bench_init(maxp, o->ops)) != 0) {
+		fprintf(stderr, "carmy-bench: cannot map the samples of "
+			"carmyd's figures again: %s\n", strerror(-rc));
+		return -1;
+	}
 	return 0;
 no_block:
 	fprintf(stderr, "carmy-bench: cannot map the samples of the %s "
@@ -1039,14 +1057,15 @@ no_block:
 	return -1;
 }
 
-/* One round of carmyd's figures and the floors for procs[k], into st.
+/* Round r of carmyd's figures and the floors for procs[k], into rd.
  * Returns 0 or -1 (said why); exits 2 if carmyd's table filled up. */
-static int carmy_round(const struct opts *o, int k, struct carmy_fig *cf,
-		       const struct daemon_info *di, struct floor_echo *echo,
-		       struct bench_stats st[FIG_COUNT])
+static int carmy_round(const struct opts *o, int k, int r,
+		       struct carmy_fig *cf, const struct daemon_info *di,
+		       struct floor_echo *echo, struct rounds *rd)
 {
 	int p = o->procs[k], rc = 0;
 	struct floor_table table = { 0 };
+	struct bench_stats *st;
 	struct bench_figure f;
 
 	if (o->only[FIG_CAS] || o->only[FIG_LOOKUP]) {
@@ -1082,16 +1101,17 @@ static int carmy_round(const struct opts *o, int k, struct carmy_fig *cf,
 			carmy_figure(&f, g, cf);
 			break;
 		}
-		rc = bench_run(&f, p, &st[g]);
+		st = &rd->carmy[g][k][r];
+		rc = bench_run(&f, p, st);
 		if (rc == 0)
 			continue;
 		floor_table_free(&table);
-		if (st[g].fail == BENCH_FULL) {
+		if (st->fail == BENCH_FULL) {
 			floor_echo_stop(echo);
-			capacity_fail(o, di, st[g].msg);
+			capacity_fail(o, di, st->msg);
 		}
 		fprintf(stderr, "carmy-bench: %s, %d process%s: %s\n",
-			fig_names[g], p, p == 1 ? "" : "es", st[g].msg);
+			fig_names[g], p, p == 1 ? "" : "es", st->msg);
 		return -1;
 	}
 	floor_table_free(&table);
@@ -1099,55 +1119,64 @@ static int carmy_round(const struct opts *o, int k, struct carmy_fig *cf,
 }
 
 /* What stands for procs[k] once its rounds ran: each figure's median
- * round (median_round()), and every round's cycle for print_rounds(). */
-static void keep_medians(const struct opts *o, int k,
-			 struct bench_stats rst[][FIG_COUNT],
-			 struct bench_stats prst[][MAX_ROUNDS][PEER_OP_COUNT],
+ * round (median_round()). */
+static void keep_medians(const struct opts *o, int k, const struct rounds *rd,
 			 struct bench_stats st[][MAX_PROC_COUNTS],
 			 bool ran[][MAX_PROC_COUNTS], struct peer_results *pr)
 {
 	for (int g = 0; g < FIG_COUNT; g++) {
-		struct bench_stats each[MAX_ROUNDS];
-
 		if (!o->only[g])
 			continue;
-		for (int r = 0; r < o->rounds; r++)
-			each[r] = rst[r][g];
-		st[g][k] = median_round(each, o->rounds);
+		st[g][k] = median_round(rd->carmy[g][k], rd->n);
 		ran[g][k] = true;
 	}
-	for (int kind = 0; kind < PEER_COUNT; kind++) {
-		for (int op = 0; op < PEER_OP_COUNT; op++) {
-			struct bench_stats each[MAX_ROUNDS];
-
-			if (!pr->ran[kind][op][k])
-				continue;
-			for (int r = 0; r < o->rounds; r++)
-				each[r] = prst[kind][r][op];
-			pr->st[kind][op][k] = median_round(each, o->rounds);
-		}
-		for (int r = 0; r < o->rounds; r++)
-			pr->cycle[kind][k][r] =
-				prst[kind][r][PEER_CYCLE].ops_per_s;
-	}
-	for (int r = 0; r < o->rounds; r++)
-		pr->carmy_cycle[k][r] = rst[r][FIG_CYCLE].ops_per_s;
+	for (int kind = 0; kind < PEER_COUNT; kind++)
+		for (int op = 0; op < PEER_OP_COUNT; op++)
+			if (pr->ran[kind][op][k])
+				pr->st[kind][op][k] =
+					median_round(rd->peer[kind][op][k],
+						     rd->n);
 }
 
 /* The round whose ops/s is the median of n, the lower of the two middle
  * ones if n is even: a figure as one run measured it, its median and p99
- * latencies with it, rather than a blend of rounds. Sorts each. */
-static struct bench_stats median_round(struct bench_stats *each, int n)
+ * latencies with it, rather than a blend of rounds. */
+static struct bench_stats median_round(const struct bench_stats *each, int n)
 {
-	for (int i = 1; i < n; i++) {
-		struct bench_stats x = each[i];
+	int order[MAX_ROUNDS];
+
+	for (int i = 0; i < n; i++) {
 		int j = i;
 
-		for (; j > 0 && each[j - 1].ops_per_s > x.ops_per_s; j--)
-			each[j] = each[j - 1];
-		each[j] = x;
+		for (; j > 0 && each[order[j - 1]].ops_per_s >
+					each[i].ops_per_s; j--)
+			order[j] = order[j - 1];
+		order[j] = i;
 	}
-	return each[(n - 1) / 2];
+	return each[order[(n - 1) / 2]];
+}
+
+/* The median over n rounds of a's figure over b's, each pair from the
+ * same round: ops/s over ops/s if ops, else median µs over median µs.
+ * The lower of the two middle ones if n is even; -1 if a round lacks
+ * either figure. */
+static double round_ratio(const struct bench_stats *a,
+			  const struct bench_stats *b, int n, bool ops)
+{
+	double r[MAX_ROUNDS];
+
+	for (int i = 0; i < n; i++) {
+		double x = ops ? a[i].ops_per_s : a[i].median_us;
+		double y = ops ? b[i].ops_per_s : b[i].median_us;
+		int j = i;
+
+		if (x <= 0 || y <= 0)
+			return -1;
+		for (; j > 0 && r[j - 1] > x / y; j--)
+			r[j] = r[j - 1];
+		r[j] = x / y;
+	}
+	return n > 0 ? r[(n - 1) / 2] : -1;
 }
 
 /* ------------------------------------------------------------ output */
@@ -1157,16 +1186,17 @@ static long nproc(void)
 	return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* The ratio of a figure's median to its floor's for the same P, or a
- * negative value when the floor was not measured. */
-static double floor_ratio(struct bench_stats st[][MAX_PROC_COUNTS],
+/* The ratio of a figure's median to its floor's for the same P (the
+ * median of the rounds'), or a negative value when the floor was not
+ * measured. */
+static double floor_ratio(const struct rounds *rd,
 			  const bool ran[][MAX_PROC_COUNTS], int g, int k)
 {
 	int fl = fig_floor[g];
 
-	if (fl < 0 || !ran[fl][k] || !ran[g][k] || st[fl][k].median_us <= 0)
+	if (fl < 0 || !ran[fl][k] || !ran[g][k])
 		return -1;
-	return st[g][k].median_us / st[fl][k].median_us;
+	return round_ratio(rd->carmy[g][k], rd->carmy[fl][k], rd->n, false);
 }
 
 /* Throughput of cycle at procs[k] over cycle at P=1 (or the first P). */
@@ -1183,7 +1213,8 @@ static int scaling_base(const struct opts *o, const bool ran[][MAX_PROC_COUNTS])
 
 static void print_table(const struct opts *o, const struct daemon_info *di,
 			double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
-			const bool ran[][MAX_PROC_COUNTS])
+			const bool ran[][MAX_PROC_COUNTS],
+			const struct rounds *rd)
 {
 	int base = scaling_base(o, ran);
 	const char *sep = "\n";
@@ -1201,7 +1232,8 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 	if (o->rounds > 1)
 		printf("%d rounds of every figure, each round Carmy's and then "
 		       "its peers'; each line is the round with the median "
-		       "ops/s\n", o->rounds);
+		       "ops/s, each ratio the median of the rounds' ratios\n",
+		       o->rounds);
 	printf("\n");
 	printf("%-11s %5s %12s %10s %10s %9s %7s  %s\n", "figure", "procs",
 	       "ops/s", "median µs", "p99 µs", "faults/op", "csw/op",
@@ -1209,7 +1241,7 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 	for (int k = 0; k < o->nprocs; k++) {
 		for (int g = 0; g < FIG_COUNT; g++) {
 			const struct bench_stats *s = &st[g][k];
-			double r = floor_ratio(st, ran, g, k);
+			double r = floor_ratio(rd, ran, g, k);
 
 			if (!ran[g][k])
 				continue;
@@ -1236,7 +1268,7 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 static void print_json(const struct opts *o, const struct daemon_info *di,
 		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 		       const bool ran[][MAX_PROC_COUNTS],
-		       const struct peer_results *pr)
+		       const struct peer_results *pr, const struct rounds *rd)
 {
 	int base = scaling_base(o, ran);
 	bool first = true;
@@ -1262,7 +1294,7 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	for (int k = 0; k < o->nprocs; k++) {
 		for (int g = 0; g < FIG_COUNT; g++) {
 			const struct bench_stats *s = &st[g][k];
-			double r = floor_ratio(st, ran, g, k);
+			double r = floor_ratio(rd, ran, g, k);
 
 			if (!ran[g][k])
 				continue;
@@ -1274,6 +1306,8 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 			       (unsigned long long)s->ops, s->ops_per_s,
 			       s->median_us, s->p99_us, s->minflt_per_op,
 			       s->csw_per_op);
+			json_rounds(rd->carmy[g][k], rd->n);
+			putchar(',');
 			first = false;
 			if (fig_floor[g] < 0)
 				printf("\"floor\":null,\"ratio\":null}");
@@ -1298,7 +1332,7 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 		first = false;
 	}
 	printf("]");
-	print_peers_json(o, pr);
+	print_peers_json(o, pr, rd);
 	printf("}\n");
 }
 
@@ -1357,7 +1391,7 @@ static void goal(const char *what, const struct opts *o, const double *r,
 static void print_peers(const struct opts *o,
 			struct bench_stats st[][MAX_PROC_COUNTS],
 			const bool ran[][MAX_PROC_COUNTS],
-			const struct peer_results *pr)
+			const struct peer_results *pr, const struct rounds *rd)
 {
 	static const struct cmp_row {
 		const char *label;
@@ -1373,7 +1407,6 @@ static void print_peers(const struct opts *o,
 		{ "replay vs round trip", FIG_REPLAY, PEER_RT, CMP_VS_RT },
 	};
 	double cyc[MAX_PROC_COUNTS], res[MAX_PROC_COUNTS], rep[MAX_PROC_COUNTS];
-	const struct bench_stats *rt;
 	bool any = false;
 
 	for (int p = 0; p < PEER_COUNT; p++)
@@ -1435,6 +1468,11 @@ static void print_peers(const struct opts *o,
 			for (int p = 0; p < PEER_COUNT; p++) {
 				const struct bench_stats *ps =
 					&pr->st[p][r->pop][k];
+				const struct bench_stats *peer =
+					rd->peer[p][r->pop][k];
+				const struct bench_stats *own =
+					r->fig >= 0 ? rd->carmy[r->fig][k] :
+						      NULL;
 
 				if (o->peer_where[p] == NULL)
 					continue;
@@ -1442,39 +1480,40 @@ static void print_peers(const struct opts *o,
 					cell(0, -1, -1);
 				else if (r->kind == CMP_OPS)
 					cell(0, ps->ops_per_s,
-					     div_or(mine->ops_per_s,
-						    ps->ops_per_s));
+					     round_ratio(own, peer, rd->n,
+							 true));
 				else if (r->kind == CMP_MEDIAN)
 					cell(3, ps->median_us,
-					     div_or(ps->median_us,
-						    mine->median_us));
+					     round_ratio(peer, own, rd->n,
+							 false));
 				else if (r->kind == CMP_RT)
 					cell(3, ps->median_us, -1);
 				else
-					cell(-1, 0, div_or(ps->median_us,
-							     mine->median_us));
+					cell(-1, 0, round_ratio(peer, own,
+								rd->n, false));
 			}
 			printf("\n");
 		}
 	}
 
-	print_rounds(o, ran, pr);
+	print_rounds(o, ran, pr, rd);
 	if (o->peer_where[PEER_REDIS] == NULL)
 		return;
 	for (int k = 0; k < o->nprocs; k++) {
-		rt = pr->ran[PEER_REDIS][PEER_RT][k] ?
-			     &pr->st[PEER_REDIS][PEER_RT][k] : NULL;
+		const struct bench_stats *rt = rd->peer[PEER_REDIS][PEER_RT][k];
+		bool has_rt = pr->ran[PEER_REDIS][PEER_RT][k];
+
 		cyc[k] = ran[FIG_CYCLE][k] &&
 				 pr->ran[PEER_REDIS][PEER_CYCLE][k] ?
-				 div_or(st[FIG_CYCLE][k].ops_per_s,
-					pr->st[PEER_REDIS][PEER_CYCLE][k]
-						.ops_per_s) : -1;
-		res[k] = rt != NULL && ran[FIG_RESERVE][k] ?
-				 div_or(rt->median_us,
-					st[FIG_RESERVE][k].median_us) : -1;
-		rep[k] = rt != NULL && ran[FIG_REPLAY][k] ?
-				 div_or(rt->median_us,
-					st[FIG_REPLAY][k].median_us) : -1;
+				 round_ratio(rd->carmy[FIG_CYCLE][k],
+					     rd->peer[PEER_REDIS][PEER_CYCLE][k],
+					     rd->n, true) : -1;
+		res[k] = has_rt && ran[FIG_RESERVE][k] ?
+				 round_ratio(rt, rd->carmy[FIG_RESERVE][k],
+					     rd->n, false) : -1;
+		rep[k] = has_rt && ran[FIG_REPLAY][k] ?
+				 round_ratio(rt, rd->carmy[FIG_REPLAY][k],
+					     rd->n, false) : -1;
 	}
 	printf("\nGoals against Redis, as ratios within this run:\n");
 	goal("cycle throughput ≥ 2x Redis's", o, cyc, 2);
@@ -1486,7 +1525,7 @@ static void print_peers(const struct opts *o,
  * figure may stray on this machine. */
 static void print_rounds(const struct opts *o,
 			 const bool ran[][MAX_PROC_COUNTS],
-			 const struct peer_results *pr)
+			 const struct peer_results *pr, const struct rounds *rd)
 {
 	if (o->rounds < 2)
 		return;
@@ -1499,15 +1538,18 @@ static void print_rounds(const struct opts *o,
 			       peer_kind_name((enum peer_kind)p), o->procs[k]);
 			for (int r = 0; r < o->rounds; r++)
 				printf(" %6.2fx",
-				       div_or(pr->carmy_cycle[k][r],
-					      pr->cycle[p][k][r]));
+				       div_or(rd->carmy[FIG_CYCLE][k][r]
+						      .ops_per_s,
+					      rd->peer[p][PEER_CYCLE][k][r]
+						      .ops_per_s));
 			printf("\n");
 		}
 	}
 }
 
 static void print_peers_json(const struct opts *o,
-			     const struct peer_results *pr)
+			     const struct peer_results *pr,
+			     const struct rounds *rd)
 {
 	bool first = true;
 
@@ -1531,33 +1573,27 @@ static void print_peers_json(const struct opts *o,
 					continue;
 				printf("%s{\"figure\":\"%s\",\"procs\":%d,"
 				       "\"ops\":%llu,\"ops_per_s\":%.0f,"
-				       "\"median_us\":%.3f,\"p99_us\":%.3f}",
+				       "\"median_us\":%.3f,\"p99_us\":%.3f,",
 				       ffirst ? "" : ",", s->name, s->procs,
 				       (unsigned long long)s->ops,
 				       s->ops_per_s, s->median_us, s->p99_us);
+				json_rounds(rd->peer[p][op][k], rd->n);
+				putchar('}');
 				ffirst = false;
 			}
-		}
-		printf("],\"cycle_by_round\":[");
-		ffirst = true;
-		for (int k = 0; k < o->nprocs; k++) {
-			if (!pr->ran[p][PEER_CYCLE][k])
-				continue;
-			printf("%s{\"procs\":%d,\"carmy\":[", ffirst ? "" : ",",
-			       o->procs[k]);
-			for (int r = 0; r < o->rounds; r++)
-				printf("%s%.0f", r ? "," : "",
-				       pr->carmy_cycle[k][r]);
-			printf("],\"peer\":[");
-			for (int r = 0; r < o->rounds; r++)
-				printf("%s%.0f", r ? "," : "",
-				       pr->cycle[p][k][r]);
-			printf("]}");
-			ffirst = false;
 		}
 		printf("]}");
 	}
 	printf("]");
+}
+
+/* "rounds_ops_per_s": every round's ops/s, in the order they ran. */
+static void json_rounds(const struct bench_stats *each, int n)
+{
+	printf("\"rounds_ops_per_s\":[");
+	for (int r = 0; r < n; r++)
+		printf("%s%.0f", r > 0 ? "," : "", each[r].ops_per_s);
+	putchar(']');
 }
 
 static void json_str(const char *s)
