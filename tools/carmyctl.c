@@ -46,6 +46,11 @@ static const char usage[] =
 	"                               entries; S is running, uncertain or\n"
 	"                               completed; AGE like 90s, 15m, 2h, 7d\n"
 	"  show EXECUTION_ID            one entry, with its result\n"
+	"  wait EXECUTION_ID [--timeout SECONDS]\n"
+	"                               wait (default 30 s) for a running\n"
+	"                               execution to stop running, then show\n"
+	"                               what it became; exit 1 if it still\n"
+	"                               runs at the deadline\n"
 	"  resolve EXECUTION_ID --committed [--status S] [--result TEXT]\n"
 	"  resolve EXECUTION_ID --not-committed\n"
 	"                               settle an interrupted execution: it\n"
@@ -107,11 +112,14 @@ struct filter {
 static int cmd_status(struct ctl *x, bool metrics);
 static int cmd_list(struct ctl *x, int argc, char **argv);
 static int cmd_show(struct ctl *x, int argc, char **argv);
+static int cmd_wait(struct ctl *x, int argc, char **argv);
+static void show_row(const struct ctl *x, const struct row *r);
 static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release);
 static int cmd_purge(struct ctl *x, int argc, char **argv);
 static int cmd_journal_check(struct ctl *x, int argc, char **argv);
 static int attach(struct ctl *x);
-static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int *code);
+static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
+	       int *code);
 static int dial_hello(struct ctl *x);
 static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
 static bool find_exec(const struct shm_view *v, const char *id,
@@ -174,6 +182,7 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0 &&
 		    (strcmp(cmd, "status") == 0 || strcmp(cmd, "show") == 0 ||
+		     strcmp(cmd, "wait") == 0 ||
 		     strcmp(cmd, "journal-check") == 0)) {
 			x.json = true;
 			memmove(&argv[i], &argv[i + 1],
@@ -190,6 +199,8 @@ int main(int argc, char **argv)
 		rc = cmd_list(&x, argc, argv);
 	else if (strcmp(cmd, "show") == 0)
 		rc = cmd_show(&x, argc, argv);
+	else if (strcmp(cmd, "wait") == 0)
+		rc = cmd_wait(&x, argc, argv);
 	else if (strcmp(cmd, "resolve") == 0)
 		rc = cmd_resolve(&x, argc, argv, false);
 	else if (strcmp(cmd, "release") == 0)
@@ -370,9 +381,13 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			       r->result_code ? " " : "",
 			       r->result_code ? carmy_errname(r->result_code) : "",
 			       r->result_len);
-		if (r->resolved_ns != 0)
-			printf("resolved by   uid %u pid %u\n",
+		if (r->resolved_ns != 0) {
+			printf("resolved by   uid %u pid %u, ",
 			       r->resolved_uid, r->resolved_pid);
+			put_age(stdout, now > r->resolved_ns ?
+						now - r->resolved_ns : 0);
+			printf(" ago\n");
+		}
 		return;
 	}
 	printf("%s{\"execution_id\":\"%s\",\"state\":\"%s\"", first ? "" : ",",
@@ -522,15 +537,120 @@ static int cmd_show(struct ctl *x, int argc, char **argv)
 		return rc;
 	if (!find_exec(&x->view, argv[1], &r))
 		return fail("show", CARMY_ENOT_RESERVED);
-	print_row(x, &r, true, true);
-	if (x->json)
+	show_row(x, &r);
+	return 0;
+}
+
+/* One entry in full, as show prints it. */
+static void show_row(const struct ctl *x, const struct row *r)
+{
+	print_row(x, r, true, true);
+	if (x->json) {
 		printf("\n");
-	else if (r.state == SHM_COMPLETED) {
+	} else if (r->state == SHM_COMPLETED) {
 		printf("result bytes  ");
-		json_put_bytes(stdout, shm_result_area(&x->view, r.entry),
-			       r.result_len);
+		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
+			       r->result_len);
 		printf("\n");
 	}
+}
+
+/*
+ * Wait for a running execution to stop running, then show it: carmyd
+ * answers the moment it completes, is released or turns uncertain (the
+ * WAIT request libcarmy's carmy_wait() makes, without its begin: an
+ * operator's wait never takes a reservation). One that is not running is
+ * shown at once. Still running at the deadline: exit 1, EXECUTION_UNCERTAIN.
+ */
+static int cmd_wait(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "timeout", required_argument, NULL, 't' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint32_t timeout_ms = 30000;
+	msgpack_sbuffer sb;
+	const char *id;
+	struct row r;
+	int o, rc, code;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		char *end;
+		double secs;
+
+		switch (o) {
+		case 't':
+			errno = 0;
+			secs = strtod(optarg, &end);
+			if (errno != 0 || end == optarg || *end != '\0' ||
+			    !(secs >= 0 && secs <= 86400))
+				return usage_error("carmyctl wait: --timeout is "
+						   "0 to 86400 seconds, not "
+						   "'%s'", optarg);
+			timeout_ms = (uint32_t)(secs * 1000 + 0.5);
+			break;
+		case 'j':
+			x->json = true;
+			break;
+		default:
+			return usage_error("carmyctl wait: unknown option%s",
+					   "");
+		}
+	}
+	if (optind + 1 != argc)
+		return usage_error("carmyctl wait: one EXECUTION_ID%s", "");
+	id = argv[optind];
+	{
+		uint8_t exec[SHM_EXEC_LEN];
+
+		if (parse_exec(id, exec) != 0)
+			return usage_error("carmyctl wait: an EXECUTION_ID is "
+					   "exec_ and 32 hex digits (lower "
+					   "case)%s", "");
+	}
+	/* Waiting needs carmyd: the segment alone cannot say when. */
+	if (x->segment != NULL)
+		return usage_error("carmyctl wait: asks carmyd (--socket), "
+				   "not a segment%s", "");
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	if (!find_exec(&x->view, id, &r))
+		return fail("wait", CARMY_ENOT_RESERVED);
+	if (r.state == SHM_RUNNING) {
+		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
+		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
+
+		msgpack_sbuffer_init(&sb);
+		rc = wire_put_settle(&sb, WIRE_WAIT, part, len, r.exec_bytes,
+				     r.fp, 0, 0, NULL, 0, timeout_ms);
+		if (rc == 0)
+			rc = ask(x, &sb, WIRE_WAIT, (int)timeout_ms, &code);
+		msgpack_sbuffer_destroy(&sb);
+		if (rc != 0)
+			return rc;
+		if (code == -ETIMEDOUT) {
+			fprintf(stderr, "carmyctl: wait: EXECUTION_UNCERTAIN: "
+				"%s still runs after %.3f s\n", id,
+				timeout_ms / 1000.0);
+			return EXIT_FAIL;
+		}
+		if (code != 0)
+			return fail("wait", code);
+		/* No longer running: what did it become? Gone from the
+		 * table, it was released (the identity is free). */
+		if (!find_exec(&x->view, id, &r)) {
+			if (x->json)
+				printf("{\"execution_id\":\"%s\","
+				       "\"state\":\"released\"}\n", id);
+			else
+				printf("%s was released: its identity is "
+				       "free\n", id);
+			return 0;
+		}
+	}
+	show_row(x, &r);
 	return 0;
 }
 
@@ -631,7 +751,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 				     result, committed ? strlen(result) : 0, 0);
 	}
 	if (rc == 0)
-		rc = ask(x, &sb, WIRE_RESOLVE, &code);
+		rc = ask(x, &sb, WIRE_RESOLVE, 0, &code);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -677,7 +797,7 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_purge(&sb, age / 1000000u);
 	if (rc == 0)
-		rc = ask(x, &sb, WIRE_PURGE, &code);
+		rc = ask(x, &sb, WIRE_PURGE, 0, &code);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
@@ -793,14 +913,16 @@ static int dial_hello(struct ctl *x)
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_hello(&sb, shm_layout_signature(), 0, 0);
 	if (rc == 0)
-		rc = ask(x, &sb, WIRE_HELLO, &code);
+		rc = ask(x, &sb, WIRE_HELLO, 0, &code);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
 }
 
-/* Send one request and read its reply; HELLO's fills x->shm_name. Returns
- * 0 with the reply's code, or an exit status after saying why. */
-static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int *code)
+/* Send one request and read its reply; HELLO's fills x->shm_name. A WAIT
+ * may be answered wait_ms later. Returns 0 with the reply's code, or an
+ * exit status after saying why. */
+static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
+	       int *code)
 {
 	uint8_t buf[REPLY_MAX];
 	struct wire_msg m;
@@ -820,8 +942,8 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int *code)
 		ssize_t got;
 
 		/* carmyd answers at once but for a purge, which waits for
-		 * the store: a minute is plenty. */
-		if (poll(&p, 1, 60000) != 1)
+		 * the store (a minute is plenty), and a wait. */
+		if (poll(&p, 1, 60000 + wait_ms) != 1)
 			return fail("reply", CARMY_EUNAVAILABLE);
 		got = recv(x->fd, buf + have, sizeof(buf) - have, 0);
 		if (got <= 0)

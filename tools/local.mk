@@ -84,6 +84,16 @@ bench-journal: all
 		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal \
 		$(CARMY_BENCH_JOURNAL_ROUNDS)
 
+# make bench-restart: a journal carmyd with a million completed executions
+# restarted on a new segment (a reboot), with the page cache dropped (as
+# root) and warm; see tools/bench_restart.sh. The goal is 2 s or less.
+CARMY_BENCH_RESTART_ENTRIES = 1000000
+.PHONY: bench-restart
+bench-restart: all
+	bash $(top_srcdir)/tools/bench_restart.sh $(builddir) \
+		$(CARMY_BENCH_RESTART_ENTRIES)
+EXTRA_DIST += tools/bench_restart.sh
+
 # make bench-shared: the same cycle through a carmyd whose store is
 # PostgreSQL itself (the PostgreSQL store, as one of several instances
 # would run), against PostgreSQL alone on the same cluster.

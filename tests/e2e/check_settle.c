@@ -228,10 +228,20 @@ END_TEST
 START_TEST(test_resolved_as_not_committed_frees_the_identity)
 {
 	struct carmy_call call = E2E_CALL("p", "s", "not-charged");
+	struct carmy_call other = call;
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct worker w;
 
 	interrupted(&w, &call);
+	/* Freeing it takes the matching fingerprint too: another call under
+	 * the same identity may not, and the entry stays as it was. */
+	other.tool = "other";
+	other.tool_len = 5;
+	ck_assert_int_eq(carmy_resolve(c, &other, w.exec, 0, 0, NULL, 0),
+			 CARMY_ECONFLICT);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_INTERRUPTED);
+	carmy_reservation_clear(&r);
 	ck_assert_int_eq(carmy_resolve(c, &call, w.exec, 0, 0, NULL, 0), 0);
 	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
 	ck_assert_str_ne(r.execution_id, w.exec);

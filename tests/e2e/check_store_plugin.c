@@ -131,6 +131,69 @@ START_TEST(test_plugin_store_survives_a_reboot)
 }
 END_TEST
 
+/* An operator's settlements go through the plugin too: an interrupted call
+ * resolved as committed replays its result after the next reboot, one
+ * resolved as not committed runs again, and a purged identity is new. */
+START_TEST(test_resolutions_and_purges_survive_a_reboot)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call yes = E2E_CALL("p", "s", "did-happen");
+	struct carmy_call no = E2E_CALL("p", "s", "did-not");
+	struct carmy_call old = E2E_CALL("p", "s", "old");
+	struct e2e_child ch[2];
+	char ctl[256], cmd[768];
+
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &old, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "o", 1),
+			 0);
+	e2e_child_reserve(&ch[0], d.socket, &yes, E2E_HOLD);
+	e2e_child_reserve(&ch[1], d.socket, &no, E2E_HOLD);
+	carmy_close(c);
+	c = NULL;
+	/* A reboot turns both running calls interrupted. */
+	e2e_kill9(&d);
+	e2e_child_reap(&ch[0]);
+	e2e_child_reap(&ch[1]);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+	/* Purged first: a call resolved as committed is completed, and a
+	 * purge would forget it too. */
+	harness_path("tools/carmyctl", ctl, sizeof(ctl));
+	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' purge --older-than 0s "
+		 ">/dev/null", ctl, d.socket);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(carmy_begin(c, &old, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	ck_assert_int_eq(carmy_resolve(c, &yes, ch[0].exec, 1,
+				       CARMY_STATUS_COMPLETED, "charged", 7), 0);
+	ck_assert_int_eq(carmy_resolve(c, &no, ch[1].exec, 0, 0, NULL, 0), 0);
+
+	/* The next reboot reads all three back from the plugin's file. */
+	carmy_close(c);
+	c = NULL;
+	e2e_kill9(&d);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &yes, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, ch[0].exec);
+	ck_assert_uint_eq(r.result_len, 7);
+	ck_assert_mem_eq(r.result, "charged", 7);
+	ck_assert_int_eq(carmy_begin(c, &no, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, ch[1].exec);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	ck_assert_int_eq(carmy_begin(c, &old, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+}
+END_TEST
+
 /* The plugin's file, whole, NUL-terminated. */
 static char *slurp(size_t *lenp)
 {
@@ -332,6 +395,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_plugin_store_survives_a_reboot);
+	tcase_add_test(tc, test_resolutions_and_purges_survive_a_reboot);
 	tcase_add_test(tc, test_a_partial_last_line_is_cut_before_the_next_record);
 	tcase_add_test(tc, test_a_damaged_line_stops_carmyd);
 	tcase_add_test(tc, test_what_is_not_a_plugin_is_refused);

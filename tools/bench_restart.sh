@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# make bench-restart: how long a journal carmyd takes to come back after a
+# reboot with N completed executions (the goal: a million in 2 s or less).
+#
+#   bench_restart.sh BUILDDIR N
+#
+# A throwaway carmyd with --store journal:DIR records N reserve + complete
+# cycles (carmy-bench, 64 processes), and is stopped; with --transient its
+# segment goes with it, as in a reboot. Then carmyd is started again on the
+# same journal, from its exec to its ready line, twice: once after the page
+# cache was dropped (only as root: the journal is read from the disk, as
+# after a real reboot) and once with the journal in the page cache. The
+# figures are quoted, never asserted: this is not part of make check.
+set -u
+builddir=$1 n=$2
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-restart.XXXXXX") || exit 1
+carmyd_pid=
+cleanup() {
+	[ -z "$carmyd_pid" ] || { kill -TERM "$carmyd_pid" 2>/dev/null; wait "$carmyd_pid"; }
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' HUP INT TERM
+
+procs=64
+ops=$(( (n + procs - 1) / procs ))
+# Room for every cycle and a tenth more; small results (the benchmark's
+# are 100 bytes) keep the segment near 1 KiB an entry.
+args=(--foreground --transient --socket "$tmp/carmyd.sock"
+	--segment "/carmy-restart.$$" --capacity $(( n * 12 / 10 + 1000 ))
+	--max-result 128 --store "journal:$tmp/journal")
+
+# start: carmyd in the background; returns once its ready line came, with
+# the nanoseconds from just before its exec to that line in $took.
+start() {
+	local t0 line
+
+	rm -f "$tmp/ready"
+	mkfifo "$tmp/ready" || exit 1
+	t0=$(date +%s%N)
+	"$builddir/daemon/carmyd" "${args[@]}" >"$tmp/ready" 2>>"$tmp/carmyd.log" &
+	carmyd_pid=$!
+	if ! read -r line <"$tmp/ready"; then
+		echo "make bench-restart: carmyd did not start:" >&2
+		cat "$tmp/carmyd.log" >&2
+		exit 1
+	fi
+	took=$(( $(date +%s%N) - t0 ))
+}
+
+stop() {
+	kill -TERM "$carmyd_pid" && wait "$carmyd_pid"
+	carmyd_pid=
+}
+
+# completed: how many completed executions carmyd holds.
+completed() {
+	"$builddir/tools/carmyctl" --socket "$tmp/carmyd.sock" --json status |
+		sed -n 's/.*"completed":\([0-9]*\).*/\1/p'
+}
+
+start
+echo "make bench-restart: recording $n completed executions with $procs processes"
+# A figure stops when its first process is done, the others a little
+# behind it: run more until there are n.
+have=0
+while [ "$have" -lt "$n" ]; do
+	ops=$(( (n - have + procs - 1) / procs ))
+	"$builddir/tools/carmy-bench" --socket "$tmp/carmyd.sock" \
+		--procs "$procs" --ops "$ops" --only cycle | grep -E '^cycle' ||
+		exit 1
+	have=$(completed)
+	[ -n "$have" ] || exit 1
+done
+stop
+
+if [ "$(id -u)" -eq 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	start
+	cold=$took
+	stop
+	awk -v ns="$cold" 'BEGIN { printf "restart, page cache dropped: %.3f s\n", ns / 1e9 }'
+else
+	echo "restart, page cache dropped: not measured (needs root)"
+fi
+start
+warm=$took
+stop
+# What the last start found: records read, executions standing, restored.
+grep -oE 'journal [^ ]*: [0-9]+ records, .*|store: [a-z]+ [0-9]+ completed.*' \
+	"$tmp/carmyd.log" | tail -2
+awk -v ns="$warm" 'BEGIN { printf "restart, journal in the page cache: %.3f s\n", ns / 1e9 }'
