@@ -28,6 +28,8 @@ static const char *opts[] = { "--capacity", "256", "--max-result", "256",
 static struct carmyd_proc d;
 static carmy_t *c;
 
+static void reboot(void);
+
 static void setup(void)
 {
 	char so[256];
@@ -172,12 +174,7 @@ START_TEST(test_resolutions_and_purges_survive_a_reboot)
 	ck_assert_int_eq(carmy_resolve(c, &no, ch[1].exec, 0, 0, NULL, 0), 0);
 
 	/* The next reboot reads all three back from the plugin's file. */
-	carmy_close(c);
-	c = NULL;
-	e2e_kill9(&d);
-	ck_assert_int_eq(shm_unlink(d.segment), 0);
-	e2e_restart(&d, opts);
-	c = e2e_connect(&d);
+	reboot();
 	ck_assert_int_eq(carmy_begin(c, &yes, &r), CARMY_REPLAY);
 	ck_assert_str_eq(r.execution_id, ch[0].exec);
 	ck_assert_uint_eq(r.result_len, 7);
