@@ -15,9 +15,13 @@ set -u
 builddir=$1 n=$2
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-restart.XXXXXX") || exit 1
+segment=/carmy-restart.$$
 carmyd_pid=
+# --transient removes the segment on a clean exit only; a carmyd that
+# crashed leaves it (over a GiB for a million entries).
 cleanup() {
 	[ -z "$carmyd_pid" ] || { kill -TERM "$carmyd_pid" 2>/dev/null; wait "$carmyd_pid"; }
+	rm -f "/dev/shm$segment"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -28,8 +32,18 @@ ops=$(( (n + procs - 1) / procs ))
 # Room for every cycle and a tenth more; small results (the benchmark's
 # are 100 bytes) keep the segment near 1 KiB an entry.
 args=(--foreground --transient --socket "$tmp/carmyd.sock"
-	--segment "/carmy-restart.$$" --capacity $(( n * 12 / 10 + 1000 ))
+	--segment "$segment" --capacity $(( n * 12 / 10 + 1000 ))
 	--max-result 128 --store "journal:$tmp/journal")
+
+# The program itself, not libtool's wrapper script around it in a build
+# tree (its start would be timed too), with libcarmy where the wrapper
+# would have found it.
+carmyd=$builddir/daemon/carmyd
+libpath=${LD_LIBRARY_PATH:-}
+if [ -x "$builddir/daemon/.libs/carmyd" ]; then
+	carmyd=$builddir/daemon/.libs/carmyd
+	libpath=$builddir/libclient/.libs${libpath:+:$libpath}
+fi
 
 # start: carmyd in the background; returns once its ready line came, with
 # the nanoseconds from just before its exec to that line in $took.
@@ -39,7 +53,8 @@ start() {
 	rm -f "$tmp/ready"
 	mkfifo "$tmp/ready" || exit 1
 	t0=$(date +%s%N)
-	"$builddir/daemon/carmyd" "${args[@]}" >"$tmp/ready" 2>>"$tmp/carmyd.log" &
+	LD_LIBRARY_PATH=$libpath "$carmyd" "${args[@]}" >"$tmp/ready" \
+		2>>"$tmp/carmyd.log" &
 	carmyd_pid=$!
 	if ! read -r line <"$tmp/ready"; then
 		echo "make bench-restart: carmyd did not start:" >&2
@@ -49,9 +64,24 @@ start() {
 	took=$(( $(date +%s%N) - t0 ))
 }
 
+# stop: a clean stop, which removes the segment; a restart after it must
+# rebuild the table from the journal, as after a reboot.
 stop() {
 	kill -TERM "$carmyd_pid" && wait "$carmyd_pid"
 	carmyd_pid=
+	if [ -e "/dev/shm$segment" ]; then
+		echo "make bench-restart: carmyd left its segment behind" >&2
+		exit 1
+	fi
+}
+
+# restored: the last start rebuilt the table from the journal.
+restored() {
+	grep 'store: ' "$tmp/carmyd.log" | tail -1 | grep -q 'store: restored ' || {
+		echo "make bench-restart: carmyd did not restore the journal:" >&2
+		tail -5 "$tmp/carmyd.log" >&2
+		exit 1
+	}
 }
 
 # completed: how many completed executions carmyd holds.
@@ -75,19 +105,19 @@ while [ "$have" -lt "$n" ]; do
 done
 stop
 
-if [ "$(id -u)" -eq 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
-	sync
-	echo 3 >/proc/sys/vm/drop_caches
+if [ "$(id -u)" -eq 0 ] && sync && echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then
 	start
 	cold=$took
 	stop
+	restored
 	awk -v ns="$cold" 'BEGIN { printf "restart, page cache dropped: %.3f s\n", ns / 1e9 }'
 else
-	echo "restart, page cache dropped: not measured (needs root)"
+	echo "restart, page cache dropped: not measured (needs root, and a /proc/sys/vm/drop_caches that takes it)"
 fi
 start
 warm=$took
 stop
+restored
 # What the last start found: records read, executions standing, restored.
 grep -oE 'journal [^ ]*: [0-9]+ records, .*|store: [a-z]+ [0-9]+ completed.*' \
 	"$tmp/carmyd.log" | tail -2

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -636,7 +637,9 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 				timeout_ms / 1000.0);
 			return EXIT_FAIL;
 		}
-		if (code != 0)
+		/* -EREMOTE: a shared store's carmyd found the identity
+		 * gone between our look and its own: released. */
+		if (code != 0 && code != -EREMOTE)
 			return fail("wait", code);
 		/* No longer running: what did it become? Gone from the
 		 * table, it was released (the identity is free). */
@@ -946,6 +949,14 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 		if (poll(&p, 1, 60000 + wait_ms) != 1)
 			return fail("reply", CARMY_EUNAVAILABLE);
 		got = recv(x->fd, buf + have, sizeof(buf) - have, 0);
+		if (got <= 0 && type == WIRE_WAIT) {
+			/* carmyd stopped: it lets its waiters go without a
+			 * word. Nothing of ours was held on the connection. */
+			fprintf(stderr, "carmyctl: wait: %s: carmyd went away "
+				"during the wait; wait again once it is back\n",
+				carmy_errname(CARMY_EUNAVAILABLE));
+			return 69;
+		}
 		if (got <= 0)
 			return fail("reply", CARMY_EDISCONNECTED);
 		have += (size_t)got;
@@ -1027,11 +1038,19 @@ static bool find_exec(const struct shm_view *v, const char *id,
 
 	if (parse_exec(id, want) != 0)
 		return false;
-	for (uint32_t e = 0; e < v->geo.capacity; e++)
-		if (memcmp(shm_entry_at(v, e)->en_exec, want, SHM_EXEC_LEN) == 0 &&
-		    read_row(v, e, r) &&
-		    memcmp(r->exec_bytes, want, SHM_EXEC_LEN) == 0)
-			return true;
+	for (uint32_t e = 0; e < v->geo.capacity; e++) {
+		if (memcmp(shm_entry_at(v, e)->en_exec, want, SHM_EXEC_LEN) != 0)
+			continue;
+		/* read_row() skips a row that changed while it was read:
+		 * the one asked for is read again, since changing (being
+		 * completed, resolved) is what an operator looks for. */
+		for (int tries = 0; tries < 100; tries++) {
+			if (read_row(v, e, r))
+				return memcmp(r->exec_bytes, want,
+					      SHM_EXEC_LEN) == 0;
+			sched_yield();
+		}
+	}
 	return false;
 }
 
