@@ -2,17 +2,18 @@
 # make bench-restart: how long a journal carmyd takes to come back after a
 # reboot with N completed executions (the goal: a million in 2 s or less).
 #
-#   bench_restart.sh BUILDDIR N
+#   bench_restart.sh BUILDDIR N [ROUNDS]
 #
 # A throwaway carmyd with --store journal:DIR records N reserve + complete
 # cycles (carmy-bench, 64 processes), and is stopped; with --transient its
 # segment goes with it, as in a reboot. Then carmyd is started again on the
-# same journal, from its exec to its ready line, twice: once after the page
-# cache was dropped (only as root: the journal is read from the disk, as
-# after a real reboot) and once with the journal in the page cache. The
-# figures are quoted, never asserted: this is not part of make check.
+# same journal, from its exec to its ready line, ROUNDS times (default 3)
+# after the page cache was dropped (only as root: the journal is read from
+# the disk, as after a real reboot), and ROUNDS times with the journal in
+# the page cache; each and the median are printed. The figures are
+# quoted, never asserted: this is not part of make check.
 set -u
-builddir=$1 n=$2
+builddir=$1 n=$2 rounds=${3:-3}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-restart.XXXXXX") || exit 1
 segment=/carmy-restart.$$
@@ -105,20 +106,34 @@ while [ "$have" -lt "$n" ]; do
 done
 stop
 
-if [ "$(id -u)" -eq 0 ] && sync && echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then
-	start
-	cold=$took
-	stop
-	restored
-	awk -v ns="$cold" 'BEGIN { printf "restart, page cache dropped: %.3f s\n", ns / 1e9 }'
-else
+# restarts KIND: ROUNDS timed restarts, each after drop (cold) or not
+# (warm); prints each and their median.
+restarts() {
+	local kind=$1 times=() i what
+
+	for ((i = 0; i < rounds; i++)); do
+		if [ "$kind" = cold ]; then
+			sync && echo 3 2>/dev/null >/proc/sys/vm/drop_caches || return 1
+		fi
+		start
+		times+=("$took")
+		stop
+		restored
+	done
+	[ "$kind" = cold ] && what="page cache dropped" ||
+		what="journal in the page cache"
+	# Each in the order they ran; the median of them sorted.
+	printf '%s\n' "${times[@]}" | awk -v what="$what" '
+		{ each = each sprintf(" %.3f", $1 / 1e9) }
+		END { printf "restart, %s:%s s; ", what, each }'
+	printf '%s\n' "${times[@]}" | sort -n |
+		awk '{ t[NR] = $1 } END { printf "median %.3f s\n", t[int((NR + 1) / 2)] / 1e9 }'
+}
+
+if [ "$(id -u)" -ne 0 ] || ! restarts cold; then
 	echo "restart, page cache dropped: not measured (needs root, and a /proc/sys/vm/drop_caches that takes it)"
 fi
-start
-warm=$took
-stop
-restored
+restarts warm
 # What the last start found: records read, executions standing, restored.
 grep -oE 'journal [^ ]*: [0-9]+ records, .*|store: [a-z]+ [0-9]+ completed.*' \
 	"$tmp/carmyd.log" | tail -2
-awk -v ns="$warm" 'BEGIN { printf "restart, journal in the page cache: %.3f s\n", ns / 1e9 }'
