@@ -211,6 +211,23 @@ START_TEST(test_capacity_plus_one_is_refused_and_nothing_is_evicted)
 	for (int i = 0; i < CAP; i++)
 		carmy_reservation_clear(&r[i]);
 	carmy_reservation_clear(&x);
+
+	/* Every refusal was counted, as the operator sees it: 50 + 5 + 1 +
+	 * 5 new identities turned away. */
+	{
+		char ctl[256], cmd[640], line[1024];
+		FILE *out;
+
+		harness_path("tools/carmyctl", ctl, sizeof(ctl));
+		snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' --json status",
+			 ctl, d.socket);
+		out = popen(cmd, "r");
+		ck_assert_ptr_nonnull(out);
+		ck_assert_ptr_nonnull(fgets(line, sizeof(line), out));
+		ck_assert_int_eq(pclose(out), 0);
+		ck_assert_msg(strstr(line, "\"capacity_refusals\":61}") != NULL,
+			      "status: %s", line);
+	}
 }
 END_TEST
 
