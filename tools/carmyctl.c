@@ -36,6 +36,7 @@
 #define EXIT_USAGE 64
 #define EXIT_FAIL 1
 #define REPLY_MAX 512
+#define ASK_LOST (-1)	/* ask(): a WAIT's connection is gone */
 
 static const char usage[] =
 	"usage: carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND\n"
@@ -119,9 +120,12 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release);
 static int cmd_purge(struct ctl *x, int argc, char **argv);
 static int cmd_journal_check(struct ctl *x, int argc, char **argv);
 static int attach(struct ctl *x);
+static int map_segment(struct ctl *x);
 static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	       int *code);
-static int dial_hello(struct ctl *x);
+static int dial_hello(struct ctl *x, bool quiet);
+static int redial(struct ctl *x, uint64_t deadline);
+static uint64_t mono_ns(void);
 static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
 static bool find_exec(const struct shm_view *v, const char *id,
 		      struct row *r);
@@ -562,6 +566,8 @@ static void show_row(const struct ctl *x, const struct row *r)
  * WAIT request libcarmy's carmy_wait() makes, without its begin: an
  * operator's wait never takes a reservation). One that is not running is
  * shown at once. Still running at the deadline: exit 1, EXECUTION_UNCERTAIN.
+ * If carmyd restarts meanwhile, the wait goes on with the one that comes
+ * back, until the same deadline.
  */
 static int cmd_wait(struct ctl *x, int argc, char **argv)
 {
@@ -571,10 +577,11 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	uint32_t timeout_ms = 30000;
+	uint64_t deadline;
 	msgpack_sbuffer sb;
 	const char *id;
 	struct row r;
-	int o, rc, code;
+	int o, rc, code = 0;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		char *end;
@@ -619,19 +626,29 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 		return rc;
 	if (!find_exec(&x->view, id, &r))
 		return fail("wait", CARMY_ENOT_RESERVED);
-	if (r.state == SHM_RUNNING) {
+	deadline = mono_ns() + (uint64_t)timeout_ms * 1000000u;
+	while (r.state == SHM_RUNNING) {
 		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
 		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
+		uint64_t now = mono_ns();
+		uint32_t left = now < deadline ?
+			(uint32_t)((deadline - now + 999999) / 1000000) : 0;
+		bool lost;
 
 		msgpack_sbuffer_init(&sb);
 		rc = wire_put_settle(&sb, WIRE_WAIT, part, len, r.exec_bytes,
-				     r.fp, 0, 0, NULL, 0, timeout_ms);
+				     r.fp, 0, 0, NULL, 0, left);
 		if (rc == 0)
-			rc = ask(x, &sb, WIRE_WAIT, (int)timeout_ms, &code);
+			rc = ask(x, &sb, WIRE_WAIT, (int)left, &code);
 		msgpack_sbuffer_destroy(&sb);
+		lost = rc == ASK_LOST;
+		/* carmyd stopped, and lets its waiters go without a word:
+		 * wait for it to come back, and look again. */
+		if (lost)
+			rc = redial(x, deadline);
 		if (rc != 0)
 			return rc;
-		if (code == -ETIMEDOUT) {
+		if (!lost && code == -ETIMEDOUT) {
 			fprintf(stderr, "carmyctl: wait: EXECUTION_UNCERTAIN: "
 				"%s still runs after %.3f s\n", id,
 				timeout_ms / 1000.0);
@@ -639,10 +656,10 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 		}
 		/* -EREMOTE: a shared store's carmyd found the identity
 		 * gone between our look and its own: released. */
-		if (code != 0 && code != -EREMOTE)
+		if (!lost && code != 0 && code != -EREMOTE)
 			return fail("wait", code);
-		/* No longer running: what did it become? Gone from the
-		 * table, it was released (the identity is free). */
+		/* What did it become? Gone from the table, it was released
+		 * (or carmyd came back without it): the identity is free. */
 		if (!find_exec(&x->view, id, &r)) {
 			if (x->json)
 				printf("{\"execution_id\":\"%s\","
@@ -655,6 +672,36 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 	}
 	show_row(x, &r);
 	return 0;
+}
+
+/*
+ * carmyd went away during a wait: dial it again every 100 ms until it is
+ * back or the deadline passes, then map its segment afresh (a carmyd that
+ * started on a new one, after a reboot, has it under the same name).
+ * Returns 0, or an exit status after saying why.
+ */
+static int redial(struct ctl *x, uint64_t deadline)
+{
+	int rc;
+
+	for (;;) {
+		if (x->fd >= 0)
+			close(x->fd);
+		x->fd = -1;
+		rc = dial_hello(x, true);
+		if (rc == 0)
+			break;
+		if (rc != 69 || mono_ns() >= deadline) {
+			if (rc == 69)
+				fprintf(stderr, "carmyctl: wait: %s: carmyd "
+					"went away during the wait and was "
+					"not back by its end\n",
+					carmy_errname(CARMY_EUNAVAILABLE));
+			return rc;
+		}
+		(void)poll(NULL, 0, 100);	/* not back yet */
+	}
+	return map_segment(x);
 }
 
 /* ------------------------------------------------------------ changing */
@@ -875,12 +922,24 @@ static int attach(struct ctl *x)
 	int rc;
 
 	if (x->segment == NULL) {
-		rc = dial_hello(x);
+		rc = dial_hello(x, false);
 		if (rc != 0)
 			return rc;
 	} else {
 		snprintf(x->shm_name, sizeof(x->shm_name), "%s", x->segment);
 	}
+	return map_segment(x);
+}
+
+/* Map x->shm_name read-only, in place of any segment mapped before.
+ * Returns 0 or an exit status after saying why. */
+static int map_segment(struct ctl *x)
+{
+	int rc;
+
+	if (x->mapped)
+		shm_unmap(&x->view);
+	x->mapped = false;
 	rc = shm_map(x->shm_name, false, &x->view);
 	if (rc != 0) {
 		fprintf(stderr, "carmyctl: cannot read segment %s: %s: %s\n",
@@ -891,7 +950,9 @@ static int attach(struct ctl *x)
 	return 0;
 }
 
-static int dial_hello(struct ctl *x)
+/* Connect to carmyd and say HELLO; quiet says nothing if it is not
+ * there. Returns 0 or an exit status (69: not there). */
+static int dial_hello(struct ctl *x, bool quiet)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	msgpack_sbuffer sb;
@@ -908,9 +969,11 @@ static int dial_hello(struct ctl *x)
 	x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (x->fd < 0 ||
 	    connect(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd at %s "
-			"(%s); give --segment NAME to read a segment without "
-			"it\n", x->path, strerror(errno));
+		if (!quiet)
+			fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd "
+				"at %s (%s); give --segment NAME to read a "
+				"segment without it\n", x->path,
+				strerror(errno));
 		return 69;
 	}
 	msgpack_sbuffer_init(&sb);
@@ -923,7 +986,8 @@ static int dial_hello(struct ctl *x)
 
 /* Send one request and read its reply; HELLO's fills x->shm_name. A WAIT
  * may be answered wait_ms later. Returns 0 with the reply's code, or an
- * exit status after saying why. */
+ * exit status after saying why, or for a WAIT ASK_LOST, silently, if the
+ * connection is gone. */
 static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	       int *code)
 {
@@ -933,13 +997,14 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	long n = 0;
 
 	if (x->fd < 0) {
-		int rc = dial_hello(x);
+		int rc = dial_hello(x, false);
 
 		if (rc != 0)
 			return rc;
 	}
 	if (send(x->fd, sb->data, sb->size, MSG_NOSIGNAL) != (ssize_t)sb->size)
-		return fail("send", CARMY_EDISCONNECTED);
+		return type == WIRE_WAIT ? ASK_LOST :
+					   fail("send", CARMY_EDISCONNECTED);
 	while (n == 0) {
 		struct pollfd p = { .fd = x->fd, .events = POLLIN };
 		ssize_t got;
@@ -949,14 +1014,8 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 		if (poll(&p, 1, 60000 + wait_ms) != 1)
 			return fail("reply", CARMY_EUNAVAILABLE);
 		got = recv(x->fd, buf + have, sizeof(buf) - have, 0);
-		if (got <= 0 && type == WIRE_WAIT) {
-			/* carmyd stopped: it lets its waiters go without a
-			 * word. Nothing of ours was held on the connection. */
-			fprintf(stderr, "carmyctl: wait: %s: carmyd went away "
-				"during the wait; wait again once it is back\n",
-				carmy_errname(CARMY_EUNAVAILABLE));
-			return 69;
-		}
+		if (got <= 0 && type == WIRE_WAIT)
+			return ASK_LOST;	/* cmd_wait() dials again */
 		if (got <= 0)
 			return fail("reply", CARMY_EDISCONNECTED);
 		have += (size_t)got;
@@ -1133,6 +1192,14 @@ static uint64_t now_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
