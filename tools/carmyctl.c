@@ -36,7 +36,8 @@
 #define EXIT_USAGE 64
 #define EXIT_FAIL 1
 #define REPLY_MAX 512
-#define ASK_LOST (-1)	/* ask(): a WAIT's connection is gone */
+#define ASK_LOST (-1)	/* ask(): a WAIT's connection (or a redial's) is gone */
+#define DIAL_NOT_YET (-2)	/* dial_hello(quiet): carmyd is not back yet */
 
 static const char usage[] =
 	"usage: carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND\n"
@@ -82,6 +83,7 @@ struct ctl {
 	bool json;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd;			/* to carmyd, once asked */
+	bool redialing;		/* a lost HELLO is ASK_LOST, not a failure */
 	char shm_name[WIRE_SHM_NAME_MAX];
 	struct shm_view view;
 	bool mapped;
@@ -627,11 +629,12 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 	if (!find_exec(&x->view, id, &r))
 		return fail("wait", CARMY_ENOT_RESERVED);
 	deadline = mono_ns() + (uint64_t)timeout_ms * 1000000u;
-	while (r.state == SHM_RUNNING) {
+	for (bool first = true; r.state == SHM_RUNNING; first = false) {
 		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
 		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
 		uint64_t now = mono_ns();
-		uint32_t left = now < deadline ?
+		/* What is left, once carmyd came back; all of it first. */
+		uint32_t left = first ? timeout_ms : now < deadline ?
 			(uint32_t)((deadline - now + 999999) / 1000000) : 0;
 		bool lost;
 
@@ -676,32 +679,31 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 
 /*
  * carmyd went away during a wait: dial it again every 100 ms until it is
- * back or the deadline passes, then map its segment afresh (a carmyd that
- * started on a new one, after a reboot, has it under the same name).
- * Returns 0, or an exit status after saying why.
+ * back or the deadline passes (exit 69), then map its segment afresh (a
+ * carmyd that started on a new one, after a reboot, has it under the same
+ * name). Returns 0, or an exit status after saying why.
  */
 static int redial(struct ctl *x, uint64_t deadline)
 {
 	int rc;
 
-	for (;;) {
+	do {
 		if (x->fd >= 0)
 			close(x->fd);
 		x->fd = -1;
-		rc = dial_hello(x, true);
-		if (rc == 0)
-			break;
-		if (rc != 69 || mono_ns() >= deadline) {
-			if (rc == 69)
-				fprintf(stderr, "carmyctl: wait: %s: carmyd "
-					"went away during the wait and was "
-					"not back by its end\n",
-					carmy_errname(CARMY_EUNAVAILABLE));
-			return rc;
+		if (mono_ns() >= deadline) {
+			fprintf(stderr, "carmyctl: wait: %s: carmyd went away "
+				"during the wait and was not back by its end\n",
+				carmy_errname(CARMY_EUNAVAILABLE));
+			return 69;
 		}
-		(void)poll(NULL, 0, 100);	/* not back yet */
-	}
-	return map_segment(x);
+		/* Before every try, the first too: a carmyd that is
+		 * stopping accepts and drops until it is gone, and one that
+		 * drops every WAIT must not be asked in a tight loop. */
+		(void)poll(NULL, 0, 100);
+		rc = dial_hello(x, true);
+	} while (rc == DIAL_NOT_YET);
+	return rc != 0 ? rc : map_segment(x);
 }
 
 /* ------------------------------------------------------------ changing */
@@ -950,8 +952,9 @@ static int map_segment(struct ctl *x)
 	return 0;
 }
 
-/* Connect to carmyd and say HELLO; quiet says nothing if it is not
- * there. Returns 0 or an exit status (69: not there). */
+/* Connect to carmyd and say HELLO. Returns 0 or an exit status (69: not
+ * there); quiet, it returns DIAL_NOT_YET instead, without a word, for a
+ * carmyd that is not listening or went away while it was asked. */
 static int dial_hello(struct ctl *x, bool quiet)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -969,19 +972,24 @@ static int dial_hello(struct ctl *x, bool quiet)
 	x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (x->fd < 0 ||
 	    connect(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		if (!quiet)
-			fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd "
-				"at %s (%s); give --segment NAME to read a "
-				"segment without it\n", x->path,
-				strerror(errno));
+		/* Gone, or not listening yet: a carmyd on its way back. */
+		if (quiet && (errno == ENOENT || errno == ECONNREFUSED))
+			return DIAL_NOT_YET;
+		fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd at %s "
+			"(%s); give --segment NAME to read a segment without "
+			"it\n", x->path, strerror(errno));
 		return 69;
 	}
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_hello(&sb, shm_layout_signature(), 0, 0);
+	x->redialing = quiet;
 	if (rc == 0)
 		rc = ask(x, &sb, WIRE_HELLO, 0, &code);
+	x->redialing = false;
 	msgpack_sbuffer_destroy(&sb);
-	return rc;
+	/* A carmyd that is stopping still accepts on its way out, and
+	 * resets what it accepted. */
+	return rc == ASK_LOST ? DIAL_NOT_YET : rc;
 }
 
 /* Send one request and read its reply; HELLO's fills x->shm_name. A WAIT
@@ -991,6 +999,9 @@ static int dial_hello(struct ctl *x, bool quiet)
 static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	       int *code)
 {
+	/* Lost, a WAIT (or a redial's HELLO) is dialled again. */
+	const bool may_lose = type == WIRE_WAIT ||
+			      (type == WIRE_HELLO && x->redialing);
 	uint8_t buf[REPLY_MAX];
 	struct wire_msg m;
 	size_t have = 0;
@@ -1003,8 +1014,7 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 			return rc;
 	}
 	if (send(x->fd, sb->data, sb->size, MSG_NOSIGNAL) != (ssize_t)sb->size)
-		return type == WIRE_WAIT ? ASK_LOST :
-					   fail("send", CARMY_EDISCONNECTED);
+		return may_lose ? ASK_LOST : fail("send", CARMY_EDISCONNECTED);
 	while (n == 0) {
 		struct pollfd p = { .fd = x->fd, .events = POLLIN };
 		ssize_t got;
@@ -1014,8 +1024,8 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 		if (poll(&p, 1, 60000 + wait_ms) != 1)
 			return fail("reply", CARMY_EUNAVAILABLE);
 		got = recv(x->fd, buf + have, sizeof(buf) - have, 0);
-		if (got <= 0 && type == WIRE_WAIT)
-			return ASK_LOST;	/* cmd_wait() dials again */
+		if (got <= 0 && may_lose)
+			return ASK_LOST;
 		if (got <= 0)
 			return fail("reply", CARMY_EDISCONNECTED);
 		have += (size_t)got;
