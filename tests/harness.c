@@ -3,7 +3,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +84,8 @@ static int spawn(struct carmyd_proc *d, const char *const *extra)
 		return -1;
 	if (pid == 0) {
 		dup2(p[1], STDOUT_FILENO);
+		if (d->as_user && harness_become(d->uid, d->gid, NULL, 0) != 0)
+			_exit(126);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -109,6 +113,28 @@ int harness_start(struct carmyd_proc *d, const char *const *extra)
 	snprintf(d->socket, sizeof(d->socket), "%s/carmyd.sock", d->dir);
 	snprintf(d->segment, sizeof(d->segment), "/carmy-test.%d.%u",
 		 (int)getpid(), seq++);
+	return spawn(d, extra);
+}
+
+int harness_start_as(struct carmyd_proc *d, uid_t uid, gid_t gid,
+		     const char *const *extra)
+{
+	static unsigned seq;
+
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/carmy-test.XXXXXX");
+	if (mkdtemp(d->dir) == NULL)
+		return -1;
+	if (chown(d->dir, uid, gid) != 0) {
+		rmdir(d->dir);
+		return -1;
+	}
+	snprintf(d->socket, sizeof(d->socket), "%s/carmyd.sock", d->dir);
+	snprintf(d->segment, sizeof(d->segment), "/carmy-test.%d.u%u.%u",
+		 (int)getpid(), (unsigned)uid, seq++);
+	d->as_user = true;
+	d->uid = uid;
+	d->gid = gid;
 	return spawn(d, extra);
 }
 
@@ -168,4 +194,100 @@ void harness_kill9(struct carmyd_proc *d)
 		waitpid(d->pid, NULL, 0);
 		d->pid = 0;
 	}
+}
+
+/* ------------------------------------------------------------ users */
+
+/* Run a user-management tool quietly; its exit status, or -1. */
+static int run_quiet(const char *const *argv)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		if (null >= 0) {
+			dup2(null, STDOUT_FILENO);
+			dup2(null, STDERR_FILENO);
+		}
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * Look the name up, creating it with argv if missing. Test programs run in
+ * parallel and may create the same name at once: useradd and groupadd then
+ * fail on their lock or on "already exists", so the lookup, not their exit
+ * status, decides, retried for a few seconds.
+ */
+static int ensure(const char *name, const char *const *argv, bool user,
+		  uid_t *uid, gid_t *gid)
+{
+	uint64_t deadline = harness_now_ns() + 20ull * 1000000000u;
+
+	if (geteuid() != 0)
+		return -1;
+	for (;;) {
+		if (user) {
+			struct passwd *pw = getpwnam(name);
+
+			if (pw != NULL) {
+				*uid = pw->pw_uid;
+				*gid = pw->pw_gid;
+				return 0;
+			}
+		} else {
+			struct group *gr = getgrnam(name);
+
+			if (gr != NULL) {
+				*gid = gr->gr_gid;
+				return 0;
+			}
+		}
+		if (harness_now_ns() > deadline)
+			return -1;
+		if (run_quiet(argv) == 127)
+			return -1;	/* no such tool here */
+		usleep(20000);
+	}
+}
+
+int harness_user(const char *tag, uid_t *uid, gid_t *gid)
+{
+	char name[33];
+	const char *argv[] = { "useradd", "--system", "--user-group",
+			       "--no-create-home", "--home-dir", "/nonexistent",
+			       "--shell", "/usr/sbin/nologin", name, NULL };
+
+	if (snprintf(name, sizeof(name), "carmy-test-%s", tag) >=
+	    (int)sizeof(name))
+		return -1;
+	return ensure(name, argv, true, uid, gid);
+}
+
+int harness_group(const char *tag, gid_t *gid)
+{
+	char name[33];
+	const char *argv[] = { "groupadd", "--system", name, NULL };
+	uid_t unused;
+
+	if (snprintf(name, sizeof(name), "carmy-test-%s", tag) >=
+	    (int)sizeof(name))
+		return -1;
+	return ensure(name, argv, false, &unused, gid);
+}
+
+int harness_become(uid_t uid, gid_t gid, const gid_t *groups, size_t n)
+{
+	if (setgroups(n, groups) != 0 || setresgid(gid, gid, gid) != 0 ||
+	    setresuid(uid, uid, uid) != 0)
+		return -1;
+	return geteuid() == uid && getegid() == gid ? 0 : -1;
 }

@@ -14,6 +14,9 @@ struct carmyd_proc {
 	char dir[128];		/* private temp dir holding the socket */
 	char socket[160];
 	char segment[64];
+	bool as_user;		/* harness_start_as: run as uid/gid */
+	uid_t uid;
+	gid_t gid;
 };
 
 /* Path of a program built in this tree ("daemon/carmyd",
@@ -34,6 +37,26 @@ int harness_stop(struct carmyd_proc *d);
 
 /* kill -9 and reap; the segment stays. */
 void harness_kill9(struct carmyd_proc *d);
+
+/*
+ * Cross-user tests. A throwaway local user "carmy-test-TAG" with a group of
+ * the same name (harness_user), or a group alone (harness_group), created
+ * with useradd / groupadd the first time and kept for later runs. Only
+ * root can create them: return 0 with the ids, or -1 when the caller is not
+ * root or the tool failed; the test then skips and says so (a TAP "#"
+ * note), since a check that cannot run must not pass as if it had.
+ */
+int harness_user(const char *tag, uid_t *uid, gid_t *gid);
+int harness_group(const char *tag, gid_t *gid);
+
+/* Become uid with primary group gid and exactly the n supplementary groups
+ * in groups (may be NULL): in a forked child, before exec. 0 or -1. */
+int harness_become(uid_t uid, gid_t gid, const gid_t *groups, size_t n);
+
+/* Start carmyd as that user (its temp dir handed to it): like
+ * harness_start, and harness_restart/stop work on it as usual. */
+int harness_start_as(struct carmyd_proc *d, uid_t uid, gid_t gid,
+		     const char *const *extra);
 
 /* Monotonic time in nanoseconds. */
 uint64_t harness_now_ns(void);
