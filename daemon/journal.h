@@ -12,6 +12,7 @@ extern const struct carmy_store_ops journal_store_ops;
 
 /* What journal_check() found (carmyctl journal-check). */
 struct journal_report {
+	uint32_t version;	/* the file's format; 1: rewritten at start */
 	uint64_t file_bytes;
 	uint64_t end;		/* where good records end */
 	uint64_t torn;		/* bytes a start would cut after end */

@@ -34,7 +34,8 @@
 #include "daemon/journal_int.h"
 
 #define HEAD 40			/* struct jfile_head */
-#define REC_HEAD 24		/* struct jrec_head */
+#define REC_HEAD 32		/* struct jrec_head */
+#define SECTOR 512		/* JREC_SECTOR */
 #define SEEN_MAX 1024		/* executions a test's load() may hand over */
 #define WAIT_S 60		/* deadline for a compaction to end */
 #define CATCHUP_MIN (64u << 10)	/* JOURNAL_CATCHUP_MIN in journal_compact.c */
@@ -684,15 +685,112 @@ START_TEST(test_concurrent_requests_are_all_recorded)
 }
 END_TEST
 
+/* Which of build()'s n executions stand, and how, once its first whole
+ * records are read (the rest cut): build() wrote, per execution in order,
+ * RESERVE, then RELEASE (i % 3 == 0) or COMPLETE (even). */
+static void check_prefix(const struct seen *s, const struct ex *xs, int n,
+			 int whole, const char *what, size_t at)
+{
+	int r = 0;
+
+	for (int i = 0; i < n; i++) {
+		int k = find(s, xs[i].id);
+		int want = 0;
+
+		if (r < whole)
+			want = CARMY_STORE_RUNNING;
+		if (r + 1 < whole && i % 3 == 0)
+			want = 0;
+		else if (r + 1 < whole && i % 2 == 0)
+			want = CARMY_STORE_COMPLETED;
+		r += (i % 3 == 0 || i % 2 == 0) ? 2 : 1;
+		if (want == 0) {
+			ck_assert_msg(k < 0, "%s at %zu: %s should not stand",
+				      what, at, xs[i].id);
+			continue;
+		}
+		ck_assert_msg(k >= 0, "%s at %zu: %s is missing", what, at,
+			      xs[i].id);
+		ck_assert_int_eq(s->e[k].state, want);
+		ck_assert_mem_eq(s->e[k].exec, xs[i].exec, 16);
+		if (want == CARMY_STORE_COMPLETED)
+			ck_assert_str_eq(s->e[k].result, xs[i].result);
+	}
+}
+
 /*
- * Cut the journal at every byte of its last records and at random bytes
- * elsewhere: it opens, and load() gives exactly the executions whose
- * records lie wholly before the cut. A second open finds nothing to cut.
+ * A crash in the middle of a write leaves each sector of it written or
+ * still the zeros the file grew with. Zero the journal from every sector
+ * boundary in its records on (the file keeps its size, as on a disk): it
+ * opens, the record the boundary cuts is zeroed as a torn write, and load()
+ * gives exactly the executions whose records lie wholly before it. A second
+ * open finds nothing to cut, and an append after the cut reads back.
  */
-START_TEST(test_journal_cut_anywhere_recovers_a_clean_prefix)
+START_TEST(test_torn_write_at_any_sector_recovers_a_clean_prefix)
 {
 	char *dir = temp_dir(), *cut = temp_dir();
-	char path[256];
+	char path[256], err[512];
+	struct journal_report rep;
+	struct ex xs[40];
+	size_t len, off[128];
+	uint8_t *buf, *copy;
+	int nrec, tried = 0;
+
+	build(dir, xs, 40);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 127);
+	ck_assert_int_ge(nrec, 40);
+	copy = malloc(len);
+	ck_assert_ptr_nonnull(copy);
+	for (size_t at = (HEAD / SECTOR + 1) * SECTOR; at < off[nrec];
+	     at += SECTOR) {
+		struct seen s = { 0 };
+		struct ex y;
+		void *st;
+		int whole = 0;
+
+		while (whole < nrec && off[whole + 1] <= at)
+			whole++;
+		memcpy(copy, buf, len);
+		memset(copy + at, 0, off[nrec] - at);
+		write_file(cut, copy, len);
+		st = open_journal(cut);
+		ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+		check_prefix(&s, xs, 40, whole, "torn", at);
+		make_ex(&y, 99, CARMY_STATUS_COMPLETED);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &y), 0);
+		journal_store_ops.close(st);
+		ck_assert_int_eq(journal_check(cut, &rep, err, sizeof(err)), 0);
+		ck_assert_uint_eq(rep.torn, 0);
+		ck_assert_uint_eq(rep.records, (uint64_t)whole + 1);
+		ck_assert_uint_eq(rep.file_bytes, len);
+		tried++;
+	}
+	fprintf(stderr, "# %d records, %zu bytes; %d torn writes\n", nrec,
+		off[nrec], tried);
+	ck_assert_int_ge(tried, 10);
+	free(copy);
+	free(buf);
+	rm_rf(dir);
+	rm_rf(cut);
+	free(dir);
+	free(cut);
+}
+END_TEST
+
+/*
+ * The file grows ahead of its records and never shrinks, so a journal
+ * that ends inside a record, at a record's end, or fewer than a head's
+ * worth of zeros after it was cut short after carmyd wrote it: refused,
+ * by journal_check() and open() alike, naming the byte, and left as it
+ * is. Cut further on, in the zeros, nothing is lost: it opens.
+ */
+START_TEST(test_journal_cut_short_is_refused)
+{
+	char *dir = temp_dir(), *cut = temp_dir();
+	char path[256], err[512];
+	struct journal_report rep;
 	struct ex xs[12];
 	size_t len, off[64];
 	uint8_t *buf;
@@ -703,55 +801,51 @@ START_TEST(test_journal_cut_anywhere_recovers_a_clean_prefix)
 	snprintf(path, sizeof(path), "%s/journal", dir);
 	buf = read_file(path, &len);
 	nrec = record_starts(buf, len, off, 63);
-	ck_assert_int_ge(nrec, 12);
 	fprintf(stderr, "# %d records, %zu bytes; seed %u\n", nrec, off[nrec],
 		seed);
 	srand(seed);
-	for (int trial = 0; trial < 200; trial++) {
-		size_t at = trial < 120 ? off[nrec] - (size_t)trial :
-				(size_t)HEAD + (size_t)rand() %
-					(off[nrec] - HEAD);
+	for (int trial = 0; trial < 200 + nrec; trial++) {
+		size_t at;
+		void *st = NULL;
+
+		if (trial < 150)	/* the last records, and after them */
+			at = off[nrec] + REC_HEAD - 1 - (size_t)trial;
+		else if (trial < 200)
+			at = (size_t)HEAD + (size_t)rand() % (off[nrec] - HEAD);
+		else			/* at every record boundary */
+			at = off[trial - 200 + 1];
+		write_file(cut, buf, at);
+		ck_assert_int_eq(journal_check(cut, &rep, err, sizeof(err)),
+				 CARMY_ECORRUPT);
+		ck_assert_msg(strstr(err, "damaged at byte") != NULL,
+			      "cut at %zu: %s", at, err);
+		ck_assert_int_eq(journal_store_ops.open(cut, &st, err,
+							sizeof(err)),
+				 CARMY_ECORRUPT);
+		ck_assert_ptr_null(st);
+		{
+			char p2[256];
+			size_t len2;
+			uint8_t *again;
+
+			snprintf(p2, sizeof(p2), "%s/journal", cut);
+			again = read_file(p2, &len2);
+			ck_assert_uint_eq(len2, at);
+			ck_assert_int_eq(memcmp(again, buf, at), 0);
+			free(again);
+		}
+	}
+	/* A head's worth of zeros after the records: all there. */
+	for (size_t at = off[nrec] + REC_HEAD; at < off[nrec] + 3 * REC_HEAD;
+	     at += 8) {
 		struct seen s = { 0 };
 		void *st;
-		int whole = 0;
 
-		while (whole < nrec && off[whole + 1] <= at)
-			whole++;
 		write_file(cut, buf, at);
 		st = open_journal(cut);
 		ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 		journal_store_ops.close(st);
-
-		/* Replay the records below the cut by hand: which
-		 * executions stand, and how. */
-		for (int i = 0; i < 12; i++) {
-			int k = find(&s, xs[i].id);
-			int want = 0;
-
-			/* build() wrote, per execution in order: RESERVE,
-			 * then RELEASE (i % 3 == 0) or COMPLETE (even). */
-			int r = 0;
-
-			for (int j = 0; j < i; j++)
-				r += (j % 3 == 0 || j % 2 == 0) ? 2 : 1;
-			if (r < whole)
-				want = CARMY_STORE_RUNNING;
-			if (r + 1 < whole && i % 3 == 0)
-				want = 0;
-			else if (r + 1 < whole && i % 2 == 0)
-				want = CARMY_STORE_COMPLETED;
-			if (want == 0) {
-				ck_assert_msg(k < 0, "cut at %zu: %s should "
-					      "not stand", at, xs[i].id);
-				continue;
-			}
-			ck_assert_msg(k >= 0, "cut at %zu: %s is missing", at,
-				      xs[i].id);
-			ck_assert_int_eq(s.e[k].state, want);
-			ck_assert_mem_eq(s.e[k].exec, xs[i].exec, 16);
-			if (want == CARMY_STORE_COMPLETED)
-				ck_assert_str_eq(s.e[k].result, xs[i].result);
-		}
+		check_prefix(&s, xs, 12, nrec, "cut", at);
 	}
 	free(buf);
 	rm_rf(dir);
@@ -919,11 +1013,11 @@ START_TEST(test_a_sparse_tail_costs_its_data_not_its_length)
 	char *dir = temp_dir();
 	char path[256], err[512] = "";
 	struct journal_report rep;
-	struct ex xs[6];
+	struct ex xs[6], y;
 	struct seen s = { 0 };
 	size_t len, off[32];
-	uint8_t *buf, torn[REC_HEAD];
-	uint32_t claim = 4096;	/* runs into the hole: a torn write */
+	uint32_t rlen;
+	uint8_t *buf, zeros[REC_HEAD] = { 0 };
 	void *st;
 	int nrec, fd;
 
@@ -939,23 +1033,30 @@ START_TEST(test_a_sparse_tail_costs_its_data_not_its_length)
 	ck_assert_uint_eq(rep.torn, 0);
 	ck_assert_uint_eq(rep.records, (uint64_t)nrec);
 
-	memset(torn, 0x5a, sizeof(torn));
-	memcpy(torn, &claim, sizeof(claim));
-	fd = open(path, O_WRONLY);
+	/* One more record, its head's sector never written: torn. */
+	st = open_journal(dir);
+	make_ex(&y, 50, CARMY_STATUS_COMPLETED);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &y), 0);
+	journal_store_ops.close(st);
+	fd = open(path, O_RDWR);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(pwrite(fd, torn, sizeof(torn), (off_t)off[nrec]),
-			 (ssize_t)sizeof(torn));
+	ck_assert_int_eq(pread(fd, &rlen, 4, (off_t)off[nrec]), 4);
+	ck_assert_int_eq(pwrite(fd, zeros, sizeof(zeros), (off_t)off[nrec]),
+			 (ssize_t)sizeof(zeros));
 	close(fd);
 	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
 	ck_assert_uint_eq(rep.end, off[nrec]);
-	ck_assert_uint_eq(rep.torn, sizeof(torn));
-	/* Opened, the tail is cut: the hole with it. */
+	ck_assert_uint_le(rep.torn, rlen);
+	ck_assert_uint_gt(rep.torn, rlen - 8);
+	/* Opened, the tail is zeroed in place: the file keeps its size. */
 	st = open_journal(dir);
 	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 	journal_store_ops.close(st);
 	ck_assert_int_eq(s.n, 4);	/* 1, 2, 4 and 5 (build()'s pattern) */
 	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
-	ck_assert_uint_eq(rep.file_bytes, off[nrec]);
+	ck_assert_uint_eq(rep.file_bytes, huge);
+	ck_assert_uint_eq(rep.end, off[nrec]);
+	ck_assert_uint_eq(rep.torn, 0);
 	rm_rf(dir);
 	free(dir);
 }
@@ -1863,7 +1964,8 @@ int main(void)
 	tcase_add_test(tc, test_history_is_compacted_at_start);
 	tcase_add_test(tc, test_largest_resolve_record_reads_back);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
-	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
+	tcase_add_test(tc, test_torn_write_at_any_sector_recovers_a_clean_prefix);
+	tcase_add_test(tc, test_journal_cut_short_is_refused);
 	tcase_add_test(tc, test_torn_last_record_is_cut);
 	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
