@@ -27,6 +27,11 @@
 #include <unistd.h>
 
 #include <check.h>
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
 
 #include "carmy.h"
 #include "carmy_store.h"
@@ -1062,6 +1067,154 @@ START_TEST(test_a_sparse_tail_costs_its_data_not_its_length)
 }
 END_TEST
 
+/* Flip bit k of byte at in the journal in dir's file (fd open on it). */
+static void flip_bit(int fd, size_t at, int k)
+{
+	uint8_t c;
+
+	ck_assert_int_eq(pread(fd, &c, 1, (off_t)at), 1);
+	c ^= (uint8_t)(1u << k);
+	ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)at), 1);
+}
+
+/* The byte a refusal names ("damaged at byte N"). */
+static size_t named_byte(const char *err)
+{
+	const char *p = strstr(err, "at byte ");
+	unsigned long long n;
+
+	ck_assert_msg(p != NULL, "no byte named: %s", err);
+	ck_assert_int_eq(sscanf(p, "at byte %llu", &n), 1);
+	return (size_t)n;
+}
+
+/*
+ * Every single flipped bit in a journal of acknowledged records, its
+ * header, every record and the zeros after them, is refused as damage:
+ * never read as good, never cut as a torn write. The refusal names the
+ * byte where the record with the flip starts (0 for the header; for a
+ * flip in the zeros, where the records end or the flipped byte). The
+ * last record holds a result of 1100 zeros but for one bit: pieces of it
+ * are light, or zeros as written. Each flip is read by journal_check(); those
+ * in the last record and after it, where a cut could happen, by open() as
+ * well, which must leave the file as it is. The file is the journal's
+ * first bytes, to 64 bytes past the sector after its records (cut in its
+ * zeros: it opens as it is). Under valgrind, every SWEEP_STRIDE-th byte
+ * (all its bits), unless CARMY_SWEEP_ALL is set: the full sweep takes a
+ * minute there.
+ */
+#define SWEEP_STRIDE 5
+
+static bool on_valgrind(void)
+{
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+	return RUNNING_ON_VALGRIND != 0;
+#endif
+#endif
+	return false;
+}
+
+START_TEST(test_every_flipped_bit_is_refused)
+{
+	char *dir = temp_dir(), *flip = temp_dir();
+	char path[256], fpath[256], err[512];
+	static char big[1100];
+	struct journal_report rep;
+	struct carmy_store_record r;
+	struct ex xs[3], z;
+	size_t len, off[32], n, stride = 1;
+	uint8_t *buf, *again;
+	int nrec, fd, opens = 0;
+	unsigned long flips = 0;
+	void *st;
+
+	if (on_valgrind() && getenv("CARMY_SWEEP_ALL") == NULL)
+		stride = SWEEP_STRIDE;
+	st = open_journal(dir);
+	for (int i = 0; i < 3; i++) {
+		make_ex(&xs[i], i, CARMY_STATUS_COMPLETED);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &xs[i]), 0);
+		if (i % 2 == 0)
+			ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE,
+						     &xs[i]), 0);
+	}
+	/* Last: where a flip could pass for a torn write, if anywhere. */
+	make_ex(&z, 60, CARMY_STATUS_COMPLETED);
+	record_of(&z, &r);
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_RESERVE, &r), 0);
+	memset(big, 0, sizeof(big));
+	big[900] = 0x10;
+	r.result = big;
+	r.result_len = sizeof(big);
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_COMPLETE, &r), 0);
+	journal_store_ops.close(st);
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	ck_assert_int_eq(nrec, 7);
+	n = (off[nrec] / SECTOR + 1) * SECTOR + 64;
+	ck_assert_uint_le(n, len);
+	write_file(flip, buf, n);
+	ck_assert_int_eq(journal_check(flip, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.records, (uint64_t)nrec);
+	ck_assert_uint_eq(rep.torn, 0);
+
+	snprintf(fpath, sizeof(fpath), "%s/journal", flip);
+	fd = open(fpath, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	for (size_t at = 0; at < n; at += stride) {
+		size_t rec = 0, named;
+		int i = 0;
+
+		while (i < nrec && off[i + 1] <= at)
+			i++;
+		rec = at < HEAD ? 0 : i < nrec ? off[i] : off[nrec];
+		for (int k = 0; k < 8; k++) {
+			flip_bit(fd, at, k);
+			flips++;
+			ck_assert_msg(journal_check(flip, &rep, err,
+						    sizeof(err)) ==
+					      CARMY_ECORRUPT,
+				      "bit %d of byte %zu accepted", k, at);
+			named = named_byte(err);
+			ck_assert_msg(named == rec || (i == nrec && named == at),
+				      "bit %d of byte %zu: named %zu, not %zu: "
+				      "%s", k, at, named, rec, err);
+			if (at >= off[nrec - 1]) {
+				st = NULL;
+				ck_assert_int_eq(journal_store_ops.open(
+							 flip, &st, err,
+							 sizeof(err)),
+						 CARMY_ECORRUPT);
+				ck_assert_ptr_null(st);
+				opens++;
+			}
+			flip_bit(fd, at, k);
+		}
+	}
+	close(fd);
+	/* What open() refused, it left as it was. */
+	{
+		size_t len2;
+
+		again = read_file(fpath, &len2);
+		ck_assert_uint_eq(len2, n);
+		ck_assert_int_eq(memcmp(again, buf, n), 0);
+		free(again);
+	}
+	fprintf(stderr, "# %lu bits of %zu flipped (all %zu records' and the "
+		"zeros after them), every one refused (%d by open too)\n",
+		flips, 8 * n, (size_t)nrec, opens);
+	free(buf);
+	rm_rf(dir);
+	rm_rf(flip);
+	free(dir);
+	free(flip);
+}
+END_TEST
+
 /* Something other than a file where the journal should be is refused at
  * once, with a sentence: a FIFO would otherwise hold journal_check()'s
  * open() until some writer came along. */
@@ -1983,6 +2136,11 @@ int main(void)
 	tcase_add_test(tc, test_failed_compaction_loses_no_record_after_reopen);
 	tcase_add_test(tc,
 		       test_failed_compaction_pauses_commits_for_the_last_records_only);
+	suite_add_tcase(s, tc);
+	/* A case of its own (CK_RUN_CASE=sweep runs it alone). */
+	tc = tcase_create("sweep");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_every_flipped_bit_is_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
