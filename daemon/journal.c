@@ -423,13 +423,15 @@ static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
 	j->dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (j->dir_fd < 0) {
 		rc = -errno;
-		if (lstat(d, &st) == 0 && S_ISLNK(st.st_mode))
+		if (lstat(d, &st) == 0 && S_ISLNK(st.st_mode)) {
+			rc = -ELOOP;
 			snprintf(err, errlen, "journal directory %s is a "
 				 "symbolic link: refusing to follow it (name "
 				 "the directory itself)", d);
-		else
+		} else {
 			snprintf(err, errlen, "cannot open journal directory "
-				 "%s: %s", d, strerror(errno));
+				 "%s: %s", d, strerror(-rc));
+		}
 		return rc;
 	}
 	if (fstat(j->dir_fd, &st) != 0) {

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <check.h>
+#include <xxhash.h>
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
@@ -1215,6 +1216,287 @@ START_TEST(test_every_flipped_bit_is_refused)
 }
 END_TEST
 
+/*
+ * A journal of format 1 (the previous release's: a 24-byte head, one
+ * XXH3 over the record), written here by hand as that release wrote it:
+ * header, then RESERVE 1, RESERVE 2, COMPLETE 1, RESERVE 3, RELEASE 3,
+ * each a batch of its own, and (torn) the head of a sixth record at the
+ * end of the file. Returns the bytes.
+ */
+static size_t v1_journal(uint8_t *f, size_t cap, struct ex *xs)
+{
+	struct jfile_head h;
+	size_t at = HEAD;
+	uint64_t seq = 0;
+	static const int plan[5][2] = {
+		{ CARMY_STORE_RESERVE, 1 }, { CARMY_STORE_RESERVE, 2 },
+		{ CARMY_STORE_COMPLETE, 1 }, { CARMY_STORE_RESERVE, 3 },
+		{ CARMY_STORE_RELEASE, 3 },
+	};
+
+	memset(f, 0, cap);
+	memset(&h, 0, sizeof(h));
+	memcpy(h.jf_magic, "CARMYJNL", 8);
+	h.jf_version = 1;
+	h.jf_salt = 0x1234567890abcdefull;
+	h.jf_created_ns = 1;
+	h.jf_check = XXH3_64bits(&h, offsetof(struct jfile_head, jf_check));
+	memcpy(f, &h, sizeof(h));
+	for (int i = 1; i <= 3; i++)
+		make_ex(&xs[i], i, CARMY_STATUS_COMPLETED);
+	for (int k = 0; k < 5; k++) {
+		const struct ex *x = &xs[plan[k][1]];
+		struct jrec_head_v1 rh = { .jr_op = (uint8_t)plan[k][0] };
+		uint8_t *b = f + at + sizeof(rh);
+		size_t body;
+		uint64_t sum;
+
+		if (rh.jr_op == CARMY_STORE_RESERVE) {
+			struct jrec_reserve rv = { .rv_started_ns = 1,
+						   .rv_pid = 4242 };
+
+			memcpy(rv.rv_exec, x->exec, 16);
+			memcpy(rv.rv_fingerprint, x->fp, 16);
+			memcpy(rv.rv_rawprint, x->fp, 16);
+			rv.rv_len[0] = 9;
+			rv.rv_len[1] = 7;
+			rv.rv_len[2] = (uint16_t)strlen(x->id);
+			memcpy(b, &rv, sizeof(rv));
+			memcpy(b + sizeof(rv), "principalsession", 16);
+			memcpy(b + sizeof(rv) + 16, x->id, rv.rv_len[2]);
+			body = sizeof(rv) + 16 + rv.rv_len[2];
+		} else if (rh.jr_op == CARMY_STORE_COMPLETE) {
+			struct jrec_complete cp = {
+				.cp_finished_ns = 2, .cp_status = x->status,
+				.cp_result_len = (uint32_t)strlen(x->result),
+			};
+
+			memcpy(cp.cp_exec, x->exec, 16);
+			memcpy(b, &cp, sizeof(cp));
+			memcpy(b + sizeof(cp), x->result, cp.cp_result_len);
+			body = sizeof(cp) + cp.cp_result_len;
+		} else {
+			memcpy(b, x->exec, 16);
+			body = 16;
+		}
+		rh.jr_len = (uint32_t)((sizeof(rh) + body + 7) / 8 * 8 + 8);
+		rh.jr_seq = rh.jr_batch = ++seq;
+		ck_assert_uint_le(at + rh.jr_len + sizeof(rh), cap);
+		memcpy(f + at, &rh, sizeof(rh));
+		sum = XXH3_64bits_withSeed(f + at, rh.jr_len - 8, h.jf_salt);
+		memcpy(f + at + rh.jr_len - 8, &sum, 8);
+		at += rh.jr_len;
+	}
+	/* Torn: a head claiming more than the file holds (format 1 files
+	 * were cut to size, so records ran to the end). */
+	{
+		struct jrec_head_v1 rh = { .jr_len = 400, .jr_op = 1,
+					   .jr_seq = 6, .jr_batch = 6 };
+
+		memcpy(f + at, &rh, sizeof(rh));
+		at += sizeof(rh);
+	}
+	return at;
+}
+
+/*
+ * A format 1 journal opens without losing anything: read by the rules it
+ * was written under (its torn tail left out), rewritten in this format
+ * (journal_check says which format it finds), and what stood before
+ * stands after, and after a reopen. The old file is never changed: a
+ * rewrite that cannot start leaves it as it was.
+ */
+START_TEST(test_a_format_1_journal_is_rewritten_at_open)
+{
+	char *dir = temp_dir();
+	char path[256], err[512];
+	static uint8_t f[4096];
+	struct journal_report rep;
+	struct ex xs[4];
+	struct seen s = { 0 };
+	size_t n = v1_journal(f, sizeof(f), xs), len;
+	uint8_t *buf;
+	void *st;
+
+	write_file(dir, f, n);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.version, 1);
+	ck_assert_uint_eq(rep.records, 5);
+	ck_assert_uint_eq(rep.torn, 17);	/* to its last byte not zero */
+	/* journal.new cannot be made (a directory has its name): refused,
+	 * the old file untouched. */
+	snprintf(path, sizeof(path), "%s/journal.new", dir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	{
+		char sub[300];
+
+		snprintf(sub, sizeof(sub), "%s/x", path);
+		ck_assert_int_eq(mkdir(sub, 0700), 0);
+		st = NULL;
+		ck_assert_int_lt(journal_store_ops.open(dir, &st, err,
+							sizeof(err)), 0);
+		ck_assert_ptr_null(st);
+		ck_assert_msg(strstr(err, "journal.new") != NULL, "%s", err);
+		rmdir(sub);
+		rmdir(path);
+	}
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	ck_assert_uint_eq(len, n);
+	ck_assert_int_eq(memcmp(buf, f, n), 0);
+	free(buf);
+
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 2);
+	ck_assert_int_ge(find(&s, "req-001"), 0);
+	ck_assert_int_eq(s.e[find(&s, "req-001")].state, CARMY_STORE_COMPLETED);
+	ck_assert_str_eq(s.e[find(&s, "req-001")].result, xs[1].result);
+	ck_assert_int_eq(s.e[find(&s, "req-002")].state, CARMY_STORE_RUNNING);
+	ck_assert_int_lt(find(&s, "req-003"), 0);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.version, JOURNAL_VERSION);
+	ck_assert_uint_eq(rep.records, 5);
+	ck_assert_uint_eq(rep.torn, 0);
+	ck_assert_uint_eq(rep.completed, 1);
+	ck_assert_uint_eq(rep.unfinished, 1);
+	memset(&s, 0, sizeof(s));
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 2);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* A journal directory or file that another user could write, or that is
+ * a symbolic link, is refused by open() and journal_check(), naming it,
+ * its owner and mode; a directory carmyd makes is 0700. */
+static void refused(const char *dir, int want, const char *says)
+{
+	char err[512] = "";
+	struct journal_report rep;
+	void *st = NULL;
+
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 want);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, says) != NULL, "%s: %s", dir, err);
+	err[0] = '\0';
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), want);
+	ck_assert_msg(strstr(err, says) != NULL, "%s: %s", dir, err);
+}
+
+START_TEST(test_a_journal_directory_others_can_write_is_refused)
+{
+	char *dir = temp_dir();
+	char sub[256];
+	struct stat st;
+	void *s;
+
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	s = open_journal(sub);	/* made by carmyd: 0700 */
+	journal_store_ops.close(s);
+	ck_assert_int_eq(stat(sub, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0700);
+	ck_assert_int_eq(chmod(sub, 0777), 0);
+	refused(sub, -EPERM, "with mode 0777");
+	refused(sub, -EPERM, sub);
+	ck_assert_int_eq(chmod(sub, 0720), 0);
+	refused(sub, -EPERM, "with mode 0720");
+	ck_assert_int_eq(chmod(sub, 0700), 0);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_a_journal_directory_of_another_user_is_refused)
+{
+	char *dir = temp_dir();
+	char sub[256], says[64];
+	void *s;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "# skipped: needs root\n");
+		rm_rf(dir);
+		free(dir);
+		return;
+	}
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	ck_assert_int_eq(chown(sub, 65534, 65534), 0);
+	{
+		char err[512] = "";
+		void *st = NULL;
+
+		ck_assert_int_eq(journal_store_ops.open(sub, &st, err,
+							sizeof(err)), -EPERM);
+		ck_assert_msg(strstr(err, "owned by uid 65534") != NULL, "%s",
+			      err);
+	}
+	ck_assert_int_eq(chown(sub, 0, 0), 0);
+	/* The journal file of another user, in carmyd's directory. */
+	snprintf(sub, sizeof(sub), "%s/j/journal", dir);
+	ck_assert_int_eq(chown(sub, 65534, 65534), 0);
+	snprintf(says, sizeof(says), "owned by uid 65534");
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	refused(sub, -EPERM, says);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_a_journal_file_others_can_write_is_refused)
+{
+	char *dir = temp_dir();
+	char sub[256], file[300];
+	void *s;
+
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	snprintf(file, sizeof(file), "%s/journal", sub);
+	ck_assert_int_eq(chmod(file, 0666), 0);
+	refused(sub, -EPERM, "with mode 0666");
+	ck_assert_int_eq(chmod(file, 0600), 0);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Links are never followed: neither to the directory nor to the file. */
+START_TEST(test_a_symbolic_link_is_never_followed)
+{
+	char *dir = temp_dir();
+	char real[256], link[256], file[300], slash[300], other[300];
+	void *s;
+
+	snprintf(real, sizeof(real), "%s/real", dir);
+	snprintf(link, sizeof(link), "%s/link", dir);
+	s = open_journal(real);
+	journal_store_ops.close(s);
+	ck_assert_int_eq(symlink(real, link), 0);
+	refused(link, -ELOOP, "symbolic link");
+	snprintf(slash, sizeof(slash), "%s/", link);
+	refused(slash, -ELOOP, "symbolic link");
+	/* The journal itself a link to a journal elsewhere. */
+	snprintf(file, sizeof(file), "%s/journal", real);
+	snprintf(other, sizeof(other), "%s/other", dir);
+	ck_assert_int_eq(rename(file, other), 0);
+	ck_assert_int_eq(symlink(other, file), 0);
+	refused(real, -ELOOP, "symbolic link");
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 /* Something other than a file where the journal should be is refused at
  * once, with a sentence: a FIFO would otherwise hold journal_check()'s
  * open() until some writer came along. */
@@ -2119,6 +2401,11 @@ int main(void)
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
 	tcase_add_test(tc, test_torn_write_at_any_sector_recovers_a_clean_prefix);
 	tcase_add_test(tc, test_journal_cut_short_is_refused);
+	tcase_add_test(tc, test_a_format_1_journal_is_rewritten_at_open);
+	tcase_add_test(tc, test_a_journal_directory_others_can_write_is_refused);
+	tcase_add_test(tc, test_a_journal_directory_of_another_user_is_refused);
+	tcase_add_test(tc, test_a_journal_file_others_can_write_is_refused);
+	tcase_add_test(tc, test_a_symbolic_link_is_never_followed);
 	tcase_add_test(tc, test_torn_last_record_is_cut);
 	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
