@@ -51,7 +51,6 @@
 #include "daemon/journal_int.h"
 #include "daemon/log.h"
 
-#define JOURNAL_FILE "journal"
 #ifndef JOURNAL_GROW	/* the fuzzer's is smaller: it appends 1000s of times */
 #define JOURNAL_GROW (16u << 20)	/* zeros written ahead of the end */
 #endif
@@ -77,6 +76,8 @@ static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp);
 static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len);
 static void index_batch(struct jnl *j, uint64_t off, size_t len);
 static void fail_closed(struct jnl *j, int rc);
+static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
+		    char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- API */
 
@@ -84,6 +85,7 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 {
 	struct jnl *j;
 	struct stat st;
+	uid_t uid;
 	int rc;
 
 	*store = NULL;
@@ -103,30 +105,20 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 	pthread_cond_init(&j->wake, NULL);
 	pthread_cond_init(&j->compact_wake, NULL);
 	pthread_cond_init(&j->idle, NULL);
-	if (mkdir(args, 0700) != 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot create journal directory %s: %s",
-			 args, strerror(errno));
+	uid = geteuid();
+	rc = open_dir(j, args, true, &uid, err, errlen);
+	if (rc != 0)
 		goto fail;
-	}
-	j->dir_fd = open(args, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (j->dir_fd < 0 ||
-	    snprintf(j->path, sizeof(j->path), "%s/%s", args, JOURNAL_FILE) >=
-		    (int)sizeof(j->path)) {
-		rc = j->dir_fd < 0 ? -errno : -ENAMETOOLONG;
-		snprintf(err, errlen, "cannot open journal directory %s: %s",
-			 args, strerror(-rc));
-		goto fail;
-	}
-	j->fd = open(j->path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
-	if (j->fd < 0 && errno == ENOENT) {
+	j->fd = jnl_open_file(j->dir_fd, j->path, JOURNAL_FILE, O_RDWR, uid,
+			      err, errlen);
+	if (j->fd == -ENOENT) {
+		j->fd = -1;
 		rc = jnl_create_file(j, err, errlen);
 		if (rc != 0)
 			goto fail;
 	} else if (j->fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot open %s: %s", j->path,
-			 strerror(errno));
+		rc = j->fd;
+		j->fd = -1;
 		goto fail;
 	}
 	/* One writer per journal: a second carmyd on the same directory
@@ -143,19 +135,15 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 			 strerror(errno));
 		goto fail;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
-		snprintf(err, errlen, "%s is not a regular file", j->path);
-		goto fail;
-	}
 	/* The lock must be on the file that is the journal: one opened just
 	 * before another carmyd's compaction renamed its new file over it
 	 * is a file nobody will ever read. */
 	{
 		struct stat now;
 
-		if (stat(j->path, &now) != 0 || now.st_dev != st.st_dev ||
-		    now.st_ino != st.st_ino) {
+		if (fstatat(j->dir_fd, JOURNAL_FILE, &now,
+			    AT_SYMLINK_NOFOLLOW) != 0 ||
+		    now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
 			rc = -EBUSY;
 			snprintf(err, errlen, "journal %s is in use by another "
 				 "carmyd", j->path);
@@ -164,16 +152,15 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 	}
 	/* A compaction's new file that a crash left behind: never read, and
 	 * as big as the journal. Ours to remove now that we hold the lock. */
-	{
-		char stale[sizeof(j->path) + 8];
-
-		snprintf(stale, sizeof(stale), "%s.new", j->path);
-		if (unlink(stale) != 0 && errno != ENOENT && errno != EISDIR)
-			log_warn("cannot remove %s: %s", stale,
-				 strerror(errno));
-	}
+	if (unlinkat(j->dir_fd, JOURNAL_NEW, 0) != 0 && errno != ENOENT &&
+	    errno != EISDIR)
+		log_warn("cannot remove %s.new: %s", j->path, strerror(errno));
 	j->size = (uint64_t)st.st_size;
 	rc = jnl_recover(j, err, errlen);
+	/* A journal of the previous format is rewritten in this one before
+	 * anything is appended to it. */
+	if (rc == 0 && j->version == 1)
+		rc = jnl_upgrade(j, err, errlen);
 	if (rc == 0 && jnl_needs_compaction(j)) {
 		bool renamed = false;
 
@@ -324,6 +311,7 @@ int journal_check(const char *dir, struct journal_report *rep, char *err,
 {
 	struct jnl *j = calloc(1, sizeof(*j));
 	struct stat st;
+	uid_t uid;
 	int rc;
 
 	memset(rep, 0, sizeof(*rep));
@@ -336,29 +324,29 @@ int journal_check(const char *dir, struct journal_report *rep, char *err,
 	pthread_cond_init(&j->wake, NULL);
 	pthread_cond_init(&j->compact_wake, NULL);
 	pthread_cond_init(&j->idle, NULL);
-	if (snprintf(j->path, sizeof(j->path), "%s/%s", dir, JOURNAL_FILE) >=
-	    (int)sizeof(j->path)) {
-		rc = -ENAMETOOLONG;
-		snprintf(err, errlen, "%s: path too long", dir);
+	/* Checked as carmyd would, for the directory's owner: whoever runs
+	 * the check (root, say) need not be carmyd's user. */
+	uid = (uid_t)-1;
+	rc = open_dir(j, dir, false, &uid, err, errlen);
+	if (rc != 0)
+		goto out;
+	j->fd = jnl_open_file(j->dir_fd, j->path, JOURNAL_FILE, O_RDONLY, uid,
+			      err, errlen);
+	if (j->fd < 0) {
+		rc = j->fd;
+		j->fd = -1;
 		goto out;
 	}
-	/* O_NONBLOCK: a FIFO there would hold open() until a writer came;
-	 * on a regular file it changes nothing. */
-	j->fd = open(j->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (j->fd < 0 || fstat(j->fd, &st) != 0) {
+	if (fstat(j->fd, &st) != 0) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot open %s: %s", j->path,
+		snprintf(err, errlen, "cannot stat %s: %s", j->path,
 			 strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
-		snprintf(err, errlen, "%s is not a regular file", j->path);
 		goto out;
 	}
 	j->size = (uint64_t)st.st_size;
 	rc = jnl_recover(j, err, errlen);
 	rep->file_bytes = (uint64_t)st.st_size;
+	rep->version = j->version;
 	rep->end = j->end;
 	rep->torn = j->torn;
 	for (int op = 0; op <= CARMY_STORE_PURGE; op++)
@@ -394,6 +382,75 @@ void journal_get_stats(void *store, struct journal_stats *st)
 	st->records = j->pub_records;
 	st->end = j->durable_end;
 	pthread_mutex_unlock(&j->lock);
+}
+
+/*
+ * Open the journal's directory dir into j->dir_fd (create: making it, 0700,
+ * if it is missing) and name the journal in it. It must be a directory
+ * itself, not a symbolic link to one, owned by *uid and writable by no one
+ * else: whoever can write it can plant a journal that carmyd would replay.
+ * With *uid == (uid_t)-1 (journal_check()) its owner will do, and *uid
+ * says who that is.
+ */
+static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
+		    char *err, size_t errlen)
+{
+	char d[sizeof(j->path)];
+	size_t n = strlen(dir);
+	struct stat st;
+	int rc;
+
+	/* "DIR/" would follow a link named DIR: the name without it. */
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n >= sizeof(d) - sizeof(JOURNAL_NEW) - 1) {
+		snprintf(err, errlen, "journal directory %s: name too long",
+			 dir);
+		return -ENAMETOOLONG;
+	}
+	memcpy(d, dir, n);
+	d[n] = '\0';
+	memcpy(j->path, d, n);
+	memcpy(j->path + n, "/" JOURNAL_FILE, sizeof("/" JOURNAL_FILE));
+	if (create && mkdir(d, 0700) == 0) {
+		log_info("created journal directory %s (mode 0700)", d);
+	} else if (create && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create journal directory %s: %s",
+			 d, strerror(errno));
+		return rc;
+	}
+	j->dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (j->dir_fd < 0) {
+		rc = -errno;
+		if (lstat(d, &st) == 0 && S_ISLNK(st.st_mode)) {
+			rc = -ELOOP;
+			snprintf(err, errlen, "journal directory %s is a "
+				 "symbolic link: refusing to follow it (name "
+				 "the directory itself)", d);
+		} else {
+			snprintf(err, errlen, "cannot open journal directory "
+				 "%s: %s", d, strerror(-rc));
+		}
+		return rc;
+	}
+	if (fstat(j->dir_fd, &st) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot stat journal directory %s: %s",
+			 d, strerror(errno));
+		return rc;
+	}
+	if (*uid == (uid_t)-1)
+		*uid = st.st_uid;
+	if (st.st_uid != *uid || (st.st_mode & 022) != 0) {
+		snprintf(err, errlen, "journal directory %s is owned by uid %u "
+			 "with mode %04o: refusing it, since it must be owned "
+			 "by uid %u and writable by no one else (chmod 700)",
+			 d, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+			 (unsigned)*uid);
+		return -EPERM;
+	}
+	return 0;
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -488,8 +545,11 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 
 	if (rc == 0 && len > j->cap)
 		rc = jnl_buf_room(&j->buf, &j->cap, len);	/* this batch only */
-	if (rc == 0 && j->end + len > j->size) {
-		rc = jnl_grow_file(j->fd, j->end, &j->size, len);
+	/* Zeros after the records, always: a file whose records run closer
+	 * to its end than JREC_TAIL_MIN was cut short (recovery). */
+	if (rc == 0 && j->end + len + JREC_TAIL_MIN > j->size) {
+		rc = jnl_grow_file(j->fd, j->end, &j->size,
+				   len + JREC_TAIL_MIN);
 		/* Out of room fails this batch alone: the zeros written so
 		 * far are harmless. Anything else, EIO above all, may be a
 		 * write-back failure the kernel reports only once: fail
@@ -505,7 +565,8 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 			size_t n = jnl_rec_size(r);
 
 			j->seq++;
-			jnl_rec_put(r, j->seq, first, j->salt, j->buf + at, n);
+			jnl_rec_put(r, j->seq, first, j->salt, j->end + at,
+				    j->buf + at, n);
 			at += n;
 		}
 		rc = jnl_write_all(j->fd, j->buf, len, j->end);
@@ -622,15 +683,15 @@ size_t jnl_rec_size(const struct carmy_store_req *req)
 }
 
 /* Write req's record, len bytes (jnl_rec_size), at p, as number seq of a
- * batch whose first is number batch, sealed with salt. */
+ * batch whose first is number batch, sealed with salt for file offset off. */
 void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
-		 uint64_t batch, uint64_t salt, uint8_t *p, size_t len)
+		 uint64_t batch, uint64_t salt, uint64_t off, uint8_t *p,
+		 size_t len)
 {
 	const struct carmy_store_record *r = req->rec;
 	struct jrec_head h = { .jr_len = (uint32_t)len, .jr_op = (uint8_t)req->op,
 			       .jr_seq = seq, .jr_batch = batch };
 	uint8_t *q = p + sizeof(h);
-	uint64_t sum;
 
 	memset(p, 0, len);
 	memcpy(p, &h, sizeof(h));
@@ -692,8 +753,7 @@ void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
 		break;
 	}
 	}
-	sum = XXH3_64bits_withSeed(p, len - 8, salt);
-	memcpy(p + len - 8, &sum, 8);
+	jnl_rec_seal(p, off, salt);
 }
 
 /* ---------------------------------------------------------------- helpers */

@@ -10,8 +10,15 @@
 extern const struct carmy_store_ops memory_store_ops;
 extern const struct carmy_store_ops journal_store_ops;
 
+/* The journal's format: what carmyd writes (it reads format 1 too, and
+ * rewrites it at start). */
+#define JOURNAL_VERSION_NOW 2
+
 /* What journal_check() found (carmyctl journal-check). */
 struct journal_report {
+	uint32_t version;	/* the file's format; 1: rewritten at start,
+				 * and not indexed: completed and
+				 * unfinished are 0 */
 	uint64_t file_bytes;
 	uint64_t end;		/* where good records end */
 	uint64_t torn;		/* bytes a start would cut after end */

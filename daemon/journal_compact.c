@@ -91,7 +91,7 @@ static int read_records(const struct jnl *j, uint64_t *from, uint64_t *seq,
 			uint64_t to, struct jcompact *c, size_t *lenp);
 static int put_standing(struct jcompact *c, const uint8_t *map,
 			const struct jexec *x, size_t *len);
-static void reseal(uint8_t *p, uint64_t seq, uint64_t salt);
+static void reseal(uint8_t *p, uint64_t seq, uint64_t salt, uint64_t off);
 static void token_take(struct jnl *j);
 static void token_give(struct jnl *j, int rc, const struct jcompact *c,
 		       uint64_t paused_ns);
@@ -376,12 +376,17 @@ static void compact_free(struct jcompact *c)
 static int new_file(const struct jnl *j, struct jcompact *c)
 {
 	struct jfile_head h;
+	char err[256];
 
 	jnl_make_head(&h);
 	snprintf(c->tmp, sizeof(c->tmp), "%s.new", j->path);
-	c->fd = open(c->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (c->fd < 0)
-		return -errno;
+	c->fd = jnl_open_file(j->dir_fd, c->tmp, JOURNAL_NEW,
+			      O_RDWR | O_CREAT | O_TRUNC, geteuid(), err,
+			      sizeof(err));
+	if (c->fd < 0) {
+		log_warn("journal %s: %s", j->path, err);
+		return c->fd;
+	}
 	c->ix.fd = c->fd;
 	c->salt = h.jf_salt;
 	c->end = c->size = HEAD_SIZE;
@@ -429,7 +434,7 @@ static int rewrite_standing(struct jnl *j, struct jcompact *c, bool online)
 	munmap(map, (size_t)j->snap_end);
 	c->size = c->end;	/* the zeros go after the records */
 	if (rc == 0)
-		rc = jnl_grow_file(c->fd, c->end, &c->size, 0);
+		rc = jnl_grow_file(c->fd, c->end, &c->size, JREC_TAIL_MIN);
 	return rc;
 }
 
@@ -460,14 +465,16 @@ static int put_standing(struct jcompact *c, const uint8_t *map,
 		return rc;
 	req.op = CARMY_STORE_RESERVE;
 	c->seq++;
-	jnl_rec_put(&req, c->seq, c->seq, c->salt, c->buf + *len, n0);
+	jnl_rec_put(&req, c->seq, c->seq, c->salt, c->end + *len,
+		    c->buf + *len, n0);
 	y = jidx_add(&c->ix, x->exec, x->ident_hash, c->end + *len, NULL);
 	*len += n0;
 	c->records++;
 	if (n1 > 0) {
 		req.op = op2;
 		c->seq++;
-		jnl_rec_put(&req, c->seq, c->seq, c->salt, c->buf + *len, n1);
+		jnl_rec_put(&req, c->seq, c->seq, c->salt, c->end + *len,
+			    c->buf + *len, n1);
 		y->complete_off = c->end + *len;
 		c->ix.results++;
 		*len += n1;
@@ -538,9 +545,15 @@ static int copy_delta(struct jnl *j, struct jcompact *c, uint64_t to)
 			return rc;
 		for (size_t k = 0; k < len; k += rec_len(c->buf + k)) {
 			c->seq++;
-			reseal(c->buf + k, c->seq, c->salt);
+			reseal(c->buf + k, c->seq, c->salt, c->end + k);
 		}
-		rc = jnl_write_all(c->fd, c->buf, len, c->end);
+		/* Zeros after the records, as in the journal (a commit
+		 * after the switch grows the file the same way). */
+		if (c->end + len + JREC_TAIL_MIN > c->size)
+			rc = jnl_grow_file(c->fd, c->end, &c->size,
+					   len + JREC_TAIL_MIN);
+		if (rc == 0)
+			rc = jnl_write_all(c->fd, c->buf, len, c->end);
 		/* Indexed once written: a RESERVE may need an earlier
 		 * identity read back from the new file. */
 		for (size_t k = 0; rc == 0 && k < len; k += rec_len(c->buf + k)) {
@@ -572,7 +585,8 @@ static int finish(struct jnl *j, struct jcompact *c, bool *renamed)
 	c->old_end = j->end;
 	if (rc == 0 && fsync(c->fd) != 0)
 		rc = -errno;
-	if (rc == 0 && rename(c->tmp, j->path) != 0)
+	if (rc == 0 && renameat(j->dir_fd, JOURNAL_NEW, j->dir_fd,
+				JOURNAL_FILE) != 0)
 		rc = -errno;
 	if (rc != 0)
 		return rc;
@@ -619,7 +633,7 @@ static void abandon(struct jnl *j, struct jcompact *c, bool closing, int rc)
 	if (c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;
-		unlink(c->tmp);
+		unlinkat(j->dir_fd, JOURNAL_NEW, 0);
 	}
 	jidx_free(&c->ix);
 	if (!closing && rc == 0)
@@ -692,17 +706,15 @@ static int read_records(const struct jnl *j, uint64_t *from, uint64_t *seq,
 }
 
 /* The record at p as record number seq of the new file, a batch of its
- * own, sealed with its salt. */
-static void reseal(uint8_t *p, uint64_t seq, uint64_t salt)
+ * own, at offset off, sealed with its salt. */
+static void reseal(uint8_t *p, uint64_t seq, uint64_t salt, uint64_t off)
 {
 	struct jrec_head h;
-	uint64_t sum;
 
 	memcpy(&h, p, sizeof(h));
 	h.jr_seq = h.jr_batch = seq;
 	memcpy(p, &h, sizeof(h));
-	sum = XXH3_64bits_withSeed(p, h.jr_len - 8, salt);
-	memcpy(p + h.jr_len - 8, &sum, 8);
+	jnl_rec_seal(p, off, salt);
 }
 
 /* The compactor takes the token to switch files: it waits for the batch in

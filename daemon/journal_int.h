@@ -16,12 +16,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "carmy_store.h"
 #include "daemon/journal.h"
 
 #define JOURNAL_MAGIC "CARMYJNL"
-#define JOURNAL_VERSION 1
+#define JOURNAL_FILE "journal"
+#define JOURNAL_NEW "journal.new"
+#define JOURNAL_VERSION JOURNAL_VERSION_NOW
 #define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
 
 /* ---------------------------------------------------------------- types */
@@ -97,6 +100,7 @@ struct jnl {
 	uint64_t flushes;	/* batches made durable, and their records */
 	uint64_t records;
 	bool readonly;		/* journal_check(): read, never cut */
+	uint32_t version;	/* of the file recovery read (1: to rewrite) */
 	uint64_t torn;		/* bytes a cut would remove */
 	uint64_t by_op[CARMY_STORE_PURGE + 1];	/* records read, by op */
 
@@ -138,15 +142,52 @@ struct jfile_head {
 	uint64_t jf_check;
 };
 
-/* Every record: this head, its payload, zero padding to 8 bytes, and an
- * 8-byte checksum of all that. jr_len counts all of it. */
+/*
+ * Every record: this head, its payload, zero padding to 8 bytes, and an
+ * 8-byte checksum of all that (the head's last word left out: it holds
+ * what is computed from the checksum). jr_len counts all of it.
+ *
+ * The head has a check of its own, jr_check, so that its length is
+ * trusted, or the head known to be damaged, before the payload is looked
+ * at: a CRC, which finds every error of up to 5 bits in it, not only most.
+ * Its first and last words each hold JREC_MARK, so that no error of fewer
+ * than 4 bits can turn either half of a head split by a sector boundary
+ * into zeros, which is what an unwritten sector looks like. jr_light
+ * counts the record's light pieces as written (docs/journal.md,
+ * Recovery): recovery calls a record torn only if it shows more pieces of
+ * zeros than that, which no error of up to JREC_LIGHT_BITS bits can do.
+ */
 struct jrec_head {
 	uint32_t jr_len;
 	uint8_t jr_op;		/* enum carmy_store_op */
-	uint8_t jr_pad[3];
+	uint8_t jr_mark;	/* JREC_MARK */
+	uint16_t jr_pad;
 	uint64_t jr_seq;	/* one more than the record before */
 	uint64_t jr_batch;	/* jr_seq of its batch's first record */
+	uint32_t jr_light;	/* light pieces, | JREC_MARK << 24 */
+	uint32_t jr_check;	/* CRC-32C of the salt, then the head above */
 };
+
+/* The head of a format 1 record (a journal of an earlier carmyd, read
+ * once and rewritten in this format at open). */
+struct jrec_head_v1 {
+	uint32_t jr_len;
+	uint8_t jr_op;
+	uint8_t jr_pad[3];
+	uint64_t jr_seq;
+	uint64_t jr_batch;
+};
+
+#define JREC_MARK 0xa5u
+/* A piece of a record (its bytes after the head, from the head or a
+ * 512-byte sector boundary to the next boundary) with at most this many
+ * bits set is light: that many flipped bits could turn it into zeros. */
+#define JREC_LIGHT_BITS 3
+#define JREC_SECTOR 512
+/* Zeros after the last record in every file carmyd leaves (crashes
+ * included): the file grows ahead of its records and never shrinks, so a
+ * file whose records run closer to its end than this was cut short. */
+#define JREC_TAIL_MIN sizeof(struct jrec_head)
 
 struct jrec_reserve {
 	uint8_t rv_exec[16];
@@ -189,6 +230,7 @@ struct jrec_resolve {
 
 #define HEAD_SIZE sizeof(struct jfile_head)
 #define REC_MIN (sizeof(struct jrec_head) + sizeof(struct jrec_release) + 8)
+#define REC_MIN_V1 (sizeof(struct jrec_head_v1) + sizeof(struct jrec_release) + 8)
 /* The largest record: a COMPLETE or a committed RESOLVE with the largest
  * result carmyd allows (and the padding and checksum after it). */
 #define REC_FIXED_MAX (sizeof(struct jrec_resolve) > sizeof(struct jrec_complete) ? \
@@ -196,6 +238,9 @@ struct jrec_resolve {
 #define REC_MAX (sizeof(struct jrec_head) + REC_FIXED_MAX + (64u << 20) + 16)
 _Static_assert(sizeof(struct jrec_reserve) + 3 * CARMY_STORE_ID_MAX <
 	       REC_FIXED_MAX + (64u << 20), "a RESERVE fits under REC_MAX");
+_Static_assert(sizeof(struct jrec_head) == 32, "the head is four words");
+_Static_assert(REC_MAX / JREC_SECTOR + 2 < (1u << 24),
+	       "a record's light pieces fit in jr_light's 24 bits");
 
 /* ---------------------------------------------------------------- journal.c */
 
@@ -207,9 +252,11 @@ void jnl_lose_index(struct jnl *j, int rc);
 int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need);
 /* Bytes req's record takes, sealed: commit path, put_standing() */
 size_t jnl_rec_size(const struct carmy_store_req *req);
-/* Write and seal req's record at p: commit(), put_standing() */
+/* Write and seal req's record at p, for file offset off: commit(),
+ * put_standing() */
 void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
-		 uint64_t batch, uint64_t salt, uint8_t *p, size_t len);
+		 uint64_t batch, uint64_t salt, uint64_t off, uint8_t *p,
+		 size_t len);
 /* pwrite() all of buf at off, 0 or -errno: every file that writes */
 int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off);
 /* pread() len bytes at off, -EIO at EOF: same_ident(), read_records() */
@@ -228,6 +275,15 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen);
 /* Good record numbered seq at p? Its length or 0: recovery, compaction */
 size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
 		     uint64_t seq);
+/* Seal the record at p (head's len, op, seq and batch and its payload
+ * written) for file offset off: jnl_rec_put(), reseal(), the upgrade */
+void jnl_rec_seal(uint8_t *p, uint64_t off, uint64_t salt);
+/* Rewrite a format 1 journal that recovery read in this format: jnl_open() */
+int jnl_upgrade(struct jnl *j, char *err, size_t errlen);
+/* Open a file of the journal's directory: uid's own, not a link, a
+ * regular file no one else can write; -errno and a sentence in err */
+int jnl_open_file(int dir_fd, const char *path, const char *name, int flags,
+		  uid_t uid, char *err, size_t errlen);
 /* Map the records at j->map: jnl_load(), after a compaction at start */
 int jnl_map_file(struct jnl *j);
 /* Drop j->map, if any: jnl_load(), jnl_close(), switch_to() */

@@ -1,26 +1,32 @@
 /*
  * journal_recover.c - reading a journal file back, and starting one: the
  * file's header (a new one, and checking one), whether a record is whole
- * and good, and recovery, which reads every record at open (or for
- * journal_check()) into the index and decides where the journal ends.
- * Format and recovery are drawn in docs/journal.md.
+ * and good, sealing one, and recovery, which reads every record at open
+ * (or for journal_check()) into the index and decides where the journal
+ * ends; and the rewrite of a journal of the previous format. Format and
+ * recovery are drawn in docs/journal.md.
  *
- * Recovery reads records from the start, checking each one's length,
- * sequence number (one more than the last) and checksum (XXH3 under the
- * file's random salt, so a record from another journal never passes). The
- * first record that fails is the end. If a valid record can still be found
- * after it, the damage is in the middle, not a torn tail, and the journal
- * is refused rather than cut: cutting would lose acknowledged records.
- * Otherwise the torn tail is cut off and flushed before anything is
- * appended.
+ * Recovery reads records from the start, checking each one's head (its own
+ * CRC), sequence number (one more than the last) and checksum (XXH3 under
+ * the file's random salt, so a record from another journal never passes).
+ * The first record that fails is the end. Only a write cut short by a
+ * crash may be cut off there, and only what such a write can leave counts
+ * as one: sectors of the last batch still holding the zeros the file grew
+ * with, in a file never shorter than the zeros ahead of its records. A
+ * bad record that cannot be that is damage, and so is one that a good
+ * record of a later batch follows: the journal is refused rather than
+ * cut, since cutting would lose acknowledged records.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,7 +37,27 @@
 #include "daemon/journal_int.h"
 #include "daemon/log.h"
 
-static bool torn(const struct jnl *j, uint64_t off);
+
+typedef size_t (*rec_valid_fn)(uint64_t salt, const uint8_t *p, size_t avail,
+			       uint64_t seq);
+
+static int judge(const struct jnl *j, uint64_t off, uint64_t first,
+		 unsigned bits, char *err, size_t errlen);
+static bool torn_v1(const struct jnl *j, uint64_t off);
+static int later_batches(const struct jnl *j, uint64_t off, rec_valid_fn valid,
+			 size_t rec_min, char *err, size_t errlen);
+static unsigned tail_bits(const struct jnl *j, uint64_t off, uint64_t *first,
+			  uint64_t *last);
+static int zero_tail(const struct jnl *j, uint64_t off, uint64_t end);
+static size_t rec_valid_v1(uint64_t salt, const uint8_t *p, size_t avail,
+			   uint64_t seq);
+static bool body_ok(uint8_t op, const uint8_t *body, size_t blen);
+static bool head_ok(uint64_t salt, const uint8_t *p);
+static uint32_t head_check(uint64_t salt, const uint8_t *p);
+static uint64_t rec_sum(const uint8_t *p, size_t len, uint64_t salt);
+static void pieces(const uint8_t *p, uint64_t off, size_t len,
+		   uint32_t *light, uint32_t *zero);
+static bool all_zero(const uint8_t *p, size_t n);
 static bool next_extent(const struct jnl *j, uint64_t p, uint64_t *start,
 			uint64_t *end);
 static uint64_t now_ns(void);
@@ -55,49 +81,55 @@ void jnl_make_head(struct jfile_head *h)
 int jnl_create_file(struct jnl *j, char *err, size_t errlen)
 {
 	char tmp[4096 + 8];
+	uint8_t first[HEAD_SIZE + JREC_TAIL_MIN];
 	struct jfile_head h;
 	int fd, rc;
 
+	/* The header and a head's worth of zeros: like every file carmyd
+	 * leaves, it has zeros after its last record (none yet). The first
+	 * commit grows it. */
 	jnl_make_head(&h);
+	memset(first, 0, sizeof(first));
+	memcpy(first, &h, sizeof(h));
 	/* Written whole under another name, flushed, then renamed and the
 	 * directory flushed: a crash leaves either no journal or a good
 	 * empty one, never a half-written header. */
 	snprintf(tmp, sizeof(tmp), "%s.new", j->path);
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	rc = jnl_write_all(fd, &h, sizeof(h), 0);
+	fd = jnl_open_file(j->dir_fd, tmp, JOURNAL_NEW,
+			   O_RDWR | O_CREAT | O_TRUNC, geteuid(), err, errlen);
+	if (fd < 0)
+		return fd;
+	rc = jnl_write_all(fd, first, sizeof(first), 0);
 	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
-	if (rc == 0 && rename(tmp, j->path) != 0)
+	if (rc == 0 && renameat(j->dir_fd, JOURNAL_NEW, j->dir_fd,
+				JOURNAL_FILE) != 0)
 		rc = -errno;
 	if (rc == 0 && fsync(j->dir_fd) != 0)
 		rc = -errno;
 	if (rc != 0) {
 		close(fd);
-		unlink(tmp);
-		goto fail;
+		unlinkat(j->dir_fd, JOURNAL_NEW, 0);
+		snprintf(err, errlen, "cannot create journal %s: %s", j->path,
+			 strerror(-rc));
+		return rc;
 	}
 	j->fd = fd;
 	log_info("created journal %s", j->path);
 	return 0;
-fail:
-	snprintf(err, errlen, "cannot create journal %s: %s", j->path,
-		 strerror(-rc));
-	return rc;
 }
 
 int jnl_recover(struct jnl *j, char *err, size_t errlen)
 {
 	struct jfile_head h;
-	uint64_t off = HEAD_SIZE, records = 0;
+	uint64_t off = HEAD_SIZE, records = 0, first, last;
+	rec_valid_fn valid = jnl_rec_valid;
+	unsigned bits;
 	int rc;
 
 	if (j->size < HEAD_SIZE) {
 		snprintf(err, errlen, "journal %s is %llu bytes, shorter than "
-			 "its header: not a journal, or damaged",
+			 "its header: not a journal, or damaged at byte 0",
 			 j->path, (unsigned long long)j->size);
 		return CARMY_ECORRUPT;
 	}
@@ -115,30 +147,35 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 	    h.jf_check != XXH3_64bits(&h, offsetof(struct jfile_head,
 						   jf_check))) {
 		snprintf(err, errlen, "%s is not a Carmy journal, or its header "
-			 "is damaged", j->path);
+			 "is damaged at byte 0", j->path);
 		return CARMY_ECORRUPT;
 	}
-	if (h.jf_version != JOURNAL_VERSION) {
+	if (h.jf_version != JOURNAL_VERSION && h.jf_version != 1) {
 		snprintf(err, errlen, "journal %s has format %u; this carmyd "
-			 "reads format %u", j->path, h.jf_version,
+			 "reads formats 1 and %u", j->path, h.jf_version,
 			 JOURNAL_VERSION);
 		return CARMY_ELAYOUT;
 	}
+	j->version = h.jf_version;
 	j->salt = h.jf_salt;
 	/* Identities are read from the mapping while it holds the records;
 	 * those appended later are read from the file. */
 	j->ix.fd = j->fd;
 	j->ix.map = j->map;
 	j->ix.map_end = j->map_len;
+	if (j->version == 1)
+		valid = rec_valid_v1;
 
 	for (;;) {
-		size_t n = jnl_rec_valid(j->salt, j->map + off,
-					 j->size - off, j->seq + 1);
+		size_t n = valid(j->salt, j->map + off, j->size - off,
+				 j->seq + 1);
 
 		if (n == 0)
 			break;
 		j->by_op[j->map[off + offsetof(struct jrec_head, jr_op)]]++;
-		rc = jidx_record(&j->ix, j->map + off, off);
+		/* A format 1 journal is only read, to be rewritten: the
+		 * index is built from the rewrite. */
+		rc = j->version == 1 ? 0 : jidx_record(&j->ix, j->map + off, off);
 		if (rc != 0) {
 			snprintf(err, errlen, "cannot index %s: %s", j->path,
 				 strerror(-rc));
@@ -152,20 +189,25 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 	j->ix.map_end = off;
 	j->nrec = records;
 
-	/* Is what follows the end zeros (a clean end), a torn tail, or
-	 * damage with good records after it? */
-	bool zeros = true;
-	uint64_t last = off, s, e;
-
-	for (uint64_t p = off; next_extent(j, p, &s, &e); p = e) {
-		for (uint64_t q = s; q < e; q++) {
-			if (j->map[q] != 0) {
-				zeros = false;
-				last = q;
-			}
-		}
+	/* The file grows ahead of its records and never shrinks (a torn
+	 * tail is zeroed, not cut off): records that run to within a head
+	 * of its end were cut short. Format 1 files were cut. */
+	if (j->version != 1 && j->size - off < JREC_TAIL_MIN) {
+		snprintf(err, errlen, "journal %s is damaged at byte %llu: the "
+			 "file ends %llu bytes after it, where carmyd always "
+			 "leaves at least %zu bytes of zeros, so it was cut "
+			 "short and acknowledged records may be lost. Keep a "
+			 "copy and see docs/journal.md", j->path,
+			 (unsigned long long)off,
+			 (unsigned long long)(j->size - off), JREC_TAIL_MIN);
+		return CARMY_ECORRUPT;
 	}
-	if (!zeros && !torn(j, off)) {
+	/* Is what follows the end zeros (a clean end), a torn tail, or
+	 * damage? */
+	bits = tail_bits(j, off, &first, &last);
+	if (bits == 0)
+		goto done;
+	if (j->version == 1 && !torn_v1(j, off)) {
 		snprintf(err, errlen, "journal %s is damaged at byte %llu: the "
 			 "record there is whole on disk but fails its checksum, "
 			 "so it may have been acknowledged; refusing to cut it "
@@ -173,101 +215,119 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 			 (unsigned long long)off);
 		return CARMY_ECORRUPT;
 	}
-	if (!zeros) {
-		/* Records of the batch that was being written when the
-		 * crash came may have reached the disk out of order: they
-		 * were never acknowledged, and go with the tail. A good
-		 * record of a later batch proves the damaged one was
-		 * acknowledged (a batch is written only once the one before
-		 * it was flushed). */
-		uint64_t hashed = 0;
-
-		e = 0;
-		for (uint64_t p = off + 8; p + REC_MIN <= j->size; p += 8) {
-			struct jrec_head rh;
-
-			/* A hole is zeros, never a head: skip it. */
-			if (p >= e) {
-				if (!next_extent(j, p, &s, &e))
-					break;
-				if (s > p)
-					p = (s + 7) / 8 * 8;
-				if (p + REC_MIN > j->size)
-					break;
-			}
-			memcpy(&rh, j->map + p, sizeof(rh));
-			/* Only a head that could be one of ours is hashed:
-			 * a later sequence number, no more records than
-			 * the bytes could hold. Crafted bytes full of such
-			 * heads could still cost a hash each: past a
-			 * budget of 8x the file, the tail is judged
-			 * damaged (refused), never cut on a guess. */
-			if (rh.jr_batch <= j->seq + 1 || rh.jr_seq <= j->seq ||
-			    rh.jr_seq - j->seq > (j->size - off) / REC_MIN ||
-			    rh.jr_len < REC_MIN || rh.jr_len > j->size - p)
-				continue;
-			hashed += rh.jr_len;
-			if (hashed > 8 * j->size) {
-				snprintf(err, errlen,
-					 "journal %s: too many record-like "
-					 "heads after byte %llu to tell a torn "
-					 "tail from damage: refusing to cut. "
-					 "Keep a copy and see docs/journal.md",
-					 j->path, (unsigned long long)off);
-				return CARMY_ECORRUPT;
-			}
-			if (jnl_rec_valid(j->salt, j->map + p, j->size - p,
-					  rh.jr_seq) != 0) {
-				snprintf(err, errlen,
-					 "journal %s is damaged at byte %llu, "
-					 "and good records follow at byte "
-					 "%llu: refusing to cut them off. "
-					 "Keep a copy and see docs/journal.md",
-					 j->path, (unsigned long long)off,
-					 (unsigned long long)p);
-				return CARMY_ECORRUPT;
-			}
-		}
-		j->torn = last + 1 - off;
-		if (j->readonly)
-			goto done;
-		log_warn("journal %s: cutting a torn tail of %llu bytes at "
-			 "byte %llu (a write cut short by a crash)", j->path,
-			 (unsigned long long)(last + 1 - off),
-			 (unsigned long long)off);
-		if (ftruncate(j->fd, (off_t)off) != 0 || fsync(j->fd) != 0) {
-			snprintf(err, errlen, "cannot cut the torn tail of %s: "
-				 "%s", j->path, strerror(errno));
-			return -errno;
-		}
-		j->size = off;
+	if (j->version != 1 &&
+	    (rc = judge(j, off, first, bits, err, errlen)) != 0)
+		return rc;
+	rc = later_batches(j, off, valid,
+			   j->version == 1 ? REC_MIN_V1 : REC_MIN, err, errlen);
+	if (rc != 0)
+		return rc;
+	j->torn = last + 1 - off;
+	/* A format 1 file is rewritten without its tail, never changed. */
+	if (j->readonly || j->version == 1)
+		goto done;
+	log_warn("journal %s: zeroing a torn tail of %llu bytes at byte %llu "
+		 "(a write cut short by a crash)", j->path,
+		 (unsigned long long)j->torn, (unsigned long long)off);
+	rc = zero_tail(j, off, last + 1);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot zero the torn tail of %s: %s",
+			 j->path, strerror(-rc));
+		return rc;
 	}
 done:
-	if (!j->readonly)
+	if (!j->readonly && j->version != 1)
 		log_info("journal %s: %llu records, %u executions standing",
 			 j->path, (unsigned long long)records, j->ix.live);
 	return 0;
 }
 
 /*
- * Can a write cut short by a crash explain the bad record at off? Bytes the
- * journal never wrote are zeros (the file grows in written zeros), and a
- * disk writes a 512-byte sector whole or not at all. So a torn record runs
- * past the end of the file, or has a piece, from off or a sector boundary
- * to the next boundary, that is still all zeros. A record that is whole on
- * disk and fails its checksum was damaged after it was written, and its
- * batch may have been acknowledged: that is refused, never cut. A length
- * that cannot be read leaves only the head to judge by.
+ * Can a write cut short by a crash explain the bad record at off, in a
+ * file of this format? Bytes the journal never wrote are the zeros it grew
+ * with, and a disk writes a 512-byte sector whole or not at all, so each
+ * sector of a torn batch holds what was written or zeros. What
+ * JREC_LIGHT_BITS flipped bits can do must not pass for that:
+ *
+ *  - a head that passes its own check is trusted: a record that runs to
+ *    within a head of the file's end was cut short, one that is not the
+ *    next is damage, and one that fails its checksum is torn only if more
+ *    of its pieces are zeros than were light when it was written (flips
+ *    can zero only a light piece);
+ *  - a head that fails its check is torn only if a part of it in a
+ *    sector of its own is zeros (never a flip: each part holds a
+ *    JREC_MARK) and the bytes after the records hold more than
+ *    JREC_LIGHT_BITS set bits (flips in the zeros after the last record
+ *    are not a write).
+ *
+ * 0 if torn, or CARMY_ECORRUPT and a sentence naming the byte. first is
+ * the first byte after off that is not zero, bits how many bits are set
+ * after off, counted up to JREC_LIGHT_BITS + 1.
  */
-static bool torn(const struct jnl *j, uint64_t off)
+static int judge(const struct jnl *j, uint64_t off, uint64_t first,
+		 unsigned bits, char *err, size_t errlen)
 {
+	const uint8_t *p = j->map + off;
+	uint64_t b = (off / JREC_SECTOR + 1) * JREC_SECTOR;
+	const char *why;
 	struct jrec_head h;
+	bool zeros;
+
+	memcpy(&h, p, sizeof(h));
+	if (head_ok(j->salt, p)) {
+		uint32_t light, zero;
+
+		if (h.jr_len < REC_MIN || h.jr_len % 8 != 0 ||
+		    h.jr_len > REC_MAX)
+			why = "its head passes its check but gives a length no "
+			      "record has";
+		else if (h.jr_seq != j->seq + 1 || h.jr_batch > h.jr_seq)
+			why = "the record there is not the next one";
+		else if (h.jr_len > j->size - off - JREC_TAIL_MIN)
+			why = "the record there runs to the end of the file, "
+			      "so the file was cut short";
+		else {
+			pieces(p, off, h.jr_len, &light, &zero);
+			if (zero > (h.jr_light & 0xffffffu))
+				return 0;
+			why = "the record there is whole on disk but fails its "
+			      "checksum, so it may have been acknowledged";
+		}
+	} else {
+		if (b < off + sizeof(h))
+			zeros = all_zero(p, b - off) ||
+				all_zero(p + (b - off), off + sizeof(h) - b);
+		else
+			zeros = all_zero(p, sizeof(h));
+		if (zeros && bits > JREC_LIGHT_BITS)
+			return 0;
+		if (zeros)
+			off = first;
+		why = zeros ? "a few bits are set in the zeros after the records"
+			    : "the record head there fails its check";
+	}
+	snprintf(err, errlen, "journal %s is damaged at byte %llu: %s; "
+		 "refusing to cut it off. Keep a copy and see docs/journal.md",
+		 j->path, (unsigned long long)off, why);
+	return CARMY_ECORRUPT;
+}
+
+/*
+ * The same question for a format 1 file, by the rules it was written
+ * under: a torn record runs past the end of the file, or has a piece,
+ * from off or a sector boundary to the next boundary, that is still all
+ * zeros. A length that cannot be read leaves only the head to judge by.
+ */
+static bool torn_v1(const struct jnl *j, uint64_t off)
+{
+	struct jrec_head_v1 h;
 	uint64_t end;
 
 	if (j->size - off < sizeof(h))
 		return true;
 	memcpy(&h, j->map + off, sizeof(h));
-	if (h.jr_len >= REC_MIN && h.jr_len <= REC_MAX && h.jr_len % 8 == 0) {
+	if (h.jr_len >= REC_MIN_V1 && h.jr_len <= REC_MAX &&
+	    h.jr_len % 8 == 0) {
 		if (h.jr_len > j->size - off)
 			return true;
 		end = off + h.jr_len;
@@ -275,18 +335,215 @@ static bool torn(const struct jnl *j, uint64_t off)
 		end = off + sizeof(h);
 	}
 	for (uint64_t p = off; p < end;) {
-		uint64_t q = (p / 512 + 1) * 512;
-		bool zero = true;
+		uint64_t q = (p / JREC_SECTOR + 1) * JREC_SECTOR;
 
 		if (q > end)
 			q = end;
-		for (uint64_t i = p; i < q && zero; i++)
-			zero = j->map[i] == 0;
-		if (zero)
+		if (all_zero(j->map + p, q - p))
 			return true;
 		p = q;
 	}
 	return false;
+}
+
+/*
+ * A torn tail at off: records of the batch that was being written when
+ * the crash came may have reached the disk out of order: they were never
+ * acknowledged, and go with the tail. A good record of a later batch
+ * proves the bad one was acknowledged (a batch is written only once the
+ * one before it was flushed): then CARMY_ECORRUPT and a sentence.
+ */
+static int later_batches(const struct jnl *j, uint64_t off, rec_valid_fn valid,
+			 size_t rec_min, char *err, size_t errlen)
+{
+	uint64_t hashed = 0, s, e = 0;
+
+	for (uint64_t p = off + 8; p + rec_min <= j->size; p += 8) {
+		struct jrec_head_v1 rh;	/* len, seq, batch: both formats */
+
+		/* A hole is zeros, never a head: skip it. */
+		if (p >= e) {
+			if (!next_extent(j, p, &s, &e))
+				break;
+			if (s > p)
+				p = (s + 7) / 8 * 8;
+			if (p + rec_min > j->size)
+				break;
+		}
+		memcpy(&rh, j->map + p, sizeof(rh));
+		/* Only a head that could be one of ours is hashed: a later
+		 * sequence number, no more records than the bytes could
+		 * hold. Crafted bytes full of such heads could still cost a
+		 * hash each: past a budget of 8x the file, the tail is
+		 * judged damaged (refused), never cut on a guess. */
+		if (rh.jr_batch <= j->seq + 1 || rh.jr_seq <= j->seq ||
+		    rh.jr_seq - j->seq > (j->size - off) / rec_min ||
+		    rh.jr_len < rec_min || rh.jr_len > j->size - p)
+			continue;
+		hashed += rh.jr_len;
+		if (hashed > 8 * j->size) {
+			snprintf(err, errlen, "journal %s: too many record-like "
+				 "heads after byte %llu to tell a torn tail "
+				 "from damage: refusing to cut. Keep a copy "
+				 "and see docs/journal.md", j->path,
+				 (unsigned long long)off);
+			return CARMY_ECORRUPT;
+		}
+		if (valid(j->salt, j->map + p, j->size - p, rh.jr_seq) != 0) {
+			snprintf(err, errlen, "journal %s is damaged at byte "
+				 "%llu, and good records follow at byte %llu: "
+				 "refusing to cut them off. Keep a copy and "
+				 "see docs/journal.md", j->path,
+				 (unsigned long long)off,
+				 (unsigned long long)p);
+			return CARMY_ECORRUPT;
+		}
+	}
+	return 0;
+}
+
+/* The bits set in j's file after off, counted up to JREC_LIGHT_BITS + 1,
+ * and the first and last bytes that are not zero (if any). Holes are
+ * skipped. */
+static unsigned tail_bits(const struct jnl *j, uint64_t off, uint64_t *first,
+			  uint64_t *last)
+{
+	unsigned bits = 0;
+	uint64_t s, e;
+
+	*first = *last = off;
+	for (uint64_t p = off; next_extent(j, p, &s, &e); p = e) {
+		for (uint64_t q = s; q < e; q++) {
+			if (j->map[q] == 0)
+				continue;
+			if (bits == 0)
+				*first = q;
+			*last = q;
+			if (bits <= JREC_LIGHT_BITS)
+				bits += (unsigned)__builtin_popcount(j->map[q]);
+		}
+	}
+	return bits;
+}
+
+/* Zero a torn tail in place, [off, end), and flush: the file keeps its
+ * size, so a record that runs past it is never a torn write. Holes are
+ * zeros already. */
+static int zero_tail(const struct jnl *j, uint64_t off, uint64_t end)
+{
+	static const uint8_t zeros[65536];
+	uint64_t s, e;
+
+	for (uint64_t p = off; p < end && next_extent(j, p, &s, &e); p = e) {
+		if (e > end)
+			e = end;
+		for (uint64_t q = s; q < e;) {
+			size_t n = e - q > sizeof(zeros) ? sizeof(zeros) :
+							   (size_t)(e - q);
+			int rc = jnl_write_all(j->fd, zeros, n, q);
+
+			if (rc != 0)
+				return rc;
+			q += n;
+		}
+	}
+	if (fdatasync(j->fd) != 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Rewrite the format 1 journal recovery just read (j->map, records up to
+ * j->end) in this format: every record, in order, with its own sequence
+ * number and a batch of its own, under a new salt, into journal.new,
+ * flushed, renamed over the journal and the directory flushed, like a
+ * compaction; then read the new file as the journal. The old file is never
+ * changed: a failure before the rename leaves it as it was. A torn tail
+ * of the old file is left behind with it.
+ */
+int jnl_upgrade(struct jnl *j, char *err, size_t errlen)
+{
+	char tmp[sizeof(j->path) + 8];
+	struct jfile_head h;
+	uint8_t *buf = NULL;
+	size_t cap = 0, len = 0;
+	uint64_t at = HEAD_SIZE, size, seq = 0, records = j->nrec;
+	int fd, rc;
+
+	snprintf(tmp, sizeof(tmp), "%s.new", j->path);
+	fd = jnl_open_file(j->dir_fd, tmp, JOURNAL_NEW,
+			   O_RDWR | O_CREAT | O_TRUNC, geteuid(), err, errlen);
+	if (fd < 0)
+		return fd;
+	jnl_make_head(&h);
+	rc = flock(fd, LOCK_EX | LOCK_NB) != 0 ? -errno : 0;
+	if (rc == 0)
+		rc = jnl_write_all(fd, &h, sizeof(h), 0);
+	for (uint64_t off = HEAD_SIZE; rc == 0 && off < j->end;) {
+		struct jrec_head_v1 o;
+		struct jrec_head n;
+		uint8_t *q;
+
+		memcpy(&o, j->map + off, sizeof(o));
+		memset(&n, 0, sizeof(n));
+		n.jr_len = o.jr_len + (uint32_t)(sizeof(n) - sizeof(o));
+		n.jr_op = o.jr_op;
+		n.jr_seq = n.jr_batch = ++seq;
+		rc = jnl_buf_room(&buf, &cap, len + n.jr_len);
+		if (rc != 0)
+			break;
+		q = buf + len;
+		memcpy(q, &n, sizeof(n));
+		memcpy(q + sizeof(n), j->map + off + sizeof(o),
+		       o.jr_len - sizeof(o) - 8);
+		jnl_rec_seal(q, at + len, h.jf_salt);
+		len += n.jr_len;
+		off += o.jr_len;
+		if (len >= JOURNAL_BATCH_MAX || off >= j->end) {
+			rc = jnl_write_all(fd, buf, len, at);
+			at += len;
+			len = 0;
+		}
+	}
+	free(buf);
+	size = at;
+	if (rc == 0)
+		rc = jnl_grow_file(fd, at, &size, JREC_TAIL_MIN);
+	if (rc == 0 && renameat(j->dir_fd, JOURNAL_NEW, j->dir_fd,
+				JOURNAL_FILE) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		close(fd);
+		unlinkat(j->dir_fd, JOURNAL_NEW, 0);
+		snprintf(err, errlen, "cannot rewrite journal %s (format 1) "
+			 "in format %d: %s; it is unchanged", j->path,
+			 JOURNAL_VERSION, strerror(-rc));
+		return rc;
+	}
+	log_info("journal %s: rewrote its %llu records from format 1 into "
+		 "format %d", j->path, (unsigned long long)records,
+		 JOURNAL_VERSION);
+	if (j->torn != 0)
+		log_warn("journal %s: the torn tail of %llu bytes at byte %llu "
+			 "of the format 1 file was not carried over", j->path,
+			 (unsigned long long)j->torn,
+			 (unsigned long long)j->end);
+	/* The new file is the journal now, and holds the lock. */
+	close(j->fd);
+	j->fd = fd;
+	if (fsync(j->dir_fd) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "journal %s was rewritten in format %d "
+			 "but its directory cannot be flushed: %s", j->path,
+			 JOURNAL_VERSION, strerror(-rc));
+		return rc;
+	}
+	jnl_unmap_file(j);
+	jidx_free(&j->ix);
+	j->size = size;
+	j->seq = j->nrec = j->torn = 0;
+	memset(j->by_op, 0, sizeof(j->by_op));
+	return jnl_recover(j, err, errlen);
 }
 
 /*
@@ -317,6 +574,8 @@ static bool next_extent(const struct jnl *j, uint64_t p, uint64_t *start,
 	return *start < *end;
 }
 
+/* ---------------------------------------------------------------- records */
+
 /* Is there a whole, good record with sequence number seq at p? Returns its
  * length, or 0. Only bytes below avail are read. */
 size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
@@ -324,63 +583,259 @@ size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
 {
 	struct jrec_head h;
 	uint64_t sum;
-	size_t fixed;
 
 	if (avail < REC_MIN)
 		return 0;
 	memcpy(&h, p, sizeof(h));
 	if (h.jr_len < REC_MIN || h.jr_len > avail || h.jr_len % 8 != 0 ||
+	    h.jr_len > REC_MAX || h.jr_seq != seq || h.jr_batch > h.jr_seq ||
+	    !head_ok(salt, p))
+		return 0;
+	memcpy(&sum, p + h.jr_len - 8, 8);
+	if (sum != rec_sum(p, h.jr_len, salt))
+		return 0;
+	/* The checksum proves these bytes were written by us; the sizes
+	 * inside must still agree with the length. */
+	if (!body_ok(h.jr_op, p + sizeof(h), h.jr_len - sizeof(h) - 8))
+		return 0;
+	return h.jr_len;
+}
+
+/* The same for a record of a format 1 file. */
+static size_t rec_valid_v1(uint64_t salt, const uint8_t *p, size_t avail,
+			   uint64_t seq)
+{
+	struct jrec_head_v1 h;
+	uint64_t sum;
+
+	if (avail < REC_MIN_V1)
+		return 0;
+	memcpy(&h, p, sizeof(h));
+	if (h.jr_len < REC_MIN_V1 || h.jr_len > avail || h.jr_len % 8 != 0 ||
 	    h.jr_len > REC_MAX || h.jr_seq != seq || h.jr_batch > h.jr_seq)
 		return 0;
 	memcpy(&sum, p + h.jr_len - 8, 8);
 	if (sum != XXH3_64bits_withSeed(p, h.jr_len - 8, salt))
 		return 0;
-	/* The checksum proves these bytes were written by us; the sizes
-	 * inside must still agree with the length. */
-	switch (h.jr_op) {
+	if (!body_ok(h.jr_op, p + sizeof(h), h.jr_len - sizeof(h) - 8))
+		return 0;
+	return h.jr_len;
+}
+
+/* Do the sizes inside a payload of op (blen bytes, with its padding)
+ * agree with it? */
+static bool body_ok(uint8_t op, const uint8_t *body, size_t blen)
+{
+	switch (op) {
 	case CARMY_STORE_RESERVE: {
 		struct jrec_reserve rv;
 		size_t id = 0;
 
-		fixed = sizeof(h) + sizeof(rv);
-		if (h.jr_len < fixed + 8)
-			return 0;
-		memcpy(&rv, p + sizeof(h), sizeof(rv));
+		if (blen < sizeof(rv))
+			return false;
+		memcpy(&rv, body, sizeof(rv));
 		for (int k = 0; k < 3; k++) {
 			if (rv.rv_len[k] == 0 ||
 			    rv.rv_len[k] > CARMY_STORE_ID_MAX)
-				return 0;
+				return false;
 			id += rv.rv_len[k];
 		}
-		if (fixed + id + 8 > h.jr_len)
-			return 0;
-		break;
+		return sizeof(rv) + id <= blen;
 	}
 	case CARMY_STORE_COMPLETE:
 	case CARMY_STORE_RESOLVE: {
 		/* Both end in a result whose length is in their fixed part. */
-		bool cp = h.jr_op == CARMY_STORE_COMPLETE;
+		bool cp = op == CARMY_STORE_COMPLETE;
+		size_t fixed = cp ? sizeof(struct jrec_complete) :
+				    sizeof(struct jrec_resolve);
 		uint32_t rlen;
 
-		fixed = sizeof(h) + (cp ? sizeof(struct jrec_complete) :
-					  sizeof(struct jrec_resolve));
-		if (h.jr_len < fixed + 8)
-			return 0;
-		memcpy(&rlen, p + sizeof(h) +
-			       (cp ? offsetof(struct jrec_complete, cp_result_len) :
-				     offsetof(struct jrec_resolve, rs_result_len)),
+		if (blen < fixed)
+			return false;
+		memcpy(&rlen, body + (cp ? offsetof(struct jrec_complete,
+						    cp_result_len) :
+					   offsetof(struct jrec_resolve,
+						    rs_result_len)),
 		       sizeof(rlen));
-		if (fixed + (size_t)rlen + 8 > h.jr_len)
-			return 0;
-		break;
+		return fixed + (size_t)rlen <= blen;
 	}
 	case CARMY_STORE_RELEASE:
 	case CARMY_STORE_PURGE:
-		break;
+		return blen >= sizeof(struct jrec_release);
 	default:
-		return 0;
+		return false;
 	}
-	return h.jr_len;
+}
+
+/*
+ * Seal the record at p, which goes at file offset off: its head's len, op,
+ * seq and batch and its payload are written, padding zeroed. Sets the
+ * marks, the checksum, the count of light pieces (which depends on where
+ * the sector boundaries fall, so a record copied elsewhere is sealed
+ * again) and, last, the head's check over all of that.
+ */
+void jnl_rec_seal(uint8_t *p, uint64_t off, uint64_t salt)
+{
+	struct jrec_head h;
+	uint32_t light, zero;
+	uint64_t sum;
+
+	memcpy(&h, p, sizeof(h));
+	h.jr_mark = JREC_MARK;
+	h.jr_pad = 0;
+	h.jr_light = h.jr_check = 0;
+	memcpy(p, &h, sizeof(h));
+	sum = rec_sum(p, h.jr_len, salt);
+	memcpy(p + h.jr_len - 8, &sum, 8);
+	pieces(p, off, h.jr_len, &light, &zero);
+	h.jr_light = light | JREC_MARK << 24;
+	memcpy(p, &h, sizeof(h));
+	h.jr_check = head_check(salt, p);
+	memcpy(p, &h, sizeof(h));
+}
+
+/* The head at p is whole: its marks, and its check. */
+static bool head_ok(uint64_t salt, const uint8_t *p)
+{
+	struct jrec_head h;
+
+	memcpy(&h, p, sizeof(h));
+	return h.jr_mark == JREC_MARK && h.jr_light >> 24 == JREC_MARK &&
+	       h.jr_check == head_check(salt, p);
+}
+
+/*
+ * CRC-32C (Castagnoli) of the salt, then the head at p up to jr_check,
+ * four bits at a time. A CRC rather than a hash: it finds every error of
+ * up to 5 bits in these 36 bytes, where a hash would only be unlikely to
+ * miss one; the salt makes a head of another journal fail it.
+ */
+static uint32_t head_check(uint64_t salt, const uint8_t *p)
+{
+	static const uint32_t t[16] = {
+		0x00000000, 0x105ec76f, 0x20bd8ede, 0x30e349b1,
+		0x417b1dbc, 0x5125dad3, 0x61c69362, 0x7198540d,
+		0x82f63b78, 0x92a8fc17, 0xa24bb5a6, 0xb21572c9,
+		0xc38d26c4, 0xd3d3e1ab, 0xe330a81a, 0xf36e6f75,
+	};
+	uint8_t in[8 + offsetof(struct jrec_head, jr_check)];
+	uint32_t crc = 0xffffffffu;
+
+	memcpy(in, &salt, 8);
+	memcpy(in + 8, p, sizeof(in) - 8);
+	for (size_t i = 0; i < sizeof(in); i++) {
+		crc ^= in[i];
+		crc = crc >> 4 ^ t[crc & 15];
+		crc = crc >> 4 ^ t[crc & 15];
+	}
+	return ~crc;
+}
+
+/* A record's checksum: XXH3 of its head up to jr_light (which it leaves
+ * out: the light pieces are counted with the checksum in place), seeding
+ * XXH3 of its payload and padding, under the file's salt. */
+static uint64_t rec_sum(const uint8_t *p, size_t len, uint64_t salt)
+{
+	const size_t hl = sizeof(struct jrec_head);
+	uint64_t seed = XXH3_64bits_withSeed(p, offsetof(struct jrec_head,
+							 jr_light), salt);
+
+	return XXH3_64bits_withSeed(p + hl, len - hl - 8, seed);
+}
+
+/*
+ * The pieces of the record at p (len bytes at file offset off) after its
+ * head: from the head's end or a sector boundary to the next boundary or
+ * the record's end. How many are light (at most JREC_LIGHT_BITS bits set)
+ * and how many all zeros. A piece stops being counted once it is heavy,
+ * so a record of ordinary bytes costs a word or two per piece.
+ */
+static void pieces(const uint8_t *p, uint64_t off, size_t len,
+		   uint32_t *light, uint32_t *zero)
+{
+	*light = *zero = 0;
+	for (uint64_t a = off + sizeof(struct jrec_head); a < off + len;) {
+		uint64_t b = (a / JREC_SECTOR + 1) * JREC_SECTOR;
+		unsigned bits = 0;
+
+		if (b > off + len)
+			b = off + len;
+		for (uint64_t q = a; q < b && bits <= JREC_LIGHT_BITS; q += 8) {
+			uint64_t w;
+
+			memcpy(&w, p + (q - off), 8);
+			bits += (unsigned)__builtin_popcountll(w);
+		}
+		*light += bits <= JREC_LIGHT_BITS;
+		*zero += bits == 0;
+		a = b;
+	}
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 0)
+			return false;
+	return true;
+}
+
+/*
+ * Open name in the journal's directory (dir_fd; path names it in err) with
+ * flags, never through a symbolic link, and only if it is a regular file
+ * of uid that neither its group nor others can write: a journal
+ * another user could write (or plant) could make carmyd replay a forged
+ * result. Created 0600. The descriptor, or -errno and a sentence in err.
+ */
+int jnl_open_file(int dir_fd, const char *path, const char *name, int flags,
+		  uid_t uid, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, rc;
+
+	/* A file to create is created, never taken over: whatever has the
+	 * name (a link, a file of another user) goes first. O_NONBLOCK: a
+	 * FIFO there would hold open() until a writer came; on a regular
+	 * file it changes nothing. */
+	if ((flags & O_CREAT) && unlinkat(dir_fd, name, 0) != 0 &&
+	    errno != ENOENT) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot remove %s: %s", path,
+			 strerror(errno));
+		return rc;
+	}
+	if (flags & O_CREAT)
+		flags = (flags & ~O_TRUNC) | O_EXCL;
+	fd = openat(dir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+		    0600);
+	if (fd < 0) {
+		rc = -errno;
+		if (errno == ELOOP)
+			snprintf(err, errlen, "%s is a symbolic link: refusing "
+				 "to follow it", path);
+		else
+			snprintf(err, errlen, "cannot open %s: %s", path,
+				 strerror(errno));
+		return rc;
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot stat %s: %s", path,
+			 strerror(errno));
+	} else if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "%s is not a regular file", path);
+	} else if (st.st_uid != uid || (st.st_mode & 022) != 0) {
+		rc = -EPERM;
+		snprintf(err, errlen, "%s is owned by uid %u with mode %04o: "
+			 "refusing it, since only uid %u may write the "
+			 "journal", path, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777), (unsigned)uid);
+	} else {
+		return fd;
+	}
+	close(fd);
+	return rc;
 }
 
 /* Map the file's records for load(), after a compaction at start replaced

@@ -885,7 +885,8 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 			printf("}}\n");
 			return EXIT_FAIL;
 		}
-		printf(",\"records\":%llu", (unsigned long long)rep.records);
+		printf(",\"format\":%u,\"records\":%llu", rep.version,
+		       (unsigned long long)rep.records);
 		for (int op = 1; op <= CARMY_STORE_PURGE; op++)
 			printf(",\"%s\":%llu", ops[op],
 			       (unsigned long long)rep.by_op[op]);
@@ -902,13 +903,16 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	printf("journal     %s: good\n", argv[1]);
+	if (rep.version != JOURNAL_VERSION_NOW)
+		printf("format      %u: a start rewrites it in format %u\n",
+		       rep.version, JOURNAL_VERSION_NOW);
 	printf("records     %llu:", (unsigned long long)rep.records);
 	for (int op = 1; op <= CARMY_STORE_PURGE; op++)
 		printf(" %llu %s", (unsigned long long)rep.by_op[op], ops[op]);
 	printf("\nends at     byte %llu of %llu\n", (unsigned long long)rep.end,
 	       (unsigned long long)rep.file_bytes);
 	if (rep.torn != 0)
-		printf("torn tail   %llu bytes: a start cuts them (never "
+		printf("torn tail   %llu bytes: a start zeroes them (never "
 		       "acknowledged)\n", (unsigned long long)rep.torn);
 	printf("standing    %llu completed, %llu unfinished (uncertain after "
 	       "a reboot)\n", (unsigned long long)rep.completed,

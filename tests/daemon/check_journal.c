@@ -27,6 +27,12 @@
 #include <unistd.h>
 
 #include <check.h>
+#include <xxhash.h>
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
 
 #include "carmy.h"
 #include "carmy_store.h"
@@ -34,7 +40,8 @@
 #include "daemon/journal_int.h"
 
 #define HEAD 40			/* struct jfile_head */
-#define REC_HEAD 24		/* struct jrec_head */
+#define REC_HEAD 32		/* struct jrec_head */
+#define SECTOR 512		/* JREC_SECTOR */
 #define SEEN_MAX 1024		/* executions a test's load() may hand over */
 #define WAIT_S 60		/* deadline for a compaction to end */
 #define CATCHUP_MIN (64u << 10)	/* JOURNAL_CATCHUP_MIN in journal_compact.c */
@@ -684,15 +691,112 @@ START_TEST(test_concurrent_requests_are_all_recorded)
 }
 END_TEST
 
+/* Which of build()'s n executions stand, and how, once its first whole
+ * records are read (the rest cut): build() wrote, per execution in order,
+ * RESERVE, then RELEASE (i % 3 == 0) or COMPLETE (even). */
+static void check_prefix(const struct seen *s, const struct ex *xs, int n,
+			 int whole, const char *what, size_t at)
+{
+	int r = 0;
+
+	for (int i = 0; i < n; i++) {
+		int k = find(s, xs[i].id);
+		int want = 0;
+
+		if (r < whole)
+			want = CARMY_STORE_RUNNING;
+		if (r + 1 < whole && i % 3 == 0)
+			want = 0;
+		else if (r + 1 < whole && i % 2 == 0)
+			want = CARMY_STORE_COMPLETED;
+		r += (i % 3 == 0 || i % 2 == 0) ? 2 : 1;
+		if (want == 0) {
+			ck_assert_msg(k < 0, "%s at %zu: %s should not stand",
+				      what, at, xs[i].id);
+			continue;
+		}
+		ck_assert_msg(k >= 0, "%s at %zu: %s is missing", what, at,
+			      xs[i].id);
+		ck_assert_int_eq(s->e[k].state, want);
+		ck_assert_mem_eq(s->e[k].exec, xs[i].exec, 16);
+		if (want == CARMY_STORE_COMPLETED)
+			ck_assert_str_eq(s->e[k].result, xs[i].result);
+	}
+}
+
 /*
- * Cut the journal at every byte of its last records and at random bytes
- * elsewhere: it opens, and load() gives exactly the executions whose
- * records lie wholly before the cut. A second open finds nothing to cut.
+ * A crash in the middle of a write leaves each sector of it written or
+ * still the zeros the file grew with. Zero the journal from every sector
+ * boundary in its records on (the file keeps its size, as on a disk): it
+ * opens, the record the boundary cuts is zeroed as a torn write, and load()
+ * gives exactly the executions whose records lie wholly before it. A second
+ * open finds nothing to cut, and an append after the cut reads back.
  */
-START_TEST(test_journal_cut_anywhere_recovers_a_clean_prefix)
+START_TEST(test_torn_write_at_any_sector_recovers_a_clean_prefix)
 {
 	char *dir = temp_dir(), *cut = temp_dir();
-	char path[256];
+	char path[256], err[512];
+	struct journal_report rep;
+	struct ex xs[40];
+	size_t len, off[128];
+	uint8_t *buf, *copy;
+	int nrec, tried = 0;
+
+	build(dir, xs, 40);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 127);
+	ck_assert_int_ge(nrec, 40);
+	copy = malloc(len);
+	ck_assert_ptr_nonnull(copy);
+	for (size_t at = (HEAD / SECTOR + 1) * SECTOR; at < off[nrec];
+	     at += SECTOR) {
+		struct seen s = { 0 };
+		struct ex y;
+		void *st;
+		int whole = 0;
+
+		while (whole < nrec && off[whole + 1] <= at)
+			whole++;
+		memcpy(copy, buf, len);
+		memset(copy + at, 0, off[nrec] - at);
+		write_file(cut, copy, len);
+		st = open_journal(cut);
+		ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+		check_prefix(&s, xs, 40, whole, "torn", at);
+		make_ex(&y, 99, CARMY_STATUS_COMPLETED);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &y), 0);
+		journal_store_ops.close(st);
+		ck_assert_int_eq(journal_check(cut, &rep, err, sizeof(err)), 0);
+		ck_assert_uint_eq(rep.torn, 0);
+		ck_assert_uint_eq(rep.records, (uint64_t)whole + 1);
+		ck_assert_uint_eq(rep.file_bytes, len);
+		tried++;
+	}
+	fprintf(stderr, "# %d records, %zu bytes; %d torn writes\n", nrec,
+		off[nrec], tried);
+	ck_assert_int_ge(tried, 10);
+	free(copy);
+	free(buf);
+	rm_rf(dir);
+	rm_rf(cut);
+	free(dir);
+	free(cut);
+}
+END_TEST
+
+/*
+ * The file grows ahead of its records and never shrinks, so a journal
+ * that ends inside a record, at a record's end, or fewer than a head's
+ * worth of zeros after it was cut short after carmyd wrote it: refused,
+ * by journal_check() and open() alike, naming the byte, and left as it
+ * is. Cut further on, in the zeros, nothing is lost: it opens.
+ */
+START_TEST(test_journal_cut_short_is_refused)
+{
+	char *dir = temp_dir(), *cut = temp_dir();
+	char path[256], err[512];
+	struct journal_report rep;
 	struct ex xs[12];
 	size_t len, off[64];
 	uint8_t *buf;
@@ -703,55 +807,51 @@ START_TEST(test_journal_cut_anywhere_recovers_a_clean_prefix)
 	snprintf(path, sizeof(path), "%s/journal", dir);
 	buf = read_file(path, &len);
 	nrec = record_starts(buf, len, off, 63);
-	ck_assert_int_ge(nrec, 12);
 	fprintf(stderr, "# %d records, %zu bytes; seed %u\n", nrec, off[nrec],
 		seed);
 	srand(seed);
-	for (int trial = 0; trial < 200; trial++) {
-		size_t at = trial < 120 ? off[nrec] - (size_t)trial :
-				(size_t)HEAD + (size_t)rand() %
-					(off[nrec] - HEAD);
+	for (int trial = 0; trial < 200 + nrec; trial++) {
+		size_t at;
+		void *st = NULL;
+
+		if (trial < 150)	/* the last records, and after them */
+			at = off[nrec] + REC_HEAD - 1 - (size_t)trial;
+		else if (trial < 200)
+			at = (size_t)HEAD + (size_t)rand() % (off[nrec] - HEAD);
+		else			/* at every record boundary */
+			at = off[trial - 200 + 1];
+		write_file(cut, buf, at);
+		ck_assert_int_eq(journal_check(cut, &rep, err, sizeof(err)),
+				 CARMY_ECORRUPT);
+		ck_assert_msg(strstr(err, "damaged at byte") != NULL,
+			      "cut at %zu: %s", at, err);
+		ck_assert_int_eq(journal_store_ops.open(cut, &st, err,
+							sizeof(err)),
+				 CARMY_ECORRUPT);
+		ck_assert_ptr_null(st);
+		{
+			char p2[256];
+			size_t len2;
+			uint8_t *again;
+
+			snprintf(p2, sizeof(p2), "%s/journal", cut);
+			again = read_file(p2, &len2);
+			ck_assert_uint_eq(len2, at);
+			ck_assert_int_eq(memcmp(again, buf, at), 0);
+			free(again);
+		}
+	}
+	/* A head's worth of zeros after the records: all there. */
+	for (size_t at = off[nrec] + REC_HEAD; at < off[nrec] + 3 * REC_HEAD;
+	     at += 8) {
 		struct seen s = { 0 };
 		void *st;
-		int whole = 0;
 
-		while (whole < nrec && off[whole + 1] <= at)
-			whole++;
 		write_file(cut, buf, at);
 		st = open_journal(cut);
 		ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 		journal_store_ops.close(st);
-
-		/* Replay the records below the cut by hand: which
-		 * executions stand, and how. */
-		for (int i = 0; i < 12; i++) {
-			int k = find(&s, xs[i].id);
-			int want = 0;
-
-			/* build() wrote, per execution in order: RESERVE,
-			 * then RELEASE (i % 3 == 0) or COMPLETE (even). */
-			int r = 0;
-
-			for (int j = 0; j < i; j++)
-				r += (j % 3 == 0 || j % 2 == 0) ? 2 : 1;
-			if (r < whole)
-				want = CARMY_STORE_RUNNING;
-			if (r + 1 < whole && i % 3 == 0)
-				want = 0;
-			else if (r + 1 < whole && i % 2 == 0)
-				want = CARMY_STORE_COMPLETED;
-			if (want == 0) {
-				ck_assert_msg(k < 0, "cut at %zu: %s should "
-					      "not stand", at, xs[i].id);
-				continue;
-			}
-			ck_assert_msg(k >= 0, "cut at %zu: %s is missing", at,
-				      xs[i].id);
-			ck_assert_int_eq(s.e[k].state, want);
-			ck_assert_mem_eq(s.e[k].exec, xs[i].exec, 16);
-			if (want == CARMY_STORE_COMPLETED)
-				ck_assert_str_eq(s.e[k].result, xs[i].result);
-		}
+		check_prefix(&s, xs, 12, nrec, "cut", at);
 	}
 	free(buf);
 	rm_rf(dir);
@@ -919,11 +1019,11 @@ START_TEST(test_a_sparse_tail_costs_its_data_not_its_length)
 	char *dir = temp_dir();
 	char path[256], err[512] = "";
 	struct journal_report rep;
-	struct ex xs[6];
+	struct ex xs[6], y;
 	struct seen s = { 0 };
 	size_t len, off[32];
-	uint8_t *buf, torn[REC_HEAD];
-	uint32_t claim = 4096;	/* runs into the hole: a torn write */
+	uint32_t rlen;
+	uint8_t *buf, zeros[REC_HEAD] = { 0 };
 	void *st;
 	int nrec, fd;
 
@@ -939,23 +1039,459 @@ START_TEST(test_a_sparse_tail_costs_its_data_not_its_length)
 	ck_assert_uint_eq(rep.torn, 0);
 	ck_assert_uint_eq(rep.records, (uint64_t)nrec);
 
-	memset(torn, 0x5a, sizeof(torn));
-	memcpy(torn, &claim, sizeof(claim));
-	fd = open(path, O_WRONLY);
+	/* One more record, its head's sector never written: torn. */
+	st = open_journal(dir);
+	make_ex(&y, 50, CARMY_STATUS_COMPLETED);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &y), 0);
+	journal_store_ops.close(st);
+	fd = open(path, O_RDWR);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(pwrite(fd, torn, sizeof(torn), (off_t)off[nrec]),
-			 (ssize_t)sizeof(torn));
+	ck_assert_int_eq(pread(fd, &rlen, 4, (off_t)off[nrec]), 4);
+	ck_assert_int_eq(pwrite(fd, zeros, sizeof(zeros), (off_t)off[nrec]),
+			 (ssize_t)sizeof(zeros));
 	close(fd);
 	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
 	ck_assert_uint_eq(rep.end, off[nrec]);
-	ck_assert_uint_eq(rep.torn, sizeof(torn));
-	/* Opened, the tail is cut: the hole with it. */
+	ck_assert_uint_le(rep.torn, rlen);
+	ck_assert_uint_gt(rep.torn, rlen - 8);
+	/* Opened, the tail is zeroed in place: the file keeps its size. */
 	st = open_journal(dir);
 	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 	journal_store_ops.close(st);
 	ck_assert_int_eq(s.n, 4);	/* 1, 2, 4 and 5 (build()'s pattern) */
 	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
-	ck_assert_uint_eq(rep.file_bytes, off[nrec]);
+	ck_assert_uint_eq(rep.file_bytes, huge);
+	ck_assert_uint_eq(rep.end, off[nrec]);
+	ck_assert_uint_eq(rep.torn, 0);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Flip bit k of byte at in the journal in dir's file (fd open on it). */
+static void flip_bit(int fd, size_t at, int k)
+{
+	uint8_t c;
+
+	ck_assert_int_eq(pread(fd, &c, 1, (off_t)at), 1);
+	c ^= (uint8_t)(1u << k);
+	ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)at), 1);
+}
+
+/* The byte a refusal names ("damaged at byte N"). */
+static size_t named_byte(const char *err)
+{
+	const char *p = strstr(err, "at byte ");
+	unsigned long long n;
+
+	ck_assert_msg(p != NULL, "no byte named: %s", err);
+	ck_assert_int_eq(sscanf(p, "at byte %llu", &n), 1);
+	return (size_t)n;
+}
+
+/*
+ * Every single flipped bit in a journal of acknowledged records, its
+ * header, every record and the zeros after them, is refused as damage:
+ * never read as good, never cut as a torn write. The refusal names the
+ * byte where the record with the flip starts (0 for the header; for a
+ * flip in the zeros, where the records end or the flipped byte). The
+ * last record holds a result of 1100 zeros but for one bit: pieces of it
+ * are light, or zeros as written. Each flip is read by journal_check(); those
+ * in the last record and after it, where a cut could happen, by open() as
+ * well, which must leave the file as it is. The file is the journal's
+ * first bytes, to 64 bytes past the sector after its records (cut in its
+ * zeros: it opens as it is). Under valgrind, every SWEEP_STRIDE-th byte
+ * (all its bits), unless CARMY_SWEEP_ALL is set: the full sweep takes a
+ * minute there.
+ */
+#define SWEEP_STRIDE 5
+
+static bool on_valgrind(void)
+{
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+	return RUNNING_ON_VALGRIND != 0;
+#endif
+#endif
+	return false;
+}
+
+START_TEST(test_every_flipped_bit_is_refused)
+{
+	char *dir = temp_dir(), *flip = temp_dir();
+	char path[256], fpath[256], err[512];
+	static char big[1100];
+	struct journal_report rep;
+	struct carmy_store_record r;
+	struct ex xs[3], z;
+	size_t len, off[32], n, stride = 1;
+	uint8_t *buf, *again;
+	int nrec, fd, opens = 0;
+	unsigned long flips = 0;
+	void *st;
+
+	if (on_valgrind() && getenv("CARMY_SWEEP_ALL") == NULL)
+		stride = SWEEP_STRIDE;
+	st = open_journal(dir);
+	for (int i = 0; i < 3; i++) {
+		make_ex(&xs[i], i, CARMY_STATUS_COMPLETED);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &xs[i]), 0);
+		if (i % 2 == 0)
+			ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE,
+						     &xs[i]), 0);
+	}
+	/* Last: where a flip could pass for a torn write, if anywhere. */
+	make_ex(&z, 60, CARMY_STATUS_COMPLETED);
+	record_of(&z, &r);
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_RESERVE, &r), 0);
+	memset(big, 0, sizeof(big));
+	big[900] = 0x10;
+	r.result = big;
+	r.result_len = sizeof(big);
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_COMPLETE, &r), 0);
+	journal_store_ops.close(st);
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	ck_assert_int_eq(nrec, 7);
+	n = (off[nrec] / SECTOR + 1) * SECTOR + 64;
+	ck_assert_uint_le(n, len);
+	write_file(flip, buf, n);
+	ck_assert_int_eq(journal_check(flip, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.records, (uint64_t)nrec);
+	ck_assert_uint_eq(rep.torn, 0);
+
+	snprintf(fpath, sizeof(fpath), "%s/journal", flip);
+	fd = open(fpath, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	for (size_t at = 0; at < n; at += stride) {
+		size_t rec = 0, named;
+		int i = 0;
+
+		while (i < nrec && off[i + 1] <= at)
+			i++;
+		rec = at < HEAD ? 0 : i < nrec ? off[i] : off[nrec];
+		for (int k = 0; k < 8; k++) {
+			flip_bit(fd, at, k);
+			flips++;
+			ck_assert_msg(journal_check(flip, &rep, err,
+						    sizeof(err)) ==
+					      CARMY_ECORRUPT,
+				      "bit %d of byte %zu accepted", k, at);
+			named = named_byte(err);
+			ck_assert_msg(named == rec || (i == nrec && named == at),
+				      "bit %d of byte %zu: named %zu, not %zu: "
+				      "%s", k, at, named, rec, err);
+			if (at >= off[nrec - 1]) {
+				st = NULL;
+				ck_assert_int_eq(journal_store_ops.open(
+							 flip, &st, err,
+							 sizeof(err)),
+						 CARMY_ECORRUPT);
+				ck_assert_ptr_null(st);
+				opens++;
+			}
+			flip_bit(fd, at, k);
+		}
+	}
+	close(fd);
+	/* What open() refused, it left as it was. */
+	{
+		size_t len2;
+
+		again = read_file(fpath, &len2);
+		ck_assert_uint_eq(len2, n);
+		ck_assert_int_eq(memcmp(again, buf, n), 0);
+		free(again);
+	}
+	fprintf(stderr, "# %lu bits of %zu flipped (all %zu records' and the "
+		"zeros after them), every one refused (%d by open too)\n",
+		flips, 8 * n, (size_t)nrec, opens);
+	free(buf);
+	rm_rf(dir);
+	rm_rf(flip);
+	free(dir);
+	free(flip);
+}
+END_TEST
+
+/*
+ * A journal of format 1 (the previous release's: a 24-byte head, one
+ * XXH3 over the record), written here by hand as that release wrote it:
+ * header, then RESERVE 1, RESERVE 2, COMPLETE 1, RESERVE 3, RELEASE 3,
+ * each a batch of its own, and (torn) the head of a sixth record at the
+ * end of the file. Returns the bytes.
+ */
+static size_t v1_journal(uint8_t *f, size_t cap, struct ex *xs)
+{
+	struct jfile_head h;
+	size_t at = HEAD;
+	uint64_t seq = 0;
+	static const int plan[5][2] = {
+		{ CARMY_STORE_RESERVE, 1 }, { CARMY_STORE_RESERVE, 2 },
+		{ CARMY_STORE_COMPLETE, 1 }, { CARMY_STORE_RESERVE, 3 },
+		{ CARMY_STORE_RELEASE, 3 },
+	};
+
+	memset(f, 0, cap);
+	memset(&h, 0, sizeof(h));
+	memcpy(h.jf_magic, "CARMYJNL", 8);
+	h.jf_version = 1;
+	h.jf_salt = 0x1234567890abcdefull;
+	h.jf_created_ns = 1;
+	h.jf_check = XXH3_64bits(&h, offsetof(struct jfile_head, jf_check));
+	memcpy(f, &h, sizeof(h));
+	for (int i = 1; i <= 3; i++)
+		make_ex(&xs[i], i, CARMY_STATUS_COMPLETED);
+	for (int k = 0; k < 5; k++) {
+		const struct ex *x = &xs[plan[k][1]];
+		struct jrec_head_v1 rh = { .jr_op = (uint8_t)plan[k][0] };
+		uint8_t *b = f + at + sizeof(rh);
+		size_t body;
+		uint64_t sum;
+
+		if (rh.jr_op == CARMY_STORE_RESERVE) {
+			struct jrec_reserve rv = { .rv_started_ns = 1,
+						   .rv_pid = 4242 };
+
+			memcpy(rv.rv_exec, x->exec, 16);
+			memcpy(rv.rv_fingerprint, x->fp, 16);
+			memcpy(rv.rv_rawprint, x->fp, 16);
+			rv.rv_len[0] = 9;
+			rv.rv_len[1] = 7;
+			rv.rv_len[2] = (uint16_t)strlen(x->id);
+			memcpy(b, &rv, sizeof(rv));
+			memcpy(b + sizeof(rv), "principalsession", 16);
+			memcpy(b + sizeof(rv) + 16, x->id, rv.rv_len[2]);
+			body = sizeof(rv) + 16 + rv.rv_len[2];
+		} else if (rh.jr_op == CARMY_STORE_COMPLETE) {
+			struct jrec_complete cp = {
+				.cp_finished_ns = 2, .cp_status = x->status,
+				.cp_result_len = (uint32_t)strlen(x->result),
+			};
+
+			memcpy(cp.cp_exec, x->exec, 16);
+			memcpy(b, &cp, sizeof(cp));
+			memcpy(b + sizeof(cp), x->result, cp.cp_result_len);
+			body = sizeof(cp) + cp.cp_result_len;
+		} else {
+			memcpy(b, x->exec, 16);
+			body = 16;
+		}
+		rh.jr_len = (uint32_t)((sizeof(rh) + body + 7) / 8 * 8 + 8);
+		rh.jr_seq = rh.jr_batch = ++seq;
+		ck_assert_uint_le(at + rh.jr_len + sizeof(rh), cap);
+		memcpy(f + at, &rh, sizeof(rh));
+		sum = XXH3_64bits_withSeed(f + at, rh.jr_len - 8, h.jf_salt);
+		memcpy(f + at + rh.jr_len - 8, &sum, 8);
+		at += rh.jr_len;
+	}
+	/* Torn: a head claiming more than the file holds (format 1 files
+	 * were cut to size, so records ran to the end). */
+	{
+		struct jrec_head_v1 rh = { .jr_len = 400, .jr_op = 1,
+					   .jr_seq = 6, .jr_batch = 6 };
+
+		memcpy(f + at, &rh, sizeof(rh));
+		at += sizeof(rh);
+	}
+	return at;
+}
+
+/*
+ * A format 1 journal opens without losing anything: read by the rules it
+ * was written under (its torn tail left out), rewritten in this format
+ * (journal_check says which format it finds), and what stood before
+ * stands after, and after a reopen. The old file is never changed: a
+ * rewrite that cannot start leaves it as it was.
+ */
+START_TEST(test_a_format_1_journal_is_rewritten_at_open)
+{
+	char *dir = temp_dir();
+	char path[256], err[512];
+	static uint8_t f[4096];
+	struct journal_report rep;
+	struct ex xs[4];
+	struct seen s = { 0 };
+	size_t n = v1_journal(f, sizeof(f), xs), len;
+	uint8_t *buf;
+	void *st;
+
+	write_file(dir, f, n);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.version, 1);
+	ck_assert_uint_eq(rep.records, 5);
+	ck_assert_uint_eq(rep.torn, 17);	/* to its last byte not zero */
+	/* journal.new cannot be made (a directory has its name): refused,
+	 * the old file untouched. */
+	snprintf(path, sizeof(path), "%s/journal.new", dir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	{
+		char sub[300];
+
+		snprintf(sub, sizeof(sub), "%s/x", path);
+		ck_assert_int_eq(mkdir(sub, 0700), 0);
+		st = NULL;
+		ck_assert_int_lt(journal_store_ops.open(dir, &st, err,
+							sizeof(err)), 0);
+		ck_assert_ptr_null(st);
+		ck_assert_msg(strstr(err, "journal.new") != NULL, "%s", err);
+		rmdir(sub);
+		rmdir(path);
+	}
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	ck_assert_uint_eq(len, n);
+	ck_assert_int_eq(memcmp(buf, f, n), 0);
+	free(buf);
+
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 2);
+	ck_assert_int_ge(find(&s, "req-001"), 0);
+	ck_assert_int_eq(s.e[find(&s, "req-001")].state, CARMY_STORE_COMPLETED);
+	ck_assert_str_eq(s.e[find(&s, "req-001")].result, xs[1].result);
+	ck_assert_int_eq(s.e[find(&s, "req-002")].state, CARMY_STORE_RUNNING);
+	ck_assert_int_lt(find(&s, "req-003"), 0);
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep.version, JOURNAL_VERSION);
+	ck_assert_uint_eq(rep.records, 5);
+	ck_assert_uint_eq(rep.torn, 0);
+	ck_assert_uint_eq(rep.completed, 1);
+	ck_assert_uint_eq(rep.unfinished, 1);
+	memset(&s, 0, sizeof(s));
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 2);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* A journal directory or file that another user could write, or that is
+ * a symbolic link, is refused by open() and journal_check(), naming it,
+ * its owner and mode; a directory carmyd makes is 0700. */
+static void refused(const char *dir, int want, const char *says)
+{
+	char err[512] = "";
+	struct journal_report rep;
+	void *st = NULL;
+
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 want);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, says) != NULL, "%s: %s", dir, err);
+	err[0] = '\0';
+	ck_assert_int_eq(journal_check(dir, &rep, err, sizeof(err)), want);
+	ck_assert_msg(strstr(err, says) != NULL, "%s: %s", dir, err);
+}
+
+START_TEST(test_a_journal_directory_others_can_write_is_refused)
+{
+	char *dir = temp_dir();
+	char sub[256];
+	struct stat st;
+	void *s;
+
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	s = open_journal(sub);	/* made by carmyd: 0700 */
+	journal_store_ops.close(s);
+	ck_assert_int_eq(stat(sub, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0700);
+	ck_assert_int_eq(chmod(sub, 0777), 0);
+	refused(sub, -EPERM, "with mode 0777");
+	refused(sub, -EPERM, sub);
+	ck_assert_int_eq(chmod(sub, 0720), 0);
+	refused(sub, -EPERM, "with mode 0720");
+	ck_assert_int_eq(chmod(sub, 0700), 0);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_a_journal_directory_of_another_user_is_refused)
+{
+	char *dir = temp_dir();
+	char sub[256], says[64];
+	void *s;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "# skipped: needs root\n");
+		rm_rf(dir);
+		free(dir);
+		return;
+	}
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	ck_assert_int_eq(chown(sub, 65534, 65534), 0);
+	{
+		char err[512] = "";
+		void *st = NULL;
+
+		ck_assert_int_eq(journal_store_ops.open(sub, &st, err,
+							sizeof(err)), -EPERM);
+		ck_assert_msg(strstr(err, "owned by uid 65534") != NULL, "%s",
+			      err);
+	}
+	ck_assert_int_eq(chown(sub, 0, 0), 0);
+	/* The journal file of another user, in carmyd's directory. */
+	snprintf(sub, sizeof(sub), "%s/j/journal", dir);
+	ck_assert_int_eq(chown(sub, 65534, 65534), 0);
+	snprintf(says, sizeof(says), "owned by uid 65534");
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	refused(sub, -EPERM, says);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_a_journal_file_others_can_write_is_refused)
+{
+	char *dir = temp_dir();
+	char sub[256], file[300];
+	void *s;
+
+	snprintf(sub, sizeof(sub), "%s/j", dir);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	snprintf(file, sizeof(file), "%s/journal", sub);
+	ck_assert_int_eq(chmod(file, 0666), 0);
+	refused(sub, -EPERM, "with mode 0666");
+	ck_assert_int_eq(chmod(file, 0600), 0);
+	s = open_journal(sub);
+	journal_store_ops.close(s);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Links are never followed: neither to the directory nor to the file. */
+START_TEST(test_a_symbolic_link_is_never_followed)
+{
+	char *dir = temp_dir();
+	char real[256], link[256], file[300], slash[300], other[300];
+	void *s;
+
+	snprintf(real, sizeof(real), "%s/real", dir);
+	snprintf(link, sizeof(link), "%s/link", dir);
+	s = open_journal(real);
+	journal_store_ops.close(s);
+	ck_assert_int_eq(symlink(real, link), 0);
+	refused(link, -ELOOP, "symbolic link");
+	snprintf(slash, sizeof(slash), "%s/", link);
+	refused(slash, -ELOOP, "symbolic link");
+	/* The journal itself a link to a journal elsewhere. */
+	snprintf(file, sizeof(file), "%s/journal", real);
+	snprintf(other, sizeof(other), "%s/other", dir);
+	ck_assert_int_eq(rename(file, other), 0);
+	ck_assert_int_eq(symlink(other, file), 0);
+	refused(real, -ELOOP, "symbolic link");
 	rm_rf(dir);
 	free(dir);
 }
@@ -1863,7 +2399,13 @@ int main(void)
 	tcase_add_test(tc, test_history_is_compacted_at_start);
 	tcase_add_test(tc, test_largest_resolve_record_reads_back);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
-	tcase_add_test(tc, test_journal_cut_anywhere_recovers_a_clean_prefix);
+	tcase_add_test(tc, test_torn_write_at_any_sector_recovers_a_clean_prefix);
+	tcase_add_test(tc, test_journal_cut_short_is_refused);
+	tcase_add_test(tc, test_a_format_1_journal_is_rewritten_at_open);
+	tcase_add_test(tc, test_a_journal_directory_others_can_write_is_refused);
+	tcase_add_test(tc, test_a_journal_directory_of_another_user_is_refused);
+	tcase_add_test(tc, test_a_journal_file_others_can_write_is_refused);
+	tcase_add_test(tc, test_a_symbolic_link_is_never_followed);
 	tcase_add_test(tc, test_torn_last_record_is_cut);
 	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
@@ -1881,6 +2423,11 @@ int main(void)
 	tcase_add_test(tc, test_failed_compaction_loses_no_record_after_reopen);
 	tcase_add_test(tc,
 		       test_failed_compaction_pauses_commits_for_the_last_records_only);
+	suite_add_tcase(s, tc);
+	/* A case of its own (CK_RUN_CASE=sweep runs it alone). */
+	tc = tcase_create("sweep");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_every_flipped_bit_is_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -102,6 +102,8 @@ static const char *outcome(int rc)
  * they take the requests clients post in their slots (shm_post). */
 static const char *spin_us;
 
+static void expect_refusal(const char *const *extra, int want_exit,
+			   const char *want_log);
 static void journal_opts(const char *opts[16], char *spec, size_t size,
 			 const char *dir, const char *capacity,
 			 const char *max_result)
@@ -1222,21 +1224,22 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 
 	for (int i = 0; i < TORN_CUTS + 2; i++) {
 		char cdir[128], cpath[160], jdir[160];
-		/* Cut the file there, or keep its size with zeros after the
-		 * cut (the sectors that never reached the disk: a disk
-		 * writes a 512-byte sector whole or not at all, so these
-		 * cuts fall on sector boundaries). */
+		/* Keep the file's size with zeros after the cut (the
+		 * sectors that never reached the disk: a disk writes a
+		 * 512-byte sector whole or not at all, so these cuts fall
+		 * on sector boundaries), with a file as long as the one
+		 * carmyd wrote, or 64 KiB longer. */
 		bool zeros = i % 2;
 		size_t at = cuts[i];
 		int known;
 
-		if (zeros && at != end)
+		if (at != end)
 			at = at / 512 * 512 < head ? head : at / 512 * 512;
 		new_dir(cdir, sizeof(cdir));
 		snprintf(jdir, sizeof(jdir), "%s/j", cdir);
 		ck_assert_int_eq(mkdir(jdir, 0700), 0);
 		journal_path(cpath, sizeof(cpath), cdir);
-		write_file(cpath, orig, at, zeros ? end + 65536 : at);
+		write_file(cpath, orig, at, zeros ? end + 65536 : len);
 		known = check_prefix(cdir, dn, TORN_N, seen, at);
 		/* A longer journal never knows less. */
 		ck_assert_msg(known >= last_known[zeros], "cut at %zu knows %d "
@@ -1254,6 +1257,25 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 		rm_rf(cdir);
 	}
 	e2e_note("%d cuts checked in %.0f ms", TORN_CUTS + 2, e2e_ms_since(t0));
+	/* Cut short instead (the file ends at the cut): no crash leaves
+	 * that, since the file grows ahead of its records and never
+	 * shrinks. carmyd refuses it, naming the byte. */
+	for (int i = 0; i < 3; i++) {
+		char cdir[128], cpath[160], jdir[160], spec[160];
+		const char *opts[16];
+		size_t at = i == 0 ? end : i == 1 ? end - 5 : cuts[TORN_CUTS];
+
+		if (at <= head)
+			continue;
+		new_dir(cdir, sizeof(cdir));
+		snprintf(jdir, sizeof(jdir), "%s/j", cdir);
+		ck_assert_int_eq(mkdir(jdir, 0700), 0);
+		journal_path(cpath, sizeof(cpath), cdir);
+		write_file(cpath, orig, at, at);
+		journal_opts(opts, spec, sizeof(spec), cdir, "256", "1024");
+		expect_refusal(opts, 0, "damaged at byte");
+		rm_rf(cdir);
+	}
 	free(orig);
 	rm_rf(dir);
 }

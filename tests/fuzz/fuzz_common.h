@@ -256,6 +256,8 @@ enum {
 	FJ_LIE = 0x04,		/* sequence numbers from the input */
 	FJ_COMPACT = 0x08,	/* compact at start whenever it would */
 	FJ_SUBMIT = 0x10,	/* append an execution after recovery */
+	FJ_ACKED = 0x20,	/* with FJ_FLIP: 1-3 bits flipped in the
+				 * journal the store accepted and wrote */
 };
 
 #endif /* CARMY_FUZZ_COMMON_H */

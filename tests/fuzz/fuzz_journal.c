@@ -4,7 +4,8 @@
  *
  * Random bytes would almost never get past a record's checksum, so the
  * input is not the file itself but a recipe for one: records whose heads,
- * padding and checksums this harness writes under the file's salt, with
+ * padding and checksums this harness seals under the file's salt (with
+ * the journal's own jnl_rec_seal()), with
  * bodies (and ops, and batch numbers) from the input. That reaches what
  * the checksum guards: sizes inside a record that lie, results for
  * executions never reserved, the same exec id or identity twice, releases
@@ -14,7 +15,10 @@
  * grown ahead of its end).
  *
  *   byte 0       flags, FJ_* (fuzz_common.h)
- *   [FJ_FLIP]    4 bytes: where (mod the file's size), 1 byte: XOR mask
+ *   [FJ_FLIP]    4 bytes: where (mod the file's size), 1 byte: XOR mask;
+ *                with FJ_ACKED, not applied to the recipe but, once the
+ *                store has accepted and rewritten the file, as 1 to 3
+ *                bits (5, below)
  *   then records, until the input ends:
  *     op         1 byte, as is (unknown ops included)
  *     back       1 byte: jr_batch = seq - back (and with FJ_LIE, jr_seq
@@ -33,7 +37,12 @@
  *  3. with FJ_SUBMIT, a new execution is reserved and completed through
  *     submit(): acknowledged, so it must stand after a reopen;
  *  4. closed, checked again (no torn tail left, the same executions) and
- *     opened again: load() hands over the same executions, byte for byte.
+ *     opened again: load() hands over the same executions, byte for byte;
+ *  5. with FJ_ACKED, that journal, every record of which stands as
+ *     acknowledged, gets 1 to 3 bits flipped in its header, its records or
+ *     the 512 bytes of zeros after them: the check and open() must both
+ *     refuse it (never read it as good, never cut it as a torn write), and
+ *     the refusal must leave it as it is.
  * With FJ_COMPACT the open compacts at start whenever it would with a big
  * journal (CARMY_JOURNAL_COMPACT_MIN=1), so the rewrite is checked too.
  *
@@ -72,6 +81,8 @@ static uint8_t *again;		/* the file as it is after a refusal */
 static bool clash;		/* the file holds FJ_SUBMIT's exec id or
 				 * its identity's first part */
 static uint8_t fj_exec[16], fj_part[3][CARMY_STORE_ID_MAX];
+static uint32_t fj_flip_at;	/* FJ_FLIP's bytes, for FJ_ACKED */
+static uint8_t fj_flip;
 
 #define FJ_EXEC_BYTE 0xee	/* FJ_SUBMIT's exec id: 16 of these */
 
@@ -80,11 +91,6 @@ static uint8_t fj_exec[16], fj_part[3][CARMY_STORE_ID_MAX];
 struct standing {
 	uint64_t n, completed, digest;
 };
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	memcpy(p, &v, sizeof(v));
-}
 
 /* Build the file from the recipe; returns its size. */
 static size_t build(const uint8_t *d, size_t size, uint8_t flags)
@@ -109,6 +115,8 @@ static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 		flip = d[in + 4];
 		in += 5;
 	}
+	fj_flip_at = flip_at;
+	fj_flip = flip;
 	while (in + 4 <= size) {
 		struct jrec_head rh;
 		uint16_t blen;
@@ -127,22 +135,33 @@ static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 		rh.jr_len = (uint32_t)len;
 		if (size - in < blen ||
 		    at + len > FJ_FILE_MAX - FJ_ZERO_TAIL) {
-			/* Cut short: its head and what remains, unsealed. */
+			/* Cut short: its head sealed as if it were whole
+			 * (the bytes the input lacks taken as 0xa5), then
+			 * what remains of it, and zeros where the rest was
+			 * not written. */
 			size_t n = size - in;
 
 			if (at + sizeof(rh) + n > FJ_FILE_MAX - FJ_ZERO_TAIL)
 				n = FJ_FILE_MAX - FJ_ZERO_TAIL - at -
 				    sizeof(rh);
+			memset(file + at, 0, sizeof(rh) + n);
 			memcpy(file + at, &rh, sizeof(rh));
 			memcpy(file + at + sizeof(rh), d + in, n);
+			if (at + len <= FJ_FILE_MAX) {
+				static uint8_t whole[FJ_FILE_MAX];
+
+				memset(whole, 0xa5, len);
+				memcpy(whole, file + at, sizeof(rh) + n);
+				jnl_rec_seal(whole, at, h.jf_salt);
+				memcpy(file + at, whole, sizeof(rh));
+			}
 			at += sizeof(rh) + n;
 			break;
 		}
 		memset(file + at, 0, len);
 		memcpy(file + at, &rh, sizeof(rh));
 		memcpy(file + at + sizeof(rh), d + in, blen);
-		put_u64(file + at + len - 8,
-			XXH3_64bits_withSeed(file + at, len - 8, h.jf_salt));
+		jnl_rec_seal(file + at, at, h.jf_salt);
 		at += len;
 		in += blen;
 	}
@@ -150,7 +169,7 @@ static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 		memset(file + at, 0, FJ_ZERO_TAIL);
 		at += FJ_ZERO_TAIL;
 	}
-	if ((flags & FJ_FLIP) && flip != 0)
+	if ((flags & FJ_FLIP) && !(flags & FJ_ACKED) && flip != 0)
 		file[flip_at % at] ^= flip;
 	return at;
 }
@@ -298,6 +317,43 @@ static void remove_dir(void)
 	rmdir(dir);
 }
 
+/*
+ * 5: the journal the store accepted and wrote (its records end at end)
+ * with 1 to 3 different bits flipped, at places FJ_FLIP's bytes choose in
+ * its header, its records and the 512 bytes after them: refused by the
+ * check and by open(), which leaves it as it is. Every record in it was
+ * acknowledged, as far as the store can tell: cutting any would lose one.
+ */
+static void flip_acked(uint64_t end)
+{
+	uint64_t bit[3], nbits;
+	size_t n = read_file(file, FJ_FILE_MAX);
+	int nflips = 1 + (fj_flip & 3) % 3, fd;
+	struct journal_report rep;
+	char err[512];
+	void *store = NULL;
+
+	if (n > end + 512)
+		n = (size_t)end + 512;
+	nbits = 8 * (uint64_t)n;
+	bit[0] = fj_flip_at % nbits;
+	bit[1] = (bit[0] + 1 + (uint64_t)(fj_flip >> 2) * 131) % nbits;
+	bit[2] = (bit[1] + 1 + (uint64_t)(fj_flip >> 2) * 67) % nbits;
+	if (bit[1] == bit[0] || bit[2] == bit[0] || bit[2] == bit[1])
+		nflips = 1;
+	for (int i = 0; i < nflips; i++)
+		file[bit[i] / 8] ^= (uint8_t)(1u << bit[i] % 8);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	FUZZ_CHECK(fd >= 0);
+	FUZZ_CHECK(pwrite(fd, file, n, 0) == (ssize_t)n);
+	close(fd);
+	FUZZ_CHECK(journal_check(dir, &rep, err, sizeof(err)) != 0);
+	FUZZ_CHECK(journal_store_ops.open(dir, &store, err, sizeof(err)) != 0);
+	FUZZ_CHECK(store == NULL);
+	FUZZ_CHECK(read_file(again, n) == n);
+	FUZZ_CHECK(memcmp(again, file, n) == 0);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
@@ -385,5 +441,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(second.n == first.n);
 	FUZZ_CHECK(second.completed == first.completed);
 	FUZZ_CHECK(second.digest == first.digest);
+	if ((flags & FJ_ACKED) && (flags & FJ_FLIP))
+		flip_acked(rep2.end);
 	return 0;
 }

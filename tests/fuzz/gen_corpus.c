@@ -504,6 +504,9 @@ static void journal_seeds(void)
 	put("journal", "history_compact_append", r.b, r.n);
 	history(&r, FJ_ZEROS | FJ_FLIP);
 	put("journal", "history_damaged", r.b, r.n);
+	/* The store's own journal of that history, a bit flipped in it. */
+	history(&r, FJ_ZEROS | FJ_FLIP | FJ_ACKED);
+	put("journal", "history_acked_flip", r.b, r.n);
 
 	/* The last record cut short at the end of the file: a torn tail
 	 * (cut short before zeros, it would be whole on disk: damage). */
