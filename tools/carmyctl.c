@@ -997,9 +997,11 @@ static int dial_hello(struct ctl *x, bool quiet)
 	rc = trust_socket_dir(&x->trust, x->path, x->why, sizeof(x->why));
 	if (rc == CARMY_EUNAVAILABLE) {
 		errno = ENOENT;
-	} else if (rc != 0) {
+	} else if (rc == CARMY_EUNTRUSTED) {
 		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
 		return EXIT_UNTRUSTED;
+	} else if (rc != 0) {
+		return fail("socket", rc);
 	}
 	if (rc == 0)
 		x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
