@@ -275,6 +275,18 @@ static int try_start(struct carmyd_proc *d, const char *const *extra)
 	return -1;
 }
 
+/* --group with our own primary group, which carmyd (as us) can use. */
+static const char *const *group_opts(void)
+{
+	static char name[64];
+	static const char *const opts[] = { "--group", name, NULL };
+	struct group *gr = getgrgid(getegid());
+
+	ck_assert_ptr_nonnull(gr);
+	snprintf(name, sizeof(name), "%s", gr->gr_name);
+	return opts;
+}
+
 static bool has(const char *text, const char *part)
 {
 	return strstr(text, part) != NULL;
@@ -642,6 +654,40 @@ START_TEST(test_segment_not_the_daemons_is_refused)
 	e2e_restart(&d, NULL);
 	c = e2e_connect(&d);
 	carmy_close(c);
+
+	/* Narrower than asked (a first run without --group): widened to
+	 * 0660; then wider than a carmyd without --group allows: refused. */
+	e2e_kill9(&d);
+	e2e_restart(&d, group_opts());
+	ck_assert_uint_eq(mode_of(seg), 0660);
+	e2e_kill9(&d);
+	fflush(NULL);
+	ck_assert_int_ne(harness_restart(&d, NULL), 0);
+	ck_assert_uint_eq(mode_of(seg), 0660);
+	ck_assert_int_eq(chmod(seg, 0600), 0);
+	e2e_restart(&d, NULL);
+	e2e_stop(&d);
+}
+END_TEST
+
+/* With --group, the directory carmyd repairs is made 0750. */
+START_TEST(test_own_open_socket_directory_is_made_0750_with_group)
+{
+	static char sock[160];
+	const char *const *group = group_opts();
+	const char *opts[] = { "--socket", sock, group[0], group[1], NULL };
+	char dir[128];
+	struct carmyd_proc d;
+	carmy_t *c = NULL;
+
+	path_in(dir, sizeof(dir), base, "shared");
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	path_in(sock, sizeof(sock), dir, "carmyd.sock");
+	e2e_start(&d, opts);
+	ck_assert_uint_eq(mode_of(dir), 0750);
+	ck_assert_int_eq(carmy_connect(&c, sock), 0);
+	carmy_close(c);
 	e2e_stop(&d);
 }
 END_TEST
@@ -659,6 +705,7 @@ static Suite *trust_suite(void)
 	tcase_add_test(tc, test_symlinked_socket_directory_is_refused);
 	tcase_add_test(tc, test_symlink_to_another_users_directory_is_refused);
 	tcase_add_test(tc, test_own_open_socket_directory_is_repaired_by_carmyd_and_refused_by_clients);
+	tcase_add_test(tc, test_own_open_socket_directory_is_made_0750_with_group);
 	tcase_add_test(tc, test_segment_not_the_daemons_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
