@@ -177,7 +177,8 @@ struct carmy_reservation {
  * Before anything is sent, the socket's directory must be a real directory
  * (not a symbolic link) owned by this process's effective uid, root or a
  * user in $CARMY_TRUSTED_USERS, that neither its group nor others can
- * write; the process listening on the socket (SO_PEERCRED) must run as one
+ * write (and the directories above it owned by those uids, sticky if
+ * others can write them, as /tmp is); the process listening on the socket (SO_PEERCRED) must run as one
  * of those uids; and the segment it names must be a regular file owned by
  * that same uid that others cannot write (its group only with carmyd
  * --group, for a group this process is in). $CARMY_TRUSTED_USERS lists
@@ -326,7 +327,7 @@ const char *carmy_strerror(int code);
  * CARMY_EUNTRUSTED (carmy_connect(), or a call that connected again):
  * which path, uid or mode, as one sentence ("the carmyd on PATH runs as
  * uid 1001 ..."). "" if none has. Never NULL; the thread's own storage,
- * valid until its next such failure.
+ * rewritten by its next connect.
  */
 const char *carmy_trust_detail(void);
 
