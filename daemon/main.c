@@ -347,44 +347,90 @@ bad:
 
 /* ------------------------------------------------------------ start-up */
 
-/* Create the socket's directory if it is missing: owner-only, or
- * group-readable with --group. */
+/*
+ * The socket's directory, created if it is missing: owner-only, or
+ * group-readable with --group. One that exists must be a real directory,
+ * never a symbolic link (opened with O_NOFOLLOW, and looked at and
+ * repaired through that descriptor), and ours or root's: a directory
+ * someone else planted (in /tmp, say) could let them replace our socket.
+ * So could one that others can write: ours, it is made owner-only again,
+ * and the log says so; root's, or a sticky one (/tmp itself, shared by
+ * everyone), is refused.
+ */
 static int make_dirs(const struct carmyd_config *cfg)
 {
+	const mode_t want = cfg->use_group ? 0750 : 0700;
 	char dir[sizeof(cfg->socket_path)];
+	struct stat st;
 	char *slash;
+	int fd;
 
 	strcpy(dir, cfg->socket_path);
 	slash = strrchr(dir, '/');
-	if (slash == NULL || slash == dir)
-		return 0;
-	*slash = '\0';
-	if (mkdir(dir, cfg->use_group ? 0750 : 0700) == 0) {
+	if (slash == NULL)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		strcpy(dir, "/");
+	else
+		*slash = '\0';
+	if (mkdir(dir, want) == 0) {
 		if (cfg->use_group && (chown(dir, (uid_t)-1, cfg->gid) != 0 ||
-				       chmod(dir, 0750) != 0)) {
+				       chmod(dir, want) != 0)) {
 			log_error("cannot share %s with the group: %s", dir,
 				  strerror(errno));
 			return -1;
 		}
 		return 0;
 	}
-	if (errno == EEXIST) {
-		struct stat st;
-
-		/* A directory someone else planted (in /tmp, say) could let
-		 * them replace our socket: refuse it. */
-		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			log_error("%s is not a directory", dir);
-			return -1;
-		}
-		if (st.st_uid != geteuid() && st.st_uid != 0) {
-			log_error("refusing %s: it belongs to uid %u, not to us",
-				  dir, (unsigned)st.st_uid);
-			return -1;
-		}
-		return 0;
+	if (errno != EEXIST) {
+		log_error("cannot create %s: %s", dir, strerror(errno));
+		return -1;
 	}
-	log_error("cannot create %s: %s", dir, strerror(errno));
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+
+		if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode))
+			log_error("refusing %s: it is a symbolic link, which "
+				  "whoever can change it could point at "
+				  "another directory", dir);
+		else if (err == ENOTDIR)
+			log_error("%s is not a directory", dir);
+		else
+			log_error("cannot open %s: %s", dir, strerror(err));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0) {
+		log_error("cannot stat %s: %s", dir, strerror(errno));
+		goto refuse;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		log_error("refusing %s: it belongs to uid %u, not to us",
+			  dir, (unsigned)st.st_uid);
+		goto refuse;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		if (st.st_uid != geteuid() || (st.st_mode & S_ISVTX) != 0) {
+			log_error("refusing %s: it has mode %04o, and others "
+				  "could replace our socket in it; give "
+				  "--socket a path in a directory of our own",
+				  dir, (unsigned)(st.st_mode & 07777));
+			goto refuse;
+		}
+		if (fchmod(fd, want) != 0) {
+			log_error("cannot make %s (mode %04o) ours alone: %s",
+				  dir, (unsigned)(st.st_mode & 07777),
+				  strerror(errno));
+			goto refuse;
+		}
+		log_warn("%s had mode %04o, which let others replace our "
+			 "socket: made it %04o", dir,
+			 (unsigned)(st.st_mode & 07777), (unsigned)want);
+	}
+	close(fd);
+	return 0;
+refuse:
+	close(fd);
 	return -1;
 }
 
@@ -396,7 +442,7 @@ static int take_lock(const struct carmyd_config *cfg)
 	int fd;
 
 	snprintf(path, sizeof(path), "%s.lock", cfg->socket_path);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		log_error("cannot open %s: %s", path, strerror(errno));
 		return -1;

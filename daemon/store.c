@@ -49,6 +49,8 @@
 static int create_segment(struct store *s, const struct carmyd_config *cfg,
 			  const struct shm_geometry *geo);
 static int attach_segment(struct store *s, const struct carmyd_config *cfg);
+static int vet_segment(struct store *s, const struct carmyd_config *cfg,
+		       const struct stat *st);
 static void recover(struct store *s, uint32_t grace_ms);
 static uint64_t mono_ns(void);
 static uint64_t proc_start_ns(uint32_t pid);
@@ -1072,6 +1074,58 @@ fail:
 	return rc;
 }
 
+/*
+ * An existing segment, before it is mapped (st from fstat() on s->fd): a
+ * regular file of ours that nobody could write but us and, with --group,
+ * that group. One that others could write may hold what they wrote (its
+ * entries, recorded results) and is refused; one narrower than asked
+ * (started before without --group) is widened to it, as it was never
+ * exposed. Returns 0 or -EPERM.
+ */
+static int vet_segment(struct store *s, const struct carmyd_config *cfg,
+		       const struct stat *st)
+{
+	const mode_t want = cfg->use_group ? 0660 : 0600;
+	const mode_t mode = st->st_mode & 07777;
+
+	if (!S_ISREG(st->st_mode)) {
+		log_error("segment %s is not a regular file: refusing it",
+			  cfg->shm_name);
+		return -EPERM;
+	}
+	if (st->st_uid != geteuid()) {
+		log_error("segment %s belongs to uid %u, not to us: refusing it",
+			  cfg->shm_name, (unsigned)st->st_uid);
+		return -EPERM;
+	}
+	if ((mode & ~want) != 0 ||
+	    ((mode & 0070) != 0 && st->st_gid != cfg->gid)) {
+		log_error("segment %s has mode %04o and group %u: others could "
+			  "have written to it, so it is refused (%s; remove it "
+			  "with rm /dev/shm%s to start afresh)", cfg->shm_name,
+			  (unsigned)mode, (unsigned)st->st_gid,
+			  cfg->use_group ? "expected 0660 with --group" :
+					   "expected 0600; start with --group "
+					   "if it was shared",
+			  cfg->shm_name);
+		return -EPERM;
+	}
+	if (mode != want || (cfg->use_group && st->st_gid != cfg->gid)) {
+		if ((cfg->use_group &&
+		     fchown(s->fd, (uid_t)-1, cfg->gid) != 0) ||
+		    fchmod(s->fd, want) != 0) {
+			int err = errno;
+
+			log_error("cannot share segment %s with the group: %s",
+				  cfg->shm_name, strerror(err));
+			return -err;
+		}
+		log_info("segment %s had mode %04o: made it %04o", cfg->shm_name,
+			 (unsigned)mode, (unsigned)want);
+	}
+	return 0;
+}
+
 static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 {
 	struct stat st;
@@ -1085,11 +1139,9 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 			  strerror(errno));
 		return rc;
 	}
-	if (st.st_uid != geteuid()) {
-		log_error("segment %s belongs to uid %u, not to us: refusing it",
-			  cfg->shm_name, (unsigned)st.st_uid);
-		return -EPERM;
-	}
+	rc = vet_segment(s, cfg, &st);
+	if (rc != 0)
+		return rc;
 	if (st.st_size < (off_t)SHM_HEADER_SIZE) {
 		log_error("segment %s is truncated (%lld bytes)", cfg->shm_name,
 			  (long long)st.st_size);

@@ -54,6 +54,7 @@ enum carmy_code {
 	CARMY_EINVALID_STATUS = -1013, /* INVALID_STATUS */
 	CARMY_ESTORE = -1014,          /* STORE_FAILED */
 	CARMY_ENOT_INTERRUPTED = -1015, /* NOT_INTERRUPTED */
+	CARMY_EUNTRUSTED = -1016,      /* DAEMON_UNTRUSTED */
 };
 
 /* Outcomes of carmy_begin() that are not errors. */
@@ -169,7 +170,21 @@ struct carmy_reservation {
  * On success *out is a new handle, freed by carmy_close().
  * Returns 0, CARMY_EUNAVAILABLE if carmyd cannot be reached, CARMY_ELAYOUT if
  * carmyd's segment was built with another layout, CARMY_ECORRUPT or
- * CARMY_EPROTOCOL if what carmyd offers is not sane, or -errno.
+ * CARMY_EPROTOCOL if what carmyd offers is not sane, CARMY_EUNTRUSTED if
+ * the carmyd found is not one to trust (see carmy_trust_detail()), or
+ * -errno.
+ *
+ * Before anything is sent, the socket's directory must be a real directory
+ * (not a symbolic link) owned by this process's effective uid, root or a
+ * user in $CARMY_TRUSTED_USERS, that neither its group nor others can
+ * write (and the directories above it owned by those uids, sticky if
+ * others can write them, as /tmp is); the process listening on the socket (SO_PEERCRED) must run as one
+ * of those uids; and the segment it names must be a regular file owned by
+ * that same uid that others cannot write (its group only with carmyd
+ * --group, for a group this process is in). $CARMY_TRUSTED_USERS lists
+ * user names or uids, separated by commas or spaces, for a carmyd run as
+ * another user (carmyd --group); a set-uid program ignores it. The same
+ * checks are made whenever a handle connects again. docs/trust.md.
  * Thread-safe (it touches no shared state). A handle belongs to the process
  * that connected it: after fork() the child must connect anew.
  */
@@ -306,6 +321,15 @@ const char *carmy_errname(int code);
 
 /* One sentence describing any code. Never NULL; static storage. */
 const char *carmy_strerror(int code);
+
+/*
+ * What was wrong, when a call of this thread last failed with
+ * CARMY_EUNTRUSTED (carmy_connect(), or a call that connected again):
+ * which path, uid or mode, as one sentence ("the carmyd on PATH runs as
+ * uid 1001 ..."). "" if none has. Never NULL; the thread's own storage,
+ * rewritten by its next connect.
+ */
+const char *carmy_trust_detail(void);
 
 /* Lowercase name of a CARMY_STATUS_* ("completed", "timed_out"...) or of a
  * CARMY_STATE_* ("running", "interrupted"...); "unknown" otherwise. */

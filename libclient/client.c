@@ -30,6 +30,7 @@
 
 #include "carmy.h"
 #include "libclient/canon.h"
+#include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/atomic.h"
 #include "shm/shm.h"
@@ -69,6 +70,8 @@ struct carmy {
 					 * and reconnects */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char shm_name[WIRE_SHM_NAME_MAX];
+	struct trust trust;		/* who may run carmyd, at connect */
+	uid_t peer;			/* who does: the segment's owner */
 	struct shm_view view;
 	uint64_t exec_seed;		/* execution ids: keyed hash of a */
 	uint8_t exec_key[16];		/* random key, see new_exec_id() */
@@ -112,6 +115,8 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 static int confirm(carmy_t *c, int type, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN], struct wire_msg *reply);
 static int dial(const char *path, int *fdp);
+static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer);
+static int vet_segment(const struct stat *st, void *arg);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 		    struct wire_msg *m, uint8_t *buf, size_t cap);
@@ -126,6 +131,9 @@ static uint64_t mono_ns(void);
 static int env_int(const char *name, int dflt, int max);
 
 /* ------------------------------------------------------------ connect */
+
+/* Why this thread's last CARMY_EUNTRUSTED was (carmy_trust_detail()). */
+static __thread char trust_why[TRUST_WHY_MAX];
 
 EXPORT int carmy_default_socket(char *buf, size_t size)
 {
@@ -183,20 +191,23 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 		goto fail;
 	}
 
-	rc = dial(socket_path, &c->fd);
+	rc = trust_init(&c->trust, trust_why, sizeof(trust_why));
+	if (rc != 0)
+		goto fail;
+	rc = dial_trusted(c, &c->fd, &c->peer);
 	if (rc != 0)
 		goto fail;
 	rc = hello(c->fd, 0, 0, HELLO_TIMEOUT_MS, &m);
 	if (rc != 0)
 		goto fail;
-	rc = shm_map(m.u.hello_ok.shm_name, true, &c->view);
+	strcpy(c->shm_name, m.u.hello_ok.shm_name);
+	rc = shm_map_vetted(c->shm_name, true, vet_segment, c, &c->view);
 	if (rc != 0)
 		goto fail;
 	if (c->view.geo.max_result != m.u.hello_ok.max_result) {
 		rc = CARMY_EPROTOCOL;
 		goto fail;
 	}
-	strcpy(c->shm_name, m.u.hello_ok.shm_name);
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
@@ -218,6 +229,11 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 fail:
 	carmy_close(c);
 	return rc;
+}
+
+EXPORT const char *carmy_trust_detail(void)
+{
+	return trust_why;
 }
 
 EXPORT void carmy_close(carmy_t *c)
@@ -630,7 +646,7 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		 * requests on c, and closing it ends the wait. */
 		/* A stalled carmyd holds this up no longer than the answer
 		 * below may take: the deadline, and a second. */
-		wrc = dial(c->path, &fd);
+		wrc = dial_trusted(c, &fd, NULL);
 		if (wrc == 0)
 			wrc = hello(fd, 0, 0,
 				    left + 1000 < HELLO_TIMEOUT_MS ?
@@ -791,7 +807,8 @@ static int reconnect(carmy_t *c, int wait_ms)
 		bool retry;
 		int fd = -1;
 
-		rc = dial(c->path, &fd);
+		/* A restarted carmyd is checked as the first was. */
+		rc = dial_trusted(c, &fd, NULL);
 		retry = rc == CARMY_EUNAVAILABLE;
 		if (rc == 0) {
 			rc = hello(fd, uatomic_read(&c->owner),
@@ -1108,6 +1125,54 @@ static int dial(const char *path, int *fdp)
 	}
 	*fdp = fd;
 	return 0;
+}
+
+/*
+ * Dial c->path, checking before anything is sent that the carmyd there is
+ * one c trusts (libclient/trust.h): the socket's directory, then the uid
+ * the kernel gives for the peer. With peer NULL (a new connection of a
+ * connected handle) it must be the uid of the first one, whose segment c
+ * has mapped: a carmyd of another uid cannot be serving that segment.
+ * Returns 0, CARMY_EUNTRUSTED (trust_why says why), or as dial().
+ */
+static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer)
+{
+	uid_t uid;
+	int rc;
+
+	rc = trust_socket_dir(&c->trust, c->path, trust_why,
+			      sizeof(trust_why));
+	if (rc != 0)
+		return rc;
+	rc = dial(c->path, fdp);
+	if (rc != 0)
+		return rc;
+	rc = trust_peer(&c->trust, *fdp, c->path, &uid, trust_why,
+			sizeof(trust_why));
+	if (rc == 0 && peer == NULL && uid != c->peer) {
+		snprintf(trust_why, sizeof(trust_why), "the carmyd on %s runs "
+			 "as uid %u, not as uid %u, whose segment this handle "
+			 "has mapped", c->path, (unsigned)uid,
+			 (unsigned)c->peer);
+		rc = CARMY_EUNTRUSTED;
+	}
+	if (rc != 0) {
+		close(*fdp);
+		*fdp = -1;
+		return rc;
+	}
+	if (peer != NULL)
+		*peer = uid;
+	return 0;
+}
+
+/* shm_map_vetted()'s look at the segment carmyd named (arg: the handle). */
+static int vet_segment(const struct stat *st, void *arg)
+{
+	carmy_t *c = arg;
+
+	return trust_segment(&c->trust, st, c->peer, c->shm_name, trust_why,
+			     sizeof(trust_why));
 }
 
 static int send_all(int fd, const void *buf, size_t len)

@@ -52,6 +52,8 @@ static const struct code_text texts[] = {
 	  "carmyd's durable store could not record this; nothing was reserved or recorded." },
 	{ CARMY_ENOT_INTERRUPTED, "NOT_INTERRUPTED",
 	  "Only an interrupted execution can be resolved: this one is running, completed, absent or another execution." },
+	{ CARMY_EUNTRUSTED, "DAEMON_UNTRUSTED",
+	  "The carmyd found, its socket's directory or its segment belongs to a user this process does not trust, or others can write them; nothing was reserved and the tool must not run." },
 };
 
 static const struct code_text *find(int code)

@@ -203,6 +203,20 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
  * shm_open/mmap, CARMY_ELAYOUT or CARMY_ECORRUPT. */
 int shm_map(const char *name, bool writable, struct shm_view *v)
 {
+	return shm_map_vetted(name, writable, NULL, NULL, v);
+}
+
+/*
+ * shm_map(), with vet (if not NULL) asked about the file first: its fstat()
+ * on the very descriptor that is then mapped, so a name swapped after the
+ * look cannot be the one mapped; any code it returns is returned. A vetted
+ * segment is also the exact size its header says. (shm_open() opens with
+ * O_NOFOLLOW: /dev/shm's names are never followed as links.)
+ */
+int shm_map_vetted(const char *name, bool writable,
+		   int (*vet)(const struct stat *st, void *arg), void *arg,
+		   struct shm_view *v)
+{
 	struct stat st;
 	void *base;
 	int fd, rc;
@@ -212,6 +226,11 @@ int shm_map(const char *name, bool writable, struct shm_view *v)
 		return -errno;
 	if (fstat(fd, &st) != 0) {
 		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	rc = vet != NULL ? vet(&st, arg) : 0;
+	if (rc != 0) {
 		close(fd);
 		return rc;
 	}
@@ -226,6 +245,8 @@ int shm_map(const char *name, bool writable, struct shm_view *v)
 	if (base == MAP_FAILED)
 		return rc;
 	rc = shm_view_init(v, base, (size_t)st.st_size);
+	if (rc == 0 && vet != NULL && v->geo.size != (uint64_t)st.st_size)
+		rc = CARMY_ECORRUPT;
 	if (rc != 0)
 		munmap(base, (size_t)st.st_size);
 	return rc;

@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "carmy.h"
 
@@ -393,6 +394,9 @@ void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
 int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo);
 int shm_view_init(struct shm_view *v, void *base, size_t mapped);
 int shm_map(const char *name, bool writable, struct shm_view *v);
+int shm_map_vetted(const char *name, bool writable,
+		   int (*vet)(const struct stat *st, void *arg), void *arg,
+		   struct shm_view *v);
 void shm_unmap(struct shm_view *v);
 int shm_hold_alive(const struct shm_view *v);
 void shm_let_go_alive(const struct shm_view *v);

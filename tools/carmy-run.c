@@ -31,10 +31,13 @@
  *   75     STORE_FAILED: carmyd's durable store could not record the
  *          reservation (COMMAND did not run) or the result (it did: the
  *          identity reports EXECUTION_UNCERTAIN)
+ *   77     DAEMON_UNTRUSTED: the carmyd found, its socket's directory or
+ *          its segment belongs to a user not trusted (sysexits' EX_NOPERM;
+ *          the message says which path, uid or mode)
  *   124    COMMAND timed out, in this run or replayed
  *   126    COMMAND is not executable  \  nothing ran and the reservation
  *   127    COMMAND was not found      /  was released: retrying may run it
- * COMMAND did not run for 64-69, 71-73, 126 and 127; for 70 it did not run
+ * COMMAND did not run for 64-69, 71-73, 77, 126 and 127; for 70 it did not run
  * unless the error came after it started, and the identity then reports
  * EXECUTION_UNCERTAIN. A COMMAND that exits with one of these statuses
  * itself is told apart by --json, whose errors are objects with "error".
@@ -82,6 +85,7 @@ enum {
 	EXIT_CAPACITY = 73,
 	EXIT_TOO_LARGE = 74,
 	EXIT_STORE = 75,
+	EXIT_UNTRUSTED = 77,
 	EXIT_TIMED_OUT = 124,
 	EXIT_NOT_EXECUTABLE = 126,
 	EXIT_NOT_FOUND = 127,
@@ -188,6 +192,9 @@ static const char usage_text[] =
 	"  73     IDEMPOTENCY_CAPACITY   carmyd's table is full\n"
 	"  74     RESULT_TOO_LARGE       output over carmyd's --max-result (recorded)\n"
 	"  75     STORE_FAILED           carmyd's durable store could not record it\n"
+	"  77     DAEMON_UNTRUSTED       carmyd, its socket's directory or its\n"
+	"                                segment belongs to a user not trusted\n"
+	"                                (see $CARMY_TRUSTED_USERS)\n"
 	"  124    COMMAND timed out, in this run or replayed\n"
 	"  128+N  also: cancelled by signal N (INT, TERM, HUP) while it ran,\n"
 	"         in this run or replayed\n"
@@ -1014,7 +1021,15 @@ static int report_code(const struct opts *o, int code,
 		       const struct carmy_reservation *r)
 {
 	bool entry = code == CARMY_ECONFLICT || code == CARMY_EUNCERTAIN;
+	char msg[512];
 
+	/* Which path, uid or mode it was: libcarmy keeps it for us. */
+	if (code == CARMY_EUNTRUSTED) {
+		snprintf(msg, sizeof(msg), "%s (%s)", carmy_trust_detail(),
+			 carmy_strerror(code));
+		return report(o, EXIT_UNTRUSTED, carmy_errname(code), msg,
+			      NULL, NULL);
+	}
 	return report(o, exit_for(code), carmy_errname(code),
 		      carmy_strerror(code), entry ? r->execution_id : NULL,
 		      entry ? carmy_state_name(r->state) : NULL);
@@ -1039,6 +1054,8 @@ static int exit_for(int code)
 		return EXIT_TOO_LARGE;
 	case CARMY_ESTORE:
 		return EXIT_STORE;
+	case CARMY_EUNTRUSTED:
+		return EXIT_UNTRUSTED;
 	default:
 		return EXIT_INTERNAL;
 	}

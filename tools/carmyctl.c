@@ -28,6 +28,7 @@
 #include "carmy.h"
 #include "daemon/journal.h"
 #include "daemon/log.h"
+#include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
 #include "tools/json.h"
@@ -35,6 +36,7 @@
 
 #define EXIT_USAGE 64
 #define EXIT_FAIL 1
+#define EXIT_UNTRUSTED 77	/* DAEMON_UNTRUSTED (sysexits' EX_NOPERM) */
 #define REPLY_MAX 512
 #define ASK_LOST (-1)	/* ask(): a WAIT's connection (or a redial's) is gone */
 #define DIAL_NOT_YET (-2)	/* dial_hello(quiet): carmyd is not back yet */
@@ -75,7 +77,9 @@ static const char usage[] =
 	"  --json           one JSON object (list: an array) on standard output\n"
 	"\n"
 	"Exit status: 0 done; 1 the request was refused or failed (its code\n"
-	"name on standard error); 64 usage error; 69 carmyd unavailable.\n";
+	"name on standard error); 64 usage error; 69 carmyd unavailable;\n"
+	"77 DAEMON_UNTRUSTED: carmyd, its socket's directory or its segment\n"
+	"belongs to a user not trusted (see $CARMY_TRUSTED_USERS).\n";
 
 struct ctl {
 	const char *socket;
@@ -87,6 +91,11 @@ struct ctl {
 	char shm_name[WIRE_SHM_NAME_MAX];
 	struct shm_view view;
 	bool mapped;
+	struct trust trust;	/* who may run carmyd (libclient/trust.h) */
+	bool trusting;		/* trust is filled in */
+	uid_t peer;		/* who does, once dialled: the segment's owner */
+	bool peered;
+	char why[TRUST_WHY_MAX];	/* what a failed check found */
 };
 
 /* One entry, read out of the segment. */
@@ -126,6 +135,8 @@ static int map_segment(struct ctl *x);
 static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	       int *code);
 static int dial_hello(struct ctl *x, bool quiet);
+static int trusting(struct ctl *x);
+static int vet_segment(const struct stat *st, void *arg);
 static int redial(struct ctl *x, uint64_t deadline);
 static uint64_t mono_ns(void);
 static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
@@ -946,7 +957,16 @@ static int map_segment(struct ctl *x)
 	if (x->mapped)
 		shm_unmap(&x->view);
 	x->mapped = false;
-	rc = shm_map(x->shm_name, false, &x->view);
+	rc = trusting(x);
+	if (rc != 0)
+		return rc;
+	/* The segment carmyd named is its uid's; one named with --segment
+	 * (carmyd may be down) any trusted uid's. */
+	rc = shm_map_vetted(x->shm_name, false, vet_segment, x, &x->view);
+	if (rc == CARMY_EUNTRUSTED) {
+		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		return EXIT_UNTRUSTED;
+	}
 	if (rc != 0) {
 		fprintf(stderr, "carmyctl: cannot read segment %s: %s: %s\n",
 			x->shm_name, carmy_errname(rc), carmy_strerror(rc));
@@ -973,8 +993,23 @@ static int dial_hello(struct ctl *x, bool quiet)
 		return fail("socket", -ENAMETOOLONG);
 	}
 	strcpy(sa.sun_path, x->path);
-	x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (x->fd < 0 ||
+	rc = trusting(x);
+	if (rc != 0)
+		return rc;
+	/* As libcarmy checks them: the directory before anything is sent,
+	 * the peer's uid once connected. */
+	rc = trust_socket_dir(&x->trust, x->path, x->why, sizeof(x->why));
+	if (rc == CARMY_EUNAVAILABLE) {
+		errno = ENOENT;
+	} else if (rc == CARMY_EUNTRUSTED) {
+		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		return EXIT_UNTRUSTED;
+	} else if (rc != 0) {
+		return fail("socket", rc);
+	}
+	if (rc == 0)
+		x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (rc != 0 || x->fd < 0 ||
 	    connect(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		/* Gone, or not listening yet: a carmyd on its way back. */
 		if (quiet && (errno == ENOENT || errno == ECONNREFUSED))
@@ -984,6 +1019,12 @@ static int dial_hello(struct ctl *x, bool quiet)
 			"it\n", x->path, strerror(errno));
 		return 69;
 	}
+	if (trust_peer(&x->trust, x->fd, x->path, &x->peer, x->why,
+		       sizeof(x->why)) != 0) {
+		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		return EXIT_UNTRUSTED;
+	}
+	x->peered = true;
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_hello(&sb, shm_layout_signature(), 0, 0);
 	x->redialing = quiet;
@@ -994,6 +1035,28 @@ static int dial_hello(struct ctl *x, bool quiet)
 	/* A carmyd that is stopping still accepts on its way out, and
 	 * resets what it accepted. */
 	return rc == ASK_LOST ? DIAL_NOT_YET : rc;
+}
+
+/* Fill in x->trust once. 0, or an exit status after saying why. */
+static int trusting(struct ctl *x)
+{
+	if (x->trusting)
+		return 0;
+	if (trust_init(&x->trust, x->why, sizeof(x->why)) != 0) {
+		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		return EXIT_UNTRUSTED;
+	}
+	x->trusting = true;
+	return 0;
+}
+
+/* shm_map_vetted()'s look at the segment (arg: the ctl). */
+static int vet_segment(const struct stat *st, void *arg)
+{
+	struct ctl *x = arg;
+
+	return trust_segment(&x->trust, st, x->peered ? x->peer : (uid_t)-1,
+			     x->shm_name, x->why, sizeof(x->why));
 }
 
 /* Send one request and read its reply; HELLO's fills x->shm_name. A WAIT

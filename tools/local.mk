@@ -17,7 +17,7 @@ tools_carmyctl_SOURCES = tools/carmyctl.c tools/json.h tools/json.c \
 	daemon/log.c daemon/log.h
 tools_carmyctl_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS) -pthread
 tools_carmyctl_LDADD = libclient/libcarmy.la shm/libshm.la \
-	libclient/libwire.la $(MSGPACK_LIBS) $(XXHASH_LIBS) -lpthread
+	libclient/libwire.la libclient/libtrust.la $(MSGPACK_LIBS) $(XXHASH_LIBS) -lpthread
 
 # carmy-bench: measures a running carmyd against this machine's floors and,
 # when built with hiredis and libpq, against Redis and PostgreSQL.
