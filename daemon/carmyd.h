@@ -35,7 +35,7 @@
  * (server.c), the signalfd and two timers, the segment, three per event
  * loop (epoll, two eventfds), and this reserve for what comes and goes
  * (the store's files and connections, /proc reads, a connection being
- * refused or shed). */
+ * refused, up to 16 shed ones their loops have yet to close). */
 #define CARMYD_FDS_FIXED 10
 #define CARMYD_FDS_PER_LOOP 3
 #define CARMYD_FDS_RESERVE 32

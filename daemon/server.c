@@ -68,6 +68,9 @@
  * for this long: past the HELLO timeout, so that the connections of one
  * flood timing out belong to the episode they began. */
 #define CROWD_QUIET_NS (HELLO_TIMEOUT_NS + 1000000000ull)
+/* Shed connections not yet closed by their loops, at most: each holds a
+ * descriptor until then (CARMYD_FDS_RESERVE has room for them). */
+#define SHED_AHEAD 16
 /* Refused operator commands are logged at most once a second. */
 #define DENY_LOG_NS 1000000000ull
 /* greet_del(): was the connection shed meanwhile? */
@@ -581,6 +584,12 @@ static void on_accept(struct server *sv)
 		unsigned long open_now;
 		int fd;
 
+		/* Let the loops close those shed first (this one's after
+		 * this batch of events): accepting on would use up the
+		 * descriptors they hold. */
+		if (atomic_load_explicit(&sv->nshed, memory_order_relaxed) >=
+		    SHED_AHEAD)
+			return;
 		if (sv->spare < 0)
 			sv->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
