@@ -401,11 +401,16 @@ START_TEST(test_max_clients_beyond_the_descriptor_limit_is_a_usage_error)
 		_exit(127);
 	}
 	close(p[1]);
+	st = harness_waitpid(pid, 10000);
+	if (st == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		ck_abort_msg("carmyd started with --max-clients beyond its limit");
+	}
 	while ((n = read(p[0], out + have, sizeof(out) - 1 - (size_t)have)) > 0)
 		have += n;
 	out[have] = '\0';
 	close(p[0]);
-	st = harness_waitpid(pid, 10000);
 	ck_assert(WIFEXITED(st));
 	ck_assert_int_eq(WEXITSTATUS(st), 64);
 	ck_assert_msg(strstr(out, "--max-clients 1000") != NULL &&
