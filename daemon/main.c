@@ -398,8 +398,12 @@ static int size_clients(struct carmyd_config *cfg)
 	struct rlimit rl;
 	uint64_t limit;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-		return 0;	/* not capped by what we cannot see */
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		/* Not capped by what we cannot see (server.c copes). */
+		if (cfg->max_clients == 0)
+			cfg->max_clients = CARMYD_MAX_CLIENTS_MAX;
+		return 0;
+	}
 	if (rl.rlim_cur < rl.rlim_max) {
 		struct rlimit up = { rl.rlim_max, rl.rlim_max };
 

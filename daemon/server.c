@@ -115,7 +115,7 @@ struct conn {
 	gid_t gid;
 	int operator;		/* may resolve and purge: 1, 0; -1 not known yet */
 	bool denied;		/* an operator command was refused (logged) */
-	/* Until HELLO, on the server's greeting list; these four are under
+	/* Until HELLO, on the server's greeting list; these are under
 	 * its greet_lock. shed: the first loop shut it down (no HELLO in
 	 * time, or its place went to a newer connection). */
 	struct conn *gprev, *gnext;
