@@ -27,6 +27,19 @@
  * before it sleeps (see main.c's usage), and its upper bound. */
 #define CARMYD_DEFAULT_SPIN_US 50
 #define CARMYD_SPIN_US_MAX 10000
+/* A connection that has not said HELLO this long after it was accepted is
+ * closed: libcarmy and carmyctl say it right after connect(). */
+#define CARMYD_HELLO_TIMEOUT_S 5
+/* --max-clients defaults to the descriptor limit less what carmyd keeps
+ * for itself: standard streams, the lock, the listening socket, the spare
+ * (server.c), the signalfd and two timers, the segment, three per event
+ * loop (epoll, two eventfds), and this reserve for what comes and goes
+ * (the store's files and connections, /proc reads, a connection being
+ * refused, up to 16 shed ones their loops have yet to close). */
+#define CARMYD_FDS_FIXED 10
+#define CARMYD_FDS_PER_LOOP 3
+#define CARMYD_FDS_RESERVE 32
+#define CARMYD_MAX_CLIENTS_MAX 100000000
 
 struct carmyd_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -40,6 +53,9 @@ struct carmyd_config {
 	bool foreground;
 	bool transient;		/* remove the segment on clean exit */
 	bool use_group;		/* --group: share socket and segment */
+	bool use_admin_group;	/* --admin-group: may resolve and purge */
+	gid_t admin_gid;
+	uint32_t max_clients;	/* --max-clients; 0 until resolved */
 	uint32_t grace_ms;	/* --grace: previous clients may come back */
 	gid_t gid;
 	const char *log_file;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,8 +56,18 @@ static const char usage[] =
 	"                       this long before it sleeps, 0..10000 (default\n"
 	"                       50): a reply sooner than a wake-up, for a CPU\n"
 	"                       while requests keep coming; 0 never polls\n"
-	"  --group NAME         share socket and segment with this group\n"
+	"  --max-clients N      connections served at once; one more takes the\n"
+	"                       place of the oldest that has not said HELLO, or\n"
+	"                       is refused with TOO_MANY_CLIENTS (default: the\n"
+	"                       descriptor limit, raised to its hard limit, less\n"
+	"                       what carmyd keeps for itself: 10 + 3 per event\n"
+	"                       loop + 32)\n"
+	"  --group NAME         share socket and segment with this group: its\n"
+	"                       members can write the segment, so they can forge\n"
+	"                       or destroy anyone's entries: trust them fully\n"
 	"                       (default: owner only)\n"
+	"  --admin-group NAME   its members may resolve, release and purge too\n"
+	"                       (default: only carmyd's own user and root)\n"
 	"  --foreground         stay in the foreground; print a ready line\n"
 	"  --transient          remove the segment on clean exit (tests)\n"
 	"  --log-level LEVEL    error, warn, info (default) or debug\n"
@@ -66,6 +77,7 @@ static const char usage[] =
 static int parse_args(int argc, char **argv, struct carmyd_config *cfg);
 static int parse_u32(const char *opt, const char *s, uint32_t min,
 		     uint32_t max, bool suffixes, uint32_t *out);
+static int size_clients(struct carmyd_config *cfg);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
 static int listen_on(const struct carmyd_config *cfg);
@@ -81,6 +93,8 @@ int main(int argc, char **argv)
 	rc = parse_args(argc, argv, &cfg);
 	if (rc != 0)
 		return rc > 0 ? 0 : EXIT_USAGE;
+	if (size_clients(&cfg) != 0)
+		return EXIT_USAGE;
 	umask(077);
 	signal(SIGPIPE, SIG_IGN);
 	/* Blocked from the start and read through a signalfd in the loop, so
@@ -126,10 +140,11 @@ int main(int argc, char **argv)
 	}
 
 	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
-		 "epoch %u, %u event loop%s, store %s", cfg.socket_path,
-		 cfg.shm_name, store.view.geo.capacity,
+		 "epoch %u, %u event loop%s, store %s, max-clients %u",
+		 cfg.socket_path, cfg.shm_name, store.view.geo.capacity,
 		 store.view.geo.max_result, store.epoch, cfg.threads,
-		 cfg.threads == 1 ? "" : "s", cfg.store ? cfg.store : "memory");
+		 cfg.threads == 1 ? "" : "s", cfg.store ? cfg.store : "memory",
+		 cfg.max_clients);
 	if (cfg.foreground) {
 		printf("carmyd ready socket=%s segment=%s pid=%d\n",
 		       cfg.socket_path, cfg.shm_name, (int)getpid());
@@ -159,7 +174,8 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 {
 	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
 	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
-	       O_VERSION, O_THREADS, O_STORE, O_GRACE, O_SPIN };
+	       O_VERSION, O_THREADS, O_STORE, O_GRACE, O_SPIN, O_MAX_CLIENTS,
+	       O_ADMIN_GROUP };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "capacity", required_argument, NULL, O_CAPACITY },
@@ -170,6 +186,8 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		{ "store", required_argument, NULL, O_STORE },
 		{ "grace", required_argument, NULL, O_GRACE },
 		{ "group", required_argument, NULL, O_GROUP },
+		{ "max-clients", required_argument, NULL, O_MAX_CLIENTS },
+		{ "admin-group", required_argument, NULL, O_ADMIN_GROUP },
 		{ "foreground", no_argument, NULL, O_FOREGROUND },
 		{ "transient", no_argument, NULL, O_TRANSIENT },
 		{ "log-level", required_argument, NULL, O_LOG_LEVEL },
@@ -249,6 +267,24 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			cfg->gid = g->gr_gid;
 			break;
 		}
+		case O_ADMIN_GROUP: {
+			struct group *g = getgrnam(optarg);
+
+			if (g == NULL) {
+				fprintf(stderr, "carmyd: --admin-group: no group "
+					"named '%s'\n", optarg);
+				return -1;
+			}
+			cfg->use_admin_group = true;
+			cfg->admin_gid = g->gr_gid;
+			break;
+		}
+		case O_MAX_CLIENTS:
+			if (parse_u32("--max-clients", optarg, 1,
+				      CARMYD_MAX_CLIENTS_MAX, false,
+				      &cfg->max_clients) != 0)
+				return -1;
+			break;
 		case O_FOREGROUND:
 			cfg->foreground = true;
 			break;
@@ -346,6 +382,61 @@ bad:
 }
 
 /* ------------------------------------------------------------ start-up */
+
+/*
+ * Every connection is a descriptor: --max-clients must leave carmyd the
+ * ones it needs for itself, or accept() would fail with EMFILE before the
+ * cap is reached (server.c copes, but refuses more than it must). The soft
+ * limit is raised to the hard one first: carmyd uses epoll, never
+ * select(). Returns 0, or -1 after a usage error.
+ */
+static int size_clients(struct carmyd_config *cfg)
+{
+	uint64_t own = CARMYD_FDS_FIXED +
+		       (uint64_t)CARMYD_FDS_PER_LOOP * cfg->threads +
+		       CARMYD_FDS_RESERVE;
+	struct rlimit rl;
+	uint64_t limit;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		/* Not capped by what we cannot see (server.c copes). */
+		if (cfg->max_clients == 0)
+			cfg->max_clients = CARMYD_MAX_CLIENTS_MAX;
+		return 0;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit up = { rl.rlim_max, rl.rlim_max };
+
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	limit = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur;
+	if (limit <= own) {
+		fprintf(stderr, "carmyd: the descriptor limit (RLIMIT_NOFILE "
+			"%llu) leaves no room for connections: carmyd keeps "
+			"%llu for itself with %u event loop%s; raise it "
+			"(ulimit -n, LimitNOFILE=)\n", (unsigned long long)limit,
+			(unsigned long long)own, cfg->threads,
+			cfg->threads == 1 ? "" : "s");
+		return -1;
+	}
+	if (cfg->max_clients == 0) {
+		cfg->max_clients = limit - own > CARMYD_MAX_CLIENTS_MAX ?
+					   CARMYD_MAX_CLIENTS_MAX :
+					   (uint32_t)(limit - own);
+	} else if (cfg->max_clients > limit - own) {
+		fprintf(stderr, "carmyd: --max-clients %u: the descriptor "
+			"limit (RLIMIT_NOFILE %llu) allows at most %llu, since "
+			"carmyd keeps %llu for itself with %u event loop%s; "
+			"raise the limit (ulimit -n, LimitNOFILE=) or ask for "
+			"fewer\n", cfg->max_clients, (unsigned long long)limit,
+			(unsigned long long)(limit - own),
+			(unsigned long long)own, cfg->threads,
+			cfg->threads == 1 ? "" : "s");
+		return -1;
+	}
+	return 0;
+}
 
 /*
  * The socket's directory, created if it is missing: owner-only, or

@@ -19,13 +19,29 @@
  * loop's 100 ms tick only reclaims tombstones and, every second, re-checks
  * the segment header and settles tickets held by ids that are not connected
  * (a client that scribbled, or raced a sweep).
+ *
+ * Connections are bounded (--max-clients, sized to the descriptor limit).
+ * Until its HELLO a connection is on the greeting list, oldest first: the
+ * tick closes those that said nothing for CARMYD_HELLO_TIMEOUT_S, and a
+ * connection beyond the cap takes the place of the oldest one there (shed:
+ * told TOO_MANY_CLIENTS and shut down; its loop then closes it). With none
+ * to shed it is refused: TOO_MANY_CLIENTS, then closed. Out of descriptors
+ * all the same (a lowered limit, a store holding more than reserved),
+ * accept() would fail at once for ever: a spare descriptor, given up for
+ * the moment, lets the first loop accept and refuse each one waiting, and
+ * shed the oldest silent one so that the next finds room; without it,
+ * listening pauses until the tick. Each episode of refusals, sheds and
+ * HELLO timeouts is logged once as it begins and once as it ends.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -47,6 +63,18 @@
 #define READ_CHUNK (64 * 1024)
 #define WBUF_MAX (1024 * 1024)	/* a client that never reads its replies */
 #define TICK_NS (100 * 1000 * 1000)
+#define HELLO_TIMEOUT_NS (CARMYD_HELLO_TIMEOUT_S * 1000000000ull)
+/* An episode of refused, shed and silent connections ends when none was
+ * for this long: past the HELLO timeout, so that the connections of one
+ * flood timing out belong to the episode they began. */
+#define CROWD_QUIET_NS (HELLO_TIMEOUT_NS + 1000000000ull)
+/* Shed connections not yet closed by their loops, at most: each holds a
+ * descriptor until then (CARMYD_FDS_RESERVE has room for them). */
+#define SHED_AHEAD 16
+/* Refused operator commands are logged at most once a second. */
+#define DENY_LOG_NS 1000000000ull
+/* greet_del(): was the connection shed meanwhile? */
+enum { GREET_OK, GREET_SHED };
 
 struct server;
 
@@ -84,6 +112,16 @@ struct conn {
 	uint32_t owner;		/* 0 until HELLO */
 	pid_t pid;
 	uid_t uid;
+	gid_t gid;
+	int operator;		/* may resolve and purge: 1, 0; -1 not known yet */
+	bool denied;		/* an operator command was refused (logged) */
+	/* Until HELLO, on the server's greeting list; these are under
+	 * its greet_lock. shed: the first loop shut it down (no HELLO in
+	 * time, or its place went to a newer connection). */
+	struct conn *gprev, *gnext;
+	uint64_t accepted_ns;
+	bool greeting;
+	bool shed;
 	uint8_t *rbuf;
 	size_t rlen, rcap;
 	struct wire_scanner scan;	/* of the message at rbuf's start */
@@ -125,6 +163,26 @@ struct server {
 	pthread_mutex_t wait_lock;
 	struct store_op *waiters;
 	uint64_t wfd_at;	/* deadline wfd is armed for, 0 none */
+	/* Connections open, and of them, shed ones not yet closed. */
+	atomic_ulong nconns;
+	atomic_ulong nshed;
+	/* Connections that have not said HELLO, oldest first. */
+	pthread_mutex_t greet_lock;
+	struct conn *greet_head, *greet_tail;
+	/* The first loop's: the spare descriptor (/dev/null, or -1 while it
+	 * is given up), whether listening is paused, and the episode of
+	 * refusals under way. */
+	int spare;
+	bool paused;
+	bool crowded;
+	uint64_t crowd_since_ns, crowd_last_ns;
+	unsigned long refused, shed, silent;
+	/* The TOO_MANY_CLIENTS error, encoded once. */
+	msgpack_sbuffer too_many;
+	/* Refused operator commands: when the next may be logged, and how
+	 * many were not since the last line. */
+	_Atomic uint64_t deny_log_at;
+	atomic_ulong deny_quiet;
 };
 
 static int loop_init(struct server *sv, struct loop *l);
@@ -161,13 +219,25 @@ static void ack_give(struct server *sv, uint32_t slot);
 static bool ack(struct conn *c, const uint8_t *exec, bool done);
 static void unlist(struct conn *c);
 static void fail_conn(struct conn *c, int code, const char *why);
+static void admit(struct server *sv, int fd);
+static bool out_of_fds(struct server *sv, int err);
+static void refuse(struct server *sv, int fd);
+static bool shed_one(struct server *sv);
+static void greet_expire(struct server *sv, uint64_t now);
+static int greet_del(struct conn *c);
+static void crowd_note(struct server *sv, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void crowd_tick(struct server *sv, uint64_t now);
+static void listen_pause(struct server *sv, bool pause);
+static bool may_operate(struct conn *c, const char *what);
+static bool peer_in_group(int fd, gid_t gid);
 
 /* ------------------------------------------------------------ loops */
 
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 {
 	struct server sv = { .store = s, .cfg = cfg, .lfd = lfd,
-			     .sfd = -1, .tfd = -1, .wfd = -1 };
+			     .sfd = -1, .tfd = -1, .wfd = -1, .spare = -1 };
 	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
 	struct epoll_event ev = { .events = EPOLLIN };
 	unsigned started = 1;
@@ -179,12 +249,21 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	pthread_cond_init(&sv.idle, NULL);
 	pthread_mutex_init(&sv.wait_lock, NULL);
 	pthread_mutex_init(&sv.ack_lock, NULL);
+	pthread_mutex_init(&sv.greet_lock, NULL);
+	msgpack_sbuffer_init(&sv.too_many);
 	sv.nloops = cfg->threads ? cfg->threads : 1;
 	sv.loops = calloc(sv.nloops, sizeof(*sv.loops));
-	if (sv.loops == NULL) {
+	if (sv.loops == NULL ||
+	    wire_put_reply(&sv.too_many, WIRE_ERROR,
+			   CARMY_ETOO_MANY_CLIENTS) != 0) {
 		log_error("out of memory for %u event loops", sv.nloops);
+		free(sv.loops);
+		msgpack_sbuffer_destroy(&sv.too_many);
 		return -1;
 	}
+	/* Kept for the moment carmyd runs out of descriptors: given up, it
+	 * lets one more connection be accepted and told why it is refused. */
+	sv.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	/* A bell a carmyd before us left ringing would have clients post to
 	 * loops that are asleep. */
 	for (uint32_t i = 0; i < SHM_BELLS; i++)
@@ -302,6 +381,10 @@ out:
 	pthread_mutex_destroy(&sv.idle_lock);
 	pthread_mutex_destroy(&sv.wait_lock);
 	pthread_mutex_destroy(&sv.ack_lock);
+	pthread_mutex_destroy(&sv.greet_lock);
+	msgpack_sbuffer_destroy(&sv.too_many);
+	if (sv.spare >= 0)
+		close(sv.spare);
 	if (sv.sfd >= 0)
 		close(sv.sfd);
 	if (sv.tfd >= 0)
@@ -428,6 +511,8 @@ static int loop_run(struct loop *l)
 					/* spurious wake-up */
 				}
 				store_tick(sv->store);
+				greet_expire(sv, mono_ns());
+				crowd_tick(sv, mono_ns());
 				/* Releases and sweeps end executions
 				 * without telling us. */
 				woken = wake_waiters(sv, true, 0, 0);
@@ -486,63 +571,310 @@ static struct loop *least_busy(struct server *sv)
 	return best;
 }
 
-/* Accept what is waiting and give each connection to a loop. Once its
- * descriptor is in that loop's epoll set the connection is the loop's: we
- * do not touch it again. */
+/*
+ * Accept what is waiting and give each connection to a loop, up to
+ * --max-clients: one more takes the place of the oldest that has not said
+ * HELLO, or is refused. Once its descriptor is in that loop's epoll set the
+ * connection is the loop's: we do not touch it again (but to shed it,
+ * under greet_lock).
+ */
 static void on_accept(struct server *sv)
 {
 	for (;;) {
-		struct epoll_event ev = { .events = EPOLLIN };
-		struct ucred cred;
-		socklen_t cl = sizeof(cred);
-		struct conn *c;
-		struct loop *l;
-		int fd = accept4(sv->lfd, NULL, NULL,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		unsigned long open_now;
+		int fd;
 
+		/* Let the loops close those shed first (this one's after
+		 * this batch of events): accepting on would use up the
+		 * descriptors they hold. */
+		if (atomic_load_explicit(&sv->nshed, memory_order_relaxed) >=
+		    SHED_AHEAD)
+			return;
+		if (sv->spare < 0)
+			sv->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR)
-				log_warn("accept: %s", strerror(errno));
+			int err = errno;
+
+			if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
+			    err == ENOMEM) {
+				if (out_of_fds(sv, err))
+					continue;
+				return;
+			}
+			if (err == ECONNABORTED)
+				continue;	/* gone before we took it */
+			if (err != EAGAIN && err != EINTR)
+				log_warn("accept: %s", strerror(err));
 			return;
 		}
-		c = calloc(1, sizeof(*c));
-		if (c == NULL) {
-			log_error("out of memory accepting a connection");
-			close(fd);
+		open_now = atomic_load_explicit(&sv->nconns,
+						memory_order_relaxed) -
+			   atomic_load_explicit(&sv->nshed,
+						memory_order_relaxed);
+		if (open_now >= sv->cfg->max_clients && !shed_one(sv)) {
+			crowd_note(sv, "%lu connections, the most --max-clients "
+				   "allows", open_now);
+			refuse(sv, fd);
 			continue;
 		}
-		l = least_busy(sv);
-		c->loop = l;
-		c->fd = fd;
-		c->ack_slot = UINT32_MAX;
-		c->post_ix = UINT_MAX;
-		msgpack_sbuffer_init(&c->out);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
-			c->pid = cred.pid;
-			c->uid = cred.uid;
+		admit(sv, fd);
+	}
+}
+
+/*
+ * accept() failed for want of a descriptor (err) with connections waiting,
+ * and would again at once: with the spare given up, take one and refuse it
+ * (TOO_MANY_CLIENTS), and shed the oldest connection that has not said
+ * HELLO so that the next finds room. Returns true to go on accepting;
+ * false with listening paused until the tick (no spare), or with nothing
+ * left waiting.
+ */
+static bool out_of_fds(struct server *sv, int err)
+{
+	int fd;
+
+	crowd_note(sv, "accept: %s with %lu connections open", strerror(err),
+		   (unsigned long)atomic_load_explicit(&sv->nconns,
+						      memory_order_relaxed));
+	if (sv->spare < 0) {
+		listen_pause(sv, true);
+		return false;
+	}
+	close(sv->spare);
+	sv->spare = -1;
+	fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return false;	/* the spare is taken again on the next */
+	(void)shed_one(sv);
+	refuse(sv, fd);
+	return true;
+}
+
+/* Tell fd's peer TOO_MANY_CLIENTS and close it. */
+static void refuse(struct server *sv, int fd)
+{
+	if (send(fd, sv->too_many.data, sv->too_many.size,
+		 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		/* It learns from the close instead. */
+	}
+	close(fd);
+	sv->refused++;
+}
+
+/*
+ * Shed the oldest connection that has not said HELLO: tell it
+ * TOO_MANY_CLIENTS and shut it down, so that its loop sees the end and
+ * closes it. Returns false if there is none. First loop only.
+ */
+static bool shed_one(struct server *sv)
+{
+	struct conn *c;
+
+	pthread_mutex_lock(&sv->greet_lock);
+	c = sv->greet_head;
+	if (c != NULL) {
+		sv->greet_head = c->gnext;
+		if (c->gnext != NULL)
+			c->gnext->gprev = NULL;
+		else
+			sv->greet_tail = NULL;
+		c->greeting = false;
+		c->shed = true;
+		atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
+		if (send(c->fd, sv->too_many.data, sv->too_many.size,
+			 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+			/* It learns from the shutdown instead. */
 		}
-		log_debug("connection from pid %d uid %u, loop %u", (int)c->pid,
-			  (unsigned)c->uid, (unsigned)(l - sv->loops));
-		atomic_fetch_add_explicit(&l->conns, 1, memory_order_relaxed);
-		ev.data.ptr = c;
-		c->armed = ev.events;
-		/* Listed before l can see it, so l's drop() finds it. */
-		pthread_mutex_lock(&l->list_lock);
-		c->next = l->list;
-		if (l->list != NULL)
-			l->list->prev = c;
-		l->list = c;
-		pthread_mutex_unlock(&l->list_lock);
-		if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-			log_error("epoll_ctl: %s", strerror(errno));
-			unlist(c);
-			atomic_fetch_sub_explicit(&l->conns, 1,
-						  memory_order_relaxed);
-			close(fd);
-			msgpack_sbuffer_destroy(&c->out);
-			free(c);
+		shutdown(c->fd, SHUT_RDWR);
+	}
+	pthread_mutex_unlock(&sv->greet_lock);
+	if (c == NULL)
+		return false;
+	sv->shed++;
+	crowd_note(sv, "%lu connections, the most --max-clients allows",
+		   (unsigned long)sv->cfg->max_clients);
+	return true;
+}
+
+/* Register a new connection, on the greeting list until its HELLO, and
+ * give it to the least busy loop. */
+static void admit(struct server *sv, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	struct conn *c;
+	struct loop *l;
+
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		log_error("out of memory accepting a connection");
+		close(fd);
+		return;
+	}
+	l = least_busy(sv);
+	c->loop = l;
+	c->fd = fd;
+	c->ack_slot = UINT32_MAX;
+	c->post_ix = UINT_MAX;
+	c->operator = -1;
+	msgpack_sbuffer_init(&c->out);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+		c->pid = cred.pid;
+		c->uid = cred.uid;
+		c->gid = cred.gid;
+	} else {
+		c->uid = (uid_t)-1;	/* nobody: not an operator */
+		c->gid = (gid_t)-1;
+	}
+	log_debug("connection from pid %d uid %u, loop %u", (int)c->pid,
+		  (unsigned)c->uid, (unsigned)(l - sv->loops));
+	atomic_fetch_add_explicit(&l->conns, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sv->nconns, 1, memory_order_relaxed);
+	ev.data.ptr = c;
+	c->armed = ev.events;
+	/* Listed before l can see it, so l's drop() finds it. */
+	pthread_mutex_lock(&l->list_lock);
+	c->next = l->list;
+	if (l->list != NULL)
+		l->list->prev = c;
+	l->list = c;
+	pthread_mutex_unlock(&l->list_lock);
+	pthread_mutex_lock(&sv->greet_lock);
+	c->accepted_ns = mono_ns();
+	c->greeting = true;
+	c->gprev = sv->greet_tail;
+	if (sv->greet_tail != NULL)
+		sv->greet_tail->gnext = c;
+	else
+		sv->greet_head = c;
+	sv->greet_tail = c;
+	pthread_mutex_unlock(&sv->greet_lock);
+	if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		log_error("epoll_ctl: %s", strerror(errno));
+		greet_del(c);
+		unlist(c);
+		atomic_fetch_sub_explicit(&l->conns, 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&sv->nconns, 1, memory_order_relaxed);
+		close(fd);
+		msgpack_sbuffer_destroy(&c->out);
+		free(c);
+	}
+}
+
+/* Take c off the greeting list (its HELLO came, or it is dropped). Returns
+ * GREET_SHED if the first loop shed it meanwhile, else GREET_OK. Its own
+ * loop's to call (or the first's, before that loop can see it): the first
+ * loop never touches a connection that is off the list. */
+static int greet_del(struct conn *c)
+{
+	struct server *sv = c->loop->sv;
+	bool shed;
+
+	pthread_mutex_lock(&sv->greet_lock);
+	if (c->greeting) {
+		if (c->gprev != NULL)
+			c->gprev->gnext = c->gnext;
+		else
+			sv->greet_head = c->gnext;
+		if (c->gnext != NULL)
+			c->gnext->gprev = c->gprev;
+		else
+			sv->greet_tail = c->gprev;
+		c->greeting = false;
+	}
+	shed = c->shed;
+	pthread_mutex_unlock(&sv->greet_lock);
+	return shed ? GREET_SHED : GREET_OK;
+}
+
+/* Close (shut down, for their loops to close) the connections that have
+ * not said HELLO within CARMYD_HELLO_TIMEOUT_S. First loop, at the tick. */
+static void greet_expire(struct server *sv, uint64_t now)
+{
+	unsigned long n = 0;
+	pid_t pid = 0;
+	uid_t uid = 0;
+
+	pthread_mutex_lock(&sv->greet_lock);
+	while (sv->greet_head != NULL &&
+	       now - sv->greet_head->accepted_ns >= HELLO_TIMEOUT_NS) {
+		struct conn *c = sv->greet_head;
+
+		sv->greet_head = c->gnext;
+		if (c->gnext != NULL)
+			c->gnext->gprev = NULL;
+		else
+			sv->greet_tail = NULL;
+		c->greeting = false;
+		c->shed = true;
+		atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
+		shutdown(c->fd, SHUT_RDWR);
+		if (n++ == 0) {
+			pid = c->pid;
+			uid = c->uid;
 		}
 	}
+	pthread_mutex_unlock(&sv->greet_lock);
+	if (n == 0)
+		return;
+	sv->silent += n;
+	crowd_note(sv, "pid %d uid %u said no HELLO within %d s", (int)pid,
+		   (unsigned)uid, CARMYD_HELLO_TIMEOUT_S);
+}
+
+/* Something was refused, shed or closed for silence: an episode begins
+ * (one line, saying what began it) or goes on (nothing). First loop. */
+static void crowd_note(struct server *sv, const char *fmt, ...)
+{
+	char what[160];
+	va_list ap;
+
+	sv->crowd_last_ns = mono_ns();
+	if (sv->crowded)
+		return;
+	sv->crowded = true;
+	sv->crowd_since_ns = sv->crowd_last_ns;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	log_warn("connections: %s: until this passes, those that say no "
+		 "HELLO within %d s are closed, and one beyond what carmyd "
+		 "can serve takes the place of the oldest of those or is "
+		 "refused with TOO_MANY_CLIENTS (one line now, one with the "
+		 "counts at the end)", what, CARMYD_HELLO_TIMEOUT_S);
+}
+
+/* At the tick: take the spare back and listen again if paused; end an
+ * episode that has been quiet for CROWD_QUIET_NS, with its counts. */
+static void crowd_tick(struct server *sv, uint64_t now)
+{
+	if (sv->spare < 0)
+		sv->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (sv->paused)
+		listen_pause(sv, false);
+	if (!sv->crowded || now - sv->crowd_last_ns < CROWD_QUIET_NS)
+		return;
+	log_warn("connections: back to normal after %.1f s: %lu refused "
+		 "(TOO_MANY_CLIENTS), %lu shed before their HELLO, %lu closed "
+		 "for saying no HELLO within %d s; %lu open",
+		 (double)(sv->crowd_last_ns - sv->crowd_since_ns) / 1e9,
+		 sv->refused, sv->shed, sv->silent, CARMYD_HELLO_TIMEOUT_S,
+		 (unsigned long)atomic_load_explicit(&sv->nconns,
+						    memory_order_relaxed));
+	sv->crowded = false;
+	sv->refused = sv->shed = sv->silent = 0;
+}
+
+/* Stop (or start again) waking up for connections to accept. */
+static void listen_pause(struct server *sv, bool pause)
+{
+	struct epoll_event ev = { .events = pause ? 0 : EPOLLIN,
+				  .data.ptr = &sv->lfd };
+
+	if (epoll_ctl(sv->loops[0].ep, EPOLL_CTL_MOD, sv->lfd, &ev) == 0)
+		sv->paused = pause;
 }
 
 static void on_readable(struct conn *c, uint32_t events)
@@ -660,6 +992,11 @@ static int on_request(struct conn *c, const struct wire_msg *m)
 			fail_conn(c, CARMY_EPROTOCOL, "second HELLO");
 			return -1;
 		}
+		/* Too late: told TOO_MANY_CLIENTS, and shut down. */
+		if (greet_del(c) == GREET_SHED) {
+			drop(c, "shed");
+			return -1;
+		}
 		if (m->u.hello.version != WIRE_VERSION ||
 		    m->u.hello.layout != shm_layout_signature()) {
 			fail_conn(c, CARMY_ELAYOUT,
@@ -753,12 +1090,22 @@ static int on_request(struct conn *c, const struct wire_msg *m)
 			fail_conn(c, CARMY_EPROTOCOL, "request before HELLO");
 			return -1;
 		}
-		rc = m->type == WIRE_RESOLVE ? on_resolve(c, m) : on_wait(c, m);
+		if (m->type == WIRE_RESOLVE && !may_operate(c, "resolve"))
+			rc = wire_put_reply(&c->out, WIRE_RESOLVE,
+					    CARMY_ENOT_PERMITTED);
+		else
+			rc = m->type == WIRE_RESOLVE ? on_resolve(c, m) :
+						       on_wait(c, m);
 		break;
 	case WIRE_PURGE:
 		if (c->owner == 0) {
 			fail_conn(c, CARMY_EPROTOCOL, "PURGE before HELLO");
 			return -1;
+		}
+		if (!may_operate(c, "purge")) {
+			rc = wire_put_reply(&c->out, WIRE_PURGE,
+					    CARMY_ENOT_PERMITTED);
+			break;
 		}
 		rc = wire_put_reply(&c->out, WIRE_PURGE,
 				    store_purge(s, m->u.purge.older_than_ms,
@@ -1187,6 +1534,73 @@ static void arm(struct conn *c)
 }
 
 /*
+ * May c's peer change entries that are not its own (RESOLVE, PURGE)? Its
+ * --group membership lets it write the segment, but what carmyd changes on
+ * request is for carmyd's own user, root, and members of --admin-group:
+ * as the peer's credentials were when it connected (SO_PEERCRED's
+ * effective ids, SO_PEERGROUPS), never a name looked up now. A refusal is
+ * logged with the peer's uid and pid, once per connection and at most
+ * once a second, with how many went unlogged.
+ */
+static bool may_operate(struct conn *c, const char *what)
+{
+	struct server *sv = c->loop->sv;
+	const struct carmyd_config *cfg = sv->cfg;
+	uint64_t now, at;
+
+	if (c->operator < 0) {
+		c->operator = c->uid == 0 || c->uid == geteuid();
+		if (!c->operator && cfg->use_admin_group)
+			c->operator = c->gid == cfg->admin_gid ||
+				      peer_in_group(c->fd, cfg->admin_gid);
+	}
+	if (c->operator)
+		return true;
+	now = mono_ns();
+	at = atomic_load_explicit(&sv->deny_log_at, memory_order_relaxed);
+	if (c->denied || now < at ||
+	    !atomic_compare_exchange_strong(&sv->deny_log_at, &at,
+					    now + DENY_LOG_NS)) {
+		atomic_fetch_add_explicit(&sv->deny_quiet, 1,
+					  memory_order_relaxed);
+		return false;
+	}
+	c->denied = true;
+	log_warn("pid %d uid %u: %s refused (NOT_PERMITTED): only uid %u, "
+		 "root%s may (--admin-group); %lu more refused since the "
+		 "last such line", (int)c->pid, (unsigned)c->uid, what,
+		 (unsigned)geteuid(),
+		 cfg->use_admin_group ? " and members of the admin group" : "",
+		 (unsigned long)atomic_exchange_explicit(&sv->deny_quiet, 0,
+							 memory_order_relaxed));
+	return false;
+}
+
+/* Was gid among the peer's supplementary groups when it connected? */
+static bool peer_in_group(int fd, gid_t gid)
+{
+	gid_t some[64], *groups = some;
+	socklen_t len = sizeof(some);
+	bool in = false;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+		if (errno != ERANGE)
+			return false;
+		groups = malloc(len);
+		if (groups == NULL ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+			free(groups);
+			return false;
+		}
+	}
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		in |= groups[i] == gid;
+	if (groups != some)
+		free(groups);
+	return in;
+}
+
+/*
  * RESOLVE: an operator settles an interrupted execution, as committed (it
  * happened: record this result, replayed from now on) or not (the identity
  * is free again). Who (the peer's uid and pid) and when are recorded with
@@ -1467,6 +1881,9 @@ static void fail_conn(struct conn *c, int code, const char *why)
 static void drop(struct conn *c, const char *why)
 {
 	struct loop *l = c->loop;
+	/* Off the greeting list before its descriptor can be closed: the
+	 * first loop sheds only what is on it. */
+	bool shed = greet_del(c) == GREET_SHED;
 
 	epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	if (c->waiting != NULL) {
@@ -1515,6 +1932,10 @@ static void drop(struct conn *c, const char *why)
 	free(c->rbuf);
 	free(c);
 	atomic_fetch_sub_explicit(&l->conns, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&l->sv->nconns, 1, memory_order_relaxed);
+	if (shed)
+		atomic_fetch_sub_explicit(&l->sv->nshed, 1,
+					  memory_order_relaxed);
 }
 
 /* A free ack slot for a connection, or UINT32_MAX when all are taken (its

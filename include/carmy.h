@@ -55,6 +55,8 @@ enum carmy_code {
 	CARMY_ESTORE = -1014,          /* STORE_FAILED */
 	CARMY_ENOT_INTERRUPTED = -1015, /* NOT_INTERRUPTED */
 	CARMY_EUNTRUSTED = -1016,      /* DAEMON_UNTRUSTED */
+	CARMY_ETOO_MANY_CLIENTS = -1017, /* TOO_MANY_CLIENTS */
+	CARMY_ENOT_PERMITTED = -1018,  /* NOT_PERMITTED */
 };
 
 /* Outcomes of carmy_begin() that are not errors. */
@@ -168,7 +170,9 @@ struct carmy_reservation {
  * Connect to carmyd on socket_path (NULL: $CARMY_SOCKET, else the default
  * path, see carmy_default_socket()) and map its shared segment.
  * On success *out is a new handle, freed by carmy_close().
- * Returns 0, CARMY_EUNAVAILABLE if carmyd cannot be reached, CARMY_ELAYOUT if
+ * Returns 0, CARMY_EUNAVAILABLE if carmyd cannot be reached,
+ * CARMY_ETOO_MANY_CLIENTS if it serves as many connections as it may (its
+ * --max-clients; try again later), CARMY_ELAYOUT if
  * carmyd's segment was built with another layout, CARMY_ECORRUPT or
  * CARMY_EPROTOCOL if what carmyd offers is not sane, CARMY_EUNTRUSTED if
  * the carmyd found is not one to trust (see carmy_trust_detail()), or
@@ -291,6 +295,8 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  * committed: it happened; status/result/len are recorded as its result and
  * replayed from now on. Not committed: the identity is freed and the next
  * call with it runs. carmyd records who resolved it (uid, pid) and when.
+ * Only carmyd's own user, root, or a member of carmyd's --admin-group may
+ * resolve: anyone else gets CARMY_ENOT_PERMITTED, and nothing changes.
  * Returns 0; CARMY_ECONFLICT if the fingerprint differs;
  * CARMY_ENOT_INTERRUPTED if the execution is running, completed, absent or
  * not that one; CARMY_EINVALID_STATUS; CARMY_ERESULT_TOO_LARGE (nothing is

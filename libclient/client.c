@@ -764,15 +764,20 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
 {
 	uint8_t buf[REPLY_MAX];
 	msgpack_sbuffer sb;
-	int rc;
+	int rc, sent;
 
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_hello(&sb, shm_layout_signature(), owner, epoch);
-	if (rc == 0)
-		rc = send_all(fd, sb.data, sb.size);
+	sent = rc == 0 ? send_all(fd, sb.data, sb.size) : rc;
 	msgpack_sbuffer_destroy(&sb);
+	/* Refused at once (TOO_MANY_CLIENTS), we may find the connection
+	 * closed before the HELLO went out: the reason is still there. */
 	if (rc == 0)
 		rc = recv_msg(fd, timeout_ms, 0, m, buf, sizeof(buf));
+	if (rc == 0 && m->type == WIRE_ERROR)
+		return m->u.reply.code < 0 ? m->u.reply.code : CARMY_EPROTOCOL;
+	if (sent != 0)
+		return sent;
 	if (rc != 0)
 		return rc;
 	if (m->type == WIRE_ERROR)
@@ -814,9 +819,11 @@ static int reconnect(carmy_t *c, int wait_ms)
 			rc = hello(fd, uatomic_read(&c->owner),
 				   uatomic_read(&c->epoch), HELLO_TIMEOUT_MS,
 				   &m);
-			/* Closed on us mid-way: carmyd starting or stopping. */
+			/* Closed on us mid-way: carmyd starting or stopping;
+			 * or it is full for the moment. */
 			retry = rc == CARMY_EDISCONNECTED ||
-				rc == CARMY_EUNAVAILABLE;
+				rc == CARMY_EUNAVAILABLE ||
+				rc == CARMY_ETOO_MANY_CLIENTS;
 			if (rc == 0 &&
 			    (strcmp(m.u.hello_ok.shm_name, c->shm_name) != 0 ||
 			     m.u.hello_ok.max_result != c->max_result))

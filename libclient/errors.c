@@ -54,6 +54,10 @@ static const struct code_text texts[] = {
 	  "Only an interrupted execution can be resolved: this one is running, completed, absent or another execution." },
 	{ CARMY_EUNTRUSTED, "DAEMON_UNTRUSTED",
 	  "The carmyd found, its socket's directory or its segment belongs to a user this process does not trust, or others can write them; nothing was reserved and the tool must not run." },
+	{ CARMY_ETOO_MANY_CLIENTS, "TOO_MANY_CLIENTS",
+	  "carmyd serves as many connections as its --max-clients (or its descriptor limit) allows; nothing was reserved: try again later." },
+	{ CARMY_ENOT_PERMITTED, "NOT_PERMITTED",
+	  "Only carmyd's own user, root or a member of its --admin-group may resolve, release or purge entries; nothing was changed." },
 };
 
 static const struct code_text *find(int code)

@@ -40,7 +40,9 @@
  *     PURGE     [8, code]   >= 0: how many were forgotten
  *     RESEND    [9, 0]      the request posted in the slot was not whole
  *                           (torn by another writer): send it instead
- *     ERROR     [0, code]   carmyd closes the connection after it
+ *     ERROR     [0, code]   carmyd closes the connection after it; code
+ *                             TOO_MANY_CLIENTS may come first thing, before
+ *                             the HELLO is read (--max-clients)
  *
  * RESERVE and RELEASE are sent only to a carmyd whose HELLO reply carries
  * WIRE_F_DURABLE: its store records reservations durably, so begin() may

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,7 +84,16 @@ static int spawn(struct carmyd_proc *d, const char *const *extra)
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
+		const char *nofile = getenv("CARMY_TEST_NOFILE");
+
 		dup2(p[1], STDOUT_FILENO);
+		if (nofile != NULL) {
+			rlim_t lim = (rlim_t)strtoul(nofile, NULL, 10);
+			struct rlimit rl = { lim, lim };
+
+			if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+				_exit(125);
+		}
 		if (d->as_user && harness_become(d->uid, d->gid, NULL, 0) != 0)
 			_exit(126);
 		execv(argv[0], (char *const *)argv);

@@ -25,7 +25,8 @@ const char *harness_path(const char *rel, char *buf, size_t size);
 
 /* Start carmyd --foreground --transient in a fresh temp dir with extra
  * options (NULL-terminated list, may be NULL), and wait up to 10 s for its
- * ready line. Returns 0 or -1. */
+ * ready line. Returns 0 or -1. With $CARMY_TEST_NOFILE set, carmyd starts
+ * with that descriptor limit (soft and hard). */
 int harness_start(struct carmyd_proc *d, const char *const *extra);
 
 /* Start again on the same socket and segment (after a kill). */

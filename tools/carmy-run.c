@@ -19,7 +19,8 @@
  *   64     usage error (bad options)
  *   65     INVALID_ID: a part of the identity is empty or over 256 bytes
  *   66     INVALID_ARGUMENTS: e.g. the same --meta KEY twice
- *   69     DAEMON_UNAVAILABLE: carmyd cannot be reached
+ *   69     DAEMON_UNAVAILABLE: carmyd cannot be reached; or
+ *          TOO_MANY_CLIENTS: it serves all it may (--max-clients)
  *   70     any other internal or system error (PROTOCOL_ERROR,
  *          SEGMENT_LAYOUT_MISMATCH, SEGMENT_CORRUPT, DISCONNECTED, out of
  *          memory...)
@@ -184,7 +185,8 @@ static const char usage_text[] =
 	"  64     usage error (bad options)\n"
 	"  65     INVALID_ID             a part of the identity is empty or too long\n"
 	"  66     INVALID_ARGUMENTS      e.g. the same --meta KEY twice\n"
-	"  69     DAEMON_UNAVAILABLE     carmyd cannot be reached\n"
+	"  69     DAEMON_UNAVAILABLE     carmyd cannot be reached (or\n"
+	"         TOO_MANY_CLIENTS: it serves all its --max-clients allows)\n"
 	"  70     any other internal or system error (PROTOCOL_ERROR, SEGMENT_*,\n"
 	"         DISCONNECTED, out of memory...)\n"
 	"  71     IDEMPOTENCY_CONFLICT   the identity was used for another call\n"
@@ -1043,6 +1045,7 @@ static int exit_for(int code)
 	case CARMY_EINVALID_ARGS:
 		return EXIT_INVALID_ARGS;
 	case CARMY_EUNAVAILABLE:
+	case CARMY_ETOO_MANY_CLIENTS:	/* nothing ran: try again later */
 		return EXIT_UNAVAILABLE;
 	case CARMY_ECONFLICT:
 		return EXIT_CONFLICT;

@@ -76,10 +76,14 @@ static const char usage[] =
 	"  --segment NAME   read this segment directly (carmyd may be down)\n"
 	"  --json           one JSON object (list: an array) on standard output\n"
 	"\n"
+	"Changing commands are for carmyd's own user, root and carmyd's\n"
+	"--admin-group: others get NOT_PERMITTED.\n"
+	"\n"
 	"Exit status: 0 done; 1 the request was refused or failed (its code\n"
-	"name on standard error); 64 usage error; 69 carmyd unavailable;\n"
-	"77 DAEMON_UNTRUSTED: carmyd, its socket's directory or its segment\n"
-	"belongs to a user not trusted (see $CARMY_TRUSTED_USERS).\n";
+	"name on standard error); 64 usage error; 69 carmyd unavailable (or\n"
+	"full: TOO_MANY_CLIENTS); 77 DAEMON_UNTRUSTED: carmyd, its socket's\n"
+	"directory or its segment belongs to a user not trusted (see\n"
+	"$CARMY_TRUSTED_USERS).\n";
 
 struct ctl {
 	const char *socket;
@@ -1072,6 +1076,7 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	uint8_t buf[REPLY_MAX];
 	struct wire_msg m;
 	size_t have = 0;
+	bool sent;
 	long n = 0;
 
 	if (x->fd < 0) {
@@ -1080,8 +1085,10 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 		if (rc != 0)
 			return rc;
 	}
-	if (send(x->fd, sb->data, sb->size, MSG_NOSIGNAL) != (ssize_t)sb->size)
-		return may_lose ? ASK_LOST : fail("send", CARMY_EDISCONNECTED);
+	/* Unsent, it may still have been answered: carmyd refuses a
+	 * connection beyond --max-clients at once, and closes it. */
+	sent = send(x->fd, sb->data, sb->size, MSG_NOSIGNAL) ==
+	       (ssize_t)sb->size;
 	while (n == 0) {
 		struct pollfd p = { .fd = x->fd, .events = POLLIN };
 		ssize_t got;
@@ -1091,6 +1098,9 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 		if (poll(&p, 1, 60000 + wait_ms) != 1)
 			return fail("reply", CARMY_EUNAVAILABLE);
 		got = recv(x->fd, buf + have, sizeof(buf) - have, 0);
+		if (got <= 0 && !sent)
+			return may_lose ? ASK_LOST :
+					  fail("send", CARMY_EDISCONNECTED);
 		if (got <= 0 && may_lose)
 			return ASK_LOST;
 		if (got <= 0)
@@ -1103,7 +1113,8 @@ static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	if (wire_decode(buf, (size_t)n, 0, &m) != 0)
 		return fail("reply", CARMY_EPROTOCOL);
 	if (m.type == WIRE_ERROR)
-		return fail("request", m.u.reply.code);
+		return fail(type == WIRE_HELLO ? "connect" : "request",
+			    m.u.reply.code);
 	if (m.type != type)
 		return fail("reply", CARMY_EPROTOCOL);
 	if (type == WIRE_HELLO) {
@@ -1284,7 +1295,9 @@ static int fail(const char *what, int code)
 {
 	fprintf(stderr, "carmyctl: %s: %s: %s\n", what, carmy_errname(code),
 		carmy_strerror(code));
-	return code == CARMY_EUNAVAILABLE ? 69 : EXIT_FAIL;
+	/* Full for the moment is as unavailable: try again later. */
+	return code == CARMY_EUNAVAILABLE || code == CARMY_ETOO_MANY_CLIENTS ?
+		       69 : EXIT_FAIL;
 }
 
 static int usage_error(const char *fmt, ...)

@@ -68,6 +68,12 @@ tests_e2e_check_settle_SOURCES = tests/e2e/check_settle.c $(E2E_SOURCES)
 tests_e2e_check_settle_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_e2e_check_settle_LDADD = $(TEST_LIBS) -lpthread
 
+check_PROGRAMS += tests/e2e/check_limits
+TESTS += tests/e2e/check_limits
+tests_e2e_check_limits_SOURCES = tests/e2e/check_limits.c $(E2E_SOURCES)
+tests_e2e_check_limits_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_limits_LDADD = $(TEST_LIBS)
+
 # Two carmyds sharing one real PostgreSQL through daemon/store_pg.c:
 # tests/e2e/shared.test starts a throwaway cluster and runs check_shared.
 if HAVE_LIBPQ
