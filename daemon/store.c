@@ -761,8 +761,8 @@ static void check(struct store *s)
 		if (s->alive_fixes++ == 0)
 			log_error("the segment's liveness word held %#x, not "
 				  "our keeper thread's id %u: a client wrote "
-				  "over it, and new calls failed "
-				  "DAEMON_UNAVAILABLE; restored", was,
+				  "over it (while it reads dead, new calls fail "
+				  "DAEMON_UNAVAILABLE); restored", was,
 				  s->alive.tid);
 	} else if (s->alive_fixes != 0) {
 		if (s->alive_fixes > 1)
