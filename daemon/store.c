@@ -1152,6 +1152,17 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 		return rc;
 	}
 	rc = shm_view_init(&s->view, base, (size_t)st.st_size);
+	if (rc == CARMY_ELAYOUT) {
+		munmap(base, (size_t)st.st_size);
+		log_error("existing segment %s was made by another build of "
+			  "Carmy (SEGMENT_LAYOUT_MISMATCH: this build's "
+			  "segment format is %u); it was left untouched. Stop "
+			  "that build's carmyd and clients, then remove it "
+			  "(rm /dev/shm%s) and start again: the results it "
+			  "holds are lost unless --store recorded them",
+			  cfg->shm_name, SHM_FORMAT, cfg->shm_name);
+		return rc;
+	}
 	if (rc != 0) {
 		munmap(base, (size_t)st.st_size);
 		log_error("existing segment %s is unusable (%s: %s); it was "

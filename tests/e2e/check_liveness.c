@@ -34,12 +34,12 @@ static char logdir[64], logpath[96];
  * the 100 ms ones only when clients made tombstones: no call here does. */
 #define TICKED "reclaimed "
 
+static const char *const opts[] = { "--capacity", "64", "--max-result",
+				    "256", "--grace", "0", "--log-level",
+				    "debug", "--log-file", logpath, NULL };
+
 static void setup(void)
 {
-	const char *opts[] = { "--capacity", "64", "--max-result", "256",
-			       "--grace", "0", "--log-level", "debug",
-			       "--log-file", logpath, NULL };
-
 	strcpy(logdir, "/tmp/carmy-liveness.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(logdir));
 	snprintf(logpath, sizeof(logpath), "%s/carmyd.log", logdir);
@@ -275,6 +275,24 @@ START_TEST(test_a_killed_carmyd_reads_dead_at_once)
 }
 END_TEST
 
+/* The liveness word changed type with format 7: a segment of an older
+ * format (another layout signature) is refused and left as it is, and the
+ * log says what to do about it. */
+START_TEST(test_a_segment_of_another_format_is_refused_and_left_untouched)
+{
+	uint8_t before[SHM_HEADER_SIZE];
+
+	e2e_kill9(&d);
+	shm_header(&v)->sh_layout ^= 1;	/* another build's */
+	memcpy(before, v.base, sizeof(before));
+	ck_assert_int_eq(harness_restart(&d, opts), -1);
+	ck_assert_int_eq(logged("made by another build of Carmy "
+				"(SEGMENT_LAYOUT_MISMATCH"), 1);
+	ck_assert_int_eq(logged("rm /dev/shm"), 1);
+	ck_assert(memcmp(before, v.base, sizeof(before)) == 0);
+}
+END_TEST
+
 static Suite *liveness_suite(void)
 {
 	Suite *s = suite_create("liveness");
@@ -289,6 +307,7 @@ static Suite *liveness_suite(void)
 	tcase_add_test(tc, test_buckets_a_client_holds_blocked_are_freed_and_logged_once);
 	tcase_add_test(tc, test_a_clean_stop_reads_dead_at_once);
 	tcase_add_test(tc, test_a_killed_carmyd_reads_dead_at_once);
+	tcase_add_test(tc, test_a_segment_of_another_format_is_refused_and_left_untouched);
 	suite_add_tcase(s, tc);
 	return s;
 }
