@@ -738,12 +738,6 @@ int store_release_shared(struct store *s, const struct store_op *op,
 }
 
 /*
- * Run the sanity check again. carmyd itself never reads geometry from the
- * segment (its scans use the private copy), so a client that wrote over the
- * header cannot mislead it; but the other clients would refuse to attach.
- * Put the header back from the private copy and say so.
- */
-/*
  * Every second, under the lock: what clients may have written over that
  * would stop every new call while we run. The liveness word must hold our
  * keeper's thread id (else clients read "no carmyd" and fail
@@ -776,8 +770,8 @@ static void check(struct store *s)
 		if (s->bucket_fixes++ == 0)
 			log_error("%u bucket%s BLOCKED (or in no valid state) "
 				  "with no reclaim of ours in flight: a client "
-				  "wrote over them, and reserves probing them "
-				  "failed busy; made tombstones", n,
+				  "wrote over them (reserves that meet a "
+				  "BLOCKED one fail busy); made tombstones", n,
 				  n == 1 ? " was" : "s were");
 	} else if (s->bucket_fixes != 0) {
 		if (s->bucket_fixes > 1)
@@ -789,6 +783,12 @@ static void check(struct store *s)
 	check_header(s);
 }
 
+/*
+ * Run the sanity check again. carmyd itself never reads geometry from the
+ * segment (its scans use the private copy), so a client that wrote over the
+ * header cannot mislead it; but the other clients would refuse to attach.
+ * Put the header back from the private copy and say so.
+ */
 static void check_header(struct store *s)
 {
 	struct shm_header *h = shm_header(&s->view);
