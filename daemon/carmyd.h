@@ -93,6 +93,10 @@ struct store {
 	uint32_t epoch;
 	uint64_t store_id;	/* sh_store once loaded (store_identity()) */
 	uint32_t ticks;
+	struct shm_alive alive;	/* our hold on sh_alive */
+	bool holding;		/* ... taken */
+	uint32_t alive_fixes;	/* checks in a row that found sh_alive not ours */
+	uint32_t bucket_fixes;	/* ... that found buckets BLOCKED by nobody */
 	uint64_t last_reclaim_ns;
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
 	/* Entries an operator's RESOLVE is on its way to the store for: a

@@ -55,6 +55,7 @@ static void recover(struct store *s, uint32_t grace_ms);
 static uint64_t mono_ns(void);
 static uint64_t proc_start_ns(uint32_t pid);
 static void check(struct store *s);
+static void check_header(struct store *s);
 static void sweep_dead(struct store *s, const char *why);
 static uint32_t reclaim(struct store *s);
 static int backend_open(struct store *s, const char *spec);
@@ -134,12 +135,13 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	__atomic_store_n(&h->sh_loaded, 1, __ATOMIC_RELEASE);
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
-	rc = shm_hold_alive(&s->view);
+	rc = shm_hold_alive(&s->alive, &s->view);
 	if (rc != 0) {
-		log_error("cannot take the segment's liveness lock: %s",
-			  strerror(-rc));
+		log_error("cannot hold the segment's liveness word (a robust "
+			  "futex, set_robust_list(2)): %s", strerror(-rc));
 		return rc;
 	}
+	s->holding = true;
 	return 0;
 }
 
@@ -156,10 +158,11 @@ void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 	if (s->plugin != NULL)
 		dlclose(s->plugin);
 	s->plugin = NULL;
-	/* sh_alive is not unlocked: a client may have written over it, and
-	 * unlocking a scribbled robust mutex makes glibc follow its list
-	 * pointers. Exiting with it held is enough: the kernel marks it
-	 * OWNER_DIED, which clients read as "no carmyd". */
+	/* Clients read "no carmyd" from here on. Before the unmap: the
+	 * kernel could not mark a word that is no longer mapped. */
+	if (s->holding)
+		shm_let_go_alive(&s->alive);
+	s->holding = false;
 	shm_unmap(&s->view);
 	if (s->fd >= 0)
 		close(s->fd);
@@ -737,12 +740,58 @@ int store_release_shared(struct store *s, const struct store_op *op,
 }
 
 /*
+ * Every second, under the lock: what clients may have written over that
+ * would stop every new call while we run. The liveness word must hold our
+ * keeper's thread id (else clients read "no carmyd" and fail
+ * DAEMON_UNAVAILABLE); no bucket may be BLOCKED, since none of our reclaims
+ * is in flight while we hold the lock (else every probe meeting it spins,
+ * then fails busy); and the header must match our private copy. Each is
+ * put back. A scribble logs once, when first seen: a client that keeps
+ * writing is repaired every second, told of once more when it stops.
+ */
+static void check(struct store *s)
+{
+	uint32_t was, n;
+
+	if (shm_restore_alive(&s->alive, &was)) {
+		if (s->alive_fixes++ == 0)
+			log_error("the segment's liveness word held %#x, not "
+				  "our keeper thread's id %u: a client wrote "
+				  "over it (while it reads dead, new calls fail "
+				  "DAEMON_UNAVAILABLE); restored", was,
+				  s->alive.tid);
+	} else if (s->alive_fixes != 0) {
+		if (s->alive_fixes > 1)
+			log_warn("the segment's liveness word was written "
+				 "over again at %u checks in a row; it has "
+				 "held since", s->alive_fixes);
+		s->alive_fixes = 0;
+	}
+	n = shm_unblock_scribbled(&s->view);
+	if (n != 0) {
+		if (s->bucket_fixes++ == 0)
+			log_error("%u bucket%s BLOCKED (or in no valid state) "
+				  "with no reclaim of ours in flight: a client "
+				  "wrote over them (reserves that meet a "
+				  "BLOCKED one fail busy); made tombstones", n,
+				  n == 1 ? " was" : "s were");
+	} else if (s->bucket_fixes != 0) {
+		if (s->bucket_fixes > 1)
+			log_warn("buckets were BLOCKED by clients again at %u "
+				 "checks in a row; none are since",
+				 s->bucket_fixes);
+		s->bucket_fixes = 0;
+	}
+	check_header(s);
+}
+
+/*
  * Run the sanity check again. carmyd itself never reads geometry from the
  * segment (its scans use the private copy), so a client that wrote over the
  * header cannot mislead it; but the other clients would refuse to attach.
  * Put the header back from the private copy and say so.
  */
-static void check(struct store *s)
+static void check_header(struct store *s)
 {
 	struct shm_header *h = shm_header(&s->view);
 	struct shm_geometry geo;
@@ -1155,6 +1204,17 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 		return rc;
 	}
 	rc = shm_view_init(&s->view, base, (size_t)st.st_size);
+	if (rc == CARMY_ELAYOUT) {
+		munmap(base, (size_t)st.st_size);
+		log_error("existing segment %s was made by another build of "
+			  "Carmy (SEGMENT_LAYOUT_MISMATCH: this build's "
+			  "segment format is %u); it was left untouched. Stop "
+			  "that build's carmyd and clients, then remove it "
+			  "(rm /dev/shm%s) and start again: the results it "
+			  "holds are lost unless --store recorded them",
+			  cfg->shm_name, SHM_FORMAT, cfg->shm_name);
+		return rc;
+	}
 	if (rc != 0) {
 		munmap(base, (size_t)st.st_size);
 		log_error("existing segment %s is unusable (%s: %s); it was "

@@ -9,10 +9,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -62,7 +64,10 @@ uint64_t shm_layout_signature(void)
 		offsetof(struct shm_header, sh_tombs),
 		offsetof(struct shm_header, sh_move_seq),
 		offsetof(struct shm_header, sh_alive),
-		sizeof(pthread_mutex_t),
+		sizeof(((struct shm_header *)0)->sh_alive),
+		FUTEX_OWNER_DIED,	/* what the kernel marks it with */
+		offsetof(struct shm_header, sh_loaded),
+		offsetof(struct shm_header, sh_store),
 		CARMY_ID_MAX,
 		SHM_OWNER_MIN,
 		SHM_TICKET_ORPHAN,
@@ -260,28 +265,114 @@ void shm_unmap(struct shm_view *v)
 }
 
 /*
- * Take sh_alive for the calling thread, for as long as it lives (carmyd's
- * main thread). Re-initialised first: a previous holder may have died with
- * it, leaving FUTEX_OWNER_DIED behind. Returns 0 or a -errno.
+ * The keeper: registers sh_alive as the one entry of its robust futex list,
+ * says so, and waits to be let go. The list head and entry are on its own
+ * stack, valid for as long as the thread lives; the entry reaches the word
+ * through futex_offset, so no pointer goes into the segment. glibc
+ * registered a list of its own for this thread; it is set aside (and put
+ * back before the thread ends), so the keeper must never take a glibc
+ * robust mutex, and takes only the plain a->mu.
  */
-int shm_hold_alive(const struct shm_view *v)
+static void *keeper(void *arg)
 {
-	pthread_mutex_t *m = &shm_header(v)->sh_alive;
-	pthread_mutexattr_t a;
-	int rc;
+	struct shm_alive *a = arg;
+	struct robust_list_head head, *glibc = NULL;
+	struct robust_list entry;
+	size_t glibc_len = 0;
+	int rc = 0;
 
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-	rc = pthread_mutex_init(m, &a);
-	pthread_mutexattr_destroy(&a);
-	if (rc == 0)
-		rc = pthread_mutex_lock(m);
-	return -rc;
+	entry.next = &head.list;
+	head.list.next = &entry;
+	head.futex_offset = (long)((uintptr_t)a->word - (uintptr_t)&entry);
+	head.list_op_pending = NULL;
+	if (syscall(SYS_get_robust_list, 0, &glibc, &glibc_len) != 0 ||
+	    syscall(SYS_set_robust_list, &head, sizeof(head)) != 0)
+		rc = errno != 0 ? -errno : -ENOSYS;
+	pthread_mutex_lock(&a->mu);
+	if (rc == 0) {
+		a->tid = (uint32_t)syscall(SYS_gettid);
+		a->state = 1;
+	} else {
+		a->state = rc;
+	}
+	pthread_cond_broadcast(&a->cv);
+	while (rc == 0 && a->state != 2)
+		pthread_cond_wait(&a->cv, &a->mu);
+	pthread_mutex_unlock(&a->mu);
+	if (rc == 0) {
+		/* What the kernel would leave if we died holding it. */
+		__atomic_store_n(a->word, FUTEX_OWNER_DIED, __ATOMIC_RELEASE);
+		syscall(SYS_set_robust_list, glibc, glibc_len);
+	}
+	return NULL;
 }
 
-/* Let go of sh_alive (tests playing carmyd; carmyd itself never does). */
-void shm_let_go_alive(const struct shm_view *v)
+/*
+ * Hold sh_alive from now until this process exits, however it exits (or
+ * until shm_let_go_alive): start a keeper thread, then write its thread id
+ * into the word. The store releases everything the caller wrote into the
+ * segment before, so a client that reads "alive" sees it all. Whatever a
+ * previous holder left there (FUTEX_OWNER_DIED, or noise) is overwritten.
+ * Returns 0 or a -errno (-ENOSYS: no robust futexes here).
+ */
+int shm_hold_alive(struct shm_alive *a, const struct shm_view *v)
 {
-	pthread_mutex_unlock(&shm_header(v)->sh_alive);
+	sigset_t all, old;
+	int rc;
+
+	memset(a, 0, sizeof(*a));
+	a->word = &shm_header(v)->sh_alive;
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	/* Signals are for the holder's other threads (carmyd reads its own
+	 * from a signalfd): the keeper starts with every one blocked. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = -pthread_create(&a->thread, NULL, keeper, a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0) {
+		pthread_mutex_lock(&a->mu);
+		while (a->state == 0)
+			pthread_cond_wait(&a->cv, &a->mu);
+		rc = a->state < 0 ? a->state : 0;
+		pthread_mutex_unlock(&a->mu);
+		if (rc != 0)
+			pthread_join(a->thread, NULL);
+	}
+	if (rc != 0) {
+		pthread_cond_destroy(&a->cv);
+		pthread_mutex_destroy(&a->mu);
+		return rc;
+	}
+	__atomic_store_n(a->word, a->tid, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/*
+ * carmyd's check: the word must hold the keeper's thread id and nothing
+ * else. Anything else is a client's write (carmyd alone writes it while it
+ * runs): put the id back, and return true with what was there in *was.
+ */
+bool shm_restore_alive(const struct shm_alive *a, uint32_t *was)
+{
+	uint32_t w = __atomic_load_n(a->word, __ATOMIC_RELAXED);
+
+	if (w == a->tid)
+		return false;
+	*was = w;
+	__atomic_store_n(a->word, a->tid, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* Let go of sh_alive: it reads FUTEX_OWNER_DIED, "no carmyd", from here on,
+ * and the keeper is gone. Call it before the segment is unmapped. */
+void shm_let_go_alive(struct shm_alive *a)
+{
+	pthread_mutex_lock(&a->mu);
+	a->state = 2;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	pthread_join(a->thread, NULL);
+	pthread_cond_destroy(&a->cv);
+	pthread_mutex_destroy(&a->mu);
 }

@@ -43,7 +43,7 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 6
+#define SHM_FORMAT 7
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
@@ -164,36 +164,53 @@ struct shm_header {
 	uint32_t sh_tombs;	/* tombstones made since carmyd's last reclaim */
 	/* ---- odd while carmyd moves finished entries (a seqlock) ---- */
 	uint32_t sh_move_seq;
-	/* ---- held by carmyd for as long as it lives ---- */
-	pthread_mutex_t sh_alive;	/* robust: the kernel marks it if carmyd dies */
+	/* ---- carmyd's liveness word (see shm_daemon_alive) ---- */
+	uint32_t sh_alive;
 	/* ---- 1 once a carmyd has loaded all its store held into this
 	 * segment, and which store that was (a number carmyd derives from
 	 * it). 0 (a segment of an older build reads 0 too), or another
 	 * store, makes the next carmyd load everything again, as into a new
 	 * segment ---- */
 	uint32_t sh_loaded;
-	uint32_t sh_pad;
 	uint64_t sh_store;
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 112 - sizeof(pthread_mutex_t) -
-			    16];
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 128];
 };
 
 /*
- * Is carmyd alive? It holds sh_alive, a process-shared robust mutex, from
- * start to exit. The mutex's futex word holds the owner's thread id, and
- * when the owner dies however it dies (a clean exit included: carmyd never
- * unlocks it) the kernel sets FUTEX_OWNER_DIED in it: a fact read with one
- * load, no system call and no timer. Used before reserving, so that a
- * client never starts a tool that no carmyd could record. The futex word is
- * glibc's __data.__lock; its TID and OWNER_DIED bits are the kernel's ABI.
+ * Is carmyd alive? sh_alive is a robust futex word in the kernel's sense
+ * (set_robust_list(2), the kernel's robust-futex ABI): from start to exit it
+ * holds the thread id of a carmyd thread, the keeper, that registered the
+ * word on its robust list. However that thread dies (kill -9, a crash, a
+ * clean exit: carmyd never lets go while it runs), the kernel sets
+ * FUTEX_OWNER_DIED in the word and clears the id, and carmyd's clean stop
+ * writes FUTEX_OWNER_DIED itself: a fact read with one load, no system call
+ * and no timer. Used before reserving, so that a client never starts a tool
+ * that no carmyd could record. A client that writes over the word can make
+ * carmyd look dead for at most a second: carmyd puts its keeper's id back
+ * on its next check (shm_restore_alive).
  */
 static inline bool shm_daemon_alive(const struct shm_header *h)
 {
-	uint32_t w = __atomic_load_n((const uint32_t *)&h->sh_alive.__data.__lock,
-				     __ATOMIC_ACQUIRE);
+	uint32_t w = __atomic_load_n(&h->sh_alive, __ATOMIC_ACQUIRE);
 
 	return (w & FUTEX_TID_MASK) != 0 && (w & FUTEX_OWNER_DIED) == 0;
 }
+
+/*
+ * The process that keeps sh_alive (carmyd, or a test playing it): its
+ * keeper thread, which does nothing but hold the word's robust-list
+ * registration; the list itself lives on the keeper's stack, never in the
+ * segment (each process maps it elsewhere). Private to that process.
+ */
+struct shm_alive {
+	uint32_t *word;		/* &sh_alive in the holder's mapping */
+	uint32_t tid;		/* the keeper's thread id: what the word holds */
+	pthread_t thread;
+	pthread_mutex_t mu;	/* guards state */
+	pthread_cond_t cv;
+	int state;		/* the keeper's: 0 starting, 1 holding, <0 -errno;
+				 * ours: 2 let go */
+};
 
 /* One entry record: identity, fingerprint, execution id and, once
  * completed, the result's status and length (the bytes are in the entry's
@@ -398,8 +415,9 @@ int shm_map_vetted(const char *name, bool writable,
 		   int (*vet)(const struct stat *st, void *arg), void *arg,
 		   struct shm_view *v);
 void shm_unmap(struct shm_view *v);
-int shm_hold_alive(const struct shm_view *v);
-void shm_let_go_alive(const struct shm_view *v);
+int shm_hold_alive(struct shm_alive *a, const struct shm_view *v);
+bool shm_restore_alive(const struct shm_alive *a, uint32_t *was);
+void shm_let_go_alive(struct shm_alive *a);
 
 static inline struct shm_header *shm_header(const struct shm_view *v)
 {
@@ -518,6 +536,7 @@ void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 uint32_t shm_reclaim(struct shm_view *v);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
+uint32_t shm_unblock_scribbled(const struct shm_view *v);
 void shm_repair_moves(struct shm_view *v);
 
 #endif /* CARMY_SHM_H */

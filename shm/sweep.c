@@ -526,6 +526,33 @@ void shm_unblock_all(const struct shm_view *v)
 	}
 }
 
+/*
+ * While carmyd runs, between its reclaims (under the lock they take): no
+ * bucket is BLOCKED by carmyd, and no bucket is ever in a state above
+ * BLOCKED, so any such word is a client's write. A BLOCKED one makes every
+ * probe that meets it start over until it gives up busy; one in no state
+ * is stepped over as a tombstone is, but no reclaim frees it. Each turns
+ * into a TOMB (version bumped): what it stood for before is unknown, and a
+ * TOMB is safe whatever it was, since probes step over it as over a live
+ * bucket, and reclaim frees it only where no live entry's probe crosses it.
+ * Counts them into sh_tombs for the next reclaim. Returns how many.
+ */
+uint32_t shm_unblock_scribbled(const struct shm_view *v)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < v->geo.nbuckets; i++) {
+		uint64_t w = shm_load(&v->buckets[i]);
+
+		if (SHM_W_STATE(w) >= SHM_BLOCKED &&
+		    shm_cas(&v->buckets[i], w, shm_next(w, SHM_TOMB)) == w)
+			n++;
+	}
+	if (n != 0)
+		(void)shm_add_return(&shm_header(v)->sh_tombs, n);
+	return n;
+}
+
 /* Where is entry e published? Reads en_bucket once, bounds-checks it, and
  * accepts it only if that bucket names e in a published state. */
 static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,

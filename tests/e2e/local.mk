@@ -44,6 +44,12 @@ tests_e2e_check_trust_SOURCES = tests/e2e/check_trust.c $(E2E_SOURCES)
 tests_e2e_check_trust_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_trust_LDADD = $(TEST_LIBS)
 
+check_PROGRAMS += tests/e2e/check_liveness
+TESTS += tests/e2e/check_liveness
+tests_e2e_check_liveness_SOURCES = tests/e2e/check_liveness.c $(E2E_SOURCES)
+tests_e2e_check_liveness_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_liveness_LDADD = $(TEST_LIBS)
+
 check_PROGRAMS += tests/e2e/check_loops
 TESTS += tests/e2e/check_loops
 tests_e2e_check_loops_SOURCES = tests/e2e/check_loops.c $(E2E_SOURCES)

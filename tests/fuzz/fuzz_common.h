@@ -87,10 +87,10 @@ static inline void fw_rid(uint32_t i, char rid[8])
 #define FS_CAPACITY 8
 #define FS_MAX_RESULT 64
 #define FS_SEED UINT64_C(0xfeedfacecafebeef)
-/* A futex word that says "carmyd alive" to shm_daemon_alive(): a non-zero
- * thread id without FUTEX_OWNER_DIED. The targets never lock or unlock the
- * mutex it sits in (its bytes are the fuzzer's), they only write this word
- * so that clients may reserve. */
+/* A liveness word that says "carmyd alive" to shm_daemon_alive(): a
+ * non-zero thread id without FUTEX_OWNER_DIED. No thread of the targets
+ * holds it (no keeper, no robust list: its bytes are the fuzzer's); they
+ * only write it so that clients may reserve. */
 #define FS_FAKE_TID 0x1234u
 
 /*
@@ -119,8 +119,7 @@ static inline void fs_fake_alive(void *base)
 {
 	struct shm_header *h = base;
 
-	__atomic_store_n((uint32_t *)&h->sh_alive.__data.__lock, FS_FAKE_TID,
-			 __ATOMIC_RELEASE);
+	__atomic_store_n(&h->sh_alive, FS_FAKE_TID, __ATOMIC_RELEASE);
 }
 
 static inline uint64_t fs_make_exec(void *arg, uint8_t exec[SHM_EXEC_LEN])

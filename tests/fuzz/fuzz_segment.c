@@ -27,11 +27,10 @@
  * never reserved twice in a row, and a result just recorded replays as it
  * was recorded.
  *
- * The liveness mutex sits in the header, so it is the fuzzer's bytes in the
- * header modes: nothing here ever locks or unlocks it (glibc would follow
- * its robust-list pointers; see tests/shm/check_table.c,
- * test_sane_never_accepts_random_headers). Clients only read its futex word
- * (shm_daemon_alive); in the template that word says "alive" (FS_FAKE_TID).
+ * The liveness word sits in the header, so it is the fuzzer's bytes in the
+ * header modes: no thread here holds it (no keeper registers it on a
+ * robust list). Clients only read it (shm_daemon_alive); in the template it
+ * says "alive" (FS_FAKE_TID).
  *
  * shm_reserve() and shm_release() spin up to BUSY_SPINS while a bucket is
  * BLOCKED or sh_move_seq is odd, which only a carmyd killed mid-reclaim
@@ -282,9 +281,13 @@ static void carmyd_and_clients(struct shm_view *v, unsigned mode)
 	for (unsigned i = 0; i < sizeof(rids) / sizeof(rids[0]); i++)
 		client(v, rids[i], i, &cursor);
 
-	/* The clients go; carmyd sweeps and reclaims, twice (the first
-	 * reclaim may only free one tombstone when no bucket is FREE), and
-	 * restarts. */
+	/* The clients go; carmyd's check leaves no bucket BLOCKED or in no
+	 * state (no reclaim of its own is in flight), it sweeps and
+	 * reclaims, twice (the first reclaim may only free one tombstone
+	 * when no bucket is FREE), and restarts. */
+	(void)shm_unblock_scribbled(v);
+	for (uint32_t b = 0; b < v->geo.nbuckets; b++)
+		FUZZ_CHECK(SHM_W_STATE(v->buckets[b]) < SHM_BLOCKED);
 	shm_sweep(v, &sweep_all, &st);
 	(void)shm_reclaim(v);
 	(void)shm_reclaim(v);

@@ -55,6 +55,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct shm_view view;
+static struct shm_alive alive;
 static size_t msg_cap;		/* server.c: sv.msg_cap */
 static uint8_t *snapshot;	/* the segment after the first pass */
 
@@ -95,7 +96,7 @@ static enum shm_outcome reserve(uint32_t i, uint32_t owner, uint32_t *cursor,
 }
 
 /* A freshly started carmyd's segment with the FW_E_* reservations in it.
- * The header (and the liveness mutex this thread holds in it) is kept. */
+ * The header (and the liveness word we hold in it) is kept. */
 static void reset_segment(void)
 {
 	struct shm_header *h = shm_header(&view);
@@ -445,10 +446,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	memset(mem, 0, geo.size);
 	shm_format(mem, &geo, FW_SEED, 1);
 	FUZZ_CHECK(shm_view_init(&view, mem, geo.size) == 0);
-	/* We play carmyd: hold the liveness mutex for the whole run (as
-	 * tests/shm/check_table.c does). Nothing ever writes the header's
-	 * mutex bytes again. */
-	FUZZ_CHECK(shm_hold_alive(&view) == 0);
+	/* We play carmyd: hold the liveness word for the whole run (as
+	 * tests/shm/check_table.c does). Nothing ever writes it again. */
+	FUZZ_CHECK(shm_hold_alive(&alive, &view) == 0);
 	msg_cap = (size_t)view.geo.max_result + WIRE_OVERHEAD;
 	snapshot = malloc(geo.size);
 	FUZZ_CHECK(snapshot != NULL);

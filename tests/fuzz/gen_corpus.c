@@ -339,7 +339,7 @@ static void segment_seeds(void)
 		h.sh_max_result = 0;
 		h.sh_move_seq = 7;
 		h.sh_tombs = 0xffffffffu;
-		h.sh_alive.__data.__lock = FS_FAKE_TID | FUTEX_OWNER_DIED;
+		h.sh_alive = FS_FAKE_TID | FUTEX_OWNER_DIED;
 		memcpy(buf + 1, &h, sizeof(h));
 	}
 	put("segment", "header_private_scribbled", buf, 1 + SHM_HEADER_SIZE);

@@ -9,7 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <check.h>
 #include <urcu/uatomic.h>
@@ -20,6 +25,7 @@
 #define OWNER_B 101u
 
 static struct shm_view view;
+static struct shm_alive alive;
 static void *mem;
 
 static void setup_cap(uint32_t capacity, uint32_t max_result)
@@ -31,7 +37,7 @@ static void setup_cap(uint32_t capacity, uint32_t max_result)
 	memset(mem, 0, geo.size);
 	shm_format(mem, &geo, 0x1234, 1);
 	ck_assert_int_eq(shm_view_init(&view, mem, geo.size), 0);
-	ck_assert_int_eq(shm_hold_alive(&view), 0);	/* we play carmyd */
+	ck_assert_int_eq(shm_hold_alive(&alive, &view), 0);	/* we play carmyd */
 }
 
 static void setup(void)
@@ -41,7 +47,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	shm_let_go_alive(&view);
+	shm_let_go_alive(&alive);
 	free(mem);
 	mem = NULL;
 }
@@ -138,9 +144,9 @@ START_TEST(test_sane_never_accepts_random_headers)
 	struct shm_geometry g;
 	unsigned seed = 7;
 
-	/* The liveness mutex is about to be overwritten: let go of it
-	 * first, so this thread's robust list does not point into noise. */
-	shm_let_go_alive(&view);
+	/* The liveness word is about to be overwritten: let go of it
+	 * first, as carmyd does before it is gone. */
+	shm_let_go_alive(&alive);
 
 	for (int i = 0; i < 20000; i++) {
 		uint8_t *b = mem;
@@ -157,7 +163,7 @@ START_TEST(test_sane_never_accepts_random_headers)
 	/* Put a whole header back for teardown. */
 	memset(mem, 0, sizeof(*h));
 	shm_format(mem, &view.geo, view.seed, 1);
-	ck_assert_int_eq(shm_hold_alive(&view), 0);
+	ck_assert_int_eq(shm_hold_alive(&alive, &view), 0);
 }
 END_TEST
 
@@ -343,15 +349,186 @@ START_TEST(test_no_carmyd_reserves_nothing_but_replays)
 					   CARMY_STATUS_COMPLETED, 0, "r", 1, 1),
 			 0);
 	/* carmyd exits: a new identity would run with nobody to record it. */
-	shm_let_go_alive(&view);
+	shm_let_go_alive(&alive);
 	ck_assert(!shm_daemon_alive(shm_header(&view)));
 	ck_assert_int_eq(reserve("new", OWNER_A, 1, &f), SHM_OUT_NODAEMON);
 	for (uint32_t e = 0; e < view.geo.capacity; e++)
 		ck_assert_uint_ne(SHM_T_WHAT(view.tickets[e]), OWNER_A);
 	ck_assert_int_eq(reserve("done", OWNER_B, 1, &f), SHM_OUT_FOUND);
 	ck_assert_uint_eq(f.state, SHM_COMPLETED);
-	ck_assert_int_eq(shm_hold_alive(&view), 0);
+	ck_assert_int_eq(shm_hold_alive(&alive, &view), 0);
 	ck_assert(shm_daemon_alive(shm_header(&view)));
+}
+END_TEST
+
+/*
+ * A holder of the liveness word in another process, on a segment in memory
+ * shared with it: it holds the word, says so through a pipe, and when told
+ * to (*go closed) leaves as told: 'k' waits to be killed, 'x' exits without
+ * letting go, 'a' aborts. Our own hold is let go first: a child forked from
+ * a process with threads must not start any (and TSan, under CK_FORK=no,
+ * forbids it).
+ */
+static pid_t holder_start(struct shm_view *sv, char how, int *go)
+{
+	int up[2], down[2];
+	pid_t pid;
+	char ready = 0;
+
+	shm_let_go_alive(&alive);
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(down), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct shm_alive a;
+
+		close(up[0]);
+		close(down[1]);
+		if (shm_hold_alive(&a, sv) != 0 || write(up[1], "r", 1) != 1)
+			_exit(2);
+		if (read(down[0], &ready, 1) != 0)
+			_exit(3);
+		if (how == 'x')
+			exit(0);
+		if (how == 'a') {
+			struct rlimit none = { 0, 0 };
+
+			setrlimit(RLIMIT_CORE, &none);	/* no core file */
+			abort();
+		}
+		for (;;)
+			pause();
+	}
+	close(up[1]);
+	close(down[0]);
+	ck_assert_int_eq(read(up[0], &ready, 1), 1);
+	ck_assert_int_eq(ready, 'r');
+	close(up[0]);
+	*go = down[1];
+	return pid;
+}
+
+static void shared_segment(struct shm_view *sv)
+{
+	struct shm_geometry geo;
+	void *m;
+
+	ck_assert_int_eq(shm_geometry(16, 256, &geo), 0);
+	m = mmap(NULL, geo.size, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(m != MAP_FAILED);
+	shm_format(m, &geo, 0x1234, 1);
+	ck_assert_int_eq(shm_view_init(sv, m, geo.size), 0);
+	ck_assert(!shm_daemon_alive(shm_header(sv)));	/* zero: nobody */
+}
+
+/* However its holder goes, the word reads "no carmyd" by the time its
+ * parent has reaped it: one load, no timer. */
+START_TEST(test_liveness_word_reads_dead_once_its_holder_is_gone)
+{
+	static const char hows[] = { 'k', 'x', 'a' };
+	struct shm_view sv;
+
+	shared_segment(&sv);
+	for (size_t i = 0; i < sizeof(hows); i++) {
+		int go, st;
+		pid_t pid = holder_start(&sv, hows[i], &go);
+		uint32_t w;
+
+		ck_assert(shm_daemon_alive(shm_header(&sv)));
+		w = __atomic_load_n(&shm_header(&sv)->sh_alive,
+				    __ATOMIC_ACQUIRE);
+		ck_assert_uint_ne(w & FUTEX_TID_MASK, 0);
+		close(go);
+		if (hows[i] == 'k')
+			kill(pid, SIGKILL);
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_msg(!shm_daemon_alive(shm_header(&sv)),
+			      "holder gone ('%c', status %#x) and the word "
+			      "still says alive: %#x", hows[i], st,
+			      shm_header(&sv)->sh_alive);
+		ck_assert_uint_ne(shm_header(&sv)->sh_alive & FUTEX_OWNER_DIED,
+				  0);
+		ck_assert_int_eq(shm_hold_alive(&alive, &view), 0);
+	}
+	munmap(sv.base, sv.mapped);
+}
+END_TEST
+
+/* A word that is not the keeper's id, exactly, is a client's: carmyd's check
+ * puts the id back and says what it found. */
+START_TEST(test_restore_alive_puts_back_only_a_scribbled_word)
+{
+	struct shm_header *h = shm_header(&view);
+	const uint32_t tid = alive.tid;
+	const uint32_t scribbles[] = { 0, tid | FUTEX_OWNER_DIED,
+				       FUTEX_OWNER_DIED, tid + 1,
+				       tid | FUTEX_WAITERS, 0xffffffffu };
+	uint32_t was = 7;
+
+	ck_assert_uint_ne(tid, 0);
+	ck_assert_uint_eq(h->sh_alive, tid);
+	ck_assert(!shm_restore_alive(&alive, &was));
+	ck_assert_uint_eq(was, 7);
+	for (size_t i = 0; i < sizeof(scribbles) / sizeof(scribbles[0]); i++) {
+		h->sh_alive = scribbles[i];
+		if (scribbles[i] != tid + 1 &&
+		    scribbles[i] != (tid | FUTEX_WAITERS))
+			ck_assert(!shm_daemon_alive(h));
+		ck_assert(shm_restore_alive(&alive, &was));
+		ck_assert_uint_eq(was, scribbles[i]);
+		ck_assert_uint_eq(h->sh_alive, tid);
+		ck_assert(shm_daemon_alive(h));
+		ck_assert(!shm_restore_alive(&alive, &was));
+	}
+}
+END_TEST
+
+/* Buckets BLOCKED (or in no state) by no reclaim: every probe meeting one
+ * gives up busy, or the index fills. carmyd's check makes tombstones of them,
+ * and the entries already there stay where their probes find them. */
+START_TEST(test_blocked_buckets_nobody_holds_become_tombstones)
+{
+	struct shm_found f[4], g;
+	uint32_t n = 0, want = 0;
+	char rid[16];
+
+	for (int i = 0; i < 4; i++) {
+		snprintf(rid, sizeof(rid), "kept%d", i);
+		ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+	}
+	ck_assert_int_eq(shm_record_result(&view, f[0].entry, OWNER_A,
+					   f[0].exec, CARMY_STATUS_COMPLETED,
+					   0, "r", 1, 1), 0);
+	for (uint32_t b = 0; b < view.geo.nbuckets; b++) {
+		uint64_t w = view.buckets[b];
+
+		if (SHM_W_STATE(w) != SHM_FREE)
+			continue;
+		/* Every free bucket: BLOCKED, but some in states 6 and 7. */
+		view.buckets[b] = shm_word(b % 5 == 0 ? 6 + b % 2 :
+					   SHM_BLOCKED, b, b, b);
+		want++;
+	}
+	ck_assert_int_eq(reserve("new", OWNER_B, 1, &g), SHM_OUT_BUSY);
+	n = shm_unblock_scribbled(&view);
+	ck_assert_uint_eq(n, want);
+	ck_assert_uint_ge(shm_header(&view)->sh_tombs, want);
+	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
+		ck_assert_uint_lt(SHM_W_STATE(view.buckets[b]), SHM_BLOCKED);
+	ck_assert_uint_eq(shm_unblock_scribbled(&view), 0);
+	while (shm_reclaim(&view) != 0)
+		;
+	for (int i = 0; i < 4; i++) {
+		snprintf(rid, sizeof(rid), "kept%d", i);
+		ck_assert_int_eq(reserve(rid, OWNER_B, 1, &g), SHM_OUT_FOUND);
+		ck_assert_uint_eq(g.entry, f[i].entry);
+		ck_assert_uint_eq(g.state, i == 0 ? SHM_COMPLETED : SHM_RUNNING);
+	}
+	ck_assert_int_eq(reserve("new", OWNER_B, 1, &g), SHM_OUT_RESERVED);
 }
 END_TEST
 
@@ -1000,6 +1177,9 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_a_stalled_replay_never_reads_a_reused_entry);
 	tcase_add_test(tc, test_capacity_is_exact_and_release_frees_room);
 	tcase_add_test(tc, test_no_carmyd_reserves_nothing_but_replays);
+	tcase_add_test(tc, test_liveness_word_reads_dead_once_its_holder_is_gone);
+	tcase_add_test(tc, test_restore_alive_puts_back_only_a_scribbled_word);
+	tcase_add_test(tc, test_blocked_buckets_nobody_holds_become_tombstones);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
