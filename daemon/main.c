@@ -6,6 +6,7 @@
  * exists, so a client started right after it can connect.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
@@ -78,6 +79,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg);
 static int parse_u32(const char *opt, const char *s, uint32_t min,
 		     uint32_t max, bool suffixes, uint32_t *out);
 static int size_clients(struct carmyd_config *cfg);
+static bool only_ours(int fd, const char *base);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
 static int listen_on(const struct carmyd_config *cfg);
@@ -439,25 +441,66 @@ static int size_clients(struct carmyd_config *cfg)
 }
 
 /*
- * The socket's directory, created if it is missing: owner-only, or
- * group-readable with --group. One that exists must be a real directory,
- * never a symbolic link (opened with O_NOFOLLOW, and looked at and
- * repaired through that descriptor), and ours or root's: a directory
- * someone else planted (in /tmp, say) could let them replace our socket.
- * So could one that others can write: ours, it is made owner-only again,
- * and the log says so; root's, or a sticky one (/tmp itself, shared by
- * everyone), is refused.
+ * Does the directory open on fd hold nothing but our socket and its lock
+ * file (base, base.lock)? Only such a directory is carmyd's to repair:
+ * any other (a working directory, a home, a team's directory) is someone's
+ * whose mode is theirs to choose. Read through a duplicate of fd, so what
+ * is read is the directory that was checked, wherever its name now leads.
+ */
+static bool only_ours(int fd, const char *base)
+{
+	size_t len = strlen(base);
+	struct dirent *e;
+	bool only = true;
+	DIR *d;
+	int dfd;
+
+	dfd = dup(fd);
+	if (dfd < 0)
+		return false;
+	d = fdopendir(dfd);
+	if (d == NULL) {
+		close(dfd);
+		return false;
+	}
+	while (only && (e = readdir(d)) != NULL) {
+		const char *n = e->d_name;
+
+		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0 ||
+		    strcmp(n, base) == 0 ||
+		    (strncmp(n, base, len) == 0 && strcmp(n + len, ".lock") == 0))
+			continue;
+		only = false;
+	}
+	closedir(d);
+	return only;
+}
+
+/*
+ * The socket's directory, created if it is missing: owner-only, or 0750
+ * and --group's group. One that exists must be a real directory, never a
+ * symbolic link (opened with O_NOFOLLOW, and looked at and repaired
+ * through that descriptor), and ours or root's: a directory someone else
+ * planted (in /tmp, say) could let them replace our socket. So could one
+ * that others can write; and with --group, one the group cannot enter
+ * keeps its members out. Ours, not sticky, and holding nothing but our
+ * socket and lock file, it is made 0700 (0750 and the group's) and the log
+ * says so; any other is refused with what to do, and left as it was.
  */
 static int make_dirs(const struct carmyd_config *cfg)
 {
 	const mode_t want = cfg->use_group ? 0750 : 0700;
 	char dir[sizeof(cfg->socket_path)];
+	const char *base;
+	bool open_to_others, closed_to_group;
 	struct stat st;
 	char *slash;
 	int fd;
 
 	strcpy(dir, cfg->socket_path);
 	slash = strrchr(dir, '/');
+	base = slash == NULL ? cfg->socket_path :
+			       cfg->socket_path + (slash - dir) + 1;
 	if (slash == NULL)
 		strcpy(dir, ".");
 	else if (slash == dir)
@@ -500,24 +543,68 @@ static int make_dirs(const struct carmyd_config *cfg)
 			  dir, (unsigned)st.st_uid);
 		goto refuse;
 	}
-	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-		if (st.st_uid != geteuid() || (st.st_mode & S_ISVTX) != 0) {
+	open_to_others = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+	/* Members reach the socket through the group's search bit, or
+	 * everyone's. */
+	closed_to_group = cfg->use_group && (st.st_mode & S_IXOTH) == 0 &&
+			  (st.st_gid != cfg->gid ||
+			   (st.st_mode & S_IXGRP) == 0);
+	if (!open_to_others && !closed_to_group)
+		goto done;
+	if (st.st_uid != geteuid() || (st.st_mode & S_ISVTX) != 0) {
+		if (open_to_others)
 			log_error("refusing %s: it has mode %04o, and others "
 				  "could replace our socket in it; give "
 				  "--socket a path in a directory of our own",
 				  dir, (unsigned)(st.st_mode & 07777));
-			goto refuse;
-		}
-		if (fchmod(fd, want) != 0) {
-			log_error("cannot make %s (mode %04o) ours alone: %s",
-				  dir, (unsigned)(st.st_mode & 07777),
-				  strerror(errno));
-			goto refuse;
-		}
-		log_warn("%s had mode %04o, which let others replace our "
-			 "socket: made it %04o", dir,
-			 (unsigned)(st.st_mode & 07777), (unsigned)want);
+		else
+			log_error("refusing %s: its mode %04o and group %u keep "
+				  "the members of group %u out; give --socket "
+				  "a path in a directory of our own", dir,
+				  (unsigned)(st.st_mode & 07777),
+				  (unsigned)st.st_gid, (unsigned)cfg->gid);
+		goto refuse;
 	}
+	if (!only_ours(fd, base)) {
+		if (open_to_others)
+			log_error("refusing %s: it has mode %04o, and others "
+				  "could replace our socket in it; it holds "
+				  "more than our socket, so it is not ours to "
+				  "change: run chmod go-w %s, or give --socket "
+				  "a path in a directory of its own", dir,
+				  (unsigned)(st.st_mode & 07777), dir);
+		else
+			log_error("refusing %s: its mode %04o and group %u keep "
+				  "the members of group %u out; it holds more "
+				  "than our socket, so it is not ours to "
+				  "change: run chgrp %u %s and chmod 0750 %s, "
+				  "or give --socket a path in a directory of "
+				  "its own", dir,
+				  (unsigned)(st.st_mode & 07777),
+				  (unsigned)st.st_gid, (unsigned)cfg->gid,
+				  (unsigned)cfg->gid, dir, dir);
+		goto refuse;
+	}
+	if ((cfg->use_group && fchown(fd, (uid_t)-1, cfg->gid) != 0) ||
+	    fchmod(fd, want) != 0) {
+		log_error("cannot make %s (mode %04o, group %u) %04o%s: %s",
+			  dir, (unsigned)(st.st_mode & 07777),
+			  (unsigned)st.st_gid, (unsigned)want,
+			  cfg->use_group ? " and the group's" : "",
+			  strerror(errno));
+		goto refuse;
+	}
+	if (open_to_others)
+		log_warn("%s had mode %04o, which let others replace our "
+			 "socket: made it %04o%s", dir,
+			 (unsigned)(st.st_mode & 07777), (unsigned)want,
+			 cfg->use_group ? " and the group's" : "");
+	else
+		log_warn("%s had mode %04o and group %u, which kept the "
+			 "group's members out: made it %04o and the group's",
+			 dir, (unsigned)(st.st_mode & 07777),
+			 (unsigned)st.st_gid, (unsigned)want);
+done:
 	close(fd);
 	return 0;
 refuse:

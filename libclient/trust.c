@@ -237,18 +237,41 @@ static int lookup_user(const char *name, uid_t *uid)
 	return rc == 0 && res != NULL ? 0 : -1;
 }
 
+/* Is gid our effective group or one of our supplementary groups? The list
+ * is as long as the process's own (getgroups(0)), on the heap beyond a few:
+ * NGROUPS_MAX of them (65536) would not fit a small thread's stack. A list
+ * that cannot be read counts as "not in it", which refuses. */
 static bool in_group(gid_t gid)
 {
-	gid_t groups[NGROUPS_MAX];
-	int n;
+	gid_t few[32], *groups = few;
+	bool found = false;
+	int n, max;
 
 	if (getegid() == gid)
 		return true;
-	n = getgroups(NGROUPS_MAX, groups);
+	for (;;) {
+		max = getgroups(0, NULL);
+		if (max <= 0)
+			return false;
+		if ((size_t)max > sizeof(few) / sizeof(few[0])) {
+			groups = malloc((size_t)max * sizeof(*groups));
+			if (groups == NULL)
+				return false;
+		}
+		n = getgroups(max, groups);
+		if (n >= 0 || errno != EINVAL)
+			break;
+		/* The list grew between the two calls: again. */
+		if (groups != few)
+			free(groups);
+		groups = few;
+	}
 	for (int i = 0; i < n; i++)
 		if (groups[i] == gid)
-			return true;
-	return false;
+			found = true;
+	if (groups != few)
+		free(groups);
+	return found;
 }
 
 /* The absolute path of socket_path's directory: "." and relative paths

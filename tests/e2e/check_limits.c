@@ -438,9 +438,10 @@ static bool people(struct people *p)
 	return true;
 }
 
-/* Start carmyd (as root) with --group carmy-test-lshare and extra, its
- * directory open to the group as a --group user's would be. */
-static void start_shared(const struct people *p, const char *admin_group)
+/* Start carmyd (as root) with --group carmy-test-lshare and extra; the
+ * directory the harness made for it, 0700, is carmyd's to open to the
+ * group. */
+static void start_shared(const char *admin_group)
 {
 	const char *const opts[] = { "--group", "carmy-test-lshare",
 				     "--log-file", logpath, SMALL,
@@ -448,8 +449,6 @@ static void start_shared(const struct people *p, const char *admin_group)
 				     admin_group, NULL };
 
 	e2e_start(&d, opts);
-	ck_assert_int_eq(chown(d.dir, (uid_t)-1, p->share), 0);
-	ck_assert_int_eq(chmod(d.dir, 0750), 0);
 }
 
 /* The owner (root here) completes a call: its retry replays, unless an
@@ -488,7 +487,7 @@ START_TEST(test_group_member_may_not_purge_or_resolve)
 
 	if (!people(&p))
 		return;
-	start_shared(&p, NULL);
+	start_shared(NULL);
 	c = e2e_connect(&d);
 	complete_call(c, "done");
 	e2e_child_reserve(&ch, d.socket, &lost, E2E_EXIT);
@@ -542,7 +541,7 @@ START_TEST(test_admin_group_member_may_purge_and_resolve)
 		return;
 	both[0] = p.share;
 	both[1] = p.admins;
-	start_shared(&p, "carmy-test-ladmins");
+	start_shared("carmy-test-ladmins");
 	c = e2e_connect(&d);
 	complete_call(c, "done");
 	e2e_child_reserve(&ch, d.socket, &lost, E2E_EXIT);

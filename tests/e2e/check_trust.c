@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,10 +126,45 @@ struct outcome {
 	char detail[400];	/* carmy_trust_detail() */
 };
 
+/* A client's work, in connect_as()'s child: connect to sock, and if that
+ * works reserve, complete and replay one call. */
+struct client_job {
+	const char *sock;
+	struct outcome out;
+};
+
+static void *client_work(void *arg)
+{
+	struct client_job *job = arg;
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("p", "s", "trust");
+	struct outcome *out = &job->out;
+	carmy_t *c = NULL;
+
+	out->rc = carmy_connect(&c, job->sock);
+	snprintf(out->detail, sizeof(out->detail), "%s",
+		 carmy_trust_detail());
+	if (out->rc == 0 &&
+	    carmy_begin(c, &call, &r) == CARMY_RESERVED &&
+	    carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok", 2) == 0 &&
+	    carmy_begin(c, &call, &r) == CARMY_REPLAY &&
+	    strcmp(r.result, "ok") == 0)
+		out->replayed = 1;
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	return NULL;
+}
+
+/* Thread stack size for connect_as()'s client: 0 runs it on the child's
+ * main thread. */
+static size_t client_stack;
+
 /* In a child running as uid/gid with the given groups, with
  * $CARMY_TRUSTED_USERS set to trusted (NULL: unset): connect to sock (NULL:
  * the default, with neither $CARMY_SOCKET nor $XDG_RUNTIME_DIR), and if
- * that works reserve, complete and replay one call. */
+ * that works reserve, complete and replay one call (client_work), on a
+ * thread with a client_stack-byte stack if that is set. The child dying
+ * (a crash) fails the test. */
 static void connect_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n,
 		       const char *trusted, const char *sock,
 		       struct outcome *o)
@@ -141,12 +177,9 @@ static void connect_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n,
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		struct carmy_reservation r = CARMY_RESERVATION_INIT;
-		struct carmy_call call = E2E_CALL("p", "s", "trust");
-		struct outcome out;
-		carmy_t *c = NULL;
+		struct client_job job = { .sock = sock };
 
-		memset(&out, 0, sizeof(out));
+		memset(&job.out, 0, sizeof(job.out));
 		close(p[0]);
 		if (harness_become(uid, gid, groups, n) != 0)
 			_exit(3);
@@ -156,25 +189,35 @@ static void connect_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n,
 			unsetenv("CARMY_TRUSTED_USERS");
 		unsetenv("CARMY_SOCKET");
 		unsetenv("XDG_RUNTIME_DIR");
-		out.rc = carmy_connect(&c, sock);
-		snprintf(out.detail, sizeof(out.detail), "%s",
-			 carmy_trust_detail());
-		if (out.rc == 0 &&
-		    carmy_begin(c, &call, &r) == CARMY_RESERVED &&
-		    carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok", 2) == 0 &&
-		    carmy_begin(c, &call, &r) == CARMY_REPLAY &&
-		    strcmp(r.result, "ok") == 0)
-			out.replayed = 1;
-		carmy_reservation_clear(&r);
-		carmy_close(c);
-		if (write(p[1], &out, sizeof(out)) != (ssize_t)sizeof(out))
+		if (client_stack == 0) {
+			client_work(&job);
+		} else {
+			pthread_attr_t attr;
+			pthread_t t;
+
+			if (pthread_attr_init(&attr) != 0 ||
+			    pthread_attr_setstacksize(&attr, client_stack) != 0 ||
+			    pthread_create(&t, &attr, client_work, &job) != 0 ||
+			    pthread_join(t, NULL) != 0)
+				_exit(5);
+		}
+		if (write(p[1], &job.out, sizeof(job.out)) !=
+		    (ssize_t)sizeof(job.out))
 			_exit(4);
 		_exit(0);
 	}
 	close(p[1]);
-	ck_assert_msg(e2e_read_full(p[0], o, sizeof(*o), WAIT_MS) == 0,
-		      "the client as uid %u said nothing", (unsigned)uid);
+	st = e2e_read_full(p[0], o, sizeof(*o), WAIT_MS);
 	close(p[0]);
+	if (st != 0) {
+		st = harness_waitpid(pid, WAIT_MS);
+		ck_abort_msg("the client as uid %u said nothing (%s %d)",
+			     (unsigned)uid,
+			     st != -1 && WIFSIGNALED(st) ? "killed by signal" :
+							   "exit status",
+			     st == -1 ? -1 : WIFSIGNALED(st) ? WTERMSIG(st) :
+							      WEXITSTATUS(st));
+	}
 	st = harness_waitpid(pid, WAIT_MS);
 	ck_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
@@ -692,6 +735,171 @@ START_TEST(test_own_open_socket_directory_is_made_0750_with_group)
 }
 END_TEST
 
+/* ------------------------------------------------------------ groups */
+
+/* Root's carmyd with --group carmy-test-fg, and carmy-test-f1, a member:
+ * 0 with their ids, or -1 (skipped, with a note). */
+static int need_member(uid_t *uid, gid_t *gid, gid_t *g)
+{
+	if (!need_root("a member of --group's group") ||
+	    harness_user("f1", uid, gid) != 0 || harness_group("fg", g) != 0) {
+		e2e_note("skipped: could not create carmy-test-f1 and "
+			 "carmy-test-fg");
+		return -1;
+	}
+	return 0;
+}
+
+/* The text of the log file at path. */
+static void read_log(const char *path, char *text, size_t size)
+{
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	ck_assert_int_ge(fd, 0);
+	n = read(fd, text, size - 1);
+	close(fd);
+	ck_assert_int_ge(n, 0);
+	text[n] = '\0';
+}
+
+/*
+ * A member of the group connects from a thread with a 128 KiB stack (musl's
+ * default): the segment is root's, so the client looks up its own groups,
+ * which must not take more stack than such a thread has.
+ */
+START_TEST(test_group_member_connects_from_a_thread_with_a_small_stack)
+{
+	static const char *const opts[] = { "--group", "carmy-test-fg", NULL };
+	struct carmyd_proc d;
+	struct outcome o;
+	uid_t uid;
+	gid_t gid, g;
+
+	if (need_member(&uid, &gid, &g) != 0)
+		return;
+	e2e_start(&d, opts);
+	client_stack = 128 * 1024;
+	connect_as(uid, gid, &g, 1, NULL, d.socket, &o);
+	client_stack = 0;
+	ck_assert_msg(o.rc == 0, "connect: %s: %s", carmy_errname(o.rc),
+		      o.detail);
+	ck_assert(o.replayed);
+	e2e_stop(&d);
+}
+END_TEST
+
+/*
+ * carmyd --group on a socket directory that exists already, owner-only
+ * (a run without --group made it; the harness makes its own 0700), or
+ * open to all and root's group: carmyd gives it to the group, 0750, says
+ * so, and a member connects.
+ */
+START_TEST(test_existing_socket_directory_is_opened_to_the_group)
+{
+	static char log[160];
+	static const char *const opts[] = { "--group", "carmy-test-fg",
+					    "--log-file", log, NULL };
+	char text[4096], want[64];
+	struct carmyd_proc d;
+	struct outcome o;
+	struct stat st;
+	uid_t uid;
+	gid_t gid, g;
+
+	if (need_member(&uid, &gid, &g) != 0)
+		return;
+	path_in(log, sizeof(log), base, "carmyd.log");
+	e2e_start(&d, opts);
+	ck_assert_int_eq(stat(d.dir, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0750);
+	ck_assert_uint_eq(st.st_gid, g);
+	read_log(log, text, sizeof(text));
+	ck_assert_msg(has(text, "had mode 0700") &&
+		      has(text, "kept the group's members out"), "%s", text);
+	connect_as(uid, gid, &g, 1, NULL, d.socket, &o);
+	ck_assert_msg(o.rc == 0, "connect: %s: %s", carmy_errname(o.rc),
+		      o.detail);
+	ck_assert(o.replayed);
+
+	/* Open to all, root's group: made 0750 and the group's. */
+	e2e_kill9(&d);
+	ck_assert_int_eq(chown(d.dir, 0, 0), 0);
+	ck_assert_int_eq(chmod(d.dir, 0777), 0);
+	e2e_restart(&d, opts);
+	ck_assert_int_eq(stat(d.dir, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0750);
+	ck_assert_uint_eq(st.st_gid, g);
+	read_log(log, text, sizeof(text));
+	snprintf(want, sizeof(want), "had mode 0777");
+	ck_assert_msg(has(text, want), "%s", text);
+	connect_as(uid, gid, &g, 1, NULL, d.socket, &o);
+	ck_assert_msg(o.rc == 0, "connect: %s: %s", carmy_errname(o.rc),
+		      o.detail);
+	e2e_stop(&d);
+}
+END_TEST
+
+/*
+ * A directory that holds more than carmyd's socket (a working directory,
+ * a home, a team's 2775 directory) is not carmyd's to repair: open to the
+ * group, or closed to --group's group, carmyd refuses it, says what to do,
+ * and leaves it exactly as it was. Not open, it is used as it is.
+ */
+START_TEST(test_shared_directory_is_refused_and_left_as_it_was)
+{
+	static char sock[160], log[160];
+	static const char *const opts[] = { "--socket", sock, "--log-file",
+					    log, NULL };
+	const char *const *group = group_opts();
+	const char *gopts[] = { "--socket", sock, "--log-file", log,
+				group[0], group[1], NULL };
+	char dir[128], other[160], text[4096];
+	struct carmyd_proc d;
+	struct stat st;
+	carmy_t *c = NULL;
+
+	path_in(dir, sizeof(dir), base, "work");
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	ck_assert_int_eq(chmod(dir, 02775), 0);
+	path_in(other, sizeof(other), dir, "notes.txt");
+	ck_assert_int_eq(close(open(other, O_WRONLY | O_CREAT, 0644)), 0);
+	path_in(sock, sizeof(sock), dir, "carmyd.sock");
+	path_in(log, sizeof(log), base, "carmyd.log");
+
+	ck_assert_int_ne(try_start(&d, opts), 0);
+	ck_assert_uint_eq(mode_of(dir), 02775);
+	ck_assert_int_eq(access(other, F_OK), 0);
+	read_log(log, text, sizeof(text));
+	ck_assert_msg(has(text, "refusing") && has(text, dir) &&
+		      has(text, "chmod go-w") &&
+		      has(text, "a directory of its own"), "%s", text);
+	ck_assert_int_ne(try_start(&d, gopts), 0);
+	ck_assert_uint_eq(mode_of(dir), 02775);
+
+	/* Closed to --group's group: refused too, and left 0700. */
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	ck_assert_int_eq(chown(dir, (uid_t)-1, STRANGER), 0);
+	ck_assert_int_ne(try_start(&d, gopts), 0);
+	ck_assert_int_eq(stat(dir, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0700);
+	ck_assert_uint_eq(st.st_gid, STRANGER);
+	read_log(log, text, sizeof(text));
+	ck_assert_msg(has(text, "keep the members") &&
+		      has(text, "chmod 0750"), "%s", text);
+
+	/* Closed to others, without --group: carmyd's to use as it is. */
+	ck_assert_int_eq(chown(dir, (uid_t)-1, getegid()), 0);
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	e2e_start(&d, opts);
+	ck_assert_uint_eq(mode_of(dir), 0755);
+	ck_assert_int_eq(carmy_connect(&c, sock), 0);
+	carmy_close(c);
+	e2e_stop(&d);
+	ck_assert_int_eq(access(other, F_OK), 0);
+}
+END_TEST
+
 static Suite *trust_suite(void)
 {
 	Suite *s = suite_create("trust");
@@ -707,6 +915,9 @@ static Suite *trust_suite(void)
 	tcase_add_test(tc, test_own_open_socket_directory_is_repaired_by_carmyd_and_refused_by_clients);
 	tcase_add_test(tc, test_own_open_socket_directory_is_made_0750_with_group);
 	tcase_add_test(tc, test_segment_not_the_daemons_is_refused);
+	tcase_add_test(tc, test_group_member_connects_from_a_thread_with_a_small_stack);
+	tcase_add_test(tc, test_existing_socket_directory_is_opened_to_the_group);
+	tcase_add_test(tc, test_shared_directory_is_refused_and_left_as_it_was);
 	suite_add_tcase(s, tc);
 	return s;
 }
