@@ -189,6 +189,10 @@ struct carmy_reservation {
  * user names or uids, separated by commas or spaces, for a carmyd run as
  * another user (carmyd --group); a set-uid program ignores it. The same
  * checks are made whenever a handle connects again. docs/trust.md.
+ * A relative socket_path is made absolute here, from the working directory
+ * (symbolic links are not resolved): the handle connects again to the same
+ * path after the application changes directory; -ENAMETOOLONG if the
+ * absolute path does not fit a socket address.
  * Thread-safe (it touches no shared state). A handle belongs to the process
  * that connected it: after fork() the child must connect anew.
  */
@@ -332,7 +336,9 @@ const char *carmy_strerror(int code);
  * What was wrong, when a call of this thread last failed with
  * CARMY_EUNTRUSTED (carmy_connect(), or a call that connected again):
  * which path, uid or mode, as one sentence ("the carmyd on PATH runs as
- * uid 1001 ..."). "" if none has. Never NULL; the thread's own storage,
+ * uid 1001 ..."). "" if none has, and again once a later connection of
+ * this thread (a connect, a reconnect, carmy_wait's) passed the checks:
+ * only the last failure is kept. Never NULL; the thread's own storage,
  * rewritten by its next connect.
  */
 const char *carmy_trust_detail(void);

@@ -114,6 +114,7 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 			   uint32_t owner, struct carmy_reservation *r);
 static int confirm(carmy_t *c, int type, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN], struct wire_msg *reply);
+static int absolute(const char *path, char *out, size_t size);
 static int dial(const char *path, int *fdp);
 static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer);
 static int vet_segment(const struct stat *st, void *arg);
@@ -155,25 +156,27 @@ EXPORT int carmy_default_socket(char *buf, size_t size)
 
 EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 {
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char dflt[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char path[sizeof(dflt)];
 	struct wire_msg m;
 	carmy_t *c;
 	int rc;
 
 	*out = NULL;
 	if (socket_path == NULL) {
-		rc = carmy_default_socket(path, sizeof(path));
+		rc = carmy_default_socket(dflt, sizeof(dflt));
 		if (rc < 0)
 			return rc;
-		socket_path = path;
+		socket_path = dflt;
 	}
-	if (strlen(socket_path) >= sizeof(c->path))
-		return -ENAMETOOLONG;
+	rc = absolute(socket_path, path, sizeof(path));
+	if (rc != 0)
+		return rc;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
 	c->fd = -1;
-	strcpy(c->path, socket_path);
+	strcpy(c->path, path);
 	c->reconnect_ms = env_int("CARMY_RECONNECT_MS", CARMY_RECONNECT_MS,
 				  3600 * 1000);
 	c->spin_ns = 1000ull * (uint64_t)env_int("CARMY_SPIN_US",
@@ -1108,6 +1111,30 @@ static bool wait_readable(int fd, int timeout_ms)
 	return poll(&pfd, 1, timeout_ms) > 0;
 }
 
+/*
+ * path, made absolute from the working directory if it is relative (its
+ * symbolic links left as they are, for the trust checks to see): a handle
+ * connects again to the carmyd it first found, wherever the application
+ * has chdir()ed since. 0, or -ENAMETOOLONG when that does not fit a
+ * socket address, or -errno from getcwd().
+ */
+static int absolute(const char *path, char *out, size_t size)
+{
+	char cwd[PATH_MAX];
+	int n;
+
+	if (path[0] == '/')
+		n = snprintf(out, size, "%s", path);
+	else if (getcwd(cwd, sizeof(cwd)) == NULL)
+		return errno == ERANGE ? -ENAMETOOLONG : -errno;
+	else
+		n = snprintf(out, size, "%s%s%s", cwd,
+			     strcmp(cwd, "/") == 0 ? "" : "/", path);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
 static int dial(const char *path, int *fdp)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -1170,6 +1197,7 @@ static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer)
 	}
 	if (peer != NULL)
 		*peer = uid;
+	trust_why[0] = '\0';	/* only the last failure is kept */
 	return 0;
 }
 

@@ -628,6 +628,8 @@ START_TEST(test_own_open_socket_directory_is_repaired_by_carmyd_and_refused_by_c
 		      carmy_trust_detail());
 	ck_assert_int_eq(chmod(dir, 0700), 0);
 	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	/* Only the last failure is kept: this connection passed. */
+	ck_assert_str_eq(carmy_trust_detail(), "");
 	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "x", 1),
 			 0);
 	carmy_reservation_clear(&r);
@@ -731,6 +733,48 @@ START_TEST(test_own_open_socket_directory_is_made_0750_with_group)
 	ck_assert_uint_eq(mode_of(dir), 0750);
 	ck_assert_int_eq(carmy_connect(&c, sock), 0);
 	carmy_close(c);
+	e2e_stop(&d);
+}
+END_TEST
+
+/*
+ * A handle connected through a relative path connects again, after the
+ * application changed directory and carmyd restarted, to the carmyd it
+ * first found: the path was made absolute at connect.
+ */
+START_TEST(test_relative_socket_path_survives_a_chdir)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("p", "s", "relative");
+	char parent[128], here[512], *name;
+	struct carmyd_proc d;
+	carmy_t *c = NULL;
+
+	/* Where the harness finds carmyd (it may be "."). */
+	ck_assert_ptr_nonnull(getcwd(here, sizeof(here)));
+	e2e_start(&d, NULL);
+	snprintf(parent, sizeof(parent), "%s", d.dir);
+	name = strrchr(parent, '/');
+	ck_assert_ptr_nonnull(name);
+	*name++ = '\0';
+	ck_assert_int_eq(chdir(parent), 0);
+	{
+		char rel[160];
+
+		path_in(rel, sizeof(rel), name, "carmyd.sock");
+		ck_assert_int_eq(carmy_connect(&c, rel), 0);
+	}
+	ck_assert_int_eq(chdir(here), 0);
+	e2e_kill9(&d);
+	e2e_restart(&d, NULL);
+	ck_assert_int_eq(chdir(base), 0);
+	ck_assert_msg(carmy_begin(c, &call, &r) == CARMY_RESERVED, "%s",
+		      carmy_trust_detail());
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "x", 1),
+			 0);
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	ck_assert_int_eq(chdir(here), 0);
 	e2e_stop(&d);
 }
 END_TEST
@@ -915,6 +959,7 @@ static Suite *trust_suite(void)
 	tcase_add_test(tc, test_own_open_socket_directory_is_repaired_by_carmyd_and_refused_by_clients);
 	tcase_add_test(tc, test_own_open_socket_directory_is_made_0750_with_group);
 	tcase_add_test(tc, test_segment_not_the_daemons_is_refused);
+	tcase_add_test(tc, test_relative_socket_path_survives_a_chdir);
 	tcase_add_test(tc, test_group_member_connects_from_a_thread_with_a_small_stack);
 	tcase_add_test(tc, test_existing_socket_directory_is_opened_to_the_group);
 	tcase_add_test(tc, test_shared_directory_is_refused_and_left_as_it_was);
