@@ -73,6 +73,12 @@ struct carmy {
 	struct trust trust;		/* who may run carmyd, at connect */
 	uid_t peer;			/* who does: the segment's owner */
 	struct shm_view view;
+	dev_t seg_dev;			/* the segment mapped: its file, and */
+	ino_t seg_ino;
+	uint64_t seg_seed;		/* its header's seed and birth, which */
+	uint64_t seg_created;		/* a new one at that name differs in */
+	int orphaned;			/* the name holds another segment now:
+					 * this handle is done (atomic) */
 	uint64_t exec_seed;		/* execution ids: keyed hash of a */
 	uint8_t exec_key[16];		/* random key, see new_exec_id() */
 	uint32_t ticket_cursor;		/* where our next ticket search starts */
@@ -118,6 +124,7 @@ static int absolute(const char *path, char *out, size_t size);
 static int dial(const char *path, int *fdp);
 static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer);
 static int vet_segment(const struct stat *st, void *arg);
+static int same_segment(carmy_t *c);
 static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 		    struct wire_msg *m, uint8_t *buf, size_t cap);
@@ -207,6 +214,8 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	rc = shm_map_vetted(c->shm_name, true, vet_segment, c, &c->view);
 	if (rc != 0)
 		goto fail;
+	c->seg_seed = shm_header(&c->view)->sh_seed;
+	c->seg_created = shm_header(&c->view)->sh_created_ns;
 	if (c->view.geo.max_result != m.u.hello_ok.max_result) {
 		rc = CARMY_EPROTOCOL;
 		goto fail;
@@ -371,8 +380,12 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				return rc;
 			continue;
 		case SHM_OUT_BUSY:
-		case SHM_OUT_NODAEMON:
 			return CARMY_EUNAVAILABLE;
+		case SHM_OUT_NODAEMON:
+			/* Stopped, or gone for good: a carmyd that comes back
+			 * on a new segment never says so in this one. */
+			rc = same_segment(c);
+			return rc != 0 ? rc : CARMY_EUNAVAILABLE;
 		case SHM_OUT_DEAD:
 			uatomic_set(&c->dead, 1);
 			return CARMY_EDISCONNECTED;
@@ -650,6 +663,11 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		/* A stalled carmyd holds this up no longer than the answer
 		 * below may take: the deadline, and a second. */
 		wrc = dial_trusted(c, &fd, NULL);
+		/* A carmyd on another segment knows nothing of ours. */
+		if (wrc == 0 && same_segment(c) != 0) {
+			close(fd);
+			return CARMY_EDISCONNECTED;
+		}
 		if (wrc == 0)
 			wrc = hello(fd, 0, 0,
 				    left + 1000 < HELLO_TIMEOUT_MS ?
@@ -795,8 +813,8 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
  * id back so that the reservations we hold stay ours (a restarted carmyd
  * gives it back during its --grace period, to this process only). If it is
  * not given back we carry on under a new id, and what we held is uncertain.
- * Only to the same segment: a new one means our entries are gone, and this
- * handle with them. Tries for wait_ms while no carmyd answers (a restart
+ * Only to the same segment (same_segment()): a new one means our entries
+ * are gone, and this handle with them. Tries for wait_ms while no carmyd answers (a restart
  * takes a moment), backing off from 5 to 100 ms between tries.
  * Returns 0, CARMY_EUNAVAILABLE, CARMY_EDISCONNECTED or an error.
  */
@@ -809,6 +827,10 @@ static int reconnect(carmy_t *c, int wait_ms)
 	if (alive(c)) {
 		pthread_mutex_unlock(&c->io);
 		return 0;	/* another thread was first */
+	}
+	if (uatomic_read(&c->orphaned)) {
+		pthread_mutex_unlock(&c->io);
+		return CARMY_EDISCONNECTED;
 	}
 	for (;;) {
 		struct wire_msg m;
@@ -831,6 +853,10 @@ static int reconnect(carmy_t *c, int wait_ms)
 			    (strcmp(m.u.hello_ok.shm_name, c->shm_name) != 0 ||
 			     m.u.hello_ok.max_result != c->max_result))
 				rc = CARMY_EDISCONNECTED;	/* not ours */
+			/* The same name may hold a new segment (carmyd
+			 * --transient removed ours, or an operator did). */
+			if (rc == 0)
+				rc = same_segment(c);
 			if (rc == 0) {
 				if (c->fd >= 0)
 					close(c->fd);
@@ -869,7 +895,7 @@ static int reconnect(carmy_t *c, int wait_ms)
  */
 static bool alive(carmy_t *c)
 {
-	if (uatomic_read(&c->dead))
+	if (uatomic_read(&c->dead) || uatomic_read(&c->orphaned))
 		return false;
 	if (uatomic_read(&shm_header(&c->view)->sh_epoch) !=
 	    uatomic_read(&c->epoch)) {
@@ -1201,13 +1227,57 @@ static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer)
 	return 0;
 }
 
-/* shm_map_vetted()'s look at the segment carmyd named (arg: the handle). */
+/* shm_map_vetted()'s look at the segment carmyd named (arg: the handle),
+ * at connect: which file it is is kept, for same_segment(). */
 static int vet_segment(const struct stat *st, void *arg)
 {
 	carmy_t *c = arg;
+	int rc;
 
-	return trust_segment(&c->trust, st, c->peer, c->shm_name, trust_why,
-			     sizeof(trust_why));
+	rc = trust_segment(&c->trust, st, c->peer, c->shm_name, trust_why,
+			   sizeof(trust_why));
+	c->seg_dev = st->st_dev;
+	c->seg_ino = st->st_ino;
+	return rc;
+}
+
+/*
+ * Is the segment at c's name still the one c mapped? A carmyd that starts
+ * afresh on a new segment (--transient removed ours at its exit, an
+ * operator removed it) has it under the same name, and knows nothing of
+ * what this handle holds or reserves in the old one, which no carmyd
+ * serves any more: the same file (device and inode), with the same seed
+ * and birth in its header (an inode number can be used again), vetted as
+ * at connect. Returns 0; CARMY_EUNTRUSTED (trust_why says why); or
+ * CARMY_EDISCONNECTED, gone or another, after which the handle is done:
+ * what it reserved is uncertain, and a new handle must connect.
+ */
+static int same_segment(carmy_t *c)
+{
+	struct shm_header h;
+	struct stat st;
+	int fd, rc = CARMY_EDISCONNECTED;
+
+	fd = shm_open(c->shm_name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0 && errno != ENOENT)
+		return -errno;
+	if (fd >= 0 && fstat(fd, &st) == 0) {
+		rc = trust_segment(&c->trust, &st, c->peer, c->shm_name,
+				   trust_why, sizeof(trust_why));
+		if (rc == 0 &&
+		    (st.st_dev != c->seg_dev || st.st_ino != c->seg_ino ||
+		     pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+		     h.sh_seed != c->seg_seed ||
+		     h.sh_created_ns != c->seg_created))
+			rc = CARMY_EDISCONNECTED;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (rc == CARMY_EDISCONNECTED) {
+		uatomic_set(&c->orphaned, 1);
+		uatomic_set(&c->dead, 1);
+	}
+	return rc;
 }
 
 static int send_all(int fd, const void *buf, size_t len)

@@ -95,6 +95,10 @@ struct ctl {
 	char shm_name[WIRE_SHM_NAME_MAX];
 	struct shm_view view;
 	bool mapped;
+	dev_t seg_dev;		/* which segment is mapped: its file, */
+	ino_t seg_ino;
+	uint64_t seg_seed;	/* and its header's seed and birth */
+	uint64_t seg_created;
 	struct trust trust;	/* who may run carmyd (libclient/trust.h) */
 	bool trusting;		/* trust is filled in */
 	uid_t peer;		/* who does, once dialled: the segment's owner */
@@ -662,8 +666,28 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 		lost = rc == ASK_LOST;
 		/* carmyd stopped, and lets its waiters go without a word:
 		 * wait for it to come back, and look again. */
-		if (lost)
+		if (lost) {
+			dev_t dev = x->seg_dev;
+			ino_t ino = x->seg_ino;
+			uint64_t seed = x->seg_seed, born = x->seg_created;
+
 			rc = redial(x, deadline);
+			/* Back on a new segment (--transient, or ours was
+			 * removed): one that does not hold the execution
+			 * knows nothing of it. Not "released": it may still
+			 * run where the old one was reserved. */
+			if (rc == 0 &&
+			    (x->seg_dev != dev || x->seg_ino != ino ||
+			     x->seg_seed != seed || x->seg_created != born) &&
+			    !find_exec(&x->view, id, &r)) {
+				fprintf(stderr, "carmyctl: wait: "
+					"EXECUTION_UNCERTAIN: carmyd came back "
+					"on a new segment, which does not know "
+					"%s: what became of it is unknown\n",
+					id);
+				return EXIT_FAIL;
+			}
+		}
 		if (rc != 0)
 			return rc;
 		if (!lost && code == -ETIMEDOUT) {
@@ -695,8 +719,8 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 /*
  * carmyd went away during a wait: dial it again every 100 ms until it is
  * back or the deadline passes (exit 69), then map its segment afresh (a
- * carmyd that started on a new one, after a reboot, has it under the same
- * name). Returns 0, or an exit status after saying why.
+ * carmyd that started on a new one has it under the same name; cmd_wait
+ * tells the two apart). Returns 0, or an exit status after saying why.
  */
 static int redial(struct ctl *x, uint64_t deadline)
 {
@@ -977,6 +1001,8 @@ static int map_segment(struct ctl *x)
 		return EXIT_FAIL;
 	}
 	x->mapped = true;
+	x->seg_seed = shm_header(&x->view)->sh_seed;
+	x->seg_created = shm_header(&x->view)->sh_created_ns;
 	return 0;
 }
 
@@ -1059,6 +1085,8 @@ static int vet_segment(const struct stat *st, void *arg)
 {
 	struct ctl *x = arg;
 
+	x->seg_dev = st->st_dev;
+	x->seg_ino = st->st_ino;
 	return trust_segment(&x->trust, st, x->peered ? x->peer : (uid_t)-1,
 			     x->shm_name, x->why, sizeof(x->why));
 }

@@ -12,6 +12,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,8 @@ static const char *const *group_opts(void)
 	snprintf(name, sizeof(name), "%s", gr->gr_name);
 	return opts;
 }
+
+static void read_log(const char *path, char *text, size_t size);
 
 static bool has(const char *text, const char *part)
 {
@@ -779,6 +782,148 @@ START_TEST(test_relative_socket_path_survives_a_chdir)
 }
 END_TEST
 
+/* ------------------------------------------------------------ segments */
+
+/* Stop d cleanly (SIGTERM), keeping its directory for a restart. */
+static void stop_cleanly(struct carmyd_proc *d)
+{
+	int st;
+
+	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+	st = harness_waitpid(d->pid, WAIT_MS);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "carmyd did not stop cleanly");
+	d->pid = 0;
+}
+
+/*
+ * Handles connected to a carmyd whose segment is then replaced by a new
+ * one under the same name: how depends on how (stop cleanly with
+ * --transient, which removes it; or kill -9 and rm /dev/shm/NAME, as
+ * carmyd's advice for a segment it refuses says). The old handles are
+ * done: none reserves an identity (the new carmyd would never know), their
+ * running reservation is uncertain, a wait ends at once; a new handle
+ * reserves the identity once.
+ */
+/* carmyctl --socket sock wait ID, in the background, its standard error
+ * into the file err. Its pid. */
+static pid_t ctl_wait(const char *sock, const char *id, const char *err)
+{
+	char prog[512];
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int null = open("/dev/null", O_WRONLY);
+
+		if (fd < 0 || null < 0)
+			_exit(126);
+		dup2(null, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		execl(harness_path("tools/carmyctl", prog, sizeof(prog)),
+		      "carmyctl", "--socket", sock, "wait", id, "--timeout",
+		      "60", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void check_replaced_segment(bool kill9)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT,
+				 held = CARMY_RESERVATION_INIT;
+	struct carmy_call x = E2E_CALL("p", "s", "after"),
+			  h = E2E_CALL("p", "s", "held");
+	static char log[160];
+	static const char *const opts[] = { "--log-level", "debug",
+					    "--log-file", log, NULL };
+	char seg[128], err[160], text[8192];
+	struct carmyd_proc d;
+	carmy_t *old, *waiter, *fresh;
+	pid_t ctl;
+	int st;
+
+	path_in(log, sizeof(log), base, "carmyd.log");
+	path_in(err, sizeof(err), base, "wait.err");
+	e2e_start(&d, opts);
+	old = e2e_connect(&d);
+	waiter = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(old, &h, &held), CARMY_RESERVED);
+	/* carmyctl waits for it, until carmyd goes away. */
+	ctl = ctl_wait(d.socket, held.execution_id, err);
+	for (uint64_t t0 = harness_now_ns();;) {
+		read_log(log, text, sizeof(text));
+		if (has(text, "a wait of up to 60000 ms begins"))
+			break;
+		ck_assert_msg(e2e_ms_since(t0) < WAIT_MS, "the wait never "
+			      "began: %s", text);
+		poll(NULL, 0, 20);
+	}
+	if (kill9) {
+		e2e_kill9(&d);
+		segment_file(&d, seg, sizeof(seg));
+		ck_assert_int_eq(unlink(seg), 0);
+	} else {
+		stop_cleanly(&d);
+	}
+	e2e_restart(&d, opts);
+	fresh = e2e_connect(&d);
+	/* The new segment does not know the execution: uncertain, never
+	 * "released". */
+	st = harness_waitpid(ctl, WAIT_MS);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		      "carmyctl wait: status %d", st);
+	read_log(err, text, sizeof(text));
+	ck_assert_msg(has(text, "EXECUTION_UNCERTAIN") &&
+		      has(text, "new segment"), "%s", text);
+
+	for (int i = 0; i < 2; i++) {
+		int rc = carmy_begin(old, &x, &r);
+
+		ck_assert_msg(rc == CARMY_EDISCONNECTED, "old handle: %s",
+			      carmy_errname(rc));
+	}
+	ck_assert_int_eq(carmy_begin(fresh, &x, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(fresh, &r, CARMY_STATUS_COMPLETED,
+					"y", 1), 0);
+	ck_assert_int_eq(carmy_begin(fresh, &x, &r), CARMY_REPLAY);
+	ck_assert_int_ne(carmy_begin(old, &x, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(old, &held, CARMY_STATUS_COMPLETED,
+					"z", 1), CARMY_EDISCONNECTED);
+	{
+		uint64_t t0 = harness_now_ns();
+		int rc = carmy_wait(waiter, &h, &r, WAIT_MS);
+
+		ck_assert_msg(rc == CARMY_EDISCONNECTED, "wait: %s",
+			      carmy_errname(rc));
+		ck_assert_msg(e2e_ms_since(t0) < WAIT_MS / 2,
+			      "the wait went on for a segment nobody serves");
+	}
+	/* The identity held in the old segment is free in the new one. */
+	ck_assert_int_eq(carmy_begin(fresh, &h, &r), CARMY_RESERVED);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&held);
+	carmy_close(old);
+	carmy_close(waiter);
+	carmy_close(fresh);
+	e2e_stop(&d);
+}
+
+START_TEST(test_handle_on_a_removed_transient_segment_never_reserves)
+{
+	check_replaced_segment(false);
+}
+END_TEST
+
+START_TEST(test_handle_on_a_segment_removed_by_hand_never_reserves)
+{
+	check_replaced_segment(true);
+}
+END_TEST
+
 /* ------------------------------------------------------------ groups */
 
 /* Root's carmyd with --group carmy-test-fg, and carmy-test-f1, a member:
@@ -960,6 +1105,8 @@ static Suite *trust_suite(void)
 	tcase_add_test(tc, test_own_open_socket_directory_is_made_0750_with_group);
 	tcase_add_test(tc, test_segment_not_the_daemons_is_refused);
 	tcase_add_test(tc, test_relative_socket_path_survives_a_chdir);
+	tcase_add_test(tc, test_handle_on_a_removed_transient_segment_never_reserves);
+	tcase_add_test(tc, test_handle_on_a_segment_removed_by_hand_never_reserves);
 	tcase_add_test(tc, test_group_member_connects_from_a_thread_with_a_small_stack);
 	tcase_add_test(tc, test_existing_socket_directory_is_opened_to_the_group);
 	tcase_add_test(tc, test_shared_directory_is_refused_and_left_as_it_was);
