@@ -664,9 +664,9 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		 * below may take: the deadline, and a second. */
 		wrc = dial_trusted(c, &fd, NULL);
 		/* A carmyd on another segment knows nothing of ours. */
-		if (wrc == 0 && same_segment(c) != 0) {
+		if (wrc == 0 && (wrc = same_segment(c)) != 0) {
 			close(fd);
-			return CARMY_EDISCONNECTED;
+			return wrc;
 		}
 		if (wrc == 0)
 			wrc = hello(fd, 0, 0,
@@ -695,6 +695,8 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		if (wrc == 0 && m.type == WIRE_WAIT &&
 		    m.u.reply.code == -ETIMEDOUT)
 			return rc;
+		if (wrc == CARMY_EUNTRUSTED)
+			return wrc;	/* trust_why says why */
 		if (wrc != 0 || m.type != WIRE_WAIT ||
 		    (m.u.reply.code != 0 && m.u.reply.code != -ETIMEDOUT))
 			return rc;	/* no carmyd to wait with: as begin */

@@ -924,6 +924,62 @@ START_TEST(test_handle_on_a_segment_removed_by_hand_never_reserves)
 }
 END_TEST
 
+/*
+ * carmyd stops and another user's carmyd, one this process trusts too,
+ * starts at the same path (its directory handed over): a handle of the
+ * first one's does not take it for the one whose segment it has mapped,
+ * whether it connects again or carmy_wait dials.
+ */
+START_TEST(test_carmyd_restarted_as_another_user_is_untrusted)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT,
+				 held = CARMY_RESERVATION_INIT;
+	struct carmy_call h = E2E_CALL("p", "s", "held"),
+			  x = E2E_CALL("p", "s", "other");
+	char lock[200], want[64];
+	struct carmyd_proc d;
+	carmy_t *c, *w;
+	int rc;
+
+	if (!need_users())
+		return;
+	ck_assert_int_eq(setenv("CARMY_TRUSTED_USERS",
+				"carmy-test-t1,carmy-test-t2", 1), 0);
+	start_as(&d, vuid, vgid, NULL);
+	c = e2e_connect(&d);
+	w = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &h, &held), CARMY_RESERVED);
+	stop_cleanly(&d);
+	/* The path is the other user's now. */
+	snprintf(lock, sizeof(lock), "%s.lock", d.socket);
+	unlink(lock);
+	ck_assert_int_eq(chown(d.dir, auid, agid), 0);
+	d.uid = auid;
+	d.gid = agid;
+	fflush(NULL);
+	ck_assert_int_eq(harness_restart(&d, NULL), 0);
+	snprintf(want, sizeof(want), "uid %u", (unsigned)auid);
+
+	/* The wait dials the new carmyd. */
+	rc = carmy_wait(w, &h, &r, WAIT_MS);
+	ck_assert_msg(rc == CARMY_EUNTRUSTED, "wait: %s", carmy_errname(rc));
+	ck_assert_msg(has(carmy_trust_detail(), want), "%s",
+		      carmy_trust_detail());
+	/* Completing finds the connection gone, and connects again. */
+	rc = carmy_complete(c, &held, CARMY_STATUS_COMPLETED, "z", 1);
+	ck_assert_int_ne(rc, 0);
+	rc = carmy_begin(c, &x, &r);
+	ck_assert_msg(rc == CARMY_EUNTRUSTED, "begin: %s", carmy_errname(rc));
+	ck_assert_msg(has(carmy_trust_detail(), want), "%s",
+		      carmy_trust_detail());
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&held);
+	carmy_close(c);
+	carmy_close(w);
+	harness_stop(&d);
+}
+END_TEST
+
 /* ------------------------------------------------------------ groups */
 
 /* Root's carmyd with --group carmy-test-fg, and carmy-test-f1, a member:
@@ -1107,6 +1163,7 @@ static Suite *trust_suite(void)
 	tcase_add_test(tc, test_relative_socket_path_survives_a_chdir);
 	tcase_add_test(tc, test_handle_on_a_removed_transient_segment_never_reserves);
 	tcase_add_test(tc, test_handle_on_a_segment_removed_by_hand_never_reserves);
+	tcase_add_test(tc, test_carmyd_restarted_as_another_user_is_untrusted);
 	tcase_add_test(tc, test_group_member_connects_from_a_thread_with_a_small_stack);
 	tcase_add_test(tc, test_existing_socket_directory_is_opened_to_the_group);
 	tcase_add_test(tc, test_shared_directory_is_refused_and_left_as_it_was);
