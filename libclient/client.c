@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1256,7 +1257,7 @@ static int vet_segment(const struct stat *st, void *arg)
  */
 static int same_segment(carmy_t *c)
 {
-	struct shm_header h;
+	uint64_t seed, born;
 	struct stat st;
 	int fd, rc = CARMY_EDISCONNECTED;
 
@@ -1268,9 +1269,13 @@ static int same_segment(carmy_t *c)
 				   trust_why, sizeof(trust_why));
 		if (rc == 0 &&
 		    (st.st_dev != c->seg_dev || st.st_ino != c->seg_ino ||
-		     pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-		     h.sh_seed != c->seg_seed ||
-		     h.sh_created_ns != c->seg_created))
+		     pread(fd, &seed, sizeof(seed),
+			   offsetof(struct shm_header, sh_seed)) !=
+			     (ssize_t)sizeof(seed) ||
+		     pread(fd, &born, sizeof(born),
+			   offsetof(struct shm_header, sh_created_ns)) !=
+			     (ssize_t)sizeof(born) ||
+		     seed != c->seg_seed || born != c->seg_created))
 			rc = CARMY_EDISCONNECTED;
 	}
 	if (fd >= 0)
