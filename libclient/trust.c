@@ -52,7 +52,7 @@ int trust_parse(struct trust *t, uid_t self, const char *spec, char *why,
 	while (p != NULL && *p != '\0') {
 		char name[LOGIN_NAME_MAX + 1];
 		size_t len = strcspn(p, ", \t");
-		uid_t uid;
+		uid_t uid = 0;	/* lookup_user() sets it on success */
 
 		if (len == 0) {
 			p++;
