@@ -33,9 +33,9 @@
  * when accept() fails for any other lasting reason, listening pauses until
  * the tick. It pauses too while SHED_AHEAD shed connections wait for their
  * loops to close them, until the last of those wakes the first loop. Each
- * episode of refusals, sheds, HELLO timeouts and connections closed for an
- * error before their HELLO is logged once as it begins and once as it
- * ends: whoever may connect cannot fill the log.
+ * episode of refusals, sheds, HELLO timeouts and connections closed after
+ * an error (fail_conn) is logged once as it begins and once as it ends:
+ * whoever may connect cannot fill the log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -179,13 +179,14 @@ struct server {
 	 * closed fall below SHED_AHEAD: listening may resume. */
 	int wake_fd;
 	/* Connections that have not said HELLO, oldest first; and those
-	 * closed for an error before their HELLO was accepted since the
-	 * last tick, with the first one's particulars. */
+	 * closed after an error since the last tick, with the first one's
+	 * particulars. */
 	pthread_mutex_t greet_lock;
 	struct conn *greet_head, *greet_tail;
 	unsigned long failed_new;
 	pid_t failed_pid;
 	uid_t failed_uid;
+	uint32_t failed_owner;
 	int failed_code;
 	const char *failed_why;
 	/* The first loop's: the spare descriptor (/dev/null, or -1 while it
@@ -886,14 +887,15 @@ static void greet_expire(struct server *sv, uint64_t now)
 		   (unsigned)uid, CARMYD_HELLO_TIMEOUT_S);
 }
 
-/* The connections closed for an error before their HELLO was accepted
- * since the last tick (fail_conn): they belong to the episode, the first
- * named if it begins it. First loop, at the tick. */
+/* The connections closed after an error since the last tick (fail_conn):
+ * they belong to the episode, the first named if it begins it. First
+ * loop, at the tick. */
 static void failed_tick(struct server *sv)
 {
 	unsigned long n;
 	pid_t pid;
 	uid_t uid;
+	uint32_t owner;
 	int code;
 	const char *why;
 
@@ -901,6 +903,7 @@ static void failed_tick(struct server *sv)
 	n = sv->failed_new;
 	pid = sv->failed_pid;
 	uid = sv->failed_uid;
+	owner = sv->failed_owner;
 	code = sv->failed_code;
 	why = sv->failed_why;
 	sv->failed_new = 0;
@@ -908,8 +911,8 @@ static void failed_tick(struct server *sv)
 	if (n == 0)
 		return;
 	sv->failed += n;
-	crowd_note(sv, "pid %d uid %u: %s (%s) before its HELLO was accepted",
-		   (int)pid, (unsigned)uid, why, carmy_errname(code));
+	crowd_note(sv, "pid %d uid %u owner %u: %s (%s): disconnected",
+		   (int)pid, (unsigned)uid, owner, why, carmy_errname(code));
 }
 
 /* Something was refused, shed or closed for silence: an episode begins
@@ -946,8 +949,8 @@ static void crowd_tick(struct server *sv, uint64_t now)
 		return;
 	log_warn("connections: back to normal after %.1f s: %lu refused "
 		 "(TOO_MANY_CLIENTS), %lu shed before their HELLO, %lu closed "
-		 "for saying no HELLO within %d s, %lu closed for an error "
-		 "before their HELLO was accepted; %lu served",
+		 "for saying no HELLO within %d s, %lu closed after an error; "
+		 "%lu served",
 		 (double)(sv->crowd_last_ns - sv->crowd_since_ns) / 1e9,
 		 sv->refused, sv->shed, sv->silent, CARMYD_HELLO_TIMEOUT_S,
 		 sv->failed,
@@ -1972,28 +1975,26 @@ static int flush_out(struct conn *c)
 	return 0;
 }
 
-/* Tell the peer why, then drop it. why is a string constant. Before its
- * HELLO was accepted, anyone may connect and fail: the first loop logs
- * those by the episode (failed_tick), not one a connection. */
+/* Tell the peer why, then drop it. why is a string constant. Anyone who
+ * may connect can fail as often as they like (before HELLO or after): the
+ * first loop logs these by the episode (failed_tick), not one a
+ * connection. */
 static void fail_conn(struct conn *c, int code, const char *why)
 {
 	struct server *sv = c->loop->sv;
 
-	if (c->owner == 0) {
-		log_debug("pid %d uid %u: %s (%s): disconnecting", (int)c->pid,
-			  (unsigned)c->uid, why, carmy_errname(code));
-		pthread_mutex_lock(&sv->greet_lock);
-		if (sv->failed_new++ == 0) {
-			sv->failed_pid = c->pid;
-			sv->failed_uid = c->uid;
-			sv->failed_code = code;
-			sv->failed_why = why;
-		}
-		pthread_mutex_unlock(&sv->greet_lock);
-	} else {
-		log_warn("pid %d owner %u: %s (%s): disconnecting", (int)c->pid,
-			 c->owner, why, carmy_errname(code));
+	log_debug("pid %d uid %u owner %u: %s (%s): disconnecting",
+		  (int)c->pid, (unsigned)c->uid, c->owner, why,
+		  carmy_errname(code));
+	pthread_mutex_lock(&sv->greet_lock);
+	if (sv->failed_new++ == 0) {
+		sv->failed_pid = c->pid;
+		sv->failed_uid = c->uid;
+		sv->failed_owner = c->owner;
+		sv->failed_code = code;
+		sv->failed_why = why;
 	}
+	pthread_mutex_unlock(&sv->greet_lock);
 	c->out.size = 0;
 	c->out_off = 0;
 	if (wire_put_reply(&c->out, WIRE_ERROR, code) == 0 &&

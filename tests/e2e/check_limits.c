@@ -361,7 +361,7 @@ START_TEST(test_a_flood_of_bad_first_messages_is_logged_once)
 	/* The episode's end counts them all. */
 	ck_assert_msg(wait_log("back to normal", 2 * HELLO_TIMEOUT_MS + SLACK_MS),
 		      "the episode's end was not logged");
-	ck_assert_int_eq(log_lines("2000 closed for an error before"), 1);
+	ck_assert_int_eq(log_lines("2000 closed after an error"), 1);
 	ck_assert_int_le(log_count() - before, 3);
 	e2e_stop(&d);
 }
