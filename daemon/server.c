@@ -325,7 +325,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 		if (loop_init(&sv, &sv.loops[i]) != 0)
 			goto setup_failed;
 	/* The first loop also owns the listening socket, the signals, the
-	 * tick, the waiters' timer and the shed ones' bell; its epoll data
+	 * tick, the waiters' timer and the shed connections' eventfd; its epoll data
 	 * for them are the server's own fields. */
 	ev.data.ptr = &sv.lfd;
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, lfd, &ev);
@@ -652,19 +652,18 @@ static void on_accept(struct server *sv)
 				return;
 			if (err == ECONNABORTED || err == EPROTO)
 				continue;	/* gone before we took it */
-			if ((err == EMFILE || err == ENFILE) &&
-			    out_of_fds(sv, err))
-				continue;
-			if (err != EMFILE && err != ENFILE) {
-				/* No memory, an LSM's veto...: it would fail
-				 * again at once, and the connection waits. */
-				crowd_note(sv, "accept: %s with %lu "
-					   "connections served", strerror(err),
-					   (unsigned long)atomic_load_explicit(
-						   &sv->nconns,
-						   memory_order_relaxed));
-				listen_pause(sv, true, true);
+			if (err == EMFILE || err == ENFILE) {
+				if (out_of_fds(sv, err))
+					continue;
+				return;
 			}
+			/* No memory, an LSM's veto...: it would fail again
+			 * at once, and the connection waits. */
+			served = atomic_load_explicit(&sv->nconns,
+						      memory_order_relaxed);
+			crowd_note(sv, "accept: %s with %lu connections served",
+				   strerror(err), served);
+			listen_pause(sv, true, true);
 			return;
 		}
 		served = atomic_load_explicit(&sv->nconns, memory_order_relaxed);
