@@ -32,11 +32,12 @@
 #define CARMYD_HELLO_TIMEOUT_S 5
 /* --max-clients defaults to the descriptor limit less what carmyd keeps
  * for itself: standard streams, the lock, the listening socket, the spare
- * (server.c), the signalfd and two timers, the segment, three per event
- * loop (epoll, two eventfds), and this reserve for what comes and goes
+ * and the shed connections' eventfd (server.c), the signalfd and two
+ * timers, the segment, three per event loop (epoll, two eventfds), and
+ * this reserve for what comes and goes
  * (the store's files and connections, /proc reads, a connection being
  * refused, up to 16 shed ones their loops have yet to close). */
-#define CARMYD_FDS_FIXED 10
+#define CARMYD_FDS_FIXED 11
 #define CARMYD_FDS_PER_LOOP 3
 #define CARMYD_FDS_RESERVE 32
 #define CARMYD_MAX_CLIENTS_MAX 100000000

@@ -29,9 +29,13 @@
  * all the same (a lowered limit, a store holding more than reserved),
  * accept() would fail at once for ever: a spare descriptor, given up for
  * the moment, lets the first loop accept and refuse each one waiting, and
- * shed the oldest silent one so that the next finds room; without it,
- * listening pauses until the tick. Each episode of refusals, sheds and
- * HELLO timeouts is logged once as it begins and once as it ends.
+ * shed the oldest silent one so that the next finds room; without it, or
+ * when accept() fails for any other lasting reason, listening pauses until
+ * the tick. It pauses too while SHED_AHEAD shed connections wait for their
+ * loops to close them, until the last of those wakes the first loop. Each
+ * episode of refusals, sheds, HELLO timeouts and connections closed after
+ * an error (fail_conn) is logged once as it begins and once as it ends:
+ * whoever may connect cannot fill the log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,8 +75,10 @@
 /* Shed connections not yet closed by their loops, at most: each holds a
  * descriptor until then (CARMYD_FDS_RESERVE has room for them). */
 #define SHED_AHEAD 16
-/* Refused operator commands are logged at most once a second. */
+/* Refused operator commands are logged at most once a second a user, and
+ * the users last logged are remembered this many at a time. */
 #define DENY_LOG_NS 1000000000ull
+#define DENY_UIDS 8
 /* greet_del(): was the connection shed meanwhile? */
 enum { GREET_OK, GREET_SHED };
 
@@ -163,26 +169,46 @@ struct server {
 	pthread_mutex_t wait_lock;
 	struct store_op *waiters;
 	uint64_t wfd_at;	/* deadline wfd is armed for, 0 none */
-	/* Connections open, and of them, shed ones not yet closed. */
+	/* Connections counted against --max-clients (open and not shed:
+	 * shedding one takes it off), and shed ones not yet closed. One
+	 * count each, so that what is served is never a difference of two
+	 * read apart. */
 	atomic_ulong nconns;
 	atomic_ulong nshed;
-	/* Connections that have not said HELLO, oldest first. */
+	/* Rung (by the loop closing it) when the shed connections not yet
+	 * closed fall below SHED_AHEAD: listening may resume. */
+	int wake_fd;
+	/* Connections that have not said HELLO, oldest first; and those
+	 * closed after an error since the last tick, with the first one's
+	 * particulars. */
 	pthread_mutex_t greet_lock;
 	struct conn *greet_head, *greet_tail;
+	unsigned long failed_new;
+	pid_t failed_pid;
+	uid_t failed_uid;
+	uint32_t failed_owner;
+	int failed_code;
+	const char *failed_why;
 	/* The first loop's: the spare descriptor (/dev/null, or -1 while it
-	 * is given up), whether listening is paused, and the episode of
+	 * is given up), whether listening is paused (and until the tick
+	 * alone, or until the shed ones are closed too), and the episode of
 	 * refusals under way. */
 	int spare;
 	bool paused;
+	bool pause_tick;
 	bool crowded;
 	uint64_t crowd_since_ns, crowd_last_ns;
-	unsigned long refused, shed, silent;
+	unsigned long refused, shed, silent, failed;
 	/* The TOO_MANY_CLIENTS error, encoded once. */
 	msgpack_sbuffer too_many;
-	/* Refused operator commands: when the next may be logged, and how
-	 * many were not since the last line. */
-	_Atomic uint64_t deny_log_at;
-	atomic_ulong deny_quiet;
+	/* Refused operator commands: the users last logged and when, and
+	 * how many refusals were not logged since the last line. */
+	pthread_mutex_t deny_lock;
+	struct {
+		uid_t uid;
+		uint64_t at_ns;
+	} denied[DENY_UIDS];
+	unsigned long deny_quiet;
 };
 
 static int loop_init(struct server *sv, struct loop *l);
@@ -228,7 +254,8 @@ static int greet_del(struct conn *c);
 static void crowd_note(struct server *sv, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static void crowd_tick(struct server *sv, uint64_t now);
-static void listen_pause(struct server *sv, bool pause);
+static void listen_pause(struct server *sv, bool pause, bool until_tick);
+static void failed_tick(struct server *sv);
 static bool may_operate(struct conn *c, const char *what);
 static bool peer_in_group(int fd, gid_t gid);
 
@@ -237,7 +264,8 @@ static bool peer_in_group(int fd, gid_t gid);
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 {
 	struct server sv = { .store = s, .cfg = cfg, .lfd = lfd,
-			     .sfd = -1, .tfd = -1, .wfd = -1, .spare = -1 };
+			     .sfd = -1, .tfd = -1, .wfd = -1, .wake_fd = -1,
+			     .spare = -1 };
 	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
 	struct epoll_event ev = { .events = EPOLLIN };
 	unsigned started = 1;
@@ -250,6 +278,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	pthread_mutex_init(&sv.wait_lock, NULL);
 	pthread_mutex_init(&sv.ack_lock, NULL);
 	pthread_mutex_init(&sv.greet_lock, NULL);
+	pthread_mutex_init(&sv.deny_lock, NULL);
 	msgpack_sbuffer_init(&sv.too_many);
 	sv.nloops = cfg->threads ? cfg->threads : 1;
 	sv.loops = calloc(sv.nloops, sizeof(*sv.loops));
@@ -288,15 +317,16 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	sv.sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
 	sv.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	sv.wfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (sv.sfd < 0 || sv.tfd < 0 || sv.wfd < 0 ||
+	sv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (sv.sfd < 0 || sv.tfd < 0 || sv.wfd < 0 || sv.wake_fd < 0 ||
 	    timerfd_settime(sv.tfd, 0, &tick, NULL) != 0)
 		goto setup_failed;
 	for (unsigned i = 0; i < sv.nloops; i++)
 		if (loop_init(&sv, &sv.loops[i]) != 0)
 			goto setup_failed;
 	/* The first loop also owns the listening socket, the signals, the
-	 * tick and the waiters' timer; its epoll data for them are the
-	 * server's own fields. */
+	 * tick, the waiters' timer and the shed connections' eventfd; its epoll data
+	 * for them are the server's own fields. */
 	ev.data.ptr = &sv.lfd;
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &sv.sfd;
@@ -305,6 +335,8 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.tfd, &ev);
 	ev.data.ptr = &sv.wfd;
 	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.wfd, &ev);
+	ev.data.ptr = &sv.wake_fd;
+	epoll_ctl(sv.loops[0].ep, EPOLL_CTL_ADD, sv.wake_fd, &ev);
 	for (; started < sv.nloops; started++) {
 		int err = pthread_create(&sv.loops[started].thread, NULL,
 					 loop_thread, &sv.loops[started]);
@@ -382,6 +414,7 @@ out:
 	pthread_mutex_destroy(&sv.wait_lock);
 	pthread_mutex_destroy(&sv.ack_lock);
 	pthread_mutex_destroy(&sv.greet_lock);
+	pthread_mutex_destroy(&sv.deny_lock);
 	msgpack_sbuffer_destroy(&sv.too_many);
 	if (sv.spare >= 0)
 		close(sv.spare);
@@ -391,6 +424,8 @@ out:
 		close(sv.tfd);
 	if (sv.wfd >= 0)
 		close(sv.wfd);
+	if (sv.wake_fd >= 0)
+		close(sv.wake_fd);
 	free(sv.loops);
 	return rc;
 }
@@ -512,6 +547,7 @@ static int loop_run(struct loop *l)
 				}
 				store_tick(sv->store);
 				greet_expire(sv, mono_ns());
+				failed_tick(sv);
 				crowd_tick(sv, mono_ns());
 				/* Releases and sweeps end executions
 				 * without telling us. */
@@ -527,6 +563,19 @@ static int loop_run(struct loop *l)
 				}
 				/* A waiter's deadline came. */
 				wake_waiters(sv, true, 0, 0);
+			} else if (p == &sv->wake_fd) {
+				uint64_t rung;
+
+				if (read(sv->wake_fd, &rung, sizeof(rung)) < 0) {
+					/* spurious wake-up */
+				}
+				/* Read after the ring: a backlog back at
+				 * SHED_AHEAD since keeps listening paused. */
+				if (sv->paused && !sv->pause_tick &&
+				    atomic_load_explicit(&sv->nshed,
+							 memory_order_relaxed) <
+					    SHED_AHEAD)
+					listen_pause(sv, false, false);
 			} else {
 				struct conn *c = p;
 
@@ -581,40 +630,46 @@ static struct loop *least_busy(struct server *sv)
 static void on_accept(struct server *sv)
 {
 	for (;;) {
-		unsigned long open_now;
+		unsigned long served;
 		int fd;
 
-		/* Let the loops close those shed first (this one's after
-		 * this batch of events): accepting on would use up the
-		 * descriptors they hold. */
+		/* Let the loops close those shed first: accepting on would
+		 * use up the descriptors they hold. The listening socket
+		 * stays readable meanwhile: it must not wake this loop
+		 * until the last of them rings (wake_fd), or the tick. */
 		if (atomic_load_explicit(&sv->nshed, memory_order_relaxed) >=
-		    SHED_AHEAD)
+		    SHED_AHEAD) {
+			listen_pause(sv, true, false);
 			return;
+		}
 		if (sv->spare < 0)
 			sv->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			int err = errno;
 
-			if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
-			    err == ENOMEM) {
+			if (err == EAGAIN || err == EINTR)
+				return;
+			if (err == ECONNABORTED || err == EPROTO)
+				continue;	/* gone before we took it */
+			if (err == EMFILE || err == ENFILE) {
 				if (out_of_fds(sv, err))
 					continue;
 				return;
 			}
-			if (err == ECONNABORTED)
-				continue;	/* gone before we took it */
-			if (err != EAGAIN && err != EINTR)
-				log_warn("accept: %s", strerror(err));
+			/* No memory, an LSM's veto...: it would fail again
+			 * at once, and the connection waits. */
+			served = atomic_load_explicit(&sv->nconns,
+						      memory_order_relaxed);
+			crowd_note(sv, "accept: %s with %lu connections served",
+				   strerror(err), served);
+			listen_pause(sv, true, true);
 			return;
 		}
-		open_now = atomic_load_explicit(&sv->nconns,
-						memory_order_relaxed) -
-			   atomic_load_explicit(&sv->nshed,
-						memory_order_relaxed);
-		if (open_now >= sv->cfg->max_clients && !shed_one(sv)) {
+		served = atomic_load_explicit(&sv->nconns, memory_order_relaxed);
+		if (served >= sv->cfg->max_clients && !shed_one(sv)) {
 			crowd_note(sv, "%lu connections, the most --max-clients "
-				   "allows", open_now);
+				   "allows", served);
 			refuse(sv, fd);
 			continue;
 		}
@@ -627,25 +682,30 @@ static void on_accept(struct server *sv)
  * and would again at once: with the spare given up, take one and refuse it
  * (TOO_MANY_CLIENTS), and shed the oldest connection that has not said
  * HELLO so that the next finds room. Returns true to go on accepting;
- * false with listening paused until the tick (no spare), or with nothing
- * left waiting.
+ * false with nothing left waiting, or with listening paused until the tick
+ * (no spare, or accept() failed all the same: the freed descriptor went to
+ * another thread, say).
  */
 static bool out_of_fds(struct server *sv, int err)
 {
 	int fd;
 
-	crowd_note(sv, "accept: %s with %lu connections open", strerror(err),
+	crowd_note(sv, "accept: %s with %lu connections served", strerror(err),
 		   (unsigned long)atomic_load_explicit(&sv->nconns,
 						      memory_order_relaxed));
 	if (sv->spare < 0) {
-		listen_pause(sv, true);
+		listen_pause(sv, true, true);
 		return false;
 	}
 	close(sv->spare);
 	sv->spare = -1;
 	fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
-		return false;	/* the spare is taken again on the next */
+	if (fd < 0) {
+		/* The spare is taken again on the next try. */
+		if (errno != EAGAIN && errno != EINTR)
+			listen_pause(sv, true, true);
+		return false;
+	}
 	(void)shed_one(sv);
 	refuse(sv, fd);
 	return true;
@@ -681,6 +741,7 @@ static bool shed_one(struct server *sv)
 			sv->greet_tail = NULL;
 		c->greeting = false;
 		c->shed = true;
+		atomic_fetch_sub_explicit(&sv->nconns, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
 		if (send(c->fd, sv->too_many.data, sv->too_many.size,
 			 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
@@ -809,6 +870,7 @@ static void greet_expire(struct server *sv, uint64_t now)
 			sv->greet_tail = NULL;
 		c->greeting = false;
 		c->shed = true;
+		atomic_fetch_sub_explicit(&sv->nconns, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
 		shutdown(c->fd, SHUT_RDWR);
 		if (n++ == 0) {
@@ -822,6 +884,34 @@ static void greet_expire(struct server *sv, uint64_t now)
 	sv->silent += n;
 	crowd_note(sv, "pid %d uid %u said no HELLO within %d s", (int)pid,
 		   (unsigned)uid, CARMYD_HELLO_TIMEOUT_S);
+}
+
+/* The connections closed after an error since the last tick (fail_conn):
+ * they belong to the episode, the first named if it begins it. First
+ * loop, at the tick. */
+static void failed_tick(struct server *sv)
+{
+	unsigned long n;
+	pid_t pid;
+	uid_t uid;
+	uint32_t owner;
+	int code;
+	const char *why;
+
+	pthread_mutex_lock(&sv->greet_lock);
+	n = sv->failed_new;
+	pid = sv->failed_pid;
+	uid = sv->failed_uid;
+	owner = sv->failed_owner;
+	code = sv->failed_code;
+	why = sv->failed_why;
+	sv->failed_new = 0;
+	pthread_mutex_unlock(&sv->greet_lock);
+	if (n == 0)
+		return;
+	sv->failed += n;
+	crowd_note(sv, "pid %d uid %u owner %u: %s (%s): disconnected",
+		   (int)pid, (unsigned)uid, owner, why, carmy_errname(code));
 }
 
 /* Something was refused, shed or closed for silence: an episode begins
@@ -853,27 +943,32 @@ static void crowd_tick(struct server *sv, uint64_t now)
 	if (sv->spare < 0)
 		sv->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (sv->paused)
-		listen_pause(sv, false);
+		listen_pause(sv, false, false);
 	if (!sv->crowded || now - sv->crowd_last_ns < CROWD_QUIET_NS)
 		return;
 	log_warn("connections: back to normal after %.1f s: %lu refused "
 		 "(TOO_MANY_CLIENTS), %lu shed before their HELLO, %lu closed "
-		 "for saying no HELLO within %d s; %lu open",
+		 "for saying no HELLO within %d s, %lu closed after an error; "
+		 "%lu served",
 		 (double)(sv->crowd_last_ns - sv->crowd_since_ns) / 1e9,
 		 sv->refused, sv->shed, sv->silent, CARMYD_HELLO_TIMEOUT_S,
+		 sv->failed,
 		 (unsigned long)atomic_load_explicit(&sv->nconns,
 						    memory_order_relaxed));
 	sv->crowded = false;
-	sv->refused = sv->shed = sv->silent = 0;
+	sv->refused = sv->shed = sv->silent = sv->failed = 0;
 }
 
-/* Stop (or start again) waking up for connections to accept. */
-static void listen_pause(struct server *sv, bool pause)
+/* Stop waking up for connections to accept: until the tick (until_tick),
+ * or until the shed connections are closed as well; or start again. */
+static void listen_pause(struct server *sv, bool pause, bool until_tick)
 {
 	struct epoll_event ev = { .events = pause ? 0 : EPOLLIN,
 				  .data.ptr = &sv->lfd };
 
-	if (epoll_ctl(sv->loops[0].ep, EPOLL_CTL_MOD, sv->lfd, &ev) == 0)
+	sv->pause_tick = pause && (until_tick || sv->pause_tick);
+	if (pause != sv->paused &&
+	    epoll_ctl(sv->loops[0].ep, EPOLL_CTL_MOD, sv->lfd, &ev) == 0)
 		sv->paused = pause;
 }
 
@@ -1539,14 +1634,16 @@ static void arm(struct conn *c)
  * request is for carmyd's own user, root, and members of --admin-group:
  * as the peer's credentials were when it connected (SO_PEERCRED's
  * effective ids, SO_PEERGROUPS), never a name looked up now. A refusal is
- * logged with the peer's uid and pid, once per connection and at most
- * once a second, with how many went unlogged.
+ * logged with the peer's uid and pid, once per connection and at most once
+ * a second a user (so that a second user refused meanwhile is named too),
+ * with how many went unlogged.
  */
 static bool may_operate(struct conn *c, const char *what)
 {
 	struct server *sv = c->loop->sv;
 	const struct carmyd_config *cfg = sv->cfg;
-	uint64_t now, at;
+	unsigned long quiet = 0;
+	bool logged = false;
 
 	if (c->operator < 0) {
 		c->operator = c->uid == 0 || c->uid == geteuid();
@@ -1556,23 +1653,41 @@ static bool may_operate(struct conn *c, const char *what)
 	}
 	if (c->operator)
 		return true;
-	now = mono_ns();
-	at = atomic_load_explicit(&sv->deny_log_at, memory_order_relaxed);
-	if (c->denied || now < at ||
-	    !atomic_compare_exchange_strong(&sv->deny_log_at, &at,
-					    now + DENY_LOG_NS)) {
-		atomic_fetch_add_explicit(&sv->deny_quiet, 1,
-					  memory_order_relaxed);
-		return false;
+	pthread_mutex_lock(&sv->deny_lock);
+	if (!c->denied) {
+		uint64_t now = mono_ns();
+		unsigned i, oldest = 0;
+
+		/* The user's entry, else the one logged longest ago (an
+		 * entry never used has at_ns 0). */
+		for (i = 0; i < DENY_UIDS; i++) {
+			if (sv->denied[i].at_ns != 0 &&
+			    sv->denied[i].uid == c->uid)
+				break;
+			if (sv->denied[i].at_ns < sv->denied[oldest].at_ns)
+				oldest = i;
+		}
+		if (i == DENY_UIDS || now - sv->denied[i].at_ns >= DENY_LOG_NS) {
+			i = i == DENY_UIDS ? oldest : i;
+			sv->denied[i].uid = c->uid;
+			sv->denied[i].at_ns = now;
+			quiet = sv->deny_quiet;
+			sv->deny_quiet = 0;
+			logged = true;
+		}
 	}
+	if (!logged)
+		sv->deny_quiet++;
+	pthread_mutex_unlock(&sv->deny_lock);
+	if (!logged)
+		return false;
 	c->denied = true;
 	log_warn("pid %d uid %u: %s refused (NOT_PERMITTED): only uid %u, "
 		 "root%s may (--admin-group); %lu more refused since the "
 		 "last such line", (int)c->pid, (unsigned)c->uid, what,
 		 (unsigned)geteuid(),
 		 cfg->use_admin_group ? " and members of the admin group" : "",
-		 (unsigned long)atomic_exchange_explicit(&sv->deny_quiet, 0,
-							 memory_order_relaxed));
+		 quiet);
 	return false;
 }
 
@@ -1859,11 +1974,26 @@ static int flush_out(struct conn *c)
 	return 0;
 }
 
-/* Tell the peer why, then drop it. */
+/* Tell the peer why, then drop it. why is a string constant. Anyone who
+ * may connect can fail as often as they like (before HELLO or after): the
+ * first loop logs these by the episode (failed_tick), not one a
+ * connection. */
 static void fail_conn(struct conn *c, int code, const char *why)
 {
-	log_warn("pid %d owner %u: %s (%s): disconnecting", (int)c->pid,
-		 c->owner, why, carmy_errname(code));
+	struct server *sv = c->loop->sv;
+
+	log_debug("pid %d uid %u owner %u: %s (%s): disconnecting",
+		  (int)c->pid, (unsigned)c->uid, c->owner, why,
+		  carmy_errname(code));
+	pthread_mutex_lock(&sv->greet_lock);
+	if (sv->failed_new++ == 0) {
+		sv->failed_pid = c->pid;
+		sv->failed_uid = c->uid;
+		sv->failed_owner = c->owner;
+		sv->failed_code = code;
+		sv->failed_why = why;
+	}
+	pthread_mutex_unlock(&sv->greet_lock);
 	c->out.size = 0;
 	c->out_off = 0;
 	if (wire_put_reply(&c->out, WIRE_ERROR, code) == 0 &&
@@ -1932,10 +2062,19 @@ static void drop(struct conn *c, const char *why)
 	free(c->rbuf);
 	free(c);
 	atomic_fetch_sub_explicit(&l->conns, 1, memory_order_relaxed);
-	atomic_fetch_sub_explicit(&l->sv->nconns, 1, memory_order_relaxed);
-	if (shed)
-		atomic_fetch_sub_explicit(&l->sv->nshed, 1,
+	if (!shed) {
+		atomic_fetch_sub_explicit(&l->sv->nconns, 1,
 					  memory_order_relaxed);
+	} else if (atomic_fetch_sub_explicit(&l->sv->nshed, 1,
+					     memory_order_relaxed) ==
+		   SHED_AHEAD) {
+		uint64_t one = 1;
+
+		/* The first loop may have paused listening for us. */
+		if (write(l->sv->wake_fd, &one, sizeof(one)) < 0) {
+			/* Full: it is rung already. */
+		}
+	}
 }
 
 /* A free ack slot for a connection, or UINT32_MAX when all are taken (its

@@ -23,8 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -189,6 +194,51 @@ static double cpu_percent_over(int ms)
 	       ((double)(harness_now_ns() - w0) / 1e9);
 }
 
+/* Lines in the log. */
+static int log_count(void)
+{
+	FILE *f = fopen(logpath, "r");
+	int n = 0, ch;
+
+	if (f == NULL)
+		return 0;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/*
+ * Make system call nr fail with err in this process and those it starts
+ * (carmyd): how a test makes the kernel refuse what it refuses only under
+ * pressure (accept() for want of memory, an LSM's veto). A seccomp filter,
+ * inherited across fork and exec, so the test's process must be its own:
+ * false (and a TAP note) when Check does not fork.
+ */
+static bool fail_syscall(int nr, int err)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K,
+			 SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]),
+				   .filter = f };
+	const char *fork_mode = getenv("CK_FORK");
+
+	if (fork_mode != NULL && strcmp(fork_mode, "no") == 0) {
+		e2e_note("SKIP: a seccomp filter needs CK_FORK=yes");
+		return false;
+	}
+	ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog),
+			 0);
+	return true;
+}
+
 /* ------------------------------------------------------------ connections */
 
 /* Silent connections past the cap shed the oldest silent one: a real
@@ -204,7 +254,7 @@ START_TEST(test_silent_connections_at_the_limit_leave_room_for_a_client)
 	double ms, cpu;
 	int rc, closed;
 
-	/* 128 descriptors leave carmyd room for 128 - 48 connections. */
+	/* 128 descriptors leave carmyd room for 128 - 49 connections. */
 	setenv("CARMY_TEST_NOFILE", "128", 1);
 	e2e_start(&d, opts);
 	open_silent(300);
@@ -274,6 +324,110 @@ START_TEST(test_running_out_of_descriptors_answers_without_spinning)
 	ck_assert_int_eq(log_lines("Too many open files"), 1);
 	ck_assert_int_eq(wait_silent_closed(HELLO_TIMEOUT_MS + SLACK_MS),
 			 nsilent);
+	e2e_stop(&d);
+}
+END_TEST
+
+/* A flood of connections that each send a bad first byte and close: the
+ * log says so once for the episode, not once a connection, and a real
+ * client is served meanwhile. */
+START_TEST(test_a_flood_of_bad_first_messages_is_logged_once)
+{
+	const char *const opts[] = { "--threads", "2", "--log-file", logpath,
+				     SMALL, NULL };
+	const uint8_t bad = 0xc1;	/* never used in msgpack */
+	carmy_t *c = NULL;
+	int before, rc;
+	double ms;
+
+	e2e_start(&d, opts);
+	before = log_count();
+	for (int i = 0; i < 2000; i++) {
+		int fd = dial_silent();
+
+		ck_assert_int_eq(send(fd, &bad, 1, MSG_NOSIGNAL), 1);
+		close(fd);
+	}
+	rc = try_client(&c, "after", &ms);
+	ck_assert_msg(rc == CARMY_RESERVED, "after the flood: %s",
+		      carmy_errname(rc));
+	/* carmyd has read the flood by now (its listen backlog is FIFO);
+	 * its first line may wait for the tick. */
+	ck_assert_msg(wait_log("malformed", 5000), "the flood was not logged");
+	e2e_note("%d log lines for 2000 bad connections", log_count() - before);
+	ck_assert_int_le(log_count() - before, 2);
+	ck_assert_int_eq(log_lines("malformed"), 1);
+	carmy_close(c);
+	/* The episode's end counts them all. */
+	ck_assert_msg(wait_log("back to normal", 2 * HELLO_TIMEOUT_MS + SLACK_MS),
+		      "the episode's end was not logged");
+	ck_assert_int_eq(log_lines("2000 closed after an error"), 1);
+	ck_assert_int_le(log_count() - before, 3);
+	e2e_stop(&d);
+}
+END_TEST
+
+/* accept() failing for good with connections waiting: for a reason a
+ * spare descriptor cannot help (no memory, an LSM's veto), or for want of
+ * a descriptor even once the spare is given up (another thread took it):
+ * carmyd neither spins nor logs each attempt. */
+static const int accept_errors[] = { ENOMEM, EACCES, EMFILE };
+
+START_TEST(test_accept_failing_for_good_neither_spins_nor_floods_the_log)
+{
+	const char *const opts[] = { "--threads", "1", "--log-file", logpath,
+				     SMALL, NULL };
+	int err = accept_errors[_i];
+	double cpu;
+
+	if (!fail_syscall(SYS_accept4, err) || !fail_syscall(SYS_accept, err))
+		return;
+	e2e_start(&d, opts);
+	open_silent(3);
+	ck_assert_msg(wait_log("accept:", 5000), "the failure was not logged");
+	cpu = cpu_percent_over(3000);
+	e2e_note("carmyd used %.1f%% of a CPU with accept() failing (%s)",
+		 cpu, strerror(err));
+	ck_assert_msg(cpu < 30.0, "carmyd spins: %.1f%% CPU", cpu);
+	ck_assert_int_eq(log_lines("accept:"), 1);
+	ck_assert_int_eq(log_lines(strerror(err)), 1);
+	e2e_stop(&d);
+}
+END_TEST
+
+/* Shed connections that their loop cannot close yet (shutdown() fails
+ * here; a loop busy elsewhere is the same) hold descriptors: carmyd stops
+ * accepting until they are closed, without spinning meanwhile. */
+START_TEST(test_shed_connections_not_yet_closed_pause_accepting_without_spinning)
+{
+	const char *const opts[] = { "--threads", "2", "--max-clients", "20",
+				     "--log-file", logpath, SMALL, NULL };
+	carmy_t *c = NULL;
+	double cpu, ms;
+	int rc;
+
+	if (!fail_syscall(SYS_shutdown, EPERM))
+		return;
+	e2e_start(&d, opts);
+	/* 20 served, 16 shed for the next 16 (told TOO_MANY_CLIENTS, not
+	 * closed), and 8 more waiting to be accepted. */
+	open_silent(20 + 16 + 8);
+	ck_assert_msg(wait_log("connections:", 5000), "nothing was shed");
+	cpu = cpu_percent_over(2000);
+	e2e_note("carmyd used %.1f%% of a CPU with 16 shed connections open",
+		 cpu);
+	ck_assert_msg(cpu < 30.0, "carmyd spins: %.1f%% CPU", cpu);
+	/* Once their clients close them, carmyd takes those waiting (each
+	 * shedding one more) and then a real client. */
+	for (int i = 0; i < 16; i++)
+		close(silent[i]);
+	memmove(silent, silent + 16, (size_t)(nsilent - 16) * sizeof(silent[0]));
+	nsilent -= 16;
+	rc = try_client(&c, "after", &ms);
+	e2e_note("answered in %.1f ms: %s", ms, carmy_errname(rc));
+	ck_assert_msg(rc == CARMY_RESERVED, "after the shed ones closed: %s",
+		      carmy_errname(rc));
+	carmy_close(c);
 	e2e_stop(&d);
 }
 END_TEST
@@ -527,6 +681,38 @@ START_TEST(test_group_member_may_not_purge_or_resolve)
 }
 END_TEST
 
+/* Refusals are logged at most once a second a user, not for all users:
+ * a second user refused right after the first is named too. */
+START_TEST(test_refusals_of_two_users_at_once_name_both)
+{
+	const char *const purge[] = { "purge", "--older-than", "0s", NULL };
+	struct people p;
+	uid_t other;
+	gid_t other_gid;
+	char err[1024], uid_text[64];
+
+	if (!people(&p))
+		return;
+	if (harness_user("l2", &other, &other_gid) != 0) {
+		e2e_note("SKIP: cross-user cases need root to create users");
+		return;
+	}
+	start_shared(&p, NULL);
+	ck_assert_int_eq(carmyctl(p.member, p.member_gid, &p.share, 1, err,
+				  sizeof(err), purge), 1);
+	ck_assert_int_eq(carmyctl(other, other_gid, &p.share, 1, err,
+				  sizeof(err), purge), 1);
+	ck_assert_msg(strstr(err, "NOT_PERMITTED") != NULL, "carmyctl: %s", err);
+	snprintf(uid_text, sizeof(uid_text), "uid %u: purge refused",
+		 (unsigned)p.member);
+	ck_assert_msg(wait_log(uid_text, 5000), "the first user is not named");
+	snprintf(uid_text, sizeof(uid_text), "uid %u: purge refused",
+		 (unsigned)other);
+	ck_assert_msg(wait_log(uid_text, 5000), "the second user is not named");
+	e2e_stop(&d);
+}
+END_TEST
+
 START_TEST(test_admin_group_member_may_purge_and_resolve)
 {
 	const char *const purge[] = { "purge", "--older-than", "0s", NULL };
@@ -598,9 +784,14 @@ static Suite *limits_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_silent_connections_at_the_limit_leave_room_for_a_client);
 	tcase_add_test(tc, test_running_out_of_descriptors_answers_without_spinning);
+	tcase_add_test(tc, test_a_flood_of_bad_first_messages_is_logged_once);
+	tcase_add_loop_test(tc, test_accept_failing_for_good_neither_spins_nor_floods_the_log,
+			    0, (int)(sizeof(accept_errors) / sizeof(accept_errors[0])));
+	tcase_add_test(tc, test_shed_connections_not_yet_closed_pause_accepting_without_spinning);
 	tcase_add_test(tc, test_max_clients_refuses_one_more_until_one_leaves);
 	tcase_add_test(tc, test_max_clients_beyond_the_descriptor_limit_is_a_usage_error);
 	tcase_add_test(tc, test_group_member_may_not_purge_or_resolve);
+	tcase_add_test(tc, test_refusals_of_two_users_at_once_name_both);
 	tcase_add_test(tc, test_admin_group_member_may_purge_and_resolve);
 	tcase_add_test(tc, test_carmyds_own_user_may_purge);
 	suite_add_tcase(s, tc);
