@@ -697,7 +697,7 @@ START_TEST(test_refusals_of_two_users_at_once_name_both)
 		e2e_note("SKIP: cross-user cases need root to create users");
 		return;
 	}
-	start_shared(&p, NULL);
+	start_shared(NULL);
 	ck_assert_int_eq(carmyctl(p.member, p.member_gid, &p.share, 1, err,
 				  sizeof(err), purge), 1);
 	ck_assert_int_eq(carmyctl(other, other_gid, &p.share, 1, err,
