@@ -551,7 +551,9 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 		rc = jnl_grow_file(j->fd, j->end, &j->size,
 				   len + JREC_TAIL_MIN);
 		/* Out of room fails this batch alone: the zeros written so
-		 * far are harmless. Anything else, EIO above all, may be a
+		 * far are harmless, and j->size does not count them (the
+		 * next batch grows the file again, flushed, before it writes
+		 * into them). Anything else, EIO above all, may be a
 		 * write-back failure the kernel reports only once: fail
 		 * closed, as after a failed commit. */
 		if (rc != 0 && rc != -ENOSPC)
@@ -634,27 +636,35 @@ void jnl_lose_index(struct jnl *j, int rc)
 	jidx_free(&j->ix);
 }
 
-/* Make room for need more bytes after end: write zeros ahead, flushed
- * once, so that commits never change the file's size. */
+/*
+ * Make room for need more bytes after end: write zeros ahead, flushed
+ * once, so that commits never change the file's size. *size (the bytes
+ * records may be written into) counts the growth only once its fsync()
+ * has returned: zeros written before a failure (ENOSPC) were never
+ * flushed, and a record written into them could be left, after a crash,
+ * past the end of a file whose size never reached the disk. The next
+ * growth writes them again.
+ */
 int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need)
 {
 	static const uint8_t zeros[65536];
-	uint64_t target = end + need + JOURNAL_GROW;
+	uint64_t target = end + need + JOURNAL_GROW, at = *size;
 
 	target = (target + sizeof(zeros) - 1) / sizeof(zeros) * sizeof(zeros);
-	while (*size < target) {
-		uint64_t n = target - *size;
+	while (at < target) {
+		uint64_t n = target - at;
 		int rc;
 
 		if (n > sizeof(zeros))
 			n = sizeof(zeros);
-		rc = jnl_write_all(fd, zeros, n, *size);
+		rc = jnl_write_all(fd, zeros, n, at);
 		if (rc != 0)
 			return rc;
-		*size += n;
+		at += n;
 	}
 	if (fsync(fd) != 0)
 		return -errno;
+	*size = at;
 	return 0;
 }
 

@@ -161,6 +161,9 @@ static int submit_resolve(void *st, const struct ex *x, bool committed)
 /* Fault injection: the program is linked with --wrap=fsync
  * (tests/daemon/local.mk), so the journal's fsync() comes here first. */
 static int fsync_fails;		/* errno for the next fsync(), or 0 */
+static uint64_t enospc_from = UINT64_MAX;	/* see __wrap_pwrite() */
+static uint64_t fsynced_size;	/* of the last regular file fsync()ed */
+static const char *crash_into;	/* see __wrap_fdatasync() */
 
 int __real_fsync(int fd);
 int __wrap_fsync(int fd);
@@ -169,11 +172,71 @@ int __wrap_fsync(int fd)
 {
 	int e = __atomic_exchange_n(&fsync_fails, 0, __ATOMIC_SEQ_CST);
 
+	struct stat st;
+	int rc;
+
 	if (e != 0) {
 		errno = e;
 		return -1;
 	}
-	return __real_fsync(fd);
+	rc = __real_fsync(fd);
+	if (rc == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		__atomic_store_n(&fsynced_size, (uint64_t)st.st_size,
+				 __ATOMIC_SEQ_CST);
+	return rc;
+}
+
+/* pwrite() and fdatasync() likewise (-Wl,--wrap=pwrite,--wrap=fdatasync):
+ * a write that reaches past enospc_from fails with ENOSPC, as on a full
+ * disk (what lies before it is written); and an fdatasync() with
+ * crash_into set first copies the file there as a crash before that
+ * flush could leave it: cut to the size of its last fsync() (a size the
+ * file grew to after that is not on the disk yet). */
+
+ssize_t __real_pwrite(int fd, const void *buf, size_t len, off_t off);
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t len, off_t off);
+int __real_fdatasync(int fd);
+int __wrap_fdatasync(int fd);
+
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	uint64_t lim = __atomic_load_n(&enospc_from, __ATOMIC_SEQ_CST);
+
+	if ((uint64_t)off + len > lim) {
+		if ((uint64_t)off >= lim) {
+			errno = ENOSPC;
+			return -1;
+		}
+		len = (size_t)(lim - (uint64_t)off);
+	}
+	return __real_pwrite(fd, buf, len, off);
+}
+
+int __wrap_fdatasync(int fd)
+{
+	const char *to = __atomic_exchange_n(&crash_into, NULL,
+					     __ATOMIC_SEQ_CST);
+
+	if (to != NULL) {
+		uint64_t n = __atomic_load_n(&fsynced_size, __ATOMIC_SEQ_CST);
+		char path[256], buf[65536];
+		int out;
+
+		snprintf(path, sizeof(path), "%s/journal", to);
+		out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		for (uint64_t at = 0; out >= 0 && at < n;) {
+			ssize_t k = pread(fd, buf, n - at < sizeof(buf) ?
+					  (size_t)(n - at) : sizeof(buf),
+					  (off_t)at);
+
+			if (k <= 0 || write(out, buf, (size_t)k) != k)
+				break;
+			at += (uint64_t)k;
+		}
+		if (out >= 0)
+			close(out);
+	}
+	return __real_fdatasync(fd);
 }
 
 static void *open_journal(const char *dir)
@@ -1547,6 +1610,79 @@ START_TEST(test_a_failed_flush_of_the_zeros_ahead_stops_the_journal)
 }
 END_TEST
 
+/*
+ * A disk that fills up while the file grows fails that batch alone, and
+ * the zeros written before it ran out were never flushed: the next batch,
+ * small enough to fit in them, must still grow the file (flushed) before
+ * it writes there. Otherwise a crash before its fdatasync() can leave its
+ * record past the end of a file whose new size never reached the disk,
+ * and the journal would be refused as cut short.
+ */
+START_TEST(test_a_disk_full_while_growing_never_leaves_records_past_the_flushed_size)
+{
+	char *dir = temp_dir(), *crash = temp_dir();
+	struct ex a, b;
+	struct seen s = { 0 };
+	void *st = open_journal(dir);	/* its header and 32 zeros */
+	struct jnl *j = st;
+
+	make_ex(&a, 1, CARMY_STATUS_COMPLETED);
+	make_ex(&b, 2, CARMY_STATUS_COMPLETED);
+	/* The first 64 KiB of zeros go out, then the disk is full. */
+	__atomic_store_n(&enospc_from, j->size + 65536, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &a), -ENOSPC);
+	__atomic_store_n(&enospc_from, UINT64_MAX, __ATOMIC_SEQ_CST);
+	ck_assert_uint_le(j->size, fsynced_size);
+	/* Room again; b's batch crashes before its flush. */
+	__atomic_store_n(&crash_into, crash, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &b), 0);
+	ck_assert_ptr_null(__atomic_load_n(&crash_into, __ATOMIC_SEQ_CST));
+	journal_store_ops.close(st);
+	st = open_journal(crash);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_lt(find(&s, "req-001"), 0);
+	/* Written before the flush: whole in the copy. */
+	ck_assert_int_ge(find(&s, "req-002"), 0);
+	rm_rf(crash);
+	rm_rf(dir);
+	free(crash);
+	free(dir);
+}
+END_TEST
+
+/*
+ * A record head's check is CRC-32C, by the processor's instruction where
+ * there is one: it must give what the table gives, byte for byte, for
+ * every length and alignment (the journal's files are read on machines
+ * with and without the instruction), and the standard check value.
+ */
+START_TEST(test_crc32c_by_instruction_is_the_table_s)
+{
+	uint8_t buf[300];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	ck_assert_uint_eq(jnl_crc32c("123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(jnl_crc32c_table("123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(jnl_crc32c("", 0), 0);
+	for (int round = 0; round < 2000; round++) {
+		size_t at = (size_t)round % 8, n = (size_t)round % 280;
+
+		for (size_t i = 0; i < sizeof(buf); i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			/* Some runs of zeros and of ones, as heads hold. */
+			buf[i] = round % 3 == 0 ? 0 : round % 3 == 1 ?
+				 (uint8_t)x : (uint8_t)(x & 0x81);
+		}
+		ck_assert_msg(jnl_crc32c(buf + at, n) ==
+			      jnl_crc32c_table(buf + at, n),
+			      "round %d: %zu bytes at %zu", round, n, at);
+	}
+}
+END_TEST
+
 START_TEST(test_not_a_journal_is_refused)
 {
 	char *dir = temp_dir();
@@ -2412,6 +2548,9 @@ int main(void)
 	tcase_add_test(tc, test_a_sparse_tail_costs_its_data_not_its_length);
 	tcase_add_test(tc, test_a_journal_that_is_not_a_file_is_refused);
 	tcase_add_test(tc, test_a_failed_flush_of_the_zeros_ahead_stops_the_journal);
+	tcase_add_test(tc,
+		test_a_disk_full_while_growing_never_leaves_records_past_the_flushed_size);
+	tcase_add_test(tc, test_crc32c_by_instruction_is_the_table_s);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
 	tcase_add_test(tc, test_stale_compaction_file_is_removed_at_open);
