@@ -1549,12 +1549,74 @@ START_TEST(test_a_symbolic_link_is_never_followed)
 	refused(link, -ELOOP, "symbolic link");
 	snprintf(slash, sizeof(slash), "%s/", link);
 	refused(slash, -ELOOP, "symbolic link");
+	snprintf(slash, sizeof(slash), "%s/./.", link);
+	refused(slash, -ELOOP, "symbolic link");
 	/* The journal itself a link to a journal elsewhere. */
 	snprintf(file, sizeof(file), "%s/journal", real);
 	snprintf(other, sizeof(other), "%s/other", dir);
 	ck_assert_int_eq(rename(file, other), 0);
 	ck_assert_int_eq(symlink(other, file), 0);
 	refused(real, -ELOOP, "symbolic link");
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * The way to the directory counts too: a directory above it that others
+ * can write (not sticky), or a link on the way that another user owns,
+ * could lead the same name to another directory of carmyd's (an old copy
+ * of its journal) between two starts. Root's and carmyd's own links in
+ * directories only they can change are followed.
+ */
+START_TEST(test_a_way_to_the_directory_others_can_change_is_refused)
+{
+	char *dir = temp_dir();
+	char pub[256], real[256], link[300], via_pub[300], via_link[320];
+	char err[512] = "";
+	struct journal_report rep;
+	void *s;
+
+	snprintf(pub, sizeof(pub), "%s/pub", dir);
+	snprintf(real, sizeof(real), "%s/real", dir);
+	snprintf(link, sizeof(link), "%s/link", pub);
+	snprintf(via_pub, sizeof(via_pub), "%s/j", pub);
+	snprintf(via_link, sizeof(via_link), "%s/j", link);
+	ck_assert_int_eq(mkdir(pub, 0700), 0);
+	s = open_journal(via_pub);
+	journal_store_ops.close(s);
+	s = open_journal(real);
+	journal_store_ops.close(s);
+	ck_assert_int_eq(symlink(dir, link), 0);	/* link/j: dir/j */
+	ck_assert_int_eq(rename(real, via_link), 0);
+	s = open_journal(via_link);	/* our own link, our own directory */
+	journal_store_ops.close(s);
+	/* pub writable by all, not sticky: anyone could swap link or j. */
+	ck_assert_int_eq(chmod(pub, 0777), 0);
+	refused(via_pub, -EPERM, "pub on the way to it");
+	refused(via_link, -EPERM, "pub on the way to it");
+	/* Sticky, like /tmp: nobody else can rename or remove our names. */
+	ck_assert_int_eq(chmod(pub, 01777), 0);
+	s = open_journal(via_pub);
+	journal_store_ops.close(s);
+	s = open_journal(via_link);
+	journal_store_ops.close(s);
+	if (geteuid() != 0) {
+		fprintf(stderr, "# skipped a link of another user: needs "
+			"root\n");
+	} else {
+		/* Another user's link there: its owner can point it
+		 * anywhere. */
+		ck_assert_int_eq(lchown(link, 65534, 65534), 0);
+		ck_assert_int_eq(journal_store_ops.open(via_link, &s, err,
+							sizeof(err)), -ELOOP);
+		ck_assert_msg(strstr(err, "link link on the way is owned by "
+				     "uid 65534") != NULL, "%s", err);
+		ck_assert_int_eq(journal_check(via_link, &rep, err,
+					       sizeof(err)), -EPERM);
+		ck_assert_msg(strstr(err, "on the way to it is owned by uid "
+				     "65534") != NULL, "%s", err);
+	}
 	rm_rf(dir);
 	free(dir);
 }
@@ -2542,6 +2604,7 @@ int main(void)
 	tcase_add_test(tc, test_a_journal_directory_of_another_user_is_refused);
 	tcase_add_test(tc, test_a_journal_file_others_can_write_is_refused);
 	tcase_add_test(tc, test_a_symbolic_link_is_never_followed);
+	tcase_add_test(tc, test_a_way_to_the_directory_others_can_change_is_refused);
 	tcase_add_test(tc, test_torn_last_record_is_cut);
 	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
