@@ -41,8 +41,8 @@
 typedef size_t (*rec_valid_fn)(uint64_t salt, const uint8_t *p, size_t avail,
 			       uint64_t seq);
 
-static int judge(const struct jnl *j, uint64_t off, uint64_t first,
-		 unsigned bits, char *err, size_t errlen);
+static int judge(const struct jnl *j, uint64_t off, char *err,
+		 size_t errlen);
 static bool torn_v1(const struct jnl *j, uint64_t off);
 static int later_batches(const struct jnl *j, uint64_t off, rec_valid_fn valid,
 			 size_t rec_min, char *err, size_t errlen);
@@ -216,7 +216,7 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 		return CARMY_ECORRUPT;
 	}
 	if (j->version != 1 &&
-	    (rc = judge(j, off, first, bits, err, errlen)) != 0)
+	    (rc = judge(j, off, err, errlen)) != 0)
 		return rc;
 	rc = later_batches(j, off, valid,
 			   j->version == 1 ? REC_MIN_V1 : REC_MIN, err, errlen);
@@ -226,9 +226,19 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 	/* A format 1 file is rewritten without its tail, never changed. */
 	if (j->readonly || j->version == 1)
 		goto done;
-	log_warn("journal %s: zeroing a torn tail of %llu bytes at byte %llu "
-		 "(a write cut short by a crash)", j->path,
-		 (unsigned long long)j->torn, (unsigned long long)off);
+	if (bits > JREC_LIGHT_BITS)
+		log_warn("journal %s: zeroing a torn tail of %llu bytes at "
+			 "byte %llu (a write cut short by a crash)", j->path,
+			 (unsigned long long)j->torn,
+			 (unsigned long long)off);
+	else
+		log_warn("journal %s: zeroing %u bit%s set at byte %llu, after "
+			 "the last record (which ends at byte %llu): a write of "
+			 "nearly empty sectors cut short by a crash, or bits "
+			 "flipped in the zeros after the records; nothing "
+			 "acknowledged lies there", j->path, bits,
+			 bits == 1 ? "" : "s", (unsigned long long)first,
+			 (unsigned long long)off);
 	rc = zero_tail(j, off, last + 1);
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot zero the torn tail of %s: %s",
@@ -255,17 +265,17 @@ done:
  *    of its pieces are zeros than were light when it was written (flips
  *    can zero only a light piece);
  *  - a head that fails its check is torn only if a part of it in a
- *    sector of its own is zeros (never a flip: each part holds a
- *    JREC_MARK) and the bytes after the records hold more than
- *    JREC_LIGHT_BITS set bits (flips in the zeros after the last record
- *    are not a write).
+ *    sector of its own is zeros: never a flip, since each part holds a
+ *    JREC_MARK, so no acknowledged record starts at off. Whatever is set
+ *    after it, a few bits (a torn write of light sectors, or flips in the
+ *    zeros after the last record) or many, was never acknowledged unless
+ *    a good record of a later batch follows, which later_batches() looks
+ *    for next.
  *
- * 0 if torn, or CARMY_ECORRUPT and a sentence naming the byte. first is
- * the first byte after off that is not zero, bits how many bits are set
- * after off, counted up to JREC_LIGHT_BITS + 1.
+ * 0 if torn, or CARMY_ECORRUPT and a sentence naming the byte.
  */
-static int judge(const struct jnl *j, uint64_t off, uint64_t first,
-		 unsigned bits, char *err, size_t errlen)
+static int judge(const struct jnl *j, uint64_t off, char *err,
+		 size_t errlen)
 {
 	const uint8_t *p = j->map + off;
 	uint64_t b = (off / JREC_SECTOR + 1) * JREC_SECTOR;
@@ -299,12 +309,13 @@ static int judge(const struct jnl *j, uint64_t off, uint64_t first,
 				all_zero(p + (b - off), off + sizeof(h) - b);
 		else
 			zeros = all_zero(p, sizeof(h));
-		if (zeros && bits > JREC_LIGHT_BITS)
-			return 0;
+		/* However few bits are set after it: those are a torn
+		 * write of light sectors, or flips in the zeros after the
+		 * last record, and either way nothing acknowledged starts
+		 * here (later_batches() then looks for one further on). */
 		if (zeros)
-			off = first;
-		why = zeros ? "a few bits are set in the zeros after the records"
-			    : "the record head there fails its check";
+			return 0;
+		why = "the record head there fails its check";
 	}
 	snprintf(err, errlen, "journal %s is damaged at byte %llu: %s; "
 		 "refusing to cut it off. Keep a copy and see docs/journal.md",
