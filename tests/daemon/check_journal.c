@@ -1040,8 +1040,13 @@ START_TEST(test_a_torn_write_of_light_sectors_is_zeroed)
 	ck_assert_int_eq(s.e[find(&s, "req-077")].state, CARMY_STORE_RUNNING);
 	free(buf);
 	buf = read_file(path, &len);
-	for (size_t i = at; i < len; i++)
-		ck_assert_msg(buf[i] == 0, "byte %zu not zeroed", i);
+	{
+		size_t i = at;
+
+		while (i < len && buf[i] == 0)
+			i++;
+		ck_assert_msg(i == len, "byte %zu not zeroed", i);
+	}
 	free(buf);
 	rm_rf(dir);
 	free(dir);
