@@ -24,6 +24,7 @@
 #define JOURNAL_MAGIC "CARMYJNL"
 #define JOURNAL_FILE "journal"
 #define JOURNAL_NEW "journal.new"
+#define JOURNAL_V1 "journal.v1"	/* a format 1 file, kept once upgraded */
 #define JOURNAL_VERSION JOURNAL_VERSION_NOW
 #define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
 

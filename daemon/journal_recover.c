@@ -520,6 +520,15 @@ int jnl_upgrade(struct jnl *j, char *err, size_t errlen)
 	size = at;
 	if (rc == 0)
 		rc = jnl_grow_file(fd, at, &size, JREC_TAIL_MIN);
+	/* The old file stays, as journal.v1 (a second name, flushed with the
+	 * rename): what its rules called a torn tail is not carried over,
+	 * and nothing should be lost beyond an operator's reach. */
+	if (rc == 0 && unlinkat(j->dir_fd, JOURNAL_V1, 0) != 0 &&
+	    errno != ENOENT)
+		rc = -errno;
+	if (rc == 0 && linkat(j->dir_fd, JOURNAL_FILE, j->dir_fd, JOURNAL_V1,
+			      0) != 0)
+		rc = -errno;
 	if (rc == 0 && renameat(j->dir_fd, JOURNAL_NEW, j->dir_fd,
 				JOURNAL_FILE) != 0)
 		rc = -errno;
@@ -532,8 +541,9 @@ int jnl_upgrade(struct jnl *j, char *err, size_t errlen)
 		return rc;
 	}
 	log_info("journal %s: rewrote its %llu records from format 1 into "
-		 "format %d", j->path, (unsigned long long)records,
-		 JOURNAL_VERSION);
+		 "format %d; the format 1 file is kept as %s.v1, to remove "
+		 "once carmyd runs well", j->path, (unsigned long long)records,
+		 JOURNAL_VERSION, j->path);
 	if (j->torn != 0)
 		log_warn("journal %s: the torn tail of %llu bytes at byte %llu "
 			 "of the format 1 file was not carried over", j->path,

@@ -1551,6 +1551,12 @@ START_TEST(test_a_format_1_journal_is_rewritten_at_open)
 	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 	journal_store_ops.close(st);
 	ck_assert_int_eq(s.n, 2);
+	/* The format 1 file is kept, byte for byte, torn tail and all. */
+	snprintf(path, sizeof(path), "%s/journal.v1", dir);
+	buf = read_file(path, &len);
+	ck_assert_uint_eq(len, n);
+	ck_assert_int_eq(memcmp(buf, f, n), 0);
+	free(buf);
 	rm_rf(dir);
 	free(dir);
 }
