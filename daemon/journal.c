@@ -384,25 +384,236 @@ void journal_get_stats(void *store, struct journal_stats *st)
 	pthread_mutex_unlock(&j->lock);
 }
 
+/* Is a name on the way to the journal's directory owned by root or uid?
+ * *other: the one owner other than root seen on the way, for
+ * journal_check(), which learns uid (the directory's owner) only at the
+ * end. */
+static bool safe_owner(uid_t owner, uid_t uid, uid_t *other)
+{
+	if (owner == 0)
+		return true;
+	if ((uid != (uid_t)-1 && owner != uid) ||
+	    (*other != (uid_t)-1 && *other != owner))
+		return false;
+	*other = owner;
+	return true;
+}
+
+/* A directory on the way: safe_owner(), and writable by no one else
+ * unless sticky (/tmp: others cannot rename or remove what is not theirs
+ * there). */
+static bool safe_step(const struct stat *st, uid_t uid, uid_t *other)
+{
+	return safe_owner(st->st_uid, uid, other) &&
+	       ((st->st_mode & 022) == 0 || (st->st_mode & S_ISVTX) != 0);
+}
+
+/*
+ * Walk path (absolute) from /, one component at a time, never through a
+ * name that another user could have changed: each directory on the way
+ * must pass safe_step(), and a symbolic link on the way is followed only
+ * if root or uid owns it (it lies in a directory that passed, so nobody
+ * else can have put it there or can swap it). The last component is never
+ * a link. With create, the last one is made (0700) if missing. Returns
+ * the last directory's descriptor (O_RDONLY), or -errno and a sentence
+ * naming what failed in err.
+ */
+static int walk_dir(const char *dir, const char *path, bool create,
+		    uid_t *uid, char *err, size_t errlen)
+{
+	char rest[4096], link[4096];
+	uid_t other = (uid_t)-1;
+	struct stat st;
+	int fd, hops = 0, rc;
+
+	fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) != 0 || !safe_step(&st, *uid, &other)) {
+		rc = fd < 0 ? -errno : -EPERM;
+		snprintf(err, errlen, "journal directory %s: / is unsafe or "
+			 "cannot be opened", dir);
+		goto fail;
+	}
+	snprintf(rest, sizeof(rest), "%s", path + 1);
+	for (;;) {
+		char name[256], *p = rest, *slash;
+		size_t n;
+		int next;
+		bool last;
+
+		while (*p == '/')
+			p++;
+		slash = strchr(p, '/');
+		n = slash != NULL ? (size_t)(slash - p) : strlen(p);
+		if (n >= sizeof(name)) {
+			rc = -ENAMETOOLONG;
+			snprintf(err, errlen, "journal directory %s: name too "
+				 "long", dir);
+			goto fail;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		memmove(rest, p + n, strlen(p + n) + 1);
+		for (p = rest; *p == '/'; p++)
+			;
+		last = *p == '\0';
+		if (n == 0 || strcmp(name, ".") == 0) {
+			if (last)
+				break;	/* "/" itself, after links */
+			continue;
+		}
+		if (last && create && mkdirat(fd, name, 0700) == 0)
+			log_info("created journal directory %s (mode 0700)",
+				 dir);
+		else if (last && create && errno != EEXIST) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot create journal directory "
+				 "%s: %s", dir, strerror(errno));
+			goto fail;
+		}
+		if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot open journal directory "
+				 "%s: %s: %s", dir, name, strerror(errno));
+			goto fail;
+		}
+		if (S_ISLNK(st.st_mode)) {
+			ssize_t k;
+
+			rc = -ELOOP;
+			if (last) {
+				snprintf(err, errlen, "journal directory %s is "
+					 "a symbolic link: refusing to follow "
+					 "it (name the directory itself)", dir);
+				goto fail;
+			}
+			if (!safe_owner(st.st_uid, *uid, &other) ||
+			    ++hops > 40) {
+				snprintf(err, errlen, "journal directory %s: "
+					 "the symbolic link %s on the way is "
+					 "owned by uid %u: refusing to follow "
+					 "it (only root's or carmyd's own "
+					 "links are)", dir, name,
+					 (unsigned)st.st_uid);
+				goto fail;
+			}
+			k = readlinkat(fd, name, link, sizeof(link) - 1);
+			if (k <= 0 || (size_t)k + strlen(rest) + 2 >
+				      sizeof(rest)) {
+				rc = k < 0 ? -errno : -ENAMETOOLONG;
+				snprintf(err, errlen, "journal directory %s: "
+					 "cannot read the link %s", dir, name);
+				goto fail;
+			}
+			link[k] = '\0';
+			memmove(rest + k + 1, rest, strlen(rest) + 1);
+			memcpy(rest, link, (size_t)k);
+			rest[k] = '/';
+			if (link[0] == '/') {
+				next = open("/", O_PATH | O_DIRECTORY |
+					    O_CLOEXEC);
+				if (next < 0) {
+					rc = -errno;
+					snprintf(err, errlen, "journal "
+						 "directory %s: cannot open /",
+						 dir);
+					goto fail;
+				}
+				close(fd);
+				fd = next;
+			}
+			continue;
+		}
+		next = openat(fd, name, (last ? O_RDONLY : O_PATH) |
+			      O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot open journal directory "
+				 "%s: %s", dir, strerror(errno));
+			goto fail;
+		}
+		close(fd);
+		fd = next;
+		if (fstat(fd, &st) != 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot stat journal directory "
+				 "%s: %s", dir, strerror(errno));
+			goto fail;
+		}
+		if (last)
+			break;
+		if (!safe_step(&st, *uid, &other)) {
+			rc = -EPERM;
+			snprintf(err, errlen, "journal directory %s: %s on "
+				 "the way to it is owned by uid %u with mode "
+				 "%04o: refusing it, since every directory "
+				 "above the journal's must be root's or uid "
+				 "%u's and writable by no one else (or "
+				 "sticky, like /tmp)", dir, name,
+				 (unsigned)st.st_uid,
+				 (unsigned)(st.st_mode & 07777),
+				 (unsigned)(*uid == (uid_t)-1 ? other : *uid));
+			goto fail;
+		}
+	}
+	/* The journal's directory itself (or /, named as such). */
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if (*uid == (uid_t)-1)
+		*uid = st.st_uid;
+	if (other != (uid_t)-1 && other != *uid) {
+		snprintf(err, errlen, "journal directory %s: a directory or "
+			 "link on the way to it is owned by uid %u, neither "
+			 "root nor the directory's owner (uid %u): refusing it",
+			 dir, (unsigned)other, (unsigned)*uid);
+		rc = -EPERM;
+		goto fail;
+	}
+	if (st.st_uid != *uid || (st.st_mode & 022) != 0) {
+		snprintf(err, errlen, "journal directory %s is owned by uid %u "
+			 "with mode %04o: refusing it, since it must be owned "
+			 "by uid %u and writable by no one else (chmod 700)",
+			 dir, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777), (unsigned)*uid);
+		rc = -EPERM;
+		goto fail;
+	}
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /*
  * Open the journal's directory dir into j->dir_fd (create: making it, 0700,
  * if it is missing) and name the journal in it. It must be a directory
  * itself, not a symbolic link to one, owned by *uid and writable by no one
- * else: whoever can write it can plant a journal that carmyd would replay.
- * With *uid == (uid_t)-1 (journal_check()) its owner will do, and *uid
- * says who that is.
+ * else, and so must be the way to it (walk_dir()): whoever can write it,
+ * or change which directory its name leads to, can plant a journal (or
+ * bring back an old one) that carmyd would replay. With *uid ==
+ * (uid_t)-1 (journal_check()) its owner will do, and *uid says who that
+ * is. A relative dir is taken from the working directory, whose way from
+ * / is checked the same.
  */
 static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
 		    char *err, size_t errlen)
 {
-	char d[sizeof(j->path)];
+	char d[sizeof(j->path)], abs[sizeof(j->path)];
 	size_t n = strlen(dir);
-	struct stat st;
-	int rc;
+	int fd;
 
-	/* "DIR/" would follow a link named DIR: the name without it. */
-	while (n > 1 && dir[n - 1] == '/')
-		n--;
+	/* "DIR/" and "DIR/." would follow a link named DIR: the name
+	 * without them. */
+	for (;;) {
+		if (n > 1 && dir[n - 1] == '/')
+			n--;
+		else if (n > 2 && dir[n - 1] == '.' && dir[n - 2] == '/')
+			n -= 2;
+		else
+			break;
+	}
 	if (n >= sizeof(d) - sizeof(JOURNAL_NEW) - 1) {
 		snprintf(err, errlen, "journal directory %s: name too long",
 			 dir);
@@ -412,44 +623,26 @@ static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
 	d[n] = '\0';
 	memcpy(j->path, d, n);
 	memcpy(j->path + n, "/" JOURNAL_FILE, sizeof("/" JOURNAL_FILE));
-	if (create && mkdir(d, 0700) == 0) {
-		log_info("created journal directory %s (mode 0700)", d);
-	} else if (create && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot create journal directory %s: %s",
-			 d, strerror(errno));
-		return rc;
-	}
-	j->dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (j->dir_fd < 0) {
-		rc = -errno;
-		if (lstat(d, &st) == 0 && S_ISLNK(st.st_mode)) {
-			rc = -ELOOP;
-			snprintf(err, errlen, "journal directory %s is a "
-				 "symbolic link: refusing to follow it (name "
-				 "the directory itself)", d);
-		} else {
-			snprintf(err, errlen, "cannot open journal directory "
-				 "%s: %s", d, strerror(-rc));
+	if (d[0] == '/') {
+		snprintf(abs, sizeof(abs), "%s", d);
+	} else {
+		char cwd[sizeof(abs)];
+
+		if (getcwd(cwd, sizeof(cwd)) == NULL ||
+		    strlen(cwd) + 1 + n >= sizeof(abs)) {
+			snprintf(err, errlen, "journal directory %s: cannot "
+				 "tell the working directory", d);
+			return -ENAMETOOLONG;
 		}
-		return rc;
+		n = strlen(cwd);
+		memcpy(abs, cwd, n);
+		abs[n] = '/';
+		memcpy(abs + n + 1, d, strlen(d) + 1);
 	}
-	if (fstat(j->dir_fd, &st) != 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot stat journal directory %s: %s",
-			 d, strerror(errno));
-		return rc;
-	}
-	if (*uid == (uid_t)-1)
-		*uid = st.st_uid;
-	if (st.st_uid != *uid || (st.st_mode & 022) != 0) {
-		snprintf(err, errlen, "journal directory %s is owned by uid %u "
-			 "with mode %04o: refusing it, since it must be owned "
-			 "by uid %u and writable by no one else (chmod 700)",
-			 d, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
-			 (unsigned)*uid);
-		return -EPERM;
-	}
+	fd = walk_dir(d, abs, create, uid, err, errlen);
+	if (fd < 0)
+		return fd;
+	j->dir_fd = fd;
 	return 0;
 }
 
@@ -551,7 +744,9 @@ static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
 		rc = jnl_grow_file(j->fd, j->end, &j->size,
 				   len + JREC_TAIL_MIN);
 		/* Out of room fails this batch alone: the zeros written so
-		 * far are harmless. Anything else, EIO above all, may be a
+		 * far are harmless, and j->size does not count them (the
+		 * next batch grows the file again, flushed, before it writes
+		 * into them). Anything else, EIO above all, may be a
 		 * write-back failure the kernel reports only once: fail
 		 * closed, as after a failed commit. */
 		if (rc != 0 && rc != -ENOSPC)
@@ -634,27 +829,35 @@ void jnl_lose_index(struct jnl *j, int rc)
 	jidx_free(&j->ix);
 }
 
-/* Make room for need more bytes after end: write zeros ahead, flushed
- * once, so that commits never change the file's size. */
+/*
+ * Make room for need more bytes after end: write zeros ahead, flushed
+ * once, so that commits never change the file's size. *size (the bytes
+ * records may be written into) counts the growth only once its fsync()
+ * has returned: zeros written before a failure (ENOSPC) were never
+ * flushed, and a record written into them could be left, after a crash,
+ * past the end of a file whose size never reached the disk. The next
+ * growth writes them again.
+ */
 int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need)
 {
 	static const uint8_t zeros[65536];
-	uint64_t target = end + need + JOURNAL_GROW;
+	uint64_t target = end + need + JOURNAL_GROW, at = *size;
 
 	target = (target + sizeof(zeros) - 1) / sizeof(zeros) * sizeof(zeros);
-	while (*size < target) {
-		uint64_t n = target - *size;
+	while (at < target) {
+		uint64_t n = target - at;
 		int rc;
 
 		if (n > sizeof(zeros))
 			n = sizeof(zeros);
-		rc = jnl_write_all(fd, zeros, n, *size);
+		rc = jnl_write_all(fd, zeros, n, at);
 		if (rc != 0)
 			return rc;
-		*size += n;
+		at += n;
 	}
 	if (fsync(fd) != 0)
 		return -errno;
+	*size = at;
 	return 0;
 }
 

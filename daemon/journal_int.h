@@ -24,6 +24,7 @@
 #define JOURNAL_MAGIC "CARMYJNL"
 #define JOURNAL_FILE "journal"
 #define JOURNAL_NEW "journal.new"
+#define JOURNAL_V1 "journal.v1"	/* a format 1 file, kept once upgraded */
 #define JOURNAL_VERSION JOURNAL_VERSION_NOW
 #define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
 
@@ -278,6 +279,11 @@ size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
 /* Seal the record at p (head's len, op, seq and batch and its payload
  * written) for file offset off: jnl_rec_put(), reseal(), the upgrade */
 void jnl_rec_seal(uint8_t *p, uint64_t off, uint64_t salt);
+/* CRC-32C of n bytes, by the processor's instruction where it has one:
+ * a record head's check */
+uint32_t jnl_crc32c(const void *buf, size_t n);
+/* The same by table, always: the fallback, and tests that compare them */
+uint32_t jnl_crc32c_table(const void *buf, size_t n);
 /* Rewrite a format 1 journal that recovery read in this format: jnl_open() */
 int jnl_upgrade(struct jnl *j, char *err, size_t errlen);
 /* Open a file of the journal's directory: uid's own, not a link, a

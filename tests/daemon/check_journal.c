@@ -161,6 +161,9 @@ static int submit_resolve(void *st, const struct ex *x, bool committed)
 /* Fault injection: the program is linked with --wrap=fsync
  * (tests/daemon/local.mk), so the journal's fsync() comes here first. */
 static int fsync_fails;		/* errno for the next fsync(), or 0 */
+static uint64_t enospc_from = UINT64_MAX;	/* see __wrap_pwrite() */
+static uint64_t fsynced_size;	/* of the last regular file fsync()ed */
+static const char *crash_into;	/* see __wrap_fdatasync() */
 
 int __real_fsync(int fd);
 int __wrap_fsync(int fd);
@@ -169,11 +172,71 @@ int __wrap_fsync(int fd)
 {
 	int e = __atomic_exchange_n(&fsync_fails, 0, __ATOMIC_SEQ_CST);
 
+	struct stat st;
+	int rc;
+
 	if (e != 0) {
 		errno = e;
 		return -1;
 	}
-	return __real_fsync(fd);
+	rc = __real_fsync(fd);
+	if (rc == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		__atomic_store_n(&fsynced_size, (uint64_t)st.st_size,
+				 __ATOMIC_SEQ_CST);
+	return rc;
+}
+
+/* pwrite() and fdatasync() likewise (-Wl,--wrap=pwrite,--wrap=fdatasync):
+ * a write that reaches past enospc_from fails with ENOSPC, as on a full
+ * disk (what lies before it is written); and an fdatasync() with
+ * crash_into set first copies the file there as a crash before that
+ * flush could leave it: cut to the size of its last fsync() (a size the
+ * file grew to after that is not on the disk yet). */
+
+ssize_t __real_pwrite(int fd, const void *buf, size_t len, off_t off);
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t len, off_t off);
+int __real_fdatasync(int fd);
+int __wrap_fdatasync(int fd);
+
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	uint64_t lim = __atomic_load_n(&enospc_from, __ATOMIC_SEQ_CST);
+
+	if ((uint64_t)off + len > lim) {
+		if ((uint64_t)off >= lim) {
+			errno = ENOSPC;
+			return -1;
+		}
+		len = (size_t)(lim - (uint64_t)off);
+	}
+	return __real_pwrite(fd, buf, len, off);
+}
+
+int __wrap_fdatasync(int fd)
+{
+	const char *to = __atomic_exchange_n(&crash_into, NULL,
+					     __ATOMIC_SEQ_CST);
+
+	if (to != NULL) {
+		uint64_t n = __atomic_load_n(&fsynced_size, __ATOMIC_SEQ_CST);
+		char path[256], buf[65536];
+		int out;
+
+		snprintf(path, sizeof(path), "%s/journal", to);
+		out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		for (uint64_t at = 0; out >= 0 && at < n;) {
+			ssize_t k = pread(fd, buf, n - at < sizeof(buf) ?
+					  (size_t)(n - at) : sizeof(buf),
+					  (off_t)at);
+
+			if (k <= 0 || write(out, buf, (size_t)k) != k)
+				break;
+			at += (uint64_t)k;
+		}
+		if (out >= 0)
+			close(out);
+	}
+	return __real_fdatasync(fd);
 }
 
 static void *open_journal(const char *dir)
@@ -915,6 +978,82 @@ START_TEST(test_torn_last_record_is_cut)
 END_TEST
 
 /*
+ * A torn write whose sectors that reached the disk are light: the last
+ * batch, one COMPLETE whose result is zeros but for one bit, of which
+ * only the sector holding that bit was written (not its head's, not its
+ * checksum's). Its head is zeros, so nothing acknowledged starts there,
+ * and no good record follows: it is zeroed, not refused for the few bits
+ * set after the records.
+ */
+START_TEST(test_a_torn_write_of_light_sectors_is_zeroed)
+{
+	char *dir = temp_dir();
+	char path[256], err[512] = "";
+	static char result[1500];
+	struct journal_report rep;
+	struct carmy_store_record r;
+	struct seen s = { 0 };
+	struct ex xs[3], z;
+	size_t len, off[32], b, bit;
+	uint8_t *buf;
+	uint64_t at;
+	int nrec;
+	void *st;
+
+	build(dir, xs, 3);
+	st = open_journal_as_is(dir);
+	make_ex(&z, 77, CARMY_STATUS_COMPLETED);
+	record_of(&z, &r);
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_RESERVE, &r), 0);
+	/* The COMPLETE goes at j->end: its result starts 72 bytes in (the
+	 * head and the fixed part); the bit 100 bytes past the first sector
+	 * boundary inside the result. */
+	at = ((struct jnl *)st)->end;
+	b = (size_t)((at + REC_HEAD + 40) / SECTOR + 1) * SECTOR;
+	bit = b + 100;
+	memset(result, 0, sizeof(result));
+	result[bit - (at + REC_HEAD + 40)] = 0x04;
+	r.result = result;
+	r.result_len = sizeof(result);
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_COMPLETE, &r), 0);
+	journal_store_ops.close(st);
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	nrec = record_starts(buf, len, off, 31);
+	ck_assert_uint_eq(off[nrec - 1], at);
+	/* Neither its head's sector nor its checksum's is b's. */
+	ck_assert_uint_ge(off[nrec] - 8, b + SECTOR);
+	/* Only [b, b + 512) reached the disk. */
+	memset(buf + at, 0, b - at);
+	memset(buf + b + SECTOR, 0, off[nrec] - (b + SECTOR));
+	write_file(dir, buf, len);
+	ck_assert_msg(journal_check(dir, &rep, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_uint_eq(rep.end, at);
+	ck_assert_uint_eq(rep.torn, bit + 1 - at);
+	st = open_journal_as_is(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	/* 1 and 2 stand from build(), and 77 without its result. */
+	ck_assert_int_eq(s.n, 3);
+	ck_assert_int_eq(s.e[find(&s, "req-077")].state, CARMY_STORE_RUNNING);
+	free(buf);
+	buf = read_file(path, &len);
+	{
+		size_t i = at;
+
+		while (i < len && buf[i] == 0)
+			i++;
+		ck_assert_msg(i == len, "byte %zu not zeroed", i);
+	}
+	free(buf);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * The last record whole on disk but failing its checksum (a flipped bit,
  * garbage written over it) cannot be a torn write: its batch may have been
  * acknowledged, so the journal is refused rather than cut. Garbage where
@@ -1091,20 +1230,54 @@ static size_t named_byte(const char *err)
 
 /*
  * Every single flipped bit in a journal of acknowledged records, its
- * header, every record and the zeros after them, is refused as damage:
- * never read as good, never cut as a torn write. The refusal names the
- * byte where the record with the flip starts (0 for the header; for a
- * flip in the zeros, where the records end or the flipped byte). The
+ * header and every record, is refused as damage: never read as good,
+ * never cut as a torn write. The refusal names the byte where the record
+ * with the flip starts (0 for the header), or where the records end for a
+ * flip in the head's worth of zeros there. A flip further in the zeros after the
+ * records touches nothing acknowledged: it is zeroed (a torn tail from
+ * the records' end to the flipped byte), and every record stays. The
  * last record holds a result of 1100 zeros but for one bit: pieces of it
  * are light, or zeros as written. Each flip is read by journal_check(); those
  * in the last record and after it, where a cut could happen, by open() as
- * well, which must leave the file as it is. The file is the journal's
+ * well (one bit of each byte after the records: each zeroing is a flush),
+ * which must leave a file it refuses as it is. The file is the journal's
  * first bytes, to 64 bytes past the sector after its records (cut in its
  * zeros: it opens as it is). Under valgrind, every SWEEP_STRIDE-th byte
  * (all its bits), unless CARMY_SWEEP_ALL is set: the full sweep takes a
  * minute there.
  */
 #define SWEEP_STRIDE 5
+
+/* Bit k of byte at, in the zeros after the records (which end at end),
+ * is flipped in the journal in dir (open at fd; orig: its bytes before):
+ * the check calls it a torn tail up to that byte and keeps every record;
+ * with open_too, open() zeroes it back and loads them all. The bit is
+ * cleared again either way. */
+static void zeros_after(const char *dir, int fd, const uint8_t *orig,
+			size_t at, int k, size_t end, uint64_t records,
+			bool open_too)
+{
+	struct journal_report rep;
+	char err[512] = "";
+	uint8_t c;
+	void *st = NULL;
+
+	ck_assert_msg(journal_check(dir, &rep, err, sizeof(err)) == 0,
+		      "bit %d of byte %zu after the records: %s", k, at, err);
+	ck_assert_uint_eq(rep.records, records);
+	ck_assert_uint_eq(rep.end, end);
+	ck_assert_uint_eq(rep.torn, at + 1 - end);
+	if (open_too) {
+		ck_assert_msg(journal_store_ops.open(dir, &st, err,
+						     sizeof(err)) == 0,
+			      "bit %d of byte %zu: %s", k, at, err);
+		journal_store_ops.close(st);
+	} else {
+		flip_bit(fd, at, k);
+	}
+	ck_assert_int_eq(pread(fd, &c, 1, (off_t)at), 1);
+	ck_assert_uint_eq(c, orig[at]);
+}
 
 static bool on_valgrind(void)
 {
@@ -1127,7 +1300,7 @@ START_TEST(test_every_flipped_bit_is_refused)
 	size_t len, off[32], n, stride = 1;
 	uint8_t *buf, *again;
 	int nrec, fd, opens = 0;
-	unsigned long flips = 0;
+	unsigned long flips = 0, zeroed = 0;
 	void *st;
 
 	if (on_valgrind() && getenv("CARMY_SWEEP_ALL") == NULL)
@@ -1175,12 +1348,23 @@ START_TEST(test_every_flipped_bit_is_refused)
 		for (int k = 0; k < 8; k++) {
 			flip_bit(fd, at, k);
 			flips++;
+			/* After the records, but for the head that would
+			 * come next when it is in one sector: a head with
+			 * no part of zeros is damage, whatever it holds. */
+			if (i == nrec && (at >= off[nrec] + REC_HEAD ||
+					  off[nrec] / SECTOR !=
+					  (off[nrec] + REC_HEAD - 1) / SECTOR)) {
+				zeros_after(flip, fd, buf, at, k, off[nrec],
+					    (uint64_t)nrec, k == (int)(at % 8));
+				zeroed++;
+				continue;
+			}
 			ck_assert_msg(journal_check(flip, &rep, err,
 						    sizeof(err)) ==
 					      CARMY_ECORRUPT,
 				      "bit %d of byte %zu accepted", k, at);
 			named = named_byte(err);
-			ck_assert_msg(named == rec || (i == nrec && named == at),
+			ck_assert_msg(named == rec,
 				      "bit %d of byte %zu: named %zu, not %zu: "
 				      "%s", k, at, named, rec, err);
 			if (at >= off[nrec - 1]) {
@@ -1206,8 +1390,9 @@ START_TEST(test_every_flipped_bit_is_refused)
 		free(again);
 	}
 	fprintf(stderr, "# %lu bits of %zu flipped (all %zu records' and the "
-		"zeros after them), every one refused (%d by open too)\n",
-		flips, 8 * n, (size_t)nrec, opens);
+		"zeros after them): %lu refused (%d by open "
+		"too), %lu further in the zeros zeroed\n", flips, 8 * n, (size_t)nrec,
+		flips - zeroed, opens, zeroed);
 	free(buf);
 	rm_rf(dir);
 	rm_rf(flip);
@@ -1366,6 +1551,12 @@ START_TEST(test_a_format_1_journal_is_rewritten_at_open)
 	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
 	journal_store_ops.close(st);
 	ck_assert_int_eq(s.n, 2);
+	/* The format 1 file is kept, byte for byte, torn tail and all. */
+	snprintf(path, sizeof(path), "%s/journal.v1", dir);
+	buf = read_file(path, &len);
+	ck_assert_uint_eq(len, n);
+	ck_assert_int_eq(memcmp(buf, f, n), 0);
+	free(buf);
 	rm_rf(dir);
 	free(dir);
 }
@@ -1486,12 +1677,74 @@ START_TEST(test_a_symbolic_link_is_never_followed)
 	refused(link, -ELOOP, "symbolic link");
 	snprintf(slash, sizeof(slash), "%s/", link);
 	refused(slash, -ELOOP, "symbolic link");
+	snprintf(slash, sizeof(slash), "%s/./.", link);
+	refused(slash, -ELOOP, "symbolic link");
 	/* The journal itself a link to a journal elsewhere. */
 	snprintf(file, sizeof(file), "%s/journal", real);
 	snprintf(other, sizeof(other), "%s/other", dir);
 	ck_assert_int_eq(rename(file, other), 0);
 	ck_assert_int_eq(symlink(other, file), 0);
 	refused(real, -ELOOP, "symbolic link");
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * The way to the directory counts too: a directory above it that others
+ * can write (not sticky), or a link on the way that another user owns,
+ * could lead the same name to another directory of carmyd's (an old copy
+ * of its journal) between two starts. Root's and carmyd's own links in
+ * directories only they can change are followed.
+ */
+START_TEST(test_a_way_to_the_directory_others_can_change_is_refused)
+{
+	char *dir = temp_dir();
+	char pub[256], real[256], link[300], via_pub[300], via_link[320];
+	char err[512] = "";
+	struct journal_report rep;
+	void *s;
+
+	snprintf(pub, sizeof(pub), "%s/pub", dir);
+	snprintf(real, sizeof(real), "%s/real", dir);
+	snprintf(link, sizeof(link), "%s/link", pub);
+	snprintf(via_pub, sizeof(via_pub), "%s/j", pub);
+	snprintf(via_link, sizeof(via_link), "%s/j", link);
+	ck_assert_int_eq(mkdir(pub, 0700), 0);
+	s = open_journal(via_pub);
+	journal_store_ops.close(s);
+	s = open_journal(real);
+	journal_store_ops.close(s);
+	ck_assert_int_eq(symlink(dir, link), 0);	/* link/j: dir/j */
+	ck_assert_int_eq(rename(real, via_link), 0);
+	s = open_journal(via_link);	/* our own link, our own directory */
+	journal_store_ops.close(s);
+	/* pub writable by all, not sticky: anyone could swap link or j. */
+	ck_assert_int_eq(chmod(pub, 0777), 0);
+	refused(via_pub, -EPERM, "pub on the way to it");
+	refused(via_link, -EPERM, "pub on the way to it");
+	/* Sticky, like /tmp: nobody else can rename or remove our names. */
+	ck_assert_int_eq(chmod(pub, 01777), 0);
+	s = open_journal(via_pub);
+	journal_store_ops.close(s);
+	s = open_journal(via_link);
+	journal_store_ops.close(s);
+	if (geteuid() != 0) {
+		fprintf(stderr, "# skipped a link of another user: needs "
+			"root\n");
+	} else {
+		/* Another user's link there: its owner can point it
+		 * anywhere. */
+		ck_assert_int_eq(lchown(link, 65534, 65534), 0);
+		ck_assert_int_eq(journal_store_ops.open(via_link, &s, err,
+							sizeof(err)), -ELOOP);
+		ck_assert_msg(strstr(err, "link link on the way is owned by "
+				     "uid 65534") != NULL, "%s", err);
+		ck_assert_int_eq(journal_check(via_link, &rep, err,
+					       sizeof(err)), -EPERM);
+		ck_assert_msg(strstr(err, "on the way to it is owned by uid "
+				     "65534") != NULL, "%s", err);
+	}
 	rm_rf(dir);
 	free(dir);
 }
@@ -1544,6 +1797,79 @@ START_TEST(test_a_failed_flush_of_the_zeros_ahead_stops_the_journal)
 	journal_store_ops.close(st);
 	rm_rf(dir);
 	free(dir);
+}
+END_TEST
+
+/*
+ * A disk that fills up while the file grows fails that batch alone, and
+ * the zeros written before it ran out were never flushed: the next batch,
+ * small enough to fit in them, must still grow the file (flushed) before
+ * it writes there. Otherwise a crash before its fdatasync() can leave its
+ * record past the end of a file whose new size never reached the disk,
+ * and the journal would be refused as cut short.
+ */
+START_TEST(test_a_disk_full_while_growing_never_leaves_records_past_the_flushed_size)
+{
+	char *dir = temp_dir(), *crash = temp_dir();
+	struct ex a, b;
+	struct seen s = { 0 };
+	void *st = open_journal(dir);	/* its header and 32 zeros */
+	struct jnl *j = st;
+
+	make_ex(&a, 1, CARMY_STATUS_COMPLETED);
+	make_ex(&b, 2, CARMY_STATUS_COMPLETED);
+	/* The first 64 KiB of zeros go out, then the disk is full. */
+	__atomic_store_n(&enospc_from, j->size + 65536, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &a), -ENOSPC);
+	__atomic_store_n(&enospc_from, UINT64_MAX, __ATOMIC_SEQ_CST);
+	ck_assert_uint_le(j->size, fsynced_size);
+	/* Room again; b's batch crashes before its flush. */
+	__atomic_store_n(&crash_into, crash, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &b), 0);
+	ck_assert_ptr_null(__atomic_load_n(&crash_into, __ATOMIC_SEQ_CST));
+	journal_store_ops.close(st);
+	st = open_journal(crash);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_lt(find(&s, "req-001"), 0);
+	/* Written before the flush: whole in the copy. */
+	ck_assert_int_ge(find(&s, "req-002"), 0);
+	rm_rf(crash);
+	rm_rf(dir);
+	free(crash);
+	free(dir);
+}
+END_TEST
+
+/*
+ * A record head's check is CRC-32C, by the processor's instruction where
+ * there is one: it must give what the table gives, byte for byte, for
+ * every length and alignment (the journal's files are read on machines
+ * with and without the instruction), and the standard check value.
+ */
+START_TEST(test_crc32c_by_instruction_is_the_table_s)
+{
+	uint8_t buf[300];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	ck_assert_uint_eq(jnl_crc32c("123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(jnl_crc32c_table("123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(jnl_crc32c("", 0), 0);
+	for (int round = 0; round < 2000; round++) {
+		size_t at = (size_t)round % 8, n = (size_t)round % 280;
+
+		for (size_t i = 0; i < sizeof(buf); i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			/* Some runs of zeros and of ones, as heads hold. */
+			buf[i] = round % 3 == 0 ? 0 : round % 3 == 1 ?
+				 (uint8_t)x : (uint8_t)(x & 0x81);
+		}
+		ck_assert_msg(jnl_crc32c(buf + at, n) ==
+			      jnl_crc32c_table(buf + at, n),
+			      "round %d: %zu bytes at %zu", round, n, at);
+	}
 }
 END_TEST
 
@@ -2406,12 +2732,17 @@ int main(void)
 	tcase_add_test(tc, test_a_journal_directory_of_another_user_is_refused);
 	tcase_add_test(tc, test_a_journal_file_others_can_write_is_refused);
 	tcase_add_test(tc, test_a_symbolic_link_is_never_followed);
+	tcase_add_test(tc, test_a_way_to_the_directory_others_can_change_is_refused);
 	tcase_add_test(tc, test_torn_last_record_is_cut);
+	tcase_add_test(tc, test_a_torn_write_of_light_sectors_is_zeroed);
 	tcase_add_test(tc, test_damaged_last_record_is_refused);
 	tcase_add_test(tc, test_damage_followed_by_good_records_is_refused);
 	tcase_add_test(tc, test_a_sparse_tail_costs_its_data_not_its_length);
 	tcase_add_test(tc, test_a_journal_that_is_not_a_file_is_refused);
 	tcase_add_test(tc, test_a_failed_flush_of_the_zeros_ahead_stops_the_journal);
+	tcase_add_test(tc,
+		test_a_disk_full_while_growing_never_leaves_records_past_the_flushed_size);
+	tcase_add_test(tc, test_crc32c_by_instruction_is_the_table_s);
 	tcase_add_test(tc, test_not_a_journal_is_refused);
 	tcase_add_test(tc, test_second_opener_is_refused);
 	tcase_add_test(tc, test_stale_compaction_file_is_removed_at_open);

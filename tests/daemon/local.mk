@@ -7,8 +7,10 @@ tests_daemon_check_journal_SOURCES = tests/daemon/check_journal.c \
 	daemon/log.c daemon/log.h
 tests_daemon_check_journal_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_daemon_check_journal_LDADD = $(CHECK_LIBS) $(XXHASH_LIBS) -lpthread
-# Fault injection: the journal's fsync() goes through the test's wrapper.
-tests_daemon_check_journal_LDFLAGS = -Wl,--wrap=fsync
+# Fault injection: the journal's fsync(), fdatasync() and pwrite() go
+# through the test's wrappers.
+tests_daemon_check_journal_LDFLAGS = -Wl,--wrap=fsync -Wl,--wrap=fdatasync \
+	-Wl,--wrap=pwrite
 
 # The example store plugin (daemon/store_text.c), built as a real shared
 # object for tests/e2e/check_store_plugin; not installed.
