@@ -248,6 +248,7 @@ static void fail_conn(struct conn *c, int code, const char *why);
 static void admit(struct server *sv, int fd);
 static bool out_of_fds(struct server *sv, int err);
 static void refuse(struct server *sv, int fd);
+static struct conn *shed_oldest(struct server *sv);
 static bool shed_one(struct server *sv);
 static void greet_expire(struct server *sv, uint64_t now);
 static int greet_del(struct conn *c);
@@ -723,6 +724,27 @@ static void refuse(struct server *sv, int fd)
 }
 
 /*
+ * Take the oldest connection that has not said HELLO (there is one) off
+ * the list, and count it shed instead of served: its loop closes it once
+ * it is shut down. greet_lock held.
+ */
+static struct conn *shed_oldest(struct server *sv)
+{
+	struct conn *c = sv->greet_head;
+
+	sv->greet_head = c->gnext;
+	if (c->gnext != NULL)
+		c->gnext->gprev = NULL;
+	else
+		sv->greet_tail = NULL;
+	c->greeting = false;
+	c->shed = true;
+	atomic_fetch_sub_explicit(&sv->nconns, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
+	return c;
+}
+
+/*
  * Shed the oldest connection that has not said HELLO: tell it
  * TOO_MANY_CLIENTS and shut it down, so that its loop sees the end and
  * closes it. Returns false if there is none. First loop only.
@@ -734,15 +756,7 @@ static bool shed_one(struct server *sv)
 	pthread_mutex_lock(&sv->greet_lock);
 	c = sv->greet_head;
 	if (c != NULL) {
-		sv->greet_head = c->gnext;
-		if (c->gnext != NULL)
-			c->gnext->gprev = NULL;
-		else
-			sv->greet_tail = NULL;
-		c->greeting = false;
-		c->shed = true;
-		atomic_fetch_sub_explicit(&sv->nconns, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
+		shed_oldest(sv);
 		if (send(c->fd, sv->too_many.data, sv->too_many.size,
 			 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
 			/* It learns from the shutdown instead. */
@@ -861,17 +875,8 @@ static void greet_expire(struct server *sv, uint64_t now)
 	pthread_mutex_lock(&sv->greet_lock);
 	while (sv->greet_head != NULL &&
 	       now - sv->greet_head->accepted_ns >= HELLO_TIMEOUT_NS) {
-		struct conn *c = sv->greet_head;
+		struct conn *c = shed_oldest(sv);
 
-		sv->greet_head = c->gnext;
-		if (c->gnext != NULL)
-			c->gnext->gprev = NULL;
-		else
-			sv->greet_tail = NULL;
-		c->greeting = false;
-		c->shed = true;
-		atomic_fetch_sub_explicit(&sv->nconns, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&sv->nshed, 1, memory_order_relaxed);
 		shutdown(c->fd, SHUT_RDWR);
 		if (n++ == 0) {
 			pid = c->pid;
