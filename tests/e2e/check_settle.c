@@ -57,33 +57,15 @@ static void teardown(void)
 	rmdir(logdir);
 }
 
-/* How many lines of carmyd's log contain what? */
+/* carmyd's log, as e2e_logged() and e2e_await_logged() read it. */
 static int logged(const char *what)
 {
-	char line[512];
-	int n = 0;
-	FILE *f = fopen(logpath, "r");
-
-	ck_assert_msg(f != NULL, "no log at %s", logpath);
-	while (fgets(line, sizeof(line), f) != NULL)
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
+	return e2e_logged(logpath, what);
 }
 
-/* Wait until carmyd's log has more than n lines containing what; false if
- * it has not within ms. carmyd writes a line after the deed it tells of,
- * so a test waits on the line rather than reading the log once. */
 static bool await_logged(const char *what, int n, int ms)
 {
-	uint64_t t0 = harness_now_ns();
-
-	while (logged(what) <= n) {
-		if (e2e_ms_since(t0) >= ms)
-			return false;
-		poll(NULL, 0, 2);	/* between looks at the event */
-	}
-	return true;
+	return e2e_await_logged(logpath, what, n, ms);
 }
 
 /* ------------------------------------------------------------ a worker */

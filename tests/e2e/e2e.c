@@ -458,3 +458,30 @@ static void backoff(unsigned *us)
 	if (*us < 1000)
 		*us *= 2;
 }
+
+/* ------------------------------------------------------------ logs */
+
+int e2e_logged(const char *path, const char *what)
+{
+	char line[512];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	ck_assert_msg(f != NULL, "no log at %s", path);
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+bool e2e_await_logged(const char *path, const char *what, int n, int ms)
+{
+	uint64_t t0 = harness_now_ns();
+
+	while (e2e_logged(path, what) <= n) {
+		if (e2e_ms_since(t0) >= ms)
+			return false;
+		poll(NULL, 0, 2);	/* between looks at the event */
+	}
+	return true;
+}

@@ -92,6 +92,14 @@ int e2e_poll_begin(carmy_t *c, const struct carmy_call *call,
 		   struct carmy_reservation *r, int want_rc, int want_state,
 		   int timeout_ms, uint64_t *seen_ns);
 
+/* How many lines of the log at path contain what? Asserts it exists. */
+int e2e_logged(const char *path, const char *what);
+
+/* Wait until the log at path has more than n lines containing what; false
+ * if it has not within ms. carmyd writes a line after the deed it tells
+ * of, so a test waits on the line rather than reading the log once. */
+bool e2e_await_logged(const char *path, const char *what, int n, int ms);
+
 /* Read exactly n bytes within timeout_ms. Returns 0, or -1 on timeout, EOF
  * or error. */
 int e2e_read_full(int fd, void *buf, size_t n, int timeout_ms);
