@@ -159,7 +159,6 @@ void store_settle(struct store *s, const struct store_op *op);
 /* more: the caller submits other requests right after (CARMY_STORE_MORE). */
 void store_submit(struct store *s, struct store_op *op, bool more);
 int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);
-uint64_t store_now_ns(void);	/* CLOCK_REALTIME, as entries record it */
 void store_sweep_dead(struct store *s, const char *why);
 uint32_t store_reclaim(struct store *s);
 void store_tick(struct store *s);

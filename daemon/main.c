@@ -24,8 +24,8 @@
 #include <urcu.h>
 #include <xxhash.h>
 
+#include "common/log.h"
 #include "daemon/carmyd.h"
-#include "daemon/log.h"
 
 #define EXIT_USAGE 64
 

@@ -59,8 +59,9 @@
 
 #include <urcu.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "daemon/carmyd.h"
-#include "daemon/log.h"
 #include "libclient/wire.h"
 
 #define MAX_EVENTS 64
@@ -236,7 +237,6 @@ static int on_wait(struct conn *c, const struct wire_msg *m);
 static unsigned wake_waiters(struct server *sv, bool all, uint32_t entry,
 			     int rc);
 static void arm_deadline(struct server *sv, uint64_t at_ns);
-static uint64_t mono_ns(void);
 static void told_of_release(struct server *sv, uint32_t entry);
 static int flush_out(struct conn *c);
 static void drop(struct conn *c, const char *why);
@@ -302,7 +302,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 	 * cannot post into a slot we hand out. */
 	if (getrandom(&sv.ack_gen, sizeof(sv.ack_gen), 0) !=
 	    (ssize_t)sizeof(sv.ack_gen))
-		sv.ack_gen = (uint32_t)mono_ns();
+		sv.ack_gen = (uint32_t)clock_mono_ns();
 	for (unsigned i = 0; i < sv.nloops; i++) {
 		sv.loops[i].bell = i < SHM_BELLS ? i : UINT32_MAX;
 		sv.loops[i].ep = sv.loops[i].stop_fd = sv.loops[i].done_fd = -1;
@@ -480,7 +480,7 @@ static int loop_run(struct loop *l)
 		/* Spin, then block (--spin-us): while requests keep coming,
 		 * poll for the next rather than sleep, so that its reply
 		 * goes out without a wake-up; idle, sleep. */
-		int wait = spin && mono_ns() < spin_until ? 0 : -1;
+		int wait = spin && clock_mono_ns() < spin_until ? 0 : -1;
 		int n;
 
 		/* Asleep, we look at no slot: clients send instead of
@@ -489,7 +489,7 @@ static int loop_run(struct loop *l)
 			shm_bell_set(&sv->store->view, l->bell, false);
 			if (take_posts(l) > 0) {
 				shm_bell_set(&sv->store->view, l->bell, true);
-				spin_until = mono_ns() + spin;
+				spin_until = clock_mono_ns() + spin;
 				continue;
 			}
 		}
@@ -504,7 +504,7 @@ static int loop_run(struct loop *l)
 		}
 		if (n == 0) {
 			if (take_posts(l) > 0) {
-				spin_until = mono_ns() + spin;
+				spin_until = clock_mono_ns() + spin;
 				continue;
 			}
 			/* A client on this CPU, say, goes first: polling
@@ -513,7 +513,7 @@ static int loop_run(struct loop *l)
 			continue;
 		}
 		if (spin)
-			spin_until = mono_ns() + spin;
+			spin_until = clock_mono_ns() + spin;
 		bool done = false;
 
 		for (int i = 0; i < n; i++) {
@@ -547,9 +547,9 @@ static int loop_run(struct loop *l)
 					/* spurious wake-up */
 				}
 				store_tick(sv->store);
-				greet_expire(sv, mono_ns());
+				greet_expire(sv, clock_mono_ns());
 				failed_tick(sv);
-				crowd_tick(sv, mono_ns());
+				crowd_tick(sv, clock_mono_ns());
 				/* Releases and sweeps end executions
 				 * without telling us. */
 				woken = wake_waiters(sv, true, 0, 0);
@@ -817,7 +817,7 @@ static void admit(struct server *sv, int fd)
 	l->list = c;
 	pthread_mutex_unlock(&l->list_lock);
 	pthread_mutex_lock(&sv->greet_lock);
-	c->accepted_ns = mono_ns();
+	c->accepted_ns = clock_mono_ns();
 	c->greeting = true;
 	c->gprev = sv->greet_tail;
 	if (sv->greet_tail != NULL)
@@ -926,7 +926,7 @@ static void crowd_note(struct server *sv, const char *fmt, ...)
 	char what[160];
 	va_list ap;
 
-	sv->crowd_last_ns = mono_ns();
+	sv->crowd_last_ns = clock_mono_ns();
 	if (sv->crowded)
 		return;
 	sv->crowded = true;
@@ -1400,7 +1400,7 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 		op->rec.result_code = code;
 		op->rec.result = op->result;
 		op->rec.result_len = (uint32_t)dlen;
-		op->rec.finished_ns = store_now_ns();
+		op->rec.finished_ns = clock_real_ns();
 	}
 	if (rc != 0) {
 		log_debug("owner %u: %s of entry %u refused: %s", c->owner,
@@ -1660,7 +1660,7 @@ static bool may_operate(struct conn *c, const char *what)
 		return true;
 	pthread_mutex_lock(&sv->deny_lock);
 	if (!c->denied) {
-		uint64_t now = mono_ns();
+		uint64_t now = clock_mono_ns();
 		unsigned i, oldest = 0;
 
 		/* The user's entry, else the one logged longest ago (an
@@ -1770,7 +1770,7 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 	op->rec.status = committed ? status : 0;
 	op->rec.result = op->result;
 	op->rec.result_len = committed ? (uint32_t)m->u.settle.result_len : 0;
-	op->rec.finished_ns = op->rec.resolved_ns = store_now_ns();
+	op->rec.finished_ns = op->rec.resolved_ns = clock_real_ns();
 	op->rec.resolved_uid = (uint32_t)c->uid;
 	op->rec.resolved_pid = (uint32_t)c->pid;
 	if (log_level >= LOG_INFO) {
@@ -1851,7 +1851,7 @@ static int on_wait(struct conn *c, const struct wire_msg *m)
 	op->type = WIRE_WAIT;
 	op->entry = entry;
 	memcpy(op->rec.exec, m->u.settle.exec, SHM_EXEC_LEN);
-	op->deadline_ns = mono_ns() +
+	op->deadline_ns = clock_mono_ns() +
 			  (uint64_t)m->u.settle.timeout_ms * 1000000u;
 	c->waiting = op;
 	hold(c, op);
@@ -1876,7 +1876,7 @@ static unsigned wake_waiters(struct server *sv, bool all, uint32_t entry,
 			     int rc)
 {
 	struct store_op *go = NULL, **pp;
-	uint64_t now = mono_ns(), nearest = 0;
+	uint64_t now = clock_mono_ns(), nearest = 0;
 	unsigned woken = 0;
 
 	pthread_mutex_lock(&sv->wait_lock);
@@ -1934,13 +1934,6 @@ static void arm_deadline(struct server *sv, uint64_t at_ns)
 			 "seen at the next tick)", strerror(errno));
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Write pending replies; arm EPOLLOUT only while some are left. Returns 0,
  * or -1 if the connection was dropped. */

@@ -38,9 +38,10 @@
 #define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
 #endif
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "daemon/carmyd.h"
-#include "daemon/journal.h"
-#include "daemon/log.h"
+#include "stores/journal/journal.h"
 
 /* Owner ids restart from the bottom when they get this high: by then the
  * start-up sweep has settled every ticket of the earlier epochs. */
@@ -52,7 +53,6 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg);
 static int vet_segment(struct store *s, const struct carmyd_config *cfg,
 		       const struct stat *st);
 static void recover(struct store *s, uint32_t grace_ms);
-static uint64_t mono_ns(void);
 static uint64_t proc_start_ns(uint32_t pid);
 static void check(struct store *s);
 static void check_header(struct store *s);
@@ -66,7 +66,6 @@ static void *populate(void *arg);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
 static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size);
-static uint64_t now_ns(void);
 
 int store_open(struct store *s, const struct carmyd_config *cfg)
 {
@@ -237,7 +236,7 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 
 	pthread_mutex_lock(&s->lock);
 	rc = shm_record_result(&s->view, entry, owner, exec, status, code,
-			       data, len, now_ns());
+			       data, len, clock_real_ns());
 	/* Sent again after a reconnect, when the first one got through
 	 * before carmyd died: it is recorded, and that is the answer. */
 	if (rc != 0 && shm_completed_as(&s->view, entry, exec, status, code,
@@ -485,7 +484,7 @@ static void sync_done(struct carmy_store_req *req, int rc)
 int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 {
 	const struct shm_view *v = &s->view;
-	uint64_t now = now_ns(), age = older_than_ms * 1000000u;
+	uint64_t now = clock_real_ns(), age = older_than_ms * 1000000u;
 	uint64_t cutoff = older_than_ms > UINT64_MAX / 1000000u || age > now ?
 				  0 : now - age;
 	struct sync_req *reqs = NULL;
@@ -879,7 +878,7 @@ static uint32_t reclaim(struct store *s)
 void store_tick(struct store *s)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->grace_until_ns != 0 && mono_ns() >= s->grace_until_ns) {
+	if (s->grace_until_ns != 0 && clock_mono_ns() >= s->grace_until_ns) {
 		s->grace_until_ns = 0;
 		sweep_dead(s, "grace period over");
 	}
@@ -1102,8 +1101,8 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		goto fail;
 	}
 	if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
-		seed = now_ns() ^ ((uint64_t)getpid() << 32);
-	shm_format(base, geo, seed, now_ns());
+		seed = clock_real_ns() ^ ((uint64_t)getpid() << 32);
+	shm_format(base, geo, seed, clock_real_ns());
 	rc = shm_view_init(&s->view, base, geo->size);
 	if (rc != 0) {
 		munmap(base, geo->size);
@@ -1268,7 +1267,7 @@ static void recover(struct store *s, uint32_t grace_ms)
 	/* The previous carmyd's clients may come back for their running
 	 * reservations: until the grace period ends, the sweep leaves them. */
 	if (grace_ms > 0 && s->epoch > 1)
-		s->grace_until_ns = mono_ns() + (uint64_t)grace_ms * 1000000u;
+		s->grace_until_ns = clock_mono_ns() + (uint64_t)grace_ms * 1000000u;
 	sweep_dead(s, "start-up");
 	uatomic_set(&h->sh_owner_base, next);
 	uatomic_set(&h->sh_next_owner, next);
@@ -1377,21 +1376,7 @@ bool store_peer_pid_usable(pid_t pid)
 	return fields == 1;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * When process pid started, in CLOCK_REALTIME ns, or 0 if unknown: field 22
@@ -1435,10 +1420,6 @@ static uint64_t proc_start_ns(uint32_t pid)
 	return btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
 }
 
-uint64_t store_now_ns(void)
-{
-	return now_ns();
-}
 
 /* Zero the pages of a new segment, at the kernel's pace, while the store is
  * restored into it and clients are already served: a big segment takes
@@ -1474,7 +1455,7 @@ static void *populate(void *arg)
 	}
 	/* Said once it is over: until then the kernel zeroing pages takes
 	 * CPU time from whatever runs, and a benchmark waits for this line
-	 * (tools/bench_make.sh). */
+	 * (bench/bench_make.sh). */
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	log_info("segment: %zu MiB zeroed in %.2f s", size >> 20,
 		 (double)(t1.tv_sec - t0.tv_sec) +

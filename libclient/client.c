@@ -30,6 +30,9 @@
 #include <xxhash.h>
 
 #include "carmy.h"
+#include "common/clock.h"
+#include "common/execid.h"
+#include "common/io.h"
 #include "libclient/canon.h"
 #include "libclient/trust.h"
 #include "libclient/wire.h"
@@ -37,6 +40,8 @@
 #include "shm/shm.h"
 
 #define EXPORT __attribute__((visibility("default")))
+
+_Static_assert(EXECID_LEN == SHM_EXEC_LEN, "common/execid.h is the segment's exec id");
 
 /* How long connect waits for carmyd's HELLO reply. */
 #define HELLO_TIMEOUT_MS 10000
@@ -126,17 +131,13 @@ static int dial(const char *path, int *fdp);
 static int dial_trusted(carmy_t *c, int *fdp, uid_t *peer);
 static int vet_segment(const struct stat *st, void *arg);
 static int same_segment(carmy_t *c);
-static int send_all(int fd, const void *buf, size_t len);
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 		    struct wire_msg *m, uint8_t *buf, size_t cap);
 static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN]);
-static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out);
-static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN]);
 static inline void count(uint64_t *counter);
 static void prefault_ahead(carmy_t *c);
-static uint64_t now_ns(void);
 static uint64_t mono_ms(void);
-static uint64_t mono_ns(void);
+static int send_msg(int fd, const void *buf, size_t len);
 static int env_int(const char *name, int dflt, int max);
 
 /* ------------------------------------------------------------ connect */
@@ -357,7 +358,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				if (rc != 0)
 					return rc;
 			}
-			exec_hex(f.exec, r->execution_id);
+			execid_format(r->execution_id, f.exec);
 			r->state = CARMY_STATE_RUNNING;
 			r->priv_entry = f.entry;
 			r->priv_owner = claim.owner;
@@ -422,7 +423,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			   f.state == SHM_COMPLETED ? CARMY_STATE_COMPLETED :
 						      CARMY_STATE_INTERRUPTED;
 		if (!f.same_fp || f.state != SHM_COMPLETED) {
-			exec_hex(f.exec, r->execution_id);
+			execid_format(r->execution_id, f.exec);
 			count(f.same_fp ? &c->stats->st_uncertain :
 					  &c->stats->st_conflicts);
 			return f.same_fp ? CARMY_EUNCERTAIN : CARMY_ECONFLICT;
@@ -433,7 +434,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			continue;	/* changed while copied: look again */
 		if (rc != 0)
 			return rc;
-		exec_hex(res.exec, r->execution_id);
+		execid_format(r->execution_id, res.exec);
 		r->status = res.status;
 		r->result_code = res.result_code;
 		r->result = res.data;
@@ -482,7 +483,7 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	if ((rc == CARMY_EUNCERTAIN || rc == CARMY_ECONFLICT) &&
 	    m.u.reply.taken) {
 		r->state = (int)m.u.reply.state;
-		exec_hex(m.u.reply.exec, r->execution_id);
+		execid_format(r->execution_id, m.u.reply.exec);
 		count(rc == CARMY_EUNCERTAIN ? &c->stats->st_uncertain :
 					       &c->stats->st_conflicts);
 		return rc;
@@ -638,7 +639,7 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 	/* In nanoseconds, and what is left rounded up to carmyd: in whole
 	 * milliseconds on both sides, the wait could end up to a
 	 * millisecond before its deadline. */
-	uint64_t deadline = mono_ns() +
+	uint64_t deadline = clock_mono_ns() +
 			    (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 
 	for (;;) {
@@ -652,12 +653,12 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		uint64_t left;
 		int rc = carmy_begin(c, call, r), fd = -1, wrc;
 
-		left = deadline - mono_ns();
+		left = deadline - clock_mono_ns();
 		if (rc != CARMY_EUNCERTAIN || r->state != CARMY_STATE_RUNNING ||
 		    (int64_t)left <= 0)
 			return rc;
 		left = (left + 999999u) / 1000000u;	/* ms, rounded up */
-		if (parse_exec(r->execution_id, exec) != 0)
+		if (execid_parse(r->execution_id, exec) != 0)
 			return CARMY_EPROTOCOL;
 		/* A connection of its own: the wait does not hold up other
 		 * requests on c, and closing it ends the wait. */
@@ -680,7 +681,7 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 					      NULL, 0, 0, NULL, 0,
 					      (uint32_t)left);
 		if (wrc == 0)
-			wrc = send_all(fd, sb.data, sb.size);
+			wrc = send_msg(fd, sb.data, sb.size);
 		msgpack_sbuffer_destroy(&sb);
 		/* carmyd answers by the deadline (its tick is 100 ms); a
 		 * second more is for carmyd going away meanwhile (never past
@@ -730,7 +731,7 @@ EXPORT int carmy_resolve(carmy_t *c, const struct carmy_call *call,
 	for (int i = 0; i < 3; i++)
 		if (part[i] == NULL || plen[i] == 0 || plen[i] > CARMY_ID_MAX)
 			return CARMY_EINVALID_ID;
-	if (parse_exec(execution_id, exec) != 0)
+	if (execid_parse(execution_id, exec) != 0)
 		return -EINVAL;
 	if (committed && len > c->max_result)
 		return CARMY_ERESULT_TOO_LARGE;	/* nothing is recorded */
@@ -792,7 +793,7 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
 
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_hello(&sb, shm_layout_signature(), owner, epoch);
-	sent = rc == 0 ? send_all(fd, sb.data, sb.size) : rc;
+	sent = rc == 0 ? send_msg(fd, sb.data, sb.size) : rc;
 	msgpack_sbuffer_destroy(&sb);
 	/* Refused at once (TOO_MANY_CLIENTS), we may find the connection
 	 * closed before the HELLO went out: the reason is still there. */
@@ -994,7 +995,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		return CARMY_EDISCONNECTED;
 	}
 	posted = rc == SHM_POSTED;
-	rc = posted ? 0 : send_all(c->fd, sb->data, sb->size);
+	rc = posted ? 0 : send_msg(c->fd, sb->data, sb->size);
 	for (;;) {
 		if (rc == 0 && exec != NULL) {
 			rc = await_ack(c, exec, sb, &posted);
@@ -1022,7 +1023,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		}
 		posted = false;
 		rc = shm_ack_expect(&c->view, c->ack_slot, &c->ack_last, exec) ?
-			     send_all(c->fd, sb->data, sb->size) :
+			     send_msg(c->fd, sb->data, sb->size) :
 			     CARMY_EDISCONNECTED;
 	}
 	/* Before the next request can go out on this connection: after a
@@ -1076,7 +1077,7 @@ static int await_ack(carmy_t *c, const uint8_t *exec,
 		if (*posted && ack < 0 &&
 		    shm_post_withdraw(&c->view, c->ack_slot, c->ack_gen)) {
 			*posted = false;
-			if (send_all(c->fd, sb->data, sb->size) != 0)
+			if (send_msg(c->fd, sb->data, sb->size) != 0)
 				return CARMY_EDISCONNECTED;
 			continue;
 		}
@@ -1287,23 +1288,6 @@ static int same_segment(carmy_t *c)
 	return rc;
 }
 
-static int send_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return CARMY_EDISCONNECTED;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* Read exactly one message. Replies are small and there is only ever one
  * outstanding, so any byte beyond the message is a protocol error. */
@@ -1353,8 +1337,8 @@ static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 		 * the carmyd loop that owes the reply run first when it
 		 * shares this CPU. */
 		for (uint64_t until = block || spin_ns == 0 ? 0 :
-						       mono_ns() + spin_ns;
-		     got < 0 && errno == EAGAIN && mono_ns() < until;) {
+						       clock_mono_ns() + spin_ns;
+		     got < 0 && errno == EAGAIN && clock_mono_ns() < until;) {
 			sched_yield();
 			got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
 		}
@@ -1407,7 +1391,7 @@ static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN])
 	XXH128_canonicalFromHash(&can, XXH3_128bits_withSeed(in, sizeof(in),
 							     c->exec_seed));
 	memcpy(out, can.digest, SHM_EXEC_LEN);
-	return now_ns();
+	return clock_coarse_ns();
 }
 
 /*
@@ -1456,34 +1440,6 @@ static void prefault_ahead(carmy_t *c)
 		__atomic_store_n(&prefault_works, 0, __ATOMIC_RELAXED);
 }
 
-/* Every begin() that finds or makes an entry formats its id: two digits
- * per byte from a table, not two lookups and shifts. */
-static void exec_hex(const uint8_t exec[SHM_EXEC_LEN], char *out)
-{
-	static const char pairs[] =
-	"000102030405060708090a0b0c0d0e0f"
-	"101112131415161718191a1b1c1d1e1f"
-	"202122232425262728292a2b2c2d2e2f"
-	"303132333435363738393a3b3c3d3e3f"
-	"404142434445464748494a4b4c4d4e4f"
-	"505152535455565758595a5b5c5d5e5f"
-	"606162636465666768696a6b6c6d6e6f"
-	"707172737475767778797a7b7c7d7e7f"
-	"808182838485868788898a8b8c8d8e8f"
-	"909192939495969798999a9b9c9d9e9f"
-	"a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
-	"b0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
-	"c0c1c2c3c4c5c6c7c8c9cacbcccdcecf"
-	"d0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
-	"e0e1e2e3e4e5e6e7e8e9eaebecedeeef"
-	"f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
-	char *p = out + 5;
-
-	memcpy(out, "exec_", 5);
-	for (int i = 0; i < SHM_EXEC_LEN; i++, p += 2)
-		memcpy(p, pairs + 2 * exec[i], 2);
-	*p = '\0';
-}
 
 /*
  * One more answer of a kind, in our stripe. A plain load and store, not a
@@ -1498,59 +1454,19 @@ static inline void count(uint64_t *counter)
 			 __ATOMIC_RELAXED);
 }
 
-/* "exec_" and 32 lowercase hex digits back into 16 bytes; 0 or -1. */
-static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN])
+
+
+/* A whole message to carmyd, or DISCONNECTED. */
+static int send_msg(int fd, const void *buf, size_t len)
 {
-	if (strncmp(id, "exec_", 5) != 0 || strlen(id) != 5 + 2 * SHM_EXEC_LEN)
-		return -1;
-	for (int i = 0; i < SHM_EXEC_LEN; i++) {
-		int v = 0;
-
-		for (int k = 0; k < 2; k++) {
-			char ch = id[5 + 2 * i + k];
-
-			if (ch >= '0' && ch <= '9')
-				v = v * 16 + (ch - '0');
-			else if (ch >= 'a' && ch <= 'f')
-				v = v * 16 + (ch - 'a' + 10);
-			else
-				return -1;
-		}
-		out[i] = (uint8_t)v;
-	}
-	return 0;
-}
-
-/*
- * An execution's start time, for ages shown to operators and for the
- * owner check after a restart (which allows a second of slack): the
- * clock's last tick (a few milliseconds at most behind) is exact enough,
- * and takes an eighth of the precise clock's time on the reserve path
- * (2.7 against 20.7 ns on the machine of the README's figures).
- */
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME_COARSE, &ts);	/* vDSO */
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return io_send_all(fd, buf, len) == 0 ? 0 : CARMY_EDISCONNECTED;
 }
 
 static uint64_t mono_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return clock_mono_ns() / 1000000u;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);	/* vDSO: no system call */
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* An integer setting from the environment, 0..max; anything else (unset,
  * empty, not a number, out of range) leaves the default. */

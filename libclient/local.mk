@@ -15,7 +15,7 @@ libclient_libcarmy_la_SOURCES = libclient/client.c libclient/errors.c \
 libclient_libcarmy_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -pthread \
 	$(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
 libclient_libcarmy_la_LIBADD = shm/libshm.la libclient/libwire.la \
-	libclient/libtrust.la \
+	libclient/libtrust.la common/libcommon.la \
 	$(MSGPACK_LIBS) $(XXHASH_LIBS)
 libclient_libcarmy_la_LDFLAGS = -pthread -version-info 0:0:0 \
 	-export-symbols-regex '^carmy_'

@@ -14,12 +14,12 @@
 # /usr/lib/postgresql/*/bin (Debian), then initdb on PATH. 77 means none
 # was found (PG_CLUSTER_WHY says so): a caller may skip then, and only
 # then. Programs found that do not bring a cluster up are a failure, with
-# the server's log on stderr: CI installs PostgreSQL (tools/deps.sh), and
+# the server's log on stderr: CI installs PostgreSQL (scripts/deps.sh), and
 # a skip there would hide a broken store.
 #
 # PostgreSQL refuses to run as root: as root, initdb and postgres run as
 # nobody (setpriv), in a directory nobody owns, whose parent is opened for
-# traversal (as tools/bench_make.sh does).
+# traversal (as bench/bench_make.sh does).
 
 pg_cluster_tmp=
 pg_cluster_pid=

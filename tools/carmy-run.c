@@ -72,6 +72,7 @@
 #include <msgpack.h>
 
 #include "carmy.h"
+#include "common/io.h"
 #include "tools/json.h"
 #include "tools/supervise.h"
 
@@ -232,7 +233,6 @@ static bool time_left(const struct timespec *deadline, struct timespec *left);
 static int print_result(const struct opts *o, const char *exec_id,
 			int status, bool replayed, int exit_code,
 			const void *out, size_t len);
-static int write_all(int fd, const void *buf, size_t len);
 static int report(const struct opts *o, int exit_status, const char *code,
 		  const char *msg, const char *exec_id, const char *state);
 static int report_code(const struct opts *o, int code,
@@ -959,7 +959,7 @@ static int print_result(const struct opts *o, const char *exec_id,
 		fputs("}\n", stdout);
 		if (fflush(stdout) == 0 && !ferror(stdout))
 			return exit_code;
-	} else if (write_all(STDOUT_FILENO, out, len) == 0) {
+	} else if (io_write_all(STDOUT_FILENO, out, len) == 0) {
 		return exit_code;
 	}
 	/* The result is recorded, so a retry will print it again. */
@@ -968,22 +968,6 @@ static int print_result(const struct opts *o, const char *exec_id,
 	return EXIT_INTERNAL;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* Print an error, as a line on stderr or as the one JSON object on stdout,
  * and return exit_status. exec_id and state may be NULL (unknown). */

@@ -26,11 +26,13 @@
 #include <unistd.h>
 
 #include "carmy.h"
-#include "daemon/journal.h"
-#include "daemon/log.h"
+#include "common/clock.h"
+#include "common/execid.h"
+#include "common/log.h"
 #include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
+#include "stores/journal/journal.h"
 #include "tools/json.h"
 #include "tools/text.h"
 
@@ -146,16 +148,13 @@ static int dial_hello(struct ctl *x, bool quiet);
 static int trusting(struct ctl *x);
 static int vet_segment(const struct stat *st, void *arg);
 static int redial(struct ctl *x, uint64_t deadline);
-static uint64_t mono_ns(void);
 static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
 static bool find_exec(const struct shm_view *v, const char *id,
 		      struct row *r);
-static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN]);
 static int parse_age(const char *s, uint64_t *ns);
 static int parse_state(const char *s);
 static const char *state_name(unsigned st);
 static void put_age(FILE *f, uint64_t ns);
-static uint64_t now_ns(void);
 static int fail(const char *what, int code);
 static int usage_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
@@ -361,7 +360,7 @@ static int cmd_status(struct ctl *x, bool metrics)
 static void print_row(const struct ctl *x, const struct row *r, bool first,
 		      bool full)
 {
-	uint64_t now = now_ns();
+	uint64_t now = clock_real_ns();
 	static const char *const names[3] = { "principal", "session",
 					      "request_id" };
 
@@ -527,7 +526,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	rc = attach(x);
 	if (rc != 0)
 		return rc;
-	now = now_ns();
+	now = clock_real_ns();
 	if (x->json)
 		printf("[");
 	for (uint32_t e = 0; e < x->view.geo.capacity; e++) {
@@ -555,7 +554,7 @@ static int cmd_show(struct ctl *x, int argc, char **argv)
 
 	if (argc != 2)
 		return usage_error("carmyctl show: one EXECUTION_ID%s", "");
-	if (parse_exec(argv[1], exec) != 0)
+	if (execid_parse(argv[1], exec) != 0)
 		return usage_error("carmyctl show: an EXECUTION_ID is exec_ "
 				   "and 32 hex digits (lower case)%s", "");
 	rc = attach(x);
@@ -633,7 +632,7 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 	{
 		uint8_t exec[SHM_EXEC_LEN];
 
-		if (parse_exec(id, exec) != 0)
+		if (execid_parse(id, exec) != 0)
 			return usage_error("carmyctl wait: an EXECUTION_ID is "
 					   "exec_ and 32 hex digits (lower "
 					   "case)%s", "");
@@ -647,11 +646,11 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 		return rc;
 	if (!find_exec(&x->view, id, &r))
 		return fail("wait", CARMY_ENOT_RESERVED);
-	deadline = mono_ns() + (uint64_t)timeout_ms * 1000000u;
+	deadline = clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
 	for (bool first = true; r.state == SHM_RUNNING; first = false) {
 		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
 		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
-		uint64_t now = mono_ns();
+		uint64_t now = clock_mono_ns();
 		/* What is left, once carmyd came back; all of it first. */
 		uint32_t left = first ? timeout_ms : now < deadline ?
 			(uint32_t)((deadline - now + 999999) / 1000000) : 0;
@@ -730,7 +729,7 @@ static int redial(struct ctl *x, uint64_t deadline)
 		if (x->fd >= 0)
 			close(x->fd);
 		x->fd = -1;
-		if (mono_ns() >= deadline) {
+		if (clock_mono_ns() >= deadline) {
 			fprintf(stderr, "carmyctl: wait: %s: carmyd went away "
 				"during the wait and was not back by its end\n",
 				carmy_errname(CARMY_EUNAVAILABLE));
@@ -819,7 +818,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	{
 		uint8_t exec[SHM_EXEC_LEN];
 
-		if (parse_exec(id, exec) != 0)
+		if (execid_parse(id, exec) != 0)
 			return usage_error("carmyctl %s: an EXECUTION_ID is "
 					   "exec_ and 32 hex digits (lower "
 					   "case)", release ? "release" :
@@ -1189,9 +1188,7 @@ static bool read_row(const struct shm_view *v, uint32_t e, struct row *r)
 	}
 	memcpy(r->exec_bytes, en->en_exec, SHM_EXEC_LEN);
 	memcpy(r->fp, en->en_fingerprint, SHM_FP_LEN);
-	strcpy(r->exec, "exec_");
-	for (int i = 0; i < SHM_EXEC_LEN; i++)
-		snprintf(r->exec + 5 + 2 * i, 3, "%02x", r->exec_bytes[i]);
+	execid_format(r->exec, r->exec_bytes);
 	r->pid = en->en_pid;
 	r->started_ns = en->en_started_ns;
 	r->finished_ns = en->en_finished_ns;
@@ -1211,7 +1208,7 @@ static bool find_exec(const struct shm_view *v, const char *id,
 {
 	uint8_t want[SHM_EXEC_LEN];
 
-	if (parse_exec(id, want) != 0)
+	if (execid_parse(id, want) != 0)
 		return false;
 	for (uint32_t e = 0; e < v->geo.capacity; e++) {
 		if (memcmp(shm_entry_at(v, e)->en_exec, want, SHM_EXEC_LEN) != 0)
@@ -1231,21 +1228,6 @@ static bool find_exec(const struct shm_view *v, const char *id,
 
 /* ------------------------------------------------------------ helpers */
 
-static int parse_exec(const char *id, uint8_t out[SHM_EXEC_LEN])
-{
-	/* As carmyd writes them: %2x alone would take " f", "+f" or "-1". */
-	if (strncmp(id, "exec_", 5) != 0 || strlen(id) != 5 + 2 * SHM_EXEC_LEN ||
-	    strspn(id + 5, "0123456789abcdef") != 2 * SHM_EXEC_LEN)
-		return -1;
-	for (int i = 0; i < SHM_EXEC_LEN; i++) {
-		unsigned v;
-
-		if (sscanf(id + 5 + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
-	return 0;
-}
 
 /* "90", "90s", "15m", "2h", "7d" into nanoseconds. */
 static int parse_age(const char *s, uint64_t *ns)
@@ -1303,21 +1285,7 @@ static void put_age(FILE *f, uint64_t ns)
 		fprintf(f, "%5llud", (unsigned long long)(s / 86400));
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int fail(const char *what, int code)
 {

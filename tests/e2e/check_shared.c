@@ -1,7 +1,7 @@
 /*
  * check_shared.c - two carmyds, each with its own segment and socket (two
  * hosts, as far as they can tell), sharing one real PostgreSQL through the
- * PostgreSQL store plugin (daemon/store_pg.c). What must hold is the spec's
+ * PostgreSQL store plugin (stores/pg/store_pg.c). What must hold is the spec's
  * multi-instance promise: one identity runs once whichever instance its
  * calls reach; a result recorded through one replays through the other with
  * the same execution id; other arguments are a conflict; a call running or
@@ -47,7 +47,7 @@ static void setup(void)
 
 	ck_assert_msg(conninfo != NULL && conninfo[0] != '\0',
 		      "PG_CONNINFO is not set: run tests/e2e/shared.test");
-	harness_path("daemon/.libs/carmy_store_pg.so", so, sizeof(so));
+	harness_path("stores/pg/.libs/carmy_store_pg.so", so, sizeof(so));
 	ck_assert_msg(access(so, R_OK) == 0, "no plugin at %s", so);
 	snprintf(spec_a, sizeof(spec_a), "plugin:%s:instance=a-%d %s", so,
 		 (int)getpid(), conninfo);

@@ -1,6 +1,6 @@
 /*
  * check_store_plugin.c - a store loaded as a plugin (the example in
- * daemon/store_text.c, built as a real shared object) carries Carmy's
+ * examples/store_text.c, built as a real shared object) carries Carmy's
  * promise across a reboot: carmyd killed with -9 and its segment removed
  * comes back with every result replaying and the running call uncertain.
  * A partial last line (a crash mid-write) is cut before anything is
@@ -37,7 +37,7 @@ static void setup(void)
 
 	strcpy(dir, "/tmp/check_store_plugin.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
-	harness_path("daemon/.libs/carmy_store_text.so", so, sizeof(so));
+	harness_path("examples/.libs/carmy_store_text.so", so, sizeof(so));
 	ck_assert_msg(access(so, R_OK) == 0, "no plugin at %s", so);
 	snprintf(spec, sizeof(spec), "plugin:%s:%s/store.txt", so, dir);
 }

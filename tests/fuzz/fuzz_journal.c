@@ -63,9 +63,9 @@
 
 #include "carmy.h"
 #include "carmy_store.h"
-#include "daemon/journal.h"
-#include "daemon/journal_int.h"
-#include "daemon/log.h"
+#include "common/log.h"
+#include "stores/journal/internal.h"
+#include "stores/journal/journal.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

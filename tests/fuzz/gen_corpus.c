@@ -23,9 +23,9 @@ short, damaged or compacted. Everything is deterministic: running
 
 #include "carmy.h"
 #include "carmy_store.h"
-#include "daemon/journal_int.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
+#include "stores/journal/internal.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static const char *dir;

@@ -48,10 +48,10 @@ FUZZ_SHM_SRCS = $(top_srcdir)/shm/segment.c $(top_srcdir)/shm/table.c \
 	$(top_srcdir)/shm/sweep.c $(top_srcdir)/shm/post.c
 FUZZ_WIRE_SRCS = $(top_srcdir)/libclient/wire.c
 FUZZ_CANON_SRCS = $(top_srcdir)/libclient/canon.c
-FUZZ_JOURNAL_SRCS = $(top_srcdir)/daemon/journal.c \
-	$(top_srcdir)/daemon/journal_recover.c \
-	$(top_srcdir)/daemon/journal_index.c \
-	$(top_srcdir)/daemon/journal_compact.c $(top_srcdir)/daemon/log.c
+FUZZ_JOURNAL_SRCS = $(top_srcdir)/stores/journal/journal.c \
+	$(top_srcdir)/stores/journal/recover.c \
+	$(top_srcdir)/stores/journal/index.c \
+	$(top_srcdir)/stores/journal/compact.c $(top_srcdir)/common/log.c
 # Makefile too: a change of FUZZ_* flags rebuilds the targets.
 FUZZ_DEPS = Makefile $(top_builddir)/config.h \
 	$(top_srcdir)/tests/fuzz/fuzz_common.h \
@@ -81,7 +81,8 @@ tests/fuzz/fuzz_segment: $(top_srcdir)/tests/fuzz/fuzz_segment.c \
 # code, a hundred times more inputs a second.
 tests/fuzz/fuzz_journal: $(top_srcdir)/tests/fuzz/fuzz_journal.c \
 		$(FUZZ_JOURNAL_SRCS) $(FUZZ_DEPS) \
-		$(top_srcdir)/daemon/journal.h $(top_srcdir)/daemon/journal_int.h
+		$(top_srcdir)/stores/stores.h $(top_srcdir)/stores/journal/journal.h \
+		$(top_srcdir)/stores/journal/internal.h
 	@$(MKDIR_P) tests/fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_CPPFLAGS) -pthread \
 		-DJOURNAL_GROW=65536 \

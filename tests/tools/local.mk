@@ -3,5 +3,3 @@ TESTS += tests/tools/carmy-run.test
 dist_check_SCRIPTS += tests/tools/carmy-run.test
 TESTS += tests/tools/carmyctl.test
 dist_check_SCRIPTS += tests/tools/carmyctl.test
-TESTS += tests/tools/carmy-bench.test
-dist_check_SCRIPTS += tests/tools/carmy-bench.test

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# make bench: carmy-bench against a throwaway carmyd and, in the same run,
+# a throwaway redis-server and PostgreSQL cluster, all on Unix sockets in one
+# temp directory, all stopped by the trap whatever happens. Figures are
+# quoted, never asserted: this is not part of make check.
+#
+#   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT \
+#                 [memory|journal|pg] [ROUNDS]
+#
+# OPS is per process and figure (PG_OPS for PostgreSQL, whose every write
+# waits for an fsync); PROCS a comma-separated list; *_BUILT yes or no, from
+# configure. With "journal", carmyd records into a journal in the temp
+# directory (--store journal:DIR, on the same disk as PostgreSQL's data)
+# and only the reserve + complete cycle is measured: the durable against
+# the durable. With "pg", carmyd records into the same PostgreSQL through
+# the PostgreSQL store (stores/pg/store_pg.c), as one instance of several
+# would, and again only the cycle is measured. A store that is not
+# installed, or that this carmy-bench was built without, is skipped with a
+# word saying so. ROUNDS (default 1) is carmy-bench's --rounds: every
+# figure that many times, Carmy's and then the peers' in each round, and
+# the median round quoted. PG_BINDIR overrides where PostgreSQL's server
+# programs are found. CARMYD_ARGS adds options to carmyd's command line
+# (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'.
+set -u
+builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
+store=${7:-memory} rounds=${8:-1}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench.XXXXXX") || exit 1
+carmyd_pid= redis_pid= pg_pid=
+peers=() pg_conninfo=
+
+# SIGINT is PostgreSQL's fast shutdown; SIGTERM stops the other two.
+cleanup() {
+	for p in "$carmyd_pid" "$redis_pid"; do
+		[ -z "$p" ] || kill -TERM "$p" 2>/dev/null
+	done
+	[ -z "$pg_pid" ] || kill -INT "$pg_pid" 2>/dev/null
+	for p in "$carmyd_pid" "$redis_pid" "$pg_pid"; do
+		[ -z "$p" ] || wait "$p" 2>/dev/null
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' HUP INT TERM
+
+# Poll CHECK (a readiness probe of the event itself) until it succeeds, the
+# process PID is gone, or SECONDS pass. Returns 0 once ready.
+wait_ready() {
+	local pid=$1 secs=$2 end
+	shift 2
+	end=$((SECONDS + secs))
+	while ! "$@" >/dev/null 2>&1; do
+		kill -0 "$pid" 2>/dev/null || return 1
+		[ "$SECONDS" -lt "$end" ] || return 1
+		sleep 0.05
+	done
+}
+
+# PostgreSQL with the server's defaults (fsync on, synchronous_commit on),
+# listening on a socket only. It refuses to run as root: then the cluster
+# belongs to nobody, and the temp directory is opened to it for traversal.
+pg_bindir=${PG_BINDIR:-}
+if [ -z "$pg_bindir" ]; then
+	for d in /usr/lib/postgresql/*/bin; do
+		[ -x "$d/postgres" ] && pg_bindir=$d
+	done
+fi
+if [ "$pg_built" != yes ]; then
+	echo "make bench: skipping PostgreSQL: carmy-bench was built without libpq"
+elif [ -z "$pg_bindir" ] || [ ! -x "$pg_bindir/postgres" ]; then
+	echo "make bench: skipping PostgreSQL: no server found in /usr/lib/postgresql/*/bin (set PG_BINDIR)"
+else
+	as=()
+	if [ "$(id -u)" -eq 0 ]; then
+		as=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
+		mkdir -p "$tmp/pg" && chown nobody:nogroup "$tmp/pg" &&
+			chmod 711 "$tmp"
+	else
+		mkdir -p "$tmp/pg"
+	fi
+	if (cd "$tmp/pg" && "${as[@]}" "$pg_bindir/initdb" -D "$tmp/pg/data" \
+		-U carmy --auth=trust -E UTF8 --locale=C) >"$tmp/pg.log" 2>&1; then
+		(cd "$tmp/pg" && exec "${as[@]}" "$pg_bindir/postgres" \
+			-D "$tmp/pg/data" -c listen_addresses= \
+			-c unix_socket_directories="$tmp/pg") >>"$tmp/pg.log" 2>&1 &
+		pg_pid=$!
+		if wait_ready "$pg_pid" 60 "$pg_bindir/pg_isready" -q -h "$tmp/pg" -U carmy; then
+			echo "postgres ready socket=$tmp/pg pid=$pg_pid"
+			pg_conninfo="host=$tmp/pg user=carmy dbname=postgres"
+			peers+=(--pg "$pg_conninfo" --pg-ops "$pg_ops")
+		else
+			echo "make bench: skipping PostgreSQL: postgres did not start:" >&2
+			cat "$tmp/pg.log" >&2
+		fi
+	else
+		echo "make bench: skipping PostgreSQL: initdb failed:" >&2
+		cat "$tmp/pg.log" >&2
+	fi
+fi
+
+# carmyd: a table big enough for the run; its ready line is the event.
+# Every run here has the cycle figure, which keeps ops entries per process
+# and round, and reserve's peak (its entries are given back) comes while
+# fewer are kept; 10,000 more hold the replay set. Each entry costs the
+# segment about 1.9 KiB with --max-result 1K: five rounds of
+# bench-journal's 2,000 x (1 + 4 + 16 + 64) cycles map 1.6 GiB.
+sum=0
+for p in ${procs//,/ }; do
+	sum=$((sum + p))
+done
+cap=$((ops * sum * rounds + 10000))
+store_args=() only=()
+if [ "$store" = journal ]; then
+	store_args=(--store "journal:$tmp/journal")
+	only=(--only msgpack-rt,cycle)
+elif [ "$store" = pg ]; then
+	plugin=$builddir/stores/pg/.libs/carmy_store_pg.so
+	if [ -z "$pg_conninfo" ] || [ ! -r "$plugin" ]; then
+		echo "make bench-shared: needs PostgreSQL running and $plugin (libpq)" >&2
+		exit 1
+	fi
+	store_args=(--store "plugin:$plugin:instance=bench $pg_conninfo")
+	only=(--only msgpack-rt,cycle)
+fi
+mkfifo "$tmp/ready" || exit 1
+"$builddir/daemon/carmyd" --foreground --transient \
+	--socket "$tmp/carmyd.sock" --capacity "$cap" --max-result 1K \
+	"${store_args[@]}" ${CARMYD_ARGS:-} >"$tmp/ready" 2>"$tmp/carmyd.log" &
+carmyd_pid=$!
+exec 3<"$tmp/ready"
+if ! read -r line <&3; then
+	echo "make bench: carmyd did not start:" >&2
+	cat "$tmp/carmyd.log" >&2
+	exit 1
+fi
+exec 3<&-
+echo "$line"
+# carmyd zeroes its new segment's pages on a thread of its own after it is
+# ready (1.6 GiB: about a second of CPU): measured meanwhile, the first
+# figures would share the CPUs with it. Its log says when that is over.
+if ! wait_ready "$carmyd_pid" 60 grep -q '^.* info: segment: ' "$tmp/carmyd.log"; then
+	echo "make bench: carmyd did not say its segment is ready; measuring anyway" >&2
+fi
+grep -o 'segment: .*' "$tmp/carmyd.log"
+
+# Redis, persistence off: Carmy's table lives in memory (it outlives
+# carmyd, not the machine) and writes nothing to disk on any path, so the
+# Redis that matches it keeps nothing on disk either. This is also the
+# fastest Redis: no AOF write per SET, no snapshot fork in the middle of
+# the run (the built-in default would snapshot every 60 s under this load).
+if [ "$store" != memory ]; then
+	echo "make bench: Redis left out: with persistence off it is no durable store"
+elif [ "$redis_built" != yes ]; then
+	echo "make bench: skipping Redis: carmy-bench was built without hiredis"
+elif ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	echo "make bench: skipping Redis: redis-server or redis-cli is not installed"
+else
+	redis-server --port 0 --unixsocket "$tmp/redis.sock" \
+		--unixsocketperm 700 --save '' --appendonly no \
+		--dir "$tmp" --daemonize no >"$tmp/redis.log" 2>&1 &
+	redis_pid=$!
+	if wait_ready "$redis_pid" 20 redis-cli -s "$tmp/redis.sock" ping; then
+		echo "redis-server ready socket=$tmp/redis.sock pid=$redis_pid"
+		peers+=(--redis "$tmp/redis.sock")
+	else
+		echo "make bench: skipping Redis: redis-server did not start:" >&2
+		cat "$tmp/redis.log" >&2
+	fi
+fi
+
+"$builddir/bench/carmy-bench" --socket "$tmp/carmyd.sock" \
+	--procs "$procs" --ops "$ops" --rounds "$rounds" "${only[@]}" \
+	"${peers[@]}"
+exit $?

@@ -1,0 +1,86 @@
+# bench/: carmy-bench, its peers, and the make targets that run them.
+
+# carmy-bench: measures a running carmyd against this machine's floors and,
+# when built with hiredis and libpq, against Redis and PostgreSQL.
+bin_PROGRAMS += bench/carmy-bench
+bench_carmy_bench_SOURCES = bench/carmy-bench.c \
+	bench/bench_run.h bench/bench_run.c \
+	bench/bench_floor.h bench/bench_floor.c \
+	bench/bench_peer.h bench/bench_peer.c
+bench_carmy_bench_CFLAGS = $(AM_CFLAGS) $(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
+bench_carmy_bench_LDADD = libclient/libcarmy.la common/libcommon.la $(MSGPACK_LIBS) $(XXHASH_LIBS)
+if HAVE_HIREDIS
+bench_carmy_bench_SOURCES += bench/bench_redis.c
+bench_carmy_bench_CFLAGS += $(HIREDIS_CFLAGS)
+bench_carmy_bench_LDADD += $(HIREDIS_LIBS)
+CARMY_BENCH_REDIS = yes
+else
+CARMY_BENCH_REDIS = no
+endif
+if HAVE_LIBPQ
+bench_carmy_bench_SOURCES += bench/bench_pg.c
+bench_carmy_bench_CFLAGS += $(LIBPQ_CFLAGS)
+bench_carmy_bench_LDADD += $(LIBPQ_LIBS)
+CARMY_BENCH_PG = yes
+else
+CARMY_BENCH_PG = no
+endif
+EXTRA_DIST += bench/bench_make.sh
+
+# make bench: carmy-bench against a throwaway carmyd, redis-server and
+# PostgreSQL cluster (temp sockets; a table big enough for the run), stopped
+# by a trap whatever happens; see bench/bench_make.sh. Not part of make
+# check: figures are quoted, never asserted. PostgreSQL gets fewer ops: each
+# of its writes waits for an fsync, and its medians settle long before.
+CARMY_BENCH_OPS = 200000
+CARMY_BENCH_PG_OPS = 20000
+CARMY_BENCH_PROCS = 1,2
+# Rounds of every figure (carmy-bench --rounds): each round Carmy's figures
+# and then the peers', the round with the median ops/s quoted and the
+# median of the rounds' ratios. Each round's cycles stay in carmyd's table:
+# here about 1.1 GiB of segment per round.
+CARMY_BENCH_ROUNDS = 1
+# Options for the benchmarked carmyd, e.g. make bench CARMYD_ARGS='--spin-us 0'.
+CARMYD_ARGS =
+.PHONY: bench
+bench: all
+	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/bench/bench_make.sh $(builddir) \
+		$(CARMY_BENCH_OPS) $(CARMY_BENCH_PROCS) $(CARMY_BENCH_PG_OPS) \
+		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG) memory $(CARMY_BENCH_ROUNDS)
+
+# make bench-journal: the durable store against the durable peer. A carmyd
+# with --store journal:DIR and PostgreSQL (synchronous_commit on), both on
+# this machine's one disk, run the reserve + complete cycle with 1 to 64
+# client processes: every step waits for a flush in both, so what differs
+# is how many clients one flush serves.
+CARMY_BENCH_JOURNAL_OPS = 2000
+CARMY_BENCH_JOURNAL_PROCS = 1,4,16,64
+# Five rounds: a flush's cost and this machine's load both wander, and one
+# round of each side can land on different moments of them.
+CARMY_BENCH_JOURNAL_ROUNDS = 5
+.PHONY: bench-journal
+bench-journal: all
+	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/bench/bench_make.sh $(builddir) \
+		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
+		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) journal \
+		$(CARMY_BENCH_JOURNAL_ROUNDS)
+
+# make bench-restart: a journal carmyd with a million completed executions
+# restarted on a new segment (a reboot), with the page cache dropped (as
+# root) and warm; see bench/bench_restart.sh. The goal is 2 s or less.
+CARMY_BENCH_RESTART_ENTRIES = 1000000
+.PHONY: bench-restart
+bench-restart: all
+	bash $(top_srcdir)/bench/bench_restart.sh $(builddir) \
+		$(CARMY_BENCH_RESTART_ENTRIES)
+EXTRA_DIST += bench/bench_restart.sh
+
+# make bench-shared: the same cycle through a carmyd whose store is
+# PostgreSQL itself (the PostgreSQL store, as one of several instances
+# would run), against PostgreSQL alone on the same cluster.
+.PHONY: bench-shared
+bench-shared: all
+	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/bench/bench_make.sh $(builddir) \
+		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
+		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) pg \
+		$(CARMY_BENCH_JOURNAL_ROUNDS)

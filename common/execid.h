@@ -1,0 +1,23 @@
+/*
+ * execid.h - execution ids as text: "exec_" and 32 lowercase hex digits,
+ * the 16 bytes of an entry's execution id (SHM_EXEC_LEN).
+ */
+#ifndef CARMY_COMMON_EXECID_H
+#define CARMY_COMMON_EXECID_H
+
+#include <stdint.h>
+
+#define EXECID_LEN 16			/* bytes; shm.h's SHM_EXEC_LEN */
+#define EXECID_TEXT_LEN (5 + 2 * EXECID_LEN)	/* without the NUL */
+
+/* id as text into out (room for EXECID_TEXT_LEN + 1), NUL-terminated. */
+void execid_format(char *out, const uint8_t id[EXECID_LEN]);
+
+/*
+ * text back into 16 bytes: exactly as execid_format writes it, so "exec_"
+ * and 32 digits of 0-9a-f (no sign, space or upper case). Returns 0, or -1
+ * (out untouched).
+ */
+int execid_parse(const char *text, uint8_t out[EXECID_LEN]);
+
+#endif

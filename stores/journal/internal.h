@@ -1,0 +1,327 @@
+/*
+ * journal_int.h - what the journal store's files share, and nothing else:
+ * struct jnl, the index, the record formats, and the functions one file
+ * calls in another. Private to carmyd (and the programs that link the
+ * journal's files): not installed; the store's public face is journal.h.
+ *
+ *   journal.c          the store: open/load/submit/close, writer, commits
+ *   journal_recover.c  the file's header, record checks, recovery
+ *   journal_index.c    what stands and where (struct jidx)
+ *   journal_compact.c  compaction, at start and online
+ */
+#ifndef CARMY_STORES_JOURNAL_INTERNAL_H
+#define CARMY_STORES_JOURNAL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "carmy_store.h"
+#include "stores/journal/journal.h"
+
+#define JOURNAL_MAGIC "CARMYJNL"
+#define JOURNAL_FILE "journal"
+#define JOURNAL_NEW "journal.new"
+#define JOURNAL_V1 "journal.v1"	/* a format 1 file, kept once upgraded */
+#define JOURNAL_VERSION JOURNAL_VERSION_NOW
+#define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
+
+/* ---------------------------------------------------------------- types */
+
+/* Open addressing over an index's executions: slot = 1 + index, 0 empty. */
+struct jindex {
+	uint32_t *slot;
+	uint32_t mask;
+};
+
+/* What the journal knows about one execution. */
+struct jexec {
+	uint8_t exec[16];
+	uint64_t reserve_off;	/* its RESERVE record */
+	uint64_t complete_off;	/* its COMPLETE or committed RESOLVE; 0: none */
+	uint64_t ident_hash;
+	bool gone;		/* released, superseded, resolved as not run,
+				 * or purged */
+};
+
+/*
+ * The executions of one journal file, by exec id and by identity, and where
+ * their records are in that file. Recovery builds it, every commit keeps it
+ * up to date, a compaction builds a new one for the new file (only what
+ * stands, so gone executions are pruned there). It holds no copy of any
+ * record: an identity is read back from the file when a hash matches.
+ */
+struct jidx {
+	struct jexec *ex;
+	uint32_t nex;
+	uint32_t live;		/* executions standing */
+	uint32_t results;	/* ... of which with a result */
+	struct jindex by_exec;	/* exec id -> execution */
+	struct jindex by_ident;	/* identity -> the execution that stands */
+	int fd;			/* the file the offsets are in */
+	const uint8_t *map;	/* recovery's mapping of it, or NULL */
+	uint64_t map_end;	/* records below this are read from map */
+};
+
+/* The compactor's hook (journal.h), for tests: called between phases. */
+struct jhook {
+	journal_compact_hook fn;
+	void *arg;
+};
+
+struct jnl {
+	int fd;
+	int dir_fd;
+	char path[4096];
+	uint64_t salt;
+	uint64_t end;		/* where the next record goes */
+	uint64_t size;		/* bytes in the file, zeros after end */
+	uint64_t seq;		/* of the last record written */
+	uint64_t nrec;		/* records in the file */
+	int broken;		/* -errno once a write or flush failed */
+
+	pthread_t writer;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct carmy_store_req *head, **tail;	/* queued, oldest first */
+	/* The token: whoever set it (under lock) is the only thread that
+	 * writes the file, and owns fd, salt, end, size, seq, nrec, buf and
+	 * (unless compacting) ix until it clears it, in jnl_batch_done(). A
+	 * batch holds it while it is written and flushed; the compactor
+	 * while it switches files. */
+	bool flushing;
+	bool alone;		/* the last batch held one record */
+	bool stopping;
+
+	uint8_t *buf;		/* the batch being written */
+	size_t cap;
+	uint64_t flushes;	/* batches made durable, and their records */
+	uint64_t records;
+	bool readonly;		/* journal_check(): read, never cut */
+	uint32_t version;	/* of the file recovery read (1: to rewrite) */
+	uint64_t torn;		/* bytes a cut would remove */
+	uint64_t by_op[CARMY_STORE_PURGE + 1];	/* records read, by op */
+
+	/* What stands, and where (see struct jidx). Owned by the token's
+	 * holder, except while compacting: the compactor owns it then. */
+	struct jidx ix;
+	uint8_t *map;		/* recovery's mapping of the file, for load() */
+	size_t map_len;
+
+	/* Online compaction: the compactor thread and what it shares with
+	 * the token's holders, under lock (compact_min is set at open). */
+	uint64_t compact_min;
+	uint64_t retry_at;	/* no compaction before nrec reaches this */
+	bool no_index;		/* ix missed a record: no online compaction */
+	bool compacting;	/* a snapshot is taken; commits do not index */
+	bool compact_go;	/* the compactor has a snapshot to work on */
+	bool want_token;	/* the compactor waits for the token */
+	bool compactor_started;
+	pthread_t compactor;
+	pthread_cond_t compact_wake;	/* the compactor: work, or stop */
+	pthread_cond_t idle;		/* the compactor: the token is free */
+	uint64_t snap_end;	/* the snapshot: where records ended, */
+	uint64_t snap_seq;	/* and the last one's sequence number */
+	uint64_t durable_end;	/* end, as of the last batch done */
+	uint64_t pub_records;	/* nrec, likewise */
+	struct jhook hook;
+	struct journal_stats stats;
+};
+
+/* ---------------------------------------------------------------- format */
+
+/* File header: magic, version, salt, and a checksum of those. */
+struct jfile_head {
+	char jf_magic[8];
+	uint32_t jf_version;
+	uint32_t jf_pad;
+	uint64_t jf_salt;
+	uint64_t jf_created_ns;
+	uint64_t jf_check;
+};
+
+/*
+ * Every record: this head, its payload, zero padding to 8 bytes, and an
+ * 8-byte checksum of all that (the head's last word left out: it holds
+ * what is computed from the checksum). jr_len counts all of it.
+ *
+ * The head has a check of its own, jr_check, so that its length is
+ * trusted, or the head known to be damaged, before the payload is looked
+ * at: a CRC, which finds every error of up to 5 bits in it, not only most.
+ * Its first and last words each hold JREC_MARK, so that no error of fewer
+ * than 4 bits can turn either half of a head split by a sector boundary
+ * into zeros, which is what an unwritten sector looks like. jr_light
+ * counts the record's light pieces as written (docs/journal.md,
+ * Recovery): recovery calls a record torn only if it shows more pieces of
+ * zeros than that, which no error of up to JREC_LIGHT_BITS bits can do.
+ */
+struct jrec_head {
+	uint32_t jr_len;
+	uint8_t jr_op;		/* enum carmy_store_op */
+	uint8_t jr_mark;	/* JREC_MARK */
+	uint16_t jr_pad;
+	uint64_t jr_seq;	/* one more than the record before */
+	uint64_t jr_batch;	/* jr_seq of its batch's first record */
+	uint32_t jr_light;	/* light pieces, | JREC_MARK << 24 */
+	uint32_t jr_check;	/* CRC-32C of the salt, then the head above */
+};
+
+/* The head of a format 1 record (a journal of an earlier carmyd, read
+ * once and rewritten in this format at open). */
+struct jrec_head_v1 {
+	uint32_t jr_len;
+	uint8_t jr_op;
+	uint8_t jr_pad[3];
+	uint64_t jr_seq;
+	uint64_t jr_batch;
+};
+
+#define JREC_MARK 0xa5u
+/* A piece of a record (its bytes after the head, from the head or a
+ * 512-byte sector boundary to the next boundary) with at most this many
+ * bits set is light: that many flipped bits could turn it into zeros. */
+#define JREC_LIGHT_BITS 3
+#define JREC_SECTOR 512
+/* Zeros after the last record in every file carmyd leaves (crashes
+ * included): the file grows ahead of its records and never shrinks, so a
+ * file whose records run closer to its end than this was cut short. */
+#define JREC_TAIL_MIN sizeof(struct jrec_head)
+
+struct jrec_reserve {
+	uint8_t rv_exec[16];
+	uint8_t rv_fingerprint[16];
+	uint8_t rv_rawprint[16];
+	uint64_t rv_started_ns;
+	uint32_t rv_pid;
+	uint16_t rv_len[3];
+	uint16_t rv_pad;
+	/* then the three identity parts, back to back */
+};
+
+struct jrec_complete {
+	uint8_t cp_exec[16];
+	uint64_t cp_finished_ns;
+	int32_t cp_status;
+	int32_t cp_result_code;
+	uint32_t cp_result_len;
+	uint32_t cp_pad;
+	/* then the result */
+};
+
+struct jrec_release {
+	uint8_t rl_exec[16];
+};
+
+struct jrec_resolve {
+	uint8_t rs_exec[16];
+	uint64_t rs_finished_ns;
+	uint64_t rs_resolved_ns;
+	uint32_t rs_uid;
+	uint32_t rs_pid;
+	int32_t rs_status;
+	int32_t rs_result_code;
+	uint32_t rs_result_len;
+	uint8_t rs_committed;	/* 1: it happened, with this result */
+	uint8_t rs_pad[3];
+	/* then the result */
+};
+
+#define HEAD_SIZE sizeof(struct jfile_head)
+#define REC_MIN (sizeof(struct jrec_head) + sizeof(struct jrec_release) + 8)
+#define REC_MIN_V1 (sizeof(struct jrec_head_v1) + sizeof(struct jrec_release) + 8)
+/* The largest record: a COMPLETE or a committed RESOLVE with the largest
+ * result carmyd allows (and the padding and checksum after it). */
+#define REC_FIXED_MAX (sizeof(struct jrec_resolve) > sizeof(struct jrec_complete) ? \
+		       sizeof(struct jrec_resolve) : sizeof(struct jrec_complete))
+#define REC_MAX (sizeof(struct jrec_head) + REC_FIXED_MAX + (64u << 20) + 16)
+_Static_assert(sizeof(struct jrec_reserve) + 3 * CARMY_STORE_ID_MAX <
+	       REC_FIXED_MAX + (64u << 20), "a RESERVE fits under REC_MAX");
+_Static_assert(sizeof(struct jrec_head) == 32, "the head is four words");
+_Static_assert(REC_MAX / JREC_SECTOR + 2 < (1u << 24),
+	       "a record's light pieces fit in jr_light's 24 bits");
+
+/* ---------------------------------------------------------------- journal.c */
+
+/* Give the token back (lock held), maybe compact: writer, submit, compactor */
+void jnl_batch_done(struct jnl *j);
+/* Stop trusting the index (token held): index_batch(), abandon() */
+void jnl_lose_index(struct jnl *j, int rc);
+/* Write zeros ahead so need bytes fit: commit(), rewrite_standing() */
+int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need);
+/* Bytes req's record takes, sealed: commit path, put_standing() */
+size_t jnl_rec_size(const struct carmy_store_req *req);
+/* Write and seal req's record at p, for file offset off: commit(),
+ * put_standing() */
+void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
+		 uint64_t batch, uint64_t salt, uint64_t off, uint8_t *p,
+		 size_t len);
+/* pwrite() all of buf at off, 0 or -errno: every file that writes */
+int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off);
+/* pread() len bytes at off, -EIO at EOF: same_ident(), read_records() */
+int jnl_read_all(int fd, void *buf, size_t len, uint64_t off);
+/* Grow *buf to need bytes, 0 or -ENOMEM: commit(), the compaction */
+int jnl_buf_room(uint8_t **buf, size_t *cap, size_t need);
+
+/* -------------------------------------------------------- journal_recover.c */
+
+/* A new file header, its own salt: jnl_create_file(), new_file() */
+void jnl_make_head(struct jfile_head *h);
+/* Create an empty journal at j->path, crash-safe: jnl_open() */
+int jnl_create_file(struct jnl *j, char *err, size_t errlen);
+/* Read records into j->ix, find the end: jnl_open(), journal_check() */
+int jnl_recover(struct jnl *j, char *err, size_t errlen);
+/* Good record numbered seq at p? Its length or 0: recovery, compaction */
+size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
+		     uint64_t seq);
+/* Seal the record at p (head's len, op, seq and batch and its payload
+ * written) for file offset off: jnl_rec_put(), reseal(), the upgrade */
+void jnl_rec_seal(uint8_t *p, uint64_t off, uint64_t salt);
+/* CRC-32C of n bytes, by the processor's instruction where it has one:
+ * a record head's check */
+uint32_t jnl_crc32c(const void *buf, size_t n);
+/* The same by table, always: the fallback, and tests that compare them */
+uint32_t jnl_crc32c_table(const void *buf, size_t n);
+/* Rewrite a format 1 journal that recovery read in this format: jnl_open() */
+int jnl_upgrade(struct jnl *j, char *err, size_t errlen);
+/* Open a file of the journal's directory: uid's own, not a link, a
+ * regular file no one else can write; -errno and a sentence in err */
+int jnl_open_file(int dir_fd, const char *path, const char *name, int flags,
+		  uid_t uid, char *err, size_t errlen);
+/* Map the records at j->map: jnl_load(), after a compaction at start */
+int jnl_map_file(struct jnl *j);
+/* Drop j->map, if any: jnl_load(), jnl_close(), switch_to() */
+void jnl_unmap_file(struct jnl *j);
+
+/* ---------------------------------------------------------- journal_index.c */
+
+/* Apply the record at off to ix: recovery, commits, compaction */
+int jidx_record(struct jidx *ix, const uint8_t *p, uint64_t off);
+/* Room for one more execution: jidx_record(), put_standing() */
+int jidx_room(struct jidx *ix);
+/* Add a standing execution, after jidx_room(): same callers */
+struct jexec *jidx_add(struct jidx *ix, const uint8_t exec[16],
+		       uint64_t ih, uint64_t off, uint32_t *ident_slot);
+/* Free ix's tables, empty it: jnl_close(), jnl_lose_index(), compaction */
+void jidx_free(struct jidx *ix);
+/* Execution x as a record pointing into map: jnl_load(), put_standing() */
+void jidx_standing(const uint8_t *map, const struct jexec *x,
+		   struct carmy_store_record *r);
+
+/* -------------------------------------------------------- journal_compact.c */
+
+/* Worth compacting now? (token's holder): jnl_open(), jnl_batch_done() */
+bool jnl_needs_compaction(const struct jnl *j);
+/* Snapshot, wake the compactor (lock held): jnl_batch_done() */
+void jnl_start_compaction(struct jnl *j);
+/* Compact before any thread runs (*renamed: it took over): jnl_open() */
+int jnl_compact_at_start(struct jnl *j, bool *renamed);
+/* Room on the disk for a compaction's copy? room_to_compact(), tests */
+bool jnl_compaction_fits(uint64_t free_bytes, uint64_t end, uint64_t nrec,
+			 uint64_t needed);
+/* The threshold, CARMY_JOURNAL_COMPACT_MIN or 1000: jnl_open() */
+uint64_t jnl_compact_min_env(void);
+
+#endif

@@ -1,0 +1,1878 @@
+/*
+ * check_store_pg.c - the PostgreSQL store (stores/pg/store_pg.c) on its own:
+ * the built plugin, dlopen'ed as carmyd does, driven through its ops table
+ * against a real throwaway cluster (tests/stores/store_pg.test starts one
+ * and exports PG_CONNINFO; without it this program fails, it never skips).
+ *
+ * What must hold is the contract's (include/carmy_store.h, "Shared
+ * stores"): a RESERVE is one atomic step against every other instance
+ * (exactly one of N racing reservations is recorded, every other is told
+ * the winner through taken()), a retried request is recognised, a result
+ * is never overwritten, load() hands over this instance's executions only,
+ * with every field, and refuses a row it would not have written. A request
+ * is answered only after its transaction committed: a second connection
+ * sees the row from inside done(). And what a store shared with others
+ * owes them and itself: a wait on another session's lock is bounded and
+ * fails only the request that waited; only the instance that made an
+ * execution settles it, and an exec id a client borrowed from another row
+ * fails that request alone; one carmyd per instance name; a reservation
+ * reported failed whose commit may have happened is withdrawn before any
+ * other request; an unreachable server costs a failed request no wait;
+ * and batches reserving shared identities in opposite orders do not
+ * deadlock.
+ *
+ * Every test starts from no table at all (the fixture drops it), so tests
+ * are independent and each open creates the schema again. Every wait is on
+ * a condition variable with a deadline, never a sleep.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <check.h>
+#include <libpq-fe.h>
+
+#include "carmy.h"
+#include "carmy_store.h"
+
+#define WAIT_S 60		/* deadline for one answer */
+#define BOUNDED_S 15		/* for an answer the store's own timeouts bound */
+#define RESULT_CAP 1024		/* result bytes a waiter keeps */
+#define SEEN_MAX 64		/* executions a test's load() may hand over */
+#define RACE_THREADS 8
+#define RACE_IDS 200
+#define GROUP_N 500
+#define OUTAGE_N 20		/* requests failed during one backoff */
+#define DL_ROUNDS 8
+
+static const struct carmy_store_ops *ops;
+static const char *conninfo;	/* PG_CONNINFO */
+static PGconn *db;		/* the test's own connection */
+
+/* ------------------------------------------------------------ helpers */
+
+static PGconn *db_connect(const char *extra)
+{
+	char ci[1024];
+	PGconn *c;
+
+	snprintf(ci, sizeof(ci), "%s application_name=check_store_pg %s",
+		 conninfo, extra);
+	c = PQconnectdb(ci);
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "connect: %s",
+		      PQerrorMessage(c));
+	return c;
+}
+
+/* Run sql on c; it must succeed. */
+static void sql(PGconn *c, const char *q)
+{
+	PGresult *r = PQexec(c, q);
+	ExecStatusType st = PQresultStatus(r);
+
+	ck_assert_msg(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK,
+		      "%s: %s", q, PQerrorMessage(c));
+	PQclear(r);
+}
+
+/* The one integer value sql yields. */
+static long sql_long(PGconn *c, const char *q)
+{
+	PGresult *r = PQexec(c, q);
+	long v;
+
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
+		      && !PQgetisnull(r, 0, 0), "%s: %s", q,
+		      PQerrorMessage(c));
+	v = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return v;
+}
+
+static void setup(void)
+{
+	conninfo = getenv("PG_CONNINFO");
+	ck_assert_msg(conninfo != NULL && conninfo[0] != '\0',
+		      "PG_CONNINFO is not set: run tests/stores/store_pg.test");
+	db = db_connect("");
+	sql(db, "SET client_min_messages = warning");
+	/* A lost-commit test that failed half way leaves commits waiting
+	 * for a standby: never the next test's. */
+	if (sql_long(db, "SELECT count(*) FROM pg_file_settings WHERE name "
+		     "= 'synchronous_standby_names'") > 0) {
+		sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+		sql(db, "SELECT pg_reload_conf()");
+	}
+	sql(db, "DROP TABLE IF EXISTS carmy_executions");
+}
+
+static void teardown(void)
+{
+	PQfinish(db);
+	db = NULL;
+}
+
+/* Open a store with ARGS "instance=NAME CONNINFO EXTRA"; it must work. */
+static void *open_as(const char *name, const char *extra)
+{
+	char args[1024], err[512] = "";
+	void *st = NULL;
+	int rc;
+
+	snprintf(args, sizeof(args), "instance=%s %s %s", name, conninfo,
+		 extra);
+	rc = ops->open(args, &st, err, sizeof(err));
+	ck_assert_msg(rc == 0, "open %s: %d %s", name, rc, err);
+	ck_assert_ptr_nonnull(st);
+	return st;
+}
+
+/* One execution the test makes. */
+struct ex {
+	char principal[16];
+	char id[CARMY_STORE_ID_MAX + 1];
+	uint8_t exec[16];
+	uint8_t fp[16];
+	uint8_t raw[16];
+	uint32_t pid;
+	uint64_t started_ns;
+	int32_t status;
+	int32_t result_code;
+	uint8_t result[64];
+	uint32_t result_len;
+};
+
+static unsigned exec_seq;
+
+/* Execution of identity (principal, "session", id), with a fresh exec id
+ * and a result with every kind of byte in it. */
+static void make_ex(struct ex *x, const char *principal, const char *id)
+{
+	unsigned seq = __atomic_add_fetch(&exec_seq, 1, __ATOMIC_SEQ_CST);
+
+	memset(x, 0, sizeof(*x));
+	snprintf(x->principal, sizeof(x->principal), "%s", principal);
+	snprintf(x->id, sizeof(x->id), "%s", id);
+	for (int k = 0; k < 16; k++) {
+		x->exec[k] = (uint8_t)(0xe0 + k);
+		x->fp[k] = (uint8_t)(seq * 7 + k);
+		x->raw[k] = (uint8_t)(seq * 13 + k + 1);
+	}
+	memcpy(x->exec, &seq, sizeof(seq));
+	x->pid = 4000000000u - seq;	/* above INT32_MAX: fits uint32 */
+	x->started_ns = 1700000000000000000ull + seq;
+	x->status = CARMY_STATUS_COMPLETED;
+	x->result_len = 20;
+	for (uint32_t i = 0; i < x->result_len; i++)
+		x->result[i] = (uint8_t)(seq + i * 51);	/* NULs, 0xff... */
+	x->result[3] = 0;
+}
+
+static void record_of(const struct ex *x, struct carmy_store_record *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->part[0] = (const uint8_t *)x->principal;
+	r->len[0] = (uint16_t)strlen(x->principal);
+	r->part[1] = (const uint8_t *)"session";
+	r->len[1] = 7;
+	r->part[2] = (const uint8_t *)x->id;
+	r->len[2] = (uint16_t)strlen(x->id);
+	memcpy(r->fingerprint, x->fp, 16);
+	memcpy(r->rawprint, x->raw, 16);
+	memcpy(r->exec, x->exec, 16);
+	r->pid = x->pid;
+	r->started_ns = x->started_ns;
+	r->finished_ns = x->started_ns + 1000;
+	r->status = x->status;
+	r->result_code = x->result_code;
+	r->result = x->result;
+	r->result_len = x->result_len;
+}
+
+/* A request in flight and what the store said to it. Callbacks run on the
+ * store's thread: they record, the test's thread asserts. */
+struct waiter {
+	struct carmy_store_req req;
+	struct carmy_store_record rec;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int rc;
+	int ntaken;
+	bool taken_after_done;
+	struct carmy_store_record standing;	/* points into the below */
+	uint8_t part[3][CARMY_STORE_ID_MAX];
+	uint8_t result[RESULT_CAP];
+	bool result_cut;
+	/* Set: done() asks this connection whether req's exec is there,
+	 * i.e. committed, into visible. */
+	PGconn *check;
+	long visible;
+};
+
+static long rows_of_exec(PGconn *c, const uint8_t exec[16])
+{
+	const char *v[1] = { (const char *)exec };
+	int len[1] = { 16 }, fmt[1] = { 1 };
+	PGresult *r = PQexecParams(c, "SELECT count(*) FROM carmy_executions "
+				   "WHERE exec = $1", 1, NULL, v, len, fmt, 0);
+	long n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 ?
+		 atol(PQgetvalue(r, 0, 0)) : -1;
+
+	PQclear(r);
+	return n;
+}
+
+static void on_done(struct carmy_store_req *req, int rc)
+{
+	struct waiter *w = req->cookie;
+	long visible = w->check ? rows_of_exec(w->check, w->rec.exec) : 0;
+
+	pthread_mutex_lock(&w->lock);
+	w->visible = visible;
+	w->rc = rc;
+	w->done = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void on_taken(struct carmy_store_req *req,
+		     const struct carmy_store_record *r)
+{
+	struct waiter *w = req->cookie;
+
+	pthread_mutex_lock(&w->lock);
+	w->ntaken++;
+	w->taken_after_done |= w->done;
+	w->standing = *r;
+	for (int k = 0; k < 3; k++) {
+		memcpy(w->part[k], r->part[k], r->len[k]);
+		w->standing.part[k] = w->part[k];
+	}
+	w->result_cut = r->result_len > RESULT_CAP;
+	if (!w->result_cut && r->result_len > 0)
+		memcpy(w->result, r->result, r->result_len);
+	w->standing.result = w->result;
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void waiter_init(struct waiter *w, enum carmy_store_op op,
+			const struct ex *x)
+{
+	memset(w, 0, sizeof(*w));
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	record_of(x, &w->rec);
+	w->req.op = op;
+	w->req.rec = &w->rec;
+	w->req.done = on_done;
+	w->req.cookie = w;
+	w->req.taken = op == CARMY_STORE_RESERVE ? on_taken : NULL;
+}
+
+static void waiter_destroy(struct waiter *w)
+{
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->lock);
+}
+
+/* Wait up to secs until w is answered; its rc. */
+static int wait_within(struct waiter *w, int secs)
+{
+	struct timespec dl;
+	int rc = 0, ans;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += secs;
+	pthread_mutex_lock(&w->lock);
+	while (!w->done && rc == 0)
+		rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+	ans = w->rc;
+	pthread_mutex_unlock(&w->lock);
+	ck_assert_msg(rc == 0, "no answer within %d s", secs);
+	return ans;
+}
+
+static int wait_done(struct waiter *w)
+{
+	return wait_within(w, WAIT_S);
+}
+
+static bool is_done(struct waiter *w)
+{
+	bool d;
+
+	pthread_mutex_lock(&w->lock);
+	d = w->done;
+	pthread_mutex_unlock(&w->lock);
+	return d;
+}
+
+/* Submit op for x and wait for its answer; w (may be NULL) keeps what
+ * the store said. */
+static int op_wait(void *st, enum carmy_store_op op, const struct ex *x,
+		   struct waiter *w)
+{
+	struct waiter mine;
+	int rc;
+
+	if (w == NULL)
+		w = &mine;
+	waiter_init(w, op, x);
+	ops->submit(st, &w->req);
+	rc = wait_done(w);
+	ck_assert_msg(!w->taken_after_done, "taken() came after done()");
+	if (w == &mine)
+		ck_assert_int_eq(w->ntaken, 0);
+	waiter_destroy(w);
+	return rc;
+}
+
+static int reserve(void *st, const struct ex *x, struct waiter *w)
+{
+	return op_wait(st, CARMY_STORE_RESERVE, x, w);
+}
+
+/* A RESERVE of x, submitted again for as long as the store answers that
+ * the database cannot take it (a backoff after a failed reconnect, the
+ * instance's name held elsewhere), up to WAIT_S. */
+static int reserve_when_back(void *st, const struct ex *x, struct waiter *w)
+{
+	time_t end = time(NULL) + WAIT_S;
+	int rc;
+
+	while ((rc = reserve(st, x, w)) == -ECONNREFUSED || rc == -EBUSY)
+		ck_assert_msg(time(NULL) < end, "the store still answers %d "
+			      "after %d s", rc, WAIT_S);
+	return rc;
+}
+
+/* Poll q on c (outside a transaction, so each answer is fresh) until it
+ * counts something, up to WAIT_S. */
+static void wait_until(PGconn *c, const char *q)
+{
+	time_t end = time(NULL) + WAIT_S;
+
+	while (sql_long(c, q) == 0)
+		ck_assert_msg(time(NULL) < end, "not within %d s: %s", WAIT_S,
+			      q);
+}
+
+/* Wait until the backend named app waits on a lock. */
+static void wait_lock_wait(const char *app)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks l JOIN "
+		 "pg_stat_activity s USING (pid) WHERE NOT l.granted AND "
+		 "s.application_name = '%s'", app);
+	wait_until(db, q);
+}
+
+/* Insert on c (in whatever transaction it has open) a running row of
+ * another instance for (principal, "session", id), with exec if not NULL,
+ * else a random one. */
+static void insert_row(PGconn *c, const char *principal, const char *id,
+		       const uint8_t *exec)
+{
+	const char *v[3] = { principal, id, (const char *)exec };
+	int len[3] = { 0, 0, 16 }, fmt[3] = { 0, 0, 1 };
+	PGresult *r = PQexecParams(c, "INSERT INTO carmy_executions "
+		"(principal, session, request_id, exec, instance, fingerprint, "
+		"rawprint, pid, started_ns, state) VALUES (convert_to($1, "
+		"'UTF8'), 'session', convert_to($2, 'UTF8'), coalesce($3, "
+		"decode(md5(random()::text), 'hex')), 'other', "
+		"decode(repeat('00', 16), 'hex'), decode(repeat('00', 16), "
+		"'hex'), 1, 1, 1)", 3, NULL, v, len, fmt, 0);
+
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "insert %s: %s",
+		      id, PQerrorMessage(c));
+	PQclear(r);
+}
+
+/* A trigger under which the insert of request_id "sleep-MS-..." sleeps MS
+ * milliseconds, in whichever session makes it. */
+static void sleepy_inserts(void)
+{
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sleep() RETURNS "
+	    "trigger LANGUAGE plpgsql AS $$ BEGIN IF convert_from("
+	    "NEW.request_id, 'UTF8') LIKE 'sleep-%' THEN PERFORM pg_sleep("
+	    "split_part(convert_from(NEW.request_id, 'UTF8'), '-', 2)::int "
+	    "/ 1000.0); END IF; RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_sleep BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION "
+	    "carmy_test_sleep()");
+}
+
+/* Hold st's worker (its backend named app) in a batch of its own, a
+ * RESERVE whose insert sleeps (sleepy_inserts), so that what is submitted
+ * next queues up into one batch. w, x: the sleeper's, to wait on later. */
+static void hold_worker(void *st, const char *app, struct waiter *w,
+			struct ex *x)
+{
+	char id[64], q[256];
+
+	snprintf(id, sizeof(id), "sleep-500-%u", exec_seq);
+	make_ex(x, "hold", id);
+	waiter_init(w, CARMY_STORE_RESERVE, x);
+	ops->submit(st, &w->req);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE "
+		 "application_name = '%s' AND wait_event = 'PgSleep'", app);
+	wait_until(db, q);
+}
+
+/* A RESOLVE of x: as committed with x's result, by uid 1001 pid 777, or
+ * as not committed. */
+static int resolve(void *st, const struct ex *x, bool committed)
+{
+	struct waiter w;
+	int rc;
+
+	waiter_init(&w, CARMY_STORE_RESOLVE, x);
+	w.rec.state = committed ? CARMY_STORE_COMPLETED : 0;
+	w.rec.resolved_ns = 1700000000123456789ull;
+	w.rec.resolved_uid = 1001;
+	w.rec.resolved_pid = 777;
+	ops->submit(st, &w.req);
+	rc = wait_done(&w);
+	waiter_destroy(&w);
+	return rc;
+}
+
+/* What load() handed over. */
+struct seen {
+	int n;
+	struct carmy_store_record rec[SEEN_MAX];
+	uint8_t part[SEEN_MAX][3][CARMY_STORE_ID_MAX];
+	uint8_t result[SEEN_MAX][RESULT_CAP];
+};
+
+static int collect(void *arg, const struct carmy_store_record *r)
+{
+	struct seen *s = arg;
+	int i = s->n;
+
+	ck_assert_int_lt(i, SEEN_MAX);
+	ck_assert_uint_le(r->result_len, RESULT_CAP);
+	s->rec[i] = *r;
+	for (int k = 0; k < 3; k++) {
+		memcpy(s->part[i][k], r->part[k], r->len[k]);
+		s->rec[i].part[k] = s->part[i][k];
+	}
+	if (r->result_len > 0)
+		memcpy(s->result[i], r->result, r->result_len);
+	s->rec[i].result = s->result[i];
+	s->n++;
+	return 0;
+}
+
+static const struct carmy_store_record *seen_exec(const struct seen *s,
+						  const struct ex *x)
+{
+	for (int i = 0; i < s->n; i++)
+		if (memcmp(s->rec[i].exec, x->exec, 16) == 0)
+			return &s->rec[i];
+	return NULL;
+}
+
+/* r is x's execution, as reserved: identity, prints, pid, start. */
+static void assert_reserved_as(const struct carmy_store_record *r,
+			       const struct ex *x)
+{
+	ck_assert_uint_eq(r->len[0], strlen(x->principal));
+	ck_assert_mem_eq(r->part[0], x->principal, r->len[0]);
+	ck_assert_uint_eq(r->len[1], 7);
+	ck_assert_mem_eq(r->part[1], "session", 7);
+	ck_assert_uint_eq(r->len[2], strlen(x->id));
+	ck_assert_mem_eq(r->part[2], x->id, r->len[2]);
+	ck_assert_mem_eq(r->exec, x->exec, 16);
+	ck_assert_mem_eq(r->fingerprint, x->fp, 16);
+	ck_assert_mem_eq(r->rawprint, x->raw, 16);
+	ck_assert_uint_eq(r->pid, x->pid);
+	ck_assert_uint_eq(r->started_ns, x->started_ns);
+}
+
+/* r is x's execution, completed with x's result. */
+static void assert_completed_as(const struct carmy_store_record *r,
+				const struct ex *x)
+{
+	assert_reserved_as(r, x);
+	ck_assert_int_eq(r->state, CARMY_STORE_COMPLETED);
+	ck_assert_uint_eq(r->finished_ns, x->started_ns + 1000);
+	ck_assert_int_eq(r->status, x->status);
+	ck_assert_int_eq(r->result_code, x->result_code);
+	ck_assert_uint_eq(r->result_len, x->result_len);
+	ck_assert_mem_eq(r->result, x->result, x->result_len);
+}
+
+/* ------------------------------------------------------------ tests */
+
+struct opener {
+	pthread_barrier_t *go;
+	const char *name;
+	void *st;
+	int rc;
+	char err[512];
+};
+
+static void *open_thread(void *arg)
+{
+	struct opener *o = arg;
+	char args[1024];
+
+	snprintf(args, sizeof(args), "instance=%s %s", o->name, conninfo);
+	pthread_barrier_wait(o->go);
+	o->rc = ops->open(args, &o->st, o->err, sizeof(o->err));
+	return NULL;
+}
+
+START_TEST(test_open_creates_the_schema_even_when_two_instances_race)
+{
+	/* CREATE TABLE IF NOT EXISTS alone fails one of two racing
+	 * creators now and then: a few rounds to catch it. */
+	for (int round = 0; round < 8; round++) {
+		pthread_barrier_t go;
+		struct opener o[2] = { { .name = "a" }, { .name = "b" } };
+		pthread_t t[2];
+
+		sql(db, "DROP TABLE IF EXISTS carmy_executions");
+		pthread_barrier_init(&go, NULL, 2);
+		for (int i = 0; i < 2; i++) {
+			o[i].go = &go;
+			ck_assert_int_eq(pthread_create(&t[i], NULL,
+							open_thread, &o[i]), 0);
+		}
+		for (int i = 0; i < 2; i++)
+			pthread_join(t[i], NULL);
+		pthread_barrier_destroy(&go);
+		for (int i = 0; i < 2; i++) {
+			ck_assert_msg(o[i].rc == 0, "round %d: open %s: %d %s",
+				      round, o[i].name, o[i].rc, o[i].err);
+			ops->close(o[i].st);
+		}
+	}
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM pg_indexes WHERE "
+			 "tablename = 'carmy_executions' AND indexname = "
+			 "'carmy_executions_instance'"), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM "
+			 "information_schema.columns WHERE table_name = "
+			 "'carmy_executions'"), 17);
+}
+END_TEST
+
+START_TEST(test_reserve_of_a_vacant_identity_is_recorded_before_done)
+{
+	void *a = open_as("a", "");
+	PGconn *check = db_connect("");
+	struct waiter w;
+	struct ex x;
+
+	make_ex(&x, "p", "vacant");
+	waiter_init(&w, CARMY_STORE_RESERVE, &x);
+	w.check = check;
+	ops->submit(a, &w.req);
+	ck_assert_int_eq(wait_done(&w), 0);
+	ck_assert_int_eq(w.ntaken, 0);
+	/* Seen from another connection inside done(): committed first. */
+	ck_assert_int_eq(w.visible, 1);
+	waiter_destroy(&w);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE instance = 'a' AND state = 1 AND principal = "
+			 "'p' AND request_id = 'vacant'"), 1);
+	PQfinish(check);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_reserve_of_a_held_identity_is_taken_running_then_completed)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex x, y, z;
+	struct waiter w;
+
+	make_ex(&x, "p", "held");
+	make_ex(&y, "p", "held");
+	make_ex(&z, "p", "held");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+
+	/* Running on a: b is told, and records nothing. */
+	ck_assert_int_eq(reserve(b, &y, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_reserved_as(&w.standing, &x);
+	ck_assert_int_eq(w.standing.state, CARMY_STORE_RUNNING);
+	ck_assert_int_eq(rows_of_exec(db, y.exec), 0);
+
+	/* Completed on a: b is told its result, to the byte. */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	ck_assert_int_eq(reserve(b, &z, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	ck_assert(!w.result_cut);
+	assert_completed_as(&w.standing, &x);
+	ck_assert_int_eq(rows_of_exec(db, z.exec), 0);
+
+	/* And a itself, reserving again with a new exec, likewise. */
+	make_ex(&z, "p", "held");
+	ck_assert_int_eq(reserve(a, &z, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_completed_as(&w.standing, &x);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_reserve_retried_with_its_own_exec_is_recorded_not_taken)
+{
+	void *a = open_as("a", "");
+	struct ex x;
+
+	make_ex(&x, "p", "retried");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	/* The batch written again after a lost answer: its own row. */
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);	/* asserts no taken */
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 1);
+	/* Completed in between, still its own. */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_complete_is_idempotent_and_never_overwrites_a_result)
+{
+	void *a = open_as("a", "");
+	struct ex x, other, never;
+
+	make_ex(&x, "p", "complete");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+
+	other = x;
+	other.result[0] ^= 1;
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
+			 -ESTALE);
+	other = x;
+	other.status = CARMY_STATUS_FAILED;
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
+			 -ESTALE);
+	other = x;
+	other.result_len--;
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
+			 -ESTALE);
+	/* Nothing reserved, or released: never resurrected. */
+	make_ex(&never, "p", "never");
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &never, NULL),
+			 -ESTALE);
+	ck_assert_int_eq(rows_of_exec(db, never.exec), 0);
+	ops->close(a);
+
+	{
+		struct seen s = { 0 };
+
+		a = open_as("a", "");
+		ck_assert_int_eq(ops->load(a, collect, &s), 0);
+		ck_assert_int_eq(s.n, 1);
+		assert_completed_as(&s.rec[0], &x);
+		ops->close(a);
+	}
+}
+END_TEST
+
+START_TEST(test_release_frees_the_identity_and_may_name_nothing)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex x, y, done, nothing;
+	struct waiter w;
+
+	make_ex(&x, "p", "released");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &x, NULL), 0);
+	make_ex(&nothing, "p", "nothing");
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &nothing, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	make_ex(&y, "p", "released");
+	ck_assert_int_eq(reserve(b, &y, NULL), 0);	/* recorded */
+	ck_assert_int_eq(rows_of_exec(db, y.exec), 1);
+
+	/* A release never undoes a result. */
+	make_ex(&done, "p", "done");
+	ck_assert_int_eq(reserve(a, &done, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &done, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &done, NULL), 0);
+	make_ex(&y, "p", "done");
+	ck_assert_int_eq(reserve(b, &y, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_completed_as(&w.standing, &done);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_resolve_commits_a_result_or_frees_the_identity)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex x1, x2, y, other;
+	struct seen s = { 0 };
+	const struct carmy_store_record *r;
+
+	make_ex(&x1, "p", "resolved-1");
+	make_ex(&x2, "p", "resolved-2");
+	x1.status = CARMY_STATUS_TIMED_OUT;
+	ck_assert_int_eq(reserve(a, &x1, NULL), 0);
+	ck_assert_int_eq(reserve(a, &x2, NULL), 0);
+	ck_assert_int_eq(resolve(a, &x1, true), 0);
+	ck_assert_int_eq(resolve(a, &x1, true), 0);	/* again: its own */
+	other = x1;
+	other.result[5] ^= 0x80;
+	ck_assert_int_eq(resolve(a, &other, true), -ESTALE);
+	ck_assert_int_eq(resolve(a, &x2, false), 0);
+	ck_assert_int_eq(resolve(a, &x2, false), 0);
+
+	make_ex(&y, "p", "resolved-2");
+	ck_assert_int_eq(reserve(b, &y, NULL), 0);	/* x2 freed it */
+	ops->close(a);
+
+	a = open_as("a", "");
+	ck_assert_int_eq(ops->load(a, collect, &s), 0);
+	ck_assert_int_eq(s.n, 1);
+	r = seen_exec(&s, &x1);
+	ck_assert_ptr_nonnull(r);
+	assert_completed_as(r, &x1);
+	ck_assert_uint_eq(r->resolved_ns, 1700000000123456789ull);
+	ck_assert_uint_eq(r->resolved_uid, 1001);
+	ck_assert_uint_eq(r->resolved_pid, 777);
+	ops->close(a);
+	ops->close(b);
+}
+END_TEST
+
+START_TEST(test_purge_forgets_a_completed_execution_only)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex x, y;
+
+	make_ex(&x, "p", "purged");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_PURGE, &x, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 1);	/* running: kept */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_PURGE, &x, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_PURGE, &x, NULL), 0);
+	make_ex(&y, "p", "purged");
+	ck_assert_int_eq(reserve(b, &y, NULL), 0);	/* recorded */
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+static int stop_at_first(void *arg, const struct carmy_store_record *r)
+{
+	(void)r;
+	(*(int *)arg)++;
+	return 42;
+}
+
+START_TEST(test_load_hands_over_this_instances_executions_with_every_field)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex running, completed, resolved, theirs, released, after;
+	struct seen s = { 0 }, sb = { 0 };
+	const struct carmy_store_record *r;
+	int calls = 0;
+
+	make_ex(&running, "p", "running");
+	make_ex(&completed, "p", "completed");
+	make_ex(&resolved, "p", "resolved");
+	make_ex(&released, "p", "released");
+	make_ex(&theirs, "p", "theirs");
+	completed.status = CARMY_STATUS_FAILED;
+	completed.result_code = -7;
+	completed.result_len = 0;	/* an empty result is a result */
+	ck_assert_int_eq(reserve(a, &running, NULL), 0);
+	ck_assert_int_eq(reserve(a, &completed, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &completed, NULL), 0);
+	ck_assert_int_eq(reserve(a, &resolved, NULL), 0);
+	ck_assert_int_eq(resolve(a, &resolved, true), 0);
+	ck_assert_int_eq(reserve(a, &released, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &released, NULL), 0);
+	ck_assert_int_eq(reserve(b, &theirs, NULL), 0);
+	ops->close(a);
+	ops->close(b);
+
+	a = open_as("a", "");
+	ck_assert_int_eq(ops->load(a, collect, &s), 0);
+	ck_assert_int_eq(s.n, 3);
+	r = seen_exec(&s, &running);
+	ck_assert_ptr_nonnull(r);
+	assert_reserved_as(r, &running);
+	ck_assert_int_eq(r->state, CARMY_STORE_RUNNING);
+	ck_assert_uint_eq(r->resolved_ns, 0);
+	r = seen_exec(&s, &completed);
+	ck_assert_ptr_nonnull(r);
+	assert_completed_as(r, &completed);
+	ck_assert_uint_eq(r->resolved_ns, 0);
+	ck_assert_uint_eq(r->resolved_pid, 0);
+	r = seen_exec(&s, &resolved);
+	ck_assert_ptr_nonnull(r);
+	assert_completed_as(r, &resolved);
+	ck_assert_uint_eq(r->resolved_uid, 1001);
+
+	/* each() stops the load, whose return is load()'s; the store
+	 * works on after it. */
+	ck_assert_int_eq(ops->load(a, stop_at_first, &calls), 42);
+	ck_assert_int_eq(calls, 1);
+	make_ex(&after, "p", "after-load");
+	ck_assert_int_eq(reserve(a, &after, NULL), 0);
+	ops->close(a);
+
+	b = open_as("b", "");
+	ck_assert_int_eq(ops->load(b, collect, &sb), 0);
+	ck_assert_int_eq(sb.n, 1);
+	assert_reserved_as(&sb.rec[0], &theirs);
+	ops->close(b);
+}
+END_TEST
+
+/* The race: RACE_THREADS threads on two instances reserve each identity
+ * at once, each with its own exec id. */
+struct racer {
+	pthread_barrier_t *go;
+	void *st;
+	int t;
+	struct {
+		int rc, ntaken, state;
+		uint8_t exec[16], taken_exec[16], taken_fp[16];
+	} got[RACE_IDS];
+};
+
+static void *race_thread(void *arg)
+{
+	struct racer *r = arg;
+
+	for (int i = 0; i < RACE_IDS; i++) {
+		struct waiter w;
+		struct ex x;
+		char id[32];
+
+		snprintf(id, sizeof(id), "race-%d", i);
+		make_ex(&x, "race", id);
+		memcpy(x.fp, &r->t, sizeof(r->t));
+		waiter_init(&w, CARMY_STORE_RESERVE, &x);
+		pthread_barrier_wait(r->go);
+		ops->submit(r->st, &w.req);
+		r->got[i].rc = wait_done(&w);
+		r->got[i].ntaken = w.ntaken;
+		r->got[i].state = w.standing.state;
+		memcpy(r->got[i].exec, x.exec, 16);
+		memcpy(r->got[i].taken_exec, w.standing.exec, 16);
+		memcpy(r->got[i].taken_fp, w.standing.fingerprint, 16);
+		waiter_destroy(&w);
+	}
+	return NULL;
+}
+
+START_TEST(test_racing_reservations_record_exactly_one_and_name_it)
+{
+	void *st[2] = { open_as("a", ""), open_as("b", "") };
+	static struct racer r[RACE_THREADS];
+	pthread_t t[RACE_THREADS];
+	pthread_barrier_t go;
+
+	pthread_barrier_init(&go, NULL, RACE_THREADS);
+	for (int k = 0; k < RACE_THREADS; k++) {
+		r[k].go = &go;
+		r[k].st = st[k % 2];
+		r[k].t = k;
+		ck_assert_int_eq(pthread_create(&t[k], NULL, race_thread,
+						&r[k]), 0);
+	}
+	for (int k = 0; k < RACE_THREADS; k++)
+		pthread_join(t[k], NULL);
+	pthread_barrier_destroy(&go);
+	for (int i = 0; i < RACE_IDS; i++) {
+		int winner = -1;
+
+		for (int k = 0; k < RACE_THREADS; k++) {
+			ck_assert_msg(r[k].got[i].rc == 0, "race-%d thread %d: "
+				      "%d", i, k, r[k].got[i].rc);
+			if (r[k].got[i].ntaken == 0) {
+				ck_assert_msg(winner < 0, "race-%d: threads %d "
+					      "and %d both recorded", i,
+					      winner, k);
+				winner = k;
+			}
+		}
+		ck_assert_msg(winner >= 0, "race-%d: nobody recorded", i);
+		for (int k = 0; k < RACE_THREADS; k++) {
+			if (k == winner)
+				continue;
+			ck_assert_int_eq(r[k].got[i].ntaken, 1);
+			ck_assert_int_eq(r[k].got[i].state,
+					 CARMY_STORE_RUNNING);
+			ck_assert_mem_eq(r[k].got[i].taken_exec,
+					 r[winner].got[i].exec, 16);
+			ck_assert_mem_eq(r[k].got[i].taken_fp, &winner,
+					 sizeof(winner));
+		}
+		ck_assert_int_eq(rows_of_exec(db, r[winner].got[i].exec), 1);
+	}
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions"),
+			 RACE_IDS);
+	ops->close(st[0]);
+	ops->close(st[1]);
+}
+END_TEST
+
+START_TEST(test_requests_submitted_together_commit_together)
+{
+	void *a = open_as("a", "");
+	struct waiter *w = calloc(GROUP_N, sizeof(*w));
+	struct ex *x = calloc(GROUP_N, sizeof(*x));	/* w[i] points in */
+	char id[32];
+
+	ck_assert_ptr_nonnull(w);
+	ck_assert_ptr_nonnull(x);
+	/* Hold the table: the first batch waits on the lock, and all the
+	 * rest queue up behind it meanwhile. */
+	sql(db, "BEGIN");
+	sql(db, "LOCK TABLE carmy_executions IN EXCLUSIVE MODE");
+	for (int i = 0; i < GROUP_N; i++) {
+		snprintf(id, sizeof(id), "group-%d", i);
+		make_ex(&x[i], "group", id);
+		waiter_init(&w[i], CARMY_STORE_RESERVE, &x[i]);
+		ops->submit(a, &w[i].req);
+	}
+	for (int i = 0; i < GROUP_N; i++)
+		ck_assert_msg(!is_done(&w[i]), "request %d answered before "
+			      "its transaction could commit", i);
+	sql(db, "COMMIT");
+	for (int i = 0; i < GROUP_N; i++) {
+		ck_assert_int_eq(wait_done(&w[i]), 0);
+		ck_assert_int_eq(w[i].ntaken, 0);
+		waiter_destroy(&w[i]);
+	}
+	free(x);
+	free(w);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions"),
+			 GROUP_N);
+	/* Rows written by one transaction share its xmin. */
+	ck_assert_int_le(sql_long(db, "SELECT count(DISTINCT xmin::text) FROM "
+			 "carmy_executions"), 2);
+	ops->close(a);
+}
+END_TEST
+
+/* Damage: x's row (completed, instance a) changed by set, after pre if
+ * any. reserve: whether a RESERVE of the identity can still name it. */
+static const struct damage {
+	const char *set;
+	bool reserve;
+	const char *pre;
+} damages[] = {
+	{ "exec = '\\x010203'", true, NULL },
+	{ "state = 7", true, NULL },
+	{ "state = NULL", true,		/* had a DBA dropped NOT NULL */
+	  "ALTER TABLE carmy_executions ALTER state DROP NOT NULL" },
+	{ "result = NULL", true, NULL },
+	{ "status = NULL", true, NULL },
+	{ "finished_ns = -1", true, NULL },
+	{ "pid = -1", true, NULL },
+	{ "pid = 4294967296", true, NULL },
+	{ "started_ns = -5", true, NULL },
+	{ "fingerprint = '\\x00'", true, NULL },
+	{ "rawprint = decode(repeat('00', 17), 'hex')", true, NULL },
+	{ "resolved_ns = -1", true, NULL },
+	{ "resolved_uid = 4294967296", true, NULL },
+	{ "resolved_pid = -2", true, NULL },
+	{ "request_id = ''::bytea", false, NULL },
+	{ "principal = decode(repeat('61', 257), 'hex')", false, NULL },
+};
+
+START_TEST(test_a_damaged_row_is_refused_by_load_and_reserve)
+{
+	void *a = open_as("a", "");
+	struct seen *s = calloc(1, sizeof(*s));
+	struct ex x, y;
+	struct waiter w;
+	char q[256];
+
+	ck_assert_ptr_nonnull(s);
+	for (size_t i = 0; i < sizeof(damages) / sizeof(damages[0]); i++) {
+		sql(db, "DELETE FROM carmy_executions");
+		make_ex(&x, "p", "damaged");
+		ck_assert_int_eq(reserve(a, &x, NULL), 0);
+		ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL),
+				 0);
+		s->n = 0;
+		ck_assert_int_eq(ops->load(a, collect, s), 0);	/* sound */
+		ck_assert_int_eq(s->n, 1);
+		if (damages[i].pre != NULL)
+			sql(db, damages[i].pre);
+		snprintf(q, sizeof(q), "UPDATE carmy_executions SET %s",
+			 damages[i].set);
+		sql(db, q);
+		s->n = 0;
+		ck_assert_msg(ops->load(a, collect, s) == -EBADMSG,
+			      "load() took a row with %s", damages[i].set);
+		ck_assert_int_eq(s->n, 0);
+		if (!damages[i].reserve)
+			continue;
+		make_ex(&y, "p", "damaged");
+		ck_assert_msg(reserve(a, &y, &w) == -EBADMSG,
+			      "RESERVE took a row with %s", damages[i].set);
+		ck_assert_int_eq(w.ntaken, 0);
+		ck_assert_int_eq(rows_of_exec(db, y.exec), 0);
+	}
+	free(s);
+	ops->close(a);
+}
+END_TEST
+
+/* ARGS must fail open with rc and a sentence containing want. */
+static void refused(const char *args, int rc, const char *want)
+{
+	char err[512] = "";
+	void *st = (void *)1;
+	int got = ops->open(args, &st, err, sizeof(err));
+
+	ck_assert_msg(got < 0, "open \"%s\" worked", args);
+	if (rc != 0)
+		ck_assert_int_eq(got, rc);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, want) != NULL, "open \"%s\": \"%s\" does not "
+		      "say \"%s\"", args, err, want);
+	ck_assert_msg(strchr(err, '\n') == NULL, "a newline in \"%s\"", err);
+}
+
+START_TEST(test_bad_args_are_refused_with_a_sentence)
+{
+	char args[1024], name[80];
+	void *st;
+
+	memset(name, 'n', 65);
+	name[65] = '\0';
+	snprintf(args, sizeof(args), "instance=%s %s", name, conninfo);
+	refused(args, -EINVAL, "instance name");
+	snprintf(args, sizeof(args), "instance=\"a b\" %s", conninfo);
+	refused(args, -EINVAL, "instance name");
+	snprintf(args, sizeof(args), "instance= %s", conninfo);
+	refused(args, -EINVAL, "instance name");
+	snprintf(args, sizeof(args), "instance=a/b %s", conninfo);
+	refused(args, -EINVAL, "instance name");
+	/* The name ends at the space: "b" is then no keyword=value. */
+	snprintf(args, sizeof(args), "instance=a b %s", conninfo);
+	refused(args, 0, "\"b\"");
+	refused("instance=x host=/nonexistent/carmy user=carmy",
+		-ECONNREFUSED, "cannot connect to PostgreSQL");
+	refused("instance=x nosuchkeyword=1", 0, "nosuchkeyword");
+
+	memset(name, 'n', 64);
+	name[64] = '\0';
+	st = open_as(name, "");
+	ops->close(st);
+}
+END_TEST
+
+START_TEST(test_a_uri_is_a_connection_string_too)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	const char *host = NULL, *user = NULL, *dbname = NULL;
+	char uri[768], err[512] = "";
+	void *st = NULL;
+	struct ex x;
+	int rc;
+
+	ck_assert_ptr_nonnull(opts);
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+		if (strcmp(o->keyword, "host") == 0)
+			host = o->val;
+		else if (strcmp(o->keyword, "user") == 0)
+			user = o->val;
+		else if (strcmp(o->keyword, "dbname") == 0)
+			dbname = o->val;
+	}
+	ck_assert_ptr_nonnull(host);
+	snprintf(uri, sizeof(uri), "instance=uri postgresql://%s@/%s?host=%s",
+		 user ? user : "", dbname ? dbname : "", host);
+	PQconninfoFree(opts);
+	rc = ops->open(uri, &st, err, sizeof(err));
+	ck_assert_msg(rc == 0, "open %s: %d %s", uri, rc, err);
+	make_ex(&x, "p", "uri");
+	ck_assert_int_eq(reserve(st, &x, NULL), 0);
+	ops->close(st);
+}
+END_TEST
+
+START_TEST(test_the_instance_is_the_host_name_by_default)
+{
+	char host[256] = "", err[512] = "", q[512];
+	bool ok = true;
+	void *st = NULL;
+	struct ex x;
+	int rc;
+
+	ck_assert_int_eq(gethostname(host, sizeof(host) - 1), 0);
+	for (const char *p = host; *p; p++)
+		ok &= (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+		      *p == '-';
+	ok &= strlen(host) >= 1 && strlen(host) <= 64;
+	rc = ops->open(conninfo, &st, err, sizeof(err));
+	if (!ok) {
+		ck_assert_int_eq(rc, -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err, "instance="));
+		return;
+	}
+	ck_assert_msg(rc == 0, "open: %s", err);
+	make_ex(&x, "p", "hosted");
+	ck_assert_int_eq(reserve(st, &x, NULL), 0);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM carmy_executions WHERE "
+		 "instance = '%s'", host);	/* checked above: no quote */
+	ck_assert_int_eq(sql_long(db, q), 1);
+	ops->close(st);
+}
+END_TEST
+
+/* End the backend of the one connection named app, and wait (5 s at
+ * most) until it is gone. Its pid first: in one statement, nothing
+ * orders the name's test before the termination. */
+static void terminate(const char *app)
+{
+	char q[256];
+	long pid;
+
+	snprintf(q, sizeof(q), "SELECT pid FROM pg_stat_activity WHERE "
+		 "application_name = '%s'", app);
+	pid = sql_long(db, q);
+	snprintf(q, sizeof(q), "SELECT pg_terminate_backend(%ld, 5000)::int",
+		 pid);
+	ck_assert_int_eq(sql_long(db, q), 1);
+}
+
+START_TEST(test_a_lost_connection_is_reset_and_the_batch_run_again)
+{
+	void *a = open_as("a", "application_name=lost-test");
+	struct ex x, y;
+
+	make_ex(&x, "p", "before");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	terminate("lost-test");
+	make_ex(&y, "p", "after");
+	ck_assert_int_eq(reserve(a, &y, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, y.exec), 1);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &y, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_an_unreachable_database_fails_requests_until_it_is_back)
+{
+	void *a;
+	struct ex x;
+
+	sql(db, "DROP DATABASE IF EXISTS carmy_outage WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_outage");
+	a = open_as("a", "dbname=carmy_outage application_name=outage-test");
+	sql(db, "ALTER DATABASE carmy_outage ALLOW_CONNECTIONS false");
+	terminate("outage-test");
+	for (int i = 0; i < 3; i++) {
+		make_ex(&x, "p", "outage");
+		ck_assert_int_eq(reserve(a, &x, NULL), -ECONNREFUSED);
+	}
+	sql(db, "ALTER DATABASE carmy_outage ALLOW_CONNECTIONS true");
+	make_ex(&x, "p", "outage");
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_outage WITH (FORCE)");
+}
+END_TEST
+
+START_TEST(test_a_table_locked_throughout_fails_requests_until_it_is_free)
+{
+	void *a = open_as("a", "options='-c lock_timeout=10'");
+	struct ex x;
+
+	/* Held throughout: each request waits, times out and fails. */
+	sql(db, "BEGIN");
+	sql(db, "LOCK TABLE carmy_executions IN EXCLUSIVE MODE");
+	make_ex(&x, "p", "locked");
+	ck_assert_int_eq(reserve(a, &x, NULL), -EAGAIN);
+	sql(db, "COMMIT");
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	make_ex(&x, "p", "locked");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
+{
+	void *a = open_as("a", "application_name=bounds-a");
+	void *b = open_as("b", "options='-c lock_timeout=10 "
+			  "-c statement_timeout=1h -c idle_session_timeout=5s'");
+	/* 0 chosen explicitly stays 0; only idle_session_timeout is the
+	 * store's whatever it was (its session holds the name). */
+	void *c = open_as("c", "options='-c lock_timeout=0'");
+	struct ex x;
+
+	/* What the store's sessions have set, seen from inside them. */
+	sql(db, "DROP TABLE IF EXISTS carmy_test_seen");
+	sql(db, "CREATE TABLE carmy_test_seen (instance text, lock text, "
+	    "stmt text, idle text, session_idle text, plan text)");
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_seen() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_seen VALUES "
+	    "(NEW.instance, current_setting('lock_timeout'), "
+	    "current_setting('statement_timeout'), "
+	    "current_setting('idle_in_transaction_session_timeout'), "
+	    "current_setting('idle_session_timeout'), "
+	    "current_setting('plan_cache_mode')); "
+	    "RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_seen BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_seen()");
+	make_ex(&x, "p", "bounds-a");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	make_ex(&x, "p", "bounds-b");
+	ck_assert_int_eq(reserve(b, &x, NULL), 0);
+	make_ex(&x, "p", "bounds-c");
+	ck_assert_int_eq(reserve(c, &x, NULL), 0);
+	/* and again after a reconnect */
+	terminate("bounds-a");
+	make_ex(&x, "p", "bounds-a-again");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
+			 "WHERE instance = 'a' AND lock = '2s' AND "
+			 "stmt = '30s' AND idle = '1min' AND "
+			 "plan = 'force_custom_plan'"), 2);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
+			 "WHERE instance = 'b' AND lock = '10ms' AND "
+			 "stmt = '1h' AND idle = '1min' AND session_idle = '0'"),
+			 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
+			 "WHERE instance = 'c' AND lock = '0' AND "
+			 "stmt = '30s'"), 1);
+	sql(db, "DROP TABLE carmy_test_seen");
+	ops->close(c);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_a_reserve_waiting_on_an_uncommitted_insert_fails_alone)
+{
+	void *a = open_as("a", "application_name=uncommitted-test");
+	PGconn *other = db_connect("");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	/* Another session inserted x's identity and neither commits nor
+	 * rolls back: with the store's own lock_timeout, x fails, and u,
+	 * in the same batch, is recorded all the same. */
+	sleepy_inserts();
+	sql(other, "BEGIN");
+	insert_row(other, "p", "held-open", NULL);
+	make_ex(&x, "p", "held-open");
+	make_ex(&u, "p", "unrelated");
+	hold_worker(a, "uncommitted-test", &hold, &h);
+	waiter_init(&wx, CARMY_STORE_RESERVE, &x);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	ops->submit(a, &wx.req);
+	ops->submit(a, &wu.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_within(&wx, BOUNDED_S), -EAGAIN);
+	ck_assert_int_eq(wait_within(&wu, BOUNDED_S), 0);
+	ck_assert_int_eq(wx.ntaken + wu.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	waiter_destroy(&hold);
+	waiter_destroy(&wx);
+	waiter_destroy(&wu);
+	sql(other, "ROLLBACK");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	PQfinish(other);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_a_request_waiting_on_a_row_lock_fails_alone)
+{
+	void *a = open_as("a", "options='-c lock_timeout=100' "
+			  "application_name=row-lock-test");
+	PGconn *other = db_connect("");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	sleepy_inserts();
+	make_ex(&x, "p", "row-locked");
+	make_ex(&u, "p", "unrelated");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	sql(other, "BEGIN");
+	sql(other, "SELECT 1 FROM carmy_executions WHERE request_id = "
+	    "'row-locked' FOR UPDATE");
+	hold_worker(a, "row-lock-test", &hold, &h);
+	waiter_init(&wx, CARMY_STORE_COMPLETE, &x);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	ops->submit(a, &wx.req);
+	ops->submit(a, &wu.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_done(&wx), -EAGAIN);
+	ck_assert_int_eq(wait_done(&wu), 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	waiter_destroy(&hold);
+	waiter_destroy(&wx);
+	waiter_destroy(&wu);
+	sql(other, "COMMIT");
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	PQfinish(other);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_a_statement_timeout_fails_its_request_alone)
+{
+	void *a = open_as("a", "options='-c statement_timeout=2000' "
+			  "application_name=slow-test");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	sleepy_inserts();
+	make_ex(&x, "p", "sleep-30000-slow");
+	make_ex(&u, "p", "unrelated");
+	hold_worker(a, "slow-test", &hold, &h);
+	waiter_init(&wx, CARMY_STORE_RESERVE, &x);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	ops->submit(a, &wx.req);
+	ops->submit(a, &wu.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_done(&wx), -EAGAIN);	/* query_canceled */
+	ck_assert_int_eq(wait_done(&wu), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	waiter_destroy(&hold);
+	waiter_destroy(&wx);
+	waiter_destroy(&wu);
+	ops->close(a);
+}
+END_TEST
+
+/* Rows of exec x, instance inst, in state st. */
+static long rows_as(const struct ex *x, const char *inst, int st)
+{
+	const char *v[3] = { (const char *)x->exec, inst, NULL };
+	char state[8];
+	int len[3] = { 16, 0, 0 }, fmt[3] = { 1, 0, 0 };
+	PGresult *r;
+	long n;
+
+	snprintf(state, sizeof(state), "%d", st);
+	v[2] = state;
+	r = PQexecParams(db, "SELECT count(*) FROM carmy_executions WHERE "
+			 "exec = $1 AND instance = $2 AND state = $3::int", 3,
+			 NULL, v, len, fmt, 0);
+	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+	n = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return n;
+}
+
+START_TEST(test_only_the_instance_that_made_an_execution_settles_it)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct waiter w;
+	struct ex x;
+
+	make_ex(&x, "p", "theirs");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	/* A client of b names a's running exec id: b does not take a's row
+	 * for its own, it is told who holds the identity. */
+	ck_assert_int_eq(reserve(b, &x, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_reserved_as(&w.standing, &x);
+	ck_assert_int_eq(w.standing.state, CARMY_STORE_RUNNING);
+	/* Nor may b release, complete or resolve it. */
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_RELEASE, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_COMPLETE, &x, NULL), -ESTALE);
+	ck_assert_int_eq(resolve(b, &x, true), -ESTALE);
+	ck_assert_int_eq(resolve(b, &x, false), 0);
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_RUNNING), 1);
+	/* a completes it; b's resolve cannot change its result. */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	x.result[0] ^= 1;
+	ck_assert_int_eq(resolve(b, &x, true), -ESTALE);
+	x.result[0] ^= 1;
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_COMPLETED), 1);
+	/* A PURGE forgets it, from any instance (its copy there). */
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_PURGE, &x, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_an_exec_id_held_under_another_identity_fails_that_reserve_alone)
+{
+	void *a = open_as("a", "application_name=exec-test");
+	PGconn *other = db_connect("");
+	struct waiter hold, wy, wz, w;
+	struct ex h, x, y, z, e;
+
+	sleepy_inserts();
+	make_ex(&x, "p", "first");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	/* y names x's exec id for another identity: in one batch with z,
+	 * which is recorded. */
+	make_ex(&y, "p", "second");
+	memcpy(y.exec, x.exec, 16);
+	make_ex(&z, "p", "third");
+	hold_worker(a, "exec-test", &hold, &h);
+	waiter_init(&wy, CARMY_STORE_RESERVE, &y);
+	waiter_init(&wz, CARMY_STORE_RESERVE, &z);
+	ops->submit(a, &wy.req);
+	ops->submit(a, &wz.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	ck_assert_int_eq(wait_done(&wy), -EEXIST);
+	ck_assert_int_eq(wait_done(&wz), 0);
+	ck_assert_int_eq(wy.ntaken + wz.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(db, z.exec), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'first'"), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'second'"), 0);
+	waiter_destroy(&hold);
+	waiter_destroy(&wy);
+	waiter_destroy(&wz);
+
+	/* The same exec id inserted by another session, committed only
+	 * while the RESERVE waits for it: seen in the next run. */
+	make_ex(&e, "p", "fifth");
+	sql(other, "BEGIN");
+	insert_row(other, "p", "fourth", e.exec);
+	waiter_init(&w, CARMY_STORE_RESERVE, &e);
+	ops->submit(a, &w.req);
+	wait_lock_wait("exec-test");
+	sql(other, "COMMIT");
+	ck_assert_int_eq(wait_done(&w), -EEXIST);
+	ck_assert_int_eq(w.ntaken, 0);
+	waiter_destroy(&w);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'fifth'"), 0);
+	PQfinish(other);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
+{
+	char args[1024];
+	void *a, *b;
+	struct ex x;
+
+	a = open_as("twin", "application_name=twin-a");
+	snprintf(args, sizeof(args), "instance=twin %s", conninfo);
+	refused(args, -EBUSY, "another carmyd is running as instance twin on "
+		"this database");
+	ops->close(a);
+	b = open_as("twin", "");	/* free once a has gone */
+	ops->close(b);
+
+	/* a's connection is lost and another carmyd takes the name before
+	 * a is back: a runs no request until the name is free again. */
+	a = open_as("twin", "application_name=twin-a");
+	terminate("twin-a");
+	b = open_as("twin", "");
+	make_ex(&x, "p", "twin");
+	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
+	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ops->close(b);
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+/* Once the table exists, open runs no DDL: CREATE INDEX IF NOT EXISTS
+ * would wait behind every instance's open transaction (and fail on its
+ * lock timeout behind a long one), holding up their writes meanwhile. */
+START_TEST(test_open_does_not_wait_for_other_writers_once_the_table_exists)
+{
+	PGconn *other = db_connect("");
+	void *a = open_as("first", "");	/* makes the table */
+
+	ops->close(a);
+	sql(other, "BEGIN");
+	insert_row(other, "p", "writer-open", NULL);
+	a = open_as("late", "");	/* asserts that it opened */
+	ops->close(a);
+	sql(other, "ROLLBACK");
+	PQfinish(other);
+}
+END_TEST
+
+/* The name's key as the store computes it (FNV-1a, 64 bits). */
+static int64_t name_key(const char *name)
+{
+	uint64_t h = 14695981039346656037u;
+
+	for (const char *p = name; *p != '\0'; p++) {
+		h ^= (uint8_t)*p;
+		h *= 1099511628211u;
+	}
+	return (int64_t)h;
+}
+
+/* A restart: the stopped carmyd's backend can still hold the name, idle,
+ * while it exits. Open waits for the name instead of refusing at once. */
+START_TEST(test_open_waits_for_a_name_let_go_meanwhile)
+{
+	pthread_barrier_t go;
+	struct opener o = { .name = "heir" };
+	char info[1024], q[128];
+	PGconn *holder;
+	pthread_t t;
+
+	snprintf(info, sizeof(info), "%s application_name=holder", conninfo);
+	holder = PQconnectdb(info);
+	ck_assert_int_eq(PQstatus(holder), CONNECTION_OK);
+	snprintf(q, sizeof(q), "SELECT pg_advisory_lock(%" PRId64 ")",
+		 name_key("heir"));
+	sql(holder, q);
+	pthread_barrier_init(&go, NULL, 1);
+	o.go = &go;
+	ck_assert_int_eq(pthread_create(&t, NULL, open_thread, &o), 0);
+	wait_lock_wait("carmyd");
+	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%" PRId64 ")",
+		 name_key("heir"));
+	sql(holder, q);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	pthread_barrier_destroy(&go);
+	ck_assert_msg(o.rc == 0, "open: %d %s", o.rc, o.err);
+	ops->close(o.st);
+	PQfinish(holder);
+}
+END_TEST
+
+START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
+{
+	time_t end = time(NULL) + WAIT_S;
+	struct waiter w, w2;
+	struct ex x, x2;
+	PGconn *lost;
+	void *a;
+	char id[32];
+
+	/* The lost answer: a COMMIT flushed here that waits for a standby
+	 * that never comes, its backend terminated meanwhile (the client is
+	 * told nothing), and no connection to be had after. */
+	sql(db, "SET synchronous_commit = local");	/* never waits */
+	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_lost");
+	a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
+	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
+	sql(db, "SELECT pg_reload_conf()");
+	/* The server reads it in its own time: until then a RESERVE
+	 * commits without waiting, and the next one is tried. */
+	for (int i = 0;; i++) {
+		snprintf(id, sizeof(id), "lost-%d", i);
+		make_ex(&x, "p", id);
+		waiter_init(&w, CARMY_STORE_RESERVE, &x);
+		ops->submit(a, &w.req);
+		while (!is_done(&w) && sql_long(db, "SELECT count(*) FROM "
+				"pg_stat_activity WHERE application_name = "
+				"'lost-commit' AND wait_event = 'SyncRep'")
+				== 0)
+			ck_assert_msg(time(NULL) < end, "no commit waited");
+		if (!is_done(&w))
+			break;
+		ck_assert_int_eq(wait_done(&w), 0);
+		waiter_destroy(&w);
+	}
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
+	terminate("lost-commit");
+	ck_assert_int_eq(wait_done(&w), -ECONNREFUSED);
+	waiter_destroy(&w);
+	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+	sql(db, "SELECT pg_reload_conf()");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+	/* It did commit, for an execution reported failed. */
+	lost = db_connect("dbname=carmy_lost");
+	ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
+	/* While another session holds that row, the withdrawal waits out
+	 * its lock timeout and is left for later: other requests go on. */
+	{
+		const char *v[1] = { (const char *)x.exec };
+		int len[1] = { 16 }, fmt[1] = { 1 };
+		PGresult *r;
+		struct ex u;
+
+		sql(lost, "BEGIN");
+		r = PQexecParams(lost, "SELECT 1 FROM carmy_executions WHERE "
+				 "exec = $1 FOR UPDATE", 1, NULL, v, len, fmt,
+				 0);
+		ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+		PQclear(r);
+		make_ex(&u, "p", "unrelated-to-the-lost");
+		ck_assert_int_eq(reserve_when_back(a, &u, NULL), 0);
+		ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
+		sql(lost, "ROLLBACK");
+	}
+	/* The next request finds the identity free: the row went first. */
+	make_ex(&x2, "p", id);
+	ck_assert_int_eq(reserve_when_back(a, &x2, &w2), 0);
+	ck_assert_int_eq(w2.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(lost, x.exec), 0);
+	ck_assert_int_eq(rows_of_exec(lost, x2.exec), 1);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+END_TEST
+
+START_TEST(test_an_unreachable_server_fails_requests_without_a_wait_each)
+{
+	char dir[] = "/tmp/carmy-pgtest.XXXXXX", sock[160], hole[64];
+	char real[512], extra[600];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, attempts = 0, answered;
+	time_t end;
+	void *a;
+	struct ex x;
+
+	/* The server's socket reached through a link the test swaps for a
+	 * black hole: a socket that queues connections and never answers,
+	 * so each attempt to connect takes connect_timeout (2 s). */
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(real, sizeof(real), "%s/.s.PGSQL.%s", PQhost(db), PQport(db));
+	snprintf(sock, sizeof(sock), "%s/.s.PGSQL.%s", dir, PQport(db));
+	snprintf(hole, sizeof(hole), "%s/hole", dir);
+	ck_assert_int_eq(symlink(real, sock), 0);
+	snprintf(extra, sizeof(extra), "host=%s connect_timeout=2 "
+		 "application_name=hole-test", dir);
+	a = open_as("a", extra);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", hole);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 64), 0);
+	ck_assert_int_eq(rename(hole, sock), 0);
+	terminate("hole-test");
+
+	make_ex(&x, "p", "hole");
+	/* One attempt to connect, which fails: */
+	ck_assert_int_eq(reserve(a, &x, NULL), -ECONNREFUSED);
+	/* Then the store backs off: requests fail at once, not one
+	 * connect_timeout each. */
+	end = time(NULL) + 10;
+	for (answered = 0; answered < OUTAGE_N && time(NULL) < end;
+	     answered++)
+		ck_assert_int_eq(reserve(a, &x, NULL), -ECONNREFUSED);
+	ck_assert_msg(answered == OUTAGE_N, "%d requests failed in 10 s",
+		      answered);
+	for (int c; (c = accept(fd, NULL, NULL)) >= 0; attempts++)
+		close(c);
+	ck_assert_msg(attempts >= 1 && attempts <= 5, "%d attempts to "
+		      "connect for %d requests", attempts, OUTAGE_N + 1);
+
+	snprintf(hole, sizeof(hole), "%s/link", dir);
+	ck_assert_int_eq(symlink(real, hole), 0);
+	ck_assert_int_eq(rename(hole, sock), 0);
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ops->close(a);
+	close(fd);
+	unlink(sock);
+	rmdir(dir);
+}
+END_TEST
+
+/* The pid of the one backend named app. */
+static long backend_pid(const char *app)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT pid FROM pg_stat_activity WHERE "
+		 "application_name = '%s'", app);
+	return sql_long(db, q);
+}
+
+START_TEST(test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock)
+{
+	static const char *const app[2] = { "dl-a", "dl-b" };
+	static const char *const role[4] = { "w", "gate", "x", "y" };
+	struct waiter w[2][4];
+	struct ex x[2][4];
+	PGconn *gate_w, *gate_p;
+	void *st[2];
+	long pid[2];
+	time_t end;
+	char extra[256];
+
+	/* A database of its own: its deadlock count is this test's. */
+	sql(db, "DROP DATABASE IF EXISTS carmy_dl WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_dl");
+	for (int k = 0; k < 2; k++) {
+		snprintf(extra, sizeof(extra), "dbname=carmy_dl "
+			 "application_name=%s options='-c "
+			 "deadlock_timeout=10ms'", app[k]);
+		st[k] = open_as(k ? "b" : "a", extra);
+	}
+	gate_w = db_connect("dbname=carmy_dl");
+	gate_p = db_connect("dbname=carmy_dl");
+	for (int round = 0; round < DL_ROUNDS; round++) {
+		char id[4][32];
+
+		/* On each instance: a batch held on gate_w's insert, then
+		 * one batch of gate_p's identity (held on it: both start
+		 * at once when it commits), x and y; b submits y first. */
+		for (int i = 0; i < 4; i++)
+			snprintf(id[i], sizeof(id[i]), "%d-%d-%s", round, i,
+				 role[i]);
+		sql(gate_w, "BEGIN");
+		insert_row(gate_w, "dl", id[0], NULL);
+		sql(gate_p, "BEGIN");
+		insert_row(gate_p, "dl", id[1], NULL);
+		for (int k = 0; k < 2; k++) {
+			for (int i = 0; i < 4; i++) {
+				make_ex(&x[k][i], "dl", id[i]);
+				waiter_init(&w[k][i], CARMY_STORE_RESERVE,
+					    &x[k][i]);
+			}
+			ops->submit(st[k], &w[k][0].req);
+			wait_lock_wait(app[k]);
+			ops->submit(st[k], &w[k][1].req);
+			ops->submit(st[k], &w[k][k ? 3 : 2].req);
+			ops->submit(st[k], &w[k][k ? 2 : 3].req);
+		}
+		sql(gate_w, "COMMIT");
+		for (int k = 0; k < 2; k++) {
+			ck_assert_int_eq(wait_done(&w[k][0]), 0);
+			wait_lock_wait(app[k]);
+		}
+		sql(gate_p, "COMMIT");
+		for (int i = 2; i < 4; i++) {
+			for (int k = 0; k < 2; k++)
+				ck_assert_int_eq(wait_done(&w[k][i]), 0);
+			ck_assert_int_eq(w[0][i].ntaken + w[1][i].ntaken, 1);
+		}
+		for (int k = 0; k < 2; k++)
+			for (int i = 0; i < 4; i++) {
+				if (i == 1)
+					ck_assert_int_eq(wait_done(&w[k][i]),
+							 0);
+				waiter_destroy(&w[k][i]);
+			}
+	}
+	PQfinish(gate_w);
+	PQfinish(gate_p);
+	/* A backend reports its deadlocks by the time it has exited. */
+	for (int k = 0; k < 2; k++) {
+		pid[k] = backend_pid(app[k]);
+		ops->close(st[k]);
+	}
+	end = time(NULL) + WAIT_S;
+	for (int k = 0; k < 2; k++)
+		while (kill((pid_t)pid[k], 0) == 0 || errno != ESRCH)
+			ck_assert_msg(time(NULL) < end, "backend %ld still "
+				      "there", pid[k]);
+	ck_assert_int_eq(sql_long(db, "SELECT deadlocks FROM "
+			 "pg_stat_database WHERE datname = 'carmy_dl'"), 0);
+	sql(db, "DROP DATABASE carmy_dl WITH (FORCE)");
+}
+END_TEST
+
+START_TEST(test_a_request_the_database_would_refuse_fails_alone)
+{
+	void *a = open_as("a", "");
+	struct waiter bad, good;
+	struct ex x, y;
+
+	make_ex(&x, "p", "bad");
+	make_ex(&y, "p", "good");
+	waiter_init(&bad, CARMY_STORE_RESERVE, &x);
+	bad.rec.len[1] = 0;	/* an empty session */
+	waiter_init(&good, CARMY_STORE_RESERVE, &y);
+	ops->submit(a, &bad.req);
+	ops->submit(a, &good.req);
+	ck_assert_int_eq(wait_done(&bad), -EINVAL);
+	ck_assert_int_eq(wait_done(&good), 0);
+	waiter_destroy(&bad);
+	waiter_destroy(&good);
+	ops->close(a);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("store_pg");
+	TCase *tc = tcase_create("store_pg");
+	char so[512];
+	const char *b = getenv("CARMY_BUILDDIR");
+	void *h;
+	SRunner *sr;
+	int failed;
+
+	snprintf(so, sizeof(so), "%s/stores/pg/.libs/carmy_store_pg.so",
+		 b ? b : ".");
+	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		printf("Bail out! cannot load %s: %s\n", so, dlerror());
+		return 1;
+	}
+	ops = dlsym(h, "carmy_store_plugin");
+	if (ops == NULL || ops->abi != CARMY_STORE_ABI || !ops->shared ||
+	    !ops->durable || strcmp(ops->name, "postgresql") != 0) {
+		printf("Bail out! %s is not a shared store of ABI %d\n", so,
+		       CARMY_STORE_ABI);
+		return 1;
+	}
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_open_creates_the_schema_even_when_two_instances_race);
+	tcase_add_test(tc, test_reserve_of_a_vacant_identity_is_recorded_before_done);
+	tcase_add_test(tc, test_reserve_of_a_held_identity_is_taken_running_then_completed);
+	tcase_add_test(tc, test_reserve_retried_with_its_own_exec_is_recorded_not_taken);
+	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
+	tcase_add_test(tc, test_release_frees_the_identity_and_may_name_nothing);
+	tcase_add_test(tc, test_resolve_commits_a_result_or_frees_the_identity);
+	tcase_add_test(tc, test_purge_forgets_a_completed_execution_only);
+	tcase_add_test(tc, test_load_hands_over_this_instances_executions_with_every_field);
+	tcase_add_test(tc, test_racing_reservations_record_exactly_one_and_name_it);
+	tcase_add_test(tc, test_requests_submitted_together_commit_together);
+	tcase_add_test(tc, test_a_damaged_row_is_refused_by_load_and_reserve);
+	tcase_add_test(tc, test_bad_args_are_refused_with_a_sentence);
+	tcase_add_test(tc, test_a_uri_is_a_connection_string_too);
+	tcase_add_test(tc, test_the_instance_is_the_host_name_by_default);
+	tcase_add_test(tc, test_a_lost_connection_is_reset_and_the_batch_run_again);
+	tcase_add_test(tc, test_an_unreachable_database_fails_requests_until_it_is_back);
+	tcase_add_test(tc, test_a_table_locked_throughout_fails_requests_until_it_is_free);
+	tcase_add_test(tc, test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own);
+	tcase_add_test(tc, test_a_reserve_waiting_on_an_uncommitted_insert_fails_alone);
+	tcase_add_test(tc, test_a_request_waiting_on_a_row_lock_fails_alone);
+	tcase_add_test(tc, test_a_statement_timeout_fails_its_request_alone);
+	tcase_add_test(tc, test_only_the_instance_that_made_an_execution_settles_it);
+	tcase_add_test(tc, test_an_exec_id_held_under_another_identity_fails_that_reserve_alone);
+	tcase_add_test(tc, test_an_instance_name_is_held_by_one_carmyd_at_a_time);
+	tcase_add_test(tc, test_open_waits_for_a_name_let_go_meanwhile);
+	tcase_add_test(tc,
+		       test_open_does_not_wait_for_other_writers_once_the_table_exists);
+	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
+	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
+	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
+	tcase_add_test(tc, test_a_request_the_database_would_refuse_fails_alone);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	dlclose(h);
+	return failed == 0 ? 0 : 1;
+}
