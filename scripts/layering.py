@@ -10,7 +10,8 @@ functions or data it uses. Fails, naming the files, when
   - a folder uses one that sits above it in the layering below
     (a folder may use its own files and those listed before it).
 
-Usage: layering.py BUILDDIR   (after make; tests/layering.test runs it)
+Usage: layering.py BUILDDIR [SRCDIR]   (after make; tests/layering.test runs it)
+An object whose source is no longer in SRCDIR (a stale one) is left out.
 """
 import os
 import subprocess
@@ -28,7 +29,7 @@ LAYERS = [
 RANK = {d: i for i, layer in enumerate(LAYERS) for d in layer}
 
 
-def objects(builddir):
+def objects(builddir, srcdir):
     """(source, object path): one object per source file, tests left out."""
     seen = {}
     for root, dirs, files in os.walk(builddir):
@@ -44,6 +45,8 @@ def objects(builddir):
             if target.startswith("tests_"):
                 continue
             source = folder + "/" + src[:-2] + ".c"
+            if not os.path.exists(os.path.join(srcdir, source)):
+                continue
             seen.setdefault(source, os.path.join(root, f))
     return seen
 
@@ -65,9 +68,11 @@ def symbols(obj):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__.strip())
-    objs = objects(sys.argv[1])
+    srcdir = sys.argv[2] if len(sys.argv) == 3 else \
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    objs = objects(sys.argv[1], srcdir)
     if not objs:
         sys.exit("layering: no objects under %s: run make first" % sys.argv[1])
     where, uses = {}, {}

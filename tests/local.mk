@@ -15,3 +15,8 @@ include tests/shm/local.mk
 include tests/model/local.mk
 include tests/fuzz/local.mk
 include tests/soak/local.mk
+
+# The layering of the tree, read off the built objects.
+TESTS += tests/layering.test
+dist_check_SCRIPTS += tests/layering.test
+EXTRA_DIST += scripts/layering.py
