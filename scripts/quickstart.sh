@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start: install what is needed, build, start carmyd on its defaults
-# and walk through the spec's four outcomes with carmy-run.
+# and walk through the four outcomes of a call with carmy-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
