@@ -20,3 +20,7 @@ include tests/soak/local.mk
 TESTS += tests/layering.test
 dist_check_SCRIPTS += tests/layering.test
 EXTRA_DIST += scripts/layering.py
+
+# The files the documentation names exist.
+TESTS += tests/docs.test
+dist_check_SCRIPTS += tests/docs.test
