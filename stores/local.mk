@@ -6,8 +6,9 @@
 noinst_LTLIBRARIES += stores/libstores.la
 stores_libstores_la_SOURCES = stores/stores.h stores/memory.c \
 	stores/journal/journal.h stores/journal/internal.h \
-	stores/journal/journal.c stores/journal/recover.c \
-	stores/journal/index.c stores/journal/compact.c
+	stores/journal/file.c stores/journal/record.c \
+	stores/journal/index.c stores/journal/recover.c \
+	stores/journal/compact.c stores/journal/journal.c
 stores_libstores_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -pthread $(XXHASH_CFLAGS)
 stores_libstores_la_LIBADD = common/libcommon.la $(XXHASH_LIBS) -lpthread
 

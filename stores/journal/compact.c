@@ -1,7 +1,9 @@
 /*
- * journal_compact.c - compaction of the journal store: at start, and
- * online on a thread of its own while carmyd runs. Format and recovery
- * are drawn in docs/journal.md; the store itself is journal.c.
+ * compact.c - compaction of the journal store: at start, and online on a
+ * thread of its own while carmyd runs; and the token's hand-back after a
+ * batch (jnl_batch_done()), which is where an online compaction starts.
+ * Format and recovery are drawn in docs/journal.md; the store itself is
+ * journal.c, the one file above this one (internal.h gives the order).
  *
  * The journal keeps, in memory, which executions stand and where their
  * records are (struct jidx: recovery builds it, every commit keeps it up
@@ -71,6 +73,7 @@ struct jcompact {
 	size_t cap;
 };
 
+static void start_compaction(struct jnl *j);
 static void *compactor(void *arg);
 static bool room_to_compact(struct jnl *j);
 static void compact_online(struct jnl *j);
@@ -100,6 +103,24 @@ static bool stop_asked(struct jnl *j);
 static uint32_t rec_len(const uint8_t *p);
 
 /* ---------------------------------------------------------------- compaction */
+
+/*
+ * The token's holder is done (a batch, or the compactor's switch): with
+ * j->lock held, publish where durable records end (the compactor copies
+ * up to there without the token), give the token back, and see whether
+ * the journal should be compacted: two comparisons, so it is done after
+ * every batch.
+ */
+void jnl_batch_done(struct jnl *j)
+{
+	j->durable_end = j->end;
+	j->pub_records = j->nrec;
+	if (jnl_needs_compaction(j))
+		start_compaction(j);
+	j->flushing = false;
+	if (j->want_token)
+		pthread_cond_signal(&j->idle);
+}
 
 /*
  * More than twice the records the standing executions need, and enough of
@@ -132,7 +153,7 @@ bool jnl_needs_compaction(const struct jnl *j)
  * journal never needs one never has it, and it sleeps on a condition
  * variable in between.
  */
-void jnl_start_compaction(struct jnl *j)
+static void start_compaction(struct jnl *j)
 {
 	if (!room_to_compact(j))
 		return;
@@ -642,6 +663,15 @@ static void abandon(struct jnl *j, struct jcompact *c, bool closing, int rc)
 	if (rc != 0)
 		jnl_lose_index(j, rc);
 	j->retry_at = 2 * j->nrec;
+}
+
+/* By the token's holder: the index cannot be trusted any more. */
+void jnl_lose_index(struct jnl *j, int rc)
+{
+	log_warn("journal %s: cannot keep its index (%s): no compaction "
+		 "until carmyd restarts", j->path, strerror(-rc));
+	j->no_index = true;
+	jidx_free(&j->ix);
 }
 
 /* Apply the old file's records from c->ifrom up to to to the journal's

@@ -1,13 +1,23 @@
 /*
- * journal_int.h - what the journal store's files share, and nothing else:
+ * internal.h - what the journal store's files share, and nothing else:
  * struct jnl, the index, the record formats, and the functions one file
  * calls in another. Private to carmyd (and the programs that link the
  * journal's files): not installed; the store's public face is journal.h.
  *
- *   journal.c          the store: open/load/submit/close, writer, commits
- *   journal_recover.c  the file's header, record checks, recovery
- *   journal_index.c    what stands and where (struct jidx)
- *   journal_compact.c  compaction, at start and online
+ * The files form one chain, lowest first: each calls only the files
+ * before it, never one after it, so there are no circles
+ * (scripts/layering.py checks the build). The sections below follow the
+ * same order, each named after the file that defines its functions.
+ *
+ *   file.c     opening the journal's files, a new header, whole reads
+ *              and writes, growing a file with zeros, mapping it
+ *   record.c   the record format: size, write, seal, check (both formats)
+ *   index.c    what stands and where (struct jidx)
+ *   recover.c  reading the file back at open, the format 1 rewrite
+ *   compact.c  compaction, at start and online, and the token's hand-back
+ *              after a batch, where an online compaction starts
+ *   journal.c  the store: open/load/submit/close, writer, commits;
+ *              nothing calls it but carmyd and carmyctl (journal.h)
  */
 #ifndef CARMY_STORES_JOURNAL_INTERNAL_H
 #define CARMY_STORES_JOURNAL_INTERNAL_H
@@ -243,14 +253,34 @@ _Static_assert(sizeof(struct jrec_head) == 32, "the head is four words");
 _Static_assert(REC_MAX / JREC_SECTOR + 2 < (1u << 24),
 	       "a record's light pieces fit in jr_light's 24 bits");
 
-/* ---------------------------------------------------------------- journal.c */
+/* ------------------------------------------------------------------ file.c */
 
-/* Give the token back (lock held), maybe compact: writer, submit, compactor */
-void jnl_batch_done(struct jnl *j);
-/* Stop trusting the index (token held): index_batch(), abandon() */
-void jnl_lose_index(struct jnl *j, int rc);
-/* Write zeros ahead so need bytes fit: commit(), rewrite_standing() */
+/* Open a file of the journal's directory: uid's own, not a link, a
+ * regular file no one else can write; -errno and a sentence in err */
+int jnl_open_file(int dir_fd, const char *path, const char *name, int flags,
+		  uid_t uid, char *err, size_t errlen);
+/* A new file header, its own salt: jnl_create_file(), new_file(), the
+ * upgrade */
+void jnl_make_head(struct jfile_head *h);
+/* Create an empty journal at j->path, crash-safe: jnl_open() */
+int jnl_create_file(struct jnl *j, char *err, size_t errlen);
+/* Map the records at j->map: jnl_load(), after a compaction at start */
+int jnl_map_file(struct jnl *j);
+/* Drop j->map, if any: jnl_load(), jnl_close(), switch_to(), the upgrade */
+void jnl_unmap_file(struct jnl *j);
+/* pwrite() all of buf at off, 0 or -errno: every file that writes */
+int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off);
+/* pread() len bytes at off, -EIO at EOF: same_ident(), read_records() */
+int jnl_read_all(int fd, void *buf, size_t len, uint64_t off);
+/* Grow *buf to need bytes, 0 or -ENOMEM: commit(), the compaction, the
+ * upgrade */
+int jnl_buf_room(uint8_t **buf, size_t *cap, size_t need);
+/* Write zeros ahead so need bytes fit: commit(), rewrite_standing(),
+ * copy_delta(), the upgrade */
 int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need);
+
+/* ---------------------------------------------------------------- record.c */
+
 /* Bytes req's record takes, sealed: commit path, put_standing() */
 size_t jnl_rec_size(const struct carmy_store_req *req);
 /* Write and seal req's record at p, for file offset off: commit(),
@@ -258,44 +288,28 @@ size_t jnl_rec_size(const struct carmy_store_req *req);
 void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
 		 uint64_t batch, uint64_t salt, uint64_t off, uint8_t *p,
 		 size_t len);
-/* pwrite() all of buf at off, 0 or -errno: every file that writes */
-int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off);
-/* pread() len bytes at off, -EIO at EOF: same_ident(), read_records() */
-int jnl_read_all(int fd, void *buf, size_t len, uint64_t off);
-/* Grow *buf to need bytes, 0 or -ENOMEM: commit(), the compaction */
-int jnl_buf_room(uint8_t **buf, size_t *cap, size_t need);
-
-/* -------------------------------------------------------- journal_recover.c */
-
-/* A new file header, its own salt: jnl_create_file(), new_file() */
-void jnl_make_head(struct jfile_head *h);
-/* Create an empty journal at j->path, crash-safe: jnl_open() */
-int jnl_create_file(struct jnl *j, char *err, size_t errlen);
-/* Read records into j->ix, find the end: jnl_open(), journal_check() */
-int jnl_recover(struct jnl *j, char *err, size_t errlen);
-/* Good record numbered seq at p? Its length or 0: recovery, compaction */
-size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
-		     uint64_t seq);
 /* Seal the record at p (head's len, op, seq and batch and its payload
  * written) for file offset off: jnl_rec_put(), reseal(), the upgrade */
 void jnl_rec_seal(uint8_t *p, uint64_t off, uint64_t salt);
+/* Good record numbered seq at p? Its length or 0: recovery, compaction */
+size_t jnl_rec_valid(uint64_t salt, const uint8_t *p, size_t avail,
+		     uint64_t seq);
+/* The same for a format 1 record: recovery of a format 1 file */
+size_t jnl_rec_valid_v1(uint64_t salt, const uint8_t *p, size_t avail,
+			uint64_t seq);
+/* Does the head at p pass its own check (marks and CRC)? judge() */
+bool jnl_rec_head_ok(uint64_t salt, const uint8_t *p);
+/* Count the light and the all-zero pieces of the record at p (len bytes
+ * at file offset off) after its head: jnl_rec_seal(), judge() */
+void jnl_rec_pieces(const uint8_t *p, uint64_t off, size_t len,
+		    uint32_t *light, uint32_t *zero);
 /* CRC-32C of n bytes, by the processor's instruction where it has one:
  * a record head's check */
 uint32_t jnl_crc32c(const void *buf, size_t n);
 /* The same by table, always: the fallback, and tests that compare them */
 uint32_t jnl_crc32c_table(const void *buf, size_t n);
-/* Rewrite a format 1 journal that recovery read in this format: jnl_open() */
-int jnl_upgrade(struct jnl *j, char *err, size_t errlen);
-/* Open a file of the journal's directory: uid's own, not a link, a
- * regular file no one else can write; -errno and a sentence in err */
-int jnl_open_file(int dir_fd, const char *path, const char *name, int flags,
-		  uid_t uid, char *err, size_t errlen);
-/* Map the records at j->map: jnl_load(), after a compaction at start */
-int jnl_map_file(struct jnl *j);
-/* Drop j->map, if any: jnl_load(), jnl_close(), switch_to() */
-void jnl_unmap_file(struct jnl *j);
 
-/* ---------------------------------------------------------- journal_index.c */
+/* ----------------------------------------------------------------- index.c */
 
 /* Apply the record at off to ix: recovery, commits, compaction */
 int jidx_record(struct jidx *ix, const uint8_t *p, uint64_t off);
@@ -310,12 +324,21 @@ void jidx_free(struct jidx *ix);
 void jidx_standing(const uint8_t *map, const struct jexec *x,
 		   struct carmy_store_record *r);
 
-/* -------------------------------------------------------- journal_compact.c */
+/* --------------------------------------------------------------- recover.c */
 
+/* Read records into j->ix, find the end: jnl_open(), journal_check() */
+int jnl_recover(struct jnl *j, char *err, size_t errlen);
+/* Rewrite a format 1 journal that recovery read in this format: jnl_open() */
+int jnl_upgrade(struct jnl *j, char *err, size_t errlen);
+
+/* --------------------------------------------------------------- compact.c */
+
+/* Give the token back (lock held), maybe compact: writer, submit, compactor */
+void jnl_batch_done(struct jnl *j);
+/* Stop trusting the index (token held): index_batch(), abandon() */
+void jnl_lose_index(struct jnl *j, int rc);
 /* Worth compacting now? (token's holder): jnl_open(), jnl_batch_done() */
 bool jnl_needs_compaction(const struct jnl *j);
-/* Snapshot, wake the compactor (lock held): jnl_batch_done() */
-void jnl_start_compaction(struct jnl *j);
 /* Compact before any thread runs (*renamed: it took over): jnl_open() */
 int jnl_compact_at_start(struct jnl *j, bool *renamed);
 /* Room on the disk for a compaction's copy? room_to_compact(), tests */

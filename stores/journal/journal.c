@@ -1,11 +1,12 @@
 /*
  * journal.c - the journal store: carmyd's embedded durable store
  * (--store journal:DIR). Format and recovery are drawn in docs/journal.md.
- * This file is the store itself: its ops table, open/load/submit/close,
- * the writer and the commit path, and journal_check(). Reading the file
- * back is journal_recover.c, what stands and where is journal_index.c,
- * rewriting the file is journal_compact.c; journal_int.h is what they
- * share.
+ * This file is the store itself, at the top of the journal's files: its
+ * ops table, open/load/submit/close, the writer and the commit path, and
+ * journal_check(). It calls the files below it (internal.h gives the
+ * order): compact.c rewrites the file, recover.c reads it back, index.c
+ * keeps what stands and where, record.c writes and checks records, file.c
+ * opens, grows and maps the files.
  *
  * One append-only file, DIR/journal, of checksummed records: RESERVE (a new
  * execution: identity, fingerprints, exec id), COMPLETE (its result),
@@ -28,10 +29,9 @@
  * would stall an event loop for a flush while its other clients wait, so
  * it is not done then.
  *
- * The file grows in pre-written chunks of zeros (JOURNAL_GROW), flushed
- * once, so that the fdatasync() of a commit writes data blocks only, not
- * the inode's size and extent map as well. Zeros are also the clean end:
- * a record head of zeros is where the journal stops.
+ * The file grows ahead of its records in flushed chunks of zeros
+ * (jnl_grow_file()), so that the fdatasync() of a commit writes data
+ * blocks only, not the inode's size and extent map as well.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,16 +44,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include "carmy_store.h"
 #include "common/log.h"
 #include "stores/journal/internal.h"
 #include "stores/journal/journal.h"
-
-#ifndef JOURNAL_GROW	/* the fuzzer's is smaller: it appends 1000s of times */
-#define JOURNAL_GROW (16u << 20)	/* zeros written ahead of the end */
-#endif
 
 static int jnl_open(const char *args, void **store, char *err, size_t errlen);
 static int jnl_load(void *store, carmy_store_each_fn each, void *arg);
@@ -76,6 +70,10 @@ static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp);
 static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len);
 static void index_batch(struct jnl *j, uint64_t off, size_t len);
 static void fail_closed(struct jnl *j, int rc);
+static struct jnl *new_store(void);
+static int open_journal(struct jnl *j, uid_t uid, char *err, size_t errlen);
+static int lock_journal(struct jnl *j, char *err, size_t errlen);
+static int compact_at_open(struct jnl *j, char *err, size_t errlen);
 static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
 		    char *err, size_t errlen);
 
@@ -84,7 +82,6 @@ static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
 static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 {
 	struct jnl *j;
-	struct stat st;
 	uid_t uid;
 	int rc;
 
@@ -94,101 +91,31 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 			 "--store journal:DIR");
 		return -EINVAL;
 	}
-	j = calloc(1, sizeof(*j));
+	j = new_store();
 	if (j == NULL)
 		return -ENOMEM;
-	j->fd = j->dir_fd = j->ix.fd = -1;
-	j->tail = &j->head;
 	j->alone = true;
 	j->compact_min = jnl_compact_min_env();
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->wake, NULL);
-	pthread_cond_init(&j->compact_wake, NULL);
-	pthread_cond_init(&j->idle, NULL);
 	uid = geteuid();
 	rc = open_dir(j, args, true, &uid, err, errlen);
-	if (rc != 0)
-		goto fail;
-	j->fd = jnl_open_file(j->dir_fd, j->path, JOURNAL_FILE, O_RDWR, uid,
-			      err, errlen);
-	if (j->fd == -ENOENT) {
-		j->fd = -1;
-		rc = jnl_create_file(j, err, errlen);
-		if (rc != 0)
-			goto fail;
-	} else if (j->fd < 0) {
-		rc = j->fd;
-		j->fd = -1;
-		goto fail;
-	}
-	/* One writer per journal: a second carmyd on the same directory
-	 * would interleave records. */
-	if (flock(j->fd, LOCK_EX | LOCK_NB) != 0) {
-		rc = -EBUSY;
-		snprintf(err, errlen, "journal %s is in use by another carmyd",
-			 j->path);
-		goto fail;
-	}
-	if (fstat(j->fd, &st) != 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot stat %s: %s", j->path,
-			 strerror(errno));
-		goto fail;
-	}
-	/* The lock must be on the file that is the journal: one opened just
-	 * before another carmyd's compaction renamed its new file over it
-	 * is a file nobody will ever read. */
-	{
-		struct stat now;
-
-		if (fstatat(j->dir_fd, JOURNAL_FILE, &now,
-			    AT_SYMLINK_NOFOLLOW) != 0 ||
-		    now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
-			rc = -EBUSY;
-			snprintf(err, errlen, "journal %s is in use by another "
-				 "carmyd", j->path);
-			goto fail;
-		}
-	}
-	/* A compaction's new file that a crash left behind: never read, and
-	 * as big as the journal. Ours to remove now that we hold the lock. */
-	if (unlinkat(j->dir_fd, JOURNAL_NEW, 0) != 0 && errno != ENOENT &&
-	    errno != EISDIR)
-		log_warn("cannot remove %s.new: %s", j->path, strerror(errno));
-	j->size = (uint64_t)st.st_size;
-	rc = jnl_recover(j, err, errlen);
+	if (rc == 0)
+		rc = open_journal(j, uid, err, errlen);
+	if (rc == 0)
+		rc = jnl_recover(j, err, errlen);
 	/* A journal of the previous format is rewritten in this one before
 	 * anything is appended to it. */
 	if (rc == 0 && j->version == 1)
 		rc = jnl_upgrade(j, err, errlen);
-	if (rc == 0 && jnl_needs_compaction(j)) {
-		bool renamed = false;
-
-		rc = jnl_compact_at_start(j, &renamed);
-		/* Compaction is an optimisation: if it failed before the
-		 * rename, the old journal is still read and in use: go on
-		 * with it. Once renamed, the new file is the journal, and
-		 * its directory must be flushed before anything is appended
-		 * to it (a lost rename would lose those records). */
-		if (rc != 0 && !renamed) {
-			log_warn("cannot compact journal %s: %s", j->path,
-				 strerror(-rc));
-			rc = 0;
-		} else if (rc != 0) {
-			snprintf(err, errlen, "journal %s was compacted but its "
-				 "directory cannot be flushed: %s", j->path,
-				 strerror(-rc));
-		}
+	if (rc == 0 && jnl_needs_compaction(j))
+		rc = compact_at_open(j, err, errlen);
+	if (rc != 0) {
+		jnl_close(j);
+		return rc;
 	}
-	if (rc != 0)
-		goto fail;
 	j->durable_end = j->end;
 	j->pub_records = j->nrec;
 	*store = j;
 	return 0;
-fail:
-	jnl_close(j);
-	return rc;
 }
 
 /*
@@ -309,7 +236,7 @@ static void jnl_close(void *store)
 int journal_check(const char *dir, struct journal_report *rep, char *err,
 		  size_t errlen)
 {
-	struct jnl *j = calloc(1, sizeof(*j));
+	struct jnl *j = new_store();
 	struct stat st;
 	uid_t uid;
 	int rc;
@@ -317,13 +244,7 @@ int journal_check(const char *dir, struct journal_report *rep, char *err,
 	memset(rep, 0, sizeof(*rep));
 	if (j == NULL)
 		return -ENOMEM;
-	j->fd = j->dir_fd = j->ix.fd = -1;
 	j->readonly = true;
-	j->tail = &j->head;
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->wake, NULL);
-	pthread_cond_init(&j->compact_wake, NULL);
-	pthread_cond_init(&j->idle, NULL);
 	/* Checked as carmyd would, for the directory's owner: whoever runs
 	 * the check (root, say) need not be carmyd's user. */
 	uid = (uid_t)-1;
@@ -382,6 +303,111 @@ void journal_get_stats(void *store, struct journal_stats *st)
 	st->records = j->pub_records;
 	st->end = j->durable_end;
 	pthread_mutex_unlock(&j->lock);
+}
+
+/* ---------------------------------------------------------------- opening */
+
+/* A store with no file yet: what jnl_close() can always take back. */
+static struct jnl *new_store(void)
+{
+	struct jnl *j = calloc(1, sizeof(*j));
+
+	if (j == NULL)
+		return NULL;
+	j->fd = j->dir_fd = j->ix.fd = -1;
+	j->tail = &j->head;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->wake, NULL);
+	pthread_cond_init(&j->compact_wake, NULL);
+	pthread_cond_init(&j->idle, NULL);
+	return j;
+}
+
+/*
+ * Open the journal in j->dir_fd (creating an empty one if there is none)
+ * into j->fd, take its lock and its size, and remove a compaction's new
+ * file that a crash left behind. -errno and a sentence in err.
+ */
+static int open_journal(struct jnl *j, uid_t uid, char *err, size_t errlen)
+{
+	int rc;
+
+	j->fd = jnl_open_file(j->dir_fd, j->path, JOURNAL_FILE, O_RDWR, uid,
+			      err, errlen);
+	if (j->fd == -ENOENT) {
+		j->fd = -1;
+		rc = jnl_create_file(j, err, errlen);
+		if (rc != 0)
+			return rc;
+	} else if (j->fd < 0) {
+		rc = j->fd;
+		j->fd = -1;
+		return rc;
+	}
+	rc = lock_journal(j, err, errlen);
+	if (rc != 0)
+		return rc;
+	/* A compaction's new file that a crash left behind: never read, and
+	 * as big as the journal. Ours to remove now that we hold the lock. */
+	if (unlinkat(j->dir_fd, JOURNAL_NEW, 0) != 0 && errno != ENOENT &&
+	    errno != EISDIR)
+		log_warn("cannot remove %s.new: %s", j->path, strerror(errno));
+	return 0;
+}
+
+/* One writer per journal: a second carmyd on the same directory would
+ * interleave records. Locks j->fd, and takes its size into j->size. */
+static int lock_journal(struct jnl *j, char *err, size_t errlen)
+{
+	struct stat st, now;
+
+	if (flock(j->fd, LOCK_EX | LOCK_NB) != 0) {
+		snprintf(err, errlen, "journal %s is in use by another carmyd",
+			 j->path);
+		return -EBUSY;
+	}
+	if (fstat(j->fd, &st) != 0) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot stat %s: %s", j->path,
+			 strerror(errno));
+		return rc;
+	}
+	/* The lock must be on the file that is the journal: one opened just
+	 * before another carmyd's compaction renamed its new file over it
+	 * is a file nobody will ever read. */
+	if (fstatat(j->dir_fd, JOURNAL_FILE, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+		snprintf(err, errlen, "journal %s is in use by another carmyd",
+			 j->path);
+		return -EBUSY;
+	}
+	j->size = (uint64_t)st.st_size;
+	return 0;
+}
+
+/*
+ * Compaction at open, before any thread. It is an optimisation: if it
+ * failed before the rename, the old journal is still read and in use: go
+ * on with it. Once renamed, the new file is the journal, and its directory
+ * must be flushed before anything is appended to it (a lost rename would
+ * lose those records).
+ */
+static int compact_at_open(struct jnl *j, char *err, size_t errlen)
+{
+	bool renamed = false;
+	int rc = jnl_compact_at_start(j, &renamed);
+
+	if (rc != 0 && !renamed) {
+		log_warn("cannot compact journal %s: %s", j->path,
+			 strerror(-rc));
+		return 0;
+	}
+	if (rc != 0)
+		snprintf(err, errlen, "journal %s was compacted but its "
+			 "directory cannot be flushed: %s", j->path,
+			 strerror(-rc));
+	return rc;
 }
 
 /* Is a name on the way to the journal's directory owned by root or uid?
@@ -673,24 +699,6 @@ static void *writer(void *arg)
 	return NULL;
 }
 
-/*
- * The token's holder is done (a batch, or the compactor's switch): with
- * j->lock held, publish where durable records end (the compactor copies
- * up to there without the token), give the token back, and see whether
- * the journal should be compacted: two comparisons, so it is done after
- * every batch.
- */
-void jnl_batch_done(struct jnl *j)
-{
-	j->durable_end = j->end;
-	j->pub_records = j->nrec;
-	if (jnl_needs_compaction(j))
-		jnl_start_compaction(j);
-	j->flushing = false;
-	if (j->want_token)
-		pthread_cond_signal(&j->idle);
-}
-
 /* Take the next batch and write it, as the one thread flushing: called and
  * returns with j->lock held, which it lets go while the batch is written. */
 static void write_batch(struct jnl *j)
@@ -820,201 +828,3 @@ static void index_batch(struct jnl *j, uint64_t off, size_t len)
 	}
 }
 
-/* By the token's holder: the index cannot be trusted any more. */
-void jnl_lose_index(struct jnl *j, int rc)
-{
-	log_warn("journal %s: cannot keep its index (%s): no compaction "
-		 "until carmyd restarts", j->path, strerror(-rc));
-	j->no_index = true;
-	jidx_free(&j->ix);
-}
-
-/*
- * Make room for need more bytes after end: write zeros ahead, flushed
- * once, so that commits never change the file's size. *size (the bytes
- * records may be written into) counts the growth only once its fsync()
- * has returned: zeros written before a failure (ENOSPC) were never
- * flushed, and a record written into them could be left, after a crash,
- * past the end of a file whose size never reached the disk. The next
- * growth writes them again.
- */
-int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need)
-{
-	static const uint8_t zeros[65536];
-	uint64_t target = end + need + JOURNAL_GROW, at = *size;
-
-	target = (target + sizeof(zeros) - 1) / sizeof(zeros) * sizeof(zeros);
-	while (at < target) {
-		uint64_t n = target - at;
-		int rc;
-
-		if (n > sizeof(zeros))
-			n = sizeof(zeros);
-		rc = jnl_write_all(fd, zeros, n, at);
-		if (rc != 0)
-			return rc;
-		at += n;
-	}
-	if (fsync(fd) != 0)
-		return -errno;
-	*size = at;
-	return 0;
-}
-
-size_t jnl_rec_size(const struct carmy_store_req *req)
-{
-	const struct carmy_store_record *r = req->rec;
-	size_t n = sizeof(struct jrec_head);
-
-	switch (req->op) {
-	case CARMY_STORE_RESERVE:
-		n += sizeof(struct jrec_reserve) + r->len[0] + r->len[1] +
-		     r->len[2];
-		break;
-	case CARMY_STORE_COMPLETE:
-		n += sizeof(struct jrec_complete) + r->result_len;
-		break;
-	case CARMY_STORE_RESOLVE:
-		n += sizeof(struct jrec_resolve) +
-		     (r->state == CARMY_STORE_COMPLETED ? r->result_len : 0);
-		break;
-	default:
-		n += sizeof(struct jrec_release);
-		break;
-	}
-	return (n + 7) / 8 * 8 + 8;
-}
-
-/* Write req's record, len bytes (jnl_rec_size), at p, as number seq of a
- * batch whose first is number batch, sealed with salt for file offset off. */
-void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
-		 uint64_t batch, uint64_t salt, uint64_t off, uint8_t *p,
-		 size_t len)
-{
-	const struct carmy_store_record *r = req->rec;
-	struct jrec_head h = { .jr_len = (uint32_t)len, .jr_op = (uint8_t)req->op,
-			       .jr_seq = seq, .jr_batch = batch };
-	uint8_t *q = p + sizeof(h);
-
-	memset(p, 0, len);
-	memcpy(p, &h, sizeof(h));
-	switch (req->op) {
-	case CARMY_STORE_RESERVE: {
-		struct jrec_reserve rv = { .rv_started_ns = r->started_ns,
-					   .rv_pid = r->pid };
-
-		memcpy(rv.rv_exec, r->exec, 16);
-		memcpy(rv.rv_fingerprint, r->fingerprint, 16);
-		memcpy(rv.rv_rawprint, r->rawprint, 16);
-		memcpy(rv.rv_len, r->len, sizeof(rv.rv_len));
-		memcpy(q, &rv, sizeof(rv));
-		q += sizeof(rv);
-		for (int k = 0; k < 3; k++) {
-			memcpy(q, r->part[k], r->len[k]);
-			q += r->len[k];
-		}
-		break;
-	}
-	case CARMY_STORE_COMPLETE: {
-		struct jrec_complete cp = {
-			.cp_finished_ns = r->finished_ns,
-			.cp_status = r->status,
-			.cp_result_code = r->result_code,
-			.cp_result_len = r->result_len,
-		};
-
-		memcpy(cp.cp_exec, r->exec, 16);
-		memcpy(q, &cp, sizeof(cp));
-		if (r->result_len > 0)
-			memcpy(q + sizeof(cp), r->result, r->result_len);
-		break;
-	}
-	case CARMY_STORE_RESOLVE: {
-		bool committed = r->state == CARMY_STORE_COMPLETED;
-		struct jrec_resolve rs = {
-			.rs_finished_ns = r->finished_ns,
-			.rs_resolved_ns = r->resolved_ns,
-			.rs_uid = r->resolved_uid,
-			.rs_pid = r->resolved_pid,
-			.rs_status = r->status,
-			.rs_result_code = r->result_code,
-			.rs_result_len = committed ? r->result_len : 0,
-			.rs_committed = committed,
-		};
-
-		memcpy(rs.rs_exec, r->exec, 16);
-		memcpy(q, &rs, sizeof(rs));
-		if (committed && r->result_len > 0)
-			memcpy(q + sizeof(rs), r->result, r->result_len);
-		break;
-	}
-	default: {
-		struct jrec_release rl;
-
-		memcpy(rl.rl_exec, r->exec, 16);
-		memcpy(q, &rl, sizeof(rl));
-		break;
-	}
-	}
-	jnl_rec_seal(p, off, salt);
-}
-
-/* ---------------------------------------------------------------- helpers */
-
-int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* Read exactly len bytes at off; a file that ends first is -EIO. */
-int jnl_read_all(int fd, void *buf, size_t len, uint64_t off)
-{
-	uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* At least need bytes in *buf: at least doubled when it grows, so a run
- * of slightly larger batches does not realloc each time. */
-int jnl_buf_room(uint8_t **buf, size_t *cap, size_t need)
-{
-	size_t n = *cap * 2 > need ? *cap * 2 : need;
-	uint8_t *nb;
-
-	if (need <= *cap)
-		return 0;
-	nb = realloc(*buf, n);
-	if (nb == NULL)
-		return -ENOMEM;
-	*buf = nb;
-	*cap = n;
-	return 0;
-}

@@ -48,10 +48,12 @@ FUZZ_SHM_SRCS = $(top_srcdir)/shm/segment.c $(top_srcdir)/shm/table.c \
 	$(top_srcdir)/shm/sweep.c $(top_srcdir)/shm/post.c
 FUZZ_WIRE_SRCS = $(top_srcdir)/libclient/wire.c
 FUZZ_CANON_SRCS = $(top_srcdir)/libclient/canon.c
-FUZZ_JOURNAL_SRCS = $(top_srcdir)/stores/journal/journal.c \
-	$(top_srcdir)/stores/journal/recover.c \
+FUZZ_JOURNAL_SRCS = $(top_srcdir)/stores/journal/file.c \
+	$(top_srcdir)/stores/journal/record.c \
 	$(top_srcdir)/stores/journal/index.c \
-	$(top_srcdir)/stores/journal/compact.c $(top_srcdir)/common/log.c
+	$(top_srcdir)/stores/journal/recover.c \
+	$(top_srcdir)/stores/journal/compact.c \
+	$(top_srcdir)/stores/journal/journal.c $(top_srcdir)/common/log.c
 # Makefile too: a change of FUZZ_* flags rebuilds the targets.
 FUZZ_DEPS = Makefile $(top_builddir)/config.h \
 	$(top_srcdir)/tests/fuzz/fuzz_common.h \
