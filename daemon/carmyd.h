@@ -32,7 +32,7 @@
 #define CARMYD_HELLO_TIMEOUT_S 5
 /* --max-clients defaults to the descriptor limit less what carmyd keeps
  * for itself: standard streams, the lock, the listening socket, the spare
- * and the shed connections' eventfd (server.c), the signalfd and two
+ * and the shed connections' eventfd (conn.c), the signalfd and two
  * timers, the segment, three per event loop (epoll, two eventfds), and
  * this reserve for what comes and goes
  * (the store's files and connections, /proc reads, a connection being
@@ -66,16 +66,32 @@ struct carmyd_config {
 /* owners.c: the registry of live owners (one per connection), an RCU hash
  * table. Every event loop adds and removes its own connections' owners and
  * the sweeps read it; callers are RCU-registered threads. */
+
+/* Create the registry. main() only, before the event loops start. Returns
+ * 0 or -ENOMEM. */
 int owners_init(void);
+/* Empty the registry and free it, once the freed nodes' grace periods
+ * are over (rcu_barrier()). main() only, once the event loops have
+ * stopped. */
 void owners_fini(void);
+/* Register owner id as alive, held by conn (the server's connection):
+ * a new id from store_new_owner(), or one store_resume() gives back.
+ * Any RCU-registered thread. Returns 0 or -ENOMEM. */
 int owners_add(uint32_t id, void *conn);
+/* Unregister id (its connection is gone): the next sweep finds it dead.
+ * Its node is freed after a grace period. Any RCU-registered thread. */
 void owners_del(uint32_t id);
+/* Is id registered? Lock-free (rcu_read_lock()); any RCU-registered
+ * thread. */
 bool owners_alive(uint32_t id);
+/* How many owners are registered, for the log and stats. Lock-free; any
+ * RCU-registered thread. */
 unsigned long owners_count(void);
 
-/* store.c: the segment from carmyd's side. Every store_* function but
- * open and close takes s->lock, so carmyd's own writes to the segment are
- * made one at a time whichever event loop asks. */
+/* store.c: the segment from carmyd's side, and the store behind it. Every
+ * store_* function that looks at or writes the segment's entries takes
+ * s->lock (each says so), so carmyd's own writes to the segment are made
+ * one at a time whichever event loop asks. */
 struct store {
 	pthread_mutex_t lock;
 	struct shm_view view;
@@ -105,12 +121,38 @@ struct store {
 	uint32_t resolving[16];
 	unsigned nresolving;
 };
+/* Open the store named by cfg->store and create, or validate and adopt,
+ * the segment cfg->shm_name; load into it what the store holds, sweep the
+ * previous carmyd's owners (leaving them cfg->grace_ms to come back), and
+ * take the segment's liveness word. main() only, before the event loops
+ * start. Returns 0 or a negative code (logged); store_close() undoes
+ * whatever was done. */
 int store_open(struct store *s, const struct carmyd_config *cfg);
+/* Stop zeroing pages, close the store, let go of the liveness word
+ * (clients read "no carmyd" from then on) and unmap the segment; with
+ * remove, unlink it too. main() only, once the event loops have stopped. */
 void store_close(struct store *s, const struct carmyd_config *cfg,
 		 bool remove);
+/* Hand out the next owner id into *id, never one used before in this
+ * epoch, and remember it in the header. Takes s->lock. Returns 0, or
+ * -EOVERFLOW when the ids of this epoch are used up. */
 int store_new_owner(struct store *s, uint32_t *id);
+/* A client of the previous carmyd (pid, from SO_PEERCRED) asks for its
+ * owner id back during the grace period: granted if every ticket of owner
+ * was claimed by that process since it started; owner is then registered
+ * to conn (owners_add()) before s->lock is let go. Returns 0, or -EPERM
+ * when the id is not to be given back. */
 int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn);
+/* Does pid (from SO_PEERCRED) name the process the client knows as its
+ * own, that is, is the client in carmyd's PID namespace? Reads
+ * /proc/PID/status; no lock. True too when there is no telling (a kernel
+ * without NSpid, or the process gone). */
 bool store_peer_pid_usable(pid_t pid);
+/* Record in the segment the result of entry, held by owner as execution
+ * exec: status, code and len bytes of data. A completion sent again after
+ * a reconnect, whose first one was recorded, succeeds. Takes s->lock.
+ * Returns 0 or a CARMY_E* code from shm_record_result()
+ * (CARMY_ENOT_RESERVED: not owner's, not running, another execution). */
 int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len);
@@ -138,32 +180,94 @@ struct store_op {
 	int taken_rc;
 	struct carmy_store_record standing;
 };
+/* Check that owner holds op->entry running as exec (for a RELEASE to a
+ * store that is not shared: that the table no longer publishes it), and
+ * copy into op->rec what the store records (for a RESERVE, the whole
+ * entry). Takes s->lock. Returns 0, CARMY_ENOT_RESERVED, or CARMY_ECORRUPT
+ * for an identity the segment holds garbled. */
 int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		  const uint8_t exec[SHM_EXEC_LEN]);
+/* An operator's RESOLVE: find k's entry, UNCERTAIN as execution exec with
+ * fingerprint fp; note where in op, copy into op->rec what the store
+ * records, and hold the entry against a second RESOLVE until
+ * store_resolve_done(). Takes s->lock. Returns 0, CARMY_ECONFLICT (another
+ * fingerprint), CARMY_ENOT_INTERRUPTED (absent, running, completed,
+ * another execution, or being resolved) or CARMY_ECAPACITY (too many
+ * resolutions in flight). */
 int store_find_uncertain(struct store *s, struct store_op *op,
 			 const struct shm_key *k, const uint8_t fp[SHM_FP_LEN],
 			 const uint8_t exec[SHM_EXEC_LEN]);
+/* Apply to the segment a RESOLVE found by store_find_uncertain() (and
+ * recorded by a durable store). Takes s->lock. Returns 0 or a CARMY_E*
+ * code from shm_resolve() (logged). */
 int store_resolve(struct store *s, const struct store_op *op);
+/* Is exactly this result (status, code, len bytes of data) recorded for
+ * entry as execution exec? For a completion sent again after a reconnect.
+ * Takes s->lock. */
 bool store_completed_as(struct store *s, uint32_t entry, const uint8_t *exec,
 			int status, int code, const void *data, size_t len);
+/* The RESOLVE of entry is over (applied or failed): another may come.
+ * Takes s->lock. */
 void store_resolve_done(struct store *s, uint32_t entry);
+/* Is entry still published RUNNING as execution exec? Takes s->lock; false
+ * for an entry out of range. */
 bool store_running(struct store *s, uint32_t entry,
 		   const uint8_t exec[SHM_EXEC_LEN]);
+/* WAIT: is k's entry running as execution exec? Takes s->lock. Returns 0
+ * with its index in *entry, CARMY_ENOT_RESERVED if not, or -EREMOTE when a
+ * shared store may run it on another instance, out of sight. */
 int store_find_running(struct store *s, const struct shm_key *k,
 		       const uint8_t exec[SHM_EXEC_LEN], uint32_t *entry);
+/* A shared store answered op, owner's RESERVE (pid its process), with the
+ * execution that holds the identity already (op->standing). The client's
+ * entry goes back; a completed standing execution takes its place in the
+ * segment. Takes s->lock. Returns the code for the client: CARMY_REPLAY
+ * (look again), CARMY_EUNCERTAIN or CARMY_ECONFLICT with the standing
+ * execution's id in exec and its state in *state, or another code for
+ * the client (CARMY_ERESULT_TOO_LARGE, CARMY_ECORRUPT, CARMY_ECAPACITY,
+ * -ENOMEM, ...). */
 int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 		pid_t pid, uint8_t exec[SHM_EXEC_LEN], uint32_t *state);
+/* A shared store has recorded op, owner's RELEASE: give the entry back in
+ * the segment. Takes s->lock. Returns 0 or a CARMY_E* code from
+ * shm_release_as(). */
 int store_release_shared(struct store *s, const struct store_op *op,
 			 uint32_t owner);
+/* A durable store has recorded op, a RESERVE: callers that found its entry
+ * pending may now name its execution. Lock-free (the segment's own
+ * atomics): any thread. */
 void store_settle(struct store *s, const struct store_op *op);
-/* more: the caller submits other requests right after (CARMY_STORE_MORE). */
+/* Hand op (prepared by store_prepare() or store_find_uncertain()) to the
+ * store, which answers through op->req.done on a thread of its own.
+ * more: the caller submits other requests right after (CARMY_STORE_MORE).
+ * No lock: the store's submit() is safe from any thread. */
 void store_submit(struct store *s, struct store_op *op, bool more);
+/* An operator's purge (uid and pid, for the log): forget every COMPLETED
+ * entry that finished more than older_than_ms ago, each recorded by a
+ * durable store first (this thread waits for it). Takes s->lock, not
+ * while it waits. Returns how many were forgotten, or -ENOMEM. */
 int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);
+/* Settle every ticket held by an owner that is not connected (running
+ * entries turn uncertain), logging what was done under why. Takes s->lock;
+ * any RCU-registered thread (it asks the owner registry). */
 void store_sweep_dead(struct store *s, const char *why);
+/* Free what tombstones can be freed, at most once a millisecond. Takes
+ * s->lock. Returns how many were freed. */
 uint32_t store_reclaim(struct store *s);
+/* The first loop's 100 ms tick: end the grace period when it is over,
+ * reclaim tombstones clients have made, and every second check the
+ * segment header, sweep orphaned tickets and reclaim. Takes s->lock. */
 void store_tick(struct store *s);
 
-/* server.c */
+/* server.c: carmyd's event loops (with conn.c and request.c, which share
+ * daemon/server.h). */
+
+/* Serve clients on the listening socket lfd with cfg->threads event loops
+ * until SIGTERM or SIGINT: the first loop runs on the calling thread (main(),
+ * RCU-registered, with those signals blocked), the others on threads of
+ * their own. Returns once every loop has stopped and the store has
+ * answered every request handed to it: 0 after a clean stop, -1 if the
+ * loops could not be set up or one failed (logged). */
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * store.c - the in-memory store: carmyd's side of the shared segment.
+ * store.c - carmyd's side of the shared segment, and the store behind it
+ * (--store: stores/memory.c, stores/journal/, or a plugin).
  *
  * carmyd creates the segment once, sized from --capacity and --max-result,
  * and reserves all of its memory up front (posix_fallocate), so recording a
@@ -558,7 +559,8 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 }
 
 /* A shared store's RESERVE found the identity held (carmy_store.h): keep
- * a copy of the standing execution for finish(), on whatever thread. */
+ * a copy of the standing execution for request.c's finish(), on whatever
+ * thread. */
 static void on_taken(struct carmy_store_req *req,
 		     const struct carmy_store_record *r)
 {
@@ -1427,9 +1429,9 @@ static uint64_t proc_start_ns(uint32_t pid)
  * executions should not wait for. Pages touched first are skipped.
  *
  * In steps: each holds this process's mmap lock, and everything here that
- * maps memory (a thread's stack, a large malloc) waits for it. In one call
- * over a 17 GB segment, carmyd could not start its event loops for 14 s
- * after its ready line. A step takes a few milliseconds. */
+ * maps memory (a thread's stack, a large malloc) waits for it: one call
+ * over a 17 GB segment would keep carmyd from starting its event loops for
+ * 14 s after its ready line. A step takes a few milliseconds. */
 #define POPULATE_STEP (32u << 20)
 
 static void *populate(void *arg)

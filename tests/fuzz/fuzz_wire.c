@@ -3,7 +3,7 @@
  * arrive on one client connection, without sockets.
  *
  * The input is the byte stream a client sends. It is fed the way
- * daemon/server.c's on_readable() receives it: into a read buffer that grows
+ * daemon/request.c's req_read() receives it: into a read buffer that grows
  * up to carmyd's message cap (max_result + WIRE_OVERHEAD), each whole
  * message found by wire_scan() with that cap handed to on_message(), which
  * decodes it with wire_decode(from_client=1) and acts on it: HELLO assigns
@@ -11,11 +11,12 @@
  * RECLAIM calls shm_reclaim(), anything else ends the connection, and the
  * end of the connection sweeps its owner's entries.
  *
- * server.c's on_readable()/on_message()/drop() are static and tied to a
- * socket, epoll and the store, and daemon/ is not to be refactored for this
- * target; so their framing loop and dispatch are REIMPLEMENTED below, line
- * for line where they touch the bytes (buffer growth, wire_scan, memmove,
- * the checks before shm_record_result). Keep them in step with server.c.
+ * request.c's req_read()/on_message() and conn.c's conn_drop() are tied to
+ * a socket, epoll and the store, and daemon/ is not to be refactored for
+ * this target; so their framing loop and dispatch are REIMPLEMENTED below,
+ * line for line where they touch the bytes (buffer growth, wire_scan,
+ * memmove, the checks before shm_record_result). Keep them in step with
+ * daemon/request.c and daemon/conn.c.
  *
  * Before each input the segment is reset and real reservations are made
  * with shm_reserve() (fuzz_common.h: FW_E_*), so that a COMPLETE naming
@@ -49,17 +50,17 @@
 #include "shm/shm.h"
 #include "tests/fuzz/fuzz_common.h"
 
-#define READ_CHUNK (64 * 1024)	/* server.c */
+#define READ_CHUNK (64 * 1024)	/* daemon/request.c */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct shm_view view;
 static struct shm_alive alive;
-static size_t msg_cap;		/* server.c: sv.msg_cap */
+static size_t msg_cap;		/* daemon/server.h: sv->msg_cap */
 static uint8_t *snapshot;	/* the segment after the first pass */
 
-/* server.c's struct conn, minus the socket. out collects every reply the
+/* daemon/server.h's struct conn, minus the socket. out collects every reply the
  * connection was sent, in order. */
 struct conn {
 	uint32_t owner;
@@ -234,7 +235,7 @@ static void check_replies(const struct conn *c)
 
 /* ------------------------------------------------------------ carmyd */
 
-/* server.c drop(): the connection is gone, its owner dead. */
+/* conn.c conn_drop(): the connection is gone, its owner dead. */
 static void drop(struct conn *c)
 {
 	if (c->owner != 0) {
@@ -247,7 +248,7 @@ static void drop(struct conn *c)
 	c->gone = true;
 }
 
-/* server.c fail_conn(): tell the peer why, then drop it. (server.c first
+/* conn.c conn_fail(): tell the peer why, then drop it. (conn.c first
  * empties its output buffer; here out is the transcript of everything
  * sent, and every earlier reply was already flushed.) */
 static void fail_conn(struct conn *c, int code)
@@ -256,7 +257,7 @@ static void fail_conn(struct conn *c, int code)
 	drop(c);
 }
 
-/* server.c on_message(). Returns 0, or -1 if the connection was dropped. */
+/* request.c on_message(). Returns 0, or -1 if the connection was dropped. */
 static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 {
 	struct wire_msg m;
@@ -345,7 +346,7 @@ static int on_message(struct conn *c, const uint8_t *buf, size_t len)
 }
 
 /*
- * server.c on_readable(), with recv() replaced by taking the next piece of
+ * request.c req_read(), with recv() replaced by taking the next piece of
  * the input: all that fits when piece is 0, else at most a pseudo-random
  * 1..piece bytes at a time (a socket may deliver a stream in any pieces).
  * The end of the input is the client closing the connection.
