@@ -16,10 +16,10 @@
  *            same 100-byte result Carmy's cycle records: two round trips
  *
  * The identities are Carmy's (principal "bench", session "carmy-bench",
- * request ids "<nonce>-<pid>-<tag>-<i>"), and the replay figure cycles over
- * the same number of finished identities. The fingerprint is XXH3-128 over
- * the tool name and the raw argument bytes: cheaper than Carmy's canonical
- * one, to the peers' advantage.
+ * request ids "<nonce>-<run>.<index>-<tag>-<i>"), and the replay figure
+ * cycles over the same number of finished identities. The fingerprint is
+ * XXH3-128 over the tool name and the raw argument bytes: cheaper than
+ * Carmy's canonical one, to the peers' advantage.
  *
  * Each store is a backend (struct peer_backend) that only speaks its
  * protocol; everything else (identities, fingerprints, execution ids, the

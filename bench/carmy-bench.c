@@ -795,7 +795,7 @@ static int begin_failed(struct bench_worker *w, uint64_t i, int rc,
 			   carmy_errname(rc), carmy_strerror(rc), want);
 }
 
-/* New identities: "<nonce>-<pid>-<tag>-<i in hex>". */
+/* New identities: "<nonce>-<run>.<index>-<tag>-<i in hex>". */
 static void new_id_prep(struct bench_worker *w, uint64_t i)
 {
 	struct carmy_worker *s = w->state;
@@ -1405,7 +1405,8 @@ static void goal(const char *what, const struct opts *o, const double *r,
  * The peers' figures in the main table's columns, then Carmy against each
  * of them: throughput ratios are Carmy's ops/s over the peer's, latency
  * ratios the peer's median over Carmy's; both read "Carmy is N times
- * better". Last, the issue's goals against Redis, for this run.
+ * better". Last, Carmy's goals against Redis (README, "Against Redis and
+ * PostgreSQL"), met or missed in this run.
  */
 static void print_peers(const struct opts *o,
 			struct bench_stats st[][MAX_PROC_COUNTS],
