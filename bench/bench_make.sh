@@ -13,10 +13,9 @@
 # directory (--store journal:DIR, on the same disk as PostgreSQL's data)
 # and only the reserve + complete cycle is measured: the durable against
 # the durable. With "pg", carmyd records into the same PostgreSQL through
-# the PostgreSQL store (stores/pg/store_pg.c), as one instance of several
-# would, and again only the cycle is measured. A store that is not
-# installed, or that this carmy-bench was built without, is skipped with a
-# word saying so. ROUNDS (default 1) is carmy-bench's --rounds: every
+# the PostgreSQL store (stores/pg/), as one instance of several would, and
+# again only the cycle is measured. A store that is not installed, or that
+# this carmy-bench was built without, is skipped with a word saying so. ROUNDS (default 1) is carmy-bench's --rounds: every
 # figure that many times, Carmy's and then the peers' in each round, and
 # the median round quoted. PG_BINDIR overrides where PostgreSQL's server
 # programs are found. CARMYD_ARGS adds options to carmyd's command line

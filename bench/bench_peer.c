@@ -22,13 +22,6 @@
 
 #define TOOL "bench.echo"
 
-#ifdef HAVE_HIREDIS
-extern const struct peer_backend peer_redis;
-#endif
-#ifdef HAVE_LIBPQ
-extern const struct peer_backend peer_pg;
-#endif
-
 static int worker_open(struct peer_worker *s, const struct peer_cfg *cfg,
 		       char tag, const struct bench_worker *w);
 static void new_exec(struct peer_worker *s);
@@ -48,22 +41,6 @@ static int replay_check(struct bench_worker *w, uint64_t i);
 static int teardown(struct bench_worker *w, uint64_t done);
 
 /* ---------------------------------------------------------------- API */
-
-const struct peer_backend *peer_backend(enum peer_kind k)
-{
-	switch (k) {
-#ifdef HAVE_HIREDIS
-	case PEER_REDIS:
-		return &peer_redis;
-#endif
-#ifdef HAVE_LIBPQ
-	case PEER_PG:
-		return &peer_pg;
-#endif
-	default:
-		return NULL;
-	}
-}
 
 const char *peer_kind_name(enum peer_kind k)
 {

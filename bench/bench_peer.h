@@ -16,14 +16,16 @@
  *            same 100-byte result Carmy's cycle records: two round trips
  *
  * The identities are Carmy's (principal "bench", session "carmy-bench",
- * request ids "<nonce>-<pid>-<tag>-<i>"), and the replay figure cycles over
- * the same number of finished identities. The fingerprint is XXH3-128 over
- * the tool name and the raw argument bytes: cheaper than Carmy's canonical
- * one, to the peers' advantage.
+ * request ids "<nonce>-<run>.<index>-<tag>-<i>"), and the replay figure
+ * cycles over the same number of finished identities. The fingerprint is
+ * XXH3-128 over the tool name and the raw argument bytes: cheaper than
+ * Carmy's canonical one, to the peers' advantage.
  *
  * Each store is a backend (struct peer_backend) that only speaks its
  * protocol; everything else (identities, fingerprints, execution ids, the
  * harness callbacks, checking what came back) is common, in bench_peer.c.
+ * The backends use bench_peer.c (peer_fail()), which reaches them only
+ * through cfg->be: carmy-bench.c, above both, picks the backend.
  */
 #ifndef CARMY_BENCH_PEER_H
 #define CARMY_BENCH_PEER_H
@@ -115,9 +117,11 @@ struct peer_backend {
 	void (*close)(struct peer_worker *s);
 };
 
-/* The backends built into this carmy-bench; NULL when configure did not
- * find the client library. */
-const struct peer_backend *peer_backend(enum peer_kind k);
+/* The backends: bench_redis.c, built when configure finds hiredis, and
+ * bench_pg.c, when it finds libpq. */
+extern const struct peer_backend peer_redis;
+extern const struct peer_backend peer_pg;
+
 const char *peer_kind_name(enum peer_kind k);
 
 /* Connect once, run the backend's setup and record the replay set's

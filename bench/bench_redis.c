@@ -17,10 +17,10 @@
  *   replay    GET key                 -> the record
  *   rt        PING                    -> PONG
  *
- * The completion is a plain SET, as the issue asks: it does not check that
- * the entry is still running and still ours (Carmy's completion does; in
- * Redis that takes WATCH/MULTI or a script, another round trip or more
- * server work), which can only flatter Redis.
+ * The completion is a plain SET: it does not check that the entry is
+ * still running and still ours (Carmy's completion does; in Redis that
+ * takes WATCH/MULTI or a script, another round trip or more server work),
+ * which can only flatter Redis.
  */
 #include <stdbool.h>
 #include <stdio.h>

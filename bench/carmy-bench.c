@@ -158,6 +158,7 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 		       const bool ran[][MAX_PROC_COUNTS],
 		       const struct peer_results *pr, const struct rounds *rd);
+static const struct peer_backend *built_backend(enum peer_kind k);
 static int peers_prepare(const struct opts *o, struct peer_results *pr,
 			 const struct carmy_fig *cf);
 static int carmy_round(const struct opts *o, int k, int r,
@@ -333,9 +334,9 @@ static void usage(FILE *out)
 		"ops x (largest procs) for reserve, plus K for replay, with cycle's\n"
 		"share times --rounds; carmy-bench says how much and exits 2 if\n"
 		"that is missing.\n", MAX_ROUNDS,
-		peer_backend(PEER_REDIS) != NULL ? "yes" :
+		built_backend(PEER_REDIS) != NULL ? "yes" :
 		"no (configure did not find hiredis)",
-		peer_backend(PEER_PG) != NULL ? "yes" :
+		built_backend(PEER_PG) != NULL ? "yes" :
 		"no (configure did not find libpq)");
 }
 
@@ -452,7 +453,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'P': {
 			enum peer_kind kind = ch == 'R' ? PEER_REDIS : PEER_PG;
 
-			if (peer_backend(kind) == NULL) {
+			if (built_backend(kind) == NULL) {
 				fprintf(stderr, "carmy-bench: --%s: the comparison "
 					"with %s is not built (configure did not "
 					"find %s)\n", ch == 'R' ? "redis" : "pg",
@@ -794,7 +795,7 @@ static int begin_failed(struct bench_worker *w, uint64_t i, int rc,
 			   carmy_errname(rc), carmy_strerror(rc), want);
 }
 
-/* New identities: "<nonce>-<pid>-<tag>-<i in hex>". */
+/* New identities: "<nonce>-<run>.<index>-<tag>-<i in hex>". */
 static void new_id_prep(struct bench_worker *w, uint64_t i)
 {
 	struct carmy_worker *s = w->state;
@@ -985,6 +986,24 @@ static void carmy_figure(struct bench_figure *f, enum fig which,
 
 /* ------------------------------------------------------------ peers */
 
+/* The backends built into this carmy-bench; NULL when configure did not
+ * find the client library. */
+static const struct peer_backend *built_backend(enum peer_kind k)
+{
+	switch (k) {
+#ifdef HAVE_HIREDIS
+	case PEER_REDIS:
+		return &peer_redis;
+#endif
+#ifdef HAVE_LIBPQ
+	case PEER_PG:
+		return &peer_pg;
+#endif
+	default:
+		return NULL;
+	}
+}
+
 /* Each requested peer gets carmyd's call (arguments, result, replay set
  * size) under a nonce of its own, and its replay set recorded, before
  * anything is timed. Returns 0 or -1. */
@@ -997,7 +1016,7 @@ static int peers_prepare(const struct opts *o, struct peer_results *pr,
 
 		if (o->peer_where[p] == NULL)
 			continue;
-		c->be = peer_backend((enum peer_kind)p);
+		c->be = built_backend((enum peer_kind)p);
 		c->where = o->peer_where[p];
 		c->replay_set = o->replay_set;
 		c->args = cf->args;
@@ -1386,7 +1405,8 @@ static void goal(const char *what, const struct opts *o, const double *r,
  * The peers' figures in the main table's columns, then Carmy against each
  * of them: throughput ratios are Carmy's ops/s over the peer's, latency
  * ratios the peer's median over Carmy's; both read "Carmy is N times
- * better". Last, the issue's goals against Redis, for this run.
+ * better". Last, Carmy's goals against Redis (docs/performance.md, "The
+ * peers"), met or missed in this run.
  */
 static void print_peers(const struct opts *o,
 			struct bench_stats st[][MAX_PROC_COUNTS],

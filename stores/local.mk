@@ -13,10 +13,14 @@ stores_libstores_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -pthread $(XXHASH_
 stores_libstores_la_LIBADD = common/libcommon.la $(XXHASH_LIBS) -lpthread
 
 # The PostgreSQL store (stores/pg/): a shared store plugin, built when libpq
-# is found and installed in pkglibdir as carmy_store_pg.so.
+# is found and installed in pkglibdir as carmy_store_pg.so. Its one exported
+# symbol is carmy_store_plugin: what its files share is declared hidden in
+# stores/pg/pg.h.
 if HAVE_LIBPQ
 pkglib_LTLIBRARIES += stores/pg/carmy_store_pg.la
-stores_pg_carmy_store_pg_la_SOURCES = stores/pg/store_pg.c
+stores_pg_carmy_store_pg_la_SOURCES = stores/pg/pg.h stores/pg/store_pg.c \
+	stores/pg/worker.c stores/pg/send.c stores/pg/read.c stores/pg/conn.c \
+	stores/pg/rows.c stores/pg/util.c
 stores_pg_carmy_store_pg_la_CFLAGS = $(AM_CFLAGS) $(LIBPQ_CFLAGS) -pthread
 stores_pg_carmy_store_pg_la_LDFLAGS = -module -avoid-version -shared
 stores_pg_carmy_store_pg_la_LIBADD = $(LIBPQ_LIBS) -lpthread

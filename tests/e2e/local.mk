@@ -80,8 +80,9 @@ tests_e2e_check_limits_SOURCES = tests/e2e/check_limits.c $(E2E_SOURCES)
 tests_e2e_check_limits_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_limits_LDADD = $(TEST_LIBS)
 
-# Two carmyds sharing one real PostgreSQL through daemon/store_pg.c:
-# tests/e2e/shared.test starts a throwaway cluster and runs check_shared.
+# Two carmyds sharing one real PostgreSQL through the PostgreSQL store
+# (stores/pg/): tests/e2e/shared.test starts a throwaway cluster and runs
+# check_shared.
 if HAVE_LIBPQ
 check_PROGRAMS += tests/e2e/check_shared
 tests_e2e_check_shared_SOURCES = tests/e2e/check_shared.c $(E2E_SOURCES)

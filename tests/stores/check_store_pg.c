@@ -1,5 +1,5 @@
 /*
- * check_store_pg.c - the PostgreSQL store (stores/pg/store_pg.c) on its own:
+ * check_store_pg.c - the PostgreSQL store (stores/pg/) on its own:
  * the built plugin, dlopen'ed as carmyd does, driven through its ops table
  * against a real throwaway cluster (tests/stores/store_pg.test starts one
  * and exports PG_CONNINFO; without it this program fails, it never skips).

@@ -1,0 +1,433 @@
+/*
+ * conn.c - the PostgreSQL store's connection, made ready for requests:
+ * the arguments, the connection and its defaults, the session's bounds,
+ * the schema, the prepared statements, and the instance's name held as
+ * a session advisory lock. At open (store_pg.c) and after every reconnect
+ * (worker.c). Why each is as it is: the top of store_pg.c.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "stores/pg/pg.h"
+
+#define MIN_SERVER 90500	/* INSERT ... ON CONFLICT */
+/* pg_advisory_xact_lock key of schema creation: "CarmyPgS" */
+#define SCHEMA_LOCK "4855287687794419539"
+
+/* Type oids (catalog/pg_type.h, stable since forever). */
+#define BYTEAOID 17
+#define INT8OID 20
+#define INT4OID 23
+#define TEXTOID 25
+
+static const char *const schema_sql[] = {
+	"BEGIN",
+	"SELECT pg_advisory_xact_lock(" SCHEMA_LOCK ")",
+	"CREATE TABLE IF NOT EXISTS carmy_executions ("
+	" principal bytea NOT NULL,"
+	" session bytea NOT NULL,"
+	" request_id bytea NOT NULL,"
+	" exec bytea NOT NULL UNIQUE,"
+	" instance text NOT NULL,"
+	" fingerprint bytea NOT NULL,"
+	" rawprint bytea NOT NULL,"
+	" pid bigint NOT NULL,"
+	" started_ns bigint NOT NULL,"
+	" state smallint NOT NULL,"
+	" finished_ns bigint,"
+	" status integer,"
+	" result_code integer,"
+	" result bytea,"
+	" resolved_ns bigint,"
+	" resolved_uid bigint,"
+	" resolved_pid bigint,"
+	" PRIMARY KEY (principal, session, request_id))",
+	"CREATE INDEX IF NOT EXISTS carmy_executions_instance"
+	" ON carmy_executions (instance)",
+	"COMMIT",
+};
+
+/* The session's bounds (the top of store_pg.c), each where nothing set
+ * it: not the connection's options, the role's or the database's
+ * settings, nor the server's configuration (pg_settings.source
+ * 'default'). Not by its value: over TCP the keepalive settings read the
+ * system's defaults (7200 s...), not 0, and 0 may be an explicit choice.
+ * pg_settings lists only what the server knows
+ * (idle_in_transaction_session_timeout is 9.6's, tcp_user_timeout 12's).
+ * idle_session_timeout (14's) is turned off whatever set it: the session
+ * holds the instance's name, and must not be dropped for sitting idle
+ * between requests. plan_cache_mode (12's) is force_custom_plan: the
+ * statements are prepared while the table is small, and a generic plan
+ * made then scans the whole table for an identity ever after (a
+ * benchmark's cycles fell from 2,534 to 1,170 a second over 8,000 of
+ * them); planned for each run, they use the keys. */
+#define BOUNDS_SQL \
+	"SELECT set_config(d.name, d.value, false) FROM (VALUES" \
+	" ('lock_timeout', '2s'), ('statement_timeout', '30s')," \
+	" ('idle_in_transaction_session_timeout', '60s')," \
+	" ('tcp_keepalives_idle', '30'), ('tcp_keepalives_interval', '10')," \
+	" ('tcp_keepalives_count', '3'), ('tcp_user_timeout', '30000'))" \
+	" AS d (name, value) JOIN pg_settings AS s USING (name)" \
+	" WHERE s.source = 'default' UNION ALL SELECT set_config(name, '0'," \
+	" false) FROM pg_settings WHERE name = 'idle_session_timeout'" \
+	" UNION ALL SELECT set_config(name, 'force_custom_plan', false)" \
+	" FROM pg_settings WHERE name = 'plan_cache_mode'"
+
+/* Columns 0 to 3: was it inserted, is a row standing for the identity,
+ * is that row this instance's, does a row hold the exec id; then ROW_COLS.
+ * The reads see the statement's snapshot, not the insert's row: a row
+ * shows only if it stood before. */
+#define RESERVE_SQL \
+	"WITH ins AS (INSERT INTO carmy_executions (principal, session," \
+	" request_id, exec, instance, fingerprint, rawprint, pid, started_ns," \
+	" state) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)" \
+	" ON CONFLICT DO NOTHING RETURNING 1)" \
+	" SELECT EXISTS (SELECT 1 FROM ins), e.ctid IS NOT NULL," \
+	" e.instance = $5," \
+	" EXISTS (SELECT 1 FROM carmy_executions AS o WHERE o.exec = $4), " \
+	ROW_COLS \
+	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
+	" ON e.principal = $1 AND e.session = $2 AND e.request_id = $3"
+/* COMPLETE, and RESOLVE as committed ($6..$8 NULL for COMPLETE). Columns:
+ * updated, row found, its state, whether it holds exactly this result. */
+#define SETTLE_SQL \
+	"WITH upd AS (UPDATE carmy_executions SET state = 2," \
+	" finished_ns = $2, status = $3, result_code = $4, result = $5," \
+	" resolved_ns = $6, resolved_uid = $7, resolved_pid = $8" \
+	" WHERE exec = $1 AND instance = $9 AND state = 1" \
+	" RETURNING 1)" \
+	" SELECT EXISTS (SELECT 1 FROM upd), e.ctid IS NOT NULL, e.state," \
+	" e.status = $3 AND e.result_code = $4 AND e.result = $5" \
+	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
+	" ON e.exec = $1 AND e.instance = $9"
+#define RELEASE_SQL \
+	"DELETE FROM carmy_executions WHERE exec = $1 AND instance = $2" \
+	" AND state = 1"
+#define PURGE_SQL \
+	"DELETE FROM carmy_executions WHERE exec = $1 AND state = 2"
+/* The row a RESERVE reported failed may have inserted, and only it. */
+#define WITHDRAW_SQL \
+	"DELETE FROM carmy_executions WHERE principal = $1 AND session = $2" \
+	" AND request_id = $3 AND exec = $4 AND instance = $5 AND state = 1"
+
+const struct pg_stmt pg_stmts[ST_COUNT] = {
+	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 9, { BYTEAOID,
+	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID, BYTEAOID, BYTEAOID, INT8OID,
+	  INT8OID } },
+	[ST_SETTLE] = { "carmy_settle", SETTLE_SQL, 9, { BYTEAOID, INT8OID,
+	  INT4OID, INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID, TEXTOID } },
+	[ST_RELEASE] = { "carmy_release", RELEASE_SQL, 2, { BYTEAOID,
+	  TEXTOID } },
+	[ST_PURGE] = { "carmy_purge", PURGE_SQL, 1, { BYTEAOID } },
+	[ST_WITHDRAW] = { "carmy_withdraw", WITHDRAW_SQL, 5, { BYTEAOID,
+	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID } },
+};
+
+static bool name_ok(const char *p, size_t n)
+{
+	if (n == 0 || n > INSTANCE_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((p[i] >= 'a' && p[i] <= 'z') ||
+		      (p[i] >= 'A' && p[i] <= 'Z') ||
+		      (p[i] >= '0' && p[i] <= '9') ||
+		      p[i] == '.' || p[i] == '_' || p[i] == '-'))
+			return false;
+	return true;
+}
+
+/* ARGS: [instance=NAME ]CONNINFO. The name ends at the first space. */
+int pg_parse_args(const char *args, char *instance, const char **conninfo,
+		  char *err, size_t errlen)
+{
+	char host[256];
+	size_t n;
+
+	if (strncmp(args, "instance=", 9) == 0) {
+		const char *name = args + 9;
+
+		n = strcspn(name, " ");
+		*conninfo = name + n + strspn(name + n, " ");
+		if (!name_ok(name, n)) {
+			snprintf(err, errlen, "instance name \"%.*s\" is not 1 "
+				 "to %d bytes of A-Z a-z 0-9 . _ -",
+				 n > 80 ? 80 : (int)n, name, INSTANCE_MAX);
+			return -EINVAL;
+		}
+		memcpy(instance, name, n);
+		instance[n] = '\0';
+		return 0;
+	}
+	*conninfo = args;
+	if (gethostname(host, sizeof(host)) != 0) {
+		snprintf(err, errlen, "cannot read the host name (%s) to name "
+			 "this instance: give one with instance=NAME",
+			 strerror(errno));
+		return -EINVAL;
+	}
+	host[sizeof(host) - 1] = '\0';
+	n = strlen(host);
+	if (!name_ok(host, n)) {
+		snprintf(err, errlen, "the host name \"%.80s\" cannot name "
+			 "this instance (1 to %d bytes of A-Z a-z 0-9 . _ -): "
+			 "give one with instance=NAME", host, INSTANCE_MAX);
+		return -EINVAL;
+	}
+	memcpy(instance, host, n + 1);
+	return 0;
+}
+
+static void no_notices(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* Connect, with defaults that conninfo overrides (it is expanded where
+ * dbname stands, after them). Refuse a server without ON CONFLICT. */
+int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
+		  size_t errlen)
+{
+	static const char *const keys[] = { "connect_timeout",
+		"keepalives_idle", "keepalives_interval", "keepalives_count",
+		"tcp_user_timeout", "fallback_application_name", "dbname",
+		NULL };
+	const char *values[] = { "10", "30", "10", "3", "30000", "carmyd",
+				 conninfo, NULL };
+	char msg[256];
+	int v;
+
+	s->conn = PQconnectdbParams(keys, values, 1);
+	if (s->conn == NULL) {
+		snprintf(err, errlen, "cannot connect to PostgreSQL: out of "
+			 "memory");
+		return -ENOMEM;
+	}
+	if (PQstatus(s->conn) != CONNECTION_OK) {
+		snprintf(err, errlen, "cannot connect to PostgreSQL: %s",
+			 pg_pq_error(PQerrorMessage(s->conn), msg,
+				     sizeof(msg)));
+		return -ECONNREFUSED;
+	}
+	PQsetNoticeProcessor(s->conn, no_notices, NULL);
+	v = PQserverVersion(s->conn);
+	if (v < MIN_SERVER) {
+		snprintf(err, errlen, "PostgreSQL server version %d is too "
+			 "old: the store needs 9.5 or later (INSERT ... ON "
+			 "CONFLICT)", v);
+		return -EPROTONOSUPPORT;
+	}
+	return 0;
+}
+
+/* One statement outside a pipeline: 0, or -EIO with a sentence in err. */
+static int exec_ok(PGconn *c, const char *sql, const char *doing, char *err,
+		   size_t errlen)
+{
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	char msg[256];
+
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+		PQclear(r);
+		return 0;
+	}
+	snprintf(err, errlen, "%s: %s", doing,
+		 pg_pq_error(r ? PQresultErrorMessage(r) : PQerrorMessage(c),
+			     msg, sizeof(msg)));
+	PQclear(r);
+	return -EIO;
+}
+
+/* CREATE ... IF NOT EXISTS still races with itself (two creators both
+ * find the table absent): the advisory lock makes them take turns. It is
+ * not run at all once the table and its index exist: CREATE INDEX IF NOT
+ * EXISTS takes a lock on the table even then, which waits for every
+ * instance's writes in flight and holds up those behind it. */
+int pg_create_schema(PGconn *c, char *err, size_t errlen)
+{
+	size_t n = sizeof(schema_sql) / sizeof(schema_sql[0]);
+	PGresult *r = PQexec(c, "SELECT to_regclass('carmy_executions') IS NOT"
+			     " NULL AND to_regclass('carmy_executions_instance')"
+			     " IS NOT NULL");
+	bool exists = PQresultStatus(r) == PGRES_TUPLES_OK &&
+		      PQntuples(r) == 1 && PQnfields(r) == 1 &&
+		      strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+
+	PQclear(r);
+	if (exists)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = exec_ok(c, schema_sql[i], "cannot create the table "
+				 "carmy_executions", err, errlen);
+
+		if (rc != 0) {
+			PQclear(PQexec(c, "ROLLBACK"));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* What every connection needs first, at open and after every reconnect:
+ * commits that wait for the flush, and bounded waits. */
+int pg_setup_session(PGconn *c, char *err, size_t errlen)
+{
+	int rc = exec_ok(c, "SET synchronous_commit = on", "cannot set "
+			 "synchronous_commit", err, errlen);
+
+	if (rc == 0)
+		rc = exec_ok(c, BOUNDS_SQL, "cannot bound the session's waits",
+			     err, errlen);
+	return rc;
+}
+
+/* The statements, once the table is there. */
+int pg_prepare_all(PGconn *c, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < ST_COUNT && rc == 0; i++) {
+		PGresult *r = PQprepare(c, pg_stmts[i].name, pg_stmts[i].sql,
+					pg_stmts[i].nparams, pg_stmts[i].types);
+		char msg[256];
+
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			snprintf(err, errlen, "cannot prepare %s: %s",
+				 pg_stmts[i].name, pg_pq_error(r ?
+				 PQresultErrorMessage(r) : PQerrorMessage(c),
+				 msg, sizeof(msg)));
+			rc = -EIO;
+		}
+		PQclear(r);
+	}
+	return rc;
+}
+
+/* A new connection, set up: 0, or why not in err. */
+int pg_reconnect(struct pg_store *s, char *err, size_t errlen)
+{
+	PQreset(s->conn);
+	if (PQstatus(s->conn) != CONNECTION_OK) {
+		pg_pq_error(PQerrorMessage(s->conn), err, errlen);
+		return -ECONNREFUSED;
+	}
+	if (PQserverVersion(s->conn) < MIN_SERVER) {
+		snprintf(err, errlen, "server version %d is too old",
+			 PQserverVersion(s->conn));
+		return -EPROTONOSUPPORT;
+	}
+	PQsetNoticeProcessor(s->conn, no_notices, NULL);
+	if (pg_setup_session(s->conn, err, errlen) != 0 ||
+	    pg_prepare_all(s->conn, err, errlen) != 0)
+		return -EIO;
+	return 0;
+}
+
+/* The name's advisory lock key: FNV-1a, 64 bits, of the name. */
+static uint64_t name_hash(const char *name)
+{
+	uint64_t h = 14695981039346656037u;
+
+	for (const char *p = name; *p != '\0'; p++) {
+		h ^= (uint8_t)*p;
+		h *= 1099511628211u;
+	}
+	return h;
+}
+
+/* The lock's one statement outside a pipeline: 0, -EBUSY (its holder
+ * would not let go of it in time), or -EIO with a sentence in err. */
+static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
+		    char *err, size_t errlen)
+{
+	PGresult *r = PQexec(s->conn, sql);
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	ExecStatusType st = PQresultStatus(r);
+	char msg[256];
+	int rc = 0;
+
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+		rc = state != NULL && strcmp(state, "55P03") == 0 ? -EBUSY :
+		     -EIO;
+		if (rc == -EIO)
+			snprintf(err, errlen, "cannot take the advisory lock "
+				 "of instance %s: %s", s->instance,
+				 pg_pq_error(r ? PQresultErrorMessage(r) :
+					     PQerrorMessage(s->conn), msg,
+					     sizeof(msg)));
+	}
+	if (PQtransactionStatus(s->conn) == PQTRANS_INERROR)
+		PQclear(PQexec(s->conn, "ROLLBACK"));
+	if (rc == 0 && out != NULL)
+		*out = r;
+	else
+		PQclear(r);
+	return rc;
+}
+
+/*
+ * Hold the instance's name for this session: 0, -EBUSY (with the sentence
+ * in err) while another session holds it, -EIO if the server would not
+ * say. After a reconnect, a holder that sits idle is a live carmyd:
+ * refused at once. One in the middle of something may be the backend of a
+ * carmyd that died, to notice only at the end of its statement; at open,
+ * an idle one may be the backend of a carmyd that just stopped, still
+ * exiting: those are waited for up to wait (an interval literal; a session
+ * lock taken in a transaction outlives it), unless wait is NULL. The
+ * holder is told by the key as pg_locks shows it: high half in classid,
+ * low half in objid, objsubid 1.
+ */
+int pg_take_name(struct pg_store *s, const char *wait, bool at_open,
+		 char *err, size_t errlen)
+{
+	uint64_t h = name_hash(s->instance);
+	char sql[640];
+	PGresult *r = NULL;
+	bool got, idle;
+	int rc;
+
+	snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock(%" PRId64 "),"
+		 " EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity"
+		 " AS a USING (pid) WHERE l.locktype = 'advisory' AND"
+		 " l.database = (SELECT oid FROM pg_database WHERE datname ="
+		 " current_database()) AND l.classid = %" PRIu32 " AND"
+		 " l.objid = %" PRIu32 " AND l.objsubid = 1 AND l.granted AND"
+		 " a.state = 'idle')", (int64_t)h, (uint32_t)(h >> 32),
+		 (uint32_t)h);
+	rc = name_sql(s, sql, &r, err, errlen);
+	if (rc == 0 && (PQresultStatus(r) != PGRES_TUPLES_OK ||
+			PQntuples(r) != 1 || PQnfields(r) != 2)) {
+		snprintf(err, errlen, "cannot take the advisory lock of "
+			 "instance %s: unexpected answer", s->instance);
+		rc = -EIO;
+	}
+	if (rc == 0) {
+		got = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		idle = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+		/* At open, even an idle holder is waited for: the backend
+		 * of a carmyd that just stopped (a restart) can still look
+		 * idle while it exits. */
+		if (!got && ((idle && !at_open) || wait == NULL)) {
+			rc = -EBUSY;
+		} else if (!got) {
+			snprintf(sql, sizeof(sql), "BEGIN; SET LOCAL "
+				 "lock_timeout = %s; SELECT pg_advisory_lock("
+				 "%" PRId64 "); COMMIT", wait, (int64_t)h);
+			rc = name_sql(s, sql, NULL, err, errlen);
+		}
+	}
+	PQclear(r);
+	if (rc == -EBUSY)
+		snprintf(err, errlen, "another carmyd is running as instance "
+			 "%s on this database (give each its own "
+			 "instance=NAME)", s->instance);
+	return rc;
+}

@@ -1,0 +1,152 @@
+/*
+ * pg.h - what the files of the PostgreSQL store share, and nothing else:
+ * struct pg_store, a batch's slots, the statements' table and the
+ * functions one file calls in another. Private to the plugin: not
+ * installed, and nothing here is exported from carmy_store_pg.so (the
+ * declarations are hidden), whose one symbol is carmy_store_plugin.
+ * What the store does, and why, is told at the top of store_pg.c.
+ *
+ * The files, from the top; each uses only files below it:
+ *
+ *   store_pg.c   carmy_store_plugin: open, load, submit, close
+ *   worker.c     the thread that writes batches: order, runs, answers,
+ *                withdrawals, backoff
+ *   send.c       a batch's statements, sent in one pipeline
+ *   read.c       their answers, read back to the sync
+ *   conn.c       a connection made ready: arguments, connect, session,
+ *                schema, the prepared statements (pg_stmts), the
+ *                instance's name
+ *   rows.c       what each statement found, and the rows load() reads
+ *   util.c       lines on stderr, libpq's messages, hex
+ */
+#ifndef CARMY_STORES_PG_PG_H
+#define CARMY_STORES_PG_PG_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "carmy_store.h"
+
+#pragma GCC visibility push(hidden)
+
+#define INSTANCE_MAX 64
+#define BATCH_MAX 1024		/* requests in one transaction */
+#define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
+/* How long open waits for the instance's name, and the first try after a
+ * reconnect (which holds up the worker): the backend of a carmyd that
+ * stopped or died lets it go as it exits, once it has noticed, at the end
+ * of the statement it was running (a kill -9 in the middle of a batch),
+ * and so does the backend of this one's lost connection. */
+#define NAME_WAIT_OPEN "'10s'"
+#define NAME_WAIT "'2s'"
+
+/* Internal outcomes of one run of a batch, besides 0 and -errno. */
+#define LOST (-ENOTCONN)	/* connection gone: reconnect, run again */
+#define RETRY (-EAGAIN)		/* rolled back by a conflict: again */
+#define WAITED (-ETIMEDOUT)	/* a statement timed out: see culprit */
+
+/* The columns of a record, as load() and RESERVE read them back. */
+#define ROW_COLS "principal, session, request_id, exec, fingerprint, " \
+	"rawprint, pid, started_ns, state, finished_ns, status, result_code, " \
+	"result, resolved_ns, resolved_uid, resolved_pid"
+enum {
+	C_PRINCIPAL, C_SESSION, C_REQUEST_ID, C_EXEC, C_FINGERPRINT,
+	C_RAWPRINT, C_PID, C_STARTED, C_STATE, C_FINISHED, C_STATUS,
+	C_RESULT_CODE, C_RESULT, C_RESOLVED_NS, C_RESOLVED_UID,
+	C_RESOLVED_PID, C_NCOLS
+};
+
+/* The prepared statements (conn.c), prepared on every connection. */
+struct pg_stmt {
+	const char *name, *sql;
+	int nparams;
+	Oid types[9];
+};
+enum { ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW, ST_COUNT };
+extern const struct pg_stmt pg_stmts[ST_COUNT];
+
+/* A request of the batch being written, and what its run decided. The
+ * decision is only tentative until the transaction has committed. */
+struct slot {
+	struct carmy_store_req *req;
+	int rc;				/* its answer */
+	bool again;			/* run its statement again */
+	bool answered;
+	bool unsure;			/* a run of it ended, outcome
+					 * unknown: may have committed */
+	PGresult *res;			/* RESERVE taken: the row */
+	struct carmy_store_record standing;	/* points into res */
+};
+
+/* A RESERVE answered failed that may have committed: its row to delete. */
+struct withdrawal {
+	uint8_t exec[16];
+	uint16_t len[3];
+	uint8_t *id;			/* the three parts, end to end */
+};
+
+struct pg_store {
+	PGconn *conn;		/* the worker's; open's, load's, close's */
+	char instance[INSTANCE_MAX + 1];
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct carmy_store_req *head, **tail;	/* queued, under lock */
+	bool stopping;				/* under lock */
+	bool started;
+	pthread_t worker;
+	/* The worker's own: */
+	bool session;		/* connected, session set up */
+	bool named;		/* and holding the name */
+	int down;		/* 0, or why requests fail (said on stderr) */
+	uint64_t retry_ms;	/* no reconnect before (CLOCK_MONOTONIC) */
+	unsigned backoff_ms;	/* the interval that led to it */
+	struct slot *slots;	/* BATCH_MAX */
+	struct slot **order;	/* the order their statements go in */
+	struct slot *culprit;	/* WAITED: whose statement timed out */
+	struct withdrawal *wd;	/* WITHDRAW_MAX */
+	size_t nwd;
+	/* A withdrawal waited out its lock timeout (another session holds
+	 * its row): the rest of this batch runs without them, and the next
+	 * batch tries them again. */
+	bool wd_waited, wd_held;
+	char why[256];		/* the last failure, for stderr */
+};
+
+/* worker.c: the thread; arg is the struct pg_store. */
+void *pg_worker(void *arg);
+
+/* send.c, read.c: one run of a batch, in pipeline mode. */
+int pg_send_batch(struct pg_store *s, size_t n);
+int pg_read_batch(struct pg_store *s, size_t n);
+
+/* conn.c */
+int pg_parse_args(const char *args, char *instance, const char **conninfo,
+		  char *err, size_t errlen);
+int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
+		  size_t errlen);
+int pg_reconnect(struct pg_store *s, char *err, size_t errlen);
+int pg_create_schema(PGconn *c, char *err, size_t errlen);
+int pg_setup_session(PGconn *c, char *err, size_t errlen);
+int pg_prepare_all(PGconn *c, char *err, size_t errlen);
+int pg_take_name(struct pg_store *s, const char *wait, bool at_open,
+		 char *err, size_t errlen);
+
+/* rows.c */
+int pg_judge(struct slot *sl, PGresult *r);
+int pg_decode_row(const PGresult *r, int row, int base,
+		  struct carmy_store_record *rec);
+
+/* util.c */
+void pg_say(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+const char *pg_pq_error(const char *msg, char *buf, size_t len);
+const char *pg_hex16(const uint8_t id[16], char out[33]);
+
+#pragma GCC visibility pop
+
+#endif /* CARMY_STORES_PG_PG_H */

@@ -1,0 +1,129 @@
+/*
+ * read.c - one run of a batch, its answers read back in the order sent, up
+ * to and including the sync: each command's outcome, what a failure means
+ * for the run (RETRY, WAITED, LOST or -EIO), and each statement's rows
+ * handed to pg_judge() (rows.c).
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "stores/pg/pg.h"
+
+/* The result of the next command in the pipeline, having read the NULL
+ * that ends it; the sync's; or NULL: the connection is gone or the
+ * answers do not match what was sent. */
+static PGresult *next_result(PGconn *c)
+{
+	PGresult *r = PQgetResult(c), *end;
+
+	if (r != NULL && PQresultStatus(r) != PGRES_PIPELINE_SYNC &&
+	    (end = PQgetResult(c)) != NULL) {
+		PQclear(end);
+		PQclear(r);
+		return NULL;
+	}
+	if (PQstatus(c) != CONNECTION_OK) {
+		PQclear(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Why a command failed: RETRY or WAITED for what a rerun resolves, else
+ * -EIO with the server's words in s->why. */
+static int failure(struct pg_store *s, const PGresult *r)
+{
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+
+	pg_pq_error(PQresultErrorMessage(r), s->why, sizeof(s->why));
+	if (state != NULL && (strcmp(state, "40P01") == 0 ||
+			      strcmp(state, "40001") == 0))
+		return RETRY;
+	/* lock_timeout, statement_timeout, or a cancel */
+	if (state != NULL && (strcmp(state, "55P03") == 0 ||
+			      strcmp(state, "57014") == 0))
+		return WAITED;
+	/* FATAL: the server is closing the connection (a shutdown, a
+	 * terminated backend). */
+	if (sev != NULL && strcmp(sev, "ERROR") != 0)
+		return LOST;
+	return -EIO;
+}
+
+/* Read up to and including the sync. rc: the run's outcome so far. */
+static int to_sync(PGconn *c, int rc)
+{
+	for (;;) {
+		PGresult *r = next_result(c);
+		ExecStatusType st = PQresultStatus(r);
+
+		PQclear(r);
+		if (r == NULL)
+			return LOST;
+		if (st == PGRES_PIPELINE_SYNC)
+			return rc;
+		if (rc == 0)
+			rc = LOST;	/* more answers than commands */
+	}
+}
+
+/* One command's answer: rc 0 and the result, or why it failed. */
+static int command(struct pg_store *s, PGresult *r)
+{
+	ExecStatusType st = PQresultStatus(r);
+
+	if (r == NULL)
+		return LOST;
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return 0;
+	if (st == PGRES_FATAL_ERROR)
+		return failure(s, r);
+	snprintf(s->why, sizeof(s->why), "unexpected %s", PQresStatus(st));
+	return -EIO;
+}
+
+int pg_read_batch(struct pg_store *s, size_t n)
+{
+	PGconn *c = s->conn;
+	PGresult *r = next_result(c);
+	int rc = command(s, r);
+
+	PQclear(r);
+	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd) && rc == 0; i++) {
+		r = next_result(c);
+		rc = command(s, r);
+		PQclear(r);
+		s->wd_waited = rc == WAITED;
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct slot *sl = s->order[i];
+
+		if (sl->answered)
+			continue;
+		r = next_result(c);
+		rc = command(s, r);
+		if (rc != 0) {
+			PQclear(r);
+			if (rc == WAITED)
+				s->culprit = sl;
+		} else if ((rc = pg_judge(sl, r)) != 0) {
+			snprintf(s->why, sizeof(s->why), "a statement "
+				 "answered rows of an unexpected shape");
+		}
+	}
+	if (rc == 0) {
+		r = next_result(c);
+		rc = command(s, r);
+		if (rc == 0 && strcmp(PQcmdStatus(r), "COMMIT") != 0) {
+			snprintf(s->why, sizeof(s->why), "COMMIT answered %s",
+				 PQcmdStatus(r));
+			rc = -EIO;
+		}
+		PQclear(r);
+	}
+	return to_sync(c, rc);
+}

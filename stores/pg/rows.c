@@ -1,0 +1,218 @@
+/*
+ * rows.c - what the PostgreSQL store reads back, none of it trusted: the
+ * columns of a record (load() and a RESERVE that finds a row standing),
+ * checked for lengths, states and ranges, and what each statement found,
+ * judged into its request's answer.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "carmy_store.h"
+#include "stores/pg/pg.h"
+
+/* A binary integer column of size bytes in [lo, hi]; NULL is damage. */
+static int get_int(const PGresult *r, int row, int col, int size, int64_t lo,
+		   int64_t hi, int64_t *out)
+{
+	const uint8_t *p = (const uint8_t *)PQgetvalue(r, row, col);
+	uint64_t u = 0;
+	int64_t v;
+
+	if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != size)
+		return -EBADMSG;
+	for (int i = 0; i < size; i++)
+		u = u << 8 | p[i];
+	v = size == 8 ? (int64_t)u : size == 4 ? (int32_t)(uint32_t)u :
+	    size == 2 ? (int16_t)(uint16_t)u : (int64_t)u;
+	if (v < lo || v > hi)
+		return -EBADMSG;
+	*out = v;
+	return 0;
+}
+
+/* The same, or 0 for NULL. */
+static int get_opt_int(const PGresult *r, int row, int col, int size,
+		       int64_t lo, int64_t hi, int64_t *out)
+{
+	if (PQgetisnull(r, row, col)) {
+		*out = 0;
+		return 0;
+	}
+	return get_int(r, row, col, size, lo, hi, out);
+}
+
+/* A bytea column of lo..hi bytes; NULL is damage. */
+static int get_bytes(const PGresult *r, int row, int col, int lo, int64_t hi,
+		     const uint8_t **p, uint32_t *len)
+{
+	int n = PQgetlength(r, row, col);
+
+	if (PQgetisnull(r, row, col) || n < lo || n > hi)
+		return -EBADMSG;
+	*p = (const uint8_t *)PQgetvalue(r, row, col);
+	*len = (uint32_t)n;
+	return 0;
+}
+
+static int get_id16(const PGresult *r, int row, int col, uint8_t out[16])
+{
+	const uint8_t *p;
+	uint32_t n;
+
+	if (get_bytes(r, row, col, 16, 16, &p, &n) != 0)
+		return -EBADMSG;
+	memcpy(out, p, 16);
+	return 0;
+}
+
+/* The completed half of a record: its result. */
+static int decode_result(const PGresult *r, int row, int base,
+			 struct carmy_store_record *rec)
+{
+	const uint8_t *p;
+	int64_t fin, status, code;
+
+	if (get_int(r, row, base + C_FINISHED, 8, 0, INT64_MAX, &fin) ||
+	    get_int(r, row, base + C_STATUS, 4, INT32_MIN, INT32_MAX,
+		    &status) ||
+	    get_int(r, row, base + C_RESULT_CODE, 4, INT32_MIN, INT32_MAX,
+		    &code) ||
+	    get_bytes(r, row, base + C_RESULT, 0, UINT32_MAX, &p,
+		      &rec->result_len))
+		return -EBADMSG;
+	rec->finished_ns = (uint64_t)fin;
+	rec->status = (int32_t)status;
+	rec->result_code = (int32_t)code;
+	rec->result = p;
+	return 0;
+}
+
+/* Row row of r, its ROW_COLS from column base, into rec (pointing into
+ * r): 0, or -EBADMSG for anything this store would not have written. */
+int pg_decode_row(const PGresult *r, int row, int base,
+		  struct carmy_store_record *rec)
+{
+	int64_t pid, started, state, rns, ruid, rpid;
+
+	memset(rec, 0, sizeof(*rec));
+	if (PQnfields(r) != base + C_NCOLS || PQntuples(r) <= row)
+		return -EBADMSG;
+	for (int k = 0; k < 3; k++) {
+		uint32_t len;
+
+		if (get_bytes(r, row, base + C_PRINCIPAL + k, 1,
+			      CARMY_STORE_ID_MAX, &rec->part[k], &len))
+			return -EBADMSG;
+		rec->len[k] = (uint16_t)len;
+	}
+	if (get_id16(r, row, base + C_EXEC, rec->exec) ||
+	    get_id16(r, row, base + C_FINGERPRINT, rec->fingerprint) ||
+	    get_id16(r, row, base + C_RAWPRINT, rec->rawprint) ||
+	    get_int(r, row, base + C_PID, 8, 0, UINT32_MAX, &pid) ||
+	    get_int(r, row, base + C_STARTED, 8, 0, INT64_MAX, &started) ||
+	    get_int(r, row, base + C_STATE, 2, CARMY_STORE_RUNNING,
+		    CARMY_STORE_COMPLETED, &state) ||
+	    get_opt_int(r, row, base + C_RESOLVED_NS, 8, 0, INT64_MAX, &rns) ||
+	    get_opt_int(r, row, base + C_RESOLVED_UID, 8, 0, UINT32_MAX,
+			&ruid) ||
+	    get_opt_int(r, row, base + C_RESOLVED_PID, 8, 0, UINT32_MAX,
+			&rpid))
+		return -EBADMSG;
+	rec->pid = (uint32_t)pid;
+	rec->started_ns = (uint64_t)started;
+	rec->state = (int32_t)state;
+	rec->resolved_ns = (uint64_t)rns;
+	rec->resolved_uid = (uint32_t)ruid;
+	rec->resolved_pid = (uint32_t)rpid;
+	if (state == CARMY_STORE_COMPLETED)
+		return decode_result(r, row, base, rec);
+	return 0;
+}
+
+/* RESERVE: inserted, its own row, taken, an exec id another identity
+ * holds, or look again. Keeps r when taken. Its own: this exec and this
+ * instance; a row of another instance with req's exec id (a client named
+ * it) is a row like any other. */
+static void judge_reserve(struct slot *sl, PGresult *r)
+{
+	int64_t inserted, found, mine, used;
+
+	if (get_int(r, 0, 0, 1, 0, 1, &inserted) ||
+	    get_int(r, 0, 1, 1, 0, 1, &found) ||
+	    get_opt_int(r, 0, 2, 1, 0, 1, &mine) ||
+	    get_int(r, 0, 3, 1, 0, 1, &used)) {
+		sl->rc = -EBADMSG;
+	} else if (inserted) {
+		sl->rc = 0;
+	} else if (!found && used) {
+		sl->rc = -EEXIST;	/* UNIQUE (exec), not the identity */
+	} else if (!found) {
+		sl->again = true;
+	} else if ((sl->rc = pg_decode_row(r, 0, 4, &sl->standing)) != 0) {
+		/* damage stands for the identity: nothing recorded */
+	} else if (mine &&
+		   memcmp(sl->standing.exec, sl->req->rec->exec, 16) == 0) {
+		sl->rc = 0;
+	} else if (sl->req->taken == NULL) {
+		sl->rc = -EEXIST;
+	} else {
+		sl->res = r;
+		return;
+	}
+	PQclear(r);
+}
+
+/* COMPLETE, RESOLVE as committed: updated, already holding exactly this
+ * result, stale, or look again. */
+static void judge_settle(struct slot *sl, PGresult *r)
+{
+	int64_t updated, found, state, same;
+
+	if (get_int(r, 0, 0, 1, 0, 1, &updated) ||
+	    get_int(r, 0, 1, 1, 0, 1, &found))
+		sl->rc = -EBADMSG;
+	else if (updated)
+		sl->rc = 0;
+	else if (!found)
+		sl->rc = -ESTALE;
+	else if (get_int(r, 0, 2, 2, INT16_MIN, INT16_MAX, &state))
+		sl->rc = -EBADMSG;
+	else if (state == CARMY_STORE_RUNNING)
+		sl->again = true;	/* completed after our snapshot */
+	else if (state != CARMY_STORE_COMPLETED)
+		sl->rc = -EBADMSG;
+	else
+		sl->rc = get_opt_int(r, 0, 3, 1, 0, 1, &same) == 0 && same ?
+			 0 : -ESTALE;
+	PQclear(r);
+}
+
+/* What sl's statement found: sl->rc and sl->again, tentatively. Takes r.
+ * Returns 0, or -EIO if r is not the shape its statement has. */
+int pg_judge(struct slot *sl, PGresult *r)
+{
+	const struct carmy_store_req *req = sl->req;
+	bool settle = req->op == CARMY_STORE_COMPLETE ||
+		      (req->op == CARMY_STORE_RESOLVE &&
+		       req->rec->state == CARMY_STORE_COMPLETED);
+
+	if (req->op == CARMY_STORE_RESERVE || settle) {
+		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
+		    PQntuples(r) != 1 ||
+		    PQnfields(r) < 4) {
+			PQclear(r);
+			return -EIO;
+		}
+		if (settle)
+			judge_settle(sl, r);
+		else
+			judge_reserve(sl, r);
+		return 0;
+	}
+	sl->rc = 0;	/* a DELETE: there or not, it is gone */
+	PQclear(r);
+	return 0;
+}

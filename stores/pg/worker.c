@@ -1,0 +1,393 @@
+/*
+ * worker.c - the PostgreSQL store's thread: it takes what submit()
+ * queued, up to BATCH_MAX requests, puts their statements in an order
+ * every instance shares, runs them as one transaction (send.c, read.c)
+ * until each is answered, reconnects with a backoff when the connection
+ * is gone, and withdraws the RESERVEs that failed but may have committed.
+ * Why: the top of store_pg.c.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libpq-fe.h>
+
+#include "carmy_store.h"
+#include "stores/pg/pg.h"
+
+#define TRIES_MAX 20		/* runs of one batch before -EAGAIN */
+#define BACKOFF_MIN_MS 200	/* after a failed reconnect */
+#define BACKOFF_MAX_MS 2000
+
+static void plan(struct pg_store *s, size_t n);
+static void run_batch(struct pg_store *s, size_t n);
+static int run_once(struct pg_store *s, size_t n);
+
+/* At close: one last attempt at what is left to withdraw, whatever the
+ * backoff, then name what stands for an operator to resolve. */
+static void withdraw_at_close(struct pg_store *s)
+{
+	char hex[33];
+
+	if (s->nwd == 0)
+		return;
+	s->retry_ms = 0;
+	run_batch(s, 0);
+	for (size_t i = 0; i < s->nwd; i++)
+		pg_say("instance %s: exec %s may stand as running though its "
+		       "reservation was reported failed: resolve it as not "
+		       "committed", s->instance, pg_hex16(s->wd[i].exec, hex));
+}
+
+/* Take what is queued, up to BATCH_MAX, and write it; until close. */
+void *pg_worker(void *arg)
+{
+	struct pg_store *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		size_t n = 0;
+
+		while (s->head == NULL && !s->stopping)
+			pthread_cond_wait(&s->wake, &s->lock);
+		if (s->head == NULL)
+			break;
+		while (s->head != NULL && n < BATCH_MAX) {
+			memset(&s->slots[n], 0, sizeof(s->slots[n]));
+			s->slots[n++].req = s->head;
+			s->head = s->head->next;
+		}
+		if (s->head == NULL)
+			s->tail = &s->head;
+		pthread_mutex_unlock(&s->lock);
+		plan(s, n);
+		run_batch(s, n);
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	withdraw_at_close(s);
+	return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * The connection, working, set up and holding the instance's name, for a
+ * batch: 0, or why not (s->why says more). After a failed reconnect,
+ * batches fail at once until the backoff has passed: each attempt blocks
+ * the worker up to connect_timeout.
+ */
+static int ready(struct pg_store *s)
+{
+	bool fresh = false;
+	char err[256];
+	int rc = 0;
+
+	if (!s->session || PQstatus(s->conn) != CONNECTION_OK) {
+		s->session = s->named = false;
+		if (s->down != 0 && now_ms() < s->retry_ms)
+			return s->down;	/* s->why: the last attempt's */
+		rc = pg_reconnect(s, err, sizeof(err));
+		if (rc != 0) {
+			s->backoff_ms = s->backoff_ms == 0 ? BACKOFF_MIN_MS :
+					s->backoff_ms * 2 > BACKOFF_MAX_MS ?
+					BACKOFF_MAX_MS : s->backoff_ms * 2;
+			s->retry_ms = now_ms() + s->backoff_ms;
+		} else {
+			s->backoff_ms = 0;
+			s->session = fresh = true;
+		}
+	}
+	/* Never a request without the name: another carmyd holding it
+	 * would take this one's running executions for interrupted ones.
+	 * Waited for on a new connection (this instance's old backend may
+	 * still be letting it go), only tried after that. */
+	if (rc == 0 && !s->named) {
+		rc = pg_take_name(s, fresh ? NAME_WAIT : NULL, false, err,
+				  sizeof(err));
+		if (rc == 0)
+			s->named = true;
+		else if (rc != -EBUSY)
+			s->session = false;
+	}
+	if (rc != 0) {
+		snprintf(s->why, sizeof(s->why), "%s", err);
+		if (rc != s->down)
+			pg_say("instance %s: the database cannot take "
+			       "requests, failing them until it can: %s",
+			       s->instance, err);
+	} else if (s->down != 0) {
+		pg_say("instance %s: connected to the database again",
+		       s->instance);
+	}
+	s->down = rc;
+	return rc;
+}
+
+/* One order of identities, the same in every instance: any will do. */
+static int identity_cmp(const struct carmy_store_record *a,
+			const struct carmy_store_record *b)
+{
+	for (int k = 0; k < 3; k++) {
+		size_t n = a->len[k] < b->len[k] ? a->len[k] : b->len[k];
+		int c = memcmp(a->part[k], b->part[k], n);
+
+		if (c != 0)
+			return c;
+		if (a->len[k] != b->len[k])
+			return a->len[k] < b->len[k] ? -1 : 1;
+	}
+	return 0;
+}
+
+/* Equal identities keep their submission order (the slots' addresses). */
+static int by_identity(const void *pa, const void *pb)
+{
+	const struct slot *a = *(const struct slot *const *)pa;
+	const struct slot *b = *(const struct slot *const *)pb;
+	int c = identity_cmp(a->req->rec, b->req->rec);
+
+	return c != 0 ? c : a < b ? -1 : a > b;
+}
+
+/* The order of a batch's statements (s->order): submission order, but
+ * for the RESERVEs between two requests that may free an identity
+ * (RELEASE, RESOLVE, PURGE), which take the places RESERVEs had among
+ * them in the order of their identities. Then two instances whose batches
+ * reserve the same identities insert them in the same order, and neither
+ * waits for a row the other inserted while the other waits for one of
+ * its own. A RESERVE never passes a request that may free its identity:
+ * carmyd sends the RELEASE first, and the new RESERVE after it. */
+static void plan(struct pg_store *s, size_t n)
+{
+	size_t from = 0;
+
+	for (size_t i = 0; i < n; i++)
+		s->order[i] = &s->slots[i];
+	while (from < n) {
+		size_t to = from, k = 0;
+		struct slot **run = s->order + from;
+
+		/* [from, to): no request in it frees an identity */
+		while (to < n && (s->slots[to].req->op ==
+				  CARMY_STORE_RESERVE ||
+				  s->slots[to].req->op ==
+				  CARMY_STORE_COMPLETE))
+			to++;
+		/* Its RESERVEs to the front of run, sorted, then back
+		 * into the RESERVEs' places. */
+		for (size_t i = from; i < to; i++)
+			if (s->slots[i].req->op == CARMY_STORE_RESERVE)
+				run[k++] = &s->slots[i];
+		qsort(run, k, sizeof(*run), by_identity);
+		for (size_t i = to; i-- > from;) {
+			if (s->slots[i].req->op == CARMY_STORE_RESERVE)
+				s->order[i] = run[--k];
+			else
+				s->order[i] = &s->slots[i];
+		}
+		from = to + 1;	/* past the one that frees an identity */
+	}
+}
+
+/* Keep what it takes to delete the row a failed RESERVE may have left. */
+static void remember(struct pg_store *s, const struct carmy_store_record *r)
+{
+	struct withdrawal *w;
+	size_t len = (size_t)r->len[0] + r->len[1] + r->len[2], off = 0;
+	char hex[33];
+
+	if (s->nwd == WITHDRAW_MAX || (w = &s->wd[s->nwd],
+				       w->id = malloc(len)) == NULL) {
+		pg_say("instance %s: cannot remember to withdraw exec %s, "
+		       "whose reservation was reported failed but may have "
+		       "committed: if it stands as running, resolve it as not "
+		       "committed",
+		       s->instance, pg_hex16(r->exec, hex));
+		return;
+	}
+	memcpy(w->exec, r->exec, 16);
+	for (int k = 0; k < 3; k++) {
+		w->len[k] = r->len[k];
+		memcpy(w->id + off, r->part[k], r->len[k]);
+		off += r->len[k];
+	}
+	s->nwd++;
+}
+
+/* After a commit: the withdrawals it carried are done. */
+static void withdrawn(struct pg_store *s)
+{
+	for (size_t i = 0; i < s->nwd; i++)
+		free(s->wd[i].id);
+	s->nwd = 0;
+}
+
+static void answer(struct slot *sl)
+{
+	struct carmy_store_req *req = sl->req;
+
+	if (sl->rc == 0 && sl->res != NULL)
+		req->taken(req, &sl->standing);
+	PQclear(sl->res);
+	sl->res = NULL;
+	sl->answered = true;
+	req->done(req, sl->rc);	/* req may be gone after this */
+}
+
+/* Answer sl with a failure, no commit behind it: a RESERVE that may have
+ * committed in an earlier run is to be withdrawn. */
+static void fail(struct pg_store *s, struct slot *sl, int rc)
+{
+	if (sl->unsure && sl->req->op == CARMY_STORE_RESERVE)
+		remember(s, sl->req->rec);
+	sl->rc = rc;
+	answer(sl);
+}
+
+/* After a commit: answer what it settled, in order; count what must run
+ * again. */
+static size_t answer_settled(struct pg_store *s, size_t n)
+{
+	size_t left = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct slot *sl = &s->slots[i];
+
+		if (sl->answered)
+			continue;
+		if (sl->again) {
+			sl->again = false;
+			snprintf(s->why, sizeof(s->why), "an identity kept "
+				 "changing hands under a reservation");
+			left++;
+		} else {
+			answer(sl);
+		}
+	}
+	return left;
+}
+
+/* After a rollback: forget what the run decided. */
+static void forget(struct pg_store *s, size_t n, bool lost)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct slot *sl = &s->slots[i];
+
+		PQclear(sl->res);
+		sl->res = NULL;
+		sl->rc = 0;
+		sl->again = false;
+		if (lost && !sl->answered)
+			sl->unsure = true;
+	}
+}
+
+/*
+ * Write slots[0..n), and what is left to withdraw, until each is answered:
+ * one transaction per run, runs again after a conflict, a lost connection
+ * or a RESERVE that must look again, at most TRIES_MAX runs in all.
+ */
+static void run_batch(struct pg_store *s, size_t n)
+{
+	size_t left = n;
+	int rc = 0, tries = 0;
+	bool said = false;
+
+	s->wd_held = false;
+	while (left > 0 || (s->nwd > 0 && !s->wd_held)) {
+		if (tries++ == TRIES_MAX) {
+			rc = -EAGAIN;	/* s->why: the last trouble */
+			break;
+		}
+		rc = ready(s);
+		if (rc != 0) {
+			said = true;	/* ready() did */
+			break;
+		}
+		rc = run_once(s, n);
+		if (rc == 0) {
+			if (!s->wd_held)
+				withdrawn(s);
+			left = answer_settled(s, n);
+			continue;
+		}
+		forget(s, n, rc == LOST);
+		if (rc == LOST) {
+			pg_say("instance %s: connection lost (%s): "
+			       "reconnecting to run the batch again",
+			       s->instance, s->why);
+			s->session = false;
+		} else if (rc == WAITED && s->wd_waited) {
+			pg_say("instance %s: a withdrawal waited on a lock "
+			       "(%s): left for the next batch", s->instance,
+			       s->why);
+			s->wd_held = true;
+		} else if (rc == WAITED && s->culprit != NULL) {
+			pg_say("instance %s: a request failed, alone (%s): "
+			       "running the rest of its batch again",
+			       s->instance, s->why);
+			fail(s, s->culprit, -EAGAIN);
+			left--;
+		} else if (rc != RETRY && rc != WAITED) {
+			break;
+		}
+	}
+	if (left == 0)
+		return;
+	left = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!s->slots[i].answered) {
+			fail(s, &s->slots[i], rc);
+			left++;
+		}
+	}
+	if (!said)
+		pg_say("instance %s: failed %zu requests (%s): %s", s->instance,
+		       left, strerror(-rc), s->why);
+}
+
+/* One run: what is left to withdraw and the unanswered slots as one
+ * pipelined transaction. 0 once it committed (each slot's rc and again
+ * say what it decided), else RETRY, WAITED, LOST or -EIO, with the
+ * transaction rolled back or the connection to be reset. */
+static int run_once(struct pg_store *s, size_t n)
+{
+	PGconn *c = s->conn;
+	int rc;
+
+	s->culprit = NULL;
+	s->wd_waited = false;
+	if (PQenterPipelineMode(c)) {
+		rc = pg_send_batch(s, n);
+		if (rc == 0)
+			rc = pg_read_batch(s, n);
+	} else {
+		rc = LOST;
+	}
+	if (rc == LOST || !PQexitPipelineMode(c)) {
+		pg_pq_error(PQerrorMessage(c), s->why, sizeof(s->why));
+		return LOST;
+	}
+	/* A failure between BEGIN and COMMIT leaves the transaction open
+	 * and aborted at the sync. */
+	if (PQtransactionStatus(c) != PQTRANS_IDLE) {
+		PGresult *r = PQexec(c, "ROLLBACK");
+
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			rc = LOST;
+		PQclear(r);
+	}
+	return rc;
+}
