@@ -1405,8 +1405,7 @@ static void goal(const char *what, const struct opts *o, const double *r,
  * The peers' figures in the main table's columns, then Carmy against each
  * of them: throughput ratios are Carmy's ops/s over the peer's, latency
  * ratios the peer's median over Carmy's; both read "Carmy is N times
- * better". Last, Carmy's goals against Redis (docs/performance.md, "The
- * peers"), met or missed in this run.
+ * better". Last, Carmy's goals against Redis (docs/performance.md, "make bench"), met or missed in this run.
  */
 static void print_peers(const struct opts *o,
 			struct bench_stats st[][MAX_PROC_COUNTS],
