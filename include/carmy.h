@@ -29,6 +29,18 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header. configure.ac's AC_INIT carries the same
+ * number (configure stops if they differ); carmy_version() gives the
+ * library's, which may be newer than the header a program was built with.
+ * The shared library's soname (libcarmy.so.N) changes only when its ABI
+ * breaks, not with this number: see libclient/local.mk.
+ */
+#define CARMY_VERSION_MAJOR 0
+#define CARMY_VERSION_MINOR 9
+#define CARMY_VERSION_PATCH 0
+#define CARMY_VERSION_STRING "0.9.0"
+
 /* Limits of the identity: each part is 1..CARMY_ID_MAX bytes. */
 #define CARMY_ID_MAX 256
 /* "exec_" followed by 32 lowercase hex digits. */
@@ -122,9 +134,10 @@ struct carmy_reservation {
 	int result_code;
 	void *result;
 	size_t result_len;
-	/* Private to libcarmy: where the reservation lives. */
-	uint32_t priv_entry;
-	uint64_t priv_owner;
+	/* For the library: where a live reservation is, and whose. Do not
+	 * read or write them; CARMY_RESERVATION_INIT and
+	 * carmy_reservation_clear() zero them. */
+	uint64_t reserved[2];
 };
 
 #define CARMY_RESERVATION_INIT { .execution_id = { 0 } }
@@ -167,62 +180,121 @@ struct carmy_reservation {
 #define CARMY_ACK_CHECK_MS 100
 
 /*
- * Connect to carmyd on socket_path (NULL: $CARMY_SOCKET, else the default
- * path, see carmy_default_socket()) and map its shared segment.
- * On success *out is a new handle, freed by carmy_close().
- * Returns 0, CARMY_EUNAVAILABLE if carmyd cannot be reached,
- * CARMY_ETOO_MANY_CLIENTS if it serves as many connections as it may (its
- * --max-clients; try again later), CARMY_ELAYOUT if
- * carmyd's segment was built with another layout, CARMY_ECORRUPT or
- * CARMY_EPROTOCOL if what carmyd offers is not sane, CARMY_EUNTRUSTED if
- * the carmyd found is not one to trust (see carmy_trust_detail()), or
- * -errno.
+ * Every function below is documented in the same five parts:
+ *   what it does;
+ *   Parameters: each one, and whether it may be NULL;
+ *   Returns:    the value on success and every code it can fail with
+ *               ("-errno" stands for a system call's error passed through);
+ *   Ownership:  who frees what, and how long returned pointers live;
+ *   Threads:    what may run at the same time.
+ * A call that fails reserves, records and frees nothing unless its
+ * description says otherwise.
+ */
+
+/*
+ * carmy_version - the version of the libcarmy that is running.
+ *
+ * The library's own version, which may be newer than the CARMY_VERSION_*
+ * macros an application was compiled with (a shared library upgraded
+ * under it).
+ *
+ * Parameters:
+ *   major, minor, patch  where to write CARMY_VERSION_MAJOR, _MINOR and
+ *                        _PATCH as the library was built; each may be NULL.
+ * Returns:
+ *   CARMY_VERSION_STRING as the library was built ("0.9.0"). Never NULL.
+ * Ownership:
+ *   the string is static storage: never free it.
+ * Threads:
+ *   safe from any thread at any time.
+ */
+const char *carmy_version(int *major, int *minor, int *patch);
+
+/*
+ * carmy_connect - connect to carmyd and map its shared segment.
  *
  * Before anything is sent, the socket's directory must be a real directory
  * (not a symbolic link) owned by this process's effective uid, root or a
  * user in $CARMY_TRUSTED_USERS, that neither its group nor others can
  * write (and the directories above it owned by those uids, sticky if
- * others can write them, as /tmp is); the process listening on the socket (SO_PEERCRED) must run as one
- * of those uids; and the segment it names must be a regular file owned by
- * that same uid that others cannot write (its group only with carmyd
- * --group, for a group this process is in). $CARMY_TRUSTED_USERS lists
- * user names or uids, separated by commas or spaces, for a carmyd run as
- * another user (carmyd --group); a set-uid program ignores it. The same
- * checks are made whenever a handle connects again. docs/trust.md.
+ * others can write them, as /tmp is); the process listening on the socket
+ * (SO_PEERCRED) must run as one of those uids; and the segment it names
+ * must be a regular file owned by that same uid that others cannot write
+ * (its group only with carmyd --group, for a group this process is in).
+ * $CARMY_TRUSTED_USERS lists user names or uids, separated by commas or
+ * spaces, for a carmyd run as another user (carmyd --group); a set-uid
+ * program ignores it. The same checks are made whenever the handle
+ * connects again. docs/trust.md says what each check defends against.
+ *
  * A relative socket_path is made absolute here, from the working directory
- * (symbolic links are not resolved): the handle connects again to the same
- * path after the application changes directory; -ENAMETOOLONG if the
- * absolute path does not fit a socket address.
- * Thread-safe (it touches no shared state). A handle belongs to the process
- * that connected it: after fork() the child must connect anew.
+ * (symbolic links are not resolved), so that the handle connects again to
+ * the same path after the application changes directory. The settings
+ * $CARMY_RECONNECT_MS, $CARMY_SPIN_US and $CARMY_ACK_CHECK_MS are read
+ * here, once (see the macros of those names).
+ *
+ * Parameters:
+ *   out          where the new handle is written; must not be NULL. Set to
+ *                NULL first, so it is NULL on every failure.
+ *   socket_path  carmyd's socket; NULL for carmy_default_socket()'s path.
+ * Returns:
+ *   0                        *out is the new handle.
+ *   CARMY_EUNAVAILABLE       no carmyd listens there (no socket, refused,
+ *                            not permitted), or it did not answer within
+ *                            10 s.
+ *   CARMY_ETOO_MANY_CLIENTS  carmyd serves as many connections as its
+ *                            --max-clients allows: try again later.
+ *   CARMY_EUNTRUSTED         the checks above failed; carmy_trust_detail()
+ *                            says which.
+ *   CARMY_ELAYOUT            carmyd's segment, or its HELLO, is of another
+ *                            layout (another build of Carmy).
+ *   CARMY_ECORRUPT           the segment failed its sanity check.
+ *   CARMY_EPROTOCOL          carmyd's answer was malformed or does not
+ *                            match its segment.
+ *   CARMY_EDISCONNECTED      carmyd closed the connection before it
+ *                            answered.
+ *   -ENAMETOOLONG            the (absolute) path does not fit a socket
+ *                            address.
+ *   -EPERM                   carmyd refused a client in another PID
+ *                            namespace.
+ *   -ENOMEM, other -errno    from getcwd(), getrandom(), socket(),
+ *                            connect(), poll(), shm_open(), mmap()...
+ * Ownership:
+ *   the handle is the caller's, freed by carmy_close(). socket_path is not
+ *   kept.
+ * Threads:
+ *   safe: each call makes a handle of its own (it only writes this
+ *   thread's carmy_trust_detail()). A handle belongs to the process that
+ *   connected it: after fork() the child must connect anew.
  */
 int carmy_connect(carmy_t **out, const char *socket_path);
 
 /*
- * Close the connection and unmap the segment. Entries this handle reserved
- * and did not complete or release become uncertain (interrupted): carmyd
- * treats a closed connection as a dead owner. NULL is ignored. Must not race
- * with other calls on the same handle.
+ * carmy_close - close the connection and unmap the segment.
+ *
+ * Entries this handle reserved and did not complete or release become
+ * uncertain (interrupted): carmyd treats a closed connection as a dead
+ * owner.
+ *
+ * Parameters:
+ *   c  the handle; NULL is ignored.
+ * Returns:
+ *   nothing.
+ * Ownership:
+ *   frees c. Reservations made on it still own their result copies: free
+ *   them with carmy_reservation_clear().
+ * Threads:
+ *   must not run while any other call uses c, and c must not be used
+ *   after it.
  */
 void carmy_close(carmy_t *c);
 
 /*
- * Reserve call's identity, or report what to do instead.
- * Returns:
- *   CARMY_RESERVED     r->execution_id is new; run the tool, then call
- *                      carmy_complete() or carmy_release() with r.
- *   CARMY_REPLAY       r holds the recorded status, result and execution_id.
- *   CARMY_ECONFLICT    the identity was used with another fingerprint;
- *                      r->execution_id and r->state describe that entry.
- *   CARMY_EUNCERTAIN   the identity is running (r->state RUNNING) or was
- *                      interrupted (INTERRUPTED); do not run the tool.
- *   CARMY_ECAPACITY    the table is full; nothing was reserved.
- *   CARMY_EINVALID_ID, CARMY_EINVALID_ARGS, CARMY_EDISCONNECTED, -ENOMEM, ...
- * Reserve and replay work directly in shared memory, without a system call
- * (but for one madvise() every 256 reservations, mapping the entries ahead;
- * a replay's result copy is the one malloc). r's previous result, if any,
- * is freed first. Thread-safe: several threads may call carmy_begin() on one
- * handle at once.
+ * carmy_begin - reserve call's identity, or say what to do instead.
+ *
+ * Reserve and replay work directly in shared memory, without a system
+ * call (but for one madvise() every 256 reservations, mapping the entries
+ * ahead). If carmyd restarted, the handle first connects again, once (see
+ * CARMY_RECONNECT_MS); with no carmyd it fails closed.
  *
  * With a durable store (--store journal:DIR, PostgreSQL) a reservation is
  * answered once carmyd has recorded it, and a call that finds the identity
@@ -231,120 +303,354 @@ void carmy_close(carmy_t *c);
  * store shared by several carmyds, a reservation whose answer was lost
  * (carmyd restarted) is asked again of the carmyd that comes back, for up
  * to CARMY_RECONNECT_MS, rather than given up: the store may hold it.
+ *
+ * Parameters:
+ *   c     the handle.
+ *   call  the call; read during this call only.
+ *   r     the reservation to fill; initialised (CARMY_RESERVATION_INIT or
+ *         zeroed). Whatever it held is cleared first.
+ * Returns:
+ *   CARMY_RESERVED           r->execution_id is new, r->state RUNNING: run
+ *                            the tool, then carmy_complete() or
+ *                            carmy_release() with r.
+ *   CARMY_REPLAY             finished before: r holds the recorded status,
+ *                            result_code, result and execution_id. The
+ *                            tool must not run.
+ *   CARMY_ECONFLICT          the identity was used with another
+ *                            fingerprint: r->execution_id and r->state
+ *                            describe that entry.
+ *   CARMY_EUNCERTAIN         the identity is running (r->state RUNNING) or
+ *                            was interrupted (INTERRUPTED), with
+ *                            r->execution_id: do not run the tool.
+ *   CARMY_ECAPACITY          the table is full.
+ *   CARMY_EINVALID_ID        an identity part is NULL, empty or longer
+ *                            than CARMY_ID_MAX.
+ *   CARMY_EINVALID_ARGS      args or meta is not one msgpack object (or a
+ *                            pointer and its length disagree).
+ *   CARMY_EUNAVAILABLE       no carmyd answers or holds the segment, it
+ *                            held the identity's bucket too long, or a
+ *                            shared store's answer kept being overtaken
+ *                            by other calls.
+ *   CARMY_EDISCONNECTED      carmyd declared this handle gone, or runs on
+ *                            another segment now (the handle is done).
+ *   CARMY_ESTORE             the durable store could not record the
+ *                            reservation.
+ *   CARMY_EUNTRUSTED, CARMY_ETOO_MANY_CLIENTS, CARMY_ELAYOUT,
+ *   CARMY_EPROTOCOL          from connecting again (see carmy_connect()).
+ *   -EINVAL                  c, call or r is NULL.
+ *   -ENOMEM, other -errno    a replay's copy, a large call's fingerprint,
+ *                            or connecting again.
+ * Ownership:
+ *   for CARMY_REPLAY, r->result is a malloc'd copy owned by r until
+ *   carmy_reservation_clear() or r's next carmy_begin()/carmy_wait().
+ *   Nothing of call is kept.
+ * Threads:
+ *   safe: several threads may call carmy_begin() on one handle at once,
+ *   each with a reservation of its own. One r must not be used by two
+ *   calls at once.
  */
 int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		struct carmy_reservation *r);
 
 /*
- * Record the result of a reserved call: status is a CARMY_STATUS_* value,
- * result/len the bytes to replay (copied; NULL with len 0 is fine). Returns
- * when carmyd has recorded it.
- * Returns 0; CARMY_ERESULT_TOO_LARGE if len exceeds carmyd's --max-result
- * (the call is then recorded as failed with that code, not dropped);
- * CARMY_EINVALID_STATUS; CARMY_ENOT_RESERVED if r is not a live reservation
- * of this handle; CARMY_EDISCONNECTED if carmyd went away and did not give
- * this handle its reservations back (the entry is then uncertain); or
- * -errno. A completion interrupted by a carmyd restart is sent again once
- * reconnected (see CARMY_RECONNECT_MS); carmyd records it once. Thread-safe
- * (socket use is serialised per handle), but one reservation is one call's:
- * completing r on one thread while another completes or releases the same
- * r is not supported, and what is recorded then is not defined.
+ * carmy_complete - record the result of a reserved call.
+ *
+ * Returns when carmyd has recorded it. A completion interrupted by a
+ * carmyd restart is sent again once the handle has connected again and
+ * been given its owner id back (see CARMY_RECONNECT_MS); carmyd records it
+ * once.
+ *
+ * Parameters:
+ *   c       the handle r was reserved on.
+ *   r       a reservation carmy_begin() or carmy_wait() answered
+ *           CARMY_RESERVED.
+ *   status  CARMY_STATUS_COMPLETED, _FAILED, _TIMED_OUT or _CANCELLED.
+ *   result  the bytes to replay, len of them; NULL only with len 0.
+ * Returns:
+ *   0                        recorded; r is no longer a live reservation.
+ *   CARMY_ERESULT_TOO_LARGE  len exceeds carmyd's --max-result: the call
+ *                            is recorded as failed with this code (not
+ *                            dropped), and r is no longer live.
+ *   CARMY_EINVALID_STATUS    status is not one of the four.
+ *   CARMY_ENOT_RESERVED      r is not a live reservation of this handle
+ *                            (completed or released already, or never
+ *                            reserved).
+ *   CARMY_ENOT_OWNER         carmyd found the entry held by another
+ *                            connection.
+ *   CARMY_EDISCONNECTED      carmyd went away and did not give this handle
+ *                            its reservations back: the entry is uncertain.
+ *   CARMY_ESTORE             the durable store could not record it.
+ *   CARMY_ECORRUPT           carmyd found the entry scribbled on.
+ *   CARMY_EPROTOCOL          carmyd's answer was malformed.
+ *   -EINVAL                  c or r is NULL, or result is NULL with len > 0.
+ *   -ENOMEM                  the message could not be built.
+ * Ownership:
+ *   result is copied; nothing of it is kept. r keeps nothing to free (but
+ *   carmy_reservation_clear() is harmless).
+ * Threads:
+ *   safe: requests on one handle are serialised (one in flight at a time).
+ *   But one reservation belongs to one call: completing r on one thread
+ *   while another completes or releases the same r is not supported, and
+ *   what is recorded then is not defined.
  */
 int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		   const void *result, size_t len);
 
 /*
- * Give back a reservation whose tool provably did not run: the identity is
- * freed and the next call with it runs. Works in shared memory, then tells
- * carmyd in one round trip, which hands the identity to callers waiting
- * for it (carmy_wait) at once; with --store journal:DIR that round trip
- * also records it. Like carmy_complete(), it waits for carmyd's answer
- * however long that takes. Returns 0,
- * CARMY_ENOT_RESERVED, or CARMY_EDISCONNECTED if carmyd declared this handle
- * dead and did not give its reservations back (the entry is then
- * uncertain). With a durable store, CARMY_ESTORE means the identity was
- * freed on this host but the store could not record it (carmyd did not come
- * back within CARMY_RECONNECT_MS, or its store failed): after a reboot the
- * execution is then uncertain, never run twice. With a store shared by
- * several carmyds (PostgreSQL), the store hears of it first and carmyd frees
- * the entry after: on CARMY_ESTORE or CARMY_EDISCONNECTED the entry is
- * still r's here, while the store may or may not have forgotten it (its
- * answer can be lost, and other carmyds may then run the call). Do not run
- * the tool after asking for its release, whatever the answer: release
- * again, or leave it (it turns uncertain here when the handle closes).
- * Thread-safe.
+ * carmy_release - give back a reservation whose tool provably did not run.
+ *
+ * The identity is freed and the next call with it runs. Works in shared
+ * memory, then tells carmyd in one round trip, which hands the identity to
+ * callers waiting for it (carmy_wait()) at once; with --store journal:DIR
+ * that round trip also records it. Like carmy_complete(), it waits for
+ * carmyd's answer however long that takes. With a store shared by several
+ * carmyds (PostgreSQL), the store hears of it first and carmyd frees the
+ * entry after. Do not run the tool after asking for its release, whatever
+ * the answer: release again, or leave it (it turns uncertain here when the
+ * handle closes).
+ *
+ * Parameters:
+ *   c  the handle r was reserved on.
+ *   r  a reservation carmy_begin() or carmy_wait() answered CARMY_RESERVED.
+ * Returns:
+ *   0                    released; r is no longer a live reservation.
+ *   CARMY_ENOT_RESERVED  r is not a live reservation of this handle.
+ *   CARMY_EDISCONNECTED  carmyd declared this handle dead and did not give
+ *                        its reservations back: the entry is uncertain.
+ *                        With a shared store, the entry is still r's here
+ *                        while the store may or may not have forgotten it.
+ *   CARMY_ESTORE         with a durable store: the identity was freed on
+ *                        this host but the store could not record it
+ *                        (carmyd did not come back within
+ *                        CARMY_RECONNECT_MS, or its store failed); after a
+ *                        reboot the execution is then uncertain, never run
+ *                        twice. With a shared store, the entry is still
+ *                        r's here, while the store may or may not have
+ *                        forgotten it (other carmyds may then run it).
+ *   CARMY_EPROTOCOL      with a shared store: carmyd's answer was
+ *                        malformed; the entry is still r's here.
+ *   -EINVAL              c or r is NULL.
+ *   -ENOMEM              with a shared store: the message could not be
+ *                        built; nothing changed.
+ * Ownership:
+ *   r keeps nothing to free (but carmy_reservation_clear() is harmless).
+ * Threads:
+ *   safe, as carmy_complete(), with the same rule: one r, one call at a
+ *   time.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 
 /*
- * Like carmy_begin(), but where it would answer CARMY_EUNCERTAIN for a
- * RUNNING execution, wait up to timeout_ms for that execution to stop
- * running, then answer for what it became: CARMY_REPLAY the moment it
- * completes (carmyd tells the waiter; no polling), CARMY_EUNCERTAIN
- * (INTERRUPTED) if its owner died, CARMY_RESERVED if it was released (the
- * tool provably did not run, so this caller runs it). On timeout, the
- * CARMY_EUNCERTAIN (RUNNING) begin would have given. Each wait uses a
- * connection of its own, so other threads on the handle are not held up.
- * With a store shared by several carmyds, only executions running through
- * this carmyd can be waited for: one running on another instance is
- * answered at once, as carmy_begin() would. Thread-safe.
+ * carmy_wait - carmy_begin(), waiting out an execution that is running.
+ *
+ * Where carmy_begin() would answer CARMY_EUNCERTAIN for a RUNNING
+ * execution, wait up to timeout_ms for that execution to stop running,
+ * then answer for what it became: CARMY_REPLAY the moment it completes
+ * (carmyd tells the waiter; no polling), CARMY_EUNCERTAIN (INTERRUPTED) if
+ * its owner died, CARMY_RESERVED if it was released (the tool provably did
+ * not run, so this caller runs it). Each wait uses a connection of its
+ * own, so other threads on the handle are not held up. With a store
+ * shared by several carmyds, only executions running through this carmyd
+ * can be waited for: one running on another instance is answered at once,
+ * as carmy_begin() would.
+ *
+ * Parameters:
+ *   c           the handle.
+ *   call        the call, as for carmy_begin(); must not be NULL.
+ *   r           as for carmy_begin().
+ *   timeout_ms  how long to wait at most; 0 or less: do not wait.
+ * Returns:
+ *   what carmy_begin() returns, after the wait. On timeout, or when no
+ *   carmyd can be asked to wait, the CARMY_EUNCERTAIN (RUNNING) begin gave.
+ *   Also:
+ *   CARMY_EUNTRUSTED     the carmyd found for the wait's connection is not
+ *                        one to trust (carmy_trust_detail() says why).
+ *   CARMY_EDISCONNECTED  carmyd runs on another segment now (the handle is
+ *                        done).
+ *   CARMY_EPROTOCOL      the execution id found was malformed.
+ *   -errno               from looking at the segment's file.
+ * Ownership:
+ *   as carmy_begin().
+ * Threads:
+ *   safe, as carmy_begin().
  */
 int carmy_wait(carmy_t *c, const struct carmy_call *call,
 	       struct carmy_reservation *r, int timeout_ms);
 
 /*
- * Settle an interrupted execution (CARMY_EUNCERTAIN, state INTERRUPTED),
- * after finding out whether its effect happened. call must be the same call
- * (same identity and fingerprint) and execution_id the one reported.
- * committed: it happened; status/result/len are recorded as its result and
- * replayed from now on. Not committed: the identity is freed and the next
- * call with it runs. carmyd records who resolved it (uid, pid) and when.
- * Only carmyd's own user, root, or a member of carmyd's --admin-group may
- * resolve: anyone else gets CARMY_ENOT_PERMITTED, and nothing changes.
- * Returns 0; CARMY_ECONFLICT if the fingerprint differs;
- * CARMY_ENOT_INTERRUPTED if the execution is running, completed, absent or
- * not that one; CARMY_EINVALID_STATUS; CARMY_ERESULT_TOO_LARGE (nothing is
- * recorded); CARMY_EINVALID_ID, CARMY_EINVALID_ARGS; or as carmy_complete().
- * Thread-safe.
+ * carmy_resolve - settle an interrupted execution.
+ *
+ * For an execution carmy_begin() reported CARMY_EUNCERTAIN with state
+ * INTERRUPTED, once it is known whether its effect happened. Committed:
+ * it happened; status/result/len are recorded as its result and replayed
+ * from now on. Not committed: the identity is freed and the next call with
+ * it runs. carmyd records who resolved it (uid, pid) and when. Only
+ * carmyd's own user, root, or a member of carmyd's --admin-group may
+ * resolve.
+ *
+ * Parameters:
+ *   c             the handle.
+ *   call          the same call (same identity and fingerprint).
+ *   execution_id  the execution reported, as carmy_begin() wrote it.
+ *   committed     non-zero: the effect happened; 0: it did not.
+ *   status        CARMY_STATUS_*, when committed (ignored otherwise).
+ *   result, len   the bytes to replay, when committed (ignored
+ *                 otherwise); result NULL only with len 0.
+ * Returns:
+ *   0                        resolved.
+ *   CARMY_ENOT_PERMITTED     the caller may not resolve; nothing changed.
+ *   CARMY_ECONFLICT          the fingerprint differs.
+ *   CARMY_ENOT_INTERRUPTED   the execution is running, completed, absent
+ *                            or not that one.
+ *   CARMY_EINVALID_STATUS    committed with a status not CARMY_STATUS_*.
+ *   CARMY_ERESULT_TOO_LARGE  len exceeds carmyd's --max-result (nothing is
+ *                            recorded).
+ *   CARMY_EINVALID_ID, CARMY_EINVALID_ARGS
+ *                            as carmy_begin().
+ *   CARMY_ECAPACITY          carmyd has too many resolutions in flight.
+ *   CARMY_ESTORE             the durable store could not record it.
+ *   CARMY_EDISCONNECTED, CARMY_EUNAVAILABLE, CARMY_EUNTRUSTED,
+ *   CARMY_EPROTOCOL          carmyd went away, or connecting again failed.
+ *   -EINVAL                  c, call or execution_id is NULL,
+ *                            execution_id is not "exec_" and 32 lowercase
+ *                            hex digits, or result is NULL with len > 0.
+ *   -ENOMEM, other -errno    from fingerprinting or connecting again.
+ * Ownership:
+ *   nothing of the arguments is kept.
+ * Threads:
+ *   safe: requests on one handle are serialised.
  */
 int carmy_resolve(carmy_t *c, const struct carmy_call *call,
 		  const char *execution_id, int committed, int status,
 		  const void *result, size_t len);
 
-/* Free what a reservation owns and reset it. NULL is ignored. */
+/*
+ * carmy_reservation_clear - free what a reservation owns and zero it.
+ *
+ * A live reservation (CARMY_RESERVED) cleared is not given back: it turns
+ * uncertain when its handle closes. Complete or release it first.
+ *
+ * Parameters:
+ *   r  the reservation; NULL is ignored.
+ * Returns:
+ *   nothing.
+ * Ownership:
+ *   frees r->result; r itself is the caller's.
+ * Threads:
+ *   touches r only: must not run while another call uses r.
+ */
 void carmy_reservation_clear(struct carmy_reservation *r);
 
-/* The --max-result of the carmyd this handle is connected to. */
+/*
+ * carmy_max_result - the --max-result of the carmyd c is connected to.
+ *
+ * Parameters:
+ *   c  the handle; must not be NULL.
+ * Returns:
+ *   the largest result, in bytes, carmy_complete() records as it is.
+ * Ownership:
+ *   nothing.
+ * Threads:
+ *   safe: set at connect and never changed (a carmyd with another
+ *   --max-result is not one the handle connects again to).
+ */
 size_t carmy_max_result(const carmy_t *c);
 
 /*
- * Write the default socket path into buf: $CARMY_SOCKET if set, else
- * $XDG_RUNTIME_DIR/carmy/carmyd.sock, else /tmp/carmy-$UID/carmyd.sock.
- * Returns the length, or -ENAMETOOLONG if it does not fit.
+ * carmy_default_socket - the socket path carmy_connect(c, NULL) uses.
+ *
+ * $CARMY_SOCKET if set and not empty, else $XDG_RUNTIME_DIR/carmy/
+ * carmyd.sock if $XDG_RUNTIME_DIR is an absolute path, else
+ * /tmp/carmy-$UID/carmyd.sock (the real uid).
+ *
+ * Parameters:
+ *   buf, size  where to write it, NUL-terminated.
+ * Returns:
+ *   its length (without the NUL), or -ENAMETOOLONG if it does not fit
+ *   (buf then holds as much of it as fits, if size > 0).
+ * Ownership:
+ *   buf is the caller's.
+ * Threads:
+ *   safe, but for getenv(): not while another thread changes the
+ *   environment (setenv(), putenv()).
  */
 int carmy_default_socket(char *buf, size_t size);
 
-/* Stable UPPER_SNAKE name of any code: Carmy's own ("IDEMPOTENCY_CONFLICT"),
- * or for -errno values the errno name ("ENOMEM"). Outcomes have names too
- * ("OK", "REPLAY"). Never NULL; static storage. */
+/*
+ * carmy_errname - the stable UPPER_SNAKE name of any code.
+ *
+ * Carmy's own codes have their names ("IDEMPOTENCY_CONFLICT"), -errno
+ * values their errno names ("ENOMEM"), outcomes theirs ("OK", "REPLAY").
+ *
+ * Parameters:
+ *   code  any int.
+ * Returns:
+ *   the name; "SYSTEM_ERROR" for a value in -4095..-1 with no errno name,
+ *   "UNKNOWN_ERROR" for anything else. Never NULL.
+ * Ownership:
+ *   static storage: never free it.
+ * Threads:
+ *   safe.
+ */
 const char *carmy_errname(int code);
 
-/* One sentence describing any code. Never NULL; static storage. */
+/*
+ * carmy_strerror - one sentence describing any code.
+ *
+ * Parameters:
+ *   code  any int.
+ * Returns:
+ *   Carmy's own sentence for its codes and outcomes; for a value in
+ *   -4095..-1, the C library's strerror(); "Unknown error code."
+ *   otherwise. Never NULL.
+ * Ownership:
+ *   never free it. Carmy's sentences, and the C library's for known errno
+ *   values, are static storage; for an errno value the C library does not
+ *   know, glibc formats the text into a buffer of the calling thread's,
+ *   which its next strerror() overwrites.
+ * Threads:
+ *   safe (glibc's strerror() is).
+ */
 const char *carmy_strerror(int code);
 
 /*
- * What was wrong, when a call of this thread last failed with
- * CARMY_EUNTRUSTED (carmy_connect(), or a call that connected again):
- * which path, uid or mode, as one sentence ("the carmyd on PATH runs as
- * uid 1001 ..."). "" if none has, and again once a later connection of
- * this thread (a connect, a reconnect, carmy_wait's) passed the checks:
- * only the last failure is kept. Never NULL; the thread's own storage,
- * rewritten by its next connect.
+ * carmy_trust_detail - why this thread's last call failed with
+ * CARMY_EUNTRUSTED.
+ *
+ * Which path, uid or mode was wrong, as one sentence ("the carmyd on PATH
+ * runs as uid 1001 ..."), for a carmy_connect() or a call that connected
+ * again. Only the last failure is kept: "" if there was none, and again
+ * once a later connection of this thread (a connect, a reconnect, a
+ * carmy_wait()'s own) passed the checks.
+ *
+ * Parameters:
+ *   none.
+ * Returns:
+ *   the sentence, or "". Never NULL.
+ * Ownership:
+ *   the calling thread's own storage: never free it; it is rewritten by
+ *   the thread's next connection and lives as long as the thread.
+ * Threads:
+ *   safe: each thread has its own.
  */
 const char *carmy_trust_detail(void);
 
-/* Lowercase name of a CARMY_STATUS_* ("completed", "timed_out"...) or of a
- * CARMY_STATE_* ("running", "interrupted"...); "unknown" otherwise. */
+/*
+ * carmy_status_name, carmy_state_name - lowercase names of statuses and
+ * states.
+ *
+ * Parameters:
+ *   status  a CARMY_STATUS_* value; state a CARMY_STATE_* value.
+ * Returns:
+ *   carmy_status_name(): "completed", "failed", "timed_out", "cancelled",
+ *   or "unknown" for any other value. carmy_state_name(): "running",
+ *   "completed", "interrupted", or "none" for CARMY_STATE_NONE and any
+ *   other value. Never NULL.
+ * Ownership:
+ *   static storage: never free it.
+ * Threads:
+ *   safe.
+ */
 const char *carmy_status_name(int status);
 const char *carmy_state_name(int state);
 

@@ -1,6 +1,6 @@
 /*
  * carmy_store.h - the store interface: what carmyd asks of the place where
- * executions are recorded. The C counterpart of the spec's IdempotencyStore.
+ * executions are recorded (reserve, complete, release, load them back).
  *
  * carmyd keeps every execution in its shared segment, where clients reserve
  * with a CAS and replays are served without a round trip. A store is where
@@ -59,7 +59,7 @@
  * Shared stores (ops->shared = 1). Several carmyds, on one host or many,
  * may record into one store (PostgreSQL, for one): each is an instance,
  * with its own segment, and the store is then the only place that knows
- * every identity. Its RESERVE is the spec's atomic reserve:
+ * every identity. Its RESERVE is then an atomic reserve across instances:
  *
  *   - the identity is vacant in the store: record the execution, done(0);
  *   - the store holds an execution of it already (running on any
@@ -138,8 +138,39 @@ struct carmy_store_record {
 };
 
 struct carmy_store_req;
+
+/*
+ * done - carmyd's callback: the store has finished with req.
+ *
+ * Parameters:
+ *   req  the request submit() was given.
+ *   rc   0 once the record is durable; -errno if it failed.
+ * Returns:
+ *   nothing.
+ * Ownership:
+ *   req goes back to carmyd: the store must not touch req or req->rec
+ *   once it has called done().
+ * Threads:
+ *   the store calls it exactly once per request, from any thread.
+ */
 typedef void (*carmy_store_done_fn)(struct carmy_store_req *req, int rc);
-/* A shared store's RESERVE found the identity held: see "Shared stores". */
+
+/*
+ * taken - carmyd's callback: a shared store's RESERVE found the identity
+ * held (see "Shared stores").
+ *
+ * Parameters:
+ *   req       the RESERVE.
+ *   standing  the execution the store holds: state RUNNING or COMPLETED,
+ *             a completed one with its result.
+ * Returns:
+ *   nothing.
+ * Ownership:
+ *   standing and its pointers are the store's, borrowed for the call:
+ *   carmyd copies what it keeps.
+ * Threads:
+ *   called at most once per request, before its done(), from any thread.
+ */
 typedef void (*carmy_store_taken_fn)(struct carmy_store_req *req,
 				     const struct carmy_store_record *standing);
 
@@ -163,22 +194,65 @@ struct carmy_store_req {
  * that submits it, sparing a hand-off to its own thread; it must not with
  * this flag, or it would hold up the requests behind it for a whole write
  * and lose the chance to write them together. A store may ignore it.
- * (flags was added at the end of this struct within ABI 1, before any
- * release: carmyd allocates every request, so a store built without it
- * is unaffected.)
  */
 #define CARMY_STORE_MORE 1u
 
-/* Called by load() once per execution; a non-zero return stops the load
- * and load() returns it. */
+/*
+ * each - carmyd's callback: one execution load() hands over.
+ *
+ * Parameters:
+ *   arg  what carmyd passed to load().
+ *   rec  the execution, as described at struct carmy_store_record.
+ * Returns:
+ *   0 to go on; non-zero stops the load, and load() must return it.
+ * Ownership:
+ *   rec and its pointers are the store's, borrowed for the call.
+ * Threads:
+ *   on the thread that runs load().
+ */
 typedef int (*carmy_store_each_fn)(void *arg,
 				   const struct carmy_store_record *rec);
 
+/*
+ * What a store provides. Its four functions, in the same layout:
+ *
+ * open - start the store. Once, at carmyd's start, before anything else.
+ *   Parameters: args, what followed the store's name on the command line
+ *   (or ""); store, where to write the store's handle; err, errlen, a
+ *   buffer for a sentence saying why it failed.
+ *   Returns: 0, or -errno with a sentence in err.
+ *   Ownership: args is borrowed for the call; *store is the store's, and
+ *   carmyd hands it back to every later call and to close().
+ *   Threads: carmyd's main thread.
+ *
+ * load - hand carmyd every execution the store holds (see the sequence
+ *   above), one each() call per execution. Once, right after open.
+ *   Parameters: store; each and arg, the callback and its argument.
+ *   Returns: 0; each()'s non-zero return if it stopped the load; or
+ *   -errno if the store could not be read.
+ *   Ownership: records passed to each() are the store's, borrowed.
+ *   Threads: carmyd's main thread, with no submit() in flight.
+ *
+ * submit - start recording req. Must not wait for the record to be
+ *   durable; calls req->done() exactly once when it is, or has failed
+ *   (and, for a shared store's RESERVE that finds the identity held,
+ *   req->taken() first).
+ *   Parameters: store; req, the request (struct carmy_store_req).
+ *   Returns: nothing: the answer is done()'s rc.
+ *   Ownership: req and req->rec are carmyd's, alive until done(); the
+ *   store may link req through req->next meanwhile.
+ *   Threads: any of carmyd's threads, concurrently.
+ *
+ * close - stop the store and free it. Once, at exit, after every
+ *   submitted request is done.
+ *   Parameters: store.
+ *   Returns: nothing.
+ *   Ownership: frees store and all it holds.
+ *   Threads: carmyd's main thread, with no submit() in flight.
+ */
 struct carmy_store_ops {
 	uint32_t abi;			/* CARMY_STORE_ABI */
-	const char *name;
-	/* args: what followed the store's name on the command line, or "".
-	 * On failure return -errno and write a sentence into err. */
+	const char *name;		/* the store's name, for logs */
 	int (*open)(const char *args, void **store, char *err, size_t errlen);
 	int (*load)(void *store, carmy_store_each_fn each, void *arg);
 	void (*submit)(void *store, struct carmy_store_req *req);

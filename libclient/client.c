@@ -34,6 +34,7 @@
 #include "common/execid.h"
 #include "common/io.h"
 #include "libclient/canon.h"
+#include "libclient/reservation.h"
 #include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/atomic.h"
@@ -360,8 +361,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			}
 			execid_format(r->execution_id, f.exec);
 			r->state = CARMY_STATE_RUNNING;
-			r->priv_entry = f.entry;
-			r->priv_owner = claim.owner;
+			resv_set(r, f.entry, claim.owner);
 			count(&c->stats->st_reserves);
 			fp_early_note(c, true);
 			prefault_ahead(c);
@@ -542,11 +542,11 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		result = NULL;
 		len = 0;
 	}
-	en = shm_entry_at(&c->view, r->priv_entry);
+	en = shm_entry_at(&c->view, resv_entry(r));
 	memcpy(exec, en->en_exec, sizeof(exec));
 
 	msgpack_sbuffer_init(&sb);
-	rc = wire_put_complete(&sb, r->priv_entry, exec, status, code, result,
+	rc = wire_put_complete(&sb, resv_entry(r), exec, status, code, result,
 			       len);
 	if (rc == 0)
 		rc = complete_msg(c, exec, &sb);
@@ -554,12 +554,12 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	 * and send it again. If the first one got through, carmyd says so. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
-	    uatomic_read(&c->owner) == r->priv_owner)
+	    uatomic_read(&c->owner) == resv_owner(r))
 		rc = complete_msg(c, exec, &sb);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
-	r->priv_owner = 0;	/* no longer ours to complete or release */
+	resv_done(r);
 	return code;
 }
 
@@ -577,13 +577,13 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 static int release_shared(carmy_t *c, struct carmy_reservation *r,
 			  const uint8_t exec[SHM_EXEC_LEN])
 {
-	int rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+	int rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0 &&
-	    uatomic_read(&c->owner) == r->priv_owner)
-		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+	    uatomic_read(&c->owner) == resv_owner(r))
+		rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 	if (rc == 0)
-		r->priv_owner = 0;
+		resv_done(r);
 	return rc;
 }
 
@@ -601,14 +601,14 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	if (rc != 0)
 		return rc;
 	/* Ours while running: nobody else writes it. */
-	memcpy(exec, shm_entry_at(&c->view, r->priv_entry)->en_exec,
+	memcpy(exec, shm_entry_at(&c->view, resv_entry(r))->en_exec,
 	       sizeof(exec));
 	if (c->shared)
 		return release_shared(c, r, exec);
-	rc = shm_release(&c->view, r->priv_entry, r->priv_owner);
+	rc = shm_release(&c->view, resv_entry(r), resv_owner(r));
 	if (rc != 0)
 		return rc;
-	r->priv_owner = 0;
+	resv_done(r);
 	if (!c->durable) {
 		/* Free already; told, carmyd hands the identity to anyone
 		 * waiting for it now rather than at its next tick. Its
@@ -617,7 +617,7 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 		 * could only be dropped, and carmyd would take the dropped
 		 * connection for this process dying and turn every call it
 		 * still runs uncertain. */
-		(void)confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+		(void)confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 		return 0;
 	}
 	/* Released in the segment, so the identity is free on this host
@@ -626,9 +626,9 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	 * connection broke (carmyd restarting?), tell the one that comes
 	 * back: a RELEASE needs no owner, only an entry no longer published
 	 * with this execution id. */
-	rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+	rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0)
-		rc = confirm(c, WIRE_RELEASE, r->priv_entry, exec, NULL);
+		rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 	/* Free here either way: what failed is the store's record of it. */
 	return rc == 0 ? 0 : CARMY_ESTORE;
 }
@@ -768,15 +768,15 @@ static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
 {
 	uint32_t owner;
 
-	if (r->priv_owner == 0)
+	if (resv_owner(r) == 0)
 		return CARMY_ENOT_RESERVED;
 	if (!alive(c) && reconnect(c, c->reconnect_ms) != 0)
 		return CARMY_EDISCONNECTED;
 	owner = uatomic_read(&c->owner);
-	if (r->priv_owner != owner)
-		return r->priv_owner == uatomic_read(&c->lost_owner) ?
+	if (resv_owner(r) != owner)
+		return resv_owner(r) == uatomic_read(&c->lost_owner) ?
 			       CARMY_EDISCONNECTED : CARMY_ENOT_RESERVED;
-	if (!shm_owns(&c->view, r->priv_entry, owner, b, w))
+	if (!shm_owns(&c->view, resv_entry(r), owner, b, w))
 		return alive(c) ? CARMY_ENOT_RESERVED : CARMY_EDISCONNECTED;
 	return 0;
 }
@@ -1304,10 +1304,10 @@ static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
 	 * recv() is woken each time carmyd reads our request (the freed send
 	 * space wakes every sleeper on the socket), only to sleep again, and
 	 * being woken it often takes carmyd's CPU from it. poll() asks to be
-	 * woken for input alone. With 64 clients on a journal this was two of
-	 * a cycle's four sleeps (README, Performance). Without a spin the
-	 * reply is not there yet (a durable store's waits for a flush): sleep
-	 * first rather than try a recv() bound to fail.
+	 * woken for input alone. With 64 clients on a journal a blocking
+	 * recv() makes two of a cycle's four sleeps (README, Performance).
+	 * Without a spin the reply is not there yet (a durable store's waits
+	 * for a flush): sleep first rather than try a recv() bound to fail.
 	 */
 	for (bool block = spin_ns == 0;; block = true) {
 		ssize_t got;

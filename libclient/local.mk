@@ -11,13 +11,26 @@ libclient_libtrust_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 
 lib_LTLIBRARIES += libclient/libcarmy.la
 libclient_libcarmy_la_SOURCES = libclient/client.c libclient/errors.c \
+	libclient/version.c libclient/reservation.h \
 	libclient/canon.h libclient/canon.c
 libclient_libcarmy_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -pthread \
 	$(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
 libclient_libcarmy_la_LIBADD = shm/libshm.la libclient/libwire.la \
 	libclient/libtrust.la common/libcommon.la \
 	$(MSGPACK_LIBS) $(XXHASH_LIBS)
-libclient_libcarmy_la_LDFLAGS = -pthread -version-info 0:0:0 \
+# The ABI version, libtool's current:revision:age, which is not the package
+# version (AC_INIT, CARMY_VERSION_*). At each release whose libcarmy
+# changed:
+#   - its source changed, its interface did not: revision + 1;
+#   - functions were added (nothing removed or changed): current + 1,
+#     revision 0, age + 1;
+#   - anything removed or changed incompatibly (a function's signature or
+#     meaning, a public struct's size or layout, an enum value): current + 1,
+#     revision 0, age 0.
+# The soname is libcarmy.so.(current - age): 1:0:0 gives libcarmy.so.1.
+# carmy_store.h's plugin ABI is versioned apart, by CARMY_STORE_ABI.
+CARMY_LT_VERSION = 1:0:0
+libclient_libcarmy_la_LDFLAGS = -pthread -version-info $(CARMY_LT_VERSION) \
 	-export-symbols-regex '^carmy_'
 
 include libclient/canon.mk
@@ -34,3 +47,10 @@ tests_libclient_check_trust_SOURCES = tests/libclient/check_trust.c
 tests_libclient_check_trust_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_libclient_check_trust_LDADD = libclient/libtrust.la \
 	$(CHECK_LIBS)
+
+# carmy_version() against the header's macros and configure's version.
+check_PROGRAMS += tests/libclient/check_version
+TESTS += tests/libclient/check_version
+tests_libclient_check_version_SOURCES = tests/libclient/check_version.c
+tests_libclient_check_version_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_libclient_check_version_LDADD = libclient/libcarmy.la $(CHECK_LIBS)

@@ -3,7 +3,7 @@
  *
  * msgpack-c trusts the element counts it reads and reserves memory for them
  * up front, so a five-byte array32 header claiming 4G elements costs
- * gigabytes (DEPENDENCIES.md). wire_scan() therefore walks every message
+ * gigabytes. wire_scan() therefore walks every message
  * first, with a fixed-size stack and no allocation, and refuses any count or
  * length that could not fit in what remains of the size cap. Only a complete
  * message it accepted is passed to msgpack_unpack_next(), where each count is

@@ -1,13 +1,60 @@
 /*
  * atomic.h - the atomic operations the segment protocol uses.
  *
- * They are liburcu's uatomic/cmm primitives. On x86-64 those are inline
- * assembly (a locked cmpxchg is a full barrier), which ThreadSanitizer
- * cannot see: it would report every publish-then-read of an entry as a
- * race. Under -fsanitize=thread (or with CARMY_ATOMIC_BUILTINS) the same
- * names map to the compiler's __atomic builtins with the orderings the
- * protocol relies on, so TSan checks the real happens-before edges instead
- * of guessing.
+ * What ships is liburcu's uatomic/cmm, for x86-64 (as in liburcu 0.13). Its
+ * primitives are inline assembly and volatile accesses, which
+ * ThreadSanitizer cannot see: it would report every publish-then-read of
+ * an entry as a race. Under -fsanitize=thread (gcc's __SANITIZE_THREAD__,
+ * clang's __has_feature(thread_sanitizer)) or with CARMY_ATOMIC_BUILTINS
+ * (the fuzzers define it, so that ASan sees every CAS as a memory access)
+ * the same names map to the compiler's __atomic builtins instead.
+ *
+ * Each primitive, as shipped on x86-64 and as mapped to builtins:
+ *
+ *   shm_load(p)    shipped: a compiler barrier, then a volatile load. The
+ *                  CPU (x86 TSO) keeps it ordered before every later load
+ *                  and store; the compiler does not (nothing after it is
+ *                  pinned). Builtins: an acquire load.
+ *   shm_store(p,v) shipped: a volatile store, then a compiler barrier.
+ *                  The CPU keeps it after every earlier load and store
+ *                  (a release, at the hardware level) but may let a later
+ *                  load pass it (the store buffer); the compiler may sink
+ *                  earlier plain stores below it. Builtins: a seq_cst
+ *                  store.
+ *   shm_cas(p,o,n) compare *p with o and, if equal, write n. Returns the
+ *                  value *p held, which equals o exactly when it
+ *                  succeeded. Shipped: lock cmpxchg with a memory clobber,
+ *                  a full barrier for CPU and compiler whether it succeeds
+ *                  or fails. A failed one writes nothing new: the locked
+ *                  instruction writes back the value it found, unchanged,
+ *                  and returns it. Builtins: seq_cst on success and on
+ *                  failure, where it is a seq_cst load only; the value
+ *                  found is written back into a local, not into *p, and
+ *                  returned. So what both promise of a failed shm_cas() is
+ *                  that *p is unchanged and the value returned was read
+ *                  with (at least) acquire ordering; the full barrier of
+ *                  x86 is not promised.
+ *   shm_add_return(p,v)  shipped: lock xadd, a full barrier; returns the
+ *                  new value. Builtins: seq_cst add-fetch. The same.
+ *   shm_xchg(p,v)  shipped: xchg (locked), a full barrier; returns the old
+ *                  value. Builtins: seq_cst exchange. The same.
+ *   shm_rmb()      shipped: cmm_smp_rmb(), a compiler barrier only (x86
+ *                  keeps loads in order). Builtins: an acquire fence.
+ *   shm_mb()       shipped: cmm_smp_mb(), mfence. Builtins: a seq_cst
+ *                  fence. The same.
+ *
+ * Where they differ, and why: shm_load() and shm_store() are stronger as
+ * builtins (acquire and seq_cst) than liburcu's volatile accesses, and
+ * shm_rmb() is a real fence there. TSan checks happens-before, and sees an
+ * edge only through an atomic it knows of: a relaxed load after a
+ * publishing CAS would be reported as a race although x86 orders it. The
+ * price is that a TSan run cannot catch code that leans on the stronger
+ * builtins: code that needs more than x86's ordering of a volatile access
+ * (a store then a load of another word, or the compiler kept from moving
+ * plain accesses across a load or store) must say so with shm_rmb(),
+ * shm_mb() or a locked operation, which mean the same in both mappings.
+ * On another architecture liburcu's own uatomic and cmm barriers apply
+ * (its cmm_smp_rmb() is then a real fence).
  */
 #ifndef CARMY_SHM_ATOMIC_H
 #define CARMY_SHM_ATOMIC_H
@@ -15,9 +62,6 @@
 #include <urcu/arch.h>
 #include <urcu/uatomic.h>
 
-/* gcc says __SANITIZE_THREAD__, clang __has_feature(thread_sanitizer);
- * CARMY_ATOMIC_BUILTINS asks for the builtins explicitly (the fuzzers use
- * it, so that ASan sees every CAS as a memory access). */
 #if !defined(CARMY_ATOMIC_BUILTINS) && defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define CARMY_ATOMIC_BUILTINS 1

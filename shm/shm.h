@@ -402,7 +402,7 @@ struct shm_result {
 	size_t len;
 };
 
-/* segment.c */
+/* ---- segment.c: layout, format, sanity, mapping, carmyd's liveness ---- */
 uint64_t shm_layout_signature(void);
 int shm_geometry(uint32_t capacity, uint32_t max_result,
 		 struct shm_geometry *geo);
@@ -419,6 +419,7 @@ int shm_hold_alive(struct shm_alive *a, const struct shm_view *v);
 bool shm_restore_alive(const struct shm_alive *a, uint32_t *was);
 void shm_let_go_alive(struct shm_alive *a);
 
+/* ---- here, inline: the view's parts, and a prefetch ---- */
 static inline struct shm_header *shm_header(const struct shm_view *v)
 {
 	return (struct shm_header *)v->base;
@@ -445,7 +446,8 @@ static inline void shm_prefetch_home(const struct shm_view *v,
 				       (v->geo.nbuckets - 1)]);
 }
 
-/* table.c: used by clients */
+/* ---- table.c: keys, reserve, look up, release, results, the ack slots
+ * (clients and carmyd) ---- */
 int shm_key_init(struct shm_key *k, uint64_t seed, const void *principal,
 		 size_t plen, const void *session, size_t slen,
 		 const void *request_id, size_t rlen);
@@ -460,6 +462,18 @@ void shm_settle_pending(const struct shm_view *v, uint32_t entry,
 			const uint8_t *exec);
 void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 			  const uint8_t *exec);
+int shm_wait_pending(const struct shm_view *v, uint32_t entry,
+		     const uint8_t *exec, int timeout_ms);
+bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
+	      uint32_t *bucket, uint64_t *word);
+int shm_restore(const struct shm_view *v, const struct shm_key *k,
+		const struct shm_restored *r, uint32_t *cursor, bool insert);
+bool shm_lookup(const struct shm_view *v, const struct shm_key *k,
+		struct shm_found *out);
+int shm_resolve(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+		const struct shm_restored *r);
+bool shm_published_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec);
 /* shm_ack_wait(): where carmyd's answer is. */
 #define SHM_ACK_DONE 0		/* the request succeeded: no reply follows */
 #define SHM_ACK_SOCKET 1	/* the answer is a reply on the socket */
@@ -479,7 +493,8 @@ void shm_ack_wake(const struct shm_view *v, uint32_t slot);
 bool shm_ack_awaits(const struct shm_view *v, uint32_t slot,
 		    const uint8_t *exec);
 int shm_ack_any(const struct shm_view *v, uint32_t slot);
-/* A request posted in a slot: shm/post.c. */
+
+/* ---- post.c: a request posted in an ack slot, and the bells ---- */
 struct shm_post {
 	uint32_t type;		/* WIRE_RESERVE (carmyd takes no other) */
 	uint32_t entry;
@@ -496,16 +511,9 @@ void shm_post_reset(const struct shm_view *v, uint32_t slot, uint32_t gen);
 bool shm_post_withdraw(const struct shm_view *v, uint32_t slot,
 		       uint32_t gen);
 void shm_bell_set(const struct shm_view *v, uint32_t bell, bool awake);
-int shm_wait_pending(const struct shm_view *v, uint32_t entry,
-		     const uint8_t *exec, int timeout_ms);
-bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
-	      uint32_t *bucket, uint64_t *word);
-int shm_restore(const struct shm_view *v, const struct shm_key *k,
-		const struct shm_restored *r, uint32_t *cursor, bool insert);
-bool shm_lookup(const struct shm_view *v, const struct shm_key *k,
-		struct shm_found *out);
 
-/* sweep.c: used by carmyd */
+/* ---- sweep.c: carmyd's writes: results, purges, sweeps, reclaiming
+ * tombstones, moves ---- */
 struct shm_sweep_stats {
 	uint32_t uncertain;	/* running entries turned uncertain */
 	uint32_t freed;		/* unpublished claims given back */
@@ -523,10 +531,6 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      uint32_t owner, const uint8_t *exec, int status,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
-int shm_resolve(const struct shm_view *v, uint32_t e, const uint8_t *exec,
-		const struct shm_restored *r);
-bool shm_published_as(const struct shm_view *v, uint32_t e,
-		      const uint8_t *exec);
 bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec);
 bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec, int status, int result_code,

@@ -35,6 +35,7 @@
 #include <check.h>
 
 #include "libclient/wire.h"
+#include "libclient/reservation.h"
 #include "tests/e2e/e2e.h"
 
 /* The temp root of this run, and a counter naming directories in it. */
@@ -1812,7 +1813,7 @@ START_TEST(test_a_post_its_client_does_not_await_is_dropped)
 			slot = i;	/* the one connection's */
 	ck_assert_uint_lt(slot, SHM_ACK_SLOTS);
 	gen = __atomic_load_n(&v.acks[slot].ak_post, __ATOMIC_ACQUIRE) >> 2;
-	p.entry = r.priv_entry;
+	p.entry = resv_entry(&r);
 	e2e_exec_bytes(r.execution_id, p.exec);
 	__atomic_store_n(&v.bells[0].bl_awake, 1, __ATOMIC_SEQ_CST);
 	ck_assert_int_eq(shm_post(&v, slot, 0, gen, &p), SHM_POSTED);

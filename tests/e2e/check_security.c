@@ -29,6 +29,7 @@
 #include <check.h>
 #include <msgpack.h>
 
+#include "libclient/reservation.h"
 #include "tests/e2e/e2e.h"
 
 #define MAX_RESULT 1024
@@ -422,7 +423,7 @@ START_TEST(test_completion_from_another_connection_is_not_owner)
 	/* Everything a thief could know, sent from the wrong connection. */
 	for (int status = CARMY_STATUS_COMPLETED; status <= CARMY_STATUS_CANCELLED;
 	     status++)
-		ck_assert_int_eq(raw_complete(&rw, r.priv_entry, exec, status, 0,
+		ck_assert_int_eq(raw_complete(&rw, resv_entry(&r), exec, status, 0,
 					      "stolen", 6), CARMY_ENOT_OWNER);
 	/* Still running, still the owner's. */
 	ck_assert_int_eq(carmy_begin(good, &call, &u), CARMY_EUNCERTAIN);
@@ -431,7 +432,7 @@ START_TEST(test_completion_from_another_connection_is_not_owner)
 	ck_assert_int_eq(carmy_complete(good, &r, CARMY_STATUS_COMPLETED, "mine", 4),
 			 0);
 	/* And once completed, still nobody else's to overwrite. */
-	ck_assert_int_ne(raw_complete(&rw, r.priv_entry, exec,
+	ck_assert_int_ne(raw_complete(&rw, resv_entry(&r), exec,
 				      CARMY_STATUS_FAILED, 0, "late", 4), 0);
 	ck_assert_int_eq(carmy_begin(good, &call, &u), CARMY_REPLAY);
 	ck_assert_int_eq(u.status, CARMY_STATUS_COMPLETED);
