@@ -233,11 +233,12 @@ const char *carmy_version(int *major, int *minor, int *patch);
  * here, once (see the macros of those names).
  *
  * Parameters:
- *   out          where the new handle is written; must not be NULL. Set to
- *                NULL first, so it is NULL on every failure.
+ *   out          where the new handle is written. Set to NULL first, so
+ *                it is NULL on every failure.
  *   socket_path  carmyd's socket; NULL for carmy_default_socket()'s path.
  * Returns:
  *   0                        *out is the new handle.
+ *   -EINVAL                  out is NULL.
  *   CARMY_EUNAVAILABLE       no carmyd listens there (no socket, refused,
  *                            not permitted), or it did not answer within
  *                            10 s.
@@ -456,13 +457,14 @@ int carmy_release(carmy_t *c, struct carmy_reservation *r);
  *
  * Parameters:
  *   c           the handle.
- *   call        the call, as for carmy_begin(); must not be NULL.
+ *   call        the call, as for carmy_begin().
  *   r           as for carmy_begin().
  *   timeout_ms  how long to wait at most; 0 or less: do not wait.
  * Returns:
  *   what carmy_begin() returns, after the wait. On timeout, or when no
  *   carmyd can be asked to wait, the CARMY_EUNCERTAIN (RUNNING) begin gave.
  *   Also:
+ *   -EINVAL              c, call or r is NULL.
  *   CARMY_EUNTRUSTED     the carmyd found for the wait's connection is not
  *                        one to trust (carmy_trust_detail() says why).
  *   CARMY_EDISCONNECTED  carmyd runs on another segment now (the handle is

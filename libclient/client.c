@@ -172,6 +172,8 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	carmy_t *c;
 	int rc;
 
+	if (out == NULL)
+		return -EINVAL;
 	*out = NULL;
 	if (socket_path == NULL) {
 		rc = carmy_default_socket(dflt, sizeof(dflt));
@@ -642,6 +644,8 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 	uint64_t deadline = clock_mono_ns() +
 			    (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 
+	if (c == NULL || call == NULL || r == NULL)
+		return -EINVAL;
 	for (;;) {
 		const void *part[3] = { call->principal, call->session,
 					call->request_id };

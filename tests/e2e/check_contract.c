@@ -896,6 +896,36 @@ END_TEST
 
 /* ------------------------------------------------------------ no carmyd */
 
+/* A NULL where the API needs a pointer is refused, never followed. */
+START_TEST(test_null_pointers_are_refused_with_einval)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("p", "s", "nulls");
+
+	ck_assert_int_eq(carmy_begin(NULL, &call, &r), -EINVAL);
+	ck_assert_int_eq(carmy_begin(c, NULL, &r), -EINVAL);
+	ck_assert_int_eq(carmy_begin(c, &call, NULL), -EINVAL);
+	ck_assert_int_eq(carmy_wait(NULL, &call, &r, 0), -EINVAL);
+	ck_assert_int_eq(carmy_wait(c, NULL, &r, 0), -EINVAL);
+	ck_assert_int_eq(carmy_wait(c, &call, NULL, 0), -EINVAL);
+	ck_assert_int_eq(carmy_complete(NULL, &r, CARMY_STATUS_COMPLETED, "", 0),
+			 -EINVAL);
+	ck_assert_int_eq(carmy_complete(c, NULL, CARMY_STATUS_COMPLETED, "", 0),
+			 -EINVAL);
+	ck_assert_int_eq(carmy_release(NULL, &r), -EINVAL);
+	ck_assert_int_eq(carmy_release(c, NULL), -EINVAL);
+	ck_assert_int_eq(carmy_resolve(c, NULL, "exec_00000000000000000000000000000000",
+				       1, CARMY_STATUS_COMPLETED, "", 0), -EINVAL);
+	ck_assert_int_eq(carmy_resolve(c, &call, NULL, 1,
+				       CARMY_STATUS_COMPLETED, "", 0), -EINVAL);
+	ck_assert_int_eq(carmy_connect(NULL, NULL), -EINVAL);
+	/* Nothing was reserved by any of them. */
+	expect_begin(c, &call, &r, CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
 START_TEST(test_connect_without_carmyd_is_unavailable)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -960,6 +990,7 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_table_full_of_released_buckets_recovers);
 	tcase_add_test(tc, test_codes_have_the_spec_names);
 	tcase_add_test(tc, test_errno_codes_have_their_errno_names);
+	tcase_add_test(tc, test_null_pointers_are_refused_with_einval);
 	tcase_add_test(tc, test_connect_without_carmyd_is_unavailable);
 	suite_add_tcase(s, tc);
 	return s;
