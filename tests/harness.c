@@ -101,7 +101,7 @@ static int spawn(struct carmyd_proc *d, const char *const *extra)
 	}
 	close(p[1]);
 	d->pid = pid;
-	if (wait_ready(p[0], 10000) != 0) {
+	if (wait_ready(p[0], HARNESS_WAIT_MS) != 0) {
 		close(p[0]);
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -183,7 +183,7 @@ int harness_stop(struct carmyd_proc *d)
 
 	if (d->pid > 0) {
 		kill(d->pid, SIGTERM);
-		st = harness_waitpid(d->pid, 10000);
+		st = harness_waitpid(d->pid, HARNESS_WAIT_MS);
 		if (st == -1) {
 			kill(d->pid, SIGKILL);
 			waitpid(d->pid, NULL, 0);

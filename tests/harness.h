@@ -23,16 +23,25 @@ struct carmyd_proc {
  * "tools/carmy-run"), from $CARMY_BUILDDIR (set by make check) or ".". */
 const char *harness_path(const char *rel, char *buf, size_t size);
 
+/*
+ * The deadline of a wait for an event that must come (carmyd ready or
+ * gone, a child's report, a log line, a reply): it bounds a failure only,
+ * so it is as long as a sanitised carmyd on a machine busy with other work
+ * may need, never a measure of speed.
+ */
+#define HARNESS_WAIT_MS 60000
+
 /* Start carmyd --foreground --transient in a fresh temp dir with extra
- * options (NULL-terminated list, may be NULL), and wait up to 10 s for its
- * ready line. Returns 0 or -1. With $CARMY_TEST_NOFILE set, carmyd starts
- * with that descriptor limit (soft and hard). */
+ * options (NULL-terminated list, may be NULL), and wait up to
+ * HARNESS_WAIT_MS for its ready line. Returns 0 or -1. With
+ * $CARMY_TEST_NOFILE set, carmyd starts with that descriptor limit (soft
+ * and hard). */
 int harness_start(struct carmyd_proc *d, const char *const *extra);
 
 /* Start again on the same socket and segment (after a kill). */
 int harness_restart(struct carmyd_proc *d, const char *const *extra);
 
-/* SIGTERM and wait for exit (10 s deadline, then SIGKILL). Returns the exit
+/* SIGTERM and wait for exit (HARNESS_WAIT_MS, then SIGKILL). Returns the exit
  * status as waitpid reports it, or -1. Removes the temp dir. */
 int harness_stop(struct carmyd_proc *d);
 

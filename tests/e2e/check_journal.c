@@ -1024,14 +1024,28 @@ END_TEST
 /* ------------------------------------------------------------ torn tail */
 
 #define TORN_N 40
-/* Every cut starts a carmyd and reads the whole journal back; a sanitised
- * build does that several times slower, so it takes fewer random cuts (the
- * two ends are always cut). */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define TORN_CUTS 8
-#else
+/*
+ * Every cut starts carmyd twice and reads the whole journal back each time:
+ * about half a second natively, several seconds under a sanitiser (carmyd's
+ * or the test's, see e2e_sanitised()) on a busy machine. So the sweep takes
+ * TORN_CUTS random cuts natively and TORN_CUTS_SANITISED under a sanitiser,
+ * besides the two ends, which are always cut. $CARMY_TORN_CUTS sets the
+ * number of random cuts either way: `make check-torn-sweep` (tests/e2e/
+ * local.mk) runs the full native sweep in any build, with Check's timeout
+ * raised to match.
+ */
 #define TORN_CUTS 30
-#endif
+#define TORN_CUTS_SANITISED 3
+
+/* How many random cuts: see above. carmyd is running (fill_journal's). */
+static int torn_cuts(const struct carmyd_proc *p)
+{
+	const char *env = getenv("CARMY_TORN_CUTS");
+
+	if (env != NULL && *env != '\0')
+		return atoi(env) > 0 ? atoi(env) : 0;
+	return e2e_sanitised(p) ? TORN_CUTS_SANITISED : TORN_CUTS;
+}
 
 static void make_torn_items(struct done *dn, int n)
 {
@@ -1051,8 +1065,9 @@ static void make_torn_items(struct done *dn, int n)
  * (so the journal holds them in this order), and stop carmyd cleanly.
  * Returns the size of an empty journal (its header), found by starting
  * carmyd once on the empty directory first: the format stays carmyd's.
+ * *cuts (if not NULL) gets torn_cuts() of the carmyd that wrote it.
  */
-static size_t fill_journal(const char *dir, struct done *dn, int n)
+static size_t fill_journal(const char *dir, struct done *dn, int n, int *cuts)
 {
 	char spec[160], path[160];
 	const char *opts[16];
@@ -1068,6 +1083,8 @@ static size_t fill_journal(const char *dir, struct done *dn, int n)
 	c = e2e_connect(&d);
 	for (int i = 0; i < n; i++)
 		record(c, &dn[i]);
+	if (cuts != NULL)
+		*cuts = torn_cuts(&d);
 	carmy_close(c);
 	c = NULL;
 	e2e_stop(&d);
@@ -1205,32 +1222,35 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 {
 	static struct done dn[TORN_N];
 	enum cut_seen seen[TORN_N];
-	size_t cuts[TORN_CUTS + 2], head, end, len;
+	size_t *cuts, head, end, len;
 	char dir[128], path[160];
 	uint8_t *orig;
-	int last_known[2] = { 0, 0 };
+	int last_known[2] = { 0, 0 }, ncuts;
 	uint64_t t0 = harness_now_ns();
 
 	rng_seed();
 	make_torn_items(dn, TORN_N);
 	new_dir(dir, sizeof(dir));
-	head = fill_journal(dir, dn, TORN_N);
+	head = fill_journal(dir, dn, TORN_N, &ncuts);
+	ncuts += 2;
 	journal_path(path, sizeof(path), dir);
 	orig = read_file(path, &len);
 	end = data_end(orig, len);
 	ck_assert_msg(head < end && end <= len, "header %zu, records end at "
 		      "%zu, file %zu bytes", head, end, len);
 	e2e_note("journal: %zu-byte header, records end at byte %zu, file "
-		 "%zu bytes", head, end, len);
+		 "%zu bytes; %d cuts", head, end, len, ncuts);
 
 	/* The two ends, and random bytes in between. */
+	cuts = calloc((size_t)ncuts, sizeof(*cuts));
+	ck_assert_ptr_nonnull(cuts);
 	cuts[0] = head;
 	cuts[1] = end;
-	for (int i = 2; i < TORN_CUTS + 2; i++)
+	for (int i = 2; i < ncuts; i++)
 		cuts[i] = head + (size_t)(rng_next() % (end - head));
-	qsort(cuts, TORN_CUTS + 2, sizeof(cuts[0]), cmp_size);
+	qsort(cuts, (size_t)ncuts, sizeof(cuts[0]), cmp_size);
 
-	for (int i = 0; i < TORN_CUTS + 2; i++) {
+	for (int i = 0; i < ncuts; i++) {
 		char cdir[128], cpath[160], jdir[160];
 		/* Keep the file's size with zeros after the cut (the
 		 * sectors that never reached the disk: a disk writes a
@@ -1264,14 +1284,14 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 		check_after_cut(cdir, dn, TORN_N, seen, at);
 		rm_rf(cdir);
 	}
-	e2e_note("%d cuts checked in %.0f ms", TORN_CUTS + 2, e2e_ms_since(t0));
+	e2e_note("%d cuts checked in %.0f ms", ncuts, e2e_ms_since(t0));
 	/* Cut short instead (the file ends at the cut): no crash leaves
 	 * that, since the file grows ahead of its records and never
 	 * shrinks. carmyd refuses it, naming the byte. */
 	for (int i = 0; i < 3; i++) {
 		char cdir[128], cpath[160], jdir[160], spec[160];
 		const char *opts[16];
-		size_t at = i == 0 ? end : i == 1 ? end - 5 : cuts[TORN_CUTS];
+		size_t at = i == 0 ? end : i == 1 ? end - 5 : cuts[ncuts - 2];
 
 		if (at <= head)
 			continue;
@@ -1284,6 +1304,7 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 		expect_refusal(opts, 0, "damaged at byte");
 		rm_rf(cdir);
 	}
+	free(cuts);
 	free(orig);
 	rm_rf(dir);
 }
@@ -1365,7 +1386,7 @@ static void expect_refusal(const char *const *extra, int want_exit,
 	/* Started after all: no need to wait for an exit that won't come. */
 	if (strstr(out, "carmyd ready") != NULL)
 		kill(pid, SIGKILL);
-	st = harness_waitpid(pid, 10000);
+	st = harness_waitpid(pid, HARNESS_WAIT_MS);
 	if (st == -1) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -1403,7 +1424,7 @@ START_TEST(test_damage_in_the_middle_is_refused_not_cut)
 
 	make_torn_items(dn, TORN_N);
 	new_dir(dir, sizeof(dir));
-	head = fill_journal(dir, dn, TORN_N);
+	head = fill_journal(dir, dn, TORN_N, NULL);
 	journal_path(path, sizeof(path), dir);
 	orig = read_file(path, &len);
 	end = data_end(orig, len);
@@ -1815,8 +1836,7 @@ START_TEST(test_a_post_its_client_does_not_await_is_dropped)
 	gen = __atomic_load_n(&v.acks[slot].ak_post, __ATOMIC_ACQUIRE) >> 2;
 	p.entry = resv_entry(&r);
 	e2e_exec_bytes(r.execution_id, p.exec);
-	__atomic_store_n(&v.bells[0].bl_awake, 1, __ATOMIC_SEQ_CST);
-	ck_assert_int_eq(shm_post(&v, slot, 0, gen, &p), SHM_POSTED);
+	e2e_post_awake(&v, slot, 0, gen, &p);
 	/* The loop takes it (at its tick at the latest). */
 	await_post_gone(&v, slot, "carmyd");
 	shm_unmap(&v);
@@ -1889,7 +1909,8 @@ START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
 	}
 	close(go[0]);
 	close(out[1]);
-	ck_assert_int_eq(e2e_read_full(out[0], exec, sizeof(exec), 20000), 0);
+	ck_assert_int_eq(e2e_read_full(out[0], exec, sizeof(exec),
+				       HARNESS_WAIT_MS), 0);
 	e2e_exec_bytes(exec, bytes);
 	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
 	for (uint32_t i = 0; i < v.geo.capacity; i++)
@@ -1935,10 +1956,11 @@ START_TEST(test_a_completion_whose_entry_was_purged_before_it_looked)
 	shm_unmap(&v);
 
 	ck_assert_int_eq(kill(pid, SIGCONT), 0);
-	ck_assert_msg(e2e_read_full(out[0], &rc, sizeof(rc), 20000) == 0,
+	ck_assert_msg(e2e_read_full(out[0], &rc, sizeof(rc),
+				    HARNESS_WAIT_MS) == 0,
 		      "carmy_complete never returned");
 	ck_assert_int_eq(rc, 0);
-	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), 0);
 	close(go[1]);
 	close(out[0]);
 	finish(dir);

@@ -300,12 +300,14 @@ START_TEST(test_running_out_of_descriptors_answers_without_spinning)
 	setenv("CARMY_TEST_NOFILE", "512", 1);
 	e2e_start(&d, opts);
 	open_silent(20);
-	/* Every descriptor it may have is taken, but for its spare. */
-	for (int i = 0; i < 200; i++) {
+	/* Every descriptor it may have is taken, but for its spare: once
+	 * carmyd has accepted the 20 (as many descriptors, and its own). */
+	for (uint64_t t0 = harness_now_ns();; usleep(10000)) {
 		fds = count_fds(d.pid);
 		if (fds >= 20 + 10)
 			break;
-		usleep(10000);
+		ck_assert_msg(e2e_ms_since(t0) < HARNESS_WAIT_MS, "carmyd holds "
+			      "%d descriptors, not 20 connections", fds);
 	}
 	rl.rlim_cur = rl.rlim_max = (rlim_t)fds;
 	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL), 0);
@@ -353,7 +355,8 @@ START_TEST(test_a_flood_of_bad_first_messages_is_logged_once)
 		      carmy_errname(rc));
 	/* carmyd has read the flood by now (its listen backlog is FIFO);
 	 * its first line may wait for the tick. */
-	ck_assert_msg(wait_log("malformed", 5000), "the flood was not logged");
+	ck_assert_msg(wait_log("malformed", HARNESS_WAIT_MS),
+		      "the flood was not logged");
 	e2e_note("%d log lines for 2000 bad connections", log_count() - before);
 	ck_assert_int_le(log_count() - before, 2);
 	ck_assert_int_eq(log_lines("malformed"), 1);
@@ -384,7 +387,8 @@ START_TEST(test_accept_failing_for_good_neither_spins_nor_floods_the_log)
 		return;
 	e2e_start(&d, opts);
 	open_silent(3);
-	ck_assert_msg(wait_log("accept:", 5000), "the failure was not logged");
+	ck_assert_msg(wait_log("accept:", HARNESS_WAIT_MS),
+		      "the failure was not logged");
 	cpu = cpu_percent_over(3000);
 	e2e_note("carmyd used %.1f%% of a CPU with accept() failing (%s)",
 		 cpu, strerror(err));
@@ -412,7 +416,8 @@ START_TEST(test_shed_connections_not_yet_closed_pause_accepting_without_spinning
 	/* 20 served, 16 shed for the next 16 (told TOO_MANY_CLIENTS, not
 	 * closed), and 8 more waiting to be accepted. */
 	open_silent(20 + 16 + 8);
-	ck_assert_msg(wait_log("connections:", 5000), "nothing was shed");
+	ck_assert_msg(wait_log("connections:", HARNESS_WAIT_MS),
+		      "nothing was shed");
 	cpu = cpu_percent_over(2000);
 	e2e_note("carmyd used %.1f%% of a CPU with 16 shed connections open",
 		 cpu);
@@ -556,7 +561,7 @@ START_TEST(test_max_clients_beyond_the_descriptor_limit_is_a_usage_error)
 		_exit(127);
 	}
 	close(p[1]);
-	st = harness_waitpid(pid, 10000);
+	st = harness_waitpid(pid, HARNESS_WAIT_MS);
 	if (st == -1) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -670,7 +675,8 @@ START_TEST(test_group_member_may_not_purge_or_resolve)
 	ck_assert_int_eq(retry_call(c, "lost"), CARMY_EUNCERTAIN);
 	snprintf(uid_text, sizeof(uid_text), "uid %u: purge refused",
 		 (unsigned)p.member);
-	ck_assert_msg(wait_log(uid_text, 5000), "no log line with the uid");
+	ck_assert_msg(wait_log(uid_text, HARNESS_WAIT_MS),
+		      "no log line with the uid");
 
 	/* Root may. */
 	ck_assert_int_eq(carmyctl((uid_t)-1, 0, NULL, 0, err, sizeof(err),
@@ -705,10 +711,12 @@ START_TEST(test_refusals_of_two_users_at_once_name_both)
 	ck_assert_msg(strstr(err, "NOT_PERMITTED") != NULL, "carmyctl: %s", err);
 	snprintf(uid_text, sizeof(uid_text), "uid %u: purge refused",
 		 (unsigned)p.member);
-	ck_assert_msg(wait_log(uid_text, 5000), "the first user is not named");
+	ck_assert_msg(wait_log(uid_text, HARNESS_WAIT_MS),
+		      "the first user is not named");
 	snprintf(uid_text, sizeof(uid_text), "uid %u: purge refused",
 		 (unsigned)other);
-	ck_assert_msg(wait_log(uid_text, 5000), "the second user is not named");
+	ck_assert_msg(wait_log(uid_text, HARNESS_WAIT_MS),
+		      "the second user is not named");
 	e2e_stop(&d);
 }
 END_TEST

@@ -122,7 +122,7 @@ static void expect_refused_or_fixed(const char *rid, const char *fixed)
 
 	if (rc == CARMY_RESERVED) {
 		e2e_note("%s: carmyd's check came before the first call", rid);
-		ck_assert(await_logged(fixed, 0, 5000));
+		ck_assert(await_logged(fixed, 0, HARNESS_WAIT_MS));
 		ck_assert_int_eq(carmy_release(c, &r), 0);
 	} else {
 		ck_assert_msg(rc == CARMY_EUNAVAILABLE, "%s: %s", rid,
@@ -142,7 +142,7 @@ static void scribble_alive_once(uint32_t word, const char *rid)
 	__atomic_store_n(alive_word(), word, __ATOMIC_RELEASE);
 	expect_refused_or_fixed(rid, ALIVE_FIXED);
 	expect_calls_go_through(rid);
-	ck_assert_msg(await_logged(ALIVE_FIXED, 0, 5000),
+	ck_assert_msg(await_logged(ALIVE_FIXED, 0, HARNESS_WAIT_MS),
 		      "carmyd did not log the repair");
 	ck_assert_uint_eq(__atomic_load_n(alive_word(), __ATOMIC_ACQUIRE), ours);
 	await_checks(2);
@@ -187,7 +187,7 @@ START_TEST(test_a_client_that_keeps_zeroing_the_word_is_logged_once)
 		 e2e_ms_since(t0));
 	ck_assert_int_eq(repairs, 4);
 	expect_calls_go_through("after-the-scribbler");
-	ck_assert_msg(await_logged(ALIVE_AGAIN, 0, 5000),
+	ck_assert_msg(await_logged(ALIVE_AGAIN, 0, HARNESS_WAIT_MS),
 		      "no word that the scribbling stopped");
 	errors = logged(ALIVE_FIXED);
 	/* One episode, unless this process was kept off the CPU for a whole
@@ -221,7 +221,7 @@ START_TEST(test_buckets_a_client_holds_blocked_are_freed_and_logged_once)
 	}
 	expect_refused_or_fixed("after-blocked", BUCKETS_FIXED);
 	expect_calls_go_through("after-blocked");
-	ck_assert_msg(await_logged(BUCKETS_FIXED, 0, 5000),
+	ck_assert_msg(await_logged(BUCKETS_FIXED, 0, HARNESS_WAIT_MS),
 		      "carmyd did not log the repair");
 	await_checks(2);
 	ck_assert_int_eq(logged(BUCKETS_FIXED), 1);

@@ -202,7 +202,7 @@ static void expect_refused(const char *opt, const char *value)
 		      opt, value, (char *)NULL);
 		_exit(127);
 	}
-	st = harness_waitpid(pid, 10000);
+	st = harness_waitpid(pid, HARNESS_WAIT_MS);
 	if (st == -1) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);

@@ -380,7 +380,7 @@ static uint32_t ask_back(const char *path, uint32_t owner)
 			 (ssize_t)sb.size);
 	msgpack_sbuffer_destroy(&sb);
 	while (n == 0) {
-		ssize_t got = e2e_read_full(fd, buf + have, 1, 5000);
+		ssize_t got = e2e_read_full(fd, buf + have, 1, HARNESS_WAIT_MS);
 
 		ck_assert_int_eq(got, 0);
 		have++;

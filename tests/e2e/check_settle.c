@@ -112,7 +112,8 @@ static void worker_start(struct worker *w, const struct carmy_call *call)
 	close(up[1]);
 	w->cmd = down[1];
 	w->rep = up[0];
-	ck_assert_msg(e2e_read_full(w->rep, w->exec, sizeof(w->exec), 10000) == 0,
+	ck_assert_msg(e2e_read_full(w->rep, w->exec, sizeof(w->exec),
+				    HARNESS_WAIT_MS) == 0,
 		      "the worker did not reserve");
 	ck_assert(e2e_exec_id_valid(w->exec));
 }
@@ -123,7 +124,7 @@ static int worker_do(struct worker *w, char what)
 	int st;
 
 	ck_assert_int_eq(write(w->cmd, &what, 1), 1);
-	st = harness_waitpid(w->pid, 10000);
+	st = harness_waitpid(w->pid, HARNESS_WAIT_MS);
 	ck_assert_msg(st >= 0, "the worker did not finish");
 	close(w->cmd);
 	close(w->rep);
@@ -289,7 +290,7 @@ static void waiter_start(struct waiter *wt, const struct carmy_call *call,
 	wt->call = *call;
 	wt->timeout_ms = timeout_ms;
 	ck_assert_int_eq(pthread_create(&wt->t, NULL, wait_thread, wt), 0);
-	ck_assert_msg(await_logged(WAIT_BEGINS, before, 5000),
+	ck_assert_msg(await_logged(WAIT_BEGINS, before, HARNESS_WAIT_MS),
 		      "carmyd never registered the waiter");
 }
 
@@ -542,7 +543,8 @@ static int raw_reply(int fd, int type)
 	long n = 0;
 
 	while (n == 0) {
-		ck_assert_int_eq(e2e_read_full(fd, buf + have, 1, 5000), 0);
+		ck_assert_int_eq(e2e_read_full(fd, buf + have, 1,
+					       HARNESS_WAIT_MS), 0);
 		have++;
 		n = wire_scan(buf, have, sizeof(buf));
 		ck_assert_int_ge(n, 0);
@@ -682,7 +684,7 @@ END_TEST
  * A peer that posts a request in its slot and hangs up at once: carmyd's
  * loop, woken by the hang-up, must not take the post in the same batch
  * (answering it drops the connection, which the batch's hang-up event
- * then named: a use after free, caught by the ASan run of this suite).
+ * then named: a use after free, which the ASan run of this suite reports).
  * Here the request is refused (an entry not its own), whole or torn, and
  * the bell is set as a client that read it a moment earlier would see it.
  */
@@ -706,10 +708,7 @@ START_TEST(test_a_peer_that_posts_and_hangs_up_harms_no_one)
 		last = v.acks[raw_slot].ak_word;	/* carmyd's mark */
 		gen = last >> 2;
 		ck_assert(shm_ack_expect(&v, raw_slot, &last, p.exec));
-		__atomic_store_n(&v.bells[raw_bell].bl_awake, 1,
-				 __ATOMIC_SEQ_CST);
-		ck_assert_int_eq(shm_post(&v, raw_slot, raw_bell, gen, &p),
-				 SHM_POSTED);
+		e2e_post_awake(&v, raw_slot, raw_bell, gen, &p);
 		if (torn)
 			v.acks[raw_slot].ak_exec[5] ^= 1;
 		close(fd);
@@ -761,7 +760,7 @@ START_TEST(test_a_request_sent_behind_a_wait_is_answered_after_it)
 			 (ssize_t)sb.size);
 	/* Once the WAIT is pending, the next request: it stays in the
 	 * socket, readable, until the WAIT is answered. */
-	ck_assert_msg(await_logged(WAIT_BEGINS, waits, 5000),
+	ck_assert_msg(await_logged(WAIT_BEGINS, waits, HARNESS_WAIT_MS),
 		      "carmyd never registered the WAIT");
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_reclaim(&sb), 0);

@@ -353,7 +353,7 @@ static void release_lock(long key, pid_t holder)
 	held_pid = 0;
 	psql(cmd, n, sizeof(n));
 	ck_assert_str_eq(n, "1");
-	ck_assert_int_ge(harness_waitpid(holder, 10000), 0);
+	ck_assert_int_ge(harness_waitpid(holder, HARNESS_WAIT_MS), 0);
 }
 
 /* Wait until a commit waits for hold_lock()'s lock. */
@@ -478,7 +478,7 @@ static struct seen client_report(pid_t pid, int up[2])
 	ck_assert_msg(e2e_read_full(up[0], &got, sizeof(got), 30000) == 0,
 		      "the client did not report");
 	close(up[0]);
-	ck_assert_int_eq(harness_waitpid(pid, 10000), 0);
+	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), 0);
 	return got;
 }
 
@@ -649,7 +649,7 @@ START_TEST(test_racing_instances_run_each_identity_once)
 					    60000) == 0,
 			      "racer %d did not report", p);
 		close(out[p][0]);
-		ck_assert_int_eq(harness_waitpid(pid[p], 10000), 0);
+		ck_assert_int_eq(harness_waitpid(pid[p], HARNESS_WAIT_MS), 0);
 	}
 	for (int i = 0; i < IDS; i++) {
 		int winner = -1;

@@ -459,6 +459,69 @@ static void backoff(unsigned *us)
 		*us *= 2;
 }
 
+/* ------------------------------------------------------------ speed */
+
+/* Does /proc/<pid>/maps name a sanitiser's runtime? */
+static bool maps_sanitiser(pid_t pid)
+{
+	char path[64], line[512];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+		found = strstr(line, "/libtsan.") != NULL ||
+			strstr(line, "/libasan.") != NULL;
+	fclose(f);
+	return found;
+}
+
+bool e2e_sanitised(const struct carmyd_proc *d)
+{
+	const char *env = getenv("CARMY_SANITISED");
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+	return true;
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+	return true;
+#endif
+#endif
+	if (env != NULL && *env != '\0' && strcmp(env, "0") != 0)
+		return true;
+	return d != NULL && d->pid > 0 && maps_sanitiser(d->pid);
+}
+
+/* ------------------------------------------------------------ posts */
+
+void e2e_post_awake(const struct shm_view *v, uint32_t slot, uint32_t bell,
+		    uint32_t gen, const struct shm_post *p)
+{
+	uint64_t t0 = harness_now_ns();
+	unsigned tries = 0;
+	int rc;
+
+	ck_assert_uint_lt(bell, SHM_BELLS);
+	for (;;) {
+		__atomic_store_n(&v->bells[bell].bl_awake, 1, __ATOMIC_SEQ_CST);
+		rc = shm_post(v, slot, bell, gen, p);
+		tries++;
+		if (rc != SHM_WITHDRAWN)
+			break;
+		ck_assert_msg(e2e_ms_since(t0) < HARNESS_WAIT_MS, "the loop "
+			      "went to sleep under %u posts", tries);
+		sched_yield();
+	}
+	ck_assert_msg(rc == SHM_POSTED, "shm_post: %d", rc);
+	if (tries > 1)
+		e2e_note("posted after %u tries (the loop went to sleep "
+			 "meanwhile)", tries);
+}
+
 /* ------------------------------------------------------------ logs */
 
 int e2e_logged(const char *path, const char *what)

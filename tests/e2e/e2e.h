@@ -64,6 +64,21 @@ bool e2e_alive(const struct carmyd_proc *d);
 /* Connect, asserting success. */
 carmy_t *e2e_connect(const struct carmyd_proc *d);
 
+/* Is carmyd (d, running) or this test program built with a sanitiser, or is
+ * $CARMY_SANITISED set (to anything but "" or "0")? Either runs several
+ * times slower: heavy tests take a smaller sample then. carmyd is judged by
+ * the sanitiser runtime it has mapped (a shared libasan or libtsan); a
+ * runtime linked in statically is told by $CARMY_SANITISED. */
+bool e2e_sanitised(const struct carmyd_proc *d);
+
+/* Post p in slot (generation gen) for the loop ringing bell, as a client
+ * that found that loop awake: set the bell to awake and shm_post(). A loop
+ * may go to sleep between the two, and shm_post() then takes the post back
+ * (SHM_WITHDRAWN), as it must; the bell is set again and the post retried
+ * until it stands (SHM_POSTED), asserted within HARNESS_WAIT_MS. */
+void e2e_post_awake(const struct shm_view *v, uint32_t slot, uint32_t bell,
+		    uint32_t gen, const struct shm_post *p);
+
 /* ------------------------------------------------------------ checks */
 
 /* Does id match ^exec_[0-9a-f]{32}$ ? */

@@ -28,8 +28,9 @@
  * itself. Ticket words are what | pid << 5 like SHM_T_WHAT / SHM_T_PID;
  * client c's owner id is 15 + c and its pid is c.
  *
- * Map from the model to the C code (file:line as of commit 236ed35, which
- * fixed the two bugs this model found; OLD_* restores the code before it):
+ * Map from the model to the C code (file:line). OLD_* build two unsafe
+ * variants the search must reject (A: the sweep, B: FULL without the
+ * sequence re-check), to show that it finds what it is there to find:
  *
  *  proctype Client        a client process (libclient/client.c)
  *    c_op                 carmy_begin, client.c:177; its retry loop :207
@@ -43,7 +44,7 @@
  *    r_claim              ticket_claim :341-359 (cursor :345 and :352, the
  *                         load and CAS :348-351 as one CAS: the load is a
  *                         fast path only); no ticket: the sequence
- *                         re-check :139-141 (OLD_FULL removes it: bug B)
+ *                         re-check :139-141 (OLD_FULL removes it: variant B)
  *                         and SHM_OUT_FULL :142
  *    r_fill               entry_fill :363-381 (identity; then exec id and
  *                         result fields), called at :144
@@ -108,15 +109,15 @@
  *    d_sweep              shm_sweep sweep.c:129-143 (ticket load :133)
  *      d_sweep_ticket     sweep_ticket sweep.c:80-121 (CAS -> SWEEPING
  *                         :90-92, pid_gone asked before looking :95 (with
- *                         OLD_PID_ORDER after, as before 236ed35: bug A),
+ *                         OLD_PID_ORDER after: variant A),
  *                         published_at :97, FREE :98-100, ORPHAN :101-105,
  *                         LIVE :109-112, CAS -> UNCERTAIN :115, LIVE :116)
  *      d_settle_orphan    an ORPHAN whose process is gone, sweep.c:139-141:
  *                         settle_orphan :152-174 (CAS -> SWEEPING :159,
  *                         published final: LIVE :162-165; not published,
  *                         or published and CAS -> TOMB: FREE :167-171).
- *                         OLD_ORPHAN_FREE: one CAS -> FREE instead, as
- *                         before 236ed35 (bug A)
+ *                         OLD_ORPHAN_FREE: one CAS -> FREE instead
+ *                         (variant A)
  *    d_reclaim            shm_reclaim sweep.c:190-222
  *      d_compact          compact sweep.c:324-367 (word :330, home through
  *                         shm_entry_home :435-459, the path :338-342,
@@ -177,10 +178,10 @@
  *  RESTART        carmyd declares client 1's owner dead while it runs
  *  NO_KILL        client 1 is never killed (its owner dies only with
  *                 RESTART)
- *  OLD_SWEEP      the sweep before 236ed35 (bug A): OLD_PID_ORDER
+ *  OLD_SWEEP      the sweep's unsafe variant A: OLD_PID_ORDER
  *                 (pid_gone asked after looking) and OLD_ORPHAN_FREE
  *                 (an ORPHAN freed without looking)
- *  OLD_FULL       SHM_OUT_FULL without the sequence re-check (bug B)
+ *  OLD_FULL       SHM_OUT_FULL without the sequence re-check (variant B)
  *  MUTATE_*       remove one protocol step (see the labels above)
  */
 
@@ -196,7 +197,7 @@
 #ifndef MAXRECL
 #define MAXRECL	1
 #endif
-#ifdef OLD_SWEEP		/* both halves of bug A */
+#ifdef OLD_SWEEP		/* both halves of variant A */
 #define OLD_PID_ORDER
 #define OLD_ORPHAN_FREE
 #endif
@@ -376,8 +377,8 @@ r_claim:			i = cur; k = 0;
 				if
 				:: tkt == NONE ->
 					/* FULL is an "absent" verdict too: the
-					 * sequence is re-checked first (OLD_FULL:
-					 * as before 236ed35, it was not: bug B) */
+					 * sequence is re-checked first (OLD_FULL,
+					 * variant B, does not) */
 #ifndef OLD_FULL
 					if
 					:: seq != s -> goto r_restart
@@ -778,7 +779,7 @@ d_settle_orphan:
 			:: else
 			fi
 #else
-			/* before 236ed35: freed at once (bug A) */
+			/* variant A: freed at once */
 			atomic {
 				if
 				:: tk[e] == t ->

@@ -44,7 +44,8 @@
 #define SECTOR 512		/* JREC_SECTOR */
 #define SEEN_MAX 1024		/* executions a test's load() may hand over */
 #define WAIT_S 60		/* deadline for a compaction to end */
-#define CATCHUP_MIN (64u << 10)	/* JOURNAL_CATCHUP_MIN in compact.c */
+/* JOURNAL_CATCHUP_MIN in stores/journal/compact.c */
+#define CATCHUP_MIN (64u << 10)
 
 /* ------------------------------------------------------------ helpers */
 
