@@ -29,8 +29,8 @@
 #include "shm/atomic.h"
 #include "tests/e2e/e2e.h"
 
-/* The requirement is 100 ms; the assertion leaves room for a loaded CI
- * machine so that the suite is not flaky. The figure is printed. */
+/* The requirement is 100 ms; make check-timing asserts it with room for
+ * a loaded machine (e2e_within). The figure is always printed. */
 #define LATENCY_LIMIT_MS 1000.0
 /* How long a retry polls for the death to be noticed: a bound on failure,
  * not the measure (that is LATENCY_LIMIT_MS). */
@@ -86,7 +86,7 @@ static void expect_interrupted(const struct e2e_child *ch,
 		      ms, carmy_errname(rc), carmy_state_name(r.state));
 	ck_assert_str_eq(r.execution_id, ch->exec);
 	e2e_note("dead owner (%s): uncertain after %.3f ms", how, ms);
-	ck_assert_msg(ms < LATENCY_LIMIT_MS, "%s: %.1f ms to notice", how, ms);
+	e2e_within(ms, LATENCY_LIMIT_MS, "dead owner noticed");
 
 	for (int i = 0; i < 200; i++) {
 		rc = carmy_begin(c, call, &r);

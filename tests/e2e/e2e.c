@@ -225,6 +225,19 @@ void e2e_exec_bytes(const char *id, uint8_t out[SHM_EXEC_LEN])
 	}
 }
 
+void e2e_within(double ms, double limit_ms, const char *what)
+{
+	const char *env = getenv("CARMY_TIMING");
+	bool strict = env != NULL && strcmp(env, "1") == 0;
+
+	e2e_note("%s: %.1f ms (bound %.0f ms%s)", what, ms, limit_ms,
+		 ms < limit_ms ? "" : strict ? ", MISSED" :
+		 ", missed: asserted only by make check-timing");
+	if (strict)
+		ck_assert_msg(ms < limit_ms, "%s: %.1f ms, over %.0f ms", what,
+			      ms, limit_ms);
+}
+
 void e2e_note(const char *fmt, ...)
 {
 	va_list ap;
