@@ -200,7 +200,6 @@ double bench_timer_overhead_us(void)
 	return med;
 }
 
-
 /* ------------------------------------------------------------ workers */
 
 static void worker_main(const struct bench_figure *f, int index, int procs)

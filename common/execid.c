@@ -5,11 +5,7 @@
 
 #include "common/execid.h"
 
-/* A replay formats one on the client's fast path: a two-byte copy per
- * byte from a table, not two lookups and shifts. */
-void execid_format(char *out, const uint8_t id[EXECID_LEN])
-{
-	static const char pairs[] =
+const char execid_hex_pairs[512] =
 	"000102030405060708090a0b0c0d0e0f"
 	"101112131415161718191a1b1c1d1e1f"
 	"202122232425262728292a2b2c2d2e2f"
@@ -26,13 +22,6 @@ void execid_format(char *out, const uint8_t id[EXECID_LEN])
 	"d0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
 	"e0e1e2e3e4e5e6e7e8e9eaebecedeeef"
 	"f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
-	char *p = out + 5;
-
-	memcpy(out, "exec_", 5);
-	for (int i = 0; i < EXECID_LEN; i++, p += 2)
-		memcpy(p, pairs + 2 * id[i], 2);
-	*p = '\0';
-}
 
 static int digit(char ch)
 {

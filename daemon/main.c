@@ -388,7 +388,7 @@ bad:
 /*
  * Every connection is a descriptor: --max-clients must leave carmyd the
  * ones it needs for itself, or accept() would fail with EMFILE before the
- * cap is reached (server.c copes, but refuses more than it must). The soft
+ * cap is reached (conn.c copes, but refuses more than it must). The soft
  * limit is raised to the hard one first: carmyd uses epoll, never
  * select(). Returns 0, or -1 after a usage error.
  */
@@ -401,7 +401,7 @@ static int size_clients(struct carmyd_config *cfg)
 	uint64_t limit;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
-		/* Not capped by what we cannot see (server.c copes). */
+		/* Not capped by what we cannot see (conn.c copes). */
 		if (cfg->max_clients == 0)
 			cfg->max_clients = CARMYD_MAX_CLIENTS_MAX;
 		return 0;

@@ -854,13 +854,10 @@ uint32_t store_reclaim(struct store *s)
 
 static uint32_t reclaim(struct store *s)
 {
-	struct timespec ts;
-	uint64_t now;
+	uint64_t now = clock_mono_ns();
 
 	/* A RECLAIM request costs a scan of the index: at most one per
 	 * millisecond, however many clients ask. */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	if (now - s->last_reclaim_ns < 1000000)
 		return 0;
 	s->last_reclaim_ns = now;
@@ -1378,8 +1375,6 @@ bool store_peer_pid_usable(pid_t pid)
 	return fields == 1;
 }
 
-
-
 /*
  * When process pid started, in CLOCK_REALTIME ns, or 0 if unknown: field 22
  * of /proc/PID/stat (clock ticks since boot; fields counted after the last
@@ -1421,7 +1416,6 @@ static uint64_t proc_start_ns(uint32_t pid)
 		return 0;
 	return btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
 }
-
 
 /* Zero the pages of a new segment, at the kernel's pace, while the store is
  * restored into it and clients are already served: a big segment takes

@@ -894,7 +894,6 @@ static int reconnect(carmy_t *c, int wait_ms)
 	return rc;
 }
 
-
 /*
  * Is carmyd still the one that gave us our owner id? A restarted carmyd
  * bumps the epoch in the header and no longer knows our id: one load tells
@@ -1292,7 +1291,6 @@ static int same_segment(carmy_t *c)
 	return rc;
 }
 
-
 /* Read exactly one message. Replies are small and there is only ever one
  * outstanding, so any byte beyond the message is a protocol error. */
 static int recv_msg(int fd, int timeout_ms, uint64_t spin_ns,
@@ -1444,7 +1442,6 @@ static void prefault_ahead(carmy_t *c)
 		__atomic_store_n(&prefault_works, 0, __ATOMIC_RELAXED);
 }
 
-
 /*
  * One more answer of a kind, in our stripe. A plain load and store, not a
  * locked add: replay is a 0.08 µs path and a locked add costs a tenth of
@@ -1458,8 +1455,6 @@ static inline void count(uint64_t *counter)
 			 __ATOMIC_RELAXED);
 }
 
-
-
 /* A whole message to carmyd, or DISCONNECTED. */
 static int send_msg(int fd, const void *buf, size_t len)
 {
@@ -1470,7 +1465,6 @@ static uint64_t mono_ms(void)
 {
 	return clock_mono_ns() / 1000000u;
 }
-
 
 /* An integer setting from the environment, 0..max; anything else (unset,
  * empty, not a number, out of range) leaves the default. */

@@ -10,7 +10,7 @@ stores_libstores_la_SOURCES = stores/stores.h stores/memory.c \
 	stores/journal/index.c stores/journal/recover.c \
 	stores/journal/compact.c stores/journal/journal.c
 stores_libstores_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden -pthread $(XXHASH_CFLAGS)
-stores_libstores_la_LIBADD = common/libcommon.la $(XXHASH_LIBS) -lpthread
+stores_libstores_la_LIBADD = common/liblog.la common/libcommon.la $(XXHASH_LIBS) -lpthread
 
 # The PostgreSQL store (stores/pg/): a shared store plugin, built when libpq
 # is found and installed in pkglibdir as carmy_store_pg.so. Its one exported
@@ -23,5 +23,5 @@ stores_pg_carmy_store_pg_la_SOURCES = stores/pg/pg.h stores/pg/store_pg.c \
 	stores/pg/rows.c stores/pg/util.c
 stores_pg_carmy_store_pg_la_CFLAGS = $(AM_CFLAGS) $(LIBPQ_CFLAGS) -pthread
 stores_pg_carmy_store_pg_la_LDFLAGS = -module -avoid-version -shared
-stores_pg_carmy_store_pg_la_LIBADD = $(LIBPQ_LIBS) -lpthread
+stores_pg_carmy_store_pg_la_LIBADD = common/libcommon.la $(LIBPQ_LIBS) -lpthread
 endif

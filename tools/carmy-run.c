@@ -948,6 +948,8 @@ static int print_result(const struct opts *o, const char *exec_id,
 			int status, bool replayed, int exit_code,
 			const void *out, size_t len)
 {
+	int rc = 0;
+
 	if (o->json) {
 		fputs("{\"execution_id\":", stdout);
 		json_put_str(stdout, exec_id);
@@ -959,15 +961,16 @@ static int print_result(const struct opts *o, const char *exec_id,
 		fputs("}\n", stdout);
 		if (fflush(stdout) == 0 && !ferror(stdout))
 			return exit_code;
-	} else if (io_write_all(STDOUT_FILENO, out, len) == 0) {
+	} else if ((rc = io_write_all(STDOUT_FILENO, out, len)) == 0) {
 		return exit_code;
 	}
+	if (rc == 0)
+		rc = -errno;	/* stdio's error */
 	/* The result is recorded, so a retry will print it again. */
 	fprintf(stderr, "carmy-run: %s: cannot write standard output: %s\n",
-		carmy_errname(-errno), strerror(errno));
+		carmy_errname(rc), strerror(-rc));
 	return EXIT_INTERNAL;
 }
-
 
 /* Print an error, as a line on stderr or as the one JSON object on stdout,
  * and return exit_status. exec_id and state may be NULL (unknown). */

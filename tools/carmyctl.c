@@ -1228,7 +1228,6 @@ static bool find_exec(const struct shm_view *v, const char *id,
 
 /* ------------------------------------------------------------ helpers */
 
-
 /* "90", "90s", "15m", "2h", "7d" into nanoseconds. */
 static int parse_age(const char *s, uint64_t *ns)
 {
@@ -1284,8 +1283,6 @@ static void put_age(FILE *f, uint64_t ns)
 	else
 		fprintf(f, "%5llud", (unsigned long long)(s / 86400));
 }
-
-
 
 static int fail(const char *what, int code)
 {

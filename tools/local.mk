@@ -14,5 +14,5 @@ tools_carmyctl_SOURCES = tools/carmyctl.c tools/json.h tools/json.c \
 	tools/text.h tools/text.c
 tools_carmyctl_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS) -pthread
 tools_carmyctl_LDADD = libclient/libcarmy.la stores/libstores.la shm/libshm.la \
-	libclient/libwire.la libclient/libtrust.la common/libcommon.la \
+	libclient/libwire.la libclient/libtrust.la common/liblog.la common/libcommon.la \
 	$(MSGPACK_LIBS) $(XXHASH_LIBS) -lpthread

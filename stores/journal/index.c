@@ -1,5 +1,5 @@
 /*
- * journal_index.c - struct jidx (journal_int.h): which executions stand
+ * index.c - struct jidx (internal.h): which executions stand
  * and where their records are, and how each record read or written
  * changes that (jidx_record()). It holds no copy of a record: an identity
  * is read back from the file (or recovery's mapping of it) when its hash

@@ -145,7 +145,6 @@ int pg_decode_row(const PGresult *r, int row, int base,
 void pg_say(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 const char *pg_pq_error(const char *msg, char *buf, size_t len);
-const char *pg_hex16(const uint8_t id[16], char out[33]);
 
 #pragma GCC visibility pop
 

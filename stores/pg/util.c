@@ -48,15 +48,3 @@ const char *pg_pq_error(const char *msg, char *buf, size_t len)
 	buf[n] = '\0';
 	return buf;
 }
-
-const char *pg_hex16(const uint8_t id[16], char out[33])
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (int i = 0; i < 16; i++) {
-		out[2 * i] = digits[id[i] >> 4];
-		out[2 * i + 1] = digits[id[i] & 15];
-	}
-	out[32] = '\0';
-	return out;
-}

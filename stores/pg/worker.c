@@ -18,6 +18,8 @@
 #include <libpq-fe.h>
 
 #include "carmy_store.h"
+#include "common/clock.h"
+#include "common/execid.h"
 #include "stores/pg/pg.h"
 
 #define TRIES_MAX 20		/* runs of one batch before -EAGAIN */
@@ -32,16 +34,16 @@ static int run_once(struct pg_store *s, size_t n);
  * backoff, then name what stands for an operator to resolve. */
 static void withdraw_at_close(struct pg_store *s)
 {
-	char hex[33];
+	char exec_text[EXECID_TEXT_LEN + 1];
 
 	if (s->nwd == 0)
 		return;
 	s->retry_ms = 0;
 	run_batch(s, 0);
 	for (size_t i = 0; i < s->nwd; i++)
-		pg_say("instance %s: exec %s may stand as running though its "
+		pg_say("instance %s: %s may stand as running though its "
 		       "reservation was reported failed: resolve it as not "
-		       "committed", s->instance, pg_hex16(s->wd[i].exec, hex));
+		       "committed", s->instance, (execid_format(exec_text, s->wd[i].exec), exec_text));
 }
 
 /* Take what is queued, up to BATCH_MAX, and write it; until close. */
@@ -74,13 +76,6 @@ void *pg_worker(void *arg)
 	return NULL;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /*
  * The connection, working, set up and holding the instance's name, for a
@@ -96,14 +91,14 @@ static int ready(struct pg_store *s)
 
 	if (!s->session || PQstatus(s->conn) != CONNECTION_OK) {
 		s->session = s->named = false;
-		if (s->down != 0 && now_ms() < s->retry_ms)
+		if (s->down != 0 && clock_mono_ns() / 1000000 < s->retry_ms)
 			return s->down;	/* s->why: the last attempt's */
 		rc = pg_reconnect(s, err, sizeof(err));
 		if (rc != 0) {
 			s->backoff_ms = s->backoff_ms == 0 ? BACKOFF_MIN_MS :
 					s->backoff_ms * 2 > BACKOFF_MAX_MS ?
 					BACKOFF_MAX_MS : s->backoff_ms * 2;
-			s->retry_ms = now_ms() + s->backoff_ms;
+			s->retry_ms = clock_mono_ns() / 1000000 + s->backoff_ms;
 		} else {
 			s->backoff_ms = 0;
 			s->session = fresh = true;
@@ -206,15 +201,15 @@ static void remember(struct pg_store *s, const struct carmy_store_record *r)
 {
 	struct withdrawal *w;
 	size_t len = (size_t)r->len[0] + r->len[1] + r->len[2], off = 0;
-	char hex[33];
+	char exec_text[EXECID_TEXT_LEN + 1];
 
 	if (s->nwd == WITHDRAW_MAX || (w = &s->wd[s->nwd],
 				       w->id = malloc(len)) == NULL) {
-		pg_say("instance %s: cannot remember to withdraw exec %s, "
+		pg_say("instance %s: cannot remember to withdraw %s, "
 		       "whose reservation was reported failed but may have "
 		       "committed: if it stands as running, resolve it as not "
 		       "committed",
-		       s->instance, pg_hex16(r->exec, hex));
+		       s->instance, (execid_format(exec_text, r->exec), exec_text));
 		return;
 	}
 	memcpy(w->exec, r->exec, 16);

@@ -1,5 +1,5 @@
 /*
- * check_contract.c - the spec's contract against a real carmyd: identity,
+ * check_contract.c - Carmy's contract against a real carmyd: identity,
  * fingerprint, execution ids, the four rows, recorded statuses, release,
  * and what a client is told when there is no carmyd.
  *

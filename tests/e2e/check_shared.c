@@ -1,7 +1,7 @@
 /*
  * check_shared.c - two carmyds, each with its own segment and socket (two
  * hosts, as far as they can tell), sharing one real PostgreSQL through the
- * PostgreSQL store plugin (stores/pg/). What must hold is the spec's
+ * PostgreSQL store plugin (stores/pg/). What must hold is Carmy's
  * multi-instance promise: one identity runs once whichever instance its
  * calls reach; a result recorded through one replays through the other with
  * the same execution id; other arguments are a conflict; a call running or

@@ -3,7 +3,7 @@ check_PROGRAMS += tests/stores/check_journal
 TESTS += tests/stores/check_journal
 tests_stores_check_journal_SOURCES = tests/stores/check_journal.c
 tests_stores_check_journal_CFLAGS = $(TEST_CFLAGS) -pthread
-tests_stores_check_journal_LDADD = stores/libstores.la common/libcommon.la \
+tests_stores_check_journal_LDADD = stores/libstores.la common/liblog.la common/libcommon.la \
 	$(CHECK_LIBS) $(XXHASH_LIBS) -lpthread
 # Fault injection: the journal's fsync(), fdatasync() and pwrite() go
 # through the test's wrappers (the library is linked in statically).
