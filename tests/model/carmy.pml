@@ -28,59 +28,91 @@
  * itself. Ticket words are what | pid << 5 like SHM_T_WHAT / SHM_T_PID;
  * client c's owner id is 15 + c and its pid is c.
  *
- * Map from the model to the C code (file:line). OLD_* build two unsafe
- * variants the search must reject (A: the sweep, B: FULL without the
- * sequence re-check), to show that it finds what it is there to find:
+ * Map from the model to the C code, as file:`function` and the step in
+ * it. OLD_* build two unsafe variants the search must reject (A: the
+ * sweep, B: FULL without the sequence re-check), to show that it finds
+ * what it is there to find:
  *
  *  proctype Client        a client process (libclient/client.c)
- *    c_op                 carmy_begin, client.c:177; its retry loop :207
- *    c_again              a new shm_reserve call of that loop (after
- *                         RECLAIM, client.c:217-226, or -EAGAIN, :244-245)
- *    r_restart            shm_reserve's restart, shm/table.c:110; the even
- *                         sh_move_seq load :114-121 (spinning on odd is
- *                         blocking here; the BUSY_SPINS give-up is not
- *                         modelled)
- *    r_probe              the linear probe from home, bucket load :122-125
- *    r_claim              ticket_claim :341-359 (cursor :345 and :352, the
- *                         load and CAS :348-351 as one CAS: the load is a
- *                         fast path only); no ticket: the sequence
- *                         re-check :139-141 (OLD_FULL removes it: variant B)
- *                         and SHM_OUT_FULL :142
- *    r_fill               entry_fill :363-381 (identity; then exec id and
- *                         result fields), called at :144
- *    r_enbucket           en_bucket = b, :146
- *    r_recheck            the sh_move_seq re-check before publishing,
- *                         :147-149 (MUTATE_NO_SEQ_RECHECK removes it)
- *    r_publish            CAS FREE -> RUNNING, :150-152
- *    r_reread             the ticket re-read after publishing, :153
- *                         (MUTATE_NO_TICKET_REREAD removes it)
- *    r_withdraw           CAS RUNNING -> TOMB and SHM_OUT_DEAD, :154-156
- *    r_reserved           SHM_OUT_RESERVED, :158-165
- *    r_blocked            a BLOCKED bucket: start over, :167-172
+ *    c_op                 libclient/client.c:`carmy_begin`, and the loop
+ *                         in it that calls shm_reserve and switches on its
+ *                         outcome
+ *    c_again              a new shm/table.c:`shm_reserve` call of that
+ *                         loop: after NOFREE's RECLAIM request, or after
+ *                         `shm_read_result` said -EAGAIN
+ *    r_restart            shm/table.c:`shm_reserve`, its `restart:` label:
+ *                         the even sh_move_seq load before the probe
+ *                         (spinning on odd is blocking here; the
+ *                         BUSY_SPINS give-up is not modelled)
+ *    r_probe              the linear probe from the home bucket, one
+ *                         bucket word load a step
+ *    r_claim              shm/table.c:`ticket_claim`, called at a FREE
+ *                         bucket while no ticket is held: the search from
+ *                         the owner's cursor and the cursor stored past
+ *                         the ticket taken; each ticket's load and CAS
+ *                         FREE -> owner|pid as one CAS (the load is a fast
+ *                         path only). No ticket: back in `shm_reserve`,
+ *                         the re-check of the move sequence before
+ *                         SHM_OUT_FULL (OLD_FULL removes it: variant B),
+ *                         and SHM_OUT_FULL. (The NEED_FP and NODAEMON
+ *                         returns before the claim are not modelled: the
+ *                         fingerprint is always there, carmyd always up.)
+ *    r_fill               shm/table.c:`entry_fill`: the identity, then the
+ *                         exec id (make_exec) and the result fields
+ *    r_enbucket           in `shm_reserve`, the plain store en_bucket = b
+ *                         after filling
+ *    r_recheck            the re-check of the move sequence after filling,
+ *                         before publishing (MUTATE_NO_SEQ_RECHECK removes
+ *                         it)
+ *    r_publish            the CAS FREE -> RUNNING of the bucket word (lost:
+ *                         restart)
+ *    r_reread             the ticket load after publishing, compared with
+ *                         our owner|pid (MUTATE_NO_TICKET_REREAD removes
+ *                         it)
+ *    r_withdraw           the ticket changed: the CAS RUNNING -> TOMB on
+ *                         the word we published, and SHM_OUT_DEAD
+ *                         (`shm_withdraw_pending` before it, the durable
+ *                         store's futex word, is not modelled)
+ *    r_reserved           SHM_OUT_RESERVED
+ *    r_blocked            a BLOCKED bucket: spin and restart
  *                         (MUTATE_NO_BLOCKED: steps over it instead)
- *    r_match              a live bucket with our tag, :173-199:
- *                         entry_matches :184 / :385-403 (en_bucket :391,
- *                         identity :393-400), the word re-read :188-189
- *                         (MUTATE_NO_WORD_RECHECK removes it), the
- *                         ticket given back :192-194, SHM_OUT_FOUND
- *    r_nofree             no FREE bucket: re-check, ticket back, NOFREE,
- *                         :201-207; the RECLAIM request and second probe,
- *                         client.c:217-226
- *    r_end                carmy_begin's answer, client.c:208-254
- *    r_replay             shm_read_result table.c (the bucket the probe
- *                         found it in, its word checked before and after
- *                         the result and exec are copied);
- *                         -EAGAIN retry client.c:243-245
- *    c_release            carmy_release client.c:297-310 -> shm_release
- *                         table.c:304-328
- *      o_owns             shm_owns :263-293 (seq :272-278, en_bucket :280,
- *                         word :283, seq re-check :285, ticket :289-290)
- *      c_rel_cas          CAS RUNNING -> TOMB, :316
- *      c_rel_ticket       ticket load and CAS -> FREE, :320-323
- *    c_complete           carmy_complete's WIRE_COMPLETE request and the
- *                         wait for its reply, client.c:257-295 (its
- *                         shm_owns pre-check at :273 is left out: carmyd
- *                         checks everything again)
+ *    r_match              a live bucket with our tag:
+ *                         shm/table.c:`entry_matches` (its en_bucket == b
+ *                         check and the identity compare), the re-read of
+ *                         the bucket word after reading the entry
+ *                         (MUTATE_NO_WORD_RECHECK removes it), the ticket
+ *                         given back if one is held (CAS -> FREE), and
+ *                         SHM_OUT_FOUND
+ *    r_nofree             the probe's end with no FREE bucket: the
+ *                         re-check of the move sequence, the ticket given
+ *                         back, SHM_OUT_NOFREE; then, in `carmy_begin`'s
+ *                         SHM_OUT_NOFREE case, one RECLAIM request
+ *                         (`request`) and a second probe
+ *    r_end                `carmy_begin`'s answer for the outcome
+ *    r_replay             a COMPLETED entry found:
+ *                         shm/table.c:`shm_read_result` (the copy of the
+ *                         result and exec id, then the re-read of the
+ *                         probed bucket's word after it; the check before
+ *                         the copy only saves work); -EAGAIN:
+ *                         `carmy_begin` probes again
+ *    c_release            libclient/client.c:`carmy_release` (a store not
+ *                         shared) -> shm/table.c:`shm_release` ->
+ *                         `shm_release_as` with no exec id (the `owned`
+ *                         pre-check before it and the RELEASE message
+ *                         after it are left out)
+ *      o_owns             shm/table.c:`shm_owns`: the even sh_move_seq
+ *                         load, the en_bucket load, the bucket word load,
+ *                         the re-check of the move sequence (changed: look
+ *                         again), then the ticket load
+ *      c_rel_cas          `shm_release_as`'s CAS RUNNING -> TOMB on the
+ *                         word `shm_owns` saw (lost: back to `shm_owns`)
+ *      c_rel_ticket       the ticket load and, still ours, its CAS -> FREE
+ *                         (the sh_tombs hint after it is left out)
+ *    c_complete           libclient/client.c:`carmy_complete`: its
+ *                         COMPLETE message (`complete_msg`, through
+ *                         `exchange`) and the wait for its reply (its
+ *                         `owned` pre-check, which asks `shm_owns`, is left
+ *                         out: carmyd checks everything again)
  *    DIE, c_died          SIGKILL of client 1: a DIE point sits before each
  *                         of its writes to the segment or its socket;
  *                         c_died is the process gone and its socket closed
@@ -90,55 +122,94 @@
  *
  *  proctype Killer        only with -DRESTART: carmyd declares client 1's
  *                         owner dead while its process keeps running, as a
- *                         carmyd restart does (daemon/store.c:312-337
- *                         sweeps every earlier owner at start-up) or a
- *                         connection carmyd drops (fail_conn, daemon/
- *                         server.c:377-389)
+ *                         carmyd restart does (daemon/store.c:`recover`:
+ *                         its start-up sweep, `sweep_dead`, of every owner
+ *                         of the earlier carmyd) or a connection carmyd
+ *                         drops (daemon/conn.c:`conn_fail` -> `conn_drop`,
+ *                         which sweeps the owner through
+ *                         `store_sweep_dead`)
  *
- *  proctype Daemon        carmyd's thread (daemon/server.c, daemon/store.c)
- *    d_loop               its event loop: a COMPLETE request (server.c:283),
- *                         a RECLAIM request (server.c:316-322), a sweep
- *                         after EOF (drop, server.c:396-410) or on the
- *                         tick (store.c:186-194), an unprompted reclaim
- *                         (store.c:161-184)
- *    d_complete           shm_record_result shm/sweep.c:36-66 (ticket
- *                         :48-50, published_at :51 / :474-491, exec id
- *                         :54, result :57-61, CAS -> COMPLETED :62, ticket
- *                         -> LIVE :64)
- *    d_complete_done      the COMPLETE reply, server.c:313
- *    d_sweep              shm_sweep sweep.c:129-143 (ticket load :133)
- *      d_sweep_ticket     sweep_ticket sweep.c:80-121 (CAS -> SWEEPING
- *                         :90-92, pid_gone asked before looking :95 (with
- *                         OLD_PID_ORDER after: variant A),
- *                         published_at :97, FREE :98-100, ORPHAN :101-105,
- *                         LIVE :109-112, CAS -> UNCERTAIN :115, LIVE :116)
- *      d_settle_orphan    an ORPHAN whose process is gone, sweep.c:139-141:
- *                         settle_orphan :152-174 (CAS -> SWEEPING :159,
- *                         published final: LIVE :162-165; not published,
- *                         or published and CAS -> TOMB: FREE :167-171).
+ *  proctype Daemon        carmyd (its loops in daemon/server.c, requests in
+ *                         daemon/request.c, connections in daemon/conn.c;
+ *                         every write to the segment from daemon/store.c,
+ *                         under the store lock: one sequential writer)
+ *    d_loop               one thing to do: a COMPLETE request
+ *                         (daemon/request.c:`on_complete` ->
+ *                         daemon/store.c:`store_complete`; with a durable
+ *                         store, from daemon/request.c:`finish` once the
+ *                         store answered), a
+ *                         RECLAIM request (daemon/request.c:`on_reclaim` ->
+ *                         daemon/store.c:`store_reclaim`), a sweep after
+ *                         EOF (daemon/request.c:`req_read` ->
+ *                         daemon/conn.c:`conn_drop` ->
+ *                         daemon/store.c:`store_sweep_dead`) or on the tick
+ *                         (daemon/store.c:`store_tick`'s sweep of orphaned
+ *                         tickets, from daemon/server.c:`on_tick`), an
+ *                         unprompted reclaim (`store_tick`'s `reclaim`)
+ *    d_complete           shm/sweep.c:`shm_record_result`: the ticket load
+ *                         and owner check, `published_at` (the en_bucket
+ *                         load, the bucket word load: RUNNING, naming e),
+ *                         the exec id check, the result stores, the CAS
+ *                         RUNNING -> COMPLETED (lost: released meanwhile),
+ *                         the ticket's CAS -> LIVE
+ *    d_complete_done      the COMPLETE reply (`on_complete`'s
+ *                         `wire_put_reply`)
+ *    d_sweep              shm/sweep.c:`shm_sweep`: each ticket's load;
+ *                         SWEEPING or a dead owner's (owner_dead:
+ *                         daemon/store.c:`dead_owner`) -> `sweep_ticket`;
+ *                         an ORPHAN whose process is gone (pid_gone:
+ *                         daemon/store.c:`pid_gone`) -> `settle_orphan`
+ *      d_sweep_ticket     shm/sweep.c:`sweep_ticket`: the CAS owner ->
+ *                         SWEEPING|pid (unless SWEEPING already), pid_gone
+ *                         asked before looking (with OLD_PID_ORDER after:
+ *                         variant A), `published_at`; not published: the
+ *                         store of FREE (gone) or ORPHAN|pid; published
+ *                         final: the store of LIVE; RUNNING: the CAS ->
+ *                         UNCERTAIN, then the store of LIVE (lost: look
+ *                         again)
+ *      d_settle_orphan    shm/sweep.c:`settle_orphan`: the CAS ORPHAN ->
+ *                         SWEEPING; published final: the store of LIVE;
+ *                         not published, or published and the CAS ->
+ *                         TOMB: the store of FREE (lost: look again).
  *                         OLD_ORPHAN_FREE: one CAS -> FREE instead
  *                         (variant A)
- *    d_reclaim            shm_reclaim sweep.c:190-222
- *      d_compact          compact sweep.c:324-367 (word :330, home through
- *                         shm_entry_home :435-459, the path :338-342,
- *                         seq_open :345-346, CAS the copy :348, CAS
- *                         en_bucket :353, CAS old -> TOMB :354, dropping
- *                         the copy :357-358, seq_close :365-366)
- *      d_findfree         the first FREE bucket, sweep.c:197-201
- *      d_walk             the cluster walk, sweep.c:203-220
- *      d_cluster          reclaim_cluster sweep.c:225-262 (end word :229,
- *                         :232-233, CAS -> BLOCKED :234-236, seq_open :237,
- *                         the backward walk :238-258 with CAS TOMB -> FREE
- *                         :243-247 and homes :248-257, seq_close :259,
- *                         unblocking store :260; MUTATE_NO_BLOCKED drops
- *                         the BLOCKED CAS and the unblocking store)
- *    d_cluster_done       reclaim_cluster's return (:233, :236, :261)
- *      d_nofree           reclaim_without_free sweep.c:270-305
- *    d_reclaim_done       shm_reclaim's return; the RECLAIM reply,
- *                         server.c:322
- *      seq = seq | 1      seq_open sweep.c:376-381; seq = seq + 1 is
- *                         seq_close :383-388 (the model's seq is
- *                         sh_move_seq, always equal to carmyd's copy)
+ *    d_reclaim            shm/sweep.c:`shm_reclaim`
+ *      d_compact          shm/sweep.c:`compact`: each bucket word's load;
+ *                         the home through `shm_entry_home` (here: the
+ *                         entry's identity against the word's tag); the
+ *                         walk from home to the first TOMB or FREE;
+ *                         `seq_open`; the CAS TOMB -> the copy of the
+ *                         word; the CAS of en_bucket from the old bucket
+ *                         to the copy; the CAS of the old bucket -> TOMB;
+ *                         dropping the copy (en_bucket back, the copy's
+ *                         CAS -> TOMB) if either failed; `seq_close`.
+ *                         C opens and closes the sequence around each
+ *                         move, and skips an entry with no TOMB before it
+ *                         in its cluster on its word alone; the model
+ *                         opens it before the pass's first move and closes
+ *                         it after the pass, so a probe that starts
+ *                         between two moves of one pass is not explored
+ *      d_findfree         `shm_reclaim`'s scan for the first FREE bucket
+ *      d_walk             `shm_reclaim`'s walk of the ring from there,
+ *                         cluster by cluster
+ *      d_cluster          shm/sweep.c:`reclaim_cluster`: the load of the
+ *                         end word (not FREE: return), the CAS FREE ->
+ *                         BLOCKED (lost: return), `seq_open`, the backward
+ *                         walk with the CAS TOMB -> FREE of each uncrossed
+ *                         tombstone and the homes of the live entries,
+ *                         `seq_close`, the store that unblocks the end
+ *                         (MUTATE_NO_BLOCKED drops the BLOCKED CAS and the
+ *                         unblocking store)
+ *    d_cluster_done       `reclaim_cluster`'s return
+ *      d_nofree           shm/sweep.c:`reclaim_without_free`: `seq_open`,
+ *                         for each TOMB the scan for a live entry whose
+ *                         path crosses it, the CAS TOMB -> FREE of the
+ *                         first one crossed by none, `seq_close`
+ *    d_reclaim_done       `shm_reclaim`'s return; the RECLAIM reply
+ *                         (`on_reclaim`'s `wire_put_reply`)
+ *      seq = seq | 1      shm/sweep.c:`seq_open`; seq = seq + 1 is
+ *                         `seq_close` (the model's seq is sh_move_seq,
+ *                         always equal to carmyd's copy, move_seq)
  *    d_end, d_check       not C: every client has exited, carmyd sweeps
  *                         once more, and the final state is checked
  *
@@ -216,7 +287,7 @@
 #define IDZ	3
 #define HOME(id)	((id) == IDZ -> 1 : 0)
 
-/* enum shm_state, shm/shm.h:107-114 */
+/* enum shm_state, shm/shm.h */
 #define FREE		0
 #define RUNNING		1
 #define COMPLETED	2
@@ -236,7 +307,7 @@
 #define NEXT0(w, s)	W(s, VER(w) + 1, 0, 0)
 #define NEXTL(w, s)	W(s, VER(w) + 1, TAG(w), ENT(w))
 
-/* ticket words, shm/shm.h:69-81 */
+/* ticket words, shm/shm.h: SHM_TICKET_*, shm_ticket() */
 #define T_FREE		0
 #define T_LIVE		1
 #define T_SWEEPING	2
@@ -321,7 +392,7 @@ proctype Client(byte c)
 	bool ok, first, was_done, reclaimed;
 
 	ops = (c == 1 -> 1 : NOPS2);
-	cur = c % CAP;			/* owners start apart (client.c:141) */
+	cur = c % CAP;			/* owners start apart (carmy_connect) */
 	if
 	:: c == 1 -> id = IDX
 	:: c == 2 -> id = IDX		/* the same identity */
@@ -595,8 +666,8 @@ c_exit:
 
 #ifdef RESTART
 /* carmyd declares client 1's owner dead while its process keeps running
- * (a carmyd restart: store.c:310-337 sweeps every earlier owner at
- * start-up; the client may be in the middle of shm_reserve). */
+ * (a carmyd restart: daemon/store.c:`recover` sweeps every earlier owner
+ * at start-up; the client may be in the middle of shm_reserve). */
 proctype Killer()
 {
 	dead[1] = 1

@@ -1,15 +1,16 @@
 /*
  * post.pml - a Promela model of posted requests (shm/post.c) and the bell
- * of the carmyd loop that takes them (daemon/server.c, loop_run and
- * take_posts), checked with spin: `make model`.
+ * of the carmyd loop that takes them (daemon/server.c:`loop_run`,
+ * daemon/request.c:`req_take_posts`), checked with spin: `make model`.
  *
  * One client makes NREQ requests on one connection, one at a time, as
- * libcarmy does (exchange()): it posts each in its slot and reads its
- * loop's bell; a loop that may be asleep gets the request taken back and
- * sent on the socket. One loop takes posts between batches of events,
- * reads the socket, and before it sleeps says so in its bell and looks at
- * the slot once more. The socket is a channel; a post carries the number
- * of its request, as the slot carries the request itself.
+ * libcarmy does (libclient/client.c:`exchange`): it posts each in its slot
+ * and reads its loop's bell; a loop that may be asleep gets the request
+ * taken back and sent on the socket. One loop takes posts between batches
+ * of events, reads the socket, and before it sleeps says so in its bell
+ * and looks at the slot once more. The socket is a channel; a post
+ * carries the number of its request, as the slot carries the request
+ * itself.
  *
  * Checked: every request is handled exactly once (never both taken from
  * the slot and read from the socket, never twice, never an old one), and
@@ -23,6 +24,42 @@
  * post: the client's CARMY_ACK_CHECK_MS safety net and the sum cover
  * those; SAFETY_NET adds the net here), the generation (one connection),
  * the ack word (an answer is the flag `answered`).
+ *
+ * Map from the model to the C code, as file:`function` and the step in it:
+ *
+ *  proctype Client        libclient/client.c:`exchange` for a RESERVE to a
+ *                         durable store (`confirm` builds the post)
+ *    w = post ...         shm/post.c:`shm_post`: the post word's load (a
+ *                         post not yet taken there: -ESTALE), the stores
+ *                         of the body, the CAS to READY from the word
+ *                         seen, `shm_mb`, the load of the bell (bl_awake)
+ *    awake / else         the bell says awake: SHM_POSTED; asleep:
+ *                         `shm_post`'s CAS READY -> NONE, won: SHM_WITHDRAWN
+ *                         and `exchange` sends the request (`send_msg`);
+ *                         lost: the loop has it, SHM_POSTED
+ *    await_ack            libclient/client.c:`await_ack` (the ack word
+ *                         awaited; `answered` stands for it); SAFETY_NET:
+ *                         after ack_check_ms,
+ *                         shm/post.c:`shm_post_withdraw` (the CAS READY ->
+ *                         NONE) and the send
+ *  proctype Loop          daemon/server.c:`loop_run`
+ *    bell = 0; take       before a blocking epoll_wait:
+ *                         shm/post.c:`shm_bell_set` (false, then its
+ *                         barrier) and the last look,
+ *                         daemon/request.c:`req_take_posts`;
+ *                         one taken: `shm_bell_set` (true) and no sleep
+ *    end_asleep           epoll_wait(-1), woken by input on the socket;
+ *                         then `shm_bell_set` (true)
+ *    :: true -> skip      a spinning epoll_wait(0) (--spin-us), which
+ *                         leaves the bell alone
+ *    sock ? r             the batch: daemon/request.c:`req_read` and the
+ *                         request it reads
+ *    take(seen)           daemon/request.c:`req_take_posts` for this
+ *                         connection after the batch: the hint
+ *                         (shm/post.c:`shm_post_ready`), then the CAS
+ *                         READY -> TAKEN (`shm_post_take`; lost: taken
+ *                         back, it comes on the socket); handle() is
+ *                         `on_request` with the RESERVE taken
  *
  * Mutations, each of which spin must refute:
  *   MUTATE_NO_LAST_LOOK   the loop sleeps without looking at the slot after
