@@ -46,12 +46,14 @@
  * Signals. While COMMAND runs, SIGINT, SIGTERM and SIGHUP cancel the call:
  * COMMAND and everything it started are killed, and the call is recorded
  * as cancelled with the output so far (exit 128+N), then replayed as such,
- * as a timeout is: the effect may have committed. Anything else that kills
- * carmy-run (SIGKILL) closes its connection, which carmyd takes as a dead
- * owner, so the entry becomes uncertain and is never freed for a second
- * run; COMMAND's watcher (supervise.c) then kills COMMAND and everything it
- * started, so that nothing of it goes on after the call was reported
- * uncertain.
+ * as a timeout is: the effect may have committed. One that carmy-run was
+ * started with ignored (nohup; SIGINT in a non-interactive shell's
+ * background job) stays ignored, by carmy-run and by COMMAND: it cancels
+ * nothing. Anything else that kills carmy-run (SIGKILL) closes its
+ * connection, which carmyd takes as a dead owner, so the entry becomes
+ * uncertain and is never freed for a second run; COMMAND's watcher
+ * (supervise.c) then kills COMMAND and everything it started, so that
+ * nothing of it goes on after the call was reported uncertain.
  */
 #include <errno.h>
 #include <fcntl.h>
