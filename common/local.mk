@@ -4,7 +4,7 @@
 # carry it.
 noinst_LTLIBRARIES += common/libcommon.la
 common_libcommon_la_SOURCES = common/clock.h common/io.h common/io.c \
-	common/execid.h common/execid.c
+	common/execid.h common/execid.c common/daemonize.h common/daemonize.c
 common_libcommon_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 
 noinst_LTLIBRARIES += common/liblog.la

@@ -10,6 +10,7 @@ TEST_LIBS = tests/libharness.la libclient/libcarmy.la shm/libshm.la common/libco
 include tests/stores/local.mk
 include tests/e2e/local.mk
 include tests/tools/local.mk
+include tests/gateway/local.mk
 include tests/bench/local.mk
 include tests/shm/local.mk
 include tests/model/local.mk
