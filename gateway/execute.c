@@ -16,12 +16,15 @@
  * reservation), so a replay, a conflict or an uncertain call is answered
  * at once. A reserved call's tool runs on a thread of its own
  * (exec_thread), while the connection is suspended, so that a slow tool
- * never holds up the serving of other requests.
+ * never holds up the serving of other requests. So does the wait of a
+ * call sent with "Prefer: wait=N" (RFC 7240) whose identity is running:
+ * carmy_wait() then answers its replay as soon as it completes.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <msgpack.h>
 
@@ -348,9 +351,50 @@ static void running_add(struct gateway *gw, int d)
 static void exec_free(struct gw_exec *x)
 {
 	gw_handle_put(&x->gw->carmyd, x->h);
+	gw_handle_put(&x->gw->carmyd, x->waiter);
 	carmy_reservation_clear(&x->r);
 	gw_call_free(&x->call);
 	free(x);
+}
+
+static struct carmy_call call_of(const struct gw_call *c)
+{
+	return (struct carmy_call){
+		.principal = c->principal, .principal_len = c->principal_len,
+		.session = c->session, .session_len = c->session_len,
+		.request_id = c->request_id,
+		.request_id_len = c->request_id_len,
+		.tool = c->tool->name, .tool_len = strlen(c->tool->name),
+		.args = c->args_mp, .args_len = c->args_mp_len,
+		.meta = c->meta_mp, .meta_len = c->meta_mp_len,
+	};
+}
+
+/* Prefer: wait: wait for the running execution, then answer for what it
+ * became. Returns true when the identity came free and the tool is ours
+ * to run. */
+static bool wait_running(struct gw_exec *x)
+{
+	struct carmy_call cc = call_of(&x->call);
+	int rc;
+
+	log_info("waiting up to %d ms for execution %s (Prefer: wait)",
+		 x->wait_ms, x->r.execution_id);
+	rc = carmy_wait(x->waiter->c, &cc, &x->r, x->wait_ms);
+	if (rc == CARMY_RESERVED) {
+		x->h = x->waiter;
+		x->waiter = NULL;
+		memcpy(x->execution_id, x->r.execution_id,
+		       sizeof(x->execution_id));
+		return true;
+	}
+	if (rc == CARMY_REPLAY)
+		gw_answer_replay(x->answer, &x->r);
+	else
+		gw_answer_code(x->answer, rc, &x->r);
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&x->gw->carmyd, x->waiter);
+	return false;
 }
 
 static void *exec_thread(void *p)
@@ -360,7 +404,8 @@ static void *exec_thread(void *p)
 	void (*done)(void *) = x->done;
 	void *arg = x->arg;
 
-	gw_command_run(x);
+	if (x->waiter == NULL || wait_running(x))
+		gw_command_run(x);
 	exec_free(x);
 	done(arg);
 	running_add(gw, -1);
@@ -399,6 +444,38 @@ void gw_exec_start(struct gw_exec *x)
 	exec_free(x);
 	done(arg);
 	running_add(gw, -1);
+}
+
+/*
+ * The "wait" preference of a Prefer header (RFC 7240), in ms: 0 without
+ * one. Preferences are separated by commas, their parameters by
+ * semicolons; one that cannot be read is ignored, as the RFC allows.
+ */
+static int prefer_wait_ms(const char *v)
+{
+	while (v != NULL && *v != '\0') {
+		unsigned long s = 0;
+		size_t digits = 0;
+
+		v += strspn(v, " \t,");
+		if (strncasecmp(v, "wait", 4) == 0) {
+			const char *p = v + 4 + strspn(v + 4, " \t");
+
+			if (*p == '=') {
+				p += 1 + strspn(p + 1, " \t\"");
+				for (; *p >= '0' && *p <= '9' && digits < 9;
+				     p++, digits++)
+					s = s * 10 + (unsigned long)(*p - '0');
+				p += strspn(p, " \t\"");
+				if (digits > 0 && (*p == '\0' || *p == ',' ||
+						   *p == ';'))
+					return (int)(s > GW_WAIT_MAX_S ?
+						     GW_WAIT_MAX_S : s) * 1000;
+			}
+		}
+		v = strchr(v, ',');
+	}
+	return 0;
 }
 
 /* x, or NULL with *a filled (out of memory). */
@@ -464,14 +541,7 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 		gw_answer_code(a, rc, NULL);
 		return 0;
 	}
-	cc = (struct carmy_call){
-		.principal = c.principal, .principal_len = c.principal_len,
-		.session = c.session, .session_len = c.session_len,
-		.request_id = c.request_id, .request_id_len = c.request_id_len,
-		.tool = c.tool->name, .tool_len = strlen(c.tool->name),
-		.args = c.args_mp, .args_len = c.args_mp_len,
-		.meta = c.meta_mp, .meta_len = c.meta_mp_len,
-	};
+	cc = call_of(&c);
 	x = exec_new(rq, &c, a, done, arg);
 	if (x == NULL) {
 		gw_handle_put(&rq->gw->carmyd, h);
@@ -482,6 +552,12 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 		x->h = h;
 		memcpy(x->execution_id, x->r.execution_id,
 		       sizeof(x->execution_id));
+		*xp = x;
+		return 1;
+	}
+	if (rc == CARMY_EUNCERTAIN && x->r.state == CARMY_STATE_RUNNING &&
+	    (x->wait_ms = prefer_wait_ms(rq->header(rq->hcls, "Prefer"))) > 0) {
+		x->waiter = h;
 		*xp = x;
 		return 1;
 	}

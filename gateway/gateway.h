@@ -37,6 +37,8 @@
 #define GW_TOOL_NAME_MAX 128
 /* Retry-After, in seconds, on 503. */
 #define GW_RETRY_AFTER_S 1
+/* The longest Prefer: wait=N honoured, in seconds (more waits this). */
+#define GW_WAIT_MAX_S 600
 
 /* ------------------------------------------------------------ config.c */
 
@@ -179,6 +181,8 @@ struct gw_exec {
 	struct gateway *gw;
 	struct gw_call call;
 	struct gw_handle *h;		/* NULL: no reservation */
+	struct gw_handle *waiter;	/* Prefer: wait: to wait on, first */
+	int wait_ms;
 	struct carmy_reservation r;
 	char execution_id[CARMY_EXECUTION_ID_LEN + 1];
 	struct gw_answer *answer;	/* where the answer goes */
