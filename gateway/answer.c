@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -177,6 +178,30 @@ int gw_answer_execution(struct gw_answer *a, const char *exec_id,
 	}
 	a->retry_after = false;
 	return finish(a, gw_status_http(status), o);
+}
+
+int gw_answer_output(struct gw_answer *a, const char *exec_id,
+		     const char *buf, size_t len, const char *whose,
+		     int *status)
+{
+	json_error_t je;
+	char msg[256];
+	json_t *data;
+	int rc;
+
+	data = json_loadb(buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+			  &je);
+	if (data == NULL) {
+		*status = CARMY_STATUS_FAILED;
+		snprintf(msg, sizeof(msg), "%s is not one JSON value: %s.",
+			 whose, je.text);
+		return gw_answer_execution(a, exec_id, *status, NULL,
+					   "TOOL_OUTPUT_INVALID", msg);
+	}
+	*status = CARMY_STATUS_COMPLETED;
+	rc = gw_answer_execution(a, exec_id, *status, data, NULL, NULL);
+	json_decref(data);
+	return rc;
 }
 
 /* What carmyd keeps of a result too large to record is its status

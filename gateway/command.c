@@ -319,9 +319,6 @@ static void last_line(struct run *r, char *msg)
 static int answer(struct gw_exec *x, struct run *r, int *status)
 {
 	char msg[MSG_MAX + 128], line[MSG_MAX];
-	json_error_t je;
-	json_t *data;
-	int rc;
 
 	last_line(r, line);
 	if (r->lost) {
@@ -358,71 +355,9 @@ static int answer(struct gw_exec *x, struct run *r, int *status)
 		gw_answer_too_large(x->answer, x->execution_id);
 		return 0;
 	}
-	data = json_loadb(r->out, r->out_len,
-			  JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-	if (data == NULL) {
-		snprintf(msg, sizeof(msg), "The tool exited 0, but its "
-			 "standard output is not one JSON value: %s.", je.text);
-		return gw_answer_execution(x->answer, x->execution_id,
-					   *status, NULL,
-					   "TOOL_OUTPUT_INVALID", msg);
-	}
-	*status = CARMY_STATUS_COMPLETED;
-	rc = gw_answer_execution(x->answer, x->execution_id, *status, data,
-				 NULL, NULL);
-	json_decref(data);
-	return rc;
-}
-
-/* Record the answer; on failure the client is told the result is not
- * recorded (the identity now reports EXECUTION_UNCERTAIN). */
-static void record(struct gw_exec *x, int status)
-{
-	struct gw_answer *a = x->answer;
-	carmy_t *c = x->h->c;
-	char msg[256];
-	int rc;
-
-	if (a->len > carmy_max_result(c)) {
-		status = CARMY_STATUS_FAILED;
-		gw_answer_too_large(a, x->execution_id);
-	}
-	rc = carmy_complete(c, &x->r, status, a->body, a->len);
-	if (rc == 0)
-		return;
-	if (rc == CARMY_ERESULT_TOO_LARGE) {
-		gw_answer_too_large(a, x->execution_id);
-		return;
-	}
-	if (rc == CARMY_EDISCONNECTED)
-		gw_handle_retire(&x->gw->carmyd, x->h);
-	log_error("execution %s: its result could not be recorded: %s",
-		  x->execution_id, carmy_errname(rc));
-	snprintf(msg, sizeof(msg), "The tool ran, but its result could not "
-		 "be recorded (%s): this request_id now reports "
-		 "EXECUTION_UNCERTAIN.", carmy_errname(rc));
-	gw_answer_error(a, "INTERNAL", msg, x->execution_id, "interrupted");
-}
-
-/* The tool provably did not run: give the identity back. */
-static void not_started(struct gw_exec *x, int err)
-{
-	char msg[256];
-	int rc = x->h != NULL ? carmy_release(x->h->c, &x->r) : 0;
-
-	log_error("tool %s: cannot run %s: %s", x->call.tool->name,
-		  x->call.tool->argv[0], strerror(err));
-	if (rc != 0) {
-		snprintf(msg, sizeof(msg), "The tool could not be started "
-			 "(%s), and its reservation could not be released "
-			 "(%s).", strerror(err), carmy_errname(rc));
-		gw_answer_error(x->answer, "INTERNAL", msg, x->execution_id,
-				"running");
-		return;
-	}
-	snprintf(msg, sizeof(msg), "The tool's command could not be started "
-		 "(%s); nothing ran.", strerror(err));
-	gw_answer_error(x->answer, "TOOL_NOT_STARTED", msg, NULL, NULL);
+	return gw_answer_output(x->answer, x->execution_id, r->out, r->out_len,
+				"The tool exited 0, but its standard output",
+				status);
 }
 
 void gw_command_run(struct gw_exec *x)
@@ -470,8 +405,8 @@ void gw_command_run(struct gw_exec *x)
 	if (answer(x, &r, &status) != 0)
 		gw_answer_error(x->answer, "INTERNAL", "Out of memory.",
 				x->execution_id, "running");
-	else if (x->h != NULL)
-		record(x, status);
+	else
+		gw_exec_record(x, status);
 	free(r.out);
 	return;
 fail:
@@ -482,5 +417,7 @@ fail:
 			close(err[i]);
 	}
 	environment_free(x, env);
-	not_started(x, rc > 0 ? rc : -rc);
+	log_error("tool %s: cannot run %s: %s", x->call.tool->name,
+		  x->call.tool->argv[0], strerror(rc > 0 ? rc : -rc));
+	gw_exec_not_started(x, strerror(rc > 0 ? rc : -rc));
 }

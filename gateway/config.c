@@ -7,7 +7,8 @@
  *   --tools:  {"tools": {"NAME": {"description": "...",
  *                                 "input_schema": {...},
  *                                 "timeout": SECONDS,
- *                                 "command": ["/path/prog", "arg", ...],
+ *                                 "command": ["/path/prog", "arg", ...]
+ *                                 | "url": "http://host:port/path",
  *                                 "fingerprint_headers": ["X-Tenant"]}}}
  *   --tokens: {"tokens": {"<token>": "<principal>"}}
  */
@@ -138,6 +139,19 @@ static bool string_array(json_t *v, bool names)
 	return true;
 }
 
+static bool url_ok(const char *u)
+{
+	size_t n = u != NULL ? strlen(u) : 0;
+
+	if (n > 2048 || !(strncmp(u, "http://", 7) == 0 ||
+			  strncmp(u, "https://", 8) == 0))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)u[i] <= ' ' || u[i] == 0x7f)
+			return false;
+	return n > 8;
+}
+
 /* One tool's entry into t; -1 with err. */
 static int tool_load(const char *path, const char *name, json_t *o,
 		     struct gw_tool *t, char *err, size_t err_len)
@@ -146,7 +160,7 @@ static int tool_load(const char *path, const char *name, json_t *o,
 		"description", "input_schema", "timeout", "command",
 		"fingerprint_headers", "url",
 	};
-	json_t *desc, *schema, *timeout, *cmd, *fph, *v;
+	json_t *desc, *schema, *timeout, *cmd, *fph, *url, *v;
 	const char *key;
 	double secs;
 
@@ -177,15 +191,21 @@ static int tool_load(const char *path, const char *name, json_t *o,
 	timeout = json_object_get(o, "timeout");
 	cmd = json_object_get(o, "command");
 	fph = json_object_get(o, "fingerprint_headers");
-	if (json_object_get(o, "url") != NULL) {
-		fail(err, err_len, "%s: tool %s: url tools are not supported "
-		     "yet; use \"command\"", path, name);
+	url = json_object_get(o, "url");
+	if ((cmd == NULL) == (url == NULL)) {
+		fail(err, err_len, "%s: tool %s: needs \"command\" or \"url\", "
+		     "not both", path, name);
 		return -1;
 	}
-	if (cmd == NULL || !string_array(cmd, false) ||
-	    json_array_size(cmd) == 0) {
+	if (cmd != NULL && (!string_array(cmd, false) ||
+			    json_array_size(cmd) == 0)) {
 		fail(err, err_len, "%s: tool %s: \"command\" must be a "
 		     "non-empty array of non-empty strings", path, name);
+		return -1;
+	}
+	if (url != NULL && !url_ok(json_string_value(url))) {
+		fail(err, err_len, "%s: tool %s: \"url\" must be an http:// or "
+		     "https:// URL without spaces", path, name);
 		return -1;
 	}
 	if (desc != NULL && !json_is_string(desc)) {
@@ -219,11 +239,15 @@ static int tool_load(const char *path, const char *name, json_t *o,
 	t->name = strdup(name);
 	t->description = desc != NULL ? strdup(json_string_value(desc)) : NULL;
 	t->input_schema = json_incref(schema);
-	t->argv = strings(cmd, NULL, false);
+	if (cmd != NULL)
+		t->argv = strings(cmd, NULL, false);
+	else
+		t->url = strdup(json_string_value(url));
 	if (fph != NULL)
 		t->fp_headers = strings(fph, &t->n_fp_headers, true);
 	if (t->name == NULL || (desc != NULL && t->description == NULL) ||
-	    t->argv == NULL || (fph != NULL && t->fp_headers == NULL)) {
+	    (t->argv == NULL && t->url == NULL) ||
+	    (fph != NULL && t->fp_headers == NULL)) {
 		fail(err, err_len, "out of memory");
 		return -1;
 	}
@@ -287,6 +311,7 @@ void gw_tools_free(struct gw_tools *t)
 		for (char **p = x->argv; p != NULL && *p != NULL; p++)
 			free(*p);
 		free(x->argv);
+		free(x->url);
 		for (size_t k = 0; k < x->n_fp_headers; k++)
 			free(x->fp_headers[k]);
 		free(x->fp_headers);

@@ -12,6 +12,7 @@
  *   execute.c  POST /agent/execute: validation, fingerprint, reservation
  *   answer.c   every body the gateway sends, and its status code
  *   command.c  a command tool run under tools/supervise.c's watcher
+ *   upstream.c a url tool: a POST to its upstream (libcurl)
  */
 #ifndef CARMY_GATEWAY_H
 #define CARMY_GATEWAY_H
@@ -46,7 +47,8 @@ struct gw_tool {
 	char *name;
 	char *description;	/* NULL: none */
 	json_t *input_schema;	/* NULL: none */
-	char **argv;		/* the command, NULL-terminated */
+	char **argv;		/* the command, NULL-terminated; or */
+	char *url;		/* the upstream a url tool POSTs to */
 	uint32_t timeout_ms;
 	char **fp_headers;	/* lower-case header names */
 	size_t n_fp_headers;
@@ -211,9 +213,18 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
 
-/* command.c: run x's command tool; fills *x->answer, records the result
- * (or releases the reservation when the tool provably did not run). */
+/* Record x's answer (when it has a reservation) as status; if that fails
+ * the answer becomes the error that says so (the identity is now
+ * uncertain). */
+void gw_exec_record(struct gw_exec *x, int status);
+/* The tool provably did not run (why): release the reservation, and
+ * answer so. */
+void gw_exec_not_started(struct gw_exec *x, const char *why);
+
+/* command.c, upstream.c: run x's tool; fill *x->answer and record it (or
+ * release the reservation when the tool provably did not run). */
 void gw_command_run(struct gw_exec *x);
+void gw_url_run(struct gw_exec *x);
 
 /* ------------------------------------------------------------ answer.c */
 
@@ -232,6 +243,12 @@ void gw_answer_json(struct gw_answer *a, unsigned status, json_t *o);
 int gw_answer_execution(struct gw_answer *a, const char *exec_id,
 			int status, json_t *data, const char *code,
 			const char *message);
+/* A tool's output (len bytes at buf): completed with it as data if it is
+ * one JSON value, else failed (whose names it in the message). *status
+ * gets the CARMY_STATUS_*. Returns 0 or -ENOMEM. */
+int gw_answer_output(struct gw_answer *a, const char *exec_id,
+		     const char *buf, size_t len, const char *whose,
+		     int *status);
 /* The answer of a result larger than carmyd's --max-result. */
 void gw_answer_too_large(struct gw_answer *a, const char *exec_id);
 /* The HTTP status of a recorded CARMY_STATUS_*. */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <curl/curl.h>
 
 #include "common/daemonize.h"
 #include "common/log.h"
@@ -493,6 +494,11 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground && daemonize("carmy-gateway", &ready_fd) != 0)
 		return 1;
+	/* libcurl's global state, before any thread (url tools). */
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		log_error("cannot set up libcurl");
+		return 1;
+	}
 	pthread_mutex_init(&gw.run_lock, NULL);
 	pthread_cond_init(&gw.run_idle, NULL);
 	gw_carmyd_init(&gw.carmyd, o.socket);
@@ -522,5 +528,6 @@ int main(int argc, char **argv)
 	gw_tools_free(&gw.tools);
 	gw_tokens_free(&gw.tokens);
 	free(gw.env);
+	curl_global_cleanup();
 	return status;
 }
