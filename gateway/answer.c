@@ -341,6 +341,26 @@ void gw_answer_free(struct gw_answer *a)
 	a->len = 0;
 }
 
+int gw_append(char **buf, size_t *len, size_t *cap, const void *p, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t c = *cap == 0 ? 4096 : *cap;
+		char *b;
+
+		while (c < *len + n + 1)
+			c *= 2;
+		b = realloc(*buf, c);
+		if (b == NULL)
+			return -1;
+		*buf = b;
+		*cap = c;
+	}
+	memcpy(*buf + *len, p, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+	return 0;
+}
+
 int gw_random_execution_id(char out[CARMY_EXECUTION_ID_LEN + 1])
 {
 	uint8_t id[EXECID_LEN];

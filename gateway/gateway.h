@@ -139,6 +139,7 @@ struct gw_listener {
 	struct gateway *gw;
 	int fd;
 	bool is_unix;		/* principal from SO_PEERCRED without tokens */
+	bool owned;		/* a unix: path of ours, removed at exit */
 	char name[160];		/* "127.0.0.1:8080", "unix:/path" */
 	struct MHD_Daemon *mhd;
 };
@@ -261,6 +262,10 @@ void gw_answer_code(struct gw_answer *a, int code,
 		    const struct carmy_reservation *r);
 void gw_answer_free(struct gw_answer *a);
 
+/* Append n bytes at p to the malloc'd *buf (*len used, *cap allocated),
+ * NUL-terminated; 0 or -1 (out of memory, *buf unchanged). */
+int gw_append(char **buf, size_t *len, size_t *cap, const void *p,
+	      size_t n);
 /* Execution ids for calls without a reservation. */
 int gw_random_execution_id(char out[CARMY_EXECUTION_ID_LEN + 1]);
 

@@ -313,22 +313,7 @@ static int gather(struct req *q, const char *data, size_t n)
 		q->len = q->cap = 0;
 		return 0;
 	}
-	if (q->len + n + 1 > q->cap) {
-		size_t cap = q->cap == 0 ? 4096 : q->cap;
-		char *b;
-
-		while (cap < q->len + n + 1)
-			cap *= 2;
-		b = realloc(q->body, cap);
-		if (b == NULL)
-			return -1;
-		q->body = b;
-		q->cap = cap;
-	}
-	memcpy(q->body + q->len, data, n);
-	q->len += n;
-	q->body[q->len] = '\0';
-	return 0;
+	return gw_append(&q->body, &q->len, &q->cap, data, n);
 }
 
 static bool declared_too_large(struct MHD_Connection *conn)

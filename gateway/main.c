@@ -44,6 +44,7 @@ struct opts {
 	const char *tokens;
 	const char *listen[LISTEN_MAX];
 	size_t n_listen;
+	bool listen_given;
 	bool foreground;
 	unsigned threads;
 };
@@ -184,6 +185,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		return usage_error("unexpected argument '%s'", argv[optind]);
 	if (o->tools == NULL)
 		return usage_error("%s", "--tools FILE is required");
+	o->listen_given = o->n_listen > 0;
 	if (o->n_listen == 0)
 		o->listen[o->n_listen++] = "127.0.0.1:8080";
 	return -1;
@@ -242,8 +244,35 @@ static int listen_unix(const char *path, struct gw_listener *l)
 	}
 	l->fd = fd;
 	l->is_unix = true;
+	l->owned = true;
 	snprintf(l->name, sizeof(l->name), "unix:%s", path);
 	return 0;
+}
+
+/* l->name and l->is_unix from the socket's own address ss. */
+static void name_of(struct gw_listener *l, const struct sockaddr_storage *ss)
+{
+	char addr[INET6_ADDRSTRLEN] = "?";
+
+	if (ss->ss_family == AF_UNIX) {
+		const struct sockaddr_un *su = (const struct sockaddr_un *)ss;
+
+		l->is_unix = true;
+		snprintf(l->name, sizeof(l->name), "unix:%.*s",
+			 (int)sizeof(su->sun_path), su->sun_path);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)ss;
+
+		inet_ntop(AF_INET6, &s6->sin6_addr, addr, sizeof(addr));
+		snprintf(l->name, sizeof(l->name), "[%s]:%u", addr,
+			 ntohs(s6->sin6_port));
+	} else {
+		const struct sockaddr_in *s4 = (const void *)ss;
+
+		inet_ntop(AF_INET, &s4->sin_addr, addr, sizeof(addr));
+		snprintf(l->name, sizeof(l->name), "%s:%u", addr,
+			 ntohs(s4->sin_port));
+	}
 }
 
 /* "127.0.0.1:8080", "[::1]:8080", "localhost:0". */
@@ -253,7 +282,7 @@ static int listen_tcp(const char *spec, struct gw_listener *l)
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	char host[128], port[8], addr[INET6_ADDRSTRLEN];
+	char host[128], port[8];
 	const char *colon = strrchr(spec, ':');
 	struct addrinfo *ai;
 	size_t hl;
@@ -299,19 +328,7 @@ static int listen_tcp(const char *spec, struct gw_listener *l)
 	}
 	freeaddrinfo(ai);
 	l->fd = fd;
-	if (ss.ss_family == AF_INET6) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-
-		inet_ntop(AF_INET6, &s6->sin6_addr, addr, sizeof(addr));
-		snprintf(l->name, sizeof(l->name), "[%s]:%u", addr,
-			 ntohs(s6->sin6_port));
-	} else {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-
-		inet_ntop(AF_INET, &s4->sin_addr, addr, sizeof(addr));
-		snprintf(l->name, sizeof(l->name), "%s:%u", addr,
-			 ntohs(s4->sin_port));
-	}
+	name_of(l, &ss);
 	return 0;
 bad:
 	fprintf(stderr, "carmy-gateway: --listen needs ADDR:PORT (port "
@@ -319,9 +336,68 @@ bad:
 	return -1;
 }
 
-static int open_listeners(const struct opts *o, struct gw_listener *ls,
+/*
+ * Listening sockets handed over by systemd (or systemd-socket-activate):
+ * $LISTEN_FDS of them from descriptor 3 on, when $LISTEN_PID is ours.
+ * Returns how many (0: none were handed over), or -1.
+ */
+static int inherited(struct gw_listener *ls, bool have_tokens)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	char *end;
+	long n;
+
+	if (pid == NULL || fds == NULL || strtol(pid, &end, 10) != getpid() ||
+	    *end != '\0')
+		return 0;
+	n = strtol(fds, &end, 10);
+	if (*end != '\0' || n < 1 || n > LISTEN_MAX) {
+		fprintf(stderr, "carmy-gateway: LISTEN_FDS=%s: expected 1 to "
+			"%d sockets\n", fds, LISTEN_MAX);
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = 3 + i, acc = 0, type = 0;
+		socklen_t il = sizeof(int);
+
+		ls[i].fd = fd;
+		if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &il) != 0 ||
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &il) != 0 ||
+		    acc == 0 || type != SOCK_STREAM ||
+		    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+			fprintf(stderr, "carmy-gateway: LISTEN_FDS: descriptor "
+				"%d is not a listening stream socket\n", fd);
+			return -1;
+		}
+		name_of(&ls[i], &ss);
+		if (!ls[i].is_unix && !have_tokens) {
+			fprintf(stderr, "carmy-gateway: the socket %s from "
+				"systemd needs --tokens: a TCP peer has no uid "
+				"to be its principal\n", ls[i].name);
+			return -1;
+		}
+	}
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	return (int)n;
+}
+
+static int open_listeners(struct opts *o, struct gw_listener *ls,
 			  bool have_tokens)
 {
+	int n = inherited(ls, have_tokens);
+
+	if (n != 0) {
+		if (n > 0 && o->listen_given)
+			fprintf(stderr, "carmy-gateway: serving the sockets "
+				"systemd handed over; --listen is ignored\n");
+		o->n_listen = n < 0 ? 0 : (size_t)n;
+		return n < 0 ? -1 : 0;
+	}
 	for (size_t i = 0; i < o->n_listen; i++) {
 		const char *s = o->listen[i];
 		int rc;
@@ -348,7 +424,7 @@ static void close_listeners(const struct opts *o, struct gw_listener *ls)
 	for (size_t i = 0; i < o->n_listen; i++) {
 		if (ls[i].fd >= 0)
 			close(ls[i].fd);
-		if (ls[i].is_unix)
+		if (ls[i].owned)
 			unlink(ls[i].name + 5);
 	}
 }

@@ -37,20 +37,8 @@ static size_t on_data(char *p, size_t size, size_t n, void *cls)
 		b->over = true;
 		return len;	/* read on, dropped */
 	}
-	if (b->len + len + 1 > b->cap) {
-		size_t cap = b->cap == 0 ? 4096 : b->cap;
-		char *nb;
-
-		while (cap < b->len + len + 1)
-			cap *= 2;
-		nb = realloc(b->buf, cap);
-		if (nb == NULL)
-			return 0;	/* libcurl fails the transfer */
-		b->buf = nb;
-		b->cap = cap;
-	}
-	memcpy(b->buf + b->len, p, len);
-	b->len += len;
+	if (gw_append(&b->buf, &b->len, &b->cap, p, len) != 0)
+		return 0;	/* libcurl fails the transfer */
 	return len;
 }
 
