@@ -13,6 +13,7 @@
  *   answer.c   every body the gateway sends, and its status code
  *   command.c  a command tool run under tools/supervise.c's watcher
  *   upstream.c a url tool: a POST to its upstream (libcurl)
+ *   metrics.c  GET /metrics
  */
 #ifndef CARMY_GATEWAY_H
 #define CARMY_GATEWAY_H
@@ -119,6 +120,29 @@ void gw_handle_put(struct gw_carmyd *d, struct gw_handle *h);
 void gw_handle_retire(struct gw_carmyd *d, struct gw_handle *h);
 void gw_carmyd_close(struct gw_carmyd *d);
 
+/* ------------------------------------------------------------ metrics.c */
+
+enum gw_route {
+	GW_R_EXECUTE, GW_R_HEALTHZ, GW_R_TOOLS, GW_R_WELL_KNOWN, GW_R_METRICS,
+	GW_R_OTHER, GW_ROUTES
+};
+#define GW_CODES 12		/* the status codes counted, and "other" */
+#define GW_BUCKETS 12		/* the latency histogram's, with +Inf */
+
+struct gw_stats {
+	uint64_t requests[GW_ROUTES][GW_CODES];
+	uint64_t buckets[GW_BUCKETS];
+	uint64_t ns_sum;
+};
+
+struct gateway;
+
+/* Count one answer: its route, status and time taken. Any thread. */
+void gw_metrics_count(struct gw_stats *s, int route, unsigned status,
+		      uint64_t ns);
+/* The whole /metrics text, malloc'd, into *out; 0, or -1. */
+int gw_metrics_text(struct gateway *gw, char **out, size_t *len);
+
 /* ------------------------------------------------------------ the server */
 
 struct gateway {
@@ -132,6 +156,7 @@ struct gateway {
 	pthread_mutex_t run_lock;
 	pthread_cond_t run_idle;
 	unsigned running;
+	struct gw_stats stats;
 };
 
 /* One listening socket, served by a libmicrohttpd daemon of its own. */
@@ -159,6 +184,7 @@ struct gw_answer {
 	size_t len;
 	bool replayed;
 	bool retry_after;
+	const char *type;	/* Content-Type; NULL: application/json */
 };
 
 /* The identity and call of one POST /agent/execute, checked. */

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -38,11 +39,21 @@ struct req {
 	size_t len, cap;
 	bool too_large;
 	bool started;		/* suspended while its tool runs */
+	int route;		/* enum gw_route, for the metrics */
+	uint64_t t0;		/* when its headers were in, ns */
 	bool ready;		/* ans is filled */
 	struct gw_answer ans;
 };
 
 /* ------------------------------------------------------------ answers */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static enum MHD_Result send_answer(struct req *q, const char *allow)
 {
@@ -62,7 +73,7 @@ static enum MHD_Result send_answer(struct req *q, const char *allow)
 	a->body = NULL;		/* the response's now */
 	a->len = 0;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-				"application/json");
+				a->type != NULL ? a->type : "application/json");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
 				"no-store");
 	if (a->replayed)
@@ -79,6 +90,8 @@ static enum MHD_Result send_answer(struct req *q, const char *allow)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
 	ret = MHD_queue_response(q->conn, a->status, resp);
 	MHD_destroy_response(resp);
+	gw_metrics_count(&q->l->gw->stats, q->route, a->status,
+			 now_ns() - q->t0);
 	return ret;
 }
 
@@ -264,6 +277,23 @@ static enum MHD_Result well_known(struct req *q)
 	return send_answer(q, NULL);
 }
 
+/* GET /metrics: Prometheus text. Runs carmyctl on this polling thread
+ * (a scrape is rare and carmyctl quick; it is given 5 s at most). */
+static enum MHD_Result metrics(struct req *q)
+{
+	char *text;
+	size_t len;
+
+	if (gw_metrics_text(q->l->gw, &text, &len) != 0)
+		return send_error(q, "INTERNAL", "Out of memory.", NULL);
+	gw_answer_free(&q->ans);
+	q->ans.status = 200;
+	q->ans.body = text;
+	q->ans.len = len;
+	q->ans.type = "text/plain; version=0.0.4";
+	return send_answer(q, NULL);
+}
+
 static bool is_get(const char *method)
 {
 	return strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
@@ -276,6 +306,7 @@ static enum MHD_Result route(struct req *q, const char *url,
 	char buf[32];
 
 	if (strcmp(url, "/agent/execute") == 0) {
+		q->route = GW_R_EXECUTE;
 		if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
 			return send_error(q, "METHOD_NOT_ALLOWED",
 					  "Use POST.", "POST");
@@ -285,17 +316,22 @@ static enum MHD_Result route(struct req *q, const char *url,
 					  NULL);
 		return execute(q);
 	}
-	if (strcmp(url, "/healthz") != 0 && strcmp(url, "/agent/tools") != 0 &&
-	    strcmp(url, "/.well-known/agent") != 0)
+	q->route = strcmp(url, "/healthz") == 0 ? GW_R_HEALTHZ :
+		   strcmp(url, "/agent/tools") == 0 ? GW_R_TOOLS :
+		   strcmp(url, "/.well-known/agent") == 0 ? GW_R_WELL_KNOWN :
+		   strcmp(url, "/metrics") == 0 ? GW_R_METRICS : GW_R_OTHER;
+	if (q->route == GW_R_OTHER)
 		return send_error(q, "NOT_FOUND", "No such path: POST "
 				  "/agent/execute runs a tool.", NULL);
 	if (!is_get(method))
 		return send_error(q, "METHOD_NOT_ALLOWED", "Use GET.",
 				  "GET, HEAD");
-	if (strcmp(url, "/healthz") == 0)
+	if (q->route == GW_R_HEALTHZ)
 		return healthz(q);
-	if (strcmp(url, "/.well-known/agent") == 0)
+	if (q->route == GW_R_WELL_KNOWN)
 		return well_known(q);
+	if (q->route == GW_R_METRICS)
+		return metrics(q);
 	if (principal(q, buf, sizeof(buf)) == NULL)
 		return send_error(q, "UNAUTHENTICATED", "Send Authorization: "
 				  "Bearer TOKEN with a token of the "
@@ -344,6 +380,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 			return MHD_NO;
 		q->l = cls;
 		q->conn = conn;
+		q->route = GW_R_OTHER;
+		q->t0 = now_ns();
 		*con_cls = q;
 		if (declared_too_large(conn))
 			return send_error(q, "PAYLOAD_TOO_LARGE",
