@@ -11,6 +11,7 @@
  *   http.c     libmicrohttpd's callbacks: bodies, identity, routing
  *   execute.c  POST /agent/execute: validation, fingerprint, reservation
  *   answer.c   every body the gateway sends, and its status code
+ *   record.c   an execution's answer recorded, or its reservation released
  *   command.c  a command tool run under tools/supervise.c's watcher
  *   upstream.c a url tool: a POST to its upstream (libcurl)
  *   metrics.c  GET /metrics
@@ -240,7 +241,7 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
 
-/* Record x's answer (when it has a reservation) as status; if that fails
+/* record.c. Record x's answer (when it has a reservation) as status; if that fails
  * the answer becomes the error that says so (the identity is now
  * uncertain). */
 void gw_exec_record(struct gw_exec *x, int status);
