@@ -81,7 +81,8 @@ static int pack(msgpack_packer *pk, json_t *v, int depth)
 		}
 		return 0;
 	case JSON_STRING:
-		return pack_str(pk, json_string_value(v), json_string_length(v));
+		return pack_str(pk, json_string_value(v),
+				json_string_length(v));
 	case JSON_INTEGER:
 		rc = msgpack_pack_int64(pk, json_integer_value(v));
 		break;

@@ -164,7 +164,7 @@ struct gateway {
 struct gw_listener {
 	struct gateway *gw;
 	int fd;
-	bool is_unix;		/* principal from SO_PEERCRED without tokens */
+	bool is_unix;		/* principal: SO_PEERCRED (no tokens) */
 	bool owned;		/* a unix: path of ours, removed at exit */
 	char name[160];		/* "127.0.0.1:8080", "unix:/path" */
 	struct MHD_Daemon *mhd;
@@ -199,7 +199,7 @@ struct gw_call {
 	size_t args_json_len;
 	char *args_mp;		/* ... as msgpack */
 	size_t args_mp_len;
-	char *meta_mp;		/* fingerprint headers as msgpack, or NULL */
+	char *meta_mp;		/* fingerprint headers (msgpack) */
 	size_t meta_mp_len;
 };
 
@@ -241,9 +241,9 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
 
-/* record.c. Record x's answer (when it has a reservation) as status; if that fails
- * the answer becomes the error that says so (the identity is now
- * uncertain). */
+/* record.c. Record x's answer (when it has a reservation) as status; if
+ * that fails the answer becomes the error that says so (the identity is
+ * now uncertain). */
 void gw_exec_record(struct gw_exec *x, int status);
 /* The tool provably did not run (why): release the reservation, and
  * answer so. */

@@ -93,7 +93,8 @@ static int run_capture(char *const argv[], char **out, size_t *len)
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		now = (uint64_t)ts.tv_sec * 1000 +
 		      (uint64_t)ts.tv_nsec / 1000000;
-		if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) == 0)
+		if (now >= deadline ||
+		    poll(&pfd, 1, (int)(deadline - now)) == 0)
 			break;
 		n = read(p[0], buf, sizeof(buf));
 		if (n < 0 && errno == EINTR)
