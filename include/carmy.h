@@ -69,6 +69,7 @@ enum carmy_code {
 	CARMY_EUNTRUSTED = -1016,      /* DAEMON_UNTRUSTED */
 	CARMY_ETOO_MANY_CLIENTS = -1017, /* TOO_MANY_CLIENTS */
 	CARMY_ENOT_PERMITTED = -1018,  /* NOT_PERMITTED */
+	CARMY_EFORKED = -1019,         /* FORKED */
 };
 
 /* Outcomes of carmy_begin() that are not errors. */
@@ -140,7 +141,12 @@ struct carmy_reservation {
 	uint64_t reserved[2];
 };
 
+/* Zero, in C and in C++ alike, without a warning in either. */
+#ifdef __cplusplus
+#define CARMY_RESERVATION_INIT {}
+#else
 #define CARMY_RESERVATION_INIT { .execution_id = { 0 } }
+#endif
 
 /*
  * When carmyd restarts (or drops the connection), a handle connects again
@@ -189,6 +195,12 @@ struct carmy_reservation {
  *   Threads:    what may run at the same time.
  * A call that fails reserves, records and frees nothing unless its
  * description says otherwise.
+ *
+ * A handle belongs to the process that connected it. In a child of fork()
+ * its copy answers every call with CARMY_EFORKED before it reads or
+ * writes anything (the segment, the socket): a reservation made through
+ * it would be the parent's, left running when the child dies. The child
+ * connects a handle of its own (see carmy_connect()).
  */
 
 /*
@@ -257,15 +269,26 @@ const char *carmy_version(int *major, int *minor, int *patch);
  *                            address.
  *   -EPERM                   carmyd refused a client in another PID
  *                            namespace.
- *   -ENOMEM, other -errno    from getcwd(), getrandom(), socket(),
- *                            connect(), poll(), shm_open(), mmap()...
+ *   -ENOMEM, other -errno    from pthread_atfork() (the first connect of
+ *                            the process), getcwd(), getrandom(),
+ *                            socket(), connect(), poll(), shm_open(),
+ *                            mmap()...
  * Ownership:
  *   the handle is the caller's, freed by carmy_close(). socket_path is not
  *   kept.
  * Threads:
  *   safe: each call makes a handle of its own (it only writes this
- *   thread's carmy_trust_detail()). A handle belongs to the process that
- *   connected it: after fork() the child must connect anew.
+ *   thread's carmy_trust_detail()). The handle belongs to this process.
+ *   A child of fork() gets a copy that answers every call with
+ *   CARMY_EFORKED, sending and writing nothing; the child's copy of its
+ *   socket is closed by the fork itself (so that the parent's connection
+ *   ends when the parent does, not when its last child does), and
+ *   carmy_close() frees the rest of it. The child calls carmy_connect()
+ *   for a handle of its own, which works as in any process. The fork is
+ *   noticed through pthread_atfork(), set up at the process's first
+ *   carmy_connect(), without a system call per call; a child made without
+ *   fork()'s handlers (a raw clone(), _Fork()) is not told apart, and must
+ *   not use its parent's handles.
  */
 int carmy_connect(carmy_t **out, const char *socket_path);
 
@@ -276,6 +299,11 @@ int carmy_connect(carmy_t **out, const char *socket_path);
  * uncertain (interrupted): carmyd treats a closed connection as a dead
  * owner.
  *
+ * In a child of fork() given c by its parent, it frees the child's copy
+ * only (memory, mapping; the socket's copy was closed at the fork): it
+ * sends nothing and shuts nothing down, and the parent's connection and
+ * reservations are as they were.
+ *
  * Parameters:
  *   c  the handle; NULL is ignored.
  * Returns:
@@ -285,7 +313,8 @@ int carmy_connect(carmy_t **out, const char *socket_path);
  *   them with carmy_reservation_clear().
  * Threads:
  *   must not run while any other call uses c, and c must not be used
- *   after it.
+ *   after it. In a forked child, calls of the parent's threads do not
+ *   count: they are not in the child.
  */
 void carmy_close(carmy_t *c);
 
@@ -338,6 +367,9 @@ void carmy_close(carmy_t *c);
  *                            reservation.
  *   CARMY_EUNTRUSTED, CARMY_ETOO_MANY_CLIENTS, CARMY_ELAYOUT,
  *   CARMY_EPROTOCOL          from connecting again (see carmy_connect()).
+ *   CARMY_EFORKED            c was connected by another process, whose
+ *                            forked child this is: nothing was looked up,
+ *                            reserved or sent, and r is as it was.
  *   -EINVAL                  c, call or r is NULL.
  *   -ENOMEM, other -errno    a replay's copy, a large call's fingerprint,
  *                            or connecting again.
@@ -348,7 +380,8 @@ void carmy_close(carmy_t *c);
  * Threads:
  *   safe: several threads may call carmy_begin() on one handle at once,
  *   each with a reservation of its own. One r must not be used by two
- *   calls at once.
+ *   calls at once. Only in the process that connected c (CARMY_EFORKED
+ *   in a forked child).
  */
 int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		struct carmy_reservation *r);
@@ -383,6 +416,9 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
  *   CARMY_ESTORE             the durable store could not record it.
  *   CARMY_ECORRUPT           carmyd found the entry scribbled on.
  *   CARMY_EPROTOCOL          carmyd's answer was malformed.
+ *   CARMY_EFORKED            c was connected by another process, whose
+ *                            forked child this is: nothing was sent, and
+ *                            the reservation, the parent's, is untouched.
  *   -EINVAL                  c or r is NULL, or result is NULL with len > 0.
  *   -ENOMEM                  the message could not be built.
  * Ownership:
@@ -392,7 +428,8 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
  *   safe: requests on one handle are serialised (one in flight at a time).
  *   But one reservation belongs to one call: completing r on one thread
  *   while another completes or releases the same r is not supported, and
- *   what is recorded then is not defined.
+ *   what is recorded then is not defined. Only in the process that
+ *   connected c (CARMY_EFORKED in a forked child).
  */
 int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		   const void *result, size_t len);
@@ -430,6 +467,9 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  *                        forgotten it (other carmyds may then run it).
  *   CARMY_EPROTOCOL      with a shared store: carmyd's answer was
  *                        malformed; the entry is still r's here.
+ *   CARMY_EFORKED        c was connected by another process, whose forked
+ *                        child this is: nothing was freed or sent, and the
+ *                        reservation, the parent's, is untouched.
  *   -EINVAL              c or r is NULL.
  *   -ENOMEM              with a shared store: the message could not be
  *                        built; nothing changed.
@@ -437,7 +477,7 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  *   r keeps nothing to free (but carmy_reservation_clear() is harmless).
  * Threads:
  *   safe, as carmy_complete(), with the same rule: one r, one call at a
- *   time.
+ *   time; and only in the process that connected c.
  */
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 
@@ -470,11 +510,12 @@ int carmy_release(carmy_t *c, struct carmy_reservation *r);
  *   CARMY_EDISCONNECTED  carmyd runs on another segment now (the handle is
  *                        done).
  *   CARMY_EPROTOCOL      the execution id found was malformed.
+ *   CARMY_EFORKED        as carmy_begin().
  *   -errno               from looking at the segment's file.
  * Ownership:
  *   as carmy_begin().
  * Threads:
- *   safe, as carmy_begin().
+ *   safe, as carmy_begin(), and only in the process that connected c.
  */
 int carmy_wait(carmy_t *c, const struct carmy_call *call,
 	       struct carmy_reservation *r, int timeout_ms);
@@ -513,6 +554,8 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  *   CARMY_ESTORE             the durable store could not record it.
  *   CARMY_EDISCONNECTED, CARMY_EUNAVAILABLE, CARMY_EUNTRUSTED,
  *   CARMY_EPROTOCOL          carmyd went away, or connecting again failed.
+ *   CARMY_EFORKED            c was connected by another process, whose
+ *                            forked child this is: nothing was sent.
  *   -EINVAL                  c, call or execution_id is NULL,
  *                            execution_id is not "exec_" and 32 lowercase
  *                            hex digits, or result is NULL with len > 0.
@@ -520,7 +563,8 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  * Ownership:
  *   nothing of the arguments is kept.
  * Threads:
- *   safe: requests on one handle are serialised.
+ *   safe: requests on one handle are serialised. Only in the process that
+ *   connected c (CARMY_EFORKED in a forked child).
  */
 int carmy_resolve(carmy_t *c, const struct carmy_call *call,
 		  const char *execution_id, int committed, int status,

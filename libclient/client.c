@@ -94,6 +94,9 @@ struct carmy {
 	struct shm_stats *stats;	/* our stripe of the answer counts */
 	uint8_t fp_early;		/* 0..FP_EARLY_MAX, see carmy_begin()
 					 * (relaxed atomic) */
+	uint64_t fork_gen;		/* fork_gen when connected */
+	carmy_t *next, **pprev;		/* in handles, under handles_lock;
+					 * pprev NULL while not */
 };
 
 /*
@@ -141,6 +144,110 @@ static uint64_t mono_ms(void);
 static int send_msg(int fd, const void *buf, size_t len);
 static int env_int(const char *name, int dflt, int max);
 
+/* ------------------------------------------------------------ fork */
+
+/*
+ * A handle belongs to the process that connected it. A child of fork()
+ * gets a copy, with the parent's owner id, connection and mapping: a call
+ * reserved through it would be the parent's, and would stay running after
+ * the child died, for as long as the parent lives. So the copy refuses
+ * every call (CARMY_EFORKED) before it reads or writes anything, and says
+ * so without a system call (getpid() is one, on a path of a fraction of
+ * a microsecond): each fork() bumps fork_gen in the child
+ * (pthread_atfork()), a handle keeps the fork_gen it was connected under,
+ * and each call compares the two first.
+ *
+ * The child's copies of the handles' sockets are closed at the fork, too:
+ * held open by a child, the parent's connection would outlive the parent,
+ * and carmyd would not see it die (and turn its running calls uncertain)
+ * before the child did. The connected handles are listed for that, and a
+ * listed handle's fd changes only under handles_lock, which fork() holds
+ * throughout: the child finds the list and the fds as they were. Not
+ * listed, and so kept by a child forked meanwhile: a connection another
+ * thread is still opening (carmy_connect(), a reconnect) and a
+ * carmy_wait()'s own, which holds no reservation. A child made without
+ * fork()'s handlers (a raw clone(), _Fork()) is not told apart.
+ */
+static uint64_t fork_gen;		/* forks from the first process to this
+					 * one (relaxed atomic) */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static int fork_watch_rc;		/* what pthread_atfork() said, -errno */
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static carmy_t *handles;		/* the connected ones, under the lock */
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&handles_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&handles_lock);
+}
+
+/* In the child, whose one thread this is. */
+static void fork_child(void)
+{
+	__atomic_store_n(&fork_gen,
+			 __atomic_load_n(&fork_gen, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELAXED);
+	for (carmy_t *h = handles; h != NULL; h = h->next) {
+		if (h->fd >= 0)
+			close(h->fd);
+		h->fd = -1;
+	}
+	pthread_mutex_unlock(&handles_lock);
+}
+
+static void fork_watch(void)
+{
+	fork_watch_rc = -pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Was c connected by another process, of which this is a forked child? */
+static inline bool forked(const carmy_t *c)
+{
+	return __atomic_load_n(&fork_gen, __ATOMIC_RELAXED) != c->fork_gen;
+}
+
+/* List c, connected: from now on a fork closes the child's copy of c->fd. */
+static void handle_list(carmy_t *c)
+{
+	pthread_mutex_lock(&handles_lock);
+	c->next = handles;
+	if (handles != NULL)
+		handles->pprev = &c->next;
+	handles = c;
+	c->pprev = &handles;
+	pthread_mutex_unlock(&handles_lock);
+}
+
+/* Unlist c (if it was) and close its socket, in one step for fork(). */
+static void handle_unlist(carmy_t *c)
+{
+	pthread_mutex_lock(&handles_lock);
+	if (c->pprev != NULL) {
+		*c->pprev = c->next;
+		if (c->next != NULL)
+			c->next->pprev = c->pprev;
+		c->pprev = NULL;
+	}
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	pthread_mutex_unlock(&handles_lock);
+}
+
+/* c's connection is fd from now on (a reconnect): the old one is closed. */
+static void handle_set_fd(carmy_t *c, int fd)
+{
+	pthread_mutex_lock(&handles_lock);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = fd;
+	pthread_mutex_unlock(&handles_lock);
+}
+
 /* ------------------------------------------------------------ connect */
 
 /* Why this thread's last CARMY_EUNTRUSTED was (carmy_trust_detail()). */
@@ -175,6 +282,9 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	if (out == NULL)
 		return -EINVAL;
 	*out = NULL;
+	pthread_once(&fork_once, fork_watch);
+	if (fork_watch_rc != 0)
+		return fork_watch_rc;
 	if (socket_path == NULL) {
 		rc = carmy_default_socket(dflt, sizeof(dflt));
 		if (rc < 0)
@@ -188,6 +298,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	if (c == NULL)
 		return -ENOMEM;
 	c->fd = -1;
+	c->fork_gen = __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
 	strcpy(c->path, path);
 	c->reconnect_ms = env_int("CARMY_RECONNECT_MS", CARMY_RECONNECT_MS,
 				  3600 * 1000);
@@ -241,6 +352,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->stats = &c->view.stats[(c->owner * 2) % SHM_STATS_STRIPES];
 	/* A handle's first calls are most likely new. */
 	c->fp_early = FP_EARLY_AT;
+	handle_list(c);
 	*out = c;
 	return 0;
 fail:
@@ -253,14 +365,21 @@ EXPORT const char *carmy_trust_detail(void)
 	return trust_why;
 }
 
+/*
+ * Nothing is sent, and the socket is closed, not shut down: in a forked
+ * child (whose copy of the socket was closed at the fork already) this
+ * frees the child's copy of the handle and leaves the parent's connection
+ * as it was. The copy's io lock may have been held by a thread the child
+ * does not have: it is left as it is.
+ */
 EXPORT void carmy_close(carmy_t *c)
 {
 	if (c == NULL)
 		return;
-	if (c->fd >= 0)
-		close(c->fd);
+	handle_unlist(c);
 	shm_unmap(&c->view);
-	pthread_mutex_destroy(&c->io);
+	if (!forked(c))
+		pthread_mutex_destroy(&c->io);
 	free(c);
 }
 
@@ -304,6 +423,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 
 	if (c == NULL || call == NULL || r == NULL)
 		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
 	carmy_reservation_clear(r);
 	/* carmyd restarted, or dropped us: one attempt to get back (a new
 	 * call fails closed at once if no carmyd answers). */
@@ -532,6 +653,8 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 
 	if (c == NULL || r == NULL || (result == NULL && len > 0))
 		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
 	if (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED)
 		return CARMY_EINVALID_STATUS;
 	rc = owned(c, r, &b, &w);
@@ -599,6 +722,8 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 
 	if (c == NULL || r == NULL)
 		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
 	rc = owned(c, r, &b, &w);
 	if (rc != 0)
 		return rc;
@@ -646,6 +771,8 @@ EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 
 	if (c == NULL || call == NULL || r == NULL)
 		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
 	for (;;) {
 		const void *part[3] = { call->principal, call->session,
 					call->request_id };
@@ -723,6 +850,8 @@ EXPORT int carmy_resolve(carmy_t *c, const struct carmy_call *call,
 	if (c == NULL || call == NULL || execution_id == NULL ||
 	    (result == NULL && len > 0))
 		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
 	if (committed &&
 	    (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED))
 		return CARMY_EINVALID_STATUS;
@@ -866,9 +995,7 @@ static int reconnect(carmy_t *c, int wait_ms)
 			if (rc == 0)
 				rc = same_segment(c);
 			if (rc == 0) {
-				if (c->fd >= 0)
-					close(c->fd);
-				c->fd = fd;
+				handle_set_fd(c, fd);
 				if (!(m.u.hello_ok.flags & WIRE_F_RESUMED)) {
 					uatomic_set(&c->lost_owner, c->owner);
 					uatomic_set(&c->owner,

@@ -33,7 +33,7 @@ static const struct code_text texts[] = {
 	{ CARMY_ERESULT_TOO_LARGE, "RESULT_TOO_LARGE",
 	  "The result exceeded carmyd's --max-result and was recorded as failed." },
 	{ CARMY_EINVALID_ARGS, "INVALID_ARGUMENTS",
-	  "The arguments or metadata are not one valid msgpack object." },
+	  "The arguments or metadata are not one valid msgpack object (or a map in them has the same key twice)." },
 	{ CARMY_ENOT_OWNER, "NOT_OWNER",
 	  "This reservation belongs to another connection." },
 	{ CARMY_ENOT_RESERVED, "NOT_RESERVED",
@@ -58,6 +58,8 @@ static const struct code_text texts[] = {
 	  "carmyd serves as many connections as its --max-clients (or its descriptor limit) allows; nothing was reserved: try again later." },
 	{ CARMY_ENOT_PERMITTED, "NOT_PERMITTED",
 	  "Only carmyd's own user, root or a member of its --admin-group may resolve, release or purge entries; nothing was changed." },
+	{ CARMY_EFORKED, "FORKED",
+	  "This handle was connected by another process, whose forked child this is; nothing was reserved, sent or changed: connect a handle of this process's own." },
 };
 
 static const struct code_text *find(int code)

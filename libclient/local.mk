@@ -54,3 +54,15 @@ TESTS += tests/libclient/check_version
 tests_libclient_check_version_SOURCES = tests/libclient/check_version.c
 tests_libclient_check_version_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_libclient_check_version_LDADD = libclient/libcarmy.la $(CHECK_LIBS)
+
+# carmy.h and carmy_store.h from C++, with nothing else on the include path
+# and every warning an error: the one use of configure's C++ compiler (the
+# library and the tools are C).
+if HAVE_CXX
+check_PROGRAMS += tests/libclient/check_cxx
+TESTS += tests/libclient/check_cxx
+tests_libclient_check_cxx_SOURCES = tests/libclient/check_cxx.cc
+tests_libclient_check_cxx_CPPFLAGS = -I$(top_srcdir)/include
+tests_libclient_check_cxx_CXXFLAGS = -std=c++11 -Wall -Wextra -pedantic -Werror
+tests_libclient_check_cxx_LDADD = libclient/libcarmy.la
+endif

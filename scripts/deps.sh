@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what building and testing Carmy needs on Debian/Ubuntu.
 set -euo pipefail
-pkgs=(build-essential autoconf automake libtool m4 pkg-config
+# g++ builds one test only, tests/libclient/check_cxx (the headers from C++).
+pkgs=(build-essential g++ autoconf automake libtool m4 pkg-config
       liburcu-dev libmsgpack-dev libxxhash-dev check libsubunit-dev
       python3 procps valgrind spin
       redis-server libhiredis-dev postgresql libpq-dev

@@ -216,6 +216,7 @@ static int set_once(const char **dst, const char *val, const char *name,
 static int parse_timeout(const char *s, uint64_t *ns);
 static int std_fds_open(void);
 static bool id_ok(const char *s);
+static int meta_twice(const struct opts *o, char *why, size_t len);
 static int pack_args(const struct opts *o, msgpack_sbuffer *sb);
 static int pack_meta(const struct opts *o, msgpack_sbuffer *sb);
 static void fill_call(const struct opts *o, const msgpack_sbuffer *args,
@@ -238,7 +239,9 @@ static int print_result(const struct opts *o, const char *exec_id,
 static int report(const struct opts *o, int exit_status, const char *code,
 		  const char *msg, const char *exec_id, const char *state);
 static int report_code(const struct opts *o, int code,
-		       const struct carmy_reservation *r);
+		       const struct carmy_reservation *r, const char *why);
+static void name_socket(const struct opts *o, int code, char *why,
+			size_t len);
 static int exit_for(int code);
 
 int main(int argc, char **argv)
@@ -249,6 +252,7 @@ int main(int argc, char **argv)
 	struct carmy_call call;
 	struct opts o;
 	carmy_t *c = NULL;
+	char why[8192] = "";	/* what to say instead of carmy_strerror() */
 	int rc, status;
 
 	status = parse_opts(argc, argv, &o);
@@ -269,11 +273,16 @@ int main(int argc, char **argv)
 			!id_ok(o.request_id)))
 		rc = CARMY_EINVALID_ID;
 	if (rc == 0)
+		rc = meta_twice(&o, why, sizeof(why));
+	if (rc == 0)
 		rc = pack_args(&o, &args);
 	if (rc == 0)
 		rc = pack_meta(&o, &meta);
-	if (rc == 0)
+	if (rc == 0) {
 		rc = carmy_connect(&c, o.socket);
+		if (rc != 0)
+			name_socket(&o, rc, why, sizeof(why));
+	}
 	if (rc == 0) {
 		fill_call(&o, &args, &meta, &call);
 		/* Rounded up: --wait 0.0005 waits, for a millisecond. A
@@ -289,6 +298,10 @@ int main(int argc, char **argv)
 			cancel_block(&k);
 			rc = carmy_begin(c, &call, &r);
 		}
+		/* carmyd gone since, or full: the handle tried to connect
+		 * again, to the same socket. */
+		if (rc == CARMY_EUNAVAILABLE || rc == CARMY_ETOO_MANY_CLIENTS)
+			name_socket(&o, rc, why, sizeof(why));
 	}
 
 	switch (rc) {
@@ -299,7 +312,7 @@ int main(int argc, char **argv)
 		status = replay(&o, &r);
 		break;
 	default:
-		status = report_code(&o, rc, &r);
+		status = report_code(&o, rc, &r, why);
 		break;
 	}
 
@@ -554,9 +567,47 @@ static int pack_args(const struct opts *o, msgpack_sbuffer *sb)
 	return 0;
 }
 
+/* Order --meta pairs by KEY (the bytes before the first '='). */
+static int key_cmp(const void *a, const void *b)
+{
+	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+	size_t xl = strcspn(x, "="), yl = strcspn(y, "=");
+	int d = memcmp(x, y, xl < yl ? xl : yl);
+
+	return d != 0 ? d : (xl > yl) - (xl < yl);
+}
+
+/*
+ * A --meta KEY given twice is refused as INVALID_ARGUMENTS, as libcarmy
+ * would refuse the map, but named: libcarmy can only say that the bytes
+ * are not one valid msgpack object. Returns 0, or CARMY_EINVALID_ARGS
+ * with the sentence in why; -ENOMEM.
+ */
+static int meta_twice(const struct opts *o, char *why, size_t len)
+{
+	const char **keys;
+	int rc = 0;
+
+	if (o->n_meta < 2)
+		return 0;
+	keys = malloc(o->n_meta * sizeof(*keys));
+	if (keys == NULL)
+		return -ENOMEM;
+	memcpy(keys, o->meta, o->n_meta * sizeof(*keys));
+	qsort(keys, o->n_meta, sizeof(*keys), key_cmp);
+	for (size_t i = 1; i < o->n_meta && rc == 0; i++) {
+		if (key_cmp(&keys[i - 1], &keys[i]) != 0)
+			continue;
+		snprintf(why, len, "--meta KEY given twice: '%.*s'",
+			 (int)strcspn(keys[i], "="), keys[i]);
+		rc = CARMY_EINVALID_ARGS;
+	}
+	free(keys);
+	return rc;
+}
+
 /* Always a map, even an empty one, so that leaving out --meta is one
- * fingerprint and not two. Duplicate keys are left to libcarmy, which
- * refuses them as INVALID_ARGUMENTS. */
+ * fingerprint and not two. Its keys are unique (meta_twice()). */
 static int pack_meta(const struct opts *o, msgpack_sbuffer *sb)
 {
 	msgpack_packer pk;
@@ -1007,9 +1058,10 @@ static int report(const struct opts *o, int exit_status, const char *code,
 	return exit_status;
 }
 
-/* A libcarmy code, with the existing entry when begin described one. */
+/* A libcarmy code, with the existing entry when begin described one;
+ * why, if not "", says more than carmy_strerror(code). */
 static int report_code(const struct opts *o, int code,
-		       const struct carmy_reservation *r)
+		       const struct carmy_reservation *r, const char *why)
 {
 	bool entry = code == CARMY_ECONFLICT || code == CARMY_EUNCERTAIN;
 	char msg[512];
@@ -1022,8 +1074,31 @@ static int report_code(const struct opts *o, int code,
 			      NULL, NULL);
 	}
 	return report(o, exit_for(code), carmy_errname(code),
-		      carmy_strerror(code), entry ? r->execution_id : NULL,
+		      why[0] != '\0' ? why : carmy_strerror(code),
+		      entry ? r->execution_id : NULL,
 		      entry ? carmy_state_name(r->state) : NULL);
+}
+
+/*
+ * Name the socket a failed connection was tried on, --socket or the
+ * default one ($CARMY_SOCKET...), in front of code's sentence: an operator
+ * needs to know where carmy-run looked. DAEMON_UNTRUSTED's detail names
+ * its path already.
+ */
+static void name_socket(const struct opts *o, int code, char *why,
+			size_t len)
+{
+	char dflt[4096];
+	const char *path = o->socket;
+
+	if (code == CARMY_EUNTRUSTED)
+		return;
+	if (path == NULL) {
+		/* Cut short, it still says where. */
+		(void)carmy_default_socket(dflt, sizeof(dflt));
+		path = dflt;
+	}
+	snprintf(why, len, "socket %s: %s", path, carmy_strerror(code));
 }
 
 static int exit_for(int code)

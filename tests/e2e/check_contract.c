@@ -876,6 +876,16 @@ START_TEST(test_codes_have_the_spec_names)
 	ck_assert_str_eq(carmy_errname(CARMY_ECAPACITY), "IDEMPOTENCY_CAPACITY");
 	ck_assert_str_eq(carmy_errname(CARMY_ERESULT_TOO_LARGE), "RESULT_TOO_LARGE");
 	ck_assert_str_eq(carmy_errname(CARMY_EUNAVAILABLE), "DAEMON_UNAVAILABLE");
+	ck_assert_str_eq(carmy_errname(CARMY_EFORKED), "FORKED");
+	ck_assert_int_eq(CARMY_EFORKED, -1019);
+	ck_assert_ptr_nonnull(strstr(carmy_strerror(CARMY_EFORKED), "fork"));
+	/* Every code of Carmy's, the last one included, has its own name
+	 * and sentence: none falls through to the errno tables. */
+	for (int code = CARMY_EINVALID_ID; code >= CARMY_EFORKED; code--) {
+		ck_assert_str_ne(carmy_errname(code), "SYSTEM_ERROR");
+		ck_assert_str_ne(carmy_errname(code), "UNKNOWN_ERROR");
+		ck_assert_str_ne(carmy_strerror(code), strerror(-code));
+	}
 	ck_assert_str_eq(carmy_state_name(CARMY_STATE_RUNNING), "running");
 	ck_assert_str_eq(carmy_state_name(CARMY_STATE_INTERRUPTED), "interrupted");
 	ck_assert_str_eq(carmy_status_name(CARMY_STATUS_TIMED_OUT), "timed_out");

@@ -268,6 +268,56 @@ START_TEST(test_begin_while_carmyd_is_down_fails_closed_but_replays)
 }
 END_TEST
 
+/*
+ * What the README says of a carmyd that is gone: a process that was
+ * connected before replays finished calls from the segment it has mapped,
+ * until one of its requests finds carmyd gone on the socket; from then on
+ * each call tries to connect again first, and fails closed, replays too,
+ * as a process that starts now (every carmy-run) does at its connect. Once
+ * carmyd is back, replays are answered again.
+ */
+START_TEST(test_while_carmyd_is_down_only_a_handle_connected_before_replays)
+{
+	struct carmy_call done = E2E_CALL("p", "s", "done-before");
+	struct carmy_call held = E2E_CALL("p", "s", "held-before");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation h = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	carmy_t *late = (carmy_t *)&late;
+
+	/* Its completion gives up on carmyd soon. */
+	ck_assert_int_eq(setenv("CARMY_RECONNECT_MS", "100", 1), 0);
+	old = e2e_connect(&d);
+	ck_assert_int_eq(unsetenv("CARMY_RECONNECT_MS"), 0);
+	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED, "x", 1),
+			 0);
+	ck_assert_int_eq(carmy_begin(old, &held, &h), CARMY_RESERVED);
+	e2e_kill9(&d);
+
+	/* A new process cannot connect. */
+	ck_assert_int_eq(carmy_connect(&late, d.socket), CARMY_EUNAVAILABLE);
+	ck_assert_ptr_null(late);
+	/* The handle from before replays... */
+	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, exec);
+	/* ...until a request of its finds no carmyd... */
+	ck_assert_int_eq(carmy_complete(old, &h, CARMY_STATUS_COMPLETED, "y", 1),
+			 CARMY_EDISCONNECTED);
+	/* ...and then it fails closed, a replay as much as a new call. */
+	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_EUNAVAILABLE);
+
+	e2e_restart(&d, opts);
+	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_REPLAY);
+	ck_assert_str_eq(r.execution_id, exec);
+	ck_assert_uint_eq(r.result_len, 1);
+	ck_assert_mem_eq(r.result, "x", 1);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&h);
+}
+END_TEST
+
 /* Within the grace period the process that held a reservation gets it back
  * by itself and records its result; meanwhile others see it running. */
 START_TEST(test_owner_back_within_grace_completes_its_call)
@@ -433,6 +483,7 @@ static Suite *restart_suite(void)
 	tcase_add_test(tc, test_client_connected_across_restart_is_disconnected);
 	tcase_add_test(tc, test_handle_from_before_restart_reconnects_for_new_calls);
 	tcase_add_test(tc, test_begin_while_carmyd_is_down_fails_closed_but_replays);
+	tcase_add_test(tc, test_while_carmyd_is_down_only_a_handle_connected_before_replays);
 	tcase_add_test(tc, test_owner_back_within_grace_completes_its_call);
 	tcase_add_test(tc, test_owner_not_back_is_uncertain_once_grace_ends);
 	tcase_add_test(tc, test_only_the_same_process_gets_its_owner_back);

@@ -80,6 +80,12 @@ tests_e2e_check_limits_SOURCES = tests/e2e/check_limits.c $(E2E_SOURCES)
 tests_e2e_check_limits_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_limits_LDADD = $(TEST_LIBS)
 
+check_PROGRAMS += tests/e2e/check_fork
+TESTS += tests/e2e/check_fork
+tests_e2e_check_fork_SOURCES = tests/e2e/check_fork.c $(E2E_SOURCES)
+tests_e2e_check_fork_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_fork_LDADD = $(TEST_LIBS)
+
 # Two carmyds sharing one real PostgreSQL through the PostgreSQL store
 # (stores/pg/): tests/e2e/shared.test starts a throwaway cluster and runs
 # check_shared.
