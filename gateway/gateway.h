@@ -167,11 +167,13 @@ struct gw_listener {
 	bool is_unix;		/* principal: SO_PEERCRED (no tokens) */
 	bool owned;		/* a unix: path of ours, removed at exit */
 	char name[160];		/* "127.0.0.1:8080", "unix:/path" */
+	uint64_t body_deadline_ns;	/* --request-timeout */
 	struct MHD_Daemon *mhd;
 };
 
 /* http.c */
-int gw_listener_start(struct gw_listener *l, unsigned threads);
+int gw_listener_start(struct gw_listener *l, unsigned threads,
+		      unsigned timeout_s);
 void gw_listener_quiesce(struct gw_listener *l);
 void gw_listener_stop(struct gw_listener *l);
 

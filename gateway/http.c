@@ -27,8 +27,6 @@
 #include "common/log.h"
 #include "gateway/gateway.h"
 
-/* Idle connections are closed after this many seconds. */
-#define CONN_TIMEOUT_S 60
 /* Per connection: request line, headers and libmicrohttpd's buffers. */
 #define CONN_MEMORY (64u * 1024)
 
@@ -392,6 +390,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 	if (q->started)
 		return q->ready ? send_answer(q, NULL) : MHD_YES;
 	if (*upload_size != 0) {
+		/* A body sent a byte at a time must not hold a connection
+		 * (and its memory) for ever: the inactivity timeout alone
+		 * would let it. Closing it is its answer. */
+		if (now_ns() - q->t0 > q->l->body_deadline_ns) {
+			log_debug("a request body took longer than the "
+				  "request timeout: connection closed");
+			return MHD_NO;
+		}
 		if (gather(q, upload, *upload_size) != 0)
 			return MHD_NO;
 		*upload_size = 0;
@@ -437,17 +443,19 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	log_debug("libmicrohttpd: %s", line);
 }
 
-int gw_listener_start(struct gw_listener *l, unsigned threads)
+int gw_listener_start(struct gw_listener *l, unsigned threads,
+		      unsigned timeout_s)
 {
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
 			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 
+	l->body_deadline_ns = (uint64_t)timeout_s * 1000000000u;
 	l->mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, l,
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
 		MHD_OPTION_THREAD_POOL_SIZE, threads,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
+		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_END);

@@ -3,7 +3,7 @@
  *
  *   carmy-gateway --tools FILE [--socket PATH] [--listen ADDR:PORT |
  *                 --listen unix:PATH]... [--tokens FILE] [--foreground]
- *                 [--threads N] [--log-level LEVEL]
+ *                 [--threads N] [--request-timeout S] [--log-level LEVEL]
  *
  * Every option and both files are checked before anything is served; a
  * mistake stops the gateway with one line naming it (exit 64, or 1 when a
@@ -47,13 +47,14 @@ struct opts {
 	bool listen_given;
 	bool foreground;
 	unsigned threads;
+	unsigned request_timeout;	/* seconds */
 };
 
 static const char usage_text[] =
 	"usage: carmy-gateway --tools FILE [--socket PATH]\n"
 	"                     [--listen ADDR:PORT | --listen unix:PATH]...\n"
 	"                     [--tokens FILE] [--foreground] [--threads N]\n"
-	"                     [--log-level LEVEL]\n"
+	"                     [--request-timeout S] [--log-level LEVEL]\n"
 	"Serve Carmy's HTTP contract (carmy/1): POST /agent/execute runs a\n"
 	"tool of FILE at most once per (principal, session, request_id).\n"
 	"\n"
@@ -80,6 +81,8 @@ static const char usage_text[] =
 	"                     requests are accepted\n"
 	"  --threads N        polling threads per listener (default: CPUs, at\n"
 	"                     most 8); tools run on threads of their own\n"
+	"  --request-timeout S  close a connection idle for S seconds, or\n"
+	"                     whose body takes longer than S (default 60)\n"
 	"  --log-level LEVEL  error, warn, info (default) or debug\n"
 	"  -h, --help         print this help and exit\n"
 	"  --version          print the version and exit\n";
@@ -103,7 +106,7 @@ static int usage_error(const char *fmt, ...)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_SOCKET = 256, O_LISTEN, O_TOOLS, O_TOKENS, O_FOREGROUND,
-	       O_THREADS, O_LOG_LEVEL, O_VERSION };
+	       O_THREADS, O_LOG_LEVEL, O_VERSION, O_REQUEST_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -111,6 +114,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "tokens", required_argument, NULL, O_TOKENS },
 		{ "foreground", no_argument, NULL, O_FOREGROUND },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "request-timeout", required_argument, NULL,
+		  O_REQUEST_TIMEOUT },
 		{ "log-level", required_argument, NULL, O_LOG_LEVEL },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, O_VERSION },
@@ -123,13 +128,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					     [O_TOOLS - 256] = "--tools",
 					     [O_TOKENS - 256] = "--tokens" };
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	bool threads_set = false;
+	bool threads_set = false, timeout_set = false;
 	char *end;
 	int opt;
 	long n;
 
 	memset(o, 0, sizeof(*o));
 	o->threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
+	o->request_timeout = 60;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -163,6 +169,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 						   "'%s'", optarg);
 			threads_set = true;
 			o->threads = (unsigned)n;
+			break;
+		case O_REQUEST_TIMEOUT:
+			errno = 0;
+			n = strtol(optarg, &end, 10);
+			if (timeout_set || errno != 0 || end == optarg ||
+			    *end != '\0' || n < 1 || n > 3600)
+				return usage_error("--request-timeout needs a "
+						   "number of seconds from 1 to "
+						   "3600, once, got '%s'",
+						   optarg);
+			timeout_set = true;
+			o->request_timeout = (unsigned)n;
 			break;
 		case O_LOG_LEVEL:
 			if (log_parse_level(optarg) < 0)
@@ -585,7 +603,8 @@ int main(int argc, char **argv)
 	gw_handle_put(&gw.carmyd, gw_handle_get(&gw.carmyd, &rc));
 
 	for (i = 0; i < o.n_listen; i++) {
-		if (gw_listener_start(&ls[i], o.threads) != 0) {
+		if (gw_listener_start(&ls[i], o.threads,
+				      o.request_timeout) != 0) {
 			log_error("cannot serve %s (libmicrohttpd refused)",
 				  ls[i].name);
 			break;
