@@ -102,6 +102,22 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+/* A decimal 1..max into *out, given once (*seen): 0, or -1. */
+static int count(const char *s, long max, bool *seen, unsigned *out)
+{
+	char *end;
+	long n;
+
+	errno = 0;
+	n = strtol(s, &end, 10);
+	if (*seen || errno != 0 || end == s || *end != '\0' || n < 1 ||
+	    n > max)
+		return -1;
+	*seen = true;
+	*out = (unsigned)n;
+	return 0;
+}
+
 /* -1 to go on, or the status to exit with. */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
@@ -129,9 +145,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					     [O_TOKENS - 256] = "--tokens" };
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	bool threads_set = false, timeout_set = false;
-	char *end;
 	int opt;
-	long n;
 
 	memset(o, 0, sizeof(*o));
 	o->threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
@@ -160,27 +174,19 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->foreground = true;
 			break;
 		case O_THREADS:
-			errno = 0;
-			n = strtol(optarg, &end, 10);
-			if (threads_set || errno != 0 || end == optarg ||
-			    *end != '\0' || n < 1 || n > THREADS_MAX)
+			if (count(optarg, THREADS_MAX, &threads_set,
+				  &o->threads) != 0)
 				return usage_error("--threads needs a number "
-						   "from 1 to 256, once, got "
-						   "'%s'", optarg);
-			threads_set = true;
-			o->threads = (unsigned)n;
+						   "from 1 to %d, once, got "
+						   "'%s'", THREADS_MAX, optarg);
 			break;
 		case O_REQUEST_TIMEOUT:
-			errno = 0;
-			n = strtol(optarg, &end, 10);
-			if (timeout_set || errno != 0 || end == optarg ||
-			    *end != '\0' || n < 1 || n > 3600)
+			if (count(optarg, 3600, &timeout_set,
+				  &o->request_timeout) != 0)
 				return usage_error("--request-timeout needs a "
 						   "number of seconds from 1 to "
 						   "3600, once, got '%s'",
 						   optarg);
-			timeout_set = true;
-			o->request_timeout = (unsigned)n;
 			break;
 		case O_LOG_LEVEL:
 			if (log_parse_level(optarg) < 0)
