@@ -24,7 +24,7 @@
 #include "gateway/gateway.h"
 
 static struct gateway gw;
-static char dir[] = "/tmp/carmy-gw-check.XXXXXX";
+static char dir[64];
 static uint64_t rng;
 
 static uint64_t next(void)
@@ -51,6 +51,8 @@ static void setup(void)
 	FILE *f;
 
 	log_level = LOG_ERROR;	/* "cannot reach carmyd", every time */
+	/* Each test makes its own (with CK_FORK=no they share a process). */
+	strcpy(dir, "/tmp/carmy-gw-check.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/tools.json", dir);
 	f = fopen(path, "w");
