@@ -169,8 +169,8 @@ int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
 
 	if (rc != 0)
 		return rc;
-	log_info("pid %d uid %u purged %zu completed entr%s older than %llu ms%s",
-		 (int)pid, (unsigned)uid, f.forgotten,
+	log_info("pid %d uid %u purged %zu completed entr%s older than %llu "
+		 "ms%s", (int)pid, (unsigned)uid, f.forgotten,
 		 f.forgotten == 1 ? "y" : "ies",
 		 (unsigned long long)older_than_ms,
 		 f.refused ? " (the store refused some)" : "");

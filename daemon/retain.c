@@ -112,8 +112,8 @@ static void *retain_thread(void *arg)
 		ts.tv_sec = (time_t)(wake / 1000000000u);
 		ts.tv_nsec = (long)(wake % 1000000000u);
 		pthread_mutex_lock(&r->lock);
-		while (!r->stop &&
-		       pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
+		while (!r->stop && pthread_cond_timedwait(&r->cond, &r->lock,
+							  &ts) != ETIMEDOUT)
 			;
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -195,8 +195,8 @@ static void watch_fill(struct retain *r, uint32_t used)
 
 	while (r->level < 2 && pct100 >= warn_at[r->level + 1] * cap) {
 		r->level++;
-		log_warn("the table is %llu%% full (%u of %llu entries in use), "
-			 "past %u%%: at 100%% new calls are refused "
+		log_warn("the table is %llu%% full (%u of %llu entries in "
+			 "use), past %u%%: at 100%% new calls are refused "
 			 "(IDEMPOTENCY_CAPACITY); set a shorter --retain (now "
 			 "%s), raise --capacity, or run carmyctl purge "
 			 "--older-than AGE", (unsigned long long)(pct100 / cap),
@@ -204,8 +204,8 @@ static void watch_fill(struct retain *r, uint32_t used)
 			 retain_text(r, age));
 	}
 	while (r->level > 0 && pct100 < rearm_at[r->level] * cap) {
-		log_info("the table is %llu%% full (%u of %llu entries in use), "
-			 "back below %u%%: the %u%% warning may come again",
+		log_info("the table is %llu%% full (%u of %llu entries in "
+			 "use), back below %u%%: the %u%% warning may come again",
 			 (unsigned long long)(pct100 / cap), used,
 			 (unsigned long long)cap, rearm_at[r->level],
 			 warn_at[r->level]);
