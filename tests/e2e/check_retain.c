@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,7 +234,7 @@ START_TEST(test_only_completed_entries_past_the_age_are_forgotten)
 	struct carmy_reservation held = CARMY_RESERVATION_INIT;
 	struct shm_view v;
 	carmy_t *c2;
-	char rid[16];
+	char rid[24];
 
 	start(SHORT_AGE, "64", false);
 	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
@@ -286,7 +287,7 @@ START_TEST(test_never_keeps_every_completed_entry)
 	 * for a line the watch writes (a refusal's advice) to know time
 	 * has passed under carmyd's eyes. */
 	for (int i = 0; i < 63; i++) {
-		char rid[16], x[CARMY_EXECUTION_ID_LEN + 1];
+		char rid[24], x[CARMY_EXECUTION_ID_LEN + 1];
 
 		snprintf(rid, sizeof(rid), "fill-%d", i);
 		run(c, rid, x);
@@ -307,8 +308,7 @@ END_TEST
 #define WORKERS 4
 #define HELD_MAX 64
 
-/* A worker's end of the pipes, and how it reports a failure: exit code
- * and a line on stderr. */
+/* How a worker reports a failure: exit code and a line on stderr. */
 static void worker_fail(int code, const char *what, const char *rid, int rc)
 {
 	fprintf(stderr, "worker %d: %s %s: %s\n", (int)getpid(), what, rid,
@@ -316,17 +316,53 @@ static void worker_fail(int code, const char *what, const char *rid, int rc)
 	_exit(code);
 }
 
+/* Has the parent written to fd? */
+static bool told(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
 /*
- * A client process racing retention (and the test's purges): iters new
- * calls, every eighth held running to the end, the others completed, and
- * after each a retry of an earlier one, which must replay, or run anew if
- * it was forgotten, or for a held one be uncertain (running, the same
- * execution). Once the parent says go (after more retention passes), every
- * held one must still be running as it was, and complete.
+ * Worker id's retry of an earlier call rid (held: the index in held of
+ * the one running under it, or -1). A held one must be running as it was;
+ * any other replays, or runs anew if it was forgotten (or never ran: the
+ * table was full then).
  */
-static void worker_main(int id, int iters, int go_fd, int done_fd)
+static void retry(carmy_t *w, const char *rid,
+		  const struct carmy_reservation *held)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	int rc = begin(w, rid, &r);
+
+	if (held != NULL) {
+		if (rc != CARMY_EUNCERTAIN || r.state != CARMY_STATE_RUNNING ||
+		    strcmp(r.execution_id, held->execution_id) != 0)
+			worker_fail(13, "retry of held", rid, rc);
+	} else if (rc == CARMY_RESERVED) {
+		rc = carmy_complete(w, &r, CARMY_STATUS_COMPLETED, rid,
+				    strlen(rid));
+	} else if (rc == CARMY_REPLAY || rc == CARMY_ECAPACITY) {
+		rc = 0;
+	}
+	if (held == NULL && rc != 0)
+		worker_fail(14, "retry", rid, rc);
+	carmy_reservation_clear(&r);
+}
+
+/*
+ * A client process racing retention (and the test's purges) until the
+ * parent says stop ('S'): new calls, every eighth held running to the end
+ * (the first HELD_MAX), the others completed, and after each a retry of an
+ * earlier one (retry()). A new call may find the table full, which is no
+ * failure. Once the parent says go ('G', after more retention passes),
+ * every held one must still be running as it was, and complete.
+ */
+static void worker_main(int id, int go_fd, int done_fd)
 {
 	struct carmy_reservation held[HELD_MAX], r = CARMY_RESERVATION_INIT;
+	int held_at[HELD_MAX];	/* the call each runs under */
 	char rid[32];
 	int nheld = 0, rc;
 	carmy_t *w;
@@ -335,52 +371,39 @@ static void worker_main(int id, int iters, int go_fd, int done_fd)
 	srand((unsigned)getpid());
 	if (carmy_connect(&w, d.socket) != 0)
 		_exit(10);
-	for (int i = 0; i < iters; i++) {
-		bool hold = i % 8 == 0 && nheld < HELD_MAX;
+	for (int i = 0; !told(go_fd); i++) {
+		const struct carmy_reservation *h = NULL;
 		int j;
 
 		snprintf(rid, sizeof(rid), "w%d-%d", id, i);
 		rc = begin(w, rid, &r);
-		if (rc != CARMY_RESERVED)
-			worker_fail(11, "new", rid, rc);
-		if (hold) {
-			held[nheld] = r;
+		if (rc == CARMY_RESERVED && i % 8 == 0 && nheld < HELD_MAX) {
+			held_at[nheld] = i;
+			held[nheld++] = r;
 			r = (struct carmy_reservation)CARMY_RESERVATION_INIT;
-			nheld++;
-		} else if ((rc = carmy_complete(w, &r, CARMY_STATUS_COMPLETED,
-						rid, strlen(rid))) != 0) {
-			worker_fail(12, "complete", rid, rc);
+		} else if (rc == CARMY_RESERVED) {
+			rc = carmy_complete(w, &r, CARMY_STATUS_COMPLETED, rid,
+					    strlen(rid));
+			if (rc != 0)
+				worker_fail(12, "complete", rid, rc);
+		} else if (rc != CARMY_ECAPACITY) {
+			worker_fail(11, "new", rid, rc);
 		}
 		if (i == 0)
 			continue;
 		j = rand() % i;
+		for (int k = 0; k < nheld; k++)
+			if (held_at[k] == j)
+				h = &held[k];
 		snprintf(rid, sizeof(rid), "w%d-%d", id, j);
-		rc = begin(w, rid, &r);
-		if (j % 8 == 0 && j / 8 < nheld) {
-			/* Held: running, as it was. */
-			if (rc != CARMY_EUNCERTAIN ||
-			    r.state != CARMY_STATE_RUNNING ||
-			    strcmp(r.execution_id,
-				   held[j / 8].execution_id) != 0)
-				worker_fail(13, "retry of held", rid, rc);
-			continue;
-		}
-		if (rc == CARMY_RESERVED)	/* forgotten: it runs anew */
-			rc = carmy_complete(w, &r, CARMY_STATUS_COMPLETED, rid,
-					    strlen(rid));
-		else if (rc == CARMY_REPLAY)
-			rc = 0;
-		if (rc != 0)
-			worker_fail(14, "retry", rid, rc);
+		retry(w, rid, h);
 	}
-	if (write(done_fd, "L", 1) != 1 || read(go_fd, &byte, 1) != 1)
+	if (read(go_fd, &byte, 1) != 1 || write(done_fd, "L", 1) != 1 ||
+	    read(go_fd, &byte, 1) != 1)
 		_exit(15);
 	for (int k = 0; k < nheld; k++) {
-		snprintf(rid, sizeof(rid), "w%d-%d", id, k * 8);
-		rc = begin(w, rid, &r);
-		if (rc != CARMY_EUNCERTAIN || r.state != CARMY_STATE_RUNNING ||
-		    strcmp(r.execution_id, held[k].execution_id) != 0)
-			worker_fail(16, "held", rid, rc);
+		snprintf(rid, sizeof(rid), "w%d-%d", id, held_at[k]);
+		retry(w, rid, &held[k]);
 		rc = carmy_complete(w, &held[k], CARMY_STATUS_COMPLETED, "h", 1);
 		if (rc != 0)
 			worker_fail(17, "held complete", rid, rc);
@@ -398,15 +421,24 @@ static int purge(const char *age)
 	return e2e_carmyctl(&d, (uid_t)-1, 0, NULL, 0, err, sizeof(err), args);
 }
 
+/* Tell every worker byte b. */
+static void tell(int go[WORKERS][2], const char *b)
+{
+	for (int i = 0; i < WORKERS; i++)
+		ck_assert_int_eq(write(go[i][1], b, 1), 1);
+}
+
 START_TEST(test_retention_races_clients_and_purges)
 {
-	int go[WORKERS][2], done[WORKERS][2], iters;
+	int go[WORKERS][2], done[WORKERS][2], forgot;
 	char lost[CARMY_EXECUTION_ID_LEN + 1];
+	char late[OLD][CARMY_EXECUTION_ID_LEN + 1];
+	struct shm_view v;
 	pid_t pid[WORKERS];
 
-	start("200ms", "4096", false);
-	iters = e2e_sanitised(&d) ? 60 : 300;
+	start("200ms", "16384", false);
 	interrupt("lost", lost);
+	forgot = logged("retention forgot");
 	for (int i = 0; i < WORKERS; i++) {
 		ck_assert_int_eq(pipe(go[i]), 0);
 		ck_assert_int_eq(pipe(done[i]), 0);
@@ -414,13 +446,17 @@ START_TEST(test_retention_races_clients_and_purges)
 		pid[i] = fork();
 		ck_assert_int_ge(pid[i], 0);
 		if (pid[i] == 0)
-			worker_main(i, iters, go[i][0], done[i][1]);
+			worker_main(i, go[i][0], done[i][1]);
 		close(go[i][0]);
 		close(done[i][1]);
 	}
-	/* An operator purges meanwhile, too. */
+	/* An operator purges meanwhile, and retention forgets twice. */
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_eq(purge("100ms"), 0);
+	await_lines("retention forgot", forgot + 2);
+	tell(go, "S");
+	e2e_note("retention passes that forgot entries while the workers "
+		 "ran: %d", logged("retention forgot") - forgot);
 	for (int i = 0; i < WORKERS; i++) {
 		char byte;
 
@@ -428,16 +464,24 @@ START_TEST(test_retention_races_clients_and_purges)
 					    HARNESS_WAIT_MS) == 0,
 			      "worker %d failed or stalled", i);
 	}
+	/* Calls no purge reaches: retention forgets them too. */
+	for (int i = 0; i < OLD; i++) {
+		char rid[24];
+
+		snprintf(rid, sizeof(rid), "late-%d", i);
+		run(c, rid, late[i]);
+	}
+	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
+	await_gone(&v, late, OLD);
+	shm_unmap(&v);
 	/* Two more passes with every held call still running, then each
 	 * worker checks its own. */
 	await_passes(2);
-	await_lines("retention forgot", 1);
 	expect_uncertain(c, "lost", CARMY_STATE_INTERRUPTED, lost);
+	tell(go, "G");
 	for (int i = 0; i < WORKERS; i++) {
-		int st;
+		int st = harness_waitpid(pid[i], HARNESS_WAIT_MS);
 
-		ck_assert_int_eq(write(go[i][1], "G", 1), 1);
-		st = harness_waitpid(pid[i], HARNESS_WAIT_MS);
 		ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 			      "worker %d: wait status %#x", i, st);
 		close(go[i][1]);
@@ -459,7 +503,7 @@ START_TEST(test_what_retention_forgot_stays_forgotten_after_a_reboot)
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	uint64_t finished, killed;
 	struct shm_view v;
-	char rid[16];
+	char rid[24];
 
 	start(SHORT_AGE, "64", true);
 	ck_assert_int_eq(shm_map(d.segment, false, &v), 0);
