@@ -2,16 +2,17 @@
  * check_retain.c - carmyd's watch over the table's room: retention
  * (--retain AGE forgets completed executions that finished more than AGE
  * ago, and never a running or interrupted one, while clients race it), a
- * journal that keeps what retention forgot forgotten across a reboot, an
- * operator's forget of one execution, and the capacity warnings (past 80%
- * and 95%, once per crossing, and the first refusal with its advice).
+ * journal that keeps what retention forgot forgotten across a reboot, bad
+ * --retain values refused by name, an operator's forget of one execution,
+ * and the capacity warnings (past 80% and 95%, once per crossing, and the
+ * first refusal with its advice).
  *
  * Every wait is for an event: an entry gone from the table, a line in
  * carmyd's log (which it writes after the deed), a child's report. Only
- * one check depends on the clock: that a completion younger than AGE
- * still replays, which is asserted when the replay was asked for before
- * AGE had passed, as carmyd's clock tells (the entry's finish time), and
- * noted otherwise.
+ * the checks that a completion younger than AGE still replays depend on
+ * the clock: each is asserted when the replay was asked for (or carmyd
+ * killed) before AGE had passed since the entry finished, as carmyd's
+ * clock tells, and noted otherwise.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -300,6 +301,49 @@ START_TEST(test_never_keeps_every_completed_entry)
 	ck_assert_str_eq(r.execution_id, exec);
 	carmy_reservation_clear(&r);
 	shm_unmap(&v);
+}
+END_TEST
+
+/* carmyd --retain value: it must refuse to start (exit 64), saying why
+ * and naming the option. */
+static void expect_refused(const char *value)
+{
+	char path[256], err[1024];
+	ssize_t got, have = 0;
+	int p[2], st;
+	pid_t pid;
+
+	harness_path("daemon/carmyd", path, sizeof(path));
+	ck_assert_int_eq(pipe(p), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(p[1], STDERR_FILENO);
+		execl(path, path, "--foreground", "--socket", "/nonexistent/s",
+		      "--retain", value, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	while (have < (ssize_t)sizeof(err) - 1 &&
+	       (got = read(p[0], err + have, sizeof(err) - 1 - (size_t)have)) > 0)
+		have += got;
+	err[have] = '\0';
+	close(p[0]);
+	st = harness_waitpid(pid, HARNESS_WAIT_MS);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 64,
+		      "carmyd --retain '%s': wanted exit status 64", value);
+	ck_assert_msg(strstr(err, "carmyd: --retain: expected an age") != NULL,
+		      "carmyd --retain '%s' said: %s", value, err);
+}
+
+START_TEST(test_bad_retain_values_are_refused_by_name)
+{
+	static const char *const bad[] = { "", "soon", "-1s", "1.5h", "24 h",
+					   "1y", "Never", "99999999999d" };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refused(bad[i]);
 }
 END_TEST
 
@@ -684,6 +728,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_only_completed_entries_past_the_age_are_forgotten);
 	tcase_add_test(tc, test_never_keeps_every_completed_entry);
+	tcase_add_test(tc, test_bad_retain_values_are_refused_by_name);
 	tcase_add_test(tc, test_retention_races_clients_and_purges);
 	tcase_add_test(tc, test_what_retention_forgot_stays_forgotten_after_a_reboot);
 	tcase_add_test(tc, test_forget_takes_only_a_completed_execution);
