@@ -40,6 +40,7 @@ static int on_reserve(struct conn *c, const struct wire_msg *m);
 static int on_release(struct conn *c, const struct wire_msg *m);
 static int on_reclaim(struct conn *c);
 static int on_purge(struct conn *c, const struct wire_msg *m);
+static int on_forget(struct conn *c, const struct wire_msg *m);
 static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
 static bool greeted(struct conn *c, const char *why);
@@ -182,6 +183,9 @@ static int on_request(struct conn *c, const struct wire_msg *m)
 		break;
 	case WIRE_PURGE:
 		rc = on_purge(c, m);
+		break;
+	case WIRE_FORGET:
+		rc = on_forget(c, m);
 		break;
 	case WIRE_RESERVE:
 		rc = on_reserve(c, m);
@@ -375,6 +379,22 @@ static int on_purge(struct conn *c, const struct wire_msg *m)
 					  c->pid));
 }
 
+/* FORGET: an operator forgets one completed execution (store_forget()),
+ * named by its entry and execution id. Like a purge, it waits for a
+ * durable store here. Returns 0, DROPPED or -ENOMEM. */
+static int on_forget(struct conn *c, const struct wire_msg *m)
+{
+	if (!greeted(c, "FORGET before HELLO"))
+		return DROPPED;
+	if (!may_operate(c, "forget"))
+		return wire_put_reply(&c->out, WIRE_FORGET,
+				      CARMY_ENOT_PERMITTED);
+	return wire_put_reply(&c->out, WIRE_FORGET,
+			      store_forget(c->loop->sv->store,
+					   m->u.reserve.entry,
+					   m->u.reserve.exec, c->uid, c->pid));
+}
+
 /*
  * RESOLVE: an operator settles an interrupted execution, as committed (it
  * happened: record this result, replayed from now on) or not (the identity
@@ -533,14 +553,14 @@ static void told_of_release(struct server *sv, uint32_t entry)
 }
 
 /*
- * May c's peer change entries that are not its own (RESOLVE, PURGE)? Its
- * --group membership lets it write the segment, but what carmyd changes on
- * request is for carmyd's own user, root, and members of --admin-group:
- * as the peer's credentials were when it connected (SO_PEERCRED's
- * effective ids, SO_PEERGROUPS), never a name looked up now. A refusal is
- * logged with the peer's uid and pid, once per connection and at most once
- * a second a user (so that a second user refused meanwhile is named too),
- * with how many went unlogged.
+ * May c's peer change entries that are not its own (RESOLVE, PURGE,
+ * FORGET)? Its --group membership lets it write the segment, but what
+ * carmyd changes on request is for carmyd's own user, root, and members
+ * of --admin-group: as the peer's credentials were when it connected
+ * (SO_PEERCRED's effective ids, SO_PEERGROUPS), never a name looked up
+ * now. A refusal is logged with the peer's uid and pid, once per
+ * connection and at most once a second a user (so that a second user
+ * refused meanwhile is named too), with how many went unlogged.
  */
 static bool may_operate(struct conn *c, const char *what)
 {

@@ -132,6 +132,11 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 		return rc;
 	s->store_id = id;
 	uatomic_set(&h->sh_store, id);
+	/* For operators: carmyctl status shows it. */
+	s->retain_ms = cfg->retain_ns == 0 ? SHM_RETAIN_NEVER :
+		       cfg->retain_ns < 1000000u ? 1 :
+		       cfg->retain_ns / 1000000u;
+	uatomic_set(&h->sh_retain_ms, s->retain_ms);
 	__atomic_store_n(&h->sh_loaded, 1, __ATOMIC_RELEASE);
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
@@ -447,117 +452,6 @@ bool store_running(struct store *s, uint32_t entry,
 	return running;
 }
 
-/* A store request made and waited for on this thread (an operator's
- * purge): done() counts down. */
-struct sync_batch {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	unsigned left;
-};
-
-struct sync_req {
-	struct carmy_store_req req;
-	struct carmy_store_record rec;
-	struct sync_batch *batch;
-	uint32_t entry;
-	int rc;
-};
-
-static void sync_done(struct carmy_store_req *req, int rc)
-{
-	struct sync_req *sr = req->cookie;
-	struct sync_batch *b = sr->batch;
-
-	sr->rc = rc;
-	pthread_mutex_lock(&b->lock);
-	if (--b->left == 0)
-		pthread_cond_signal(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-}
-
-/*
- * An operator's purge: forget every COMPLETED entry that finished more than
- * older_than_ms ago. Running and uncertain entries are never touched: this
- * is the only way a recorded result ever leaves the table. A durable store
- * records each purge first (this thread waits for it: an operator's action,
- * rare); only those it recorded are forgotten. Returns how many, or -errno.
- */
-int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
-{
-	const struct shm_view *v = &s->view;
-	uint64_t now = clock_real_ns(), age = older_than_ms * 1000000u;
-	uint64_t cutoff = older_than_ms > UINT64_MAX / 1000000u || age > now ?
-				  0 : now - age;
-	struct sync_req *reqs = NULL;
-	struct sync_batch batch;
-	size_t n = 0, cap = 0;
-	int purged = 0;
-
-	pthread_mutex_lock(&s->lock);
-	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
-		uint64_t w = uatomic_read(&v->buckets[b]);
-		uint32_t e = SHM_W_ENTRY(w);
-		const struct shm_entry *en;
-
-		if (SHM_W_STATE(w) != SHM_COMPLETED || e >= v->geo.capacity)
-			continue;
-		en = shm_entry_at(v, e);
-		if (en->en_bucket != b || en->en_finished_ns >= cutoff)
-			continue;
-		if (n == cap) {
-			size_t ncap = cap ? 2 * cap : 256;
-			struct sync_req *nr = realloc(reqs, ncap * sizeof(*nr));
-
-			if (nr == NULL) {
-				pthread_mutex_unlock(&s->lock);
-				free(reqs);
-				return -ENOMEM;
-			}
-			reqs = nr;
-			cap = ncap;
-		}
-		memset(&reqs[n], 0, sizeof(reqs[n]));
-		reqs[n].entry = e;
-		memcpy(reqs[n].rec.exec, en->en_exec, SHM_EXEC_LEN);
-		n++;
-	}
-	pthread_mutex_unlock(&s->lock);
-
-	if (s->durable && n > 0) {
-		pthread_mutex_init(&batch.lock, NULL);
-		pthread_cond_init(&batch.cond, NULL);
-		batch.left = (unsigned)n;
-		for (size_t i = 0; i < n; i++) {
-			reqs[i].batch = &batch;
-			reqs[i].req.op = CARMY_STORE_PURGE;
-			reqs[i].req.rec = &reqs[i].rec;
-			reqs[i].req.done = sync_done;
-			reqs[i].req.cookie = &reqs[i];
-			/* All at once: let them go out together. */
-			reqs[i].req.flags = i + 1 < n ? CARMY_STORE_MORE : 0;
-			s->ops->submit(s->st, &reqs[i].req);
-		}
-		pthread_mutex_lock(&batch.lock);
-		while (batch.left > 0)
-			pthread_cond_wait(&batch.cond, &batch.lock);
-		pthread_mutex_unlock(&batch.lock);
-		pthread_cond_destroy(&batch.cond);
-		pthread_mutex_destroy(&batch.lock);
-	}
-	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < n; i++)
-		if (reqs[i].rc == 0 &&
-		    shm_purge(v, reqs[i].entry, reqs[i].rec.exec))
-			purged++;
-	pthread_mutex_unlock(&s->lock);
-	log_info("pid %d uid %u purged %d completed entr%s older than %llu ms%s",
-		 (int)pid, (unsigned)uid, purged, purged == 1 ? "y" : "ies",
-		 (unsigned long long)older_than_ms,
-		 (size_t)purged < n ? " (the store refused some)" : "");
-	free(reqs);
-	return purged;
-}
-
 /* A shared store's RESERVE found the identity held (carmy_store.h): keep
  * a copy of the standing execution for request.c's finish(), on whatever
  * thread. */
@@ -803,7 +697,8 @@ static void check_header(struct store *s)
 	    h->sh_owner_base == s->owner_base &&
 	    h->sh_next_owner == s->next_owner &&
 	    h->sh_move_seq == s->view.move_seq &&
-	    h->sh_loaded == 1 && h->sh_store == s->store_id)
+	    h->sh_loaded == 1 && h->sh_store == s->store_id &&
+	    h->sh_retain_ms == s->retain_ms)
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));
@@ -815,6 +710,7 @@ static void check_header(struct store *s)
 	uatomic_set(&h->sh_epoch, s->epoch);
 	uatomic_set(&h->sh_move_seq, s->view.move_seq);
 	uatomic_set(&h->sh_store, s->store_id);
+	uatomic_set(&h->sh_retain_ms, s->retain_ms);
 	uatomic_set(&h->sh_loaded, 1);
 }
 

@@ -102,8 +102,10 @@ enum carmy_store_op {
 					 * one: state COMPLETED (it happened,
 					 * with this result) or 0 (it did not:
 					 * the identity is free again) */
-	CARMY_STORE_PURGE = 5,		/* an operator removed a completed
-					 * one (carmyctl purge): forget it */
+	CARMY_STORE_PURGE = 5,		/* a completed one is forgotten (an
+					 * operator's carmyctl purge or
+					 * forget, or carmyd's --retain):
+					 * forget it */
 };
 
 enum carmy_store_state {

@@ -173,8 +173,14 @@ struct shm_header {
 	 * segment ---- */
 	uint32_t sh_loaded;
 	uint64_t sh_store;
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 128];
+	/* ---- carmyd's --retain in ms, for operators (carmyctl status):
+	 * SHM_RETAIN_NEVER, or 0 where a carmyd of an older build ran. Told,
+	 * not used: no process acts on it, so it is not part of the layout
+	 * signature ---- */
+	uint64_t sh_retain_ms;
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 136];
 };
+#define SHM_RETAIN_NEVER UINT64_MAX
 
 /*
  * Is carmyd alive? sh_alive is a robust futex word in the kernel's sense
@@ -532,6 +538,10 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
 bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec);
+bool shm_completed_before(const struct shm_view *v, uint32_t e,
+			  uint64_t before_ns, uint8_t exec[SHM_EXEC_LEN]);
+unsigned shm_state_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec);
 bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec, int status, int result_code,
 		      const void *data, size_t len);

@@ -5,8 +5,8 @@
  *
  * Reading commands (status, list, show, metrics) map carmyd's segment
  * read-only and change nothing; they work while carmyd is down when given
- * --segment. Changing commands (resolve, release, purge) ask carmyd, which
- * records who asked (uid and pid) and when. journal-check reads a journal
+ * --segment. Changing commands (resolve, release, purge, forget) ask
+ * carmyd, which records who asked (uid and pid) and when. journal-check reads a journal
  * directory offline. Tables for people; --json for scripts. See README,
  * "carmyctl".
  */
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "carmy.h"
+#include "common/age.h"
 #include "common/clock.h"
 #include "common/execid.h"
 #include "common/log.h"
@@ -46,12 +47,15 @@
 static const char usage[] =
 	"usage: carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND\n"
 	"\n"
-	"  status                       capacity, entries by state, result bytes,\n"
-	"                               and the answers clients were given\n"
+	"  status                       capacity and fill, entries by state,\n"
+	"                               result bytes, the oldest completed\n"
+	"                               entry, carmyd's --retain, and the\n"
+	"                               answers clients were given\n"
 	"  list [--state S] [--principal P] [--session S]\n"
 	"       [--older-than AGE] [--newer-than AGE] [--limit N]\n"
 	"                               entries; S is running, uncertain or\n"
-	"                               completed; AGE like 90s, 15m, 2h, 7d\n"
+	"                               completed; AGE like 90s, 200ms, 15m,\n"
+	"                               2h, 7d\n"
 	"  show EXECUTION_ID            one entry, with its result\n"
 	"  wait EXECUTION_ID [--timeout SECONDS]\n"
 	"                               wait (default 30 s) for a running\n"
@@ -69,7 +73,11 @@ static const char usage[] =
 	"  purge --older-than AGE       forget completed entries that finished\n"
 	"                               longer ago than AGE (never running or\n"
 	"                               uncertain ones)\n"
-	"  metrics                      the status in Prometheus text format\n"
+	"  forget EXECUTION_ID          forget one completed execution: a call\n"
+	"                               with its identity runs anew\n"
+	"  metrics                      the status in Prometheus text format;\n"
+	"                               carmy_up 0 (and exit 0) when no carmyd\n"
+	"                               answers\n"
 	"  journal-check DIR            read a journal as carmyd would at start,\n"
 	"                               changing nothing\n"
 	"\n"
@@ -82,10 +90,11 @@ static const char usage[] =
 	"--admin-group: others get NOT_PERMITTED.\n"
 	"\n"
 	"Exit status: 0 done; 1 the request was refused or failed (its code\n"
-	"name on standard error); 64 usage error; 69 carmyd unavailable (or\n"
-	"full: TOO_MANY_CLIENTS); 77 DAEMON_UNTRUSTED: carmyd, its socket's\n"
-	"directory or its segment belongs to a user not trusted (see\n"
-	"$CARMY_TRUSTED_USERS).\n";
+	"name on standard error: NOT_FOUND for an execution the table does\n"
+	"not hold, NOT_COMPLETED for one forget cannot take); 64 usage error;\n"
+	"69 carmyd unavailable (or full: TOO_MANY_CLIENTS); 77\n"
+	"DAEMON_UNTRUSTED: carmyd, its socket's directory or its segment\n"
+	"belongs to a user not trusted (see $CARMY_TRUSTED_USERS).\n";
 
 struct ctl {
 	const char *socket;
@@ -105,6 +114,7 @@ struct ctl {
 	bool trusting;		/* trust is filled in */
 	uid_t peer;		/* who does, once dialled: the segment's owner */
 	bool peered;
+	bool down;		/* no carmyd answered at the socket */
 	char why[TRUST_WHY_MAX];	/* what a failed check found */
 };
 
@@ -132,13 +142,14 @@ struct filter {
 	long limit;
 };
 
-static int cmd_status(struct ctl *x, bool metrics);
+static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics);
 static int cmd_list(struct ctl *x, int argc, char **argv);
 static int cmd_show(struct ctl *x, int argc, char **argv);
 static int cmd_wait(struct ctl *x, int argc, char **argv);
 static void show_row(const struct ctl *x, const struct row *r);
 static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release);
 static int cmd_purge(struct ctl *x, int argc, char **argv);
+static int cmd_forget(struct ctl *x, int argc, char **argv);
 static int cmd_journal_check(struct ctl *x, int argc, char **argv);
 static int attach(struct ctl *x);
 static int map_segment(struct ctl *x);
@@ -151,11 +162,18 @@ static int redial(struct ctl *x, uint64_t deadline);
 static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
 static bool find_exec(const struct shm_view *v, const char *id,
 		      struct row *r);
-static int parse_age(const char *s, uint64_t *ns);
+static int look_up(struct ctl *x, const char *cmd, const char *id,
+		   bool carmyd, struct row *r);
 static int parse_state(const char *s);
 static const char *state_name(unsigned st);
+static const char *coarse_age(char *buf, size_t size, uint64_t ns);
 static void put_age(FILE *f, uint64_t ns);
 static int fail(const char *what, int code);
+static int not_found(const struct ctl *x, const char *what, const char *id);
+static int not_completed(const char *id, unsigned state);
+static int bad_option(const char *cmd, int o, char **argv);
+static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
+		      const char *what, bool json);
 static int usage_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 
@@ -174,8 +192,10 @@ int main(int argc, char **argv)
 	int o, rc;
 
 	log_level = LOG_ERROR;
+	/* Every unknown option is told by name, as bad_option() says it. */
+	opterr = 0;
 	/* '+': options after COMMAND belong to it. */
-	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
 			x.socket = optarg;
@@ -193,8 +213,7 @@ int main(int argc, char **argv)
 			printf("carmyctl %s\n", PACKAGE_VERSION);
 			return 0;
 		default:
-			fputs(usage, stderr);
-			return EXIT_USAGE;
+			return bad_option(NULL, o, argv);
 		}
 	}
 	if (optind >= argc)
@@ -216,10 +235,10 @@ int main(int argc, char **argv)
 			i--;
 		}
 	}
-	if (strcmp(cmd, "status") == 0 && argc == 1)
-		rc = cmd_status(&x, false);
-	else if (strcmp(cmd, "metrics") == 0 && argc == 1)
-		rc = cmd_status(&x, true);
+	if (strcmp(cmd, "status") == 0)
+		rc = cmd_status(&x, argc, argv, false);
+	else if (strcmp(cmd, "metrics") == 0)
+		rc = cmd_status(&x, argc, argv, true);
 	else if (strcmp(cmd, "list") == 0)
 		rc = cmd_list(&x, argc, argv);
 	else if (strcmp(cmd, "show") == 0)
@@ -232,11 +251,12 @@ int main(int argc, char **argv)
 		rc = cmd_resolve(&x, argc, argv, true);
 	else if (strcmp(cmd, "purge") == 0)
 		rc = cmd_purge(&x, argc, argv);
+	else if (strcmp(cmd, "forget") == 0)
+		rc = cmd_forget(&x, argc, argv);
 	else if (strcmp(cmd, "journal-check") == 0)
 		rc = cmd_journal_check(&x, argc, argv);
 	else
-		rc = usage_error("carmyctl: unknown command or arguments: %s",
-				 cmd);
+		rc = usage_error("carmyctl: unknown command '%s'", cmd);
 	if (x.mapped)
 		shm_unmap(&x.view);
 	if (x.fd >= 0)
@@ -248,112 +268,234 @@ int main(int argc, char **argv)
 
 /* ------------------------------------------------------------ reading */
 
-static int cmd_status(struct ctl *x, bool metrics)
-{
-	uint64_t n[6] = { 0 }, bytes = 0, ans[5] = { 0 };
-	const struct shm_view *v;
-	const struct shm_header *h;
+/* What status and metrics report, read off the segment. */
+struct tally {
+	uint64_t n[6];		/* published buckets by state */
+	uint64_t bytes;		/* of completed entries' results */
+	uint64_t ans[5];	/* the clients' answers (struct shm_stats) */
+	uint64_t used;		/* tickets not free: entries in use */
+	uint64_t oldest_ns;	/* finished_ns of the oldest completed, or 0 */
+	uint64_t now_ns;
+	uint64_t retain_ms;	/* sh_retain_ms */
 	bool up;
-	int rc = attach(x);
+};
 
-	if (rc != 0)
-		return rc;
-	v = &x->view;
-	h = shm_header(v);
+static void tally(const struct shm_view *v, struct tally *t)
+{
+	const struct shm_header *h = shm_header(v);
+
+	memset(t, 0, sizeof(*t));
+	t->now_ns = clock_real_ns();
 	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
 		uint64_t w = __atomic_load_n(&v->buckets[b], __ATOMIC_RELAXED);
 		unsigned st = SHM_W_STATE(w);
 		uint32_t e = SHM_W_ENTRY(w);
+		const struct shm_entry *en;
 
 		if (st >= 6)
 			continue;
-		n[st]++;
-		if (st == SHM_COMPLETED && e < v->geo.capacity) {
-			uint32_t len = shm_entry_at(v, e)->en_result_len;
-
-			bytes += len <= v->geo.max_result ? len : 0;
-		}
+		t->n[st]++;
+		if (st != SHM_COMPLETED || e >= v->geo.capacity)
+			continue;
+		en = shm_entry_at(v, e);
+		t->bytes += en->en_result_len <= v->geo.max_result ?
+				    en->en_result_len : 0;
+		if (t->oldest_ns == 0 || en->en_finished_ns < t->oldest_ns)
+			t->oldest_ns = en->en_finished_ns;
 	}
+	for (uint32_t e = 0; e < v->geo.capacity; e++)
+		t->used += __atomic_load_n(&v->tickets[e], __ATOMIC_RELAXED) !=
+			   SHM_TICKET_FREE;
 	for (int i = 0; i < SHM_STATS_STRIPES; i++) {
 		const struct shm_stats *st = &v->stats[i];
 
-		ans[0] += __atomic_load_n(&st->st_reserves, __ATOMIC_RELAXED);
-		ans[1] += __atomic_load_n(&st->st_replays, __ATOMIC_RELAXED);
-		ans[2] += __atomic_load_n(&st->st_conflicts, __ATOMIC_RELAXED);
-		ans[3] += __atomic_load_n(&st->st_uncertain, __ATOMIC_RELAXED);
-		ans[4] += __atomic_load_n(&st->st_capacity, __ATOMIC_RELAXED);
+		t->ans[0] += __atomic_load_n(&st->st_reserves, __ATOMIC_RELAXED);
+		t->ans[1] += __atomic_load_n(&st->st_replays, __ATOMIC_RELAXED);
+		t->ans[2] += __atomic_load_n(&st->st_conflicts, __ATOMIC_RELAXED);
+		t->ans[3] += __atomic_load_n(&st->st_uncertain, __ATOMIC_RELAXED);
+		t->ans[4] += __atomic_load_n(&st->st_capacity, __ATOMIC_RELAXED);
 	}
-	up = shm_daemon_alive(h);
-	uint64_t live = n[SHM_RUNNING] + n[SHM_COMPLETED] + n[SHM_UNCERTAIN];
+	t->retain_ms = __atomic_load_n(&h->sh_retain_ms, __ATOMIC_RELAXED);
+	t->up = shm_daemon_alive(h);
+}
 
-	if (metrics) {
-		static const char *const kinds[5] = { "reserved", "replayed",
-			"conflict", "uncertain", "capacity" };
+/* Seconds since the oldest completed entry finished; 0 if there is none
+ * (or its clock reads ahead of ours). */
+static double oldest_age_s(const struct tally *t)
+{
+	return t->oldest_ns != 0 && t->now_ns > t->oldest_ns ?
+		       (double)(t->now_ns - t->oldest_ns) / 1e9 : 0;
+}
 
-		printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
-		       "# TYPE carmy_up gauge\ncarmy_up %d\n", up);
-		printf("# HELP carmy_capacity_entries Entries the table holds.\n"
-		       "# TYPE carmy_capacity_entries gauge\n"
-		       "carmy_capacity_entries %u\n", v->geo.capacity);
-		printf("# HELP carmy_entries Entries in the table, by state.\n"
-		       "# TYPE carmy_entries gauge\n");
-		printf("carmy_entries{state=\"running\"} %llu\n",
-		       (unsigned long long)n[SHM_RUNNING]);
-		printf("carmy_entries{state=\"uncertain\"} %llu\n",
-		       (unsigned long long)n[SHM_UNCERTAIN]);
-		printf("carmy_entries{state=\"completed\"} %llu\n",
-		       (unsigned long long)n[SHM_COMPLETED]);
-		printf("# HELP carmy_result_bytes Bytes of recorded results.\n"
-		       "# TYPE carmy_result_bytes gauge\n"
-		       "carmy_result_bytes %llu\n", (unsigned long long)bytes);
-		printf("# HELP carmy_answers_total Answers clients were given "
-		       "by begin, by kind.\n# TYPE carmy_answers_total "
-		       "counter\n");
-		for (int i = 0; i < 5; i++)
-			printf("carmy_answers_total{answer=\"%s\"} %llu\n",
-			       kinds[i], (unsigned long long)ans[i]);
-		printf("# HELP carmy_epoch carmyd starts on this segment.\n"
-		       "# TYPE carmy_epoch counter\ncarmy_epoch %u\n",
-		       h->sh_epoch);
-		return 0;
+static void print_metrics(const struct shm_view *v, const struct tally *t)
+{
+	static const char *const kinds[5] = { "reserved", "replayed",
+		"conflict", "uncertain", "capacity" };
+
+	printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
+	       "# TYPE carmy_up gauge\ncarmy_up %d\n", t->up);
+	printf("# HELP carmy_capacity_entries Entries the table holds.\n"
+	       "# TYPE carmy_capacity_entries gauge\n"
+	       "carmy_capacity_entries %u\n", v->geo.capacity);
+	printf("# HELP carmy_entries Entries in the table, by state.\n"
+	       "# TYPE carmy_entries gauge\n");
+	printf("carmy_entries{state=\"running\"} %llu\n",
+	       (unsigned long long)t->n[SHM_RUNNING]);
+	printf("carmy_entries{state=\"uncertain\"} %llu\n",
+	       (unsigned long long)t->n[SHM_UNCERTAIN]);
+	printf("carmy_entries{state=\"completed\"} %llu\n",
+	       (unsigned long long)t->n[SHM_COMPLETED]);
+	printf("# HELP carmy_fill_ratio Entries in use (published or being "
+	       "reserved) over capacity; new calls are refused at 1.\n"
+	       "# TYPE carmy_fill_ratio gauge\ncarmy_fill_ratio %.6f\n",
+	       (double)t->used / v->geo.capacity);
+	printf("# HELP carmy_oldest_completed_age_seconds Since the oldest "
+	       "completed entry finished; 0 if there is none.\n"
+	       "# TYPE carmy_oldest_completed_age_seconds gauge\n"
+	       "carmy_oldest_completed_age_seconds %.3f\n", oldest_age_s(t));
+	/* Not told by a carmyd of an older build: no sample. */
+	if (t->retain_ms != 0) {
+		printf("# HELP carmy_retain_seconds carmyd's --retain: completed "
+		       "entries older are forgotten (+Inf: never).\n"
+		       "# TYPE carmy_retain_seconds gauge\n");
+		if (t->retain_ms == SHM_RETAIN_NEVER)
+			printf("carmy_retain_seconds +Inf\n");
+		else
+			printf("carmy_retain_seconds %.3f\n",
+			       (double)t->retain_ms / 1e3);
 	}
-	if (x->json) {
-		printf("{\"segment\":");
-		json_put_str(stdout, x->shm_name);
-		printf(",\"carmyd_up\":%s,\"carmyd_pid\":%u,\"epoch\":%u,"
-		       "\"capacity\":%u,\"max_result\":%u,\"live\":%llu,"
-		       "\"running\":%llu,\"uncertain\":%llu,\"completed\":%llu,"
-		       "\"result_bytes\":%llu,\"reserves\":%llu,"
-		       "\"replays\":%llu,\"conflicts\":%llu,"
-		       "\"uncertain_answers\":%llu,"
-		       "\"capacity_refusals\":%llu}\n",
-		       up ? "true" : "false", h->sh_daemon_pid, h->sh_epoch,
-		       v->geo.capacity, v->geo.max_result,
-		       (unsigned long long)live,
-		       (unsigned long long)n[SHM_RUNNING],
-		       (unsigned long long)n[SHM_UNCERTAIN],
-		       (unsigned long long)n[SHM_COMPLETED],
-		       (unsigned long long)bytes, (unsigned long long)ans[0],
-		       (unsigned long long)ans[1], (unsigned long long)ans[2],
-		       (unsigned long long)ans[3], (unsigned long long)ans[4]);
-		return 0;
-	}
+	printf("# HELP carmy_result_bytes Bytes of recorded results.\n"
+	       "# TYPE carmy_result_bytes gauge\n"
+	       "carmy_result_bytes %llu\n", (unsigned long long)t->bytes);
+	printf("# HELP carmy_answers_total Answers clients were given "
+	       "by begin, by kind.\n# TYPE carmy_answers_total "
+	       "counter\n");
+	for (int i = 0; i < 5; i++)
+		printf("carmy_answers_total{answer=\"%s\"} %llu\n",
+		       kinds[i], (unsigned long long)t->ans[i]);
+	printf("# HELP carmy_epoch carmyd starts on this segment.\n"
+	       "# TYPE carmy_epoch counter\ncarmy_epoch %u\n",
+	       shm_header(v)->sh_epoch);
+}
+
+/* No carmyd answered: all a scraper can be told. */
+static void print_metrics_down(void)
+{
+	printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
+	       "# TYPE carmy_up gauge\ncarmy_up 0\n");
+}
+
+/* carmyd's --retain as status shows it: "24h", "never" or "unknown" (a
+ * carmyd of an older build does not say). */
+static const char *retain_text(char *buf, const struct tally *t)
+{
+	if (t->retain_ms == 0)
+		return "unknown";
+	if (t->retain_ms == SHM_RETAIN_NEVER)
+		return "never";
+	return age_format(buf, t->retain_ms * 1000000u);
+}
+
+static void print_status_json(const struct ctl *x, const struct tally *t)
+{
+	const struct shm_view *v = &x->view;
+	const struct shm_header *h = shm_header(v);
+	char age[AGE_TEXT_MAX];
+
+	printf("{\"segment\":");
+	json_put_str(stdout, x->shm_name);
+	printf(",\"carmyd_up\":%s,\"carmyd_pid\":%u,\"epoch\":%u,"
+	       "\"capacity\":%u,\"max_result\":%u,\"used\":%llu,"
+	       "\"fill\":%.6f,\"live\":%llu,"
+	       "\"running\":%llu,\"uncertain\":%llu,\"completed\":%llu,"
+	       "\"result_bytes\":%llu,", t->up ? "true" : "false",
+	       h->sh_daemon_pid, h->sh_epoch, v->geo.capacity,
+	       v->geo.max_result, (unsigned long long)t->used,
+	       (double)t->used / v->geo.capacity,
+	       (unsigned long long)(t->n[SHM_RUNNING] + t->n[SHM_COMPLETED] +
+				    t->n[SHM_UNCERTAIN]),
+	       (unsigned long long)t->n[SHM_RUNNING],
+	       (unsigned long long)t->n[SHM_UNCERTAIN],
+	       (unsigned long long)t->n[SHM_COMPLETED],
+	       (unsigned long long)t->bytes);
+	if (t->oldest_ns != 0)
+		printf("\"oldest_completed_ns\":%llu,"
+		       "\"oldest_completed_age_s\":%.3f,",
+		       (unsigned long long)t->oldest_ns, oldest_age_s(t));
+	else
+		printf("\"oldest_completed_ns\":null,"
+		       "\"oldest_completed_age_s\":null,");
+	printf("\"retain\":\"%s\",", retain_text(age, t));
+	if (t->retain_ms != 0 && t->retain_ms != SHM_RETAIN_NEVER)
+		printf("\"retain_ms\":%llu,", (unsigned long long)t->retain_ms);
+	else
+		printf("\"retain_ms\":null,");
+	printf("\"reserves\":%llu,\"replays\":%llu,\"conflicts\":%llu,"
+	       "\"uncertain_answers\":%llu,\"capacity_refusals\":%llu}\n",
+	       (unsigned long long)t->ans[0], (unsigned long long)t->ans[1],
+	       (unsigned long long)t->ans[2], (unsigned long long)t->ans[3],
+	       (unsigned long long)t->ans[4]);
+}
+
+static void print_status_text(const struct ctl *x, const struct tally *t)
+{
+	const struct shm_view *v = &x->view;
+	const struct shm_header *h = shm_header(v);
+	uint64_t live = t->n[SHM_RUNNING] + t->n[SHM_COMPLETED] +
+			t->n[SHM_UNCERTAIN];
+	char age[AGE_TEXT_MAX];
+
 	printf("segment     %s (carmyd %s, pid %u, epoch %u)\n", x->shm_name,
-	       up ? "up" : "DOWN", h->sh_daemon_pid, h->sh_epoch);
+	       t->up ? "up" : "DOWN", h->sh_daemon_pid, h->sh_epoch);
 	printf("capacity    %u entries, max-result %u bytes\n",
 	       v->geo.capacity, v->geo.max_result);
+	printf("fill        %llu in use (%.1f%%): new calls are refused at "
+	       "100%%\n", (unsigned long long)t->used,
+	       100.0 * (double)t->used / v->geo.capacity);
 	printf("live        %llu (%.1f%%)\n", (unsigned long long)live,
 	       100.0 * (double)live / v->geo.capacity);
 	printf("  running   %llu\n  uncertain %llu\n  completed %llu\n",
-	       (unsigned long long)n[SHM_RUNNING],
-	       (unsigned long long)n[SHM_UNCERTAIN],
-	       (unsigned long long)n[SHM_COMPLETED]);
-	printf("results     %llu bytes\n", (unsigned long long)bytes);
+	       (unsigned long long)t->n[SHM_RUNNING],
+	       (unsigned long long)t->n[SHM_UNCERTAIN],
+	       (unsigned long long)t->n[SHM_COMPLETED]);
+	printf("results     %llu bytes\n", (unsigned long long)t->bytes);
+	if (t->oldest_ns != 0)
+		printf("oldest      completed %s ago\n",
+		       coarse_age(age, sizeof(age),
+				  (uint64_t)(oldest_age_s(t) * 1e9)));
+	else
+		printf("oldest      no completed entry\n");
+	printf("retain      %s\n", retain_text(age, t));
 	printf("answers     %llu reserved, %llu replayed, %llu conflicts, "
 	       "%llu uncertain, %llu refused for capacity\n",
-	       (unsigned long long)ans[0], (unsigned long long)ans[1],
-	       (unsigned long long)ans[2], (unsigned long long)ans[3],
-	       (unsigned long long)ans[4]);
+	       (unsigned long long)t->ans[0], (unsigned long long)t->ans[1],
+	       (unsigned long long)t->ans[2], (unsigned long long)t->ans[3],
+	       (unsigned long long)t->ans[4]);
+}
+
+static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics)
+{
+	struct tally t;
+	int rc = plain_args(x, metrics ? "metrics" : "status", argc, argv,
+			    NULL, !metrics);
+
+	if (rc != 0)
+		return rc;
+	rc = attach(x);
+	/* A scraper is told that no carmyd answers, and that is all. */
+	if (rc != 0 && metrics && x->down) {
+		print_metrics_down();
+		return 0;
+	}
+	if (rc != 0)
+		return rc;
+	tally(&x->view, &t);
+	if (metrics)
+		print_metrics(&x->view, &t);
+	else if (x->json)
+		print_status_json(x, &t);
+	else
+		print_status_text(x, &t);
 	return 0;
 }
 
@@ -478,7 +620,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	uint64_t now;
 	int o, rc;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		char *end;
 
 		switch (o) {
@@ -497,11 +639,11 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 			break;
 		case 'o':
 		case 'n':
-			if (parse_age(optarg, o == 'o' ? &f.older_ns :
+			if (age_parse(optarg, o == 'o' ? &f.older_ns :
 							 &f.newer_ns) != 0)
 				return usage_error("carmyctl list: an age is "
-						   "like 90s, 15m, 2h or 7d, "
-						   "not '%s'", optarg);
+						   "like 90s, 200ms, 15m, 2h or "
+						   "7d, not '%s'", optarg);
 			break;
 		case 'j':
 			x->json = true;
@@ -516,8 +658,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 						   optarg);
 			break;
 		default:
-			return usage_error("carmyctl list: unknown option%s",
-					   "");
+			return bad_option("list", o, argv);
 		}
 	}
 	if (optind != argc)
@@ -548,20 +689,13 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 
 static int cmd_show(struct ctl *x, int argc, char **argv)
 {
-	uint8_t exec[SHM_EXEC_LEN];
 	struct row r;
-	int rc;
+	int rc = plain_args(x, "show", argc, argv, "EXECUTION_ID", true);
 
-	if (argc != 2)
-		return usage_error("carmyctl show: one EXECUTION_ID%s", "");
-	if (execid_parse(argv[1], exec) != 0)
-		return usage_error("carmyctl show: an EXECUTION_ID is exec_ "
-				   "and 32 hex digits (lower case)%s", "");
-	rc = attach(x);
+	if (rc == 0)
+		rc = look_up(x, "show", argv[optind], false, &r);
 	if (rc != 0)
 		return rc;
-	if (!find_exec(&x->view, argv[1], &r))
-		return fail("show", CARMY_ENOT_RESERVED);
 	show_row(x, &r);
 	return 0;
 }
@@ -603,7 +737,7 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 	struct row r;
 	int o, rc, code = 0;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		char *end;
 		double secs;
 
@@ -622,30 +756,16 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 			x->json = true;
 			break;
 		default:
-			return usage_error("carmyctl wait: unknown option%s",
-					   "");
+			return bad_option("wait", o, argv);
 		}
 	}
 	if (optind + 1 != argc)
 		return usage_error("carmyctl wait: one EXECUTION_ID%s", "");
 	id = argv[optind];
-	{
-		uint8_t exec[SHM_EXEC_LEN];
-
-		if (execid_parse(id, exec) != 0)
-			return usage_error("carmyctl wait: an EXECUTION_ID is "
-					   "exec_ and 32 hex digits (lower "
-					   "case)%s", "");
-	}
 	/* Waiting needs carmyd: the segment alone cannot say when. */
-	if (x->segment != NULL)
-		return usage_error("carmyctl wait: asks carmyd (--socket), "
-				   "not a segment%s", "");
-	rc = attach(x);
+	rc = look_up(x, "wait", id, true, &r);
 	if (rc != 0)
 		return rc;
-	if (!find_exec(&x->view, id, &r))
-		return fail("wait", CARMY_ENOT_RESERVED);
 	deadline = clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
 	for (bool first = true; r.state == SHM_RUNNING; first = false) {
 		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
@@ -763,7 +883,10 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	struct row r;
 	int o, rc, code;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (o == '?' || o == ':')
+			return bad_option(release ? "release" : "resolve", o,
+					  argv);
 		if (release && o != 'j')
 			return usage_error("carmyctl release: only "
 					   "EXECUTION_ID (and --json)%s", "");
@@ -798,8 +921,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 			x->json = true;
 			break;
 		default:
-			return usage_error("carmyctl resolve: unknown "
-					   "option%s", "");
+			return bad_option("resolve", o, argv);
 		}
 	}
 	if (committed < 0)
@@ -868,14 +990,17 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 	msgpack_sbuffer sb;
 	int o, rc, code;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		if (o == 'j') {
 			x->json = true;
 			continue;
 		}
-		if (o != 'o' || parse_age(optarg, &age) != 0)
+		if (o != 'o')
+			return bad_option("purge", o, argv);
+		if (age_parse(optarg, &age) != 0)
 			return usage_error("carmyctl purge: --older-than AGE, "
-					   "like 90s, 15m, 2h or 7d%s", "");
+					   "like 90s, 200ms, 15m, 2h or 7d, not "
+					   "'%s'", optarg);
 		have = true;
 	}
 	if (!have || optind != argc)
@@ -901,20 +1026,74 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
+/*
+ * Forget one completed execution, as a purge would: a call with its
+ * identity then runs anew. Running and interrupted ones are refused
+ * (NOT_COMPLETED): an interrupted one is resolved first.
+ */
+static int cmd_forget(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	msgpack_sbuffer sb;
+	const char *id;
+	struct row r;
+	int o, rc, code;
+
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (o != 'j')
+			return bad_option("forget", o, argv);
+		x->json = true;
+	}
+	if (optind + 1 != argc)
+		return usage_error("carmyctl forget: one EXECUTION_ID%s", "");
+	id = argv[optind];
+	/* The table looked at must be the one of the carmyd asked. */
+	rc = look_up(x, "forget", id, true, &r);
+	if (rc != 0)
+		return rc;
+	if (r.state != SHM_COMPLETED)
+		return not_completed(id, r.state);
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_reserve(&sb, WIRE_FORGET, r.entry, r.exec_bytes);
+	if (rc == 0)
+		rc = ask(x, &sb, WIRE_FORGET, 0, &code);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0)
+		return rc;
+	/* Gone meanwhile (purged, or forgotten by carmyd's retention). */
+	if (code == -ENOENT)
+		return not_found(x, "forget", id);
+	if (code == -EBUSY)
+		return not_completed(id, r.state);
+	if (code != 0)
+		return fail("forget", code);
+	if (x->json)
+		printf("{\"execution_id\":\"%s\",\"forgotten\":true}\n", id);
+	else
+		printf("%s forgotten: a call with its identity runs anew\n",
+		       id);
+	return 0;
+}
+
 static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 {
 	static const char *const ops[] = { "", "reserve", "complete",
 					   "release", "resolve", "purge" };
 	struct journal_report rep;
 	char err[512] = "";
-	int rc;
+	const char *dir;
+	int rc = plain_args(x, "journal-check", argc, argv, "DIR", true);
 
-	if (argc != 2)
-		return usage_error("carmyctl journal-check: one DIR%s", "");
-	rc = journal_check(argv[1], &rep, err, sizeof(err));
+	if (rc != 0)
+		return rc;
+	dir = argv[optind];
+	rc = journal_check(dir, &rep, err, sizeof(err));
 	if (x->json) {
 		printf("{\"journal\":");
-		json_put_str(stdout, argv[1]);
+		json_put_str(stdout, dir);
 		printf(",\"ok\":%s", rc == 0 ? "true" : "false");
 		if (rc != 0) {
 			printf(",\"error\":{\"code\":\"%s\",\"message\":",
@@ -940,7 +1119,7 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 			carmy_errname(rc), err);
 		return EXIT_FAIL;
 	}
-	printf("journal     %s: good\n", argv[1]);
+	printf("journal     %s: good\n", dir);
 	if (rep.version != JOURNAL_VERSION_NOW)
 		printf("format      %u: a start rewrites it in format %u\n",
 		       rep.version, JOURNAL_VERSION_NOW);
@@ -1043,6 +1222,7 @@ static int dial_hello(struct ctl *x, bool quiet)
 		/* Gone, or not listening yet: a carmyd on its way back. */
 		if (quiet && (errno == ENOENT || errno == ECONNREFUSED))
 			return DIAL_NOT_YET;
+		x->down = true;
 		fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd at %s "
 			"(%s); give --segment NAME to read a segment without "
 			"it\n", x->path, strerror(errno));
@@ -1226,32 +1406,32 @@ static bool find_exec(const struct shm_view *v, const char *id,
 	return false;
 }
 
-/* ------------------------------------------------------------ helpers */
-
-/* "90", "90s", "15m", "2h", "7d" into nanoseconds. */
-static int parse_age(const char *s, uint64_t *ns)
+/*
+ * The execution id for cmd, in the table: parsed (a usage error if it is
+ * not one), the segment mapped (with carmyd, the segment must be its own:
+ * --segment is a usage error), and the entry read into r (NOT_FOUND if
+ * the table does not hold it). Returns 0, or an exit status after saying
+ * why.
+ */
+static int look_up(struct ctl *x, const char *cmd, const char *id,
+		   bool carmyd, struct row *r)
 {
-	char *end;
-	unsigned long long n;
-	uint64_t unit = 1;
+	uint8_t exec[SHM_EXEC_LEN];
+	int rc;
 
-	if (*s < '0' || *s > '9')
-		return -1;
-	n = strtoull(s, &end, 10);
-	switch (*end) {
-	case '\0': case 's': unit = 1; break;
-	case 'm': unit = 60; break;
-	case 'h': unit = 3600; break;
-	case 'd': unit = 86400; break;
-	default: return -1;
-	}
-	if (*end != '\0' && end[1] != '\0')
-		return -1;
-	if (n > UINT64_MAX / 1000000000u / unit)
-		return -1;
-	*ns = (uint64_t)n * unit * 1000000000u;
-	return 0;
+	if (execid_parse(id, exec) != 0)
+		return usage_error("carmyctl %s: an EXECUTION_ID is exec_ and "
+				   "32 hex digits (lower case)", cmd);
+	if (carmyd && x->segment != NULL)
+		return usage_error("carmyctl %s: asks carmyd (--socket), not a "
+				   "segment", cmd);
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	return find_exec(&x->view, id, r) ? 0 : not_found(x, cmd, id);
 }
+
+/* ------------------------------------------------------------ helpers */
 
 static int parse_state(const char *s)
 {
@@ -1270,18 +1450,27 @@ static const char *state_name(unsigned st)
 	       st == SHM_COMPLETED ? "completed" : "uncertain";
 }
 
-static void put_age(FILE *f, uint64_t ns)
+/* An age for people, in one unit, rounded down: "42s", "15m", "3h", "9d". */
+static const char *coarse_age(char *buf, size_t size, uint64_t ns)
 {
 	uint64_t s = ns / 1000000000u;
 
 	if (s < 120)
-		fprintf(f, "%5llus", (unsigned long long)s);
+		snprintf(buf, size, "%llus", (unsigned long long)s);
 	else if (s < 7200)
-		fprintf(f, "%5llum", (unsigned long long)(s / 60));
+		snprintf(buf, size, "%llum", (unsigned long long)(s / 60));
 	else if (s < 172800)
-		fprintf(f, "%5lluh", (unsigned long long)(s / 3600));
+		snprintf(buf, size, "%lluh", (unsigned long long)(s / 3600));
 	else
-		fprintf(f, "%5llud", (unsigned long long)(s / 86400));
+		snprintf(buf, size, "%llud", (unsigned long long)(s / 86400));
+	return buf;
+}
+
+static void put_age(FILE *f, uint64_t ns)
+{
+	char buf[32];
+
+	fprintf(f, "%6s", coarse_age(buf, sizeof(buf), ns));
 }
 
 static int fail(const char *what, int code)
@@ -1291,6 +1480,75 @@ static int fail(const char *what, int code)
 	/* Full for the moment is as unavailable: try again later. */
 	return code == CARMY_EUNAVAILABLE || code == CARMY_ETOO_MANY_CLIENTS ?
 		       69 : EXIT_FAIL;
+}
+
+/* An execution the table does not hold: exit 1, NOT_FOUND. */
+static int not_found(const struct ctl *x, const char *what, const char *id)
+{
+	fprintf(stderr, "carmyctl: %s: NOT_FOUND: no execution %s in the "
+		"table of segment %s (a completed one is forgotten after "
+		"carmyd's --retain, or by carmyctl purge or forget)\n", what,
+		id, x->shm_name);
+	return EXIT_FAIL;
+}
+
+/* forget of an execution that is not completed: exit 1, NOT_COMPLETED. */
+static int not_completed(const char *id, unsigned state)
+{
+	fprintf(stderr, "carmyctl: forget: NOT_COMPLETED: %s is %s: only a "
+		"completed execution can be forgotten%s\n", id,
+		state == SHM_UNCERTAIN ? "interrupted" : "running",
+		state == SHM_UNCERTAIN ? " (settle it first: carmyctl resolve "
+					 "or release)" : "");
+	return EXIT_FAIL;
+}
+
+/*
+ * getopt_long()'s '?' (an unknown option) or ':' (one without its value)
+ * for cmd (NULL: before the command), told by name as a usage error. The
+ * option is the argument getopt_long() just stepped over, or for a short
+ * one optopt.
+ */
+static int bad_option(const char *cmd, int o, char **argv)
+{
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+	char shopt[3] = { '-', (char)optopt, '\0' };
+	const char *opt = strncmp(arg, "--", 2) == 0 || optopt == 0 ? arg :
+									shopt;
+
+	if (o == ':')
+		return usage_error("carmyctl%s%s: option '%s' needs a value",
+				   cmd ? " " : "", cmd ? cmd : "", opt);
+	return usage_error("carmyctl%s%s: unknown option '%s'", cmd ? " " : "",
+			   cmd ? cmd : "", opt);
+}
+
+/*
+ * The arguments of a command that takes no option but --json (if json):
+ * none, or with what (its name in the usage) exactly one, left at
+ * argv[optind]. Returns 0, or EXIT_USAGE after saying why.
+ */
+static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
+		      const char *what, bool json)
+{
+	static const struct option with_json[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int o;
+
+	while ((o = getopt_long(argc, argv, ":", with_json + !json,
+				NULL)) != -1) {
+		if (o != 'j')
+			return bad_option(cmd, o, argv);
+		x->json = true;
+	}
+	if (what == NULL && optind < argc)
+		return usage_error("carmyctl %s: unexpected argument '%s'", cmd,
+				   argv[optind]);
+	if (what != NULL && optind + 1 != argc)
+		return usage_error("carmyctl %s: one %s", cmd, what);
+	return 0;
 }
 
 static int usage_error(const char *fmt, ...)

@@ -74,6 +74,12 @@ tests_e2e_check_settle_SOURCES = tests/e2e/check_settle.c $(E2E_SOURCES)
 tests_e2e_check_settle_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_e2e_check_settle_LDADD = $(TEST_LIBS) -lpthread
 
+check_PROGRAMS += tests/e2e/check_retain
+TESTS += tests/e2e/check_retain
+tests_e2e_check_retain_SOURCES = tests/e2e/check_retain.c $(E2E_SOURCES)
+tests_e2e_check_retain_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_retain_LDADD = $(TEST_LIBS)
+
 check_PROGRAMS += tests/e2e/check_limits
 TESTS += tests/e2e/check_limits
 tests_e2e_check_limits_SOURCES = tests/e2e/check_limits.c $(E2E_SOURCES)
