@@ -58,6 +58,8 @@ static const struct code_text texts[] = {
 	  "carmyd serves as many connections as its --max-clients (or its descriptor limit) allows; nothing was reserved: try again later." },
 	{ CARMY_ENOT_PERMITTED, "NOT_PERMITTED",
 	  "Only carmyd's own user, root or a member of its --admin-group may resolve, release or purge entries; nothing was changed." },
+	{ CARMY_EINVALID_RESULT, "INVALID_RESULT",
+	  "The result is not in the format the execution's client reads (see carmyctl show); nothing was changed." },
 };
 
 static const struct code_text *find(int code)
