@@ -380,10 +380,10 @@ static int on_purge(struct conn *c, const struct wire_msg *m)
  * RESOLVE: an operator settles an interrupted execution, as committed (it
  * happened: record this result, replayed from now on; INVALID_RESULT if
  * it is not in the format the execution's client reads) or not (the
- * identity is free again). Who (the peer's uid and pid) and when are recorded with
- * it, and logged. With a durable store the record goes there first, like
- * a completion. Others are answered NOT_PERMITTED (may_operate()). Returns
- * 0, DROPPED or -ENOMEM.
+ * identity is free again). Who (the peer's uid and pid) and when are
+ * recorded with it, and logged. With a durable store the record goes there
+ * first, like a completion. Others are answered NOT_PERMITTED
+ * (may_operate()). Returns 0, DROPPED or -ENOMEM.
  */
 static int on_resolve(struct conn *c, const struct wire_msg *m)
 {

@@ -981,8 +981,9 @@ static void result_fill(const struct shm_view *v, uint32_t e,
 	en->en_resolved_pid = r->resolved_pid;
 }
 
-/* Fill a freshly claimed entry, and its call. Plain stores: the entry is private to us
- * until the publishing CAS, which orders them all before it. */
+/* Fill a freshly claimed entry, and its call. Plain stores: the entry is
+ * private to us until the publishing CAS, which orders them all before
+ * it. */
 static void entry_fill(const struct shm_view *v, uint32_t e,
 		       const struct shm_key *k, const struct shm_claim *c)
 {

@@ -64,8 +64,9 @@ static const char usage[] =
 	"                               tool and arguments (cut to fit); S is\n"
 	"                               running, uncertain or completed; AGE\n"
 	"                               like 90s, 15m, 2h, 7d\n"
-	"  show EXECUTION_ID            one entry, with its call (tool, arguments\n"
-	"                               as JSON, result format) and its result\n"
+	"  show EXECUTION_ID            one entry, with its call (tool,\n"
+	"                               arguments as JSON, result format)\n"
+	"                               and its result\n"
 	"  wait EXECUTION_ID [--timeout SECONDS]\n"
 	"                               wait (default 30 s) for a running\n"
 	"                               execution to stop running, then show\n"
@@ -79,13 +80,14 @@ static const char usage[] =
 	"                               happened (its result replays from now\n"
 	"                               on; S completed, failed, timed_out or\n"
 	"                               cancelled, default completed) or it did\n"
-	"                               not (the identity is free again). The\n"
-	"                               result must be in the format show gives:\n"
-	"                               bytes take --result TEXT; a carmy-run\n"
-	"                               call's (exit_output) takes --exit-code\n"
-	"                               0-255 and the output it printed (PATH -:\n"
-	"                               standard input); carmyd refuses any\n"
-	"                               other (INVALID_RESULT)\n"
+	"                               not (the identity is free again).\n"
+	"                               The result must be in the format\n"
+	"                               show gives: bytes take --result\n"
+	"                               TEXT; a carmy-run call's\n"
+	"                               (exit_output) --exit-code 0-255\n"
+	"                               and the output it printed (PATH -:\n"
+	"                               standard input). carmyd refuses\n"
+	"                               any other (INVALID_RESULT)\n"
 	"  release EXECUTION_ID         the same as resolve --not-committed\n"
 	"  purge --older-than AGE       forget completed entries that finished\n"
 	"                               longer ago than AGE (never running or\n"
@@ -382,6 +384,17 @@ static int cmd_status(struct ctl *x, bool metrics)
 	return 0;
 }
 
+/* Is r completed with a result in carmy-run's format? Its exit code and
+ * output (pointing into the segment) if so. */
+static bool exit_output(const struct ctl *x, const struct row *r, int *code,
+			const uint8_t **out, size_t *len)
+{
+	return r->state == SHM_COMPLETED && r->result_code == 0 &&
+	       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
+	       runfmt_read(shm_result_area(&x->view, r->entry),
+			   r->result_len, code, out, len) == 0;
+}
+
 static const char *format_name(unsigned format)
 {
 	return format == CARMY_FORMAT_BYTES ? "bytes" :
@@ -604,9 +617,17 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		       (unsigned long long)r->resolved_ns, r->resolved_uid,
 		       r->resolved_pid);
 	if (full && r->state == SHM_COMPLETED) {
+		const uint8_t *out;
+		size_t len;
+		int code;
+
 		printf(",\"result\":");
 		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
 			       r->result_len);
+		if (exit_output(x, r, &code, &out, &len)) {
+			printf(",\"exit_code\":%d,\"stdout\":", code);
+			json_put_bytes(stdout, out, len);
+		}
 	}
 	printf("}");
 }
@@ -752,8 +773,16 @@ static int cmd_show(struct ctl *x, int argc, char **argv)
 /* One entry in full, as show prints it. */
 static void show_row(const struct ctl *x, const struct row *r)
 {
+	const uint8_t *out;
+	size_t len;
+	int code;
+
 	print_row(x, r, true, true);
 	if (x->json) {
+		printf("\n");
+	} else if (exit_output(x, r, &code, &out, &len)) {
+		printf("exit code     %d\noutput        ", code);
+		json_put_bytes(stdout, out, len);
 		printf("\n");
 	} else if (r->state == SHM_COMPLETED) {
 		printf("result bytes  ");

@@ -95,7 +95,8 @@ static size_t one(const uint8_t *p, size_t len, bool json, char *out,
 	} else if (json) {
 		/* A code point of n bytes (n = 0: a stray byte). */
 		uint32_t cp = n == 0 ? 0xfffd : n == 1 ? b :
-			      n == 2 ? (uint32_t)(b & 0x1f) << 6 | (p[1] & 0x3f) :
+			      n == 2 ? (uint32_t)(b & 0x1f) << 6 |
+					       (p[1] & 0x3f) :
 			      (uint32_t)(b & 0x0f) << 12 |
 				      (uint32_t)(p[1] & 0x3f) << 6 |
 				      (p[2] & 0x3f);

@@ -269,10 +269,10 @@ int pg_create_schema(PGconn *c, char *err, size_t errlen)
 	size_t n = sizeof(schema_sql) / sizeof(schema_sql[0]);
 	PGresult *r = PQexec(c, "SELECT to_regclass('carmy_executions') IS NOT"
 			     " NULL AND to_regclass('carmy_executions_instance')"
-			     " IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute"
-			     " WHERE attrelid = to_regclass('carmy_executions')"
-			     " AND attname = 'result_format' AND NOT"
-			     " attisdropped)");
+			     " IS NOT NULL AND EXISTS (SELECT 1 FROM"
+			     " pg_attribute WHERE attrelid ="
+			     " to_regclass('carmy_executions') AND attname ="
+			     " 'result_format' AND NOT attisdropped)");
 	bool exists = PQresultStatus(r) == PGRES_TUPLES_OK &&
 		      PQntuples(r) == 1 && PQnfields(r) == 1 &&
 		      strcmp(PQgetvalue(r, 0, 0), "t") == 0;

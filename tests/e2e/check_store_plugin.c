@@ -500,8 +500,8 @@ START_TEST(test_a_call_comes_back_from_the_plugin)
 	carmyctl_out("show exec_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", out,
 		     sizeof(out));
 	ck_assert_msg(strstr(out, "\nargs          [\"aaaa") != NULL &&
-		      strstr(out, "bbbb\u2026 (305 bytes, the first 256 kept)\n")
-		      != NULL, "show: %s", out);
+		      strstr(out, "bbbb\u2026 (305 bytes, the first 256 "
+			     "kept)\n") != NULL, "show: %s", out);
 	carmyctl_out("show exec_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", out,
 		     sizeof(out));
 	ck_assert_msg(strstr(out, "\nargs          \\xff\\xc1\\x00A\n") !=

@@ -99,8 +99,9 @@ START_TEST(test_a_cut_object_shows_what_parsed_and_a_mark)
 				     'e' };
 	static const char *const want[] = {
 		"\xe2\x80\xa6", "[\xe2\x80\xa6", "[\"\xe2\x80\xa6",
-		"[\"a\xe2\x80\xa6", "[\"ab\xe2\x80\xa6", "[\"abc\",\xe2\x80\xa6",
-		"[\"abc\",\"\xe2\x80\xa6", "[\"abc\",\"d\xe2\x80\xa6",
+		"[\"a\xe2\x80\xa6", "[\"ab\xe2\x80\xa6",
+		"[\"abc\",\xe2\x80\xa6", "[\"abc\",\"\xe2\x80\xa6",
+		"[\"abc\",\"d\xe2\x80\xa6",
 	};
 
 	for (size_t n = 1; n < sizeof(a); n++)
