@@ -12,7 +12,9 @@
  *   carmyd --store plugin:/path/to/store.so[:ARGS]
  *
  * The plugin exports one symbol, carmy_store_plugin, of type
- * struct carmy_store_ops, whose abi field is CARMY_STORE_ABI.
+ * struct carmy_store_ops, whose abi field is CARMY_STORE_ABI: carmyd
+ * refuses a plugin built against another (ABI 3 gave struct
+ * carmy_store_record the call's tool, arguments and result format).
  *
  * The sequence carmyd drives, and each duty:
  *
