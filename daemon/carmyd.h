@@ -179,6 +179,8 @@ struct store_op {
 	struct store_op *next;	/* the server's, once done */
 	struct store_op *wnext;	/* WAIT: the list of waiters */
 	uint8_t ident[3 * CARMY_ID_MAX];
+	uint8_t call[SHM_TOOL_KEEP + SHM_ARGS_KEEP];	/* RESERVE: what
+				 * the record's tool and args point into */
 	uint8_t *result;	/* malloc'd copy for COMPLETE */
 	/* RESERVE to a shared store that found the identity taken: the
 	 * execution standing there (its result is malloc'd; no identity:
@@ -186,21 +188,23 @@ struct store_op {
 	bool taken;
 	int taken_rc;
 	struct carmy_store_record standing;
+	uint8_t standing_call[SHM_TOOL_KEEP + SHM_ARGS_KEEP];
 };
 /* Check that owner holds op->entry running as exec (for a RELEASE to a
  * store that is not shared: that the table no longer publishes it), and
  * copy into op->rec what the store records (for a RESERVE, the whole
- * entry). Takes s->lock. Returns 0, CARMY_ENOT_RESERVED, or CARMY_ECORRUPT
- * for an identity the segment holds garbled. */
+ * entry and its call). Takes s->lock. Returns 0, CARMY_ENOT_RESERVED, or
+ * CARMY_ECORRUPT for an identity the segment holds garbled. */
 int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		  const uint8_t exec[SHM_EXEC_LEN]);
 /* An operator's RESOLVE: find k's entry, UNCERTAIN as execution exec with
  * fingerprint fp; note where in op, copy into op->rec what the store
- * records, and hold the entry against a second RESOLVE until
- * store_resolve_done(). Takes s->lock. Returns 0, CARMY_ECONFLICT (another
- * fingerprint), CARMY_ENOT_INTERRUPTED (absent, running, completed,
- * another execution, or being resolved) or CARMY_ECAPACITY (too many
- * resolutions in flight). */
+ * records (and the format its client reads results in, into
+ * op->rec.result_format), and hold the entry against a second RESOLVE
+ * until store_resolve_done(). Takes s->lock. Returns 0, CARMY_ECONFLICT
+ * (another fingerprint), CARMY_ENOT_INTERRUPTED (absent, running,
+ * completed, another execution, or being resolved) or CARMY_ECAPACITY (too
+ * many resolutions in flight). */
 int store_find_uncertain(struct store *s, struct store_op *op,
 			 const struct shm_key *k, const uint8_t fp[SHM_FP_LEN],
 			 const uint8_t exec[SHM_EXEC_LEN]);

@@ -40,7 +40,7 @@ static const char usage[] =
 	"  --capacity N         entries the table holds (default 10000)\n"
 	"  --max-result BYTES   largest recorded result, K/M suffixes allowed\n"
 	"                       (default 16K); memory is reserved up front:\n"
-	"                       about capacity x (max-result + 1K)\n"
+	"                       about capacity x (max-result + 1.25K)\n"
 	"  --segment NAME       shared memory name (default derived from socket)\n"
 	"  --store SPEC         where executions are recorded (default memory):\n"
 	"                         memory            the segment only; survives\n"

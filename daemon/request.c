@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/runfmt.h"
 #include "daemon/carmyd.h"
 #include "daemon/server.h"
 #include "libclient/wire.h"
@@ -397,11 +398,12 @@ static int on_forget(struct conn *c, const struct wire_msg *m)
 
 /*
  * RESOLVE: an operator settles an interrupted execution, as committed (it
- * happened: record this result, replayed from now on) or not (the identity
- * is free again). Who (the peer's uid and pid) and when are recorded with
- * it, and logged. With a durable store the record goes there first, like
- * a completion. Others are answered NOT_PERMITTED (may_operate()). Returns
- * 0, DROPPED or -ENOMEM.
+ * happened: record this result, replayed from now on; INVALID_RESULT if
+ * it is not in the format the execution's client reads) or not (the
+ * identity is free again). Who (the peer's uid and pid) and when are
+ * recorded with it, and logged. With a durable store the record goes there
+ * first, like a completion. Others are answered NOT_PERMITTED
+ * (may_operate()). Returns 0, DROPPED or -ENOMEM.
  */
 static int on_resolve(struct conn *c, const struct wire_msg *m)
 {
@@ -435,6 +437,14 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 	op->type = WIRE_RESOLVE;
 	op->req.op = CARMY_STORE_RESOLVE;
 	rc = store_find_uncertain(s, op, &k, m->u.settle.fp, m->u.settle.exec);
+	/* A result every retry would fail to read is refused now, while
+	 * the operator is there to give another. */
+	if (rc == 0 && committed &&
+	    !runfmt_readable(op->rec.result_format, m->u.settle.result,
+			     m->u.settle.result_len)) {
+		store_resolve_done(s, op->entry);
+		rc = CARMY_EINVALID_RESULT;
+	}
 	if (rc != 0) {
 		free(op);
 		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);

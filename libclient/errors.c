@@ -60,6 +60,8 @@ static const struct code_text texts[] = {
 	  "Only carmyd's own user, root or a member of its --admin-group may resolve, release, purge or forget entries; nothing was changed." },
 	{ CARMY_EFORKED, "FORKED",
 	  "This handle was connected by another process, whose forked child this is; nothing was reserved, sent or changed: connect a handle of this process's own." },
+	{ CARMY_EINVALID_RESULT, "INVALID_RESULT",
+	  "The result is not in the format the execution's client reads (see carmyctl show); nothing was changed." },
 };
 
 static const struct code_text *find(int code)

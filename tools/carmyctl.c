@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -30,11 +31,13 @@
 #include "common/clock.h"
 #include "common/execid.h"
 #include "common/log.h"
+#include "common/runfmt.h"
 #include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
 #include "stores/journal/journal.h"
 #include "tools/json.h"
+#include "tools/mpjson.h"
 #include "tools/text.h"
 
 #define EXIT_USAGE 64
@@ -43,6 +46,13 @@
 #define REPLY_MAX 512
 #define ASK_LOST (-1)	/* ask(): a WAIT's connection (or a redial's) is gone */
 #define DIAL_NOT_YET (-2)	/* dial_hello(quiet): carmyd is not back yet */
+/* list: columns for the tool name, and for the arguments when standard
+ * output is not a terminal (on one, what is left of its width, and at
+ * least LIST_ARGS_MIN). */
+#define LIST_TOOL_COLS 16
+#define LIST_ARGS_COLS 48
+#define LIST_ARGS_MIN 24
+#define LIST_USED_COLS 141	/* the columns before ARGS, at their widths */
 
 static const char usage[] =
 	"usage: carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND\n"
@@ -53,22 +63,34 @@ static const char usage[] =
 	"                               answers clients were given\n"
 	"  list [--state S] [--principal P] [--session S]\n"
 	"       [--older-than AGE] [--newer-than AGE] [--limit N]\n"
-	"                               entries; S is running, uncertain or\n"
-	"                               completed; AGE like 90s, 200ms, 15m,\n"
-	"                               2h, 7d\n"
-	"  show EXECUTION_ID            one entry, with its result\n"
+	"                               entries, one a line, with each call's\n"
+	"                               tool and arguments (cut to fit); S is\n"
+	"                               running, uncertain or completed; AGE\n"
+	"                               like 90s, 200ms, 15m, 2h, 7d\n"
+	"  show EXECUTION_ID            one entry, with its call (tool,\n"
+	"                               arguments as JSON, result format)\n"
+	"                               and its result\n"
 	"  wait EXECUTION_ID [--timeout SECONDS]\n"
 	"                               wait (default 30 s) for a running\n"
 	"                               execution to stop running, then show\n"
 	"                               what it became; exit 1 if it still\n"
 	"                               runs at the deadline\n"
 	"  resolve EXECUTION_ID --committed [--status S] [--result TEXT]\n"
+	"  resolve EXECUTION_ID --committed [--status S] --exit-code N\n"
+	"          [--stdout TEXT | --stdout-file PATH]\n"
 	"  resolve EXECUTION_ID --not-committed\n"
 	"                               settle an interrupted execution: it\n"
 	"                               happened (its result replays from now\n"
 	"                               on; S completed, failed, timed_out or\n"
 	"                               cancelled, default completed) or it did\n"
-	"                               not (the identity is free again)\n"
+	"                               not (the identity is free again).\n"
+	"                               The result must be in the format\n"
+	"                               show gives: bytes take --result\n"
+	"                               TEXT; a carmy-run call's\n"
+	"                               (exit_output) --exit-code 0-255\n"
+	"                               and the output it printed (PATH -:\n"
+	"                               standard input). carmyd refuses\n"
+	"                               any other (INVALID_RESULT)\n"
 	"  release EXECUTION_ID         the same as resolve --not-committed\n"
 	"  purge --older-than AGE       forget completed entries that finished\n"
 	"                               longer ago than AGE (never running or\n"
@@ -116,6 +138,7 @@ struct ctl {
 	bool peered;
 	bool down;		/* no carmyd answered at the socket */
 	char why[TRUST_WHY_MAX];	/* what a failed check found */
+	size_t args_cols;	/* list: columns for a call's arguments */
 };
 
 /* One entry, read out of the segment. */
@@ -132,6 +155,7 @@ struct row {
 	uint32_t resolved_uid, resolved_pid;
 	int status, result_code;
 	uint32_t result_len;
+	struct shm_call call;	/* what the call was: a private copy */
 };
 
 struct filter {
@@ -164,6 +188,8 @@ static bool find_exec(const struct shm_view *v, const char *id,
 		      struct row *r);
 static int look_up(struct ctl *x, const char *cmd, const char *id,
 		   bool carmyd, struct row *r);
+static size_t args_columns(void);
+static int read_upto(const char *path, uint8_t *buf, size_t room, size_t *n);
 static int parse_state(const char *s);
 static const char *state_name(unsigned st);
 static const char *coarse_age(char *buf, size_t size, uint64_t ns);
@@ -499,6 +525,134 @@ static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics)
 	return 0;
 }
 
+/* Is r completed with a result in carmy-run's format? Its exit code and
+ * output (pointing into the segment) if so. */
+static bool exit_output(const struct ctl *x, const struct row *r, int *code,
+			const uint8_t **out, size_t *len)
+{
+	return r->state == SHM_COMPLETED && r->result_code == 0 &&
+	       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
+	       runfmt_read(shm_result_area(&x->view, r->entry),
+			   r->result_len, code, out, len) == 0;
+}
+
+static const char *format_name(unsigned format)
+{
+	return format == CARMY_FORMAT_BYTES ? "bytes" :
+	       format == CARMY_FORMAT_EXIT_OUTPUT ? "exit_output" : "unknown";
+}
+
+/* The kept bytes of r's arguments, and whether there were more. */
+static const uint8_t *args_kept(const struct row *r, size_t *kept)
+{
+	*kept = shm_call_args_kept(&r->call);
+	return r->call.cl_data + shm_call_tool_kept(&r->call);
+}
+
+/*
+ * r's arguments as text, into a malloc'd buffer *out of *n bytes: their
+ * JSON (mpjson_put(): whole, or what parsed and "…"), or, if they are not
+ * msgpack, their bytes as text_put_bytes() shows them, then "…" if some
+ * were not kept. Returns what mpjson_put() did, or -ENOMEM.
+ */
+static int args_text(const struct row *r, char **out, size_t *n)
+{
+	size_t kept;
+	const uint8_t *args = args_kept(r, &kept);
+	FILE *mem = open_memstream(out, n);
+	int rc;
+
+	if (mem == NULL)
+		return -ENOMEM;
+	rc = mpjson_put(mem, args, kept, r->call.cl_args_len);
+	if (rc == MPJSON_NOT) {
+		text_put_bytes(mem, args, kept, 0);
+		if (kept < r->call.cl_args_len)
+			fputs("\u2026", mem);
+	}
+	if (fclose(mem) != 0) {
+		free(*out);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return rc;
+}
+
+/* r's tool name for a person, in at most max columns (0: all of it);
+ * "-" for none. Returns the columns written. */
+static size_t put_tool_text(const struct row *r, size_t max)
+{
+	size_t kept = shm_call_tool_kept(&r->call);
+
+	if (r->call.cl_tool_len == 0) {
+		putchar('-');
+		return 1;
+	}
+	if (kept < r->call.cl_tool_len && (max == 0 || kept < max)) {
+		/* Cut where it was kept: say so. */
+		size_t cols = text_put_clipped(stdout, r->call.cl_data, kept,
+					       max == 0 ? 0 : max - 1);
+
+		fputs("\u2026", stdout);
+		return cols + 1;
+	}
+	return text_put_clipped(stdout, r->call.cl_data, kept, max);
+}
+
+/* r's arguments for a person, in at most max columns (0: all that was
+ * kept); "-" for none. */
+static void put_args_text(const struct row *r, size_t max)
+{
+	char *text = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (r->call.cl_args_len == 0) {
+		putchar('-');
+		return;
+	}
+	rc = args_text(r, &text, &n);
+	if (rc == -ENOMEM)
+		fputs("(out of memory)", stdout);
+	else	/* JSON, or bytes escaped already: as they are, clipped */
+		text_put_json(stdout, text, n, max);
+	free(text);
+}
+
+/* r's call as the fields of its JSON object: tool, args (the JSON of
+ * whole msgpack arguments) or args_prefix (as a person sees them), their
+ * lengths and whether they were cut, and the result format. */
+static void put_call_json(const struct row *r)
+{
+	const struct shm_call *cl = &r->call;
+	size_t tk = shm_call_tool_kept(cl), ak = shm_call_args_kept(cl);
+	char *text = NULL;
+	size_t n = 0;
+	int rc;
+
+	printf(",\"tool\":");
+	json_put_bytes(stdout, cl->cl_data, tk);
+	printf(",\"tool_len\":%u,\"tool_truncated\":%s", cl->cl_tool_len,
+	       tk < cl->cl_tool_len ? "true" : "false");
+	if (cl->cl_args_len == 0) {
+		printf(",\"args\":null");
+	} else {
+		rc = args_text(r, &text, &n);
+		if (rc == MPJSON_WHOLE) {
+			printf(",\"args\":");
+			fwrite(text, 1, n, stdout);
+		} else {
+			printf(",\"args_prefix\":");
+			json_put_bytes(stdout, text, rc == -ENOMEM ? 0 : n);
+		}
+		free(text);
+	}
+	printf(",\"args_len\":%u,\"args_truncated\":%s,"
+	       "\"result_format\":\"%s\"", cl->cl_args_len,
+	       ak < cl->cl_args_len ? "true" : "false",
+	       format_name(cl->cl_format));
+}
+
 static void print_row(const struct ctl *x, const struct row *r, bool first,
 		      bool full)
 {
@@ -509,10 +663,13 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 	if (!x->json) {
 		if (first && !full)
 			printf("%-37s  %-9s  %6s  %-12s  %-12s  %-16s  %-9s  "
-			       "%s\n", "EXECUTION_ID", "STATE", "AGE",
-			       "PRINCIPAL", "SESSION", "REQUEST_ID", "STATUS",
-			       "BYTES");
+			       "%-6s  %-16s  %s\n", "EXECUTION_ID", "STATE",
+			       "AGE", "PRINCIPAL", "SESSION", "REQUEST_ID",
+			       "STATUS", "BYTES", "TOOL", "ARGS");
 		if (!full) {
+			char bytes[16] = "-";
+			size_t cols;
+
 			printf("%-37s  %-9s  ", r->exec, state_name(r->state));
 			put_age(stdout, now > r->started_ns ?
 						now - r->started_ns : 0);
@@ -524,12 +681,18 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			text_put_bytes(stdout, r->part[1], r->len[1], 12);
 			fputs("  ", stdout);
 			text_put_bytes(stdout, r->part[2], r->len[2], 16);
-			printf("  %-9s  ", r->state == SHM_COMPLETED ?
-					carmy_status_name(r->status) : "-");
 			if (r->state == SHM_COMPLETED)
-				printf("%u\n", r->result_len);
-			else
-				printf("-\n");
+				snprintf(bytes, sizeof(bytes), "%u",
+					 r->result_len);
+			printf("  %-9s  %-6s  ", r->state == SHM_COMPLETED ?
+					carmy_status_name(r->status) : "-",
+			       bytes);
+			cols = put_tool_text(r, LIST_TOOL_COLS);
+			for (; cols < LIST_TOOL_COLS; cols++)
+				putchar(' ');
+			fputs("  ", stdout);
+			put_args_text(r, x->args_cols);
+			putchar('\n');
 			return;
 		}
 		printf("execution_id  %s\nstate         %s\n", r->exec,
@@ -539,6 +702,23 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			text_put_bytes(stdout, r->part[i], r->len[i], 0);
 			putchar('\n');
 		}
+		printf("tool          ");
+		put_tool_text(r, 0);
+		if (shm_call_tool_kept(&r->call) < r->call.cl_tool_len)
+			printf(" (%u bytes, the first %zu kept)",
+			       r->call.cl_tool_len,
+			       shm_call_tool_kept(&r->call));
+		printf("\nargs          ");
+		put_args_text(r, 0);
+		if (shm_call_args_kept(&r->call) < r->call.cl_args_len)
+			printf(" (%u bytes, the first %zu kept)",
+			       r->call.cl_args_len,
+			       shm_call_args_kept(&r->call));
+		printf("\nresult format %s\n",
+		       r->call.cl_format == CARMY_FORMAT_BYTES ? "bytes" :
+		       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT ?
+			       "an exit code and output (resolve with "
+			       "--exit-code)" : "unknown");
 		printf("pid           %u\nage           ", r->pid);
 		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
 		printf("\n");
@@ -563,6 +743,7 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		printf(",\"%s\":", names[i]);
 		json_put_bytes(stdout, r->part[i], r->len[i]);
 	}
+	put_call_json(r);
 	printf(",\"pid\":%u,\"started_ns\":%llu", r->pid,
 	       (unsigned long long)r->started_ns);
 	if (r->state == SHM_COMPLETED)
@@ -577,9 +758,17 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		       (unsigned long long)r->resolved_ns, r->resolved_uid,
 		       r->resolved_pid);
 	if (full && r->state == SHM_COMPLETED) {
+		const uint8_t *out;
+		size_t len;
+		int code;
+
 		printf(",\"result\":");
 		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
 			       r->result_len);
+		if (exit_output(x, r, &code, &out, &len)) {
+			printf(",\"exit_code\":%d,\"stdout\":", code);
+			json_put_bytes(stdout, out, len);
+		}
 	}
 	printf("}");
 }
@@ -667,6 +856,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	rc = attach(x);
 	if (rc != 0)
 		return rc;
+	x->args_cols = args_columns();
 	now = clock_real_ns();
 	if (x->json)
 		printf("[");
@@ -687,6 +877,19 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
+/* How many columns list gives a call's arguments: what a terminal has
+ * left after the other columns, else LIST_ARGS_COLS. */
+static size_t args_columns(void)
+{
+	struct winsize ws;
+
+	if (!isatty(STDOUT_FILENO) ||
+	    ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col == 0)
+		return LIST_ARGS_COLS;
+	return ws.ws_col >= LIST_USED_COLS + LIST_ARGS_MIN ?
+		       (size_t)ws.ws_col - LIST_USED_COLS : LIST_ARGS_MIN;
+}
+
 static int cmd_show(struct ctl *x, int argc, char **argv)
 {
 	struct row r;
@@ -703,8 +906,16 @@ static int cmd_show(struct ctl *x, int argc, char **argv)
 /* One entry in full, as show prints it. */
 static void show_row(const struct ctl *x, const struct row *r)
 {
+	const uint8_t *out;
+	size_t len;
+	int code;
+
 	print_row(x, r, true, true);
 	if (x->json) {
+		printf("\n");
+	} else if (exit_output(x, r, &code, &out, &len)) {
+		printf("exit code     %d\noutput        ", code);
+		json_put_bytes(stdout, out, len);
 		printf("\n");
 	} else if (r->state == SHM_COMPLETED) {
 		printf("result bytes  ");
@@ -866,56 +1077,149 @@ static int redial(struct ctl *x, uint64_t deadline)
 
 /* ------------------------------------------------------------ changing */
 
+/* What resolve was told. */
+struct verdict {
+	int committed;		/* 1, 0, or -1: not said */
+	int status;
+	const char *result;	/* --result, or NULL */
+	int exit_code;		/* --exit-code, or -1 */
+	const char *out;	/* --stdout, or NULL */
+	const char *out_file;	/* --stdout-file, or NULL */
+};
+
+static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
+			struct verdict *v);
+static int check_verdict(const struct verdict *v, const char *id);
+static int fits_format(const struct verdict *v, const struct row *r);
+static int verdict_result(const struct ctl *x, const struct verdict *v,
+			  uint8_t **buf, size_t *len);
+
 static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
+{
+	const char *what = release ? "release" : "resolve", *id;
+	struct verdict v = { .committed = release ? 0 : -1,
+			     .status = CARMY_STATUS_COMPLETED,
+			     .exit_code = -1 };
+	uint8_t *result = NULL;
+	size_t len = 0;
+	msgpack_sbuffer sb;
+	struct row r;
+	int rc, code;
+
+	rc = resolve_opts(x, argc, argv, release, &v);
+	if (rc != 0)
+		return rc;
+	id = argv[optind];
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	/* The execution names the identity and fingerprint carmyd checks. */
+	if (!find_exec(&x->view, id, &r))
+		return fail(what, CARMY_ENOT_INTERRUPTED);
+	if (v.committed) {
+		rc = fits_format(&v, &r);
+		if (rc == 0)
+			rc = verdict_result(x, &v, &result, &len);
+		if (rc != 0)
+			return rc;
+	}
+	{
+		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
+		const size_t plen[3] = { r.len[0], r.len[1], r.len[2] };
+
+		msgpack_sbuffer_init(&sb);
+		rc = wire_put_settle(&sb, WIRE_RESOLVE, part, plen,
+				     r.exec_bytes, r.fp, v.committed,
+				     v.committed ? v.status : 0, result, len,
+				     0);
+	}
+	free(result);
+	if (rc == 0)
+		rc = ask(x, &sb, WIRE_RESOLVE, 0, &code);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0)
+		return rc;
+	if (code != 0)
+		return fail(what, code);
+	if (x->json)
+		printf("{\"execution_id\":\"%s\",\"resolved\":\"%s\"}\n", id,
+		       v.committed ? "committed" : "not_committed");
+	else
+		printf("%s resolved as %s\n", id,
+		       v.committed ? "committed" : "not committed (released)");
+	return 0;
+}
+
+/* resolve's (or release's) options and EXECUTION_ID, checked against each
+ * other: 0, or the exit status of a usage error (said). */
+static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
+			struct verdict *v)
 {
 	static const struct option opts[] = {
 		{ "committed", no_argument, NULL, 'c' },
 		{ "not-committed", no_argument, NULL, 'n' },
 		{ "status", required_argument, NULL, 's' },
 		{ "result", required_argument, NULL, 'r' },
+		{ "exit-code", required_argument, NULL, 'x' },
+		{ "stdout", required_argument, NULL, 'o' },
+		{ "stdout-file", required_argument, NULL, 'f' },
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *result = "", *id;
-	int committed = release ? 0 : -1, status = CARMY_STATUS_COMPLETED;
-	bool outcome = false;	/* --status or --result given */
-	msgpack_sbuffer sb;
-	struct row r;
-	int o, rc, code;
+	bool status = false;
+	int o;
 
 	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		if (o == '?' || o == ':')
 			return bad_option(release ? "release" : "resolve", o,
 					  argv);
+		char *end;
+		long n;
+
 		if (release && o != 'j')
 			return usage_error("carmyctl release: only "
 					   "EXECUTION_ID (and --json)%s", "");
 		switch (o) {
 		case 'c':
 		case 'n':
-			if (committed >= 0)
+			if (v->committed >= 0)
 				return usage_error("carmyctl resolve: "
 						   "--committed or "
 						   "--not-committed, once%s",
 						   "");
-			committed = o == 'c';
+			v->committed = o == 'c';
 			break;
 		case 's':
-			outcome = true;
-			status = 0;
+			status = true;
+			v->status = 0;
 			for (int st = CARMY_STATUS_COMPLETED;
 			     st <= CARMY_STATUS_CANCELLED; st++)
 				if (strcmp(optarg, carmy_status_name(st)) == 0)
-					status = st;
-			if (status == 0)
+					v->status = st;
+			if (v->status == 0)
 				return usage_error("carmyctl resolve: --status "
 						   "is completed, failed, "
 						   "timed_out or cancelled, "
 						   "not '%s'", optarg);
 			break;
 		case 'r':
-			outcome = true;
-			result = optarg;
+			v->result = optarg;
+			break;
+		case 'x':
+			errno = 0;
+			n = strtol(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' ||
+			    *end != '\0' || errno != 0 || n > RUNFMT_EXIT_MAX)
+				return usage_error("carmyctl resolve: "
+						   "--exit-code is 0 to 255, "
+						   "not '%s'", optarg);
+			v->exit_code = (int)n;
+			break;
+		case 'o':
+			v->out = optarg;
+			break;
+		case 'f':
+			v->out_file = optarg;
 			break;
 		case 'j':
 			x->json = true;
@@ -924,57 +1228,123 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 			return bad_option("resolve", o, argv);
 		}
 	}
-	if (committed < 0)
+	if (v->committed < 0)
 		return usage_error("carmyctl resolve: say --committed or "
 				   "--not-committed%s", "");
 	/* Not run: there is no outcome to record, and one given would be
 	 * dropped without a word. */
-	if (committed == 0 && outcome)
-		return usage_error("carmyctl resolve: --status and --result "
+	if (v->committed == 0 &&
+	    (status || v->result != NULL || v->exit_code >= 0 ||
+	     v->out != NULL || v->out_file != NULL))
+		return usage_error("carmyctl resolve: --status, --result, "
+				   "--exit-code, --stdout and --stdout-file "
 				   "go with --committed, not --not-committed%s",
 				   "");
 	if (optind + 1 != argc)
 		return usage_error("carmyctl %s: one EXECUTION_ID",
 				   release ? "release" : "resolve");
-	id = argv[optind];
-	{
-		uint8_t exec[SHM_EXEC_LEN];
+	return check_verdict(v, argv[optind]);
+}
 
-		if (execid_parse(id, exec) != 0)
-			return usage_error("carmyctl %s: an EXECUTION_ID is "
-					   "exec_ and 32 hex digits (lower "
-					   "case)", release ? "release" :
-							      "resolve");
-	}
-	rc = attach(x);
-	if (rc != 0)
-		return rc;
-	/* The execution names the identity and fingerprint carmyd checks. */
-	if (!find_exec(&x->view, id, &r))
-		return fail(release ? "release" : "resolve",
-			    CARMY_ENOT_INTERRUPTED);
-	{
-		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
-		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
+/* The result options of a verdict agree, and its EXECUTION_ID is one. */
+static int check_verdict(const struct verdict *v, const char *id)
+{
+	uint8_t exec[SHM_EXEC_LEN];
 
-		msgpack_sbuffer_init(&sb);
-		rc = wire_put_settle(&sb, WIRE_RESOLVE, part, len, r.exec_bytes,
-				     r.fp, committed, committed ? status : 0,
-				     result, committed ? strlen(result) : 0, 0);
+	if (v->out != NULL && v->out_file != NULL)
+		return usage_error("carmyctl resolve: --stdout or "
+				   "--stdout-file, not both%s", "");
+	if ((v->out != NULL || v->out_file != NULL) && v->exit_code < 0)
+		return usage_error("carmyctl resolve: --stdout and "
+				   "--stdout-file go with --exit-code%s", "");
+	if (v->result != NULL && v->exit_code >= 0)
+		return usage_error("carmyctl resolve: --result (opaque bytes) "
+				   "or --exit-code (an exit code and output), "
+				   "not both%s", "");
+	if (execid_parse(id, exec) != 0)
+		return usage_error("carmyctl resolve: an EXECUTION_ID is "
+				   "exec_ and 32 hex digits (lower case)%s",
+				   "");
+	return 0;
+}
+
+/*
+ * Does the verdict give a result in the format r's client reads (carmyd
+ * would refuse it otherwise)? carmy-run's calls read an exit code and
+ * output (--exit-code); other clients' opaque bytes (--result): an exit
+ * code given to one of those would be replayed to it as 4 bytes it never
+ * wrote. 0, or the exit status of a refusal (said).
+ */
+static int fits_format(const struct verdict *v, const struct row *r)
+{
+	const char *name = carmy_errname(CARMY_EINVALID_RESULT);
+
+	if (r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
+	    v->exit_code < 0) {
+		fprintf(stderr, "carmyctl: resolve: %s: %s records its "
+			"result as an exit code and output (carmy-run's): "
+			"give --exit-code N [--stdout TEXT | --stdout-file "
+			"PATH], not --result\n", name, r->exec);
+		return EXIT_FAIL;
 	}
-	if (rc == 0)
-		rc = ask(x, &sb, WIRE_RESOLVE, 0, &code);
-	msgpack_sbuffer_destroy(&sb);
-	if (rc != 0)
-		return rc;
-	if (code != 0)
-		return fail(release ? "release" : "resolve", code);
-	if (x->json)
-		printf("{\"execution_id\":\"%s\",\"resolved\":\"%s\"}\n", id,
-		       committed ? "committed" : "not_committed");
-	else
-		printf("%s resolved as %s\n", id,
-		       committed ? "committed" : "not committed (released)");
+	if (r->call.cl_format != CARMY_FORMAT_EXIT_OUTPUT &&
+	    v->exit_code >= 0) {
+		fprintf(stderr, "carmyctl: resolve: %s: %s records its "
+			"result as %s bytes, not as an exit code and output: "
+			"give --result TEXT, not --exit-code\n", name,
+			r->exec, r->call.cl_format == CARMY_FORMAT_BYTES ?
+					 "opaque" : "unknown");
+		return EXIT_FAIL;
+	}
+	return 0;
+}
+
+/*
+ * A committed verdict's result, malloc'd into *buf: --result's bytes, or
+ * --exit-code's exit code and the output (--stdout, or --stdout-file's
+ * contents, "-" for standard input) in the format carmy-run reads. 0, or
+ * the exit status of a failure (said).
+ */
+static int verdict_result(const struct ctl *x, const struct verdict *v,
+			  uint8_t **buf, size_t *len)
+{
+	const size_t max = x->view.geo.max_result;
+	size_t n = 0, cap;
+	int rc = 0;
+
+	if (v->exit_code < 0) {
+		const char *res = v->result != NULL ? v->result : "";
+
+		*len = strlen(res);
+		*buf = (uint8_t *)strdup(res);
+		return *buf != NULL ? 0 : fail("resolve", -ENOMEM);
+	}
+	/* One byte past what carmyd takes tells "too large". */
+	cap = (v->out != NULL ? strlen(v->out) : max) + RUNFMT_HEAD + 1;
+	*buf = malloc(cap);
+	if (*buf == NULL)
+		return fail("resolve", -ENOMEM);
+	runfmt_put_head(*buf, v->exit_code);
+	n = RUNFMT_HEAD;
+	if (v->out != NULL) {
+		memcpy(*buf + n, v->out, strlen(v->out));
+		n += strlen(v->out);
+	} else if (v->out_file != NULL) {
+		rc = read_upto(v->out_file, *buf + n, cap - n, &n);
+		if (rc != 0) {
+			fprintf(stderr, "carmyctl: resolve: cannot read %s: "
+				"%s\n", v->out_file, strerror(-rc));
+			free(*buf);
+			*buf = NULL;
+			return EXIT_FAIL;
+		}
+	}
+	if (n > max) {
+		free(*buf);
+		*buf = NULL;
+		return fail("resolve", CARMY_ERESULT_TOO_LARGE);
+	}
+	*len = n;
 	return 0;
 }
 
@@ -1379,6 +1749,7 @@ static bool read_row(const struct shm_view *v, uint32_t e, struct row *r)
 	r->result_code = en->en_result_code;
 	r->result_len = en->en_result_len <= v->geo.max_result ?
 				en->en_result_len : 0;
+	shm_call_copy(v, e, &r->call);
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&v->buckets[b], __ATOMIC_RELAXED) == w;
 }
@@ -1432,6 +1803,34 @@ static int look_up(struct ctl *x, const char *cmd, const char *id,
 }
 
 /* ------------------------------------------------------------ helpers */
+
+/* The bytes of file path ("-": standard input), up to room of them, into
+ * buf; *n grows by how many. 0, or -errno. */
+static int read_upto(const char *path, uint8_t *buf, size_t room, size_t *n)
+{
+	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO :
+					  open(path, O_RDONLY | O_CLOEXEC);
+	size_t got = 0;
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (got < room) {
+		ssize_t r = read(fd, buf + got, room - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			rc = -errno;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	if (fd != STDIN_FILENO)
+		close(fd);
+	*n += got;
+	return rc;
+}
 
 static int parse_state(const char *s)
 {
