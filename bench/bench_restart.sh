@@ -31,7 +31,7 @@ trap 'exit 130' HUP INT TERM
 procs=64
 ops=$(( (n + procs - 1) / procs ))
 # Room for every cycle and a tenth more; small results (the benchmark's
-# are 100 bytes) keep the segment near 1 KiB an entry.
+# are 100 bytes) keep the segment near 1.4 KiB an entry.
 args=(--foreground --transient --socket "$tmp/carmyd.sock"
 	--segment "$segment" --capacity $(( n * 12 / 10 + 1000 ))
 	--max-result 128 --store "journal:$tmp/journal")

@@ -1,10 +1,11 @@
 # common/: small helpers every part links (libcommon.la): the clocks, whole
-# writes and execution ids as text. The log carmyd and its stores write is
-# a library of its own (liblog.la), so that libcarmy and the plugins do not
-# carry it.
+# writes, execution ids and ages as text, and carmy-run's result format.
+# The log carmyd and its stores write is a library of its own (liblog.la),
+# so that libcarmy and the plugins do not carry it.
 noinst_LTLIBRARIES += common/libcommon.la
 common_libcommon_la_SOURCES = common/clock.h common/io.h common/io.c \
-	common/execid.h common/execid.c common/daemonize.h common/daemonize.c
+	common/execid.h common/execid.c common/age.h common/age.c \
+	common/runfmt.h common/runfmt.c common/daemonize.h common/daemonize.c
 common_libcommon_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 
 noinst_LTLIBRARIES += common/liblog.la

@@ -20,6 +20,11 @@
  * come back for their running reservations (libcarmy reconnects by itself,
  * trying for CARMY_RECONNECT_MS). */
 #define CARMYD_DEFAULT_GRACE_S 10
+/* --retain: completed executions are forgotten this long after they
+ * finished (retain.c). A day: an agent's retries come within its session,
+ * minutes to hours apart; a day still covers a job run again the next
+ * morning, and is what Stripe keeps idempotency keys for. */
+#define CARMYD_DEFAULT_RETAIN_S 86400
 /* --threads: event loops. The default is one per online CPU, up to this. */
 #define CARMYD_DEFAULT_THREADS_MAX 8
 #define CARMYD_THREADS_MAX 64
@@ -58,6 +63,7 @@ struct carmyd_config {
 	gid_t admin_gid;
 	uint32_t max_clients;	/* --max-clients; 0 until resolved */
 	uint32_t grace_ms;	/* --grace: previous clients may come back */
+	uint64_t retain_ns;	/* --retain: 0 keeps completed ones for ever */
 	gid_t gid;
 	const char *log_file;
 	const char *store;	/* --store: memory, journal:DIR, plugin:SO[:ARGS] */
@@ -115,6 +121,7 @@ struct store {
 	uint32_t alive_fixes;	/* checks in a row that found sh_alive not ours */
 	uint32_t bucket_fixes;	/* ... that found buckets BLOCKED by nobody */
 	uint64_t last_reclaim_ns;
+	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
 	/* Entries an operator's RESOLVE is on its way to the store for: a
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
@@ -172,6 +179,8 @@ struct store_op {
 	struct store_op *next;	/* the server's, once done */
 	struct store_op *wnext;	/* WAIT: the list of waiters */
 	uint8_t ident[3 * CARMY_ID_MAX];
+	uint8_t call[SHM_TOOL_KEEP + SHM_ARGS_KEEP];	/* RESERVE: what
+				 * the record's tool and args point into */
 	uint8_t *result;	/* malloc'd copy for COMPLETE */
 	/* RESERVE to a shared store that found the identity taken: the
 	 * execution standing there (its result is malloc'd; no identity:
@@ -179,21 +188,23 @@ struct store_op {
 	bool taken;
 	int taken_rc;
 	struct carmy_store_record standing;
+	uint8_t standing_call[SHM_TOOL_KEEP + SHM_ARGS_KEEP];
 };
 /* Check that owner holds op->entry running as exec (for a RELEASE to a
  * store that is not shared: that the table no longer publishes it), and
  * copy into op->rec what the store records (for a RESERVE, the whole
- * entry). Takes s->lock. Returns 0, CARMY_ENOT_RESERVED, or CARMY_ECORRUPT
- * for an identity the segment holds garbled. */
+ * entry and its call). Takes s->lock. Returns 0, CARMY_ENOT_RESERVED, or
+ * CARMY_ECORRUPT for an identity the segment holds garbled. */
 int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		  const uint8_t exec[SHM_EXEC_LEN]);
 /* An operator's RESOLVE: find k's entry, UNCERTAIN as execution exec with
  * fingerprint fp; note where in op, copy into op->rec what the store
- * records, and hold the entry against a second RESOLVE until
- * store_resolve_done(). Takes s->lock. Returns 0, CARMY_ECONFLICT (another
- * fingerprint), CARMY_ENOT_INTERRUPTED (absent, running, completed,
- * another execution, or being resolved) or CARMY_ECAPACITY (too many
- * resolutions in flight). */
+ * records (and the format its client reads results in, into
+ * op->rec.result_format), and hold the entry against a second RESOLVE
+ * until store_resolve_done(). Takes s->lock. Returns 0, CARMY_ECONFLICT
+ * (another fingerprint), CARMY_ENOT_INTERRUPTED (absent, running,
+ * completed, another execution, or being resolved) or CARMY_ECAPACITY (too
+ * many resolutions in flight). */
 int store_find_uncertain(struct store *s, struct store_op *op,
 			 const struct shm_key *k, const uint8_t fp[SHM_FP_LEN],
 			 const uint8_t exec[SHM_EXEC_LEN]);
@@ -242,11 +253,6 @@ void store_settle(struct store *s, const struct store_op *op);
  * more: the caller submits other requests right after (CARMY_STORE_MORE).
  * No lock: the store's submit() is safe from any thread. */
 void store_submit(struct store *s, struct store_op *op, bool more);
-/* An operator's purge (uid and pid, for the log): forget every COMPLETED
- * entry that finished more than older_than_ms ago, each recorded by a
- * durable store first (this thread waits for it). Takes s->lock, not
- * while it waits. Returns how many were forgotten, or -ENOMEM. */
-int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);
 /* Settle every ticket held by an owner that is not connected (running
  * entries turn uncertain), logging what was done under why. Takes s->lock;
  * any RCU-registered thread (it asks the owner registry). */
@@ -258,6 +264,60 @@ uint32_t store_reclaim(struct store *s);
  * reclaim tombstones clients have made, and every second check the
  * segment header, sweep orphaned tickets and reclaim. Takes s->lock. */
 void store_tick(struct store *s);
+
+/* forget.c: how completed executions leave the table (purge, forget,
+ * retention). Each is recorded by a durable store first, and the calling
+ * thread waits for it; each takes s->lock a chunk of the table at a time,
+ * never while it waits. */
+
+/* What store_forget_older() did. */
+struct store_forgot {
+	size_t forgotten;
+	size_t refused;		/* the store failed to record them: kept */
+	bool more;		/* the budget ran out before the table did */
+};
+/* Forget the COMPLETED entries that finished before before_ns
+ * (CLOCK_REALTIME), at most budget of them. Returns 0 with *out filled
+ * in, or -ENOMEM. */
+int store_forget_older(struct store *s, uint64_t before_ns, uint32_t budget,
+		       struct store_forgot *out);
+/* An operator's purge (uid and pid, for the log): forget every COMPLETED
+ * entry that finished more than older_than_ms ago. Returns how many were
+ * forgotten, or -ENOMEM. */
+int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid);
+/* An operator's forget (uid and pid, for the log) of execution exec,
+ * which entry holds. Returns 0, -ENOENT (entry does not hold exec),
+ * -EBUSY (running or uncertain: not completed) or CARMY_ESTORE. */
+int store_forget(struct store *s, uint32_t entry,
+		 const uint8_t exec[SHM_EXEC_LEN], uid_t uid, pid_t pid);
+/* Tickets in use (entries published or being reserved), and the calls
+ * clients have counted as refused for capacity. Atomic loads, no lock:
+ * any thread. */
+void store_fill(struct store *s, uint32_t *used, uint64_t *refused);
+
+/* retain.c: carmyd's watch over the table's room, on a thread of its own:
+ * retention (--retain) and the capacity warnings. */
+struct retain {
+	struct store *s;
+	uint64_t age_ns;	/* --retain; 0: never */
+	uint64_t period_ns;	/* between retention passes */
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;	/* guards stop */
+	pthread_cond_t cond;	/* signalled when stop is set */
+	bool stop;
+	/* The thread's own. */
+	int level;		/* fill warned of: 0 none, 1 past 80%, 2 past 95% */
+	uint64_t refused;	/* refusals counted at the last look */
+	uint64_t refused_ns;	/* CLOCK_MONOTONIC of the last seen, 0 none */
+};
+/* Start watching s with cfg's --retain. main() only, once the store is
+ * open. Returns 0 or -errno (logged). */
+int retain_start(struct retain *r, struct store *s,
+		 const struct carmyd_config *cfg);
+/* Stop the thread and wait for it (a pass in progress finishes its
+ * batch). main() only, before the store is closed. */
+void retain_stop(struct retain *r);
 
 /* server.c: carmyd's event loops (with conn.c and request.c, which share
  * daemon/server.h). */

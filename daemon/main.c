@@ -24,6 +24,7 @@
 #include <urcu.h>
 #include <xxhash.h>
 
+#include "common/age.h"
 #include "common/daemonize.h"
 #include "common/log.h"
 #include "daemon/carmyd.h"
@@ -40,7 +41,7 @@ static const char usage[] =
 	"  --capacity N         entries the table holds (default 10000)\n"
 	"  --max-result BYTES   largest recorded result, K/M suffixes allowed\n"
 	"                       (default 16K); memory is reserved up front:\n"
-	"                       about capacity x (max-result + 1K)\n"
+	"                       about capacity x (max-result + 1.25K)\n"
 	"  --segment NAME       shared memory name (default derived from socket)\n"
 	"  --store SPEC         where executions are recorded (default memory):\n"
 	"                         memory            the segment only; survives\n"
@@ -48,6 +49,13 @@ static const char usage[] =
 	"                         journal:DIR       durable: a checksummed journal\n"
 	"                                           in DIR, group-committed\n"
 	"                         plugin:PATH[:ARGS] a store plugin (carmy_store.h)\n"
+	"  --retain AGE         forget a completed execution this long after it\n"
+	"                       finished, like 90s, 200ms, 15m, 24h or 7d; never\n"
+	"                       (or 0) keeps every one (default 24h: an agent's\n"
+	"                       retries come within its session, minutes to\n"
+	"                       hours apart, and a day still covers a job run\n"
+	"                       again the next morning). Running and interrupted\n"
+	"                       executions are never forgotten\n"
 	"  --grace SECONDS      after a restart, how long clients of the previous\n"
 	"                       carmyd may come back for their running\n"
 	"                       reservations before these turn uncertain\n"
@@ -89,8 +97,10 @@ int main(int argc, char **argv)
 {
 	struct carmyd_config cfg;
 	struct store store;
+	struct retain retain;
 	sigset_t sigs;
 	int rc, lock_fd, lfd, ready_fd = -1;
+	char age[AGE_TEXT_MAX];
 
 	rc = parse_args(argc, argv, &cfg);
 	if (rc != 0)
@@ -141,12 +151,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	if (retain_start(&retain, &store, &cfg) != 0) {
+		close(lfd);
+		unlink(cfg.socket_path);
+		store_close(&store, &cfg, false);
+		return 1;
+	}
 	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
-		 "epoch %u, %u event loop%s, store %s, max-clients %u",
-		 cfg.socket_path, cfg.shm_name, store.view.geo.capacity,
-		 store.view.geo.max_result, store.epoch, cfg.threads,
-		 cfg.threads == 1 ? "" : "s", cfg.store ? cfg.store : "memory",
-		 cfg.max_clients);
+		 "epoch %u, %u event loop%s, store %s, max-clients %u, "
+		 "retain %s", cfg.socket_path, cfg.shm_name,
+		 store.view.geo.capacity, store.view.geo.max_result,
+		 store.epoch, cfg.threads, cfg.threads == 1 ? "" : "s",
+		 cfg.store ? cfg.store : "memory", cfg.max_clients,
+		 cfg.retain_ns == 0 ? "never" : age_format(age, cfg.retain_ns));
 	if (cfg.foreground) {
 		printf("carmyd ready socket=%s segment=%s pid=%d\n",
 		       cfg.socket_path, cfg.shm_name, (int)getpid());
@@ -159,6 +176,7 @@ int main(int argc, char **argv)
 
 	rc = server_run(&store, &cfg, lfd);
 
+	retain_stop(&retain);
 	close(lfd);
 	unlink(cfg.socket_path);
 	store_close(&store, &cfg, cfg.transient);
@@ -177,7 +195,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	enum { O_SOCKET = 256, O_CAPACITY, O_MAX_RESULT, O_SEGMENT, O_GROUP,
 	       O_FOREGROUND, O_TRANSIENT, O_LOG_LEVEL, O_LOG_FILE, O_HELP,
 	       O_VERSION, O_THREADS, O_STORE, O_GRACE, O_SPIN, O_MAX_CLIENTS,
-	       O_ADMIN_GROUP };
+	       O_ADMIN_GROUP, O_RETAIN };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "capacity", required_argument, NULL, O_CAPACITY },
@@ -187,6 +205,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		{ "spin-us", required_argument, NULL, O_SPIN },
 		{ "store", required_argument, NULL, O_STORE },
 		{ "grace", required_argument, NULL, O_GRACE },
+		{ "retain", required_argument, NULL, O_RETAIN },
 		{ "group", required_argument, NULL, O_GROUP },
 		{ "max-clients", required_argument, NULL, O_MAX_CLIENTS },
 		{ "admin-group", required_argument, NULL, O_ADMIN_GROUP },
@@ -205,6 +224,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	cfg->capacity = CARMYD_DEFAULT_CAPACITY;
 	cfg->max_result = CARMYD_DEFAULT_MAX_RESULT;
 	cfg->grace_ms = CARMYD_DEFAULT_GRACE_S * 1000;
+	cfg->retain_ns = CARMYD_DEFAULT_RETAIN_S * 1000000000ull;
 	cfg->spin_us = CARMYD_DEFAULT_SPIN_US;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -236,6 +256,16 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			cfg->grace_ms = secs * 1000;
 			break;
 		}
+		case O_RETAIN:
+			if (strcmp(optarg, "never") == 0) {
+				cfg->retain_ns = 0;
+			} else if (age_parse(optarg, &cfg->retain_ns) != 0) {
+				fprintf(stderr, "carmyd: --retain: expected an age "
+					"like 90s, 200ms, 15m, 24h or 7d, or "
+					"never, not '%s'\n", optarg);
+				return -1;
+			}
+			break;
 		case O_STORE:
 			if (strcmp(optarg, "memory") != 0 &&
 			    strncmp(optarg, "journal:", 8) != 0 &&

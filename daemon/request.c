@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/runfmt.h"
 #include "daemon/carmyd.h"
 #include "daemon/server.h"
 #include "libclient/wire.h"
@@ -40,6 +41,7 @@ static int on_reserve(struct conn *c, const struct wire_msg *m);
 static int on_release(struct conn *c, const struct wire_msg *m);
 static int on_reclaim(struct conn *c);
 static int on_purge(struct conn *c, const struct wire_msg *m);
+static int on_forget(struct conn *c, const struct wire_msg *m);
 static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
 static bool greeted(struct conn *c, const char *why);
@@ -182,6 +184,9 @@ static int on_request(struct conn *c, const struct wire_msg *m)
 		break;
 	case WIRE_PURGE:
 		rc = on_purge(c, m);
+		break;
+	case WIRE_FORGET:
+		rc = on_forget(c, m);
 		break;
 	case WIRE_RESERVE:
 		rc = on_reserve(c, m);
@@ -375,13 +380,30 @@ static int on_purge(struct conn *c, const struct wire_msg *m)
 					  c->pid));
 }
 
+/* FORGET: an operator forgets one completed execution (store_forget()),
+ * named by its entry and execution id. Like a purge, it waits for a
+ * durable store here. Returns 0, DROPPED or -ENOMEM. */
+static int on_forget(struct conn *c, const struct wire_msg *m)
+{
+	if (!greeted(c, "FORGET before HELLO"))
+		return DROPPED;
+	if (!may_operate(c, "forget"))
+		return wire_put_reply(&c->out, WIRE_FORGET,
+				      CARMY_ENOT_PERMITTED);
+	return wire_put_reply(&c->out, WIRE_FORGET,
+			      store_forget(c->loop->sv->store,
+					   m->u.reserve.entry,
+					   m->u.reserve.exec, c->uid, c->pid));
+}
+
 /*
  * RESOLVE: an operator settles an interrupted execution, as committed (it
- * happened: record this result, replayed from now on) or not (the identity
- * is free again). Who (the peer's uid and pid) and when are recorded with
- * it, and logged. With a durable store the record goes there first, like
- * a completion. Others are answered NOT_PERMITTED (may_operate()). Returns
- * 0, DROPPED or -ENOMEM.
+ * happened: record this result, replayed from now on; INVALID_RESULT if
+ * it is not in the format the execution's client reads) or not (the
+ * identity is free again). Who (the peer's uid and pid) and when are
+ * recorded with it, and logged. With a durable store the record goes there
+ * first, like a completion. Others are answered NOT_PERMITTED
+ * (may_operate()). Returns 0, DROPPED or -ENOMEM.
  */
 static int on_resolve(struct conn *c, const struct wire_msg *m)
 {
@@ -415,6 +437,14 @@ static int on_resolve(struct conn *c, const struct wire_msg *m)
 	op->type = WIRE_RESOLVE;
 	op->req.op = CARMY_STORE_RESOLVE;
 	rc = store_find_uncertain(s, op, &k, m->u.settle.fp, m->u.settle.exec);
+	/* A result every retry would fail to read is refused now, while
+	 * the operator is there to give another. */
+	if (rc == 0 && committed &&
+	    !runfmt_readable(op->rec.result_format, m->u.settle.result,
+			     m->u.settle.result_len)) {
+		store_resolve_done(s, op->entry);
+		rc = CARMY_EINVALID_RESULT;
+	}
 	if (rc != 0) {
 		free(op);
 		return wire_put_reply(&c->out, WIRE_RESOLVE, rc);
@@ -533,14 +563,14 @@ static void told_of_release(struct server *sv, uint32_t entry)
 }
 
 /*
- * May c's peer change entries that are not its own (RESOLVE, PURGE)? Its
- * --group membership lets it write the segment, but what carmyd changes on
- * request is for carmyd's own user, root, and members of --admin-group:
- * as the peer's credentials were when it connected (SO_PEERCRED's
- * effective ids, SO_PEERGROUPS), never a name looked up now. A refusal is
- * logged with the peer's uid and pid, once per connection and at most once
- * a second a user (so that a second user refused meanwhile is named too),
- * with how many went unlogged.
+ * May c's peer change entries that are not its own (RESOLVE, PURGE,
+ * FORGET)? Its --group membership lets it write the segment, but what
+ * carmyd changes on request is for carmyd's own user, root, and members
+ * of --admin-group: as the peer's credentials were when it connected
+ * (SO_PEERCRED's effective ids, SO_PEERGROUPS), never a name looked up
+ * now. A refusal is logged with the peer's uid and pid, once per
+ * connection and at most once a second a user (so that a second user
+ * refused meanwhile is named too), with how many went unlogged.
  */
 static bool may_operate(struct conn *c, const char *what)
 {

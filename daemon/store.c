@@ -44,6 +44,10 @@
 #include "daemon/carmyd.h"
 #include "stores/journal/journal.h"
 
+_Static_assert(SHM_TOOL_KEEP == CARMY_STORE_TOOL_MAX &&
+	       SHM_ARGS_KEEP == CARMY_STORE_ARGS_MAX,
+	       "a store keeps what the segment keeps of a call");
+
 /* Owner ids restart from the bottom when they get this high: by then the
  * start-up sweep has settled every ticket of the earlier epochs. */
 #define OWNER_WRAP UINT32_C(0xf0000000)
@@ -63,6 +67,10 @@ static int backend_open(struct store *s, const char *spec);
 static uint64_t store_identity(const char *spec);
 static int backend_load(struct store *s, bool fresh);
 static int restore_one(void *arg, const struct carmy_store_record *r);
+static void take_call(struct store *s, uint32_t e,
+		      struct carmy_store_record *rec, uint8_t *buf);
+static void keep_call(struct carmy_store_record *rec, uint8_t *buf);
+static struct shm_summary record_call(const struct carmy_store_record *r);
 static void *populate(void *arg);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
@@ -132,6 +140,11 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 		return rc;
 	s->store_id = id;
 	uatomic_set(&h->sh_store, id);
+	/* For operators: carmyctl status shows it. */
+	s->retain_ms = cfg->retain_ns == 0 ? SHM_RETAIN_NEVER :
+		       cfg->retain_ns < 1000000u ? 1 :
+		       cfg->retain_ns / 1000000u;
+	uatomic_set(&h->sh_retain_ms, s->retain_ms);
 	__atomic_store_n(&h->sh_loaded, 1, __ATOMIC_RELEASE);
 	/* From here until we exit, however we exit, clients can tell that
 	 * a carmyd stands behind the segment. */
@@ -303,6 +316,7 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		memcpy(op->rec.rawprint, en->en_rawprint, SHM_FP_LEN);
 		op->rec.pid = en->en_pid;
 		op->rec.started_ns = en->en_started_ns;
+		take_call(s, op->entry, &op->rec, op->call);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return 0;
@@ -351,11 +365,16 @@ int store_find_uncertain(struct store *s, struct store_op *op,
 					     sizeof(s->resolving[0]))
 		rc = CARMY_ECAPACITY;
 	if (rc == 0) {
+		struct shm_call cl;
+
 		s->resolving[s->nresolving++] = f.entry;
 		op->entry = f.entry;
 		op->bucket = f.bucket;
 		op->word = f.word;
 		memcpy(op->rec.exec, exec, SHM_EXEC_LEN);
+		/* UNCERTAIN is final: nothing but a scribbler writes it. */
+		shm_call_copy(&s->view, f.entry, &cl);
+		op->rec.result_format = cl.cl_format;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
@@ -447,117 +466,6 @@ bool store_running(struct store *s, uint32_t entry,
 	return running;
 }
 
-/* A store request made and waited for on this thread (an operator's
- * purge): done() counts down. */
-struct sync_batch {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	unsigned left;
-};
-
-struct sync_req {
-	struct carmy_store_req req;
-	struct carmy_store_record rec;
-	struct sync_batch *batch;
-	uint32_t entry;
-	int rc;
-};
-
-static void sync_done(struct carmy_store_req *req, int rc)
-{
-	struct sync_req *sr = req->cookie;
-	struct sync_batch *b = sr->batch;
-
-	sr->rc = rc;
-	pthread_mutex_lock(&b->lock);
-	if (--b->left == 0)
-		pthread_cond_signal(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-}
-
-/*
- * An operator's purge: forget every COMPLETED entry that finished more than
- * older_than_ms ago. Running and uncertain entries are never touched: this
- * is the only way a recorded result ever leaves the table. A durable store
- * records each purge first (this thread waits for it: an operator's action,
- * rare); only those it recorded are forgotten. Returns how many, or -errno.
- */
-int store_purge(struct store *s, uint64_t older_than_ms, uid_t uid, pid_t pid)
-{
-	const struct shm_view *v = &s->view;
-	uint64_t now = clock_real_ns(), age = older_than_ms * 1000000u;
-	uint64_t cutoff = older_than_ms > UINT64_MAX / 1000000u || age > now ?
-				  0 : now - age;
-	struct sync_req *reqs = NULL;
-	struct sync_batch batch;
-	size_t n = 0, cap = 0;
-	int purged = 0;
-
-	pthread_mutex_lock(&s->lock);
-	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
-		uint64_t w = uatomic_read(&v->buckets[b]);
-		uint32_t e = SHM_W_ENTRY(w);
-		const struct shm_entry *en;
-
-		if (SHM_W_STATE(w) != SHM_COMPLETED || e >= v->geo.capacity)
-			continue;
-		en = shm_entry_at(v, e);
-		if (en->en_bucket != b || en->en_finished_ns >= cutoff)
-			continue;
-		if (n == cap) {
-			size_t ncap = cap ? 2 * cap : 256;
-			struct sync_req *nr = realloc(reqs, ncap * sizeof(*nr));
-
-			if (nr == NULL) {
-				pthread_mutex_unlock(&s->lock);
-				free(reqs);
-				return -ENOMEM;
-			}
-			reqs = nr;
-			cap = ncap;
-		}
-		memset(&reqs[n], 0, sizeof(reqs[n]));
-		reqs[n].entry = e;
-		memcpy(reqs[n].rec.exec, en->en_exec, SHM_EXEC_LEN);
-		n++;
-	}
-	pthread_mutex_unlock(&s->lock);
-
-	if (s->durable && n > 0) {
-		pthread_mutex_init(&batch.lock, NULL);
-		pthread_cond_init(&batch.cond, NULL);
-		batch.left = (unsigned)n;
-		for (size_t i = 0; i < n; i++) {
-			reqs[i].batch = &batch;
-			reqs[i].req.op = CARMY_STORE_PURGE;
-			reqs[i].req.rec = &reqs[i].rec;
-			reqs[i].req.done = sync_done;
-			reqs[i].req.cookie = &reqs[i];
-			/* All at once: let them go out together. */
-			reqs[i].req.flags = i + 1 < n ? CARMY_STORE_MORE : 0;
-			s->ops->submit(s->st, &reqs[i].req);
-		}
-		pthread_mutex_lock(&batch.lock);
-		while (batch.left > 0)
-			pthread_cond_wait(&batch.cond, &batch.lock);
-		pthread_mutex_unlock(&batch.lock);
-		pthread_cond_destroy(&batch.cond);
-		pthread_mutex_destroy(&batch.lock);
-	}
-	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < n; i++)
-		if (reqs[i].rc == 0 &&
-		    shm_purge(v, reqs[i].entry, reqs[i].rec.exec))
-			purged++;
-	pthread_mutex_unlock(&s->lock);
-	log_info("pid %d uid %u purged %d completed entr%s older than %llu ms%s",
-		 (int)pid, (unsigned)uid, purged, purged == 1 ? "y" : "ies",
-		 (unsigned long long)older_than_ms,
-		 (size_t)purged < n ? " (the store refused some)" : "");
-	free(reqs);
-	return purged;
-}
-
 /* A shared store's RESERVE found the identity held (carmy_store.h): keep
  * a copy of the standing execution for request.c's finish(), on whatever
  * thread. */
@@ -572,6 +480,7 @@ static void on_taken(struct carmy_store_req *req,
 	op->standing = *r;
 	memset(op->standing.part, 0, sizeof(op->standing.part));
 	op->standing.result = NULL;
+	keep_call(&op->standing, op->standing_call);
 	if (r->state == CARMY_STORE_COMPLETED && r->result_len > 0) {
 		void *copy = r->result ? malloc(r->result_len) : NULL;
 
@@ -631,11 +540,13 @@ int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 {
 	const struct carmy_store_record *r = &op->standing;
 	struct shm_view *v = &s->view;
+	struct shm_summary call = record_call(r);
 	struct shm_claim claim = {
 		.owner = owner, .pid = (uint32_t)pid, .fp = r->fingerprint,
 		.rawfp = r->rawprint, .make_exec = standing_exec,
 		.arg = &op->standing, .cursor = &s->taken_cursor,
 		.pending = true,	/* until its result is in */
+		.call = &call,
 	};
 	struct shm_found f;
 	struct shm_key k;
@@ -803,7 +714,8 @@ static void check_header(struct store *s)
 	    h->sh_owner_base == s->owner_base &&
 	    h->sh_next_owner == s->next_owner &&
 	    h->sh_move_seq == s->view.move_seq &&
-	    h->sh_loaded == 1 && h->sh_store == s->store_id)
+	    h->sh_loaded == 1 && h->sh_store == s->store_id &&
+	    h->sh_retain_ms == s->retain_ms)
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));
@@ -815,6 +727,7 @@ static void check_header(struct store *s)
 	uatomic_set(&h->sh_epoch, s->epoch);
 	uatomic_set(&h->sh_move_seq, s->view.move_seq);
 	uatomic_set(&h->sh_store, s->store_id);
+	uatomic_set(&h->sh_retain_ms, s->retain_ms);
 	uatomic_set(&h->sh_loaded, 1);
 }
 
@@ -951,8 +864,21 @@ static int backend_open(struct store *s, const char *spec)
 			return -ENOENT;
 		}
 		ops = dlsym(s->plugin, "carmy_store_plugin");
-		if (ops == NULL || ops->abi != CARMY_STORE_ABI ||
-		    ops->open == NULL || ops->load == NULL ||
+		if (ops != NULL && ops->abi != CARMY_STORE_ABI) {
+			/* Its records are another shape: read as ours, they
+			 * would be read past their end. */
+			log_error("%s is a Carmy store plugin of ABI %u; this "
+				  "carmyd needs ABI %u (struct "
+				  "carmy_store_record gained a call's tool, "
+				  "arguments and result format in ABI 3): "
+				  "rebuild it against this carmyd's "
+				  "carmy_store.h", path, ops->abi,
+				  CARMY_STORE_ABI);
+			dlclose(s->plugin);
+			s->plugin = NULL;
+			return -EINVAL;
+		}
+		if (ops == NULL || ops->open == NULL || ops->load == NULL ||
 		    ops->submit == NULL || ops->close == NULL) {
 			log_error("%s is not a Carmy store plugin of ABI %u "
 				  "(it must export carmy_store_plugin, with "
@@ -1035,6 +961,7 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 		.result_len = r->result_len, .resolved_ns = r->resolved_ns,
 		.resolved_uid = r->resolved_uid,
 		.resolved_pid = r->resolved_pid,
+		.call = record_call(r),
 	};
 	struct shm_key k;
 	int rc;
@@ -1064,6 +991,73 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 	else
 		ctx->uncertain++;
 	return 0;
+}
+
+/* ------------------------------------------------------------ calls */
+
+/* Entry e's call (its entry running as ours, under s->lock: nobody writes
+ * it) into rec, for a RESERVE's record: its kept bytes copied into buf
+ * (SHM_TOOL_KEEP + SHM_ARGS_KEEP bytes), which rec points into. */
+static void take_call(struct store *s, uint32_t e,
+		      struct carmy_store_record *rec, uint8_t *buf)
+{
+	struct shm_call cl;
+	size_t tk, ak;
+
+	shm_call_copy(&s->view, e, &cl);
+	tk = shm_call_tool_kept(&cl);
+	ak = shm_call_args_kept(&cl);
+	memcpy(buf, cl.cl_data, tk + ak);
+	rec->tool = buf;
+	rec->tool_kept = (uint32_t)tk;
+	rec->tool_len = cl.cl_tool_len;
+	rec->args = buf + tk;
+	rec->args_kept = (uint32_t)ak;
+	rec->args_len = cl.cl_args_len;
+	rec->result_format = cl.cl_format;
+}
+
+/* A store's record of a call, its bytes borrowed, made carmyd's: copied
+ * into buf (SHM_TOOL_KEEP + SHM_ARGS_KEEP bytes), no more than that and
+ * than the whole lengths say. A store that gives a pointer NULL with a
+ * length gives nothing of it. */
+static void keep_call(struct carmy_store_record *rec, uint8_t *buf)
+{
+	struct shm_summary in = record_call(rec);
+	size_t tk = in.tool_kept, ak = in.args_kept;
+
+	if (tk > 0)
+		memcpy(buf, in.tool, tk);
+	if (ak > 0)
+		memcpy(buf + tk, in.args, ak);
+	rec->tool = buf;
+	rec->tool_kept = (uint32_t)tk;
+	rec->args = buf + tk;
+	rec->args_kept = (uint32_t)ak;
+}
+
+/* What a store's record says of its call, as a summary for the segment:
+ * the kept lengths bounded by what the segment keeps and by the whole
+ * lengths (none of a store's numbers is trusted). */
+static struct shm_summary record_call(const struct carmy_store_record *r)
+{
+	struct shm_summary c = {
+		.tool = r->tool, .tool_len = r->tool_len,
+		.tool_kept = r->tool != NULL ? r->tool_kept : 0,
+		.args = r->args, .args_len = r->args_len,
+		.args_kept = r->args != NULL ? r->args_kept : 0,
+		.format = r->result_format,
+	};
+
+	if (c.tool_kept > SHM_TOOL_KEEP)
+		c.tool_kept = SHM_TOOL_KEEP;
+	if (c.tool_kept > c.tool_len)
+		c.tool_kept = (size_t)c.tool_len;
+	if (c.args_kept > SHM_ARGS_KEEP)
+		c.args_kept = SHM_ARGS_KEEP;
+	if (c.args_kept > c.args_len)
+		c.args_kept = (size_t)c.args_len;
+	return c;
 }
 
 /* ------------------------------------------------------------ helpers */

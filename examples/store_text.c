@@ -12,6 +12,8 @@
  *
  * Lines (hex for every byte string):
  *   R exec fingerprint rawprint pid started_ns principal session request_id
+ *     tool_len args_len result_format tool args
+ *     (the last five, what the call was, may be absent: none kept)
  *   C exec finished_ns status result_code result
  *   X exec       (released)
  *   P exec       (purged)
@@ -45,6 +47,7 @@ struct text_store {
 struct text_exec {
 	struct carmy_store_record rec;
 	uint8_t ident[3 * CARMY_STORE_ID_MAX];
+	uint8_t call[CARMY_STORE_TOOL_MAX + CARMY_STORE_ARGS_MAX];
 	uint8_t *result;
 	int gone;
 };
@@ -61,6 +64,14 @@ static int put_hex(char *out, size_t room, const uint8_t *p, size_t n)
 	}
 	out[2 * n] = ' ';
 	return (int)(2 * n + 1);
+}
+
+/* put_hex(), or "-" for no bytes. */
+static int put_bytes(char *out, size_t room, const uint8_t *p, size_t n)
+{
+	if (n == 0)
+		return snprintf(out, room, "- ");
+	return put_hex(out, room, p, n);
 }
 
 static int hex_digit(char c)
@@ -165,7 +176,9 @@ static void text_submit(void *store, struct carmy_store_req *req)
 {
 	struct text_store *t = store;
 	const struct carmy_store_record *r = req->rec;
-	size_t cap = 256 + 2 * (3 * CARMY_STORE_ID_MAX) + 2 * r->result_len;
+	size_t cap = 256 + 2 * (3 * CARMY_STORE_ID_MAX) +
+		     2 * (CARMY_STORE_TOOL_MAX + CARMY_STORE_ARGS_MAX) +
+		     2 * (size_t)r->result_len;
 	char *line = malloc(cap);
 	int n = 0, rc = 0;
 
@@ -183,6 +196,14 @@ static void text_submit(void *store, struct carmy_store_req *req)
 			      (unsigned long long)r->started_ns);
 		for (int i = 0; i < 3; i++)
 			n += put_hex(line + n, cap - n, r->part[i], r->len[i]);
+		n += snprintf(line + n, cap - n, "%u %u %u ", r->tool_len,
+			      r->args_len, r->result_format);
+		n += put_bytes(line + n, cap - n, r->tool,
+			       r->tool_kept <= CARMY_STORE_TOOL_MAX ?
+				       r->tool_kept : 0);
+		n += put_bytes(line + n, cap - n, r->args,
+			       r->args_kept <= CARMY_STORE_ARGS_MAX ?
+				       r->args_kept : 0);
 		break;
 	case CARMY_STORE_COMPLETE:
 		n = snprintf(line, cap, "C ");
@@ -270,8 +291,30 @@ static int get_result(struct text_exec *x, char **w, int at, const char *res)
 	return 0;
 }
 
-/* A new execution from the words of an R line. */
-static int reserve_line(char **w, struct text_exec **xs, size_t *nx,
+/* The call at the end of an R line: its lengths, format and kept bytes
+ * (tool and args: at load), no more than carmy_store.h allows. */
+static int call_words(char **w, struct text_exec *x)
+{
+	uint32_t format;
+	long tk, ak;
+
+	if (get_u32(w[0], &x->rec.tool_len) != 0 ||
+	    get_u32(w[1], &x->rec.args_len) != 0 ||
+	    get_u32(w[2], &format) != 0 || format > UINT8_MAX)
+		return -1;
+	tk = get_hex(w[3], x->call, CARMY_STORE_TOOL_MAX);
+	ak = tk < 0 ? -1 : get_hex(w[4], x->call + tk, CARMY_STORE_ARGS_MAX);
+	if (ak < 0 || (uint32_t)tk > x->rec.tool_len ||
+	    (uint32_t)ak > x->rec.args_len)
+		return -1;
+	x->rec.tool_kept = (uint32_t)tk;
+	x->rec.args_kept = (uint32_t)ak;
+	x->rec.result_format = (uint8_t)format;
+	return 0;
+}
+
+/* A new execution from the nw words of an R line. */
+static int reserve_line(char **w, int nw, struct text_exec **xs, size_t *nx,
 			size_t *cap)
 {
 	struct text_exec *x;
@@ -302,6 +345,8 @@ static int reserve_line(char **w, struct text_exec **xs, size_t *nx,
 		x->rec.len[i] = (uint16_t)l;	/* part[]: at load */
 		off += (size_t)l;
 	}
+	if (nw == 14 && call_words(w + 9, x) != 0)
+		return -EBADMSG;
 	x->rec.state = CARMY_STORE_RUNNING;
 	/* A later reservation of an identity supersedes earlier ones (they
 	 * were released). */
@@ -322,20 +367,20 @@ static int reserve_line(char **w, struct text_exec **xs, size_t *nx,
 static int text_line(char *line, struct text_exec **xs, size_t *nx,
 		     size_t *cap)
 {
-	char *w[10];
-	int nw = split(line, w, 10), want;
+	char *w[14];
+	int nw = split(line, w, 14), want;
 	uint8_t exec[16];
 	char op;
 
 	if (nw < 2 || w[0][1] != '\0')
 		return -EBADMSG;
 	op = w[0][0];
-	want = op == 'R' ? 9 : op == 'C' ? 6 : op == 'S' ? 10 :
-	       op == 'X' || op == 'P' ? 2 : -1;
+	want = op == 'R' ? (nw == 14 ? 14 : 9) : op == 'C' ? 6 :
+	       op == 'S' ? 10 : op == 'X' || op == 'P' ? 2 : -1;
 	if (nw != want)
 		return -EBADMSG;
 	if (op == 'R')
-		return reserve_line(w, xs, nx, cap);
+		return reserve_line(w, nw, xs, nx, cap);
 	if (get_hex(w[1], exec, 16) != 16)
 		return -EBADMSG;
 	if (op == 'S') {
@@ -421,6 +466,8 @@ static int text_load(void *store, carmy_store_each_fn each, void *arg)
 			xs[i].rec.part[k] = xs[i].ident + off;
 			off += xs[i].rec.len[k];
 		}
+		xs[i].rec.tool = xs[i].call;
+		xs[i].rec.args = xs[i].call + xs[i].rec.tool_kept;
 		rc = each(arg, &xs[i].rec);
 	}
 	for (size_t i = 0; i < nx; i++)

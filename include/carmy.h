@@ -70,6 +70,7 @@ enum carmy_code {
 	CARMY_ETOO_MANY_CLIENTS = -1017, /* TOO_MANY_CLIENTS */
 	CARMY_ENOT_PERMITTED = -1018,  /* NOT_PERMITTED */
 	CARMY_EFORKED = -1019,         /* FORKED */
+	CARMY_EINVALID_RESULT = -1020, /* INVALID_RESULT */
 };
 
 /* Outcomes of carmy_begin() that are not errors. */
@@ -84,6 +85,18 @@ enum carmy_status {
 	CARMY_STATUS_FAILED = 2,
 	CARMY_STATUS_TIMED_OUT = 3,
 	CARMY_STATUS_CANCELLED = 4,
+};
+
+/*
+ * The format a handle's results are recorded in (carmy_set_result_format()),
+ * kept with each entry so that an operator's resolve gives a result its
+ * client can read: carmyd refuses one it could not (CARMY_EINVALID_RESULT).
+ */
+enum carmy_result_format {
+	CARMY_FORMAT_BYTES = 0,		/* opaque bytes: any result */
+	CARMY_FORMAT_EXIT_OUTPUT = 1,	/* carmy-run's: a process's exit code
+					 * (0..255) as 4 bytes, big-endian,
+					 * then its standard output */
 };
 
 /* Where an existing entry stands, reported with CARMY_ECONFLICT and
@@ -293,6 +306,30 @@ const char *carmy_version(int *major, int *minor, int *patch);
 int carmy_connect(carmy_t **out, const char *socket_path);
 
 /*
+ * carmy_set_result_format - say which format this handle's results are in.
+ *
+ * Every reservation made on c from now on records format with its entry
+ * (carmyctl list and show print it), and carmyd accepts a committed
+ * carmy_resolve() of such an entry only with a result in that format: an
+ * operator cannot record a result that every retry of the call would fail
+ * to read. Reservations made before keep the format they were made with.
+ * A new handle's format is CARMY_FORMAT_BYTES.
+ *
+ * Parameters:
+ *   c       the handle.
+ *   format  CARMY_FORMAT_BYTES or CARMY_FORMAT_EXIT_OUTPUT.
+ * Returns:
+ *   0        set.
+ *   -EINVAL  c is NULL, or format is not one of the two; nothing changed.
+ * Ownership:
+ *   nothing.
+ * Threads:
+ *   safe: a carmy_begin() running on another thread at the same time
+ *   records either the old format or the new one.
+ */
+int carmy_set_result_format(carmy_t *c, int format);
+
+/*
  * carmy_close - close the connection and unmap the segment.
  *
  * Entries this handle reserved and did not complete or release become
@@ -322,9 +359,9 @@ void carmy_close(carmy_t *c);
  * carmy_begin - reserve call's identity, or say what to do instead.
  *
  * Reserve and replay work directly in shared memory, without a system
- * call (but for one madvise() every 256 reservations, mapping the entries
- * ahead). If carmyd restarted, the handle first connects again, once (see
- * CARMY_RECONNECT_MS); with no carmyd it fails closed.
+ * call (but for two madvise() calls every 256 reservations, mapping the
+ * entries ahead). If carmyd restarted, the handle first connects again,
+ * once (see CARMY_RECONNECT_MS); with no carmyd it fails closed.
  *
  * With a durable store (--store journal:DIR, PostgreSQL) a reservation is
  * answered once carmyd has recorded it, and a call that finds the identity
@@ -529,7 +566,10 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  * from now on. Not committed: the identity is freed and the next call with
  * it runs. carmyd records who resolved it (uid, pid) and when. Only
  * carmyd's own user, root, or a member of carmyd's --admin-group may
- * resolve.
+ * resolve. A committed result must be in the format the execution's
+ * client records its results in (carmy_set_result_format(); carmyctl show
+ * prints it): for CARMY_FORMAT_EXIT_OUTPUT, an exit code of 0..255 as 4
+ * bytes, big-endian, then the output.
  *
  * Parameters:
  *   c             the handle.
@@ -548,6 +588,9 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  *   CARMY_EINVALID_STATUS    committed with a status not CARMY_STATUS_*.
  *   CARMY_ERESULT_TOO_LARGE  len exceeds carmyd's --max-result (nothing is
  *                            recorded).
+ *   CARMY_EINVALID_RESULT    committed with a result not in the format of
+ *                            the execution's client; nothing changed (it
+ *                            is still interrupted).
  *   CARMY_EINVALID_ID, CARMY_EINVALID_ARGS
  *                            as carmy_begin().
  *   CARMY_ECAPACITY          carmyd has too many resolutions in flight.

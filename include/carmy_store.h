@@ -12,7 +12,9 @@
  *   carmyd --store plugin:/path/to/store.so[:ARGS]
  *
  * The plugin exports one symbol, carmy_store_plugin, of type
- * struct carmy_store_ops, whose abi field is CARMY_STORE_ABI.
+ * struct carmy_store_ops, whose abi field is CARMY_STORE_ABI: carmyd
+ * refuses a plugin built against another (ABI 3 gave struct
+ * carmy_store_record the call's tool, arguments and result format).
  *
  * The sequence carmyd drives, and each duty:
  *
@@ -91,8 +93,10 @@
 extern "C" {
 #endif
 
-#define CARMY_STORE_ABI 2
+#define CARMY_STORE_ABI 3
 #define CARMY_STORE_ID_MAX 256	/* bytes in each identity part */
+#define CARMY_STORE_TOOL_MAX 120	/* bytes of a tool name kept */
+#define CARMY_STORE_ARGS_MAX 256	/* bytes of a call's arguments kept */
 
 enum carmy_store_op {
 	CARMY_STORE_RESERVE = 1,	/* a new execution, RUNNING */
@@ -102,8 +106,10 @@ enum carmy_store_op {
 					 * one: state COMPLETED (it happened,
 					 * with this result) or 0 (it did not:
 					 * the identity is free again) */
-	CARMY_STORE_PURGE = 5,		/* an operator removed a completed
-					 * one (carmyctl purge): forget it */
+	CARMY_STORE_PURGE = 5,		/* a completed one is forgotten (an
+					 * operator's carmyctl purge or
+					 * forget, or carmyd's --retain):
+					 * forget it */
 };
 
 enum carmy_store_state {
@@ -135,6 +141,23 @@ struct carmy_store_record {
 	uint32_t resolved_pid;
 	/* load(), and RESOLVE: */
 	int32_t state;			/* enum carmy_store_state, or 0 */
+	/* RESERVE, and load(): what the call was, for an operator deciding
+	 * about it once interrupted (carmyctl list, show). The first
+	 * tool_kept bytes of its tool name (at most CARMY_STORE_TOOL_MAX, of
+	 * tool_len in all; 65535 stands for that or more) and the first
+	 * args_kept of its arguments as sent (at most CARMY_STORE_ARGS_MAX,
+	 * of args_len), and the format its client records results in
+	 * (CARMY_FORMAT_* of carmy.h), which carmyd holds a committed
+	 * RESOLVE's result to. A store keeps them with the execution and
+	 * hands them back; a store that cannot (a record written before it
+	 * kept them) gives 0 lengths and format 0. */
+	const uint8_t *tool;
+	uint32_t tool_kept;
+	uint32_t tool_len;
+	const uint8_t *args;
+	uint32_t args_kept;
+	uint32_t args_len;
+	uint8_t result_format;
 };
 
 struct carmy_store_req;
@@ -175,8 +198,9 @@ typedef void (*carmy_store_taken_fn)(struct carmy_store_req *req,
 				     const struct carmy_store_record *standing);
 
 /* A request in flight. carmyd owns it and keeps it alive until done(). For
- * RELEASE and PURGE only rec->exec is set; for RESOLVE rec->exec, rec->state, the
- * resolved_* fields and, when state is COMPLETED, the result fields. */
+ * RELEASE and PURGE only rec->exec is set; for RESOLVE rec->exec,
+ * rec->state, the resolved_* fields and, when state is COMPLETED, the
+ * result fields. */
 struct carmy_store_req {
 	enum carmy_store_op op;
 	const struct carmy_store_record *rec;

@@ -97,6 +97,8 @@ struct carmy {
 	uint64_t fork_gen;		/* fork_gen when connected */
 	carmy_t *next, **pprev;		/* in handles, under handles_lock;
 					 * pprev NULL while not */
+	uint8_t format;			/* CARMY_FORMAT_* of our results
+					 * (relaxed atomic) */
 };
 
 /*
@@ -383,6 +385,15 @@ EXPORT void carmy_close(carmy_t *c)
 	free(c);
 }
 
+EXPORT int carmy_set_result_format(carmy_t *c, int format)
+{
+	if (c == NULL || (format != CARMY_FORMAT_BYTES &&
+			  format != CARMY_FORMAT_EXIT_OUTPUT))
+		return -EINVAL;
+	__atomic_store_n(&c->format, (uint8_t)format, __ATOMIC_RELAXED);
+	return 0;
+}
+
 EXPORT size_t carmy_max_result(const carmy_t *c)
 {
 	return c->max_result;
@@ -413,6 +424,7 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		       struct carmy_reservation *r)
 {
 	uint8_t fp[SHM_FP_LEN], raw[SHM_FP_LEN];
+	struct shm_summary summary;
 	struct shm_claim claim;
 	struct shm_found f;
 	struct shm_result res;
@@ -465,6 +477,14 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
 	claim.pending = c->durable;
+	/* What the call is, for an operator who has to decide about it
+	 * (carmyctl list, show): its entry keeps the first bytes. */
+	summary.tool = call->tool;
+	summary.tool_kept = summary.tool_len = call->tool_len;
+	summary.args = call->args;
+	summary.args_kept = summary.args_len = call->args_len;
+	summary.format = __atomic_load_n(&c->format, __ATOMIC_RELAXED);
+	claim.call = &summary;
 
 	for (unsigned taken = 0, reclaimed = 0;;) {
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
@@ -1524,13 +1544,14 @@ static uint64_t new_exec_id(void *arg, uint8_t out[SHM_EXEC_LEN])
 }
 
 /*
- * Map the entries ahead of this handle's ticket cursor into this process
- * before reserves write to them. Pages of the segment are carmyd's from
- * the start, but each process takes a page fault on its first touch of
- * each page: every four or five fresh entries, over a microsecond each,
- * and serialised between processes on the segment's file. One
- * madvise(MADV_POPULATE_WRITE) maps PREFAULT_ENTRIES of them at once,
- * half a window before the cursor gets there. Only a hint: a kernel
+ * Map the entries ahead of this handle's ticket cursor, and their calls,
+ * into this process before reserves write to them. Pages of the segment
+ * are carmyd's from the start, but each process takes a page fault on its
+ * first touch of each page: every four or five fresh entries (ten calls),
+ * over a microsecond each, and serialised between processes on the
+ * segment's file. Two madvise(MADV_POPULATE_WRITE) calls map
+ * PREFAULT_ENTRIES of them at once, half a window before the cursor gets
+ * there. Only a hint: a kernel
  * without it (before 5.14) or a failed call leaves the faults where they
  * were, and threads racing here at worst map a window twice.
  */
@@ -1565,8 +1586,14 @@ static void prefault_ahead(carmy_t *c)
 	a = (uintptr_t)shm_entry_at(&c->view, from) & ~(uintptr_t)(page - 1);
 	b = (uintptr_t)shm_entry_at(&c->view, to);
 	if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0 &&
-	    (errno == EINVAL || errno == ENOSYS))
+	    (errno == EINVAL || errno == ENOSYS)) {
 		__atomic_store_n(&prefault_works, 0, __ATOMIC_RELAXED);
+		return;
+	}
+	/* Their calls too: a page holds ten or eleven of them. */
+	a = (uintptr_t)shm_call_at(&c->view, from) & ~(uintptr_t)(page - 1);
+	b = (uintptr_t)shm_call_at(&c->view, to);
+	(void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
 }
 
 /*

@@ -27,7 +27,7 @@ static const struct code_text texts[] = {
 	{ CARMY_EUNCERTAIN, "EXECUTION_UNCERTAIN",
 	  "This identity is still running or was interrupted; reconcile instead of retrying blindly." },
 	{ CARMY_ECAPACITY, "IDEMPOTENCY_CAPACITY",
-	  "The idempotency store is full; the call was refused without running." },
+	  "The idempotency store is full; the call was refused without running. Raise carmyd's --capacity, set a shorter --retain, or run carmyctl purge --older-than AGE." },
 	{ CARMY_EUNAVAILABLE, "DAEMON_UNAVAILABLE",
 	  "carmyd cannot be reached; nothing was reserved and the tool must not run." },
 	{ CARMY_ERESULT_TOO_LARGE, "RESULT_TOO_LARGE",
@@ -57,9 +57,11 @@ static const struct code_text texts[] = {
 	{ CARMY_ETOO_MANY_CLIENTS, "TOO_MANY_CLIENTS",
 	  "carmyd serves as many connections as its --max-clients (or its descriptor limit) allows; nothing was reserved: try again later." },
 	{ CARMY_ENOT_PERMITTED, "NOT_PERMITTED",
-	  "Only carmyd's own user, root or a member of its --admin-group may resolve, release or purge entries; nothing was changed." },
+	  "Only carmyd's own user, root or a member of its --admin-group may resolve, release, purge or forget entries; nothing was changed." },
 	{ CARMY_EFORKED, "FORKED",
 	  "This handle was connected by another process, whose forked child this is; nothing was reserved, sent or changed: connect a handle of this process's own." },
+	{ CARMY_EINVALID_RESULT, "INVALID_RESULT",
+	  "The result is not in the format the execution's client reads (see carmyctl show); nothing was changed." },
 };
 
 static const struct code_text *find(int code)

@@ -249,6 +249,7 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 		return 0;
 	case WIRE_RESERVE:
 	case WIRE_RELEASE:
+	case WIRE_FORGET:
 		if (n != 3 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
 		    a[2].type != MSGPACK_OBJECT_BIN || a[2].via.bin.size != 16)
 			return CARMY_EPROTOCOL;
@@ -351,6 +352,7 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 	case WIRE_RESOLVE:
 	case WIRE_WAIT:
 	case WIRE_PURGE:
+	case WIRE_FORGET:
 	case WIRE_RESEND:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)
@@ -420,7 +422,8 @@ int wire_put_complete(msgpack_sbuffer *sb, uint32_t entry,
 	return 0;
 }
 
-/* RESERVE [4, entry, exec] or RELEASE [5, entry, exec]. */
+/* RESERVE [4, entry, exec], RELEASE [5, entry, exec] or FORGET [10, entry,
+ * exec]. */
 int wire_put_reserve(msgpack_sbuffer *sb, int type, uint32_t entry,
 		     const uint8_t exec[16])
 {

@@ -20,6 +20,7 @@
  *                timeout_ms]   answer once that execution is no longer
  *                              running, or the time is up
  *     PURGE     [8, older_than_ms]  forget completed entries that old
+ *     FORGET    [10, entry, exec(bin 16)]  forget that completed execution
  *
  *   carmyd -> client (one reply per request, in order, but for the
  *   successes below)
@@ -38,6 +39,8 @@
  *     RESOLVE   [6, code]
  *     WAIT      [7, code]   0: it is not running any more; -ETIMEDOUT
  *     PURGE     [8, code]   >= 0: how many were forgotten
+ *     FORGET    [10, code]  0; -ENOENT: entry does not hold exec; -EBUSY:
+ *                           it is running or uncertain, not completed
  *     RESEND    [9, 0]      the request posted in the slot was not whole
  *                           (torn by another writer): send it instead
  *     ERROR     [0, code]   carmyd closes the connection after it; code
@@ -99,6 +102,7 @@ enum wire_type {
 	WIRE_WAIT = 7,
 	WIRE_PURGE = 8,
 	WIRE_RESEND = 9,	/* carmyd -> client only */
+	WIRE_FORGET = 10,
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer
@@ -133,7 +137,7 @@ struct wire_msg {
 		struct {
 			uint32_t entry;
 			uint8_t exec[16];
-		} reserve;	/* RESERVE and RELEASE requests */
+		} reserve;	/* RESERVE, RELEASE and FORGET requests */
 		struct {
 			const uint8_t *part[3];	/* the identity */
 			size_t len[3];

@@ -25,6 +25,7 @@ _Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE,
 	       "header must be exactly SHM_HEADER_SIZE");
 _Static_assert(sizeof(struct shm_entry) % 64 == 0,
 	       "entries are cache-line aligned");
+_Static_assert(sizeof(struct shm_call) == 384, "a call is six lines");
 _Static_assert(sizeof(struct shm_stats) == 64, "one stats stripe per line");
 _Static_assert(sizeof(struct shm_ack_slot) == 64, "one ack slot per line");
 _Static_assert(sizeof(struct shm_bell) == 64, "one bell per line");
@@ -68,6 +69,13 @@ uint64_t shm_layout_signature(void)
 		FUTEX_OWNER_DIED,	/* what the kernel marks it with */
 		offsetof(struct shm_header, sh_loaded),
 		offsetof(struct shm_header, sh_store),
+		offsetof(struct shm_header, sh_calls_off),
+		sizeof(struct shm_call),
+		offsetof(struct shm_call, cl_tool_len),
+		offsetof(struct shm_call, cl_format),
+		offsetof(struct shm_call, cl_data),
+		SHM_TOOL_KEEP,
+		SHM_ARGS_KEEP,
 		CARMY_ID_MAX,
 		SHM_OWNER_MIN,
 		SHM_TICKET_ORPHAN,
@@ -110,8 +118,10 @@ int shm_geometry(uint32_t capacity, uint32_t max_result,
 				    (uint64_t)capacity * sizeof(uint64_t), 64);
 	geo->entries_off = ALIGN_UP(geo->buckets_off + nb * sizeof(uint64_t),
 				    4096);
-	geo->results_off = ALIGN_UP(geo->entries_off + (uint64_t)capacity *
-				    sizeof(struct shm_entry), 4096);
+	geo->calls_off = ALIGN_UP(geo->entries_off + (uint64_t)capacity *
+				  sizeof(struct shm_entry), 4096);
+	geo->results_off = ALIGN_UP(geo->calls_off + (uint64_t)capacity *
+				    sizeof(struct shm_call), 4096);
 	geo->size = ALIGN_UP(geo->results_off +
 			     (uint64_t)capacity * geo->result_stride, 4096);
 	if (geo->size > SIZE_MAX / 2)
@@ -137,6 +147,7 @@ void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
 	h->sh_tickets_off = geo->tickets_off;
 	h->sh_buckets_off = geo->buckets_off;
 	h->sh_entries_off = geo->entries_off;
+	h->sh_calls_off = geo->calls_off;
 	h->sh_results_off = geo->results_off;
 	h->sh_seed = seed;
 	h->sh_created_ns = now_ns;
@@ -170,6 +181,7 @@ int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo)
 	    h->sh_tickets_off != want.tickets_off ||
 	    h->sh_buckets_off != want.buckets_off ||
 	    h->sh_entries_off != want.entries_off ||
+	    h->sh_calls_off != want.calls_off ||
 	    h->sh_results_off != want.results_off ||
 	    h->sh_size != want.size || want.size > mapped)
 		return CARMY_ECORRUPT;
@@ -200,6 +212,7 @@ int shm_view_init(struct shm_view *v, void *base, size_t mapped)
 	v->tickets = (uint64_t *)(v->base + geo.tickets_off);
 	v->buckets = (uint64_t *)(v->base + geo.buckets_off);
 	v->entries = (struct shm_entry *)(v->base + geo.entries_off);
+	v->calls = (struct shm_call *)(v->base + geo.calls_off);
 	v->results = v->base + geo.results_off;
 	return 0;
 }

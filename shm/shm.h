@@ -17,10 +17,13 @@
  *   tickets    capacity x uint64_t        who holds each entry
  *   buckets    nbuckets x uint64_t        the open-addressing index
  *   entries    capacity x struct shm_entry  identity, fingerprint, status
+ *   calls      capacity x struct shm_call   what each entry's call was
  *   results    capacity x result_stride   each entry's result area
  *
- * Entries and their result areas are apart so that the part every reserve
- * and replay touches stays dense (four and a half entries per page).
+ * Entries, their calls and their result areas are apart so that the part
+ * every reserve and replay touches stays dense (four and a half entries per
+ * page): a replay never reads a call, a reserve writes one line of it for
+ * a small call.
  *
  * An entry is reserved in two steps. First a ticket (an entry record) is
  * taken with a CAS on its ticket word (FREE -> owner id) and filled in
@@ -43,12 +46,14 @@
 #include "carmy.h"
 
 #define SHM_MAGIC UINT64_C(0x4745535952414d43)	/* "CARMYSEG" little-endian */
-#define SHM_FORMAT 7
+#define SHM_FORMAT 8
 #define SHM_HEADER_SIZE 256
 #define SHM_CAPACITY_MAX ((UINT32_C(1) << 24) - 1)	/* entry index is 24 bits */
 #define SHM_MAX_RESULT_MAX (UINT32_C(64) << 20)
 #define SHM_FP_LEN 16
 #define SHM_EXEC_LEN 16
+#define SHM_TOOL_KEEP 120	/* bytes of a call's tool name kept */
+#define SHM_ARGS_KEEP 256	/* bytes of its arguments kept */
 
 /*
  * Ticket words, 64 bits. One per entry; an entry is usable only while its
@@ -173,8 +178,15 @@ struct shm_header {
 	 * segment ---- */
 	uint32_t sh_loaded;
 	uint64_t sh_store;
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 128];
+	uint64_t sh_calls_off;	/* geometry, with the offsets above */
+	/* ---- carmyd's --retain in ms, for operators (carmyctl status):
+	 * SHM_RETAIN_NEVER, or 0 where a carmyd of an older build ran. Told,
+	 * not used: no process acts on it, so it is not part of the layout
+	 * signature ---- */
+	uint64_t sh_retain_ms;
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 144];
 };
+#define SHM_RETAIN_NEVER UINT64_MAX
 
 /*
  * Is carmyd alive? sh_alive is a robust futex word in the kernel's sense
@@ -244,6 +256,53 @@ struct shm_entry {
 } __attribute__((aligned(64)));
 
 /*
+ * What an entry's call was, for an operator deciding about it (carmyctl
+ * list and show): its tool name and arguments as sent, cut to
+ * SHM_TOOL_KEEP and SHM_ARGS_KEEP bytes, with their whole lengths, and
+ * the format its client records results in (CARMY_FORMAT_*), which
+ * carmyd holds an operator's resolve to. The kept bytes lie back to back
+ * in cl_data, the tool's first: a small call fills one cache line. Filled
+ * with the entry, before its bucket is published, and like it never
+ * written again while the entry stands. Only the kept bytes are written:
+ * what lies past them is an earlier call's, never read.
+ */
+struct shm_call {
+	uint32_t cl_args_len;	/* whole length, UINT32_MAX: that or more */
+	uint16_t cl_tool_len;	/* whole length, UINT16_MAX: that or more */
+	uint8_t cl_format;	/* CARMY_FORMAT_* */
+	uint8_t cl_pad;
+	uint8_t cl_data[SHM_TOOL_KEEP + SHM_ARGS_KEEP];
+} __attribute__((aligned(64)));
+
+/* How many bytes of the tool name and of the arguments cl keeps, from
+ * its lengths (read once by the caller, into cl's private copy). */
+static inline size_t shm_call_tool_kept(const struct shm_call *cl)
+{
+	return cl->cl_tool_len < SHM_TOOL_KEEP ? cl->cl_tool_len :
+						 SHM_TOOL_KEEP;
+}
+
+static inline size_t shm_call_args_kept(const struct shm_call *cl)
+{
+	return cl->cl_args_len < SHM_ARGS_KEEP ? cl->cl_args_len :
+						 SHM_ARGS_KEEP;
+}
+
+/* A call's summary on its way into an entry's struct shm_call: the first
+ * tool_kept bytes of the tool name, of tool_len in all, and likewise for
+ * the arguments; what is kept is cut to SHM_TOOL_KEEP / SHM_ARGS_KEEP
+ * bytes (and to the whole lengths). */
+struct shm_summary {
+	const void *tool;
+	size_t tool_kept;
+	uint64_t tool_len;
+	const void *args;
+	size_t args_kept;
+	uint64_t args_len;
+	uint8_t format;
+};
+
+/*
  * What clients answered, counted for operators (carmyctl status, metrics).
  * Clients count in the segment, since reserves and replays never reach
  * carmyd; each handle adds to its own stripe (its owner id modulo the
@@ -304,6 +363,7 @@ struct shm_geometry {
 	uint64_t tickets_off;
 	uint64_t buckets_off;
 	uint64_t entries_off;
+	uint64_t calls_off;
 	uint64_t results_off;
 	uint64_t size;
 };
@@ -321,6 +381,7 @@ struct shm_view {
 	uint64_t *tickets;
 	uint64_t *buckets;
 	struct shm_entry *entries;
+	struct shm_call *calls;
 	uint8_t *results;
 	uint32_t move_seq;	/* carmyd's own copy of sh_move_seq */
 };
@@ -372,6 +433,8 @@ struct shm_claim {
 	void *arg;
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
 	bool pending;		/* a durable store must confirm it first */
+	const struct shm_summary *call;	/* what the call is, for its
+					 * struct shm_call; NULL: nothing */
 };
 
 /* An execution a durable store gave back, for shm_restore(); also the
@@ -391,6 +454,7 @@ struct shm_restored {
 	uint64_t resolved_ns;	/* 0: not resolved by an operator */
 	uint32_t resolved_uid;
 	uint32_t resolved_pid;
+	struct shm_summary call;	/* shm_restore(): what the call was */
 };
 
 /* A recorded result, copied out of the segment by shm_read_result(). */
@@ -429,6 +493,12 @@ static inline struct shm_entry *shm_entry_at(const struct shm_view *v,
 					     uint32_t e)
 {
 	return &v->entries[e];
+}
+
+static inline struct shm_call *shm_call_at(const struct shm_view *v,
+					   uint32_t e)
+{
+	return &v->calls[e];
 }
 
 static inline uint8_t *shm_result_area(const struct shm_view *v, uint32_t e)
@@ -474,6 +544,9 @@ int shm_resolve(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		const struct shm_restored *r);
 bool shm_published_as(const struct shm_view *v, uint32_t e,
 		      const uint8_t *exec);
+void shm_call_fill(struct shm_call *cl, const struct shm_summary *s);
+void shm_call_copy(const struct shm_view *v, uint32_t e,
+		   struct shm_call *out);
 /* shm_ack_wait(): where carmyd's answer is. */
 #define SHM_ACK_DONE 0		/* the request succeeded: no reply follows */
 #define SHM_ACK_SOCKET 1	/* the answer is a reply on the socket */
@@ -532,6 +605,10 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
 bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec);
+bool shm_completed_before(const struct shm_view *v, uint32_t e,
+			  uint64_t before_ns, uint8_t exec[SHM_EXEC_LEN]);
+unsigned shm_state_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec);
 bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec, int status, int result_code,
 		      const void *data, size_t len);

@@ -1,6 +1,7 @@
 /*
  * sweep.c - the table operations only carmyd performs: recording a result,
- * turning a dead owner's entries uncertain, and reclaiming tombstones.
+ * forgetting completed entries, turning a dead owner's entries uncertain,
+ * and reclaiming tombstones.
  *
  * carmyd performs them from one thread, so they never race each other; they
  * race only with clients, and every step that a client could also take is a
@@ -66,10 +67,11 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	return 0;
 }
 
-/* carmyd, for an operator's purge, under the store lock: forget entry e if
- * it is still COMPLETED as execution exec. The bucket turns TOMB, then the
- * ticket FREE, as in a release; a replay reading it meanwhile sees the word
- * change and looks again. Returns true if it was forgotten. */
+/* carmyd, for a purge (an operator's, or its retention), under the store
+ * lock: forget entry e if it is still COMPLETED as execution exec. The
+ * bucket turns TOMB, then the ticket FREE, as in a release; a replay
+ * reading it meanwhile sees the word change and looks again. Returns true
+ * if it was forgotten. */
 bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec)
 {
 	uint32_t b;
@@ -83,6 +85,43 @@ bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec)
 	shm_store(&v->tickets[e], SHM_TICKET_FREE);
 	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
 	return true;
+}
+
+/* carmyd, under the store lock, for retention and purges: is entry e
+ * published COMPLETED, finished before before_ns? If so its execution id
+ * goes in exec: what shm_purge() and the store are given. A completed
+ * entry changes only by a purge, which takes the same lock, so what is
+ * read here stands until the lock is let go. */
+bool shm_completed_before(const struct shm_view *v, uint32_t e,
+			  uint64_t before_ns, uint8_t exec[SHM_EXEC_LEN])
+{
+	const struct shm_entry *en;
+	uint32_t b;
+	uint64_t w;
+
+	if (e >= v->geo.capacity || !published_at(v, e, &b, &w) ||
+	    SHM_W_STATE(w) != SHM_COMPLETED)
+		return false;
+	en = shm_entry_at(v, e);
+	if (shm_load(&en->en_finished_ns) >= before_ns)
+		return false;
+	memcpy(exec, en->en_exec, SHM_EXEC_LEN);
+	return true;
+}
+
+/* The state entry e is published in as execution exec: SHM_RUNNING,
+ * SHM_COMPLETED or SHM_UNCERTAIN, or SHM_FREE if it is not published as
+ * exec (absent, or another execution's). */
+unsigned shm_state_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec)
+{
+	uint32_t b;
+	uint64_t w;
+
+	if (e >= v->geo.capacity || !published_at(v, e, &b, &w) ||
+	    memcmp(shm_entry_at(v, e)->en_exec, exec, SHM_EXEC_LEN) != 0)
+		return SHM_FREE;
+	return SHM_W_STATE(w);
 }
 
 /* Is entry e published COMPLETED under execution id exec, with exactly

@@ -41,6 +41,9 @@ static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
 static void result_fill(const struct shm_view *v, uint32_t e,
 			const struct shm_restored *r, size_t len);
 
+/* A claim that says nothing of its call. */
+static const struct shm_summary no_call;
+
 /* One part of the identity's hashed form: its length, 2 bytes big-endian,
  * then its bytes. Returns where the next part goes. */
 static inline uint8_t *key_part(uint8_t *p, const void *part, size_t len)
@@ -316,6 +319,7 @@ restart:
 				en->en_pid = r->pid;
 				en->en_started_ns = r->started_ns;
 				en->en_pending = 0;
+				shm_call_fill(shm_call_at(v, ticket), &r->call);
 				result_fill(v, ticket, r, len);
 			}
 			shm_entry_at(v, ticket)->en_bucket = b;
@@ -670,6 +674,52 @@ int shm_wait_pending(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 }
 
 /*
+ * Write summary s into cl, an entry's call that nobody else writes (its
+ * entry is claimed and not yet published, or carmyd restores it). The
+ * whole lengths are kept, saturated at what their words hold, and
+ * exactly as many bytes as a reader takes from them (shm_call_tool_kept(),
+ * shm_call_args_kept()): those s gives, then zeros if it gives fewer.
+ * Plain stores, published with the entry.
+ */
+void shm_call_fill(struct shm_call *cl, const struct shm_summary *s)
+{
+	size_t tool_keep, args_keep, tk = s->tool_kept, ak = s->args_kept;
+
+	cl->cl_tool_len = s->tool_len > UINT16_MAX ? UINT16_MAX :
+						     (uint16_t)s->tool_len;
+	cl->cl_args_len = s->args_len > UINT32_MAX ? UINT32_MAX :
+						     (uint32_t)s->args_len;
+	cl->cl_format = s->format;
+	cl->cl_pad = 0;
+	tool_keep = shm_call_tool_kept(cl);
+	args_keep = shm_call_args_kept(cl);
+	tk = tk < tool_keep ? tk : tool_keep;
+	ak = ak < args_keep ? ak : args_keep;
+	if (tk > 0)
+		memcpy(cl->cl_data, s->tool, tk);
+	if (tk < tool_keep)
+		memset(cl->cl_data + tk, 0, tool_keep - tk);
+	if (ak > 0)
+		memcpy(cl->cl_data + tool_keep, s->args, ak);
+	if (ak < args_keep)
+		memset(cl->cl_data + tool_keep + ak, 0, args_keep - ak);
+}
+
+/*
+ * A private copy of entry e's call (e < capacity), for carmyd and
+ * carmyctl. Plain loads of memory any client may write: the copy's
+ * lengths are read once, in it, and bound what is read of its bytes
+ * (shm_call_tool_kept(), shm_call_args_kept()); whether the entry still
+ * stood while it was copied is the caller's to check (the bucket word
+ * read again, as a reader of the entry does).
+ */
+void shm_call_copy(const struct shm_view *v, uint32_t e,
+		   struct shm_call *out)
+{
+	memcpy(out, shm_call_at(v, e), sizeof(*out));
+}
+
+/*
  * An ack slot carries carmyd's answer to a connection's client, for a
  * RESERVE or COMPLETE it sent a durable store: a success is told there
  * alone, with no reply on the socket. Each reply cost carmyd a send() and
@@ -903,6 +953,7 @@ static uint32_t ticket_claim(const struct shm_view *v,
 			__builtin_prefetch(shm_entry_at(v, next), 1);
 			__builtin_prefetch((const uint8_t *)
 					   shm_entry_at(v, next) + 64, 1);
+			__builtin_prefetch(shm_call_at(v, next), 1);
 			return i;
 		}
 		if (++i == cap)
@@ -930,8 +981,9 @@ static void result_fill(const struct shm_view *v, uint32_t e,
 	en->en_resolved_pid = r->resolved_pid;
 }
 
-/* Fill a freshly claimed entry. Plain stores: the entry is private to us
- * until the publishing CAS, which orders them all before it. */
+/* Fill a freshly claimed entry, and its call. Plain stores: the entry is
+ * private to us until the publishing CAS, which orders them all before
+ * it. */
 static void entry_fill(const struct shm_view *v, uint32_t e,
 		       const struct shm_key *k, const struct shm_claim *c)
 {
@@ -955,6 +1007,7 @@ static void entry_fill(const struct shm_view *v, uint32_t e,
 	en->en_started_ns = c->make_exec(c->arg, en->en_exec);
 	en->en_finished_ns = 0;
 	en->en_pending = c->pending;
+	shm_call_fill(shm_call_at(v, e), c->call != NULL ? c->call : &no_call);
 }
 
 /* Does entry e, found in bucket b, hold identity k? The lengths are read

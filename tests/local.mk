@@ -7,6 +7,7 @@ TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XX
 TEST_LIBS = tests/libharness.la libclient/libcarmy.la shm/libshm.la common/libcommon.la \
 	libclient/libwire.la $(CHECK_LIBS) $(MSGPACK_LIBS) $(XXHASH_LIBS)
 
+include tests/common/local.mk
 include tests/stores/local.mk
 include tests/e2e/local.mk
 include tests/tools/local.mk

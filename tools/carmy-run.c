@@ -10,7 +10,9 @@
  * ARGs in order (a msgpack array of str) and the --meta pairs (a msgpack
  * map of str to str; libcarmy sorts map keys, so their order is free). The
  * recorded result is COMMAND's exit code as 4 big-endian bytes followed by
- * its standard output; standard error passes through live, unrecorded.
+ * its standard output (CARMY_FORMAT_EXIT_OUTPUT, which every entry of ours
+ * records: an operator resolves one with carmyctl resolve --exit-code);
+ * standard error passes through live, unrecorded.
  *
  * Exit status:
  *   0-255  COMMAND's own status, from this run or replayed
@@ -75,6 +77,7 @@
 
 #include "carmy.h"
 #include "common/io.h"
+#include "common/runfmt.h"
 #include "tools/json.h"
 #include "tools/supervise.h"
 
@@ -95,8 +98,9 @@ enum {
 	EXIT_NOT_FOUND = 127,
 };
 
-/* The big-endian exit code in front of the recorded standard output. */
-#define HEAD_LEN 4
+/* The big-endian exit code in front of the recorded standard output
+ * (common/runfmt.h). */
+#define HEAD_LEN RUNFMT_HEAD
 /* A deadline this far away is a typo, and keeps the sums below in range. */
 #define TIMEOUT_MAX_S 1000000000ull
 /* carmy_wait() takes milliseconds in an int: 24.8 days. */
@@ -283,6 +287,10 @@ int main(int argc, char **argv)
 		if (rc != 0)
 			name_socket(&o, rc, why, sizeof(why));
 	}
+	/* Our results are an exit code and output: an operator's resolve
+	 * of one of our calls must give one (carmyctl resolve --exit-code). */
+	if (rc == 0)
+		rc = carmy_set_result_format(c, CARMY_FORMAT_EXIT_OUTPUT);
 	if (rc == 0) {
 		fill_call(&o, &args, &meta, &call);
 		/* Rounded up: --wait 0.0005 waits, for a millisecond. A
@@ -724,10 +732,7 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 			      r->execution_id, NULL);
 	}
 
-	cap.buf[0] = (uint8_t)((uint32_t)cap.exit_code >> 24);
-	cap.buf[1] = (uint8_t)((uint32_t)cap.exit_code >> 16);
-	cap.buf[2] = (uint8_t)((uint32_t)cap.exit_code >> 8);
-	cap.buf[3] = (uint8_t)cap.exit_code;
+	runfmt_put_head(cap.buf, cap.exit_code);
 	rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
 	if (rc == 0)
 		status = print_result(o, r->execution_id, cap.status, false,
@@ -746,23 +751,18 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 
 static int replay(const struct opts *o, const struct carmy_reservation *r)
 {
-	const uint8_t *p = r->result;
-	uint32_t code;
+	const uint8_t *out;
+	size_t len;
+	int code;
 
 	if (r->result_code != 0)
 		return report(o, exit_for(r->result_code),
 			      carmy_errname(r->result_code),
 			      carmy_strerror(r->result_code), r->execution_id,
 			      carmy_state_name(r->state));
-	if (r->result_len < HEAD_LEN)
-		goto foreign;
-	code = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-	       (uint32_t)p[2] << 8 | p[3];
-	if (code > 255)
-		goto foreign;
-	return print_result(o, r->execution_id, r->status, true, (int)code,
-			    p + HEAD_LEN, r->result_len - HEAD_LEN);
-foreign:
+	if (runfmt_read(r->result, r->result_len, &code, &out, &len) == 0)
+		return print_result(o, r->execution_id, r->status, true, code,
+				    out, len);
 	/* Another client recorded this identity with the same fingerprint
 	 * but not in carmy-run's format: there is no exit code to give. */
 	return report(o, EXIT_INTERNAL, carmy_errname(CARMY_EPROTOCOL),

@@ -5,8 +5,8 @@
  *
  * Reading commands (status, list, show, metrics) map carmyd's segment
  * read-only and change nothing; they work while carmyd is down when given
- * --segment. Changing commands (resolve, release, purge) ask carmyd, which
- * records who asked (uid and pid) and when. journal-check reads a journal
+ * --segment. Changing commands (resolve, release, purge, forget) ask
+ * carmyd, which records who asked (uid and pid) and when. journal-check reads a journal
  * directory offline. Tables for people; --json for scripts. See README,
  * "carmyctl".
  */
@@ -20,20 +20,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "carmy.h"
+#include "common/age.h"
 #include "common/clock.h"
 #include "common/execid.h"
 #include "common/log.h"
+#include "common/runfmt.h"
 #include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
 #include "stores/journal/journal.h"
 #include "tools/json.h"
+#include "tools/mpjson.h"
 #include "tools/text.h"
 
 #define EXIT_USAGE 64
@@ -42,34 +46,60 @@
 #define REPLY_MAX 512
 #define ASK_LOST (-1)	/* ask(): a WAIT's connection (or a redial's) is gone */
 #define DIAL_NOT_YET (-2)	/* dial_hello(quiet): carmyd is not back yet */
+/* list: columns for the tool name, and for the arguments when standard
+ * output is not a terminal (on one, what is left of its width, and at
+ * least LIST_ARGS_MIN). */
+#define LIST_TOOL_COLS 16
+#define LIST_ARGS_COLS 48
+#define LIST_ARGS_MIN 24
+#define LIST_USED_COLS 141	/* the columns before ARGS, at their widths */
 
 static const char usage[] =
 	"usage: carmyctl [--socket PATH] [--segment NAME] [--json] COMMAND\n"
 	"\n"
-	"  status                       capacity, entries by state, result bytes,\n"
-	"                               and the answers clients were given\n"
+	"  status                       capacity and fill, entries by state,\n"
+	"                               result bytes, the oldest completed\n"
+	"                               entry, carmyd's --retain, and the\n"
+	"                               answers clients were given\n"
 	"  list [--state S] [--principal P] [--session S]\n"
 	"       [--older-than AGE] [--newer-than AGE] [--limit N]\n"
-	"                               entries; S is running, uncertain or\n"
-	"                               completed; AGE like 90s, 15m, 2h, 7d\n"
-	"  show EXECUTION_ID            one entry, with its result\n"
+	"                               entries, one a line, with each call's\n"
+	"                               tool and arguments (cut to fit); S is\n"
+	"                               running, uncertain or completed; AGE\n"
+	"                               like 90s, 200ms, 15m, 2h, 7d\n"
+	"  show EXECUTION_ID            one entry, with its call (tool,\n"
+	"                               arguments as JSON, result format)\n"
+	"                               and its result\n"
 	"  wait EXECUTION_ID [--timeout SECONDS]\n"
 	"                               wait (default 30 s) for a running\n"
 	"                               execution to stop running, then show\n"
 	"                               what it became; exit 1 if it still\n"
 	"                               runs at the deadline\n"
 	"  resolve EXECUTION_ID --committed [--status S] [--result TEXT]\n"
+	"  resolve EXECUTION_ID --committed [--status S] --exit-code N\n"
+	"          [--stdout TEXT | --stdout-file PATH]\n"
 	"  resolve EXECUTION_ID --not-committed\n"
 	"                               settle an interrupted execution: it\n"
 	"                               happened (its result replays from now\n"
 	"                               on; S completed, failed, timed_out or\n"
 	"                               cancelled, default completed) or it did\n"
-	"                               not (the identity is free again)\n"
+	"                               not (the identity is free again).\n"
+	"                               The result must be in the format\n"
+	"                               show gives: bytes take --result\n"
+	"                               TEXT; a carmy-run call's\n"
+	"                               (exit_output) --exit-code 0-255\n"
+	"                               and the output it printed (PATH -:\n"
+	"                               standard input). carmyd refuses\n"
+	"                               any other (INVALID_RESULT)\n"
 	"  release EXECUTION_ID         the same as resolve --not-committed\n"
 	"  purge --older-than AGE       forget completed entries that finished\n"
 	"                               longer ago than AGE (never running or\n"
 	"                               uncertain ones)\n"
-	"  metrics                      the status in Prometheus text format\n"
+	"  forget EXECUTION_ID          forget one completed execution: a call\n"
+	"                               with its identity runs anew\n"
+	"  metrics                      the status in Prometheus text format;\n"
+	"                               carmy_up 0 (and exit 0) when no carmyd\n"
+	"                               answers\n"
 	"  journal-check DIR            read a journal as carmyd would at start,\n"
 	"                               changing nothing\n"
 	"\n"
@@ -82,10 +112,11 @@ static const char usage[] =
 	"--admin-group: others get NOT_PERMITTED.\n"
 	"\n"
 	"Exit status: 0 done; 1 the request was refused or failed (its code\n"
-	"name on standard error); 64 usage error; 69 carmyd unavailable (or\n"
-	"full: TOO_MANY_CLIENTS); 77 DAEMON_UNTRUSTED: carmyd, its socket's\n"
-	"directory or its segment belongs to a user not trusted (see\n"
-	"$CARMY_TRUSTED_USERS).\n";
+	"name on standard error: NOT_FOUND for an execution the table does\n"
+	"not hold, NOT_COMPLETED for one forget cannot take); 64 usage error;\n"
+	"69 carmyd unavailable (or full: TOO_MANY_CLIENTS); 77\n"
+	"DAEMON_UNTRUSTED: carmyd, its socket's directory or its segment\n"
+	"belongs to a user not trusted (see $CARMY_TRUSTED_USERS).\n";
 
 struct ctl {
 	const char *socket;
@@ -105,7 +136,9 @@ struct ctl {
 	bool trusting;		/* trust is filled in */
 	uid_t peer;		/* who does, once dialled: the segment's owner */
 	bool peered;
+	bool down;		/* no carmyd answered at the socket */
 	char why[TRUST_WHY_MAX];	/* what a failed check found */
+	size_t args_cols;	/* list: columns for a call's arguments */
 };
 
 /* One entry, read out of the segment. */
@@ -122,6 +155,7 @@ struct row {
 	uint32_t resolved_uid, resolved_pid;
 	int status, result_code;
 	uint32_t result_len;
+	struct shm_call call;	/* what the call was: a private copy */
 };
 
 struct filter {
@@ -132,13 +166,14 @@ struct filter {
 	long limit;
 };
 
-static int cmd_status(struct ctl *x, bool metrics);
+static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics);
 static int cmd_list(struct ctl *x, int argc, char **argv);
 static int cmd_show(struct ctl *x, int argc, char **argv);
 static int cmd_wait(struct ctl *x, int argc, char **argv);
 static void show_row(const struct ctl *x, const struct row *r);
 static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release);
 static int cmd_purge(struct ctl *x, int argc, char **argv);
+static int cmd_forget(struct ctl *x, int argc, char **argv);
 static int cmd_journal_check(struct ctl *x, int argc, char **argv);
 static int attach(struct ctl *x);
 static int map_segment(struct ctl *x);
@@ -151,11 +186,20 @@ static int redial(struct ctl *x, uint64_t deadline);
 static bool read_row(const struct shm_view *v, uint32_t e, struct row *r);
 static bool find_exec(const struct shm_view *v, const char *id,
 		      struct row *r);
-static int parse_age(const char *s, uint64_t *ns);
+static int look_up(struct ctl *x, const char *cmd, const char *id,
+		   bool carmyd, struct row *r);
+static size_t args_columns(void);
+static int read_upto(const char *path, uint8_t *buf, size_t room, size_t *n);
 static int parse_state(const char *s);
 static const char *state_name(unsigned st);
+static const char *coarse_age(char *buf, size_t size, uint64_t ns);
 static void put_age(FILE *f, uint64_t ns);
 static int fail(const char *what, int code);
+static int not_found(const struct ctl *x, const char *what, const char *id);
+static int not_completed(const char *id, unsigned state);
+static int bad_option(const char *cmd, int o, char **argv);
+static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
+		      const char *what, bool json);
 static int usage_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 
@@ -174,8 +218,10 @@ int main(int argc, char **argv)
 	int o, rc;
 
 	log_level = LOG_ERROR;
+	/* Every unknown option is told by name, as bad_option() says it. */
+	opterr = 0;
 	/* '+': options after COMMAND belong to it. */
-	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
 			x.socket = optarg;
@@ -193,8 +239,7 @@ int main(int argc, char **argv)
 			printf("carmyctl %s\n", PACKAGE_VERSION);
 			return 0;
 		default:
-			fputs(usage, stderr);
-			return EXIT_USAGE;
+			return bad_option(NULL, o, argv);
 		}
 	}
 	if (optind >= argc)
@@ -216,10 +261,10 @@ int main(int argc, char **argv)
 			i--;
 		}
 	}
-	if (strcmp(cmd, "status") == 0 && argc == 1)
-		rc = cmd_status(&x, false);
-	else if (strcmp(cmd, "metrics") == 0 && argc == 1)
-		rc = cmd_status(&x, true);
+	if (strcmp(cmd, "status") == 0)
+		rc = cmd_status(&x, argc, argv, false);
+	else if (strcmp(cmd, "metrics") == 0)
+		rc = cmd_status(&x, argc, argv, true);
 	else if (strcmp(cmd, "list") == 0)
 		rc = cmd_list(&x, argc, argv);
 	else if (strcmp(cmd, "show") == 0)
@@ -232,11 +277,12 @@ int main(int argc, char **argv)
 		rc = cmd_resolve(&x, argc, argv, true);
 	else if (strcmp(cmd, "purge") == 0)
 		rc = cmd_purge(&x, argc, argv);
+	else if (strcmp(cmd, "forget") == 0)
+		rc = cmd_forget(&x, argc, argv);
 	else if (strcmp(cmd, "journal-check") == 0)
 		rc = cmd_journal_check(&x, argc, argv);
 	else
-		rc = usage_error("carmyctl: unknown command or arguments: %s",
-				 cmd);
+		rc = usage_error("carmyctl: unknown command '%s'", cmd);
 	if (x.mapped)
 		shm_unmap(&x.view);
 	if (x.fd >= 0)
@@ -248,113 +294,363 @@ int main(int argc, char **argv)
 
 /* ------------------------------------------------------------ reading */
 
-static int cmd_status(struct ctl *x, bool metrics)
-{
-	uint64_t n[6] = { 0 }, bytes = 0, ans[5] = { 0 };
-	const struct shm_view *v;
-	const struct shm_header *h;
+/* What status and metrics report, read off the segment. */
+struct tally {
+	uint64_t n[6];		/* published buckets by state */
+	uint64_t bytes;		/* of completed entries' results */
+	uint64_t ans[5];	/* the clients' answers (struct shm_stats) */
+	uint64_t used;		/* tickets not free: entries in use */
+	uint64_t oldest_ns;	/* finished_ns of the oldest completed, or 0 */
+	uint64_t now_ns;
+	uint64_t retain_ms;	/* sh_retain_ms */
 	bool up;
-	int rc = attach(x);
+};
 
-	if (rc != 0)
-		return rc;
-	v = &x->view;
-	h = shm_header(v);
+static void tally(const struct shm_view *v, struct tally *t)
+{
+	const struct shm_header *h = shm_header(v);
+
+	memset(t, 0, sizeof(*t));
+	t->now_ns = clock_real_ns();
 	for (uint32_t b = 0; b < v->geo.nbuckets; b++) {
 		uint64_t w = __atomic_load_n(&v->buckets[b], __ATOMIC_RELAXED);
 		unsigned st = SHM_W_STATE(w);
 		uint32_t e = SHM_W_ENTRY(w);
+		const struct shm_entry *en;
 
 		if (st >= 6)
 			continue;
-		n[st]++;
-		if (st == SHM_COMPLETED && e < v->geo.capacity) {
-			uint32_t len = shm_entry_at(v, e)->en_result_len;
-
-			bytes += len <= v->geo.max_result ? len : 0;
-		}
+		t->n[st]++;
+		if (st != SHM_COMPLETED || e >= v->geo.capacity)
+			continue;
+		en = shm_entry_at(v, e);
+		t->bytes += en->en_result_len <= v->geo.max_result ?
+				    en->en_result_len : 0;
+		if (t->oldest_ns == 0 || en->en_finished_ns < t->oldest_ns)
+			t->oldest_ns = en->en_finished_ns;
 	}
+	for (uint32_t e = 0; e < v->geo.capacity; e++)
+		t->used += __atomic_load_n(&v->tickets[e], __ATOMIC_RELAXED) !=
+			   SHM_TICKET_FREE;
 	for (int i = 0; i < SHM_STATS_STRIPES; i++) {
 		const struct shm_stats *st = &v->stats[i];
 
-		ans[0] += __atomic_load_n(&st->st_reserves, __ATOMIC_RELAXED);
-		ans[1] += __atomic_load_n(&st->st_replays, __ATOMIC_RELAXED);
-		ans[2] += __atomic_load_n(&st->st_conflicts, __ATOMIC_RELAXED);
-		ans[3] += __atomic_load_n(&st->st_uncertain, __ATOMIC_RELAXED);
-		ans[4] += __atomic_load_n(&st->st_capacity, __ATOMIC_RELAXED);
+		t->ans[0] += __atomic_load_n(&st->st_reserves, __ATOMIC_RELAXED);
+		t->ans[1] += __atomic_load_n(&st->st_replays, __ATOMIC_RELAXED);
+		t->ans[2] += __atomic_load_n(&st->st_conflicts, __ATOMIC_RELAXED);
+		t->ans[3] += __atomic_load_n(&st->st_uncertain, __ATOMIC_RELAXED);
+		t->ans[4] += __atomic_load_n(&st->st_capacity, __ATOMIC_RELAXED);
 	}
-	up = shm_daemon_alive(h);
-	uint64_t live = n[SHM_RUNNING] + n[SHM_COMPLETED] + n[SHM_UNCERTAIN];
+	t->retain_ms = __atomic_load_n(&h->sh_retain_ms, __ATOMIC_RELAXED);
+	t->up = shm_daemon_alive(h);
+}
 
-	if (metrics) {
-		static const char *const kinds[5] = { "reserved", "replayed",
-			"conflict", "uncertain", "capacity" };
+/* Seconds since the oldest completed entry finished; 0 if there is none
+ * (or its clock reads ahead of ours). */
+static double oldest_age_s(const struct tally *t)
+{
+	return t->oldest_ns != 0 && t->now_ns > t->oldest_ns ?
+		       (double)(t->now_ns - t->oldest_ns) / 1e9 : 0;
+}
 
-		printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
-		       "# TYPE carmy_up gauge\ncarmy_up %d\n", up);
-		printf("# HELP carmy_capacity_entries Entries the table holds.\n"
-		       "# TYPE carmy_capacity_entries gauge\n"
-		       "carmy_capacity_entries %u\n", v->geo.capacity);
-		printf("# HELP carmy_entries Entries in the table, by state.\n"
-		       "# TYPE carmy_entries gauge\n");
-		printf("carmy_entries{state=\"running\"} %llu\n",
-		       (unsigned long long)n[SHM_RUNNING]);
-		printf("carmy_entries{state=\"uncertain\"} %llu\n",
-		       (unsigned long long)n[SHM_UNCERTAIN]);
-		printf("carmy_entries{state=\"completed\"} %llu\n",
-		       (unsigned long long)n[SHM_COMPLETED]);
-		printf("# HELP carmy_result_bytes Bytes of recorded results.\n"
-		       "# TYPE carmy_result_bytes gauge\n"
-		       "carmy_result_bytes %llu\n", (unsigned long long)bytes);
-		printf("# HELP carmy_answers_total Answers clients were given "
-		       "by begin, by kind.\n# TYPE carmy_answers_total "
-		       "counter\n");
-		for (int i = 0; i < 5; i++)
-			printf("carmy_answers_total{answer=\"%s\"} %llu\n",
-			       kinds[i], (unsigned long long)ans[i]);
-		printf("# HELP carmy_epoch carmyd starts on this segment.\n"
-		       "# TYPE carmy_epoch counter\ncarmy_epoch %u\n",
-		       h->sh_epoch);
-		return 0;
+static void print_metrics(const struct shm_view *v, const struct tally *t)
+{
+	static const char *const kinds[5] = { "reserved", "replayed",
+		"conflict", "uncertain", "capacity" };
+
+	printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
+	       "# TYPE carmy_up gauge\ncarmy_up %d\n", t->up);
+	printf("# HELP carmy_capacity_entries Entries the table holds.\n"
+	       "# TYPE carmy_capacity_entries gauge\n"
+	       "carmy_capacity_entries %u\n", v->geo.capacity);
+	printf("# HELP carmy_entries Entries in the table, by state.\n"
+	       "# TYPE carmy_entries gauge\n");
+	printf("carmy_entries{state=\"running\"} %llu\n",
+	       (unsigned long long)t->n[SHM_RUNNING]);
+	printf("carmy_entries{state=\"uncertain\"} %llu\n",
+	       (unsigned long long)t->n[SHM_UNCERTAIN]);
+	printf("carmy_entries{state=\"completed\"} %llu\n",
+	       (unsigned long long)t->n[SHM_COMPLETED]);
+	printf("# HELP carmy_fill_ratio Entries in use (published or being "
+	       "reserved) over capacity; new calls are refused at 1.\n"
+	       "# TYPE carmy_fill_ratio gauge\ncarmy_fill_ratio %.6f\n",
+	       (double)t->used / v->geo.capacity);
+	printf("# HELP carmy_oldest_completed_age_seconds Since the oldest "
+	       "completed entry finished; 0 if there is none.\n"
+	       "# TYPE carmy_oldest_completed_age_seconds gauge\n"
+	       "carmy_oldest_completed_age_seconds %.3f\n", oldest_age_s(t));
+	/* Not told by a carmyd of an older build: no sample. */
+	if (t->retain_ms != 0) {
+		printf("# HELP carmy_retain_seconds carmyd's --retain: completed "
+		       "entries older are forgotten (+Inf: never).\n"
+		       "# TYPE carmy_retain_seconds gauge\n");
+		if (t->retain_ms == SHM_RETAIN_NEVER)
+			printf("carmy_retain_seconds +Inf\n");
+		else
+			printf("carmy_retain_seconds %.3f\n",
+			       (double)t->retain_ms / 1e3);
 	}
-	if (x->json) {
-		printf("{\"segment\":");
-		json_put_str(stdout, x->shm_name);
-		printf(",\"carmyd_up\":%s,\"carmyd_pid\":%u,\"epoch\":%u,"
-		       "\"capacity\":%u,\"max_result\":%u,\"live\":%llu,"
-		       "\"running\":%llu,\"uncertain\":%llu,\"completed\":%llu,"
-		       "\"result_bytes\":%llu,\"reserves\":%llu,"
-		       "\"replays\":%llu,\"conflicts\":%llu,"
-		       "\"uncertain_answers\":%llu,"
-		       "\"capacity_refusals\":%llu}\n",
-		       up ? "true" : "false", h->sh_daemon_pid, h->sh_epoch,
-		       v->geo.capacity, v->geo.max_result,
-		       (unsigned long long)live,
-		       (unsigned long long)n[SHM_RUNNING],
-		       (unsigned long long)n[SHM_UNCERTAIN],
-		       (unsigned long long)n[SHM_COMPLETED],
-		       (unsigned long long)bytes, (unsigned long long)ans[0],
-		       (unsigned long long)ans[1], (unsigned long long)ans[2],
-		       (unsigned long long)ans[3], (unsigned long long)ans[4]);
-		return 0;
-	}
+	printf("# HELP carmy_result_bytes Bytes of recorded results.\n"
+	       "# TYPE carmy_result_bytes gauge\n"
+	       "carmy_result_bytes %llu\n", (unsigned long long)t->bytes);
+	printf("# HELP carmy_answers_total Answers clients were given "
+	       "by begin, by kind.\n# TYPE carmy_answers_total "
+	       "counter\n");
+	for (int i = 0; i < 5; i++)
+		printf("carmy_answers_total{answer=\"%s\"} %llu\n",
+		       kinds[i], (unsigned long long)t->ans[i]);
+	printf("# HELP carmy_epoch carmyd starts on this segment.\n"
+	       "# TYPE carmy_epoch counter\ncarmy_epoch %u\n",
+	       shm_header(v)->sh_epoch);
+}
+
+/* No carmyd answered: all a scraper can be told. */
+static void print_metrics_down(void)
+{
+	printf("# HELP carmy_up Whether a carmyd holds the segment.\n"
+	       "# TYPE carmy_up gauge\ncarmy_up 0\n");
+}
+
+/* carmyd's --retain as status shows it: "24h", "never" or "unknown" (a
+ * carmyd of an older build does not say). */
+static const char *retain_text(char *buf, const struct tally *t)
+{
+	if (t->retain_ms == 0)
+		return "unknown";
+	if (t->retain_ms == SHM_RETAIN_NEVER)
+		return "never";
+	return age_format(buf, t->retain_ms * 1000000u);
+}
+
+static void print_status_json(const struct ctl *x, const struct tally *t)
+{
+	const struct shm_view *v = &x->view;
+	const struct shm_header *h = shm_header(v);
+	char age[AGE_TEXT_MAX];
+
+	printf("{\"segment\":");
+	json_put_str(stdout, x->shm_name);
+	printf(",\"carmyd_up\":%s,\"carmyd_pid\":%u,\"epoch\":%u,"
+	       "\"capacity\":%u,\"max_result\":%u,\"used\":%llu,"
+	       "\"fill\":%.6f,\"live\":%llu,"
+	       "\"running\":%llu,\"uncertain\":%llu,\"completed\":%llu,"
+	       "\"result_bytes\":%llu,", t->up ? "true" : "false",
+	       h->sh_daemon_pid, h->sh_epoch, v->geo.capacity,
+	       v->geo.max_result, (unsigned long long)t->used,
+	       (double)t->used / v->geo.capacity,
+	       (unsigned long long)(t->n[SHM_RUNNING] + t->n[SHM_COMPLETED] +
+				    t->n[SHM_UNCERTAIN]),
+	       (unsigned long long)t->n[SHM_RUNNING],
+	       (unsigned long long)t->n[SHM_UNCERTAIN],
+	       (unsigned long long)t->n[SHM_COMPLETED],
+	       (unsigned long long)t->bytes);
+	if (t->oldest_ns != 0)
+		printf("\"oldest_completed_ns\":%llu,"
+		       "\"oldest_completed_age_s\":%.3f,",
+		       (unsigned long long)t->oldest_ns, oldest_age_s(t));
+	else
+		printf("\"oldest_completed_ns\":null,"
+		       "\"oldest_completed_age_s\":null,");
+	printf("\"retain\":\"%s\",", retain_text(age, t));
+	if (t->retain_ms != 0 && t->retain_ms != SHM_RETAIN_NEVER)
+		printf("\"retain_ms\":%llu,", (unsigned long long)t->retain_ms);
+	else
+		printf("\"retain_ms\":null,");
+	printf("\"reserves\":%llu,\"replays\":%llu,\"conflicts\":%llu,"
+	       "\"uncertain_answers\":%llu,\"capacity_refusals\":%llu}\n",
+	       (unsigned long long)t->ans[0], (unsigned long long)t->ans[1],
+	       (unsigned long long)t->ans[2], (unsigned long long)t->ans[3],
+	       (unsigned long long)t->ans[4]);
+}
+
+static void print_status_text(const struct ctl *x, const struct tally *t)
+{
+	const struct shm_view *v = &x->view;
+	const struct shm_header *h = shm_header(v);
+	uint64_t live = t->n[SHM_RUNNING] + t->n[SHM_COMPLETED] +
+			t->n[SHM_UNCERTAIN];
+	char age[AGE_TEXT_MAX];
+
 	printf("segment     %s (carmyd %s, pid %u, epoch %u)\n", x->shm_name,
-	       up ? "up" : "DOWN", h->sh_daemon_pid, h->sh_epoch);
+	       t->up ? "up" : "DOWN", h->sh_daemon_pid, h->sh_epoch);
 	printf("capacity    %u entries, max-result %u bytes\n",
 	       v->geo.capacity, v->geo.max_result);
+	printf("fill        %llu in use (%.1f%%): new calls are refused at "
+	       "100%%\n", (unsigned long long)t->used,
+	       100.0 * (double)t->used / v->geo.capacity);
 	printf("live        %llu (%.1f%%)\n", (unsigned long long)live,
 	       100.0 * (double)live / v->geo.capacity);
 	printf("  running   %llu\n  uncertain %llu\n  completed %llu\n",
-	       (unsigned long long)n[SHM_RUNNING],
-	       (unsigned long long)n[SHM_UNCERTAIN],
-	       (unsigned long long)n[SHM_COMPLETED]);
-	printf("results     %llu bytes\n", (unsigned long long)bytes);
+	       (unsigned long long)t->n[SHM_RUNNING],
+	       (unsigned long long)t->n[SHM_UNCERTAIN],
+	       (unsigned long long)t->n[SHM_COMPLETED]);
+	printf("results     %llu bytes\n", (unsigned long long)t->bytes);
+	if (t->oldest_ns != 0)
+		printf("oldest      completed %s ago\n",
+		       coarse_age(age, sizeof(age),
+				  (uint64_t)(oldest_age_s(t) * 1e9)));
+	else
+		printf("oldest      no completed entry\n");
+	printf("retain      %s\n", retain_text(age, t));
 	printf("answers     %llu reserved, %llu replayed, %llu conflicts, "
 	       "%llu uncertain, %llu refused for capacity\n",
-	       (unsigned long long)ans[0], (unsigned long long)ans[1],
-	       (unsigned long long)ans[2], (unsigned long long)ans[3],
-	       (unsigned long long)ans[4]);
+	       (unsigned long long)t->ans[0], (unsigned long long)t->ans[1],
+	       (unsigned long long)t->ans[2], (unsigned long long)t->ans[3],
+	       (unsigned long long)t->ans[4]);
+}
+
+static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics)
+{
+	struct tally t;
+	int rc = plain_args(x, metrics ? "metrics" : "status", argc, argv,
+			    NULL, !metrics);
+
+	if (rc != 0)
+		return rc;
+	rc = attach(x);
+	/* A scraper is told that no carmyd answers, and that is all. */
+	if (rc != 0 && metrics && x->down) {
+		print_metrics_down();
+		return 0;
+	}
+	if (rc != 0)
+		return rc;
+	tally(&x->view, &t);
+	if (metrics)
+		print_metrics(&x->view, &t);
+	else if (x->json)
+		print_status_json(x, &t);
+	else
+		print_status_text(x, &t);
 	return 0;
+}
+
+/* Is r completed with a result in carmy-run's format? Its exit code and
+ * output (pointing into the segment) if so. */
+static bool exit_output(const struct ctl *x, const struct row *r, int *code,
+			const uint8_t **out, size_t *len)
+{
+	return r->state == SHM_COMPLETED && r->result_code == 0 &&
+	       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
+	       runfmt_read(shm_result_area(&x->view, r->entry),
+			   r->result_len, code, out, len) == 0;
+}
+
+static const char *format_name(unsigned format)
+{
+	return format == CARMY_FORMAT_BYTES ? "bytes" :
+	       format == CARMY_FORMAT_EXIT_OUTPUT ? "exit_output" : "unknown";
+}
+
+/* The kept bytes of r's arguments, and whether there were more. */
+static const uint8_t *args_kept(const struct row *r, size_t *kept)
+{
+	*kept = shm_call_args_kept(&r->call);
+	return r->call.cl_data + shm_call_tool_kept(&r->call);
+}
+
+/*
+ * r's arguments as text, into a malloc'd buffer *out of *n bytes: their
+ * JSON (mpjson_put(): whole, or what parsed and "…"), or, if they are not
+ * msgpack, their bytes as text_put_bytes() shows them, then "…" if some
+ * were not kept. Returns what mpjson_put() did, or -ENOMEM.
+ */
+static int args_text(const struct row *r, char **out, size_t *n)
+{
+	size_t kept;
+	const uint8_t *args = args_kept(r, &kept);
+	FILE *mem = open_memstream(out, n);
+	int rc;
+
+	if (mem == NULL)
+		return -ENOMEM;
+	rc = mpjson_put(mem, args, kept, r->call.cl_args_len);
+	if (rc == MPJSON_NOT) {
+		text_put_bytes(mem, args, kept, 0);
+		if (kept < r->call.cl_args_len)
+			fputs("\u2026", mem);
+	}
+	if (fclose(mem) != 0) {
+		free(*out);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return rc;
+}
+
+/* r's tool name for a person, in at most max columns (0: all of it);
+ * "-" for none. Returns the columns written. */
+static size_t put_tool_text(const struct row *r, size_t max)
+{
+	size_t kept = shm_call_tool_kept(&r->call);
+
+	if (r->call.cl_tool_len == 0) {
+		putchar('-');
+		return 1;
+	}
+	if (kept < r->call.cl_tool_len && (max == 0 || kept < max)) {
+		/* Cut where it was kept: say so. */
+		size_t cols = text_put_clipped(stdout, r->call.cl_data, kept,
+					       max == 0 ? 0 : max - 1);
+
+		fputs("\u2026", stdout);
+		return cols + 1;
+	}
+	return text_put_clipped(stdout, r->call.cl_data, kept, max);
+}
+
+/* r's arguments for a person, in at most max columns (0: all that was
+ * kept); "-" for none. */
+static void put_args_text(const struct row *r, size_t max)
+{
+	char *text = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (r->call.cl_args_len == 0) {
+		putchar('-');
+		return;
+	}
+	rc = args_text(r, &text, &n);
+	if (rc == -ENOMEM)
+		fputs("(out of memory)", stdout);
+	else	/* JSON, or bytes escaped already: as they are, clipped */
+		text_put_json(stdout, text, n, max);
+	free(text);
+}
+
+/* r's call as the fields of its JSON object: tool, args (the JSON of
+ * whole msgpack arguments) or args_prefix (as a person sees them), their
+ * lengths and whether they were cut, and the result format. */
+static void put_call_json(const struct row *r)
+{
+	const struct shm_call *cl = &r->call;
+	size_t tk = shm_call_tool_kept(cl), ak = shm_call_args_kept(cl);
+	char *text = NULL;
+	size_t n = 0;
+	int rc;
+
+	printf(",\"tool\":");
+	json_put_bytes(stdout, cl->cl_data, tk);
+	printf(",\"tool_len\":%u,\"tool_truncated\":%s", cl->cl_tool_len,
+	       tk < cl->cl_tool_len ? "true" : "false");
+	if (cl->cl_args_len == 0) {
+		printf(",\"args\":null");
+	} else {
+		rc = args_text(r, &text, &n);
+		if (rc == MPJSON_WHOLE) {
+			printf(",\"args\":");
+			fwrite(text, 1, n, stdout);
+		} else {
+			printf(",\"args_prefix\":");
+			json_put_bytes(stdout, text, rc == -ENOMEM ? 0 : n);
+		}
+		free(text);
+	}
+	printf(",\"args_len\":%u,\"args_truncated\":%s,"
+	       "\"result_format\":\"%s\"", cl->cl_args_len,
+	       ak < cl->cl_args_len ? "true" : "false",
+	       format_name(cl->cl_format));
 }
 
 static void print_row(const struct ctl *x, const struct row *r, bool first,
@@ -367,10 +663,13 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 	if (!x->json) {
 		if (first && !full)
 			printf("%-37s  %-9s  %6s  %-12s  %-12s  %-16s  %-9s  "
-			       "%s\n", "EXECUTION_ID", "STATE", "AGE",
-			       "PRINCIPAL", "SESSION", "REQUEST_ID", "STATUS",
-			       "BYTES");
+			       "%-6s  %-16s  %s\n", "EXECUTION_ID", "STATE",
+			       "AGE", "PRINCIPAL", "SESSION", "REQUEST_ID",
+			       "STATUS", "BYTES", "TOOL", "ARGS");
 		if (!full) {
+			char bytes[16] = "-";
+			size_t cols;
+
 			printf("%-37s  %-9s  ", r->exec, state_name(r->state));
 			put_age(stdout, now > r->started_ns ?
 						now - r->started_ns : 0);
@@ -382,12 +681,18 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			text_put_bytes(stdout, r->part[1], r->len[1], 12);
 			fputs("  ", stdout);
 			text_put_bytes(stdout, r->part[2], r->len[2], 16);
-			printf("  %-9s  ", r->state == SHM_COMPLETED ?
-					carmy_status_name(r->status) : "-");
 			if (r->state == SHM_COMPLETED)
-				printf("%u\n", r->result_len);
-			else
-				printf("-\n");
+				snprintf(bytes, sizeof(bytes), "%u",
+					 r->result_len);
+			printf("  %-9s  %-6s  ", r->state == SHM_COMPLETED ?
+					carmy_status_name(r->status) : "-",
+			       bytes);
+			cols = put_tool_text(r, LIST_TOOL_COLS);
+			for (; cols < LIST_TOOL_COLS; cols++)
+				putchar(' ');
+			fputs("  ", stdout);
+			put_args_text(r, x->args_cols);
+			putchar('\n');
 			return;
 		}
 		printf("execution_id  %s\nstate         %s\n", r->exec,
@@ -397,6 +702,23 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			text_put_bytes(stdout, r->part[i], r->len[i], 0);
 			putchar('\n');
 		}
+		printf("tool          ");
+		put_tool_text(r, 0);
+		if (shm_call_tool_kept(&r->call) < r->call.cl_tool_len)
+			printf(" (%u bytes, the first %zu kept)",
+			       r->call.cl_tool_len,
+			       shm_call_tool_kept(&r->call));
+		printf("\nargs          ");
+		put_args_text(r, 0);
+		if (shm_call_args_kept(&r->call) < r->call.cl_args_len)
+			printf(" (%u bytes, the first %zu kept)",
+			       r->call.cl_args_len,
+			       shm_call_args_kept(&r->call));
+		printf("\nresult format %s\n",
+		       r->call.cl_format == CARMY_FORMAT_BYTES ? "bytes" :
+		       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT ?
+			       "an exit code and output (resolve with "
+			       "--exit-code)" : "unknown");
 		printf("pid           %u\nage           ", r->pid);
 		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
 		printf("\n");
@@ -421,6 +743,7 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		printf(",\"%s\":", names[i]);
 		json_put_bytes(stdout, r->part[i], r->len[i]);
 	}
+	put_call_json(r);
 	printf(",\"pid\":%u,\"started_ns\":%llu", r->pid,
 	       (unsigned long long)r->started_ns);
 	if (r->state == SHM_COMPLETED)
@@ -435,9 +758,17 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		       (unsigned long long)r->resolved_ns, r->resolved_uid,
 		       r->resolved_pid);
 	if (full && r->state == SHM_COMPLETED) {
+		const uint8_t *out;
+		size_t len;
+		int code;
+
 		printf(",\"result\":");
 		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
 			       r->result_len);
+		if (exit_output(x, r, &code, &out, &len)) {
+			printf(",\"exit_code\":%d,\"stdout\":", code);
+			json_put_bytes(stdout, out, len);
+		}
 	}
 	printf("}");
 }
@@ -478,7 +809,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	uint64_t now;
 	int o, rc;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		char *end;
 
 		switch (o) {
@@ -497,11 +828,11 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 			break;
 		case 'o':
 		case 'n':
-			if (parse_age(optarg, o == 'o' ? &f.older_ns :
+			if (age_parse(optarg, o == 'o' ? &f.older_ns :
 							 &f.newer_ns) != 0)
 				return usage_error("carmyctl list: an age is "
-						   "like 90s, 15m, 2h or 7d, "
-						   "not '%s'", optarg);
+						   "like 90s, 200ms, 15m, 2h or "
+						   "7d, not '%s'", optarg);
 			break;
 		case 'j':
 			x->json = true;
@@ -516,8 +847,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 						   optarg);
 			break;
 		default:
-			return usage_error("carmyctl list: unknown option%s",
-					   "");
+			return bad_option("list", o, argv);
 		}
 	}
 	if (optind != argc)
@@ -526,6 +856,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	rc = attach(x);
 	if (rc != 0)
 		return rc;
+	x->args_cols = args_columns();
 	now = clock_real_ns();
 	if (x->json)
 		printf("[");
@@ -546,22 +877,28 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
+/* How many columns list gives a call's arguments: what a terminal has
+ * left after the other columns, else LIST_ARGS_COLS. */
+static size_t args_columns(void)
+{
+	struct winsize ws;
+
+	if (!isatty(STDOUT_FILENO) ||
+	    ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col == 0)
+		return LIST_ARGS_COLS;
+	return ws.ws_col >= LIST_USED_COLS + LIST_ARGS_MIN ?
+		       (size_t)ws.ws_col - LIST_USED_COLS : LIST_ARGS_MIN;
+}
+
 static int cmd_show(struct ctl *x, int argc, char **argv)
 {
-	uint8_t exec[SHM_EXEC_LEN];
 	struct row r;
-	int rc;
+	int rc = plain_args(x, "show", argc, argv, "EXECUTION_ID", true);
 
-	if (argc != 2)
-		return usage_error("carmyctl show: one EXECUTION_ID%s", "");
-	if (execid_parse(argv[1], exec) != 0)
-		return usage_error("carmyctl show: an EXECUTION_ID is exec_ "
-				   "and 32 hex digits (lower case)%s", "");
-	rc = attach(x);
+	if (rc == 0)
+		rc = look_up(x, "show", argv[optind], false, &r);
 	if (rc != 0)
 		return rc;
-	if (!find_exec(&x->view, argv[1], &r))
-		return fail("show", CARMY_ENOT_RESERVED);
 	show_row(x, &r);
 	return 0;
 }
@@ -569,8 +906,16 @@ static int cmd_show(struct ctl *x, int argc, char **argv)
 /* One entry in full, as show prints it. */
 static void show_row(const struct ctl *x, const struct row *r)
 {
+	const uint8_t *out;
+	size_t len;
+	int code;
+
 	print_row(x, r, true, true);
 	if (x->json) {
+		printf("\n");
+	} else if (exit_output(x, r, &code, &out, &len)) {
+		printf("exit code     %d\noutput        ", code);
+		json_put_bytes(stdout, out, len);
 		printf("\n");
 	} else if (r->state == SHM_COMPLETED) {
 		printf("result bytes  ");
@@ -603,7 +948,7 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 	struct row r;
 	int o, rc, code = 0;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		char *end;
 		double secs;
 
@@ -622,30 +967,16 @@ static int cmd_wait(struct ctl *x, int argc, char **argv)
 			x->json = true;
 			break;
 		default:
-			return usage_error("carmyctl wait: unknown option%s",
-					   "");
+			return bad_option("wait", o, argv);
 		}
 	}
 	if (optind + 1 != argc)
 		return usage_error("carmyctl wait: one EXECUTION_ID%s", "");
 	id = argv[optind];
-	{
-		uint8_t exec[SHM_EXEC_LEN];
-
-		if (execid_parse(id, exec) != 0)
-			return usage_error("carmyctl wait: an EXECUTION_ID is "
-					   "exec_ and 32 hex digits (lower "
-					   "case)%s", "");
-	}
 	/* Waiting needs carmyd: the segment alone cannot say when. */
-	if (x->segment != NULL)
-		return usage_error("carmyctl wait: asks carmyd (--socket), "
-				   "not a segment%s", "");
-	rc = attach(x);
+	rc = look_up(x, "wait", id, true, &r);
 	if (rc != 0)
 		return rc;
-	if (!find_exec(&x->view, id, &r))
-		return fail("wait", CARMY_ENOT_RESERVED);
 	deadline = clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
 	for (bool first = true; r.state == SHM_RUNNING; first = false) {
 		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
@@ -746,113 +1077,274 @@ static int redial(struct ctl *x, uint64_t deadline)
 
 /* ------------------------------------------------------------ changing */
 
+/* What resolve was told. */
+struct verdict {
+	int committed;		/* 1, 0, or -1: not said */
+	int status;
+	const char *result;	/* --result, or NULL */
+	int exit_code;		/* --exit-code, or -1 */
+	const char *out;	/* --stdout, or NULL */
+	const char *out_file;	/* --stdout-file, or NULL */
+};
+
+static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
+			struct verdict *v);
+static int check_verdict(const struct verdict *v, const char *id);
+static int fits_format(const struct verdict *v, const struct row *r);
+static int verdict_result(const struct ctl *x, const struct verdict *v,
+			  uint8_t **buf, size_t *len);
+
 static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 {
-	static const struct option opts[] = {
-		{ "committed", no_argument, NULL, 'c' },
-		{ "not-committed", no_argument, NULL, 'n' },
-		{ "status", required_argument, NULL, 's' },
-		{ "result", required_argument, NULL, 'r' },
-		{ "json", no_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *result = "", *id;
-	int committed = release ? 0 : -1, status = CARMY_STATUS_COMPLETED;
-	bool outcome = false;	/* --status or --result given */
+	const char *what = release ? "release" : "resolve", *id;
+	struct verdict v = { .committed = release ? 0 : -1,
+			     .status = CARMY_STATUS_COMPLETED,
+			     .exit_code = -1 };
+	uint8_t *result = NULL;
+	size_t len = 0;
 	msgpack_sbuffer sb;
 	struct row r;
-	int o, rc, code;
+	int rc, code;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (release && o != 'j')
-			return usage_error("carmyctl release: only "
-					   "EXECUTION_ID (and --json)%s", "");
-		switch (o) {
-		case 'c':
-		case 'n':
-			if (committed >= 0)
-				return usage_error("carmyctl resolve: "
-						   "--committed or "
-						   "--not-committed, once%s",
-						   "");
-			committed = o == 'c';
-			break;
-		case 's':
-			outcome = true;
-			status = 0;
-			for (int st = CARMY_STATUS_COMPLETED;
-			     st <= CARMY_STATUS_CANCELLED; st++)
-				if (strcmp(optarg, carmy_status_name(st)) == 0)
-					status = st;
-			if (status == 0)
-				return usage_error("carmyctl resolve: --status "
-						   "is completed, failed, "
-						   "timed_out or cancelled, "
-						   "not '%s'", optarg);
-			break;
-		case 'r':
-			outcome = true;
-			result = optarg;
-			break;
-		case 'j':
-			x->json = true;
-			break;
-		default:
-			return usage_error("carmyctl resolve: unknown "
-					   "option%s", "");
-		}
-	}
-	if (committed < 0)
-		return usage_error("carmyctl resolve: say --committed or "
-				   "--not-committed%s", "");
-	/* Not run: there is no outcome to record, and one given would be
-	 * dropped without a word. */
-	if (committed == 0 && outcome)
-		return usage_error("carmyctl resolve: --status and --result "
-				   "go with --committed, not --not-committed%s",
-				   "");
-	if (optind + 1 != argc)
-		return usage_error("carmyctl %s: one EXECUTION_ID",
-				   release ? "release" : "resolve");
+	rc = resolve_opts(x, argc, argv, release, &v);
+	if (rc != 0)
+		return rc;
 	id = argv[optind];
-	{
-		uint8_t exec[SHM_EXEC_LEN];
-
-		if (execid_parse(id, exec) != 0)
-			return usage_error("carmyctl %s: an EXECUTION_ID is "
-					   "exec_ and 32 hex digits (lower "
-					   "case)", release ? "release" :
-							      "resolve");
-	}
 	rc = attach(x);
 	if (rc != 0)
 		return rc;
 	/* The execution names the identity and fingerprint carmyd checks. */
 	if (!find_exec(&x->view, id, &r))
-		return fail(release ? "release" : "resolve",
-			    CARMY_ENOT_INTERRUPTED);
+		return fail(what, CARMY_ENOT_INTERRUPTED);
+	if (v.committed) {
+		rc = fits_format(&v, &r);
+		if (rc == 0)
+			rc = verdict_result(x, &v, &result, &len);
+		if (rc != 0)
+			return rc;
+	}
 	{
 		const void *part[3] = { r.part[0], r.part[1], r.part[2] };
-		const size_t len[3] = { r.len[0], r.len[1], r.len[2] };
+		const size_t plen[3] = { r.len[0], r.len[1], r.len[2] };
 
 		msgpack_sbuffer_init(&sb);
-		rc = wire_put_settle(&sb, WIRE_RESOLVE, part, len, r.exec_bytes,
-				     r.fp, committed, committed ? status : 0,
-				     result, committed ? strlen(result) : 0, 0);
+		rc = wire_put_settle(&sb, WIRE_RESOLVE, part, plen,
+				     r.exec_bytes, r.fp, v.committed,
+				     v.committed ? v.status : 0, result, len,
+				     0);
 	}
+	free(result);
 	if (rc == 0)
 		rc = ask(x, &sb, WIRE_RESOLVE, 0, &code);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
 	if (code != 0)
-		return fail(release ? "release" : "resolve", code);
+		return fail(what, code);
 	if (x->json)
 		printf("{\"execution_id\":\"%s\",\"resolved\":\"%s\"}\n", id,
-		       committed ? "committed" : "not_committed");
+		       v.committed ? "committed" : "not_committed");
 	else
 		printf("%s resolved as %s\n", id,
-		       committed ? "committed" : "not committed (released)");
+		       v.committed ? "committed" : "not committed (released)");
+	return 0;
+}
+
+/* resolve's (or release's) options and EXECUTION_ID, checked against each
+ * other: 0, or the exit status of a usage error (said). */
+static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
+			struct verdict *v)
+{
+	static const struct option opts[] = {
+		{ "committed", no_argument, NULL, 'c' },
+		{ "not-committed", no_argument, NULL, 'n' },
+		{ "status", required_argument, NULL, 's' },
+		{ "result", required_argument, NULL, 'r' },
+		{ "exit-code", required_argument, NULL, 'x' },
+		{ "stdout", required_argument, NULL, 'o' },
+		{ "stdout-file", required_argument, NULL, 'f' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool status = false;
+	int o;
+
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (o == '?' || o == ':')
+			return bad_option(release ? "release" : "resolve", o,
+					  argv);
+		char *end;
+		long n;
+
+		if (release && o != 'j')
+			return usage_error("carmyctl release: only "
+					   "EXECUTION_ID (and --json)%s", "");
+		switch (o) {
+		case 'c':
+		case 'n':
+			if (v->committed >= 0)
+				return usage_error("carmyctl resolve: "
+						   "--committed or "
+						   "--not-committed, once%s",
+						   "");
+			v->committed = o == 'c';
+			break;
+		case 's':
+			status = true;
+			v->status = 0;
+			for (int st = CARMY_STATUS_COMPLETED;
+			     st <= CARMY_STATUS_CANCELLED; st++)
+				if (strcmp(optarg, carmy_status_name(st)) == 0)
+					v->status = st;
+			if (v->status == 0)
+				return usage_error("carmyctl resolve: --status "
+						   "is completed, failed, "
+						   "timed_out or cancelled, "
+						   "not '%s'", optarg);
+			break;
+		case 'r':
+			v->result = optarg;
+			break;
+		case 'x':
+			errno = 0;
+			n = strtol(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' ||
+			    *end != '\0' || errno != 0 || n > RUNFMT_EXIT_MAX)
+				return usage_error("carmyctl resolve: "
+						   "--exit-code is 0 to 255, "
+						   "not '%s'", optarg);
+			v->exit_code = (int)n;
+			break;
+		case 'o':
+			v->out = optarg;
+			break;
+		case 'f':
+			v->out_file = optarg;
+			break;
+		case 'j':
+			x->json = true;
+			break;
+		default:
+			return bad_option("resolve", o, argv);
+		}
+	}
+	if (v->committed < 0)
+		return usage_error("carmyctl resolve: say --committed or "
+				   "--not-committed%s", "");
+	/* Not run: there is no outcome to record, and one given would be
+	 * dropped without a word. */
+	if (v->committed == 0 &&
+	    (status || v->result != NULL || v->exit_code >= 0 ||
+	     v->out != NULL || v->out_file != NULL))
+		return usage_error("carmyctl resolve: --status, --result, "
+				   "--exit-code, --stdout and --stdout-file "
+				   "go with --committed, not --not-committed%s",
+				   "");
+	if (optind + 1 != argc)
+		return usage_error("carmyctl %s: one EXECUTION_ID",
+				   release ? "release" : "resolve");
+	return check_verdict(v, argv[optind]);
+}
+
+/* The result options of a verdict agree, and its EXECUTION_ID is one. */
+static int check_verdict(const struct verdict *v, const char *id)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+
+	if (v->out != NULL && v->out_file != NULL)
+		return usage_error("carmyctl resolve: --stdout or "
+				   "--stdout-file, not both%s", "");
+	if ((v->out != NULL || v->out_file != NULL) && v->exit_code < 0)
+		return usage_error("carmyctl resolve: --stdout and "
+				   "--stdout-file go with --exit-code%s", "");
+	if (v->result != NULL && v->exit_code >= 0)
+		return usage_error("carmyctl resolve: --result (opaque bytes) "
+				   "or --exit-code (an exit code and output), "
+				   "not both%s", "");
+	if (execid_parse(id, exec) != 0)
+		return usage_error("carmyctl resolve: an EXECUTION_ID is "
+				   "exec_ and 32 hex digits (lower case)%s",
+				   "");
+	return 0;
+}
+
+/*
+ * Does the verdict give a result in the format r's client reads (carmyd
+ * would refuse it otherwise)? carmy-run's calls read an exit code and
+ * output (--exit-code); other clients' opaque bytes (--result): an exit
+ * code given to one of those would be replayed to it as 4 bytes it never
+ * wrote. 0, or the exit status of a refusal (said).
+ */
+static int fits_format(const struct verdict *v, const struct row *r)
+{
+	const char *name = carmy_errname(CARMY_EINVALID_RESULT);
+
+	if (r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
+	    v->exit_code < 0) {
+		fprintf(stderr, "carmyctl: resolve: %s: %s records its "
+			"result as an exit code and output (carmy-run's): "
+			"give --exit-code N [--stdout TEXT | --stdout-file "
+			"PATH], not --result\n", name, r->exec);
+		return EXIT_FAIL;
+	}
+	if (r->call.cl_format != CARMY_FORMAT_EXIT_OUTPUT &&
+	    v->exit_code >= 0) {
+		fprintf(stderr, "carmyctl: resolve: %s: %s records its "
+			"result as %s bytes, not as an exit code and output: "
+			"give --result TEXT, not --exit-code\n", name,
+			r->exec, r->call.cl_format == CARMY_FORMAT_BYTES ?
+					 "opaque" : "unknown");
+		return EXIT_FAIL;
+	}
+	return 0;
+}
+
+/*
+ * A committed verdict's result, malloc'd into *buf: --result's bytes, or
+ * --exit-code's exit code and the output (--stdout, or --stdout-file's
+ * contents, "-" for standard input) in the format carmy-run reads. 0, or
+ * the exit status of a failure (said).
+ */
+static int verdict_result(const struct ctl *x, const struct verdict *v,
+			  uint8_t **buf, size_t *len)
+{
+	const size_t max = x->view.geo.max_result;
+	size_t n = 0, cap;
+	int rc = 0;
+
+	if (v->exit_code < 0) {
+		const char *res = v->result != NULL ? v->result : "";
+
+		*len = strlen(res);
+		*buf = (uint8_t *)strdup(res);
+		return *buf != NULL ? 0 : fail("resolve", -ENOMEM);
+	}
+	/* One byte past what carmyd takes tells "too large". */
+	cap = (v->out != NULL ? strlen(v->out) : max) + RUNFMT_HEAD + 1;
+	*buf = malloc(cap);
+	if (*buf == NULL)
+		return fail("resolve", -ENOMEM);
+	runfmt_put_head(*buf, v->exit_code);
+	n = RUNFMT_HEAD;
+	if (v->out != NULL) {
+		memcpy(*buf + n, v->out, strlen(v->out));
+		n += strlen(v->out);
+	} else if (v->out_file != NULL) {
+		rc = read_upto(v->out_file, *buf + n, cap - n, &n);
+		if (rc != 0) {
+			fprintf(stderr, "carmyctl: resolve: cannot read %s: "
+				"%s\n", v->out_file, strerror(-rc));
+			free(*buf);
+			*buf = NULL;
+			return EXIT_FAIL;
+		}
+	}
+	if (n > max) {
+		free(*buf);
+		*buf = NULL;
+		return fail("resolve", CARMY_ERESULT_TOO_LARGE);
+	}
+	*len = n;
 	return 0;
 }
 
@@ -868,14 +1360,17 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 	msgpack_sbuffer sb;
 	int o, rc, code;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		if (o == 'j') {
 			x->json = true;
 			continue;
 		}
-		if (o != 'o' || parse_age(optarg, &age) != 0)
+		if (o != 'o')
+			return bad_option("purge", o, argv);
+		if (age_parse(optarg, &age) != 0)
 			return usage_error("carmyctl purge: --older-than AGE, "
-					   "like 90s, 15m, 2h or 7d%s", "");
+					   "like 90s, 200ms, 15m, 2h or 7d, not "
+					   "'%s'", optarg);
 		have = true;
 	}
 	if (!have || optind != argc)
@@ -901,20 +1396,74 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
+/*
+ * Forget one completed execution, as a purge would: a call with its
+ * identity then runs anew. Running and interrupted ones are refused
+ * (NOT_COMPLETED): an interrupted one is resolved first.
+ */
+static int cmd_forget(struct ctl *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	msgpack_sbuffer sb;
+	const char *id;
+	struct row r;
+	int o, rc, code;
+
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (o != 'j')
+			return bad_option("forget", o, argv);
+		x->json = true;
+	}
+	if (optind + 1 != argc)
+		return usage_error("carmyctl forget: one EXECUTION_ID%s", "");
+	id = argv[optind];
+	/* The table looked at must be the one of the carmyd asked. */
+	rc = look_up(x, "forget", id, true, &r);
+	if (rc != 0)
+		return rc;
+	if (r.state != SHM_COMPLETED)
+		return not_completed(id, r.state);
+	msgpack_sbuffer_init(&sb);
+	rc = wire_put_reserve(&sb, WIRE_FORGET, r.entry, r.exec_bytes);
+	if (rc == 0)
+		rc = ask(x, &sb, WIRE_FORGET, 0, &code);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc != 0)
+		return rc;
+	/* Gone meanwhile (purged, or forgotten by carmyd's retention). */
+	if (code == -ENOENT)
+		return not_found(x, "forget", id);
+	if (code == -EBUSY)
+		return not_completed(id, r.state);
+	if (code != 0)
+		return fail("forget", code);
+	if (x->json)
+		printf("{\"execution_id\":\"%s\",\"forgotten\":true}\n", id);
+	else
+		printf("%s forgotten: a call with its identity runs anew\n",
+		       id);
+	return 0;
+}
+
 static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 {
 	static const char *const ops[] = { "", "reserve", "complete",
 					   "release", "resolve", "purge" };
 	struct journal_report rep;
 	char err[512] = "";
-	int rc;
+	const char *dir;
+	int rc = plain_args(x, "journal-check", argc, argv, "DIR", true);
 
-	if (argc != 2)
-		return usage_error("carmyctl journal-check: one DIR%s", "");
-	rc = journal_check(argv[1], &rep, err, sizeof(err));
+	if (rc != 0)
+		return rc;
+	dir = argv[optind];
+	rc = journal_check(dir, &rep, err, sizeof(err));
 	if (x->json) {
 		printf("{\"journal\":");
-		json_put_str(stdout, argv[1]);
+		json_put_str(stdout, dir);
 		printf(",\"ok\":%s", rc == 0 ? "true" : "false");
 		if (rc != 0) {
 			printf(",\"error\":{\"code\":\"%s\",\"message\":",
@@ -940,7 +1489,7 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 			carmy_errname(rc), err);
 		return EXIT_FAIL;
 	}
-	printf("journal     %s: good\n", argv[1]);
+	printf("journal     %s: good\n", dir);
 	if (rep.version != JOURNAL_VERSION_NOW)
 		printf("format      %u: a start rewrites it in format %u\n",
 		       rep.version, JOURNAL_VERSION_NOW);
@@ -1043,6 +1592,7 @@ static int dial_hello(struct ctl *x, bool quiet)
 		/* Gone, or not listening yet: a carmyd on its way back. */
 		if (quiet && (errno == ENOENT || errno == ECONNREFUSED))
 			return DIAL_NOT_YET;
+		x->down = true;
 		fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd at %s "
 			"(%s); give --segment NAME to read a segment without "
 			"it\n", x->path, strerror(errno));
@@ -1199,6 +1749,7 @@ static bool read_row(const struct shm_view *v, uint32_t e, struct row *r)
 	r->result_code = en->en_result_code;
 	r->result_len = en->en_result_len <= v->geo.max_result ?
 				en->en_result_len : 0;
+	shm_call_copy(v, e, &r->call);
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&v->buckets[b], __ATOMIC_RELAXED) == w;
 }
@@ -1226,31 +1777,59 @@ static bool find_exec(const struct shm_view *v, const char *id,
 	return false;
 }
 
+/*
+ * The execution id for cmd, in the table: parsed (a usage error if it is
+ * not one), the segment mapped (with carmyd, the segment must be its own:
+ * --segment is a usage error), and the entry read into r (NOT_FOUND if
+ * the table does not hold it). Returns 0, or an exit status after saying
+ * why.
+ */
+static int look_up(struct ctl *x, const char *cmd, const char *id,
+		   bool carmyd, struct row *r)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+	int rc;
+
+	if (execid_parse(id, exec) != 0)
+		return usage_error("carmyctl %s: an EXECUTION_ID is exec_ and "
+				   "32 hex digits (lower case)", cmd);
+	if (carmyd && x->segment != NULL)
+		return usage_error("carmyctl %s: asks carmyd (--socket), not a "
+				   "segment", cmd);
+	rc = attach(x);
+	if (rc != 0)
+		return rc;
+	return find_exec(&x->view, id, r) ? 0 : not_found(x, cmd, id);
+}
+
 /* ------------------------------------------------------------ helpers */
 
-/* "90", "90s", "15m", "2h", "7d" into nanoseconds. */
-static int parse_age(const char *s, uint64_t *ns)
+/* The bytes of file path ("-": standard input), up to room of them, into
+ * buf; *n grows by how many. 0, or -errno. */
+static int read_upto(const char *path, uint8_t *buf, size_t room, size_t *n)
 {
-	char *end;
-	unsigned long long n;
-	uint64_t unit = 1;
+	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO :
+					  open(path, O_RDONLY | O_CLOEXEC);
+	size_t got = 0;
+	int rc = 0;
 
-	if (*s < '0' || *s > '9')
-		return -1;
-	n = strtoull(s, &end, 10);
-	switch (*end) {
-	case '\0': case 's': unit = 1; break;
-	case 'm': unit = 60; break;
-	case 'h': unit = 3600; break;
-	case 'd': unit = 86400; break;
-	default: return -1;
+	if (fd < 0)
+		return -errno;
+	while (got < room) {
+		ssize_t r = read(fd, buf + got, room - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			rc = -errno;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
 	}
-	if (*end != '\0' && end[1] != '\0')
-		return -1;
-	if (n > UINT64_MAX / 1000000000u / unit)
-		return -1;
-	*ns = (uint64_t)n * unit * 1000000000u;
-	return 0;
+	if (fd != STDIN_FILENO)
+		close(fd);
+	*n += got;
+	return rc;
 }
 
 static int parse_state(const char *s)
@@ -1270,18 +1849,27 @@ static const char *state_name(unsigned st)
 	       st == SHM_COMPLETED ? "completed" : "uncertain";
 }
 
-static void put_age(FILE *f, uint64_t ns)
+/* An age for people, in one unit, rounded down: "42s", "15m", "3h", "9d". */
+static const char *coarse_age(char *buf, size_t size, uint64_t ns)
 {
 	uint64_t s = ns / 1000000000u;
 
 	if (s < 120)
-		fprintf(f, "%5llus", (unsigned long long)s);
+		snprintf(buf, size, "%llus", (unsigned long long)s);
 	else if (s < 7200)
-		fprintf(f, "%5llum", (unsigned long long)(s / 60));
+		snprintf(buf, size, "%llum", (unsigned long long)(s / 60));
 	else if (s < 172800)
-		fprintf(f, "%5lluh", (unsigned long long)(s / 3600));
+		snprintf(buf, size, "%lluh", (unsigned long long)(s / 3600));
 	else
-		fprintf(f, "%5llud", (unsigned long long)(s / 86400));
+		snprintf(buf, size, "%llud", (unsigned long long)(s / 86400));
+	return buf;
+}
+
+static void put_age(FILE *f, uint64_t ns)
+{
+	char buf[32];
+
+	fprintf(f, "%6s", coarse_age(buf, sizeof(buf), ns));
 }
 
 static int fail(const char *what, int code)
@@ -1291,6 +1879,75 @@ static int fail(const char *what, int code)
 	/* Full for the moment is as unavailable: try again later. */
 	return code == CARMY_EUNAVAILABLE || code == CARMY_ETOO_MANY_CLIENTS ?
 		       69 : EXIT_FAIL;
+}
+
+/* An execution the table does not hold: exit 1, NOT_FOUND. */
+static int not_found(const struct ctl *x, const char *what, const char *id)
+{
+	fprintf(stderr, "carmyctl: %s: NOT_FOUND: no execution %s in the "
+		"table of segment %s (a completed one is forgotten after "
+		"carmyd's --retain, or by carmyctl purge or forget)\n", what,
+		id, x->shm_name);
+	return EXIT_FAIL;
+}
+
+/* forget of an execution that is not completed: exit 1, NOT_COMPLETED. */
+static int not_completed(const char *id, unsigned state)
+{
+	fprintf(stderr, "carmyctl: forget: NOT_COMPLETED: %s is %s: only a "
+		"completed execution can be forgotten%s\n", id,
+		state == SHM_UNCERTAIN ? "interrupted" : "running",
+		state == SHM_UNCERTAIN ? " (settle it first: carmyctl resolve "
+					 "or release)" : "");
+	return EXIT_FAIL;
+}
+
+/*
+ * getopt_long()'s '?' (an unknown option) or ':' (one without its value)
+ * for cmd (NULL: before the command), told by name as a usage error. The
+ * option is the argument getopt_long() just stepped over, or for a short
+ * one optopt.
+ */
+static int bad_option(const char *cmd, int o, char **argv)
+{
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+	char shopt[3] = { '-', (char)optopt, '\0' };
+	const char *opt = strncmp(arg, "--", 2) == 0 || optopt == 0 ? arg :
+									shopt;
+
+	if (o == ':')
+		return usage_error("carmyctl%s%s: option '%s' needs a value",
+				   cmd ? " " : "", cmd ? cmd : "", opt);
+	return usage_error("carmyctl%s%s: unknown option '%s'", cmd ? " " : "",
+			   cmd ? cmd : "", opt);
+}
+
+/*
+ * The arguments of a command that takes no option but --json (if json):
+ * none, or with what (its name in the usage) exactly one, left at
+ * argv[optind]. Returns 0, or EXIT_USAGE after saying why.
+ */
+static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
+		      const char *what, bool json)
+{
+	static const struct option with_json[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int o;
+
+	while ((o = getopt_long(argc, argv, ":", with_json + !json,
+				NULL)) != -1) {
+		if (o != 'j')
+			return bad_option(cmd, o, argv);
+		x->json = true;
+	}
+	if (what == NULL && optind < argc)
+		return usage_error("carmyctl %s: unexpected argument '%s'", cmd,
+				   argv[optind]);
+	if (what != NULL && optind + 1 != argc)
+		return usage_error("carmyctl %s: one %s", cmd, what);
+	return 0;
 }
 
 static int usage_error(const char *fmt, ...)

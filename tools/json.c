@@ -12,11 +12,17 @@
 
 void json_put_bytes(FILE *f, const void *buf, size_t len)
 {
+	putc('"', f);
+	json_put_chars(f, buf, len);
+	putc('"', f);
+}
+
+void json_put_chars(FILE *f, const void *buf, size_t len)
+{
 	static const char hex[] = "0123456789abcdef";
 	const uint8_t *p = buf;
 	size_t i = 0;
 
-	putc('"', f);
 	while (i < len) {
 		uint8_t b = p[i];
 		size_t n;
@@ -41,7 +47,6 @@ void json_put_bytes(FILE *f, const void *buf, size_t len)
 			i++;
 		}
 	}
-	putc('"', f);
 }
 
 void json_put_str(FILE *f, const char *s)

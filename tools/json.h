@@ -17,6 +17,9 @@
  */
 void json_put_bytes(FILE *f, const void *buf, size_t len);
 
+/* What json_put_bytes() writes between the quotes. */
+void json_put_chars(FILE *f, const void *buf, size_t len);
+
 /* json_put_bytes() for a NUL-terminated string. */
 void json_put_str(FILE *f, const char *s);
 

@@ -18,4 +18,20 @@
  */
 size_t text_put_bytes(FILE *f, const void *buf, size_t len, size_t width);
 
+/*
+ * text_put_bytes() in at most max columns (0: no bound), without padding:
+ * what does not fit is left out, and "…" (one column) ends what does.
+ * Returns the columns written.
+ */
+size_t text_put_clipped(FILE *f, const void *buf, size_t len, size_t max);
+
+/*
+ * JSON text (mpjson_put()'s) for a person, in at most max columns as
+ * text_put_clipped(): as it is, but that what would not show plainly (C0
+ * and C1 controls, bytes of no valid UTF-8 sequence, the code points
+ * text_put_bytes() escapes) is written as JSON's \uXXXX, so the text is
+ * still the same JSON. Returns the columns written.
+ */
+size_t text_put_json(FILE *f, const void *buf, size_t len, size_t max);
+
 #endif /* TOOLS_TEXT_H */

@@ -282,9 +282,10 @@ void jidx_free(struct jidx *ix)
 	ix->map_end = 0;
 }
 
-/* Execution x as a record: identity, fingerprints, exec id and, if it has
- * one, its result (from a COMPLETE or a committed RESOLVE), pointing into
- * map, a mapping of the file its offsets are in. */
+/* Execution x as a record: identity, fingerprints, exec id, its call if
+ * its RESERVE keeps one and, if it has one, its result (from a COMPLETE
+ * or a committed RESOLVE), pointing into map, a mapping of the file its
+ * offsets are in (whose records recovery checked). */
 void jidx_standing(const uint8_t *map, const struct jexec *x,
 		   struct carmy_store_record *r)
 {
@@ -305,6 +306,20 @@ void jidx_standing(const uint8_t *map, const struct jexec *x,
 	memcpy(r->exec, rv.rv_exec, 16);
 	r->pid = rv.rv_pid;
 	r->started_ns = rv.rv_started_ns;
+	if (rv.rv_flags & JRV_CALL) {
+		struct jrec_call jc;
+
+		p += off;
+		memcpy(&jc, p, sizeof(jc));
+		p += sizeof(jc);
+		r->tool = p;
+		r->tool_kept = jc.jc_tool_kept;
+		r->tool_len = jc.jc_tool_len;
+		r->args = p + jc.jc_tool_kept;
+		r->args_kept = jc.jc_args_kept;
+		r->args_len = jc.jc_args_len;
+		r->result_format = jc.jc_format;
+	}
 	r->state = CARMY_STORE_RUNNING;
 	if (x->complete_off == 0)
 		return;

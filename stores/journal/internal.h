@@ -207,8 +207,26 @@ struct jrec_reserve {
 	uint64_t rv_started_ns;
 	uint32_t rv_pid;
 	uint16_t rv_len[3];
-	uint16_t rv_pad;
-	/* then the three identity parts, back to back */
+	uint16_t rv_flags;	/* JRV_*; 0 in a record of an older carmyd */
+	/* then the three identity parts, back to back; then, with
+	 * JRV_CALL, a struct jrec_call and the bytes it keeps */
+};
+
+/* rv_flags: a struct jrec_call follows the identity. No other bit is
+ * ever set: a record with one is not ours. */
+#define JRV_CALL 1u
+
+/* What the call of a RESERVE was (struct carmy_store_record's tool, args
+ * and result_format): the whole lengths, how many bytes of each are
+ * kept, and the format; then the kept bytes of the tool name and of the
+ * arguments, back to back. Unaligned in the record: read with memcpy. */
+struct jrec_call {
+	uint32_t jc_tool_len;
+	uint32_t jc_args_len;
+	uint16_t jc_tool_kept;	/* <= CARMY_STORE_TOOL_MAX, <= jc_tool_len */
+	uint16_t jc_args_kept;	/* <= CARMY_STORE_ARGS_MAX, <= jc_args_len */
+	uint8_t jc_format;
+	uint8_t jc_pad[3];
 };
 
 struct jrec_complete {
@@ -247,8 +265,11 @@ struct jrec_resolve {
 #define REC_FIXED_MAX (sizeof(struct jrec_resolve) > sizeof(struct jrec_complete) ? \
 		       sizeof(struct jrec_resolve) : sizeof(struct jrec_complete))
 #define REC_MAX (sizeof(struct jrec_head) + REC_FIXED_MAX + (64u << 20) + 16)
-_Static_assert(sizeof(struct jrec_reserve) + 3 * CARMY_STORE_ID_MAX <
-	       REC_FIXED_MAX + (64u << 20), "a RESERVE fits under REC_MAX");
+_Static_assert(sizeof(struct jrec_reserve) + 3 * CARMY_STORE_ID_MAX +
+	       sizeof(struct jrec_call) + CARMY_STORE_TOOL_MAX +
+	       CARMY_STORE_ARGS_MAX < REC_FIXED_MAX + (64u << 20),
+	       "a RESERVE fits under REC_MAX");
+_Static_assert(sizeof(struct jrec_call) == 16, "a call's fixed part");
 _Static_assert(sizeof(struct jrec_head) == 32, "the head is four words");
 _Static_assert(REC_MAX / JREC_SECTOR + 2 < (1u << 24),
 	       "a record's light pieces fit in jr_light's 24 bits");

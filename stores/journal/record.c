@@ -17,6 +17,9 @@
 #include "stores/journal/internal.h"
 
 static bool body_ok(uint8_t op, const uint8_t *body, size_t blen);
+static bool call_ok(const uint8_t *p, size_t room);
+static void call_kept(const struct carmy_store_record *r, uint16_t *tool,
+		      uint16_t *args);
 static uint32_t head_check(uint64_t salt, const uint8_t *p);
 static uint64_t rec_sum(const uint8_t *p, size_t len, uint64_t salt);
 
@@ -28,10 +31,14 @@ size_t jnl_rec_size(const struct carmy_store_req *req)
 	size_t n = sizeof(struct jrec_head);
 
 	switch (req->op) {
-	case CARMY_STORE_RESERVE:
+	case CARMY_STORE_RESERVE: {
+		uint16_t tk, ak;
+
+		call_kept(r, &tk, &ak);
 		n += sizeof(struct jrec_reserve) + r->len[0] + r->len[1] +
-		     r->len[2];
+		     r->len[2] + sizeof(struct jrec_call) + tk + ak;
 		break;
+	}
 	case CARMY_STORE_COMPLETE:
 		n += sizeof(struct jrec_complete) + r->result_len;
 		break;
@@ -62,7 +69,11 @@ void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
 	switch (req->op) {
 	case CARMY_STORE_RESERVE: {
 		struct jrec_reserve rv = { .rv_started_ns = r->started_ns,
-					   .rv_pid = r->pid };
+					   .rv_pid = r->pid,
+					   .rv_flags = JRV_CALL };
+		struct jrec_call jc = { .jc_tool_len = r->tool_len,
+					.jc_args_len = r->args_len,
+					.jc_format = r->result_format };
 
 		memcpy(rv.rv_exec, r->exec, 16);
 		memcpy(rv.rv_fingerprint, r->fingerprint, 16);
@@ -74,6 +85,14 @@ void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
 			memcpy(q, r->part[k], r->len[k]);
 			q += r->len[k];
 		}
+		call_kept(r, &jc.jc_tool_kept, &jc.jc_args_kept);
+		memcpy(q, &jc, sizeof(jc));
+		q += sizeof(jc);
+		if (jc.jc_tool_kept > 0)
+			memcpy(q, r->tool, jc.jc_tool_kept);
+		q += jc.jc_tool_kept;
+		if (jc.jc_args_kept > 0)
+			memcpy(q, r->args, jc.jc_args_kept);
 		break;
 	}
 	case CARMY_STORE_COMPLETE: {
@@ -213,7 +232,10 @@ static bool body_ok(uint8_t op, const uint8_t *body, size_t blen)
 				return false;
 			id += rv.rv_len[k];
 		}
-		return sizeof(rv) + id <= blen;
+		if (sizeof(rv) + id > blen || (rv.rv_flags & ~JRV_CALL) != 0)
+			return false;
+		return !(rv.rv_flags & JRV_CALL) ||
+		       call_ok(body + sizeof(rv) + id, blen - sizeof(rv) - id);
 	}
 	case CARMY_STORE_COMPLETE:
 	case CARMY_STORE_RESOLVE: {
@@ -238,6 +260,40 @@ static bool body_ok(uint8_t op, const uint8_t *body, size_t blen)
 	default:
 		return false;
 	}
+}
+
+/* Is the struct jrec_call at p, with room bytes of the payload left from
+ * it, one we write: kept lengths within the bounds and the whole lengths,
+ * and the kept bytes there? */
+static bool call_ok(const uint8_t *p, size_t room)
+{
+	struct jrec_call jc;
+
+	if (room < sizeof(jc))
+		return false;
+	memcpy(&jc, p, sizeof(jc));
+	return jc.jc_tool_kept <= CARMY_STORE_TOOL_MAX &&
+	       jc.jc_tool_kept <= jc.jc_tool_len &&
+	       jc.jc_args_kept <= CARMY_STORE_ARGS_MAX &&
+	       jc.jc_args_kept <= jc.jc_args_len &&
+	       sizeof(jc) + (size_t)jc.jc_tool_kept + jc.jc_args_kept <= room;
+}
+
+/* How many bytes of r's tool name and arguments its RESERVE keeps: what r
+ * says, within the bounds and the whole lengths (the size and the writing
+ * of a record agree on it). */
+static void call_kept(const struct carmy_store_record *r, uint16_t *tool,
+		      uint16_t *args)
+{
+	uint32_t tk = r->tool != NULL ? r->tool_kept : 0;
+	uint32_t ak = r->args != NULL ? r->args_kept : 0;
+
+	tk = tk < CARMY_STORE_TOOL_MAX ? tk : CARMY_STORE_TOOL_MAX;
+	tk = tk < r->tool_len ? tk : r->tool_len;
+	ak = ak < CARMY_STORE_ARGS_MAX ? ak : CARMY_STORE_ARGS_MAX;
+	ak = ak < r->args_len ? ak : r->args_len;
+	*tool = (uint16_t)tk;
+	*args = (uint16_t)ak;
 }
 
 /* The head at p is whole: its marks, and its check. */

@@ -17,13 +17,15 @@
 
 #include "stores/pg/pg.h"
 
-#define MIN_SERVER 90500	/* INSERT ... ON CONFLICT */
+#define MIN_SERVER 90600	/* ADD COLUMN IF NOT EXISTS (and 9.5's
+				 * INSERT ... ON CONFLICT) */
 /* pg_advisory_xact_lock key of schema creation: "CarmyPgS" */
 #define SCHEMA_LOCK "4855287687794419539"
 
 /* Type oids (catalog/pg_type.h, stable since forever). */
 #define BYTEAOID 17
 #define INT8OID 20
+#define INT2OID 21
 #define INT4OID 23
 #define TEXTOID 25
 
@@ -51,6 +53,14 @@ static const char *const schema_sql[] = {
 	" PRIMARY KEY (principal, session, request_id))",
 	"CREATE INDEX IF NOT EXISTS carmy_executions_instance"
 	" ON carmy_executions (instance)",
+	/* What the call was (carmy_store.h): a table made before them gets
+	 * them here, in place; its rows hold NULL there, read as none. */
+	"ALTER TABLE carmy_executions"
+	" ADD COLUMN IF NOT EXISTS tool bytea,"
+	" ADD COLUMN IF NOT EXISTS tool_len integer,"
+	" ADD COLUMN IF NOT EXISTS args bytea,"
+	" ADD COLUMN IF NOT EXISTS args_len bigint,"
+	" ADD COLUMN IF NOT EXISTS result_format smallint",
 	"COMMIT",
 };
 
@@ -87,7 +97,9 @@ static const char *const schema_sql[] = {
 #define RESERVE_SQL \
 	"WITH ins AS (INSERT INTO carmy_executions (principal, session," \
 	" request_id, exec, instance, fingerprint, rawprint, pid, started_ns," \
-	" state) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)" \
+	" tool, tool_len, args, args_len, result_format, state)" \
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13," \
+	" $14, 1)" \
 	" ON CONFLICT DO NOTHING RETURNING 1)" \
 	" SELECT EXISTS (SELECT 1 FROM ins), e.ctid IS NOT NULL," \
 	" e.instance = $5," \
@@ -118,9 +130,9 @@ static const char *const schema_sql[] = {
 	" AND request_id = $3 AND exec = $4 AND instance = $5 AND state = 1"
 
 const struct pg_stmt pg_stmts[ST_COUNT] = {
-	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 9, { BYTEAOID,
+	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 14, { BYTEAOID,
 	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID, BYTEAOID, BYTEAOID, INT8OID,
-	  INT8OID } },
+	  INT8OID, BYTEAOID, INT4OID, BYTEAOID, INT8OID, INT2OID } },
 	[ST_SETTLE] = { "carmy_settle", SETTLE_SQL, 9, { BYTEAOID, INT8OID,
 	  INT4OID, INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID, TEXTOID } },
 	[ST_RELEASE] = { "carmy_release", RELEASE_SQL, 2, { BYTEAOID,
@@ -220,8 +232,8 @@ int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
 	v = PQserverVersion(s->conn);
 	if (v < MIN_SERVER) {
 		snprintf(err, errlen, "PostgreSQL server version %d is too "
-			 "old: the store needs 9.5 or later (INSERT ... ON "
-			 "CONFLICT)", v);
+			 "old: the store needs 9.6 or later (INSERT ... ON "
+			 "CONFLICT, ADD COLUMN IF NOT EXISTS)", v);
 		return -EPROTONOSUPPORT;
 	}
 	return 0;
@@ -248,15 +260,19 @@ static int exec_ok(PGconn *c, const char *sql, const char *doing, char *err,
 
 /* CREATE ... IF NOT EXISTS still races with itself (two creators both
  * find the table absent): the advisory lock makes them take turns. It is
- * not run at all once the table and its index exist: CREATE INDEX IF NOT
- * EXISTS takes a lock on the table even then, which waits for every
- * instance's writes in flight and holds up those behind it. */
+ * not run at all once the table, its index and its last column exist:
+ * CREATE INDEX IF NOT EXISTS and ALTER TABLE take a lock on the table even
+ * then, which waits for every instance's writes in flight and holds up
+ * those behind it. */
 int pg_create_schema(PGconn *c, char *err, size_t errlen)
 {
 	size_t n = sizeof(schema_sql) / sizeof(schema_sql[0]);
 	PGresult *r = PQexec(c, "SELECT to_regclass('carmy_executions') IS NOT"
 			     " NULL AND to_regclass('carmy_executions_instance')"
-			     " IS NOT NULL");
+			     " IS NOT NULL AND EXISTS (SELECT 1 FROM"
+			     " pg_attribute WHERE attrelid ="
+			     " to_regclass('carmy_executions') AND attname ="
+			     " 'result_format' AND NOT attisdropped)");
 	bool exists = PQresultStatus(r) == PGRES_TUPLES_OK &&
 		      PQntuples(r) == 1 && PQnfields(r) == 1 &&
 		      strcmp(PQgetvalue(r, 0, 0), "t") == 0;

@@ -53,19 +53,21 @@
 /* The columns of a record, as load() and RESERVE read them back. */
 #define ROW_COLS "principal, session, request_id, exec, fingerprint, " \
 	"rawprint, pid, started_ns, state, finished_ns, status, result_code, " \
-	"result, resolved_ns, resolved_uid, resolved_pid"
+	"result, resolved_ns, resolved_uid, resolved_pid, tool, tool_len, " \
+	"args, args_len, result_format"
 enum {
 	C_PRINCIPAL, C_SESSION, C_REQUEST_ID, C_EXEC, C_FINGERPRINT,
 	C_RAWPRINT, C_PID, C_STARTED, C_STATE, C_FINISHED, C_STATUS,
 	C_RESULT_CODE, C_RESULT, C_RESOLVED_NS, C_RESOLVED_UID,
-	C_RESOLVED_PID, C_NCOLS
+	C_RESOLVED_PID, C_TOOL, C_TOOL_LEN, C_ARGS, C_ARGS_LEN, C_FORMAT,
+	C_NCOLS
 };
 
 /* The prepared statements (conn.c), prepared on every connection. */
 struct pg_stmt {
 	const char *name, *sql;
 	int nparams;
-	Oid types[9];
+	Oid types[14];
 };
 enum { ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW, ST_COUNT };
 extern const struct pg_stmt pg_stmts[ST_COUNT];

@@ -90,6 +90,38 @@ static int decode_result(const PGresult *r, int row, int base,
 	return 0;
 }
 
+/* The call of a record (NULL throughout in a row written before the
+ * store kept it: none), its kept bytes within the bounds and the whole
+ * lengths. */
+static int decode_call(const PGresult *r, int row, int base,
+		       struct carmy_store_record *rec)
+{
+	int64_t tool_len, args_len, format;
+
+	if (get_opt_int(r, row, base + C_TOOL_LEN, 4, 0, UINT16_MAX,
+			&tool_len) ||
+	    get_opt_int(r, row, base + C_ARGS_LEN, 8, 0, UINT32_MAX,
+			&args_len) ||
+	    get_opt_int(r, row, base + C_FORMAT, 2, 0, UINT8_MAX, &format))
+		return -EBADMSG;
+	rec->tool_len = (uint32_t)tool_len;
+	rec->args_len = (uint32_t)args_len;
+	rec->result_format = (uint8_t)format;
+	if (!PQgetisnull(r, row, base + C_TOOL) &&
+	    get_bytes(r, row, base + C_TOOL, 0,
+		      tool_len < CARMY_STORE_TOOL_MAX ? tool_len :
+							CARMY_STORE_TOOL_MAX,
+		      &rec->tool, &rec->tool_kept))
+		return -EBADMSG;
+	if (!PQgetisnull(r, row, base + C_ARGS) &&
+	    get_bytes(r, row, base + C_ARGS, 0,
+		      args_len < CARMY_STORE_ARGS_MAX ? args_len :
+							CARMY_STORE_ARGS_MAX,
+		      &rec->args, &rec->args_kept))
+		return -EBADMSG;
+	return 0;
+}
+
 /* Row row of r, its ROW_COLS from column base, into rec (pointing into
  * r): 0, or -EBADMSG for anything this store would not have written. */
 int pg_decode_row(const PGresult *r, int row, int base,
@@ -127,6 +159,8 @@ int pg_decode_row(const PGresult *r, int row, int base,
 	rec->resolved_ns = (uint64_t)rns;
 	rec->resolved_uid = (uint32_t)ruid;
 	rec->resolved_pid = (uint32_t)rpid;
+	if (decode_call(r, row, base, rec) != 0)
+		return -EBADMSG;
 	if (state == CARMY_STORE_COMPLETED)
 		return decode_result(r, row, base, rec);
 	return 0;

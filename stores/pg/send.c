@@ -22,12 +22,15 @@ static void put_be(uint8_t *out, uint64_t v, int size)
 static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 			const char *instance)
 {
-	uint8_t pid[8], started[8];
-	const char *v[9];
-	int len[9], fmt[9];
+	uint8_t pid[8], started[8], tool_len[4], args_len[8], format[2];
+	const char *v[14];
+	int len[14], fmt[14];
 
 	put_be(pid, r->pid, 8);
 	put_be(started, r->started_ns, 8);
+	put_be(tool_len, r->tool_len, 4);
+	put_be(args_len, r->args_len, 8);
+	put_be(format, r->result_format, 2);
 	for (int k = 0; k < 3; k++) {
 		v[k] = (const char *)r->part[k];
 		len[k] = r->len[k];
@@ -41,10 +44,22 @@ static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 	len[3] = len[5] = len[6] = 16;
 	len[4] = (int)strlen(instance);
 	len[7] = len[8] = 8;
-	for (int k = 0; k < 9; k++)
+	/* The call (check_req() bounded it): never NULL, so that a row
+	 * written here tells "nothing kept" from a row of an older one. */
+	v[9] = r->tool_kept > 0 ? (const char *)r->tool : "";
+	len[9] = (int)r->tool_kept;
+	v[10] = (const char *)tool_len;
+	len[10] = 4;
+	v[11] = r->args_kept > 0 ? (const char *)r->args : "";
+	len[11] = (int)r->args_kept;
+	v[12] = (const char *)args_len;
+	len[12] = 8;
+	v[13] = (const char *)format;
+	len[13] = 2;
+	for (int k = 0; k < 14; k++)
 		fmt[k] = 1;
-	return PQsendQueryPrepared(c, pg_stmts[ST_RESERVE].name, 9, v, len, fmt,
-				   1);
+	return PQsendQueryPrepared(c, pg_stmts[ST_RESERVE].name, 14, v, len,
+				   fmt, 1);
 }
 
 /* COMPLETE, or RESOLVE as committed (resolved: with who settled it). */

@@ -45,7 +45,11 @@
  *     pid, started_ns bigint; state smallint, 1 running, 2 completed;
  *     finished_ns bigint, status, result_code integer, result bytea: set
  *     once completed; resolved_ns, resolved_uid, resolved_pid bigint: set
- *     by an operator's RESOLVE), indexed on instance.
+ *     by an operator's RESOLVE; tool bytea, tool_len integer, args bytea,
+ *     args_len bigint, result_format smallint: what the call was, set by
+ *     its RESERVE), indexed on instance. A table made before the last
+ *     five columns gets them at open (ALTER TABLE ... ADD COLUMN IF NOT
+ *     EXISTS), its rows NULL there: no call kept.
  *
  * Each op in SQL (exec: the 16-byte execution id, which comes from a
  * client's entry in the segment and is trusted no further than that;
@@ -396,6 +400,13 @@ static int check_req(const struct carmy_store_req *req)
 				return -EINVAL;
 		if (r->started_ns > INT64_MAX)
 			return -ERANGE;
+		if ((r->tool_kept > 0 && r->tool == NULL) ||
+		    r->tool_kept > CARMY_STORE_TOOL_MAX ||
+		    r->tool_kept > r->tool_len || r->tool_len > UINT16_MAX ||
+		    (r->args_kept > 0 && r->args == NULL) ||
+		    r->args_kept > CARMY_STORE_ARGS_MAX ||
+		    r->args_kept > r->args_len)
+			return -EINVAL;
 	}
 	if (result && (r->finished_ns > INT64_MAX ||
 		       r->resolved_ns > INT64_MAX))

@@ -879,9 +879,12 @@ START_TEST(test_codes_have_the_spec_names)
 	ck_assert_str_eq(carmy_errname(CARMY_EFORKED), "FORKED");
 	ck_assert_int_eq(CARMY_EFORKED, -1019);
 	ck_assert_ptr_nonnull(strstr(carmy_strerror(CARMY_EFORKED), "fork"));
+	ck_assert_str_eq(carmy_errname(CARMY_EINVALID_RESULT), "INVALID_RESULT");
+	ck_assert_int_eq(CARMY_EINVALID_RESULT, -1020);
 	/* Every code of Carmy's, the last one included, has its own name
 	 * and sentence: none falls through to the errno tables. */
-	for (int code = CARMY_EINVALID_ID; code >= CARMY_EFORKED; code--) {
+	for (int code = CARMY_EINVALID_ID; code >= CARMY_EINVALID_RESULT;
+	     code--) {
 		ck_assert_str_ne(carmy_errname(code), "SYSTEM_ERROR");
 		ck_assert_str_ne(carmy_errname(code), "UNKNOWN_ERROR");
 		ck_assert_str_ne(carmy_strerror(code), strerror(-code));

@@ -437,51 +437,12 @@ START_TEST(test_shed_connections_not_yet_closed_pause_accepting_without_spinning
 }
 END_TEST
 
-/* Exec carmyctl with args, as uid/gid/groups when uid is not -1; its exit
- * status, with its standard error in err. */
+/* carmyctl with args against d, as uid/gid/groups when uid is not -1
+ * (e2e_carmyctl()). */
 static int carmyctl(uid_t uid, gid_t gid, const gid_t *groups, size_t n,
 		    char *err, size_t errsz, const char *const *args)
 {
-	char prog[512], trusted[32];
-	const char *argv[16];
-	int p[2], st, k = 0;
-	ssize_t got, have = 0;
-	pid_t pid;
-
-	argv[k++] = harness_path("tools/carmyctl", prog, sizeof(prog));
-	argv[k++] = "--socket";
-	argv[k++] = d.socket;
-	for (int i = 0; args[i] != NULL && k < 15; i++)
-		argv[k++] = args[i];
-	argv[k] = NULL;
-	ck_assert_int_eq(pipe(p), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		dup2(null, STDOUT_FILENO);
-		dup2(p[1], STDERR_FILENO);
-		/* A client of another user's carmyd names the uid it
-		 * trusts (carmyd's). */
-		snprintf(trusted, sizeof(trusted), "%u",
-			 (unsigned)(d.as_user ? d.uid : 0));
-		setenv("CARMY_TRUSTED_USERS", trusted, 1);
-		if (uid != (uid_t)-1 && harness_become(uid, gid, groups, n) != 0)
-			_exit(126);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	close(p[1]);
-	while (have < (ssize_t)errsz - 1 &&
-	       (got = read(p[0], err + have, errsz - 1 - (size_t)have)) > 0)
-		have += got;
-	err[have] = '\0';
-	close(p[0]);
-	st = harness_waitpid(pid, 30000);
-	ck_assert_msg(st != -1, "carmyctl did not finish");
-	ck_assert(WIFEXITED(st));
-	return WEXITSTATUS(st);
+	return e2e_carmyctl(&d, uid, gid, groups, n, err, errsz, args);
 }
 
 /* --max-clients 4: a fifth is refused at once, with a reason carmyctl
@@ -673,6 +634,20 @@ START_TEST(test_group_member_may_not_purge_or_resolve)
 			      "carmyctl: %s", err);
 	}
 	ck_assert_int_eq(retry_call(c, "lost"), CARMY_EUNCERTAIN);
+	{
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		struct carmy_call done = E2E_CALL("owner", "s", "done");
+		const char *forget[] = { "forget", NULL, NULL };
+
+		ck_assert_int_eq(carmy_begin(c, &done, &r), CARMY_REPLAY);
+		forget[1] = r.execution_id;
+		ck_assert_int_eq(carmyctl(p.member, p.member_gid, &p.share, 1,
+					  err, sizeof(err), forget), 1);
+		ck_assert_msg(strstr(err, "NOT_PERMITTED") != NULL,
+			      "carmyctl: %s", err);
+		carmy_reservation_clear(&r);
+	}
+	ck_assert_int_eq(retry_call(c, "done"), CARMY_REPLAY);
 	snprintf(uid_text, sizeof(uid_text), "uid %u: purge refused",
 		 (unsigned)p.member);
 	ck_assert_msg(wait_log(uid_text, HARNESS_WAIT_MS),
@@ -761,6 +736,20 @@ START_TEST(test_admin_group_member_may_purge_and_resolve)
 					  sizeof(err), resolve), 0);
 	}
 	ck_assert_int_eq(retry_call(c, "lost"), CARMY_RESERVED);
+	/* And forget one. */
+	complete_call(c, "again");
+	{
+		struct carmy_reservation r = CARMY_RESERVATION_INIT;
+		struct carmy_call again = E2E_CALL("owner", "s", "again");
+		const char *forget[] = { "forget", NULL, NULL };
+
+		ck_assert_int_eq(carmy_begin(c, &again, &r), CARMY_REPLAY);
+		forget[1] = r.execution_id;
+		ck_assert_int_eq(carmyctl(p.member, p.member_gid, both, 2, err,
+					  sizeof(err), forget), 0);
+		carmy_reservation_clear(&r);
+	}
+	ck_assert_int_eq(retry_call(c, "again"), CARMY_RESERVED);
 	carmy_close(c);
 	e2e_stop(&d);
 }

@@ -195,6 +195,46 @@ START_TEST(test_running_elsewhere_is_uncertain_and_a_release_frees_it)
 }
 END_TEST
 
+/* Retention on a (--retain 1s) forgets a completed call in the store too:
+ * its PURGE deletes the row, so b, which never replayed it, finds the
+ * identity free. A call running on a is never forgotten, here or there. */
+START_TEST(test_retention_deletes_the_row_and_keeps_what_runs)
+{
+	static const char *opts_r[] = { "--capacity", "1024", "--max-result",
+					"1K", "--store", spec_a, "--retain",
+					"1s", NULL };
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation held = CARMY_RESERVATION_INIT;
+	struct carmy_call old = call_of("ret-old", NULL);
+	struct carmy_call running = call_of("ret-held", NULL);
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	const char *gone[1] = { exec };
+	struct shm_view v;
+
+	carmy_close(ca);
+	e2e_stop(&a);
+	e2e_start(&a, opts_r);
+	ca = e2e_connect(&a);
+	ck_assert_int_eq(shm_map(a.segment, false, &v), 0);
+	run_on(ca, "ret-old", "r", exec);
+	ck_assert_int_eq(carmy_begin(ca, &running, &held), CARMY_RESERVED);
+	ck_assert_msg(e2e_await_gone(&v, gone, 1, HARNESS_WAIT_MS),
+		      "retention never forgot %s", exec);
+	ck_assert_int_eq(carmy_begin(cb, &old, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, exec);
+	ck_assert_int_eq(carmy_release(cb, &r), 0);
+	ck_assert_uint_eq(e2e_exec_state(&v, held.execution_id), SHM_RUNNING);
+	ck_assert_int_eq(carmy_begin(cb, &running, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
+	ck_assert_str_eq(r.execution_id, held.execution_id);
+	ck_assert_int_eq(carmy_complete(ca, &held, CARMY_STATUS_COMPLETED, "h",
+					1), 0);
+	shm_unmap(&v);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&held);
+}
+END_TEST
+
 /* A process killed with -9 while it runs a call on a: uncertain there and
  * on b; an operator resolves it on a, and b replays what was resolved. */
 START_TEST(test_a_killed_owner_is_uncertain_everywhere_until_resolved)
@@ -700,6 +740,7 @@ int main(void)
 	tcase_add_test(tc,
 		       test_a_killed_owner_is_uncertain_everywhere_until_resolved);
 	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);
+	tcase_add_test(tc, test_retention_deletes_the_row_and_keeps_what_runs);
 	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	tcase_add_test(tc,

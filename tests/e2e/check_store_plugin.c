@@ -371,6 +371,169 @@ START_TEST(test_a_damaged_line_stops_carmyd)
 }
 END_TEST
 
+/* A line of the plugin's file for a call interrupted long ago, whose
+ * exec id is 16 bytes of x, with tool (text) and args (hex: kept of
+ * whole bytes). */
+static void crafted(uint8_t x, const char *rid, const char *tool,
+		    const char *args_hex, unsigned whole, unsigned format)
+{
+	char line[2048], hex[3][128];
+	const char *part[3] = { "p", "s", rid };
+	const char *t;
+	int n;
+
+	for (int k = 0; k < 3; k++) {
+		hex[k][0] = '\0';
+		for (const char *q = part[k]; *q != '\0'; q++)
+			sprintf(hex[k] + strlen(hex[k]), "%02x",
+				(unsigned char)*q);
+	}
+	n = snprintf(line, sizeof(line), "R ");
+	for (int i = 0; i < 16; i++)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "%02x", x);
+	n += snprintf(line + n, sizeof(line) - (size_t)n,
+		      " 00000000000000000000000000000000"
+		      " 00000000000000000000000000000000 42 1000 %s %s %s %zu "
+		      "%u %u ", hex[0], hex[1], hex[2], strlen(tool), whole,
+		      format);
+	for (t = tool; *t != '\0'; t++)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "%02x",
+			      (unsigned char)*t);
+	n += snprintf(line + n, sizeof(line) - (size_t)n, " %s\n", args_hex);
+	spill(line, (size_t)n, true);
+}
+
+/* carmyctl --socket ARGS: its standard output, whole, into out. */
+static void carmyctl_out(const char *args, char *out, size_t size)
+{
+	char ctl[256], cmd[768];
+	FILE *f;
+	size_t n;
+
+	harness_path("tools/carmyctl", ctl, sizeof(ctl));
+	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' %s", ctl, d.socket,
+		 args);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(out, 1, size - 1, f);
+	out[n] = '\0';
+	ck_assert_msg(pclose(f) == 0, "carmyctl %s failed", args);
+}
+
+/*
+ * A call's summary goes through the plugin (struct carmy_store_record's
+ * tool, args and result format) and comes back after a reboot: the
+ * format still holds a resolve to it. What a store gives back is shown
+ * as it is: arguments that are not msgpack escaped, cut ones rendered as
+ * far as they go and marked.
+ */
+START_TEST(test_a_call_comes_back_from_the_plugin)
+{
+	static const uint8_t args[] = { 0x92, 0xa2, '-', 'c', 0xa4, 'e', 'c',
+					'h', 'o' };
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call = E2E_CALL("p", "s", "run");
+	char out[8192], cmd[128], cut[600], want[1024];
+	carmy_t *h;
+	size_t n;
+
+	call.tool = "bash";
+	call.tool_len = 4;
+	call.args = args;
+	call.args_len = sizeof(args);
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	h = e2e_connect(&d);
+	ck_assert_int_eq(carmy_set_result_format(h, CARMY_FORMAT_EXIT_OUTPUT),
+			 0);
+	ck_assert_int_eq(carmy_begin(h, &call, &r), CARMY_RESERVED);
+	carmy_close(h);
+	ck_assert_int_eq(e2e_poll_begin(c, &call, &r, CARMY_EUNCERTAIN,
+					CARMY_STATE_INTERRUPTED,
+					HARNESS_WAIT_MS, NULL),
+			 CARMY_EUNCERTAIN);
+	carmy_close(c);
+	c = NULL;
+	e2e_kill9(&d);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	/* Not msgpack (0xc1 is no type), and msgpack cut where carmyd cuts:
+	 * ["a" x 200, "b" x 100], 305 bytes, of which 256 are kept. */
+	crafted(0xaa, "not-msgpack", "t1", "ffc10041", 4, 0);
+	n = (size_t)sprintf(cut, "92d9c8");
+	for (int i = 0; i < 200; i++)
+		n += (size_t)sprintf(cut + n, "61");
+	n += (size_t)sprintf(cut + n, "d964");
+	for (int i = 0; i < 51; i++)
+		n += (size_t)sprintf(cut + n, "62");
+	crafted(0xbb, "cut", "t2", cut, 305, 1);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+
+	ck_assert_int_eq(carmy_resolve(c, &call, r.execution_id, 1,
+				       CARMY_STATUS_COMPLETED, "done", 4),
+			 CARMY_EINVALID_RESULT);
+	snprintf(cmd, sizeof(cmd), "--json show %s", r.execution_id);
+	carmyctl_out(cmd, out, sizeof(out));
+	ck_assert_msg(strstr(out, "\"tool\":\"bash\",\"tool_len\":4,"
+			      "\"tool_truncated\":false,\"args\":[\"-c\","
+			      "\"echo\"],\"args_len\":9,\"args_truncated\":"
+			      "false,\"result_format\":\"exit_output\"") !=
+		      NULL, "show: %s", out);
+	carmyctl_out("--json list --state uncertain", out, sizeof(out));
+	ck_assert_msg(strstr(out, "\"tool\":\"t1\",\"tool_len\":2,"
+			      "\"tool_truncated\":false,\"args_prefix\":"
+			      "\"\\\\xff\\\\xc1\\\\x00A\",\"args_len\":4,"
+			      "\"args_truncated\":false,\"result_format\":"
+			      "\"bytes\"") != NULL, "list: %s", out);
+	n = (size_t)sprintf(want, "\"tool\":\"t2\",\"tool_len\":2,"
+			    "\"tool_truncated\":false,\"args_prefix\":"
+			    "\"[\\\"");
+	memset(want + n, 'a', 200);
+	n += 200;
+	n += (size_t)sprintf(want + n, "\\\",\\\"");
+	memset(want + n, 'b', 51);
+	n += 51;
+	sprintf(want + n, "\u2026\",\"args_len\":305,\"args_truncated\":"
+		"true,\"result_format\":\"exit_output\"");
+	ck_assert_msg(strstr(out, want) != NULL, "list: %s\nwant: %s", out,
+		      want);
+	carmyctl_out("show exec_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", out,
+		     sizeof(out));
+	ck_assert_msg(strstr(out, "\nargs          [\"aaaa") != NULL &&
+		      strstr(out, "bbbb\u2026 (305 bytes, the first 256 "
+			     "kept)\n") != NULL, "show: %s", out);
+	carmyctl_out("show exec_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", out,
+		     sizeof(out));
+	ck_assert_msg(strstr(out, "\nargs          \\xff\\xc1\\x00A\n") !=
+		      NULL, "show: %s", out);
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+}
+END_TEST
+
+/* A plugin built for ABI 2, whose records lack the call: refused at
+ * start, with what to do. */
+START_TEST(test_a_plugin_of_abi_2_is_refused)
+{
+	char so[256], spec2[512], log[128];
+	const char *const args[] = { "--store", spec2, "--log-file", log,
+				     NULL };
+	struct carmyd_proc x;
+
+	harness_path("tests/e2e/.libs/store_abi2.so", so, sizeof(so));
+	ck_assert_msg(access(so, R_OK) == 0, "no plugin at %s", so);
+	snprintf(spec2, sizeof(spec2), "plugin:%s", so);
+	snprintf(log, sizeof(log), "%s/carmyd.log", dir);
+	ck_assert_int_eq(harness_start(&x, args), -1);
+	harness_stop(&x);
+	ck_assert_int_eq(e2e_logged(log, "a Carmy store plugin of ABI 2; "
+				    "this carmyd needs ABI 3"), 1);
+	ck_assert_int_eq(e2e_logged(log, "rebuild it against"), 1);
+}
+END_TEST
+
 /* Not a plugin: a path that is not there, and a shared object that does
  * not export carmy_store_plugin. carmyd exits without serving. */
 START_TEST(test_what_is_not_a_plugin_is_refused)
@@ -410,6 +573,8 @@ int main(void)
 	tcase_add_test(tc, test_a_partial_last_line_is_cut_before_the_next_record);
 	tcase_add_test(tc, test_a_damaged_line_stops_carmyd);
 	tcase_add_test(tc, test_what_is_not_a_plugin_is_refused);
+	tcase_add_test(tc, test_a_call_comes_back_from_the_plugin);
+	tcase_add_test(tc, test_a_plugin_of_abi_2_is_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

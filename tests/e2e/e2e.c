@@ -225,6 +225,39 @@ void e2e_exec_bytes(const char *id, uint8_t out[SHM_EXEC_LEN])
 	}
 }
 
+unsigned e2e_exec_state(const struct shm_view *v, const char *exec)
+{
+	uint8_t want[SHM_EXEC_LEN];
+
+	e2e_exec_bytes(exec, want);
+	for (uint32_t e = 0; e < v->geo.capacity; e++) {
+		unsigned st = shm_state_as(v, e, want);
+
+		if (st != SHM_FREE)
+			return st;
+	}
+	return SHM_FREE;
+}
+
+bool e2e_await_gone(const struct shm_view *v, const char *const *exec,
+		    int n, int timeout_ms)
+{
+	uint64_t deadline = harness_now_ns() + (uint64_t)timeout_ms * 1000000u;
+
+	for (;;) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		int left = 0;
+
+		for (int i = 0; i < n; i++)
+			left += e2e_exec_state(v, exec[i]) != SHM_FREE;
+		if (left == 0)
+			return true;
+		if (harness_now_ns() > deadline)
+			return false;
+		nanosleep(&ts, NULL);	/* polling, bounded above */
+	}
+}
+
 void e2e_within(double ms, double limit_ms, const char *what)
 {
 	const char *env = getenv("CARMY_TIMING");
@@ -331,6 +364,52 @@ int e2e_read_full(int fd, void *buf, size_t n, int timeout_ms)
 		n -= (size_t)got;
 	}
 	return 0;
+}
+
+int e2e_carmyctl(const struct carmyd_proc *d, uid_t uid, gid_t gid,
+		 const gid_t *groups, size_t n, char *err, size_t errsz,
+		 const char *const *args)
+{
+	char prog[512], trusted[32];
+	const char *argv[16];
+	int p[2], st, k = 0;
+	ssize_t got, have = 0;
+	pid_t pid;
+
+	argv[k++] = harness_path("tools/carmyctl", prog, sizeof(prog));
+	argv[k++] = "--socket";
+	argv[k++] = d->socket;
+	for (int i = 0; args[i] != NULL && k < 15; i++)
+		argv[k++] = args[i];
+	argv[k] = NULL;
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, STDOUT_FILENO);
+		dup2(p[1], STDERR_FILENO);
+		/* A client of another user's carmyd names the uid it
+		 * trusts (carmyd's). */
+		snprintf(trusted, sizeof(trusted), "%u",
+			 (unsigned)(d->as_user ? d->uid : 0));
+		setenv("CARMY_TRUSTED_USERS", trusted, 1);
+		if (uid != (uid_t)-1 && harness_become(uid, gid, groups, n) != 0)
+			_exit(126);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	while (have < (ssize_t)errsz - 1 &&
+	       (got = read(p[0], err + have, errsz - 1 - (size_t)have)) > 0)
+		have += got;
+	err[have] = '\0';
+	close(p[0]);
+	st = harness_waitpid(pid, 30000);
+	ck_assert_msg(st != -1, "carmyctl did not finish");
+	ck_assert(WIFEXITED(st));
+	return WEXITSTATUS(st);
 }
 
 /* ------------------------------------------------------------ clients */

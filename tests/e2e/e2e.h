@@ -87,6 +87,16 @@ bool e2e_exec_id_valid(const char *id);
 /* Decode an execution id's 32 hex digits into 16 bytes. */
 void e2e_exec_bytes(const char *id, uint8_t out[SHM_EXEC_LEN]);
 
+/* The state execution id exec is published in, in the segment v maps
+ * (read-only will do): SHM_RUNNING, SHM_COMPLETED or SHM_UNCERTAIN, or
+ * SHM_FREE if the table does not hold it. */
+unsigned e2e_exec_state(const struct shm_view *v, const char *exec);
+
+/* Wait until none of the n executions in exec is in v's table (forgotten
+ * by a purge or retention); false if some still are after timeout_ms. */
+bool e2e_await_gone(const struct shm_view *v, const char *const *exec,
+		    int n, int timeout_ms);
+
 /* Print one TAP diagnostic line ("# ..."), flushed at once. */
 void e2e_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -127,6 +137,15 @@ bool e2e_await_logged(const char *path, const char *what, int n, int ms);
 /* Read exactly n bytes within timeout_ms. Returns 0, or -1 on timeout, EOF
  * or error. */
 int e2e_read_full(int fd, void *buf, size_t n, int timeout_ms);
+
+/* Run carmyctl --socket d->socket with args (NULL-terminated, at most 12),
+ * as uid, gid and the n groups when uid is not (uid_t)-1 (a forked child
+ * becomes them: root only), trusting carmyd's uid. Returns its exit
+ * status, with its standard error in err (errsz bytes, NUL-terminated);
+ * asserts it ran and ended. */
+int e2e_carmyctl(const struct carmyd_proc *d, uid_t uid, gid_t gid,
+		 const gid_t *groups, size_t n, char *err, size_t errsz,
+		 const char *const *args);
 
 /* ------------------------------------------------------------ clients */
 

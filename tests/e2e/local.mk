@@ -67,12 +67,29 @@ TESTS += tests/e2e/check_store_plugin
 tests_e2e_check_store_plugin_SOURCES = tests/e2e/check_store_plugin.c $(E2E_SOURCES)
 tests_e2e_check_store_plugin_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_store_plugin_LDADD = $(TEST_LIBS)
+# A plugin of the store ABI before this one, which carmyd must refuse.
+check_LTLIBRARIES += tests/e2e/store_abi2.la
+tests_e2e_store_abi2_la_SOURCES = tests/e2e/store_abi2.c
+tests_e2e_store_abi2_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath /nowhere
 
 check_PROGRAMS += tests/e2e/check_settle
 TESTS += tests/e2e/check_settle
 tests_e2e_check_settle_SOURCES = tests/e2e/check_settle.c $(E2E_SOURCES)
 tests_e2e_check_settle_CFLAGS = $(TEST_CFLAGS) -pthread
 tests_e2e_check_settle_LDADD = $(TEST_LIBS) -lpthread
+
+check_PROGRAMS += tests/e2e/check_retain
+TESTS += tests/e2e/check_retain
+tests_e2e_check_retain_SOURCES = tests/e2e/check_retain.c $(E2E_SOURCES)
+tests_e2e_check_retain_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_retain_LDADD = $(TEST_LIBS)
+
+check_PROGRAMS += tests/e2e/check_calls
+TESTS += tests/e2e/check_calls
+tests_e2e_check_calls_SOURCES = tests/e2e/check_calls.c $(E2E_SOURCES)
+tests_e2e_check_calls_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_calls_LDADD = $(TEST_LIBS)
 
 check_PROGRAMS += tests/e2e/check_limits
 TESTS += tests/e2e/check_limits

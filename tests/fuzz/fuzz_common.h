@@ -98,7 +98,7 @@ static inline void fw_rid(uint32_t i, char rid[8])
  *   FS_MODE_BODY     1: leave the header alone, overwrite what follows it
  *                       (else the input starts at offset 0, header included)
  *   FS_MODE_PACKED   2: write the input into the regions the code reads
- *                       (header, tickets, buckets, entries, results) one
+ *                       (header, tickets, buckets, entries, calls, results)
  *                       after the other, skipping the alignment padding, so
  *                       that short inputs reach the entries (else: raw, at
  *                       the same offset in the segment)

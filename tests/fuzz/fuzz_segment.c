@@ -87,6 +87,8 @@ static void overwrite(uint8_t *seg, unsigned mode, const uint8_t *in, size_t n)
 		{ tgeo.buckets_off, (uint64_t)tgeo.nbuckets * sizeof(uint64_t) },
 		{ tgeo.entries_off,
 		  (uint64_t)tgeo.capacity * sizeof(struct shm_entry) },
+		{ tgeo.calls_off,
+		  (uint64_t)tgeo.capacity * sizeof(struct shm_call) },
 		{ tgeo.results_off,
 		  (uint64_t)tgeo.capacity * tgeo.result_stride },
 		/* Answer counts, ack slots (posted requests) and bells. */
@@ -128,6 +130,7 @@ static void private_view(struct shm_view *v)
 	v->tickets = (uint64_t *)(work + tgeo.tickets_off);
 	v->buckets = (uint64_t *)(work + tgeo.buckets_off);
 	v->entries = (struct shm_entry *)(work + tgeo.entries_off);
+	v->calls = (struct shm_call *)(work + tgeo.calls_off);
 	v->results = work + tgeo.results_off;
 }
 

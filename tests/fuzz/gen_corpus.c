@@ -360,6 +360,7 @@ static void segment_seeds(void)
 		h.sh_tickets_off = g.tickets_off;
 		h.sh_buckets_off = g.buckets_off;
 		h.sh_entries_off = g.entries_off;
+		h.sh_calls_off = g.calls_off;
 		h.sh_results_off = g.results_off;
 		h.sh_size = g.size;
 		memcpy(buf + 1, &h, sizeof(h));
@@ -396,12 +397,17 @@ static void rrec(struct recipe *r, uint8_t op, uint8_t back, const void *body,
 	rput(r, body, blen);
 }
 
-/* Exec ids are 16 bytes of one value; identities three short strings. */
-static void rreserve(struct recipe *r, uint8_t x, const char *principal,
-		     const char *session, const char *request_id)
+/* Exec ids are 16 bytes of one value; identities three short strings;
+ * with tool not NULL, the call after them (args its first args_kept bytes
+ * of args_len). */
+static void rreserve_call(struct recipe *r, uint8_t x, const char *principal,
+			  const char *session, const char *request_id,
+			  const char *tool, const char *args,
+			  uint16_t args_kept, uint32_t args_len)
 {
 	const char *part[3] = { principal, session, request_id };
-	uint8_t body[sizeof(struct jrec_reserve) + 3 * 64];
+	uint8_t body[sizeof(struct jrec_reserve) + 3 * 64 +
+		     sizeof(struct jrec_call) + 64];
 	struct jrec_reserve rv;
 	size_t n = sizeof(rv);
 
@@ -416,8 +422,30 @@ static void rreserve(struct recipe *r, uint8_t x, const char *principal,
 		memcpy(body + n, part[k], rv.rv_len[k]);
 		n += rv.rv_len[k];
 	}
+	if (tool != NULL) {
+		struct jrec_call jc = {
+			.jc_tool_len = (uint32_t)strlen(tool),
+			.jc_tool_kept = (uint16_t)strlen(tool),
+			.jc_args_len = args_len, .jc_args_kept = args_kept,
+			.jc_format = 1,
+		};
+
+		rv.rv_flags = JRV_CALL;
+		memcpy(body + n, &jc, sizeof(jc));
+		n += sizeof(jc);
+		memcpy(body + n, tool, jc.jc_tool_kept);
+		n += jc.jc_tool_kept;
+		memcpy(body + n, args, args_kept);
+		n += args_kept;
+	}
 	memcpy(body, &rv, sizeof(rv));
 	rrec(r, CARMY_STORE_RESERVE, 0, body, n);
+}
+
+static void rreserve(struct recipe *r, uint8_t x, const char *principal,
+		     const char *session, const char *request_id)
+{
+	rreserve_call(r, x, principal, session, request_id, NULL, NULL, 0, 0);
 }
 
 static void rcomplete(struct recipe *r, uint8_t x, const char *result)
@@ -475,8 +503,11 @@ static void history(struct recipe *r, uint8_t flags)
 
 		rput(r, flip, sizeof(flip));
 	}
-	rreserve(r, 1, "alice", "s1", "req-1");
-	rreserve(r, 2, "alice", "s1", "req-2");
+	/* A call kept whole, and one cut (msgpack ["ab","cd"]). */
+	rreserve_call(r, 1, "alice", "s1", "req-1", "echo",
+		      "\x92\xa2" "ab\xa2" "cd", 7, 7);
+	rreserve_call(r, 2, "alice", "s1", "req-2", "echo",
+		      "\x92\xa2" "ab\xa2", 4, 7);
 	rcomplete(r, 1, "{\"ok\":true}");
 	rreserve(r, 3, "bob", "s2", "req-3");
 	rexec(r, CARMY_STORE_RELEASE, 3);
@@ -524,6 +555,8 @@ static void journal_seeds(void)
 	rv.rv_len[0] = rv.rv_len[1] = rv.rv_len[2] = CARMY_STORE_ID_MAX;
 	rrec(&r, CARMY_STORE_RESERVE, 0x40, &rv, sizeof(rv));
 	rreserve(&r, 2, "p", "s", "r");
+	/* A call that keeps more than its whole length. */
+	rreserve_call(&r, 3, "p", "s", "r3", "t", "abcdef", 6, 2);
 	put("journal", "lying_sizes", r.b, r.n);
 }
 

@@ -2,6 +2,7 @@
  * check_wire.c - the wire scanner and codec: whole, partial and hostile
  * messages, and every message shape both ways.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,21 @@ START_TEST(test_every_message_round_trips)
 	/* A client's RELEASE is not a reply: each direction has its shape. */
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), CARMY_EPROTOCOL);
 
+	/* An operator's FORGET of one execution, and its answer. */
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_FORGET, 12, exec), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_FORGET);
+	ck_assert_uint_eq(m.u.reserve.entry, 12);
+	ck_assert_mem_eq(m.u.reserve.exec, exec, 16);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), CARMY_EPROTOCOL);
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_reply(&sb, WIRE_FORGET, -EBUSY), 0);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
+	ck_assert_int_eq(m.type, WIRE_FORGET);
+	ck_assert_int_eq(m.u.reply.code, -EBUSY);
+	ck_assert_int_eq(wire_decode(sb.data, sb.size, 1, &m), CARMY_EPROTOCOL);
+
 	sb.size = 0;
 	ck_assert_int_eq(wire_put_reply(&sb, WIRE_RESERVE, CARMY_ESTORE), 0);
 	ck_assert_int_eq(wire_decode(sb.data, sb.size, 0, &m), 0);
@@ -191,6 +207,20 @@ START_TEST(test_wrong_shapes_rejected)
 			 CARMY_EPROTOCOL);
 	ck_assert_int_eq(wire_decode("\x92\x05\xc4\x10" "0123456789abcdef",
 				     20, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	/* FORGET without its entry, with a 15-byte exec, with a negative
+	 * entry, or with a field too many. */
+	ck_assert_int_eq(wire_decode("\x92\x0a\xc4\x10" "0123456789abcdef",
+				     20, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x93\x0a\x01\xc4\x0f" "0123456789abcde",
+				     20, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x93\x0a\xff\xc4\x10" "0123456789abcdef",
+				     21, 1, &(struct wire_msg){ 0 }),
+			 CARMY_EPROTOCOL);
+	ck_assert_int_eq(wire_decode("\x94\x0a\x01\xc4\x10" "0123456789abcdef"
+				     "\x00", 22, 1, &(struct wire_msg){ 0 }),
 			 CARMY_EPROTOCOL);
 	/* HELLO asking for owner 0 back, or with 4 fields. */
 	ck_assert_int_eq(wire_decode("\x95\x01\x02\x03\x00\x01", 6, 1,

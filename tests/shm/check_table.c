@@ -110,9 +110,87 @@ START_TEST(test_geometry_rejects_out_of_range)
 	ck_assert_uint_eq(g.nbuckets & (g.nbuckets - 1), 0);
 	ck_assert_uint_eq(g.result_stride, 16384);
 	ck_assert_uint_eq(g.entries_off % 4096, 0);
-	ck_assert_uint_ge(g.results_off, g.entries_off +
+	ck_assert_uint_ge(g.calls_off, g.entries_off +
 			  10000 * sizeof(struct shm_entry));
+	ck_assert_uint_eq(g.calls_off % 4096, 0);
+	ck_assert_uint_ge(g.results_off, g.calls_off +
+			  10000 * sizeof(struct shm_call));
 	ck_assert_uint_ge(g.size, g.results_off + 10000ull * 16384);
+}
+END_TEST
+
+/* The call a reservation carries lands in its entry's struct shm_call,
+ * the whole lengths with it, and no more bytes than a reader takes. */
+START_TEST(test_a_reservation_writes_its_call)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN], args[300];
+	static uint32_t cursor;
+	struct shm_summary sum = { .tool = "create", .tool_kept = 6,
+				   .tool_len = 6, .args = args,
+				   .args_kept = sizeof(args),
+				   .args_len = sizeof(args), .format = 1 };
+	struct shm_claim c = { .owner = OWNER_A, .pid = 1, .fp = fp,
+			       .make_exec = make_exec, .arg = exec,
+			       .cursor = &cursor, .call = &sum };
+	struct shm_call cl;
+	struct shm_found f;
+	struct shm_key k;
+
+	memset(fp, 1, sizeof(fp));
+	memset(exec, 2, sizeof(exec));
+	for (size_t i = 0; i < sizeof(args); i++)
+		args[i] = (uint8_t)i;
+	key(&k, "call");
+	ck_assert_int_eq(shm_reserve(&view, &k, &c, &f), SHM_OUT_RESERVED);
+	shm_call_copy(&view, f.entry, &cl);
+	ck_assert_uint_eq(cl.cl_tool_len, 6);
+	ck_assert_uint_eq(cl.cl_args_len, 300);
+	ck_assert_uint_eq(cl.cl_format, 1);
+	ck_assert_uint_eq(shm_call_tool_kept(&cl), 6);
+	ck_assert_uint_eq(shm_call_args_kept(&cl), SHM_ARGS_KEEP);
+	ck_assert_mem_eq(cl.cl_data, "create", 6);
+	ck_assert_mem_eq(cl.cl_data + 6, args, SHM_ARGS_KEEP);
+	/* Without a call: lengths 0, format 0, whatever was there. */
+	c.call = NULL;
+	key(&k, "no call");
+	ck_assert_int_eq(shm_reserve(&view, &k, &c, &f), SHM_OUT_RESERVED);
+	shm_call_copy(&view, f.entry, &cl);
+	ck_assert_uint_eq(cl.cl_tool_len + cl.cl_args_len + cl.cl_format, 0);
+}
+END_TEST
+
+/* shm_call_fill(): lengths past what the words hold saturate; fewer bytes
+ * given than a reader takes are zeros, never an earlier call's. */
+START_TEST(test_call_fill_saturates_and_zeroes)
+{
+	struct shm_call cl;
+	struct shm_summary s = { .tool = "ab", .tool_kept = 2,
+				 .tool_len = UINT64_C(1) << 20,
+				 .args = "xyz", .args_kept = 3,
+				 .args_len = UINT64_C(1) << 33, .format = 9 };
+
+	memset(&cl, 0xee, sizeof(cl));
+	shm_call_fill(&cl, &s);
+	ck_assert_uint_eq(cl.cl_tool_len, UINT16_MAX);
+	ck_assert_uint_eq(cl.cl_args_len, UINT32_MAX);
+	ck_assert_uint_eq(cl.cl_format, 9);
+	ck_assert_uint_eq(shm_call_tool_kept(&cl), SHM_TOOL_KEEP);
+	ck_assert_uint_eq(shm_call_args_kept(&cl), SHM_ARGS_KEEP);
+	ck_assert_mem_eq(cl.cl_data, "ab", 2);
+	for (size_t i = 2; i < SHM_TOOL_KEEP; i++)
+		ck_assert_uint_eq(cl.cl_data[i], 0);
+	ck_assert_mem_eq(cl.cl_data + SHM_TOOL_KEEP, "xyz", 3);
+	for (size_t i = SHM_TOOL_KEEP + 3; i < sizeof(cl.cl_data); i++)
+		ck_assert_uint_eq(cl.cl_data[i], 0);
+	/* Kept more than the whole: only the whole. */
+	s.tool_len = 1;
+	s.args_len = 2;
+	memset(&cl, 0xee, sizeof(cl));
+	shm_call_fill(&cl, &s);
+	ck_assert_uint_eq(shm_call_tool_kept(&cl), 1);
+	ck_assert_uint_eq(shm_call_args_kept(&cl), 2);
+	ck_assert_mem_eq(cl.cl_data, "axy", 3);
+	ck_assert_uint_eq(cl.cl_data[3], 0xee);	/* not a reader's */
 }
 END_TEST
 
@@ -1169,6 +1247,8 @@ static Suite *table_suite(void)
 	/* The scribbling and racing tests take seconds on a loaded VM. */
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_geometry_rejects_out_of_range);
+	tcase_add_test(tc, test_a_reservation_writes_its_call);
+	tcase_add_test(tc, test_call_fill_saturates_and_zeroes);
 	tcase_add_test(tc, test_sane_rejects_mismatched_layout_and_corruption);
 	tcase_add_test(tc, test_sane_never_accepts_random_headers);
 	tcase_add_test(tc, test_reserve_then_same_identity_is_found_running);

@@ -5,7 +5,8 @@
  * and damage that acknowledged records follow is refused, not cut.
  *
  * The on-disk layout (docs/journal.md) is read here only to find record
- * boundaries and batches, never to build records: every record is written
+ * boundaries and batches, and to make the records of earlier carmyds
+ * (format 1, a RESERVE without its call): every other record is written
  * by the store itself.
  *
  * Online compaction is driven through its two test handles (journal.h):
@@ -691,6 +692,238 @@ START_TEST(test_history_is_compacted_at_start)
 	ck_assert_uint_lt(len2, 60);
 	ck_assert_uint_gt(len1, 10 * 1024);
 	(void)before;
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------ calls */
+
+static ino_t inode_of(const char *dir);
+
+/* What load() handed over of each execution's call, by request id. */
+struct calls {
+	int n;
+	struct {
+		char id[32];
+		int state;
+		uint32_t tool_kept, tool_len, args_kept, args_len;
+		uint8_t format;
+		uint8_t tool[CARMY_STORE_TOOL_MAX];
+		uint8_t args[CARMY_STORE_ARGS_MAX];
+	} e[SEEN_MAX];
+};
+
+static int collect_calls(void *arg, const struct carmy_store_record *r)
+{
+	struct calls *s = arg;
+
+	ck_assert_int_lt(s->n, SEEN_MAX);
+	ck_assert_uint_lt(r->len[2], sizeof(s->e[0].id));
+	memcpy(s->e[s->n].id, r->part[2], r->len[2]);
+	s->e[s->n].id[r->len[2]] = '\0';
+	s->e[s->n].state = r->state;
+	ck_assert_uint_le(r->tool_kept, CARMY_STORE_TOOL_MAX);
+	ck_assert_uint_le(r->args_kept, CARMY_STORE_ARGS_MAX);
+	s->e[s->n].tool_kept = r->tool_kept;
+	s->e[s->n].tool_len = r->tool_len;
+	s->e[s->n].args_kept = r->args_kept;
+	s->e[s->n].args_len = r->args_len;
+	s->e[s->n].format = r->result_format;
+	if (r->tool_kept > 0)
+		memcpy(s->e[s->n].tool, r->tool, r->tool_kept);
+	if (r->args_kept > 0)
+		memcpy(s->e[s->n].args, r->args, r->args_kept);
+	s->n++;
+	return 0;
+}
+
+static int find_call(const struct calls *s, const char *id)
+{
+	for (int i = 0; i < s->n; i++)
+		if (strcmp(s->e[i].id, id) == 0)
+			return i;
+	ck_abort_msg("no execution %s", id);
+	return -1;
+}
+
+/* x's RESERVE with a call: tool "tool-N" whole, args of 300 bytes of
+ * which 256 are kept (as carmyd hands them over), format 1. */
+static int submit_call(void *st, const struct ex *x, int i)
+{
+	struct carmy_store_record rec;
+	static uint8_t args[CARMY_STORE_ARGS_MAX];
+	char tool[16];
+
+	for (size_t k = 0; k < sizeof(args); k++)
+		args[k] = (uint8_t)(k + (size_t)i);
+	snprintf(tool, sizeof(tool), "tool-%d", i);
+	record_of(x, &rec);
+	rec.tool = (const uint8_t *)tool;
+	rec.tool_kept = rec.tool_len = (uint32_t)strlen(tool);
+	rec.args = args;
+	rec.args_kept = sizeof(args);
+	rec.args_len = 300;
+	rec.result_format = 1;
+	return submit_rec(st, CARMY_STORE_RESERVE, &rec);
+}
+
+static void has_call(const struct calls *s, const char *id, int i)
+{
+	int k = find_call(s, id);
+	char tool[16];
+
+	snprintf(tool, sizeof(tool), "tool-%d", i);
+	ck_assert_uint_eq(s->e[k].tool_kept, strlen(tool));
+	ck_assert_uint_eq(s->e[k].tool_len, strlen(tool));
+	ck_assert_mem_eq(s->e[k].tool, tool, strlen(tool));
+	ck_assert_uint_eq(s->e[k].args_kept, CARMY_STORE_ARGS_MAX);
+	ck_assert_uint_eq(s->e[k].args_len, 300);
+	for (int b = 0; b < CARMY_STORE_ARGS_MAX; b++)
+		ck_assert_uint_eq(s->e[k].args[b], (uint8_t)(b + i));
+	ck_assert_uint_eq(s->e[k].format, 1);
+}
+
+/* A RESERVE keeps its call; load() gives it back, and a compaction
+ * carries it into the new file. Lengths a record cannot hold are cut to
+ * what the store keeps. */
+START_TEST(test_a_reservation_keeps_its_call)
+{
+	char *dir = temp_dir();
+	struct calls *got = calloc(2, sizeof(*got));
+	struct carmy_store_record rec;
+	struct ex xs[13];
+	char big[200];
+	void *st = open_journal_as_is(dir);
+	int k;
+
+	ck_assert_ptr_nonnull(got);
+	make_ex(&xs[0], 0, CARMY_STATUS_COMPLETED);
+	make_ex(&xs[1], 1, CARMY_STATUS_COMPLETED);
+	ck_assert_int_eq(submit_call(st, &xs[0], 0), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE, &xs[0]), 0);
+	ck_assert_int_eq(submit_call(st, &xs[1], 1), 0);
+	/* Kept lengths past the bounds, or past the whole: cut. */
+	make_ex(&xs[2], 2, CARMY_STATUS_COMPLETED);
+	memset(big, 'b', sizeof(big));
+	record_of(&xs[2], &rec);
+	rec.tool = (const uint8_t *)big;
+	rec.tool_kept = sizeof(big);
+	rec.tool_len = sizeof(big);
+	rec.args = (const uint8_t *)big;
+	rec.args_kept = 50;
+	rec.args_len = 20;
+	ck_assert_int_eq(submit_rec(st, CARMY_STORE_RESERVE, &rec), 0);
+	/* History for a compaction to prune. */
+	for (int i = 3; i < 13; i++) {
+		make_ex(&xs[i], i, CARMY_STATUS_COMPLETED);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &xs[i]),
+				 0);
+		ck_assert_int_eq(submit_wait(st, CARMY_STORE_RELEASE, &xs[i]),
+				 0);
+	}
+	journal_store_ops.close(st);
+
+	st = open_journal_as_is(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect_calls, &got[0]), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(got[0].n, 3);
+	has_call(&got[0], "req-000", 0);
+	has_call(&got[0], "req-001", 1);
+	k = find_call(&got[0], "req-002");
+	ck_assert_uint_eq(got[0].e[k].tool_kept, CARMY_STORE_TOOL_MAX);
+	ck_assert_uint_eq(got[0].e[k].tool_len, sizeof(big));
+	ck_assert_uint_eq(got[0].e[k].args_kept, 20);
+	ck_assert_uint_eq(got[0].e[k].args_len, 20);
+	ck_assert_uint_eq(got[0].e[k].format, 0);
+
+	{
+		ino_t before = inode_of(dir);
+
+		st = open_journal_min(dir, 1);	/* compacts at start */
+		ck_assert_int_eq(journal_store_ops.load(st, collect_calls,
+							&got[1]), 0);
+		journal_store_ops.close(st);
+		ck_assert_uint_ne(inode_of(dir), before);
+	}
+	ck_assert_int_eq(got[1].n, 3);
+	has_call(&got[1], "req-000", 0);
+	has_call(&got[1], "req-001", 1);
+	ck_assert_int_eq(got[1].e[find_call(&got[1], "req-000")].state,
+			 CARMY_STORE_COMPLETED);
+	free(got);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * A RESERVE of an earlier carmyd: flags 0 and nothing after the identity.
+ * It reads as an execution with no call (format 0), and the journal goes
+ * on after it. Made here from a record the store wrote, written again in
+ * the earlier layout and sealed as the store seals.
+ */
+START_TEST(test_a_reservation_without_a_call_still_reads)
+{
+	char *dir = temp_dir(), path[256];
+	struct calls *got = calloc(1, sizeof(*got));
+	struct jrec_reserve rv;
+	struct jrec_head h;
+	struct ex xs[2];
+	size_t len, off[8], at, body;
+	uint64_t salt;
+	uint8_t *buf;
+	void *st = open_journal_as_is(dir);
+	int n, k;
+
+	ck_assert_ptr_nonnull(got);
+	make_ex(&xs[0], 0, CARMY_STATUS_COMPLETED);
+	make_ex(&xs[1], 1, CARMY_STATUS_FAILED);
+	ck_assert_int_eq(submit_call(st, &xs[0], 0), 0);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &xs[1]), 0);
+	journal_store_ops.close(st);
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	buf = read_file(path, &len);
+	n = record_starts(buf, len, off, 7);
+	ck_assert_int_eq(n, 2);
+	at = off[1];
+	memcpy(&salt, buf + offsetof(struct jfile_head, jf_salt), 8);
+	memcpy(&h, buf + at, sizeof(h));
+	memcpy(&rv, buf + at + sizeof(h), sizeof(rv));
+	ck_assert_uint_eq(rv.rv_flags, JRV_CALL);
+	rv.rv_flags = 0;
+	body = sizeof(rv) + rv.rv_len[0] + rv.rv_len[1] + rv.rv_len[2];
+	memcpy(buf + at + sizeof(h), &rv, sizeof(rv));
+	/* The identity stays where it was; the call after it goes. */
+	memset(buf + at + sizeof(h) + body, 0, off[2] - at - sizeof(h) - body);
+	h.jr_len = (uint32_t)((sizeof(h) + body + 7) / 8 * 8 + 8);
+	ck_assert_uint_lt(h.jr_len, off[2] - at);
+	memcpy(buf + at, &h, sizeof(h));
+	jnl_rec_seal(buf + at, at, salt);
+	write_file(dir, buf, len);
+	free(buf);
+
+	st = open_journal_as_is(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect_calls, got), 0);
+	ck_assert_int_eq(got->n, 2);
+	has_call(got, "req-000", 0);
+	k = find_call(got, "req-001");
+	ck_assert_int_eq(got->e[k].state, CARMY_STORE_RUNNING);
+	ck_assert_uint_eq(got->e[k].tool_kept + got->e[k].tool_len +
+			  got->e[k].args_kept + got->e[k].args_len, 0);
+	ck_assert_uint_eq(got->e[k].format, 0);
+	/* It goes on after the shorter record. */
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE, &xs[1]), 0);
+	journal_store_ops.close(st);
+	memset(got, 0, sizeof(*got));
+	st = open_journal_as_is(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect_calls, got), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(got->n, 2);
+	ck_assert_int_eq(got->e[find_call(got, "req-001")].state,
+			 CARMY_STORE_COMPLETED);
+	free(got);
 	rm_rf(dir);
 	free(dir);
 }
@@ -3323,6 +3556,8 @@ int main(void)
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
 	tcase_add_test(tc, test_history_is_compacted_at_start);
+	tcase_add_test(tc, test_a_reservation_keeps_its_call);
+	tcase_add_test(tc, test_a_reservation_without_a_call_still_reads);
 	tcase_add_test(tc, test_largest_resolve_record_reads_back);
 	tcase_add_test(tc, test_concurrent_requests_are_all_recorded);
 	tcase_add_test(tc, test_torn_write_at_any_sector_recovers_a_clean_prefix);

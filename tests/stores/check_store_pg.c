@@ -150,6 +150,12 @@ struct ex {
 	int32_t result_code;
 	uint8_t result[64];
 	uint32_t result_len;
+	/* The call: tool_kept of tool_len bytes, args_kept of args_len. */
+	uint8_t tool[CARMY_STORE_TOOL_MAX];
+	uint32_t tool_kept, tool_len;
+	uint8_t args[CARMY_STORE_ARGS_MAX];
+	uint32_t args_kept, args_len;
+	uint8_t format;
 };
 
 static unsigned exec_seq;
@@ -176,6 +182,15 @@ static void make_ex(struct ex *x, const char *principal, const char *id)
 	for (uint32_t i = 0; i < x->result_len; i++)
 		x->result[i] = (uint8_t)(seq + i * 51);	/* NULs, 0xff... */
 	x->result[3] = 0;
+	/* Every other call cut where carmyd cuts it, the rest whole. */
+	x->tool_kept = x->tool_len = (uint32_t)snprintf((char *)x->tool,
+							sizeof(x->tool),
+							"tool-%u", seq);
+	x->args_kept = seq % 2 ? CARMY_STORE_ARGS_MAX : 7;
+	x->args_len = seq % 2 ? 300 + seq : 7;
+	for (uint32_t i = 0; i < x->args_kept; i++)
+		x->args[i] = (uint8_t)(seq * 3 + i);
+	x->format = (uint8_t)(seq % 2);
 }
 
 static void record_of(const struct ex *x, struct carmy_store_record *r)
@@ -197,6 +212,13 @@ static void record_of(const struct ex *x, struct carmy_store_record *r)
 	r->result_code = x->result_code;
 	r->result = x->result;
 	r->result_len = x->result_len;
+	r->tool = x->tool;
+	r->tool_kept = x->tool_kept;
+	r->tool_len = x->tool_len;
+	r->args = x->args;
+	r->args_kept = x->args_kept;
+	r->args_len = x->args_len;
+	r->result_format = x->format;
 }
 
 /* A request in flight and what the store said to it. Callbacks run on the
@@ -213,6 +235,8 @@ struct waiter {
 	struct carmy_store_record standing;	/* points into the below */
 	uint8_t part[3][CARMY_STORE_ID_MAX];
 	uint8_t result[RESULT_CAP];
+	uint8_t tool[CARMY_STORE_TOOL_MAX];
+	uint8_t args[CARMY_STORE_ARGS_MAX];
 	bool result_cut;
 	/* Set: done() asks this connection whether req's exec is there,
 	 * i.e. committed, into visible. */
@@ -246,6 +270,21 @@ static void on_done(struct carmy_store_req *req, int rc)
 	pthread_mutex_unlock(&w->lock);
 }
 
+/* r's call, borrowed, copied into tool and args (of the sizes the store
+ * keeps at most), which r then points into. */
+static void keep_call(struct carmy_store_record *r, uint8_t *tool,
+		      uint8_t *args)
+{
+	ck_assert_uint_le(r->tool_kept, CARMY_STORE_TOOL_MAX);
+	ck_assert_uint_le(r->args_kept, CARMY_STORE_ARGS_MAX);
+	if (r->tool_kept > 0)
+		memcpy(tool, r->tool, r->tool_kept);
+	if (r->args_kept > 0)
+		memcpy(args, r->args, r->args_kept);
+	r->tool = tool;
+	r->args = args;
+}
+
 static void on_taken(struct carmy_store_req *req,
 		     const struct carmy_store_record *r)
 {
@@ -263,6 +302,7 @@ static void on_taken(struct carmy_store_req *req,
 	if (!w->result_cut && r->result_len > 0)
 		memcpy(w->result, r->result, r->result_len);
 	w->standing.result = w->result;
+	keep_call(&w->standing, w->tool, w->args);
 	pthread_mutex_unlock(&w->lock);
 }
 
@@ -455,6 +495,8 @@ struct seen {
 	struct carmy_store_record rec[SEEN_MAX];
 	uint8_t part[SEEN_MAX][3][CARMY_STORE_ID_MAX];
 	uint8_t result[SEEN_MAX][RESULT_CAP];
+	uint8_t tool[SEEN_MAX][CARMY_STORE_TOOL_MAX];
+	uint8_t args[SEEN_MAX][CARMY_STORE_ARGS_MAX];
 };
 
 static int collect(void *arg, const struct carmy_store_record *r)
@@ -472,6 +514,7 @@ static int collect(void *arg, const struct carmy_store_record *r)
 	if (r->result_len > 0)
 		memcpy(s->result[i], r->result, r->result_len);
 	s->rec[i].result = s->result[i];
+	keep_call(&s->rec[i], s->tool[i], s->args[i]);
 	s->n++;
 	return 0;
 }
@@ -485,7 +528,7 @@ static const struct carmy_store_record *seen_exec(const struct seen *s,
 	return NULL;
 }
 
-/* r is x's execution, as reserved: identity, prints, pid, start. */
+/* r is x's execution, as reserved: identity, prints, pid, start, call. */
 static void assert_reserved_as(const struct carmy_store_record *r,
 			       const struct ex *x)
 {
@@ -500,6 +543,13 @@ static void assert_reserved_as(const struct carmy_store_record *r,
 	ck_assert_mem_eq(r->rawprint, x->raw, 16);
 	ck_assert_uint_eq(r->pid, x->pid);
 	ck_assert_uint_eq(r->started_ns, x->started_ns);
+	ck_assert_uint_eq(r->tool_kept, x->tool_kept);
+	ck_assert_uint_eq(r->tool_len, x->tool_len);
+	ck_assert_mem_eq(r->tool, x->tool, x->tool_kept);
+	ck_assert_uint_eq(r->args_kept, x->args_kept);
+	ck_assert_uint_eq(r->args_len, x->args_len);
+	ck_assert_mem_eq(r->args, x->args, x->args_kept);
+	ck_assert_uint_eq(r->result_format, x->format);
 }
 
 /* r is x's execution, completed with x's result. */
@@ -566,7 +616,7 @@ START_TEST(test_open_creates_the_schema_even_when_two_instances_race)
 			 "'carmy_executions_instance'"), 1);
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM "
 			 "information_schema.columns WHERE table_name = "
-			 "'carmy_executions'"), 17);
+			 "'carmy_executions'"), 22);
 }
 END_TEST
 
@@ -845,6 +895,74 @@ START_TEST(test_load_hands_over_this_instances_executions_with_every_field)
 }
 END_TEST
 
+/*
+ * A table made by an earlier store, without the call's columns, with a row
+ * in it: open adds the columns in place (the row kept, NULL there), load()
+ * hands the row over with no call, and a new reservation's call is
+ * written and read back.
+ */
+START_TEST(test_a_table_without_the_call_columns_is_upgraded_in_place)
+{
+	struct seen *s = calloc(1, sizeof(*s));
+	const struct carmy_store_record *r;
+	struct ex x;
+	void *a;
+
+	ck_assert_ptr_nonnull(s);
+	sql(db, "CREATE TABLE carmy_executions (principal bytea NOT NULL,"
+	    " session bytea NOT NULL, request_id bytea NOT NULL,"
+	    " exec bytea NOT NULL UNIQUE, instance text NOT NULL,"
+	    " fingerprint bytea NOT NULL, rawprint bytea NOT NULL,"
+	    " pid bigint NOT NULL, started_ns bigint NOT NULL,"
+	    " state smallint NOT NULL, finished_ns bigint, status integer,"
+	    " result_code integer, result bytea, resolved_ns bigint,"
+	    " resolved_uid bigint, resolved_pid bigint,"
+	    " PRIMARY KEY (principal, session, request_id))");
+	sql(db, "CREATE INDEX carmy_executions_instance ON carmy_executions"
+	    " (instance)");
+	sql(db, "INSERT INTO carmy_executions (principal, session, request_id,"
+	    " exec, instance, fingerprint, rawprint, pid, started_ns, state)"
+	    " VALUES ('\\x6f6c64', 'session', '\\x726f77',"
+	    " decode(repeat('ab', 16), 'hex'), 'a',"
+	    " decode(repeat('00', 16), 'hex'), decode(repeat('00', 16), 'hex'),"
+	    " 7, 7, 1)");
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM information_schema"
+				  ".columns WHERE table_name = "
+				  "'carmy_executions'"), 17);
+
+	a = open_as("a", "");
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM information_schema"
+				  ".columns WHERE table_name = "
+				  "'carmy_executions' AND column_name IN "
+				  "('tool', 'tool_len', 'args', 'args_len', "
+				  "'result_format')"), 5);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+				  "WHERE tool IS NULL AND args IS NULL AND "
+				  "result_format IS NULL"), 1);
+	make_ex(&x, "p", "new");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+				  "WHERE tool IS NOT NULL AND args_len > 0"),
+			 1);
+	ops->close(a);
+
+	a = open_as("a", "");
+	ck_assert_int_eq(ops->load(a, collect, s), 0);
+	ck_assert_int_eq(s->n, 2);
+	r = seen_exec(s, &x);
+	ck_assert_ptr_nonnull(r);
+	assert_reserved_as(r, &x);
+	r = &s->rec[r == &s->rec[0] ? 1 : 0];
+	ck_assert_uint_eq(r->len[0], 3);
+	ck_assert_mem_eq(r->part[0], "old", 3);
+	ck_assert_uint_eq(r->tool_kept + r->tool_len + r->args_kept +
+			  r->args_len, 0);
+	ck_assert_uint_eq(r->result_format, 0);
+	ops->close(a);
+	free(s);
+}
+END_TEST
+
 /* The race: RACE_THREADS threads on two instances reserve each identity
  * at once, each with its own exec id. */
 struct racer {
@@ -996,6 +1114,13 @@ static const struct damage {
 	{ "resolved_ns = -1", true, NULL },
 	{ "resolved_uid = 4294967296", true, NULL },
 	{ "resolved_pid = -2", true, NULL },
+	{ "tool_len = -1", true, NULL },
+	{ "args_len = 4294967296", true, NULL },
+	{ "result_format = 256", true, NULL },
+	{ "tool = decode(repeat('61', 121), 'hex'), tool_len = 200", true,
+	  NULL },
+	{ "args = decode(repeat('61', 30), 'hex'), args_len = 10", true,
+	  NULL },
 	{ "request_id = ''::bytea", false, NULL },
 	{ "principal = decode(repeat('61', 257), 'hex')", false, NULL },
 };
@@ -1845,6 +1970,7 @@ int main(void)
 	tcase_add_test(tc, test_resolve_commits_a_result_or_frees_the_identity);
 	tcase_add_test(tc, test_purge_forgets_a_completed_execution_only);
 	tcase_add_test(tc, test_load_hands_over_this_instances_executions_with_every_field);
+	tcase_add_test(tc, test_a_table_without_the_call_columns_is_upgraded_in_place);
 	tcase_add_test(tc, test_racing_reservations_record_exactly_one_and_name_it);
 	tcase_add_test(tc, test_requests_submitted_together_commit_together);
 	tcase_add_test(tc, test_a_damaged_row_is_refused_by_load_and_reserve);

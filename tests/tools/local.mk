@@ -3,3 +3,12 @@ TESTS += tests/tools/carmy-run.test
 dist_check_SCRIPTS += tests/tools/carmy-run.test
 TESTS += tests/tools/carmyctl.test
 dist_check_SCRIPTS += tests/tools/carmyctl.test
+
+# A call's arguments shown to an operator (tools/mpjson.c, tools/text.c).
+check_PROGRAMS += tests/tools/check_mpjson
+TESTS += tests/tools/check_mpjson
+tests_tools_check_mpjson_SOURCES = tests/tools/check_mpjson.c \
+	tools/mpjson.h tools/mpjson.c tools/json.h tools/json.c \
+	tools/text.h tools/text.c
+tests_tools_check_mpjson_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_tools_check_mpjson_LDADD = $(CHECK_LIBS)
