@@ -5,7 +5,7 @@
 noinst_LTLIBRARIES += common/libcommon.la
 common_libcommon_la_SOURCES = common/clock.h common/io.h common/io.c \
 	common/execid.h common/execid.c common/age.h common/age.c \
-	common/runfmt.h common/runfmt.c
+	common/runfmt.h common/runfmt.c common/daemonize.h common/daemonize.c
 common_libcommon_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 
 noinst_LTLIBRARIES += common/liblog.la

@@ -11,6 +11,7 @@
 #include "common/log.h"
 
 int log_level = LOG_INFO;
+const char *log_ident = "carmyd";
 
 static const char *const names[] = { "error", "warn", "info", "debug" };
 
@@ -35,10 +36,10 @@ void log_msg(int level, const char *fmt, ...)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	n = snprintf(line, sizeof(line),
-		     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ carmyd[%d] %s: ",
+		     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-		     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(),
-		     names[level]);
+		     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_ident,
+		     (int)getpid(), names[level]);
 	va_start(ap, fmt);
 	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);

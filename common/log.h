@@ -9,6 +9,8 @@
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
 extern int log_level;
+/* The program named on every line: "carmyd" unless a program sets it. */
+extern const char *log_ident;
 
 int log_parse_level(const char *s);
 void log_msg(int level, const char *fmt, ...)

@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "common/age.h"
+#include "common/daemonize.h"
 #include "common/log.h"
 #include "daemon/carmyd.h"
 
@@ -91,7 +92,6 @@ static bool only_ours(int fd, const char *base);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
 static int listen_on(const struct carmyd_config *cfg);
-static int daemonize(int *ready_fd);
 
 int main(int argc, char **argv)
 {
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
 	}
 	/* Daemonize before liburcu starts any thread: fork() after call_rcu
 	 * threads exist can hang the child. */
-	if (!cfg.foreground && daemonize(&ready_fd) != 0)
+	if (!cfg.foreground && daemonize("carmyd", &ready_fd) != 0)
 		return 1;
 
 	if (make_dirs(&cfg) != 0)
@@ -687,43 +687,4 @@ static int listen_on(const struct carmyd_config *cfg)
 		return -1;
 	}
 	return fd;
-}
-
-/* Fork into the background. The parent waits until the child reports that
- * it listens (one byte on a pipe) and exits 0, or exits 1 if the child
- * failed first (its error is already on stderr). */
-static int daemonize(int *ready_fd)
-{
-	int p[2], devnull;
-	pid_t pid;
-	char c;
-
-	if (pipe2(p, O_CLOEXEC) != 0) {
-		fprintf(stderr, "carmyd: pipe: %s\n", strerror(errno));
-		return -1;
-	}
-	pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "carmyd: fork: %s\n", strerror(errno));
-		return -1;
-	}
-	if (pid > 0) {
-		ssize_t n;
-
-		close(p[1]);
-		do
-			n = read(p[0], &c, 1);
-		while (n < 0 && errno == EINTR);
-		_exit(n == 1 ? 0 : 1);
-	}
-	close(p[0]);
-	setsid();
-	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (devnull >= 0) {
-		dup2(devnull, STDIN_FILENO);
-		dup2(devnull, STDOUT_FILENO);
-		close(devnull);
-	}
-	*ready_fd = p[1];
-	return 0;
 }

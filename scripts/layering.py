@@ -25,6 +25,7 @@ LAYERS = [
     ["stores", "stores/journal", "stores/pg"],
     ["daemon"],
     ["tools", "bench", "examples"],
+    ["gateway"],
 ]
 RANK = {d: i for i, layer in enumerate(LAYERS) for d in layer}
 

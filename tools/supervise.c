@@ -61,8 +61,9 @@ static const int job_signals[] = { SIGINT, SIGQUIT, SIGHUP, SIGTERM,
  * to init. */
 #define KILL_WAIT_MS 2000
 
-static void watch(char **argv, const sigset_t *mask, pid_t parent, int ctl,
-		  int st, int out) __attribute__((noreturn));
+static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
+		  pid_t parent, int ctl, int st, int out)
+	__attribute__((noreturn));
 static void tell(int st, int type, int value);
 static void reap(pid_t cmd, int st, bool *cmd_reaped, bool block);
 static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped);
@@ -71,6 +72,12 @@ static void close_others(const int *keep, int n);
 static void drain(int sfd);
 
 int sv_start(struct supervised *s, char **argv, const sigset_t *mask)
+{
+	return sv_start_io(s, argv, mask, NULL);
+}
+
+int sv_start_io(struct supervised *s, char **argv, const sigset_t *mask,
+		const struct sv_io *io)
 {
 	int ctl[2], st[2] = { -1, -1 }, out[2] = { -1, -1 }, e;
 	pid_t parent = getpid();
@@ -91,7 +98,7 @@ int sv_start(struct supervised *s, char **argv, const sigset_t *mask)
 		close(ctl[1]);
 		close(st[0]);
 		close(out[0]);
-		watch(argv, mask, parent, ctl[0], st[1], out[1]);
+		watch(argv, mask, io, parent, ctl[0], st[1], out[1]);
 	}
 	close(ctl[0]);
 	close(st[1]);
@@ -150,8 +157,8 @@ void sv_finish(struct supervised *s, bool kill)
 
 /* ------------------------------------------------------------ watcher */
 
-static void watch(char **argv, const sigset_t *mask, pid_t parent, int ctl,
-		  int st, int out)
+static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
+		  pid_t parent, int ctl, int st, int out)
 {
 	struct sigaction ign = { .sa_handler = SIG_IGN };
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
@@ -191,7 +198,15 @@ static void watch(char **argv, const sigset_t *mask, pid_t parent, int ctl,
 		/* dup2() clears CLOEXEC on the copy; out >= 3. */
 		if (dup2(out, STDOUT_FILENO) < 0)
 			goto fail;
-		execvp(argv[0], argv);
+		if (io != NULL && io->in >= 0 && dup2(io->in, STDIN_FILENO) < 0)
+			goto fail;
+		if (io != NULL && io->err >= 0 &&
+		    dup2(io->err, STDERR_FILENO) < 0)
+			goto fail;
+		if (io != NULL && io->envp != NULL)
+			execvpe(argv[0], argv, io->envp);
+		else
+			execvp(argv[0], argv);
 fail:
 		e = errno;
 		n = write(ep[1], &e, sizeof(e));

@@ -27,6 +27,23 @@ struct supervised {
 int sv_start(struct supervised *s, char **argv, const sigset_t *mask);
 
 /*
+ * What COMMAND gets besides its arguments: in and err become its standard
+ * input and error (-1: the caller's own; otherwise descriptors >= 3, best
+ * close-on-exec, which the caller closes after the start), and envp its
+ * environment (NULL: the caller's). For a caller with threads, which
+ * cannot change its own standard streams or environment for one child.
+ */
+struct sv_io {
+	int in;
+	int err;
+	char *const *envp;
+};
+
+/* sv_start(), with io (NULL: as sv_start). */
+int sv_start_io(struct supervised *s, char **argv, const sigset_t *mask,
+		const struct sv_io *io);
+
+/*
  * After s->st polled readable: COMMAND's wait status into *wstatus, 1. 0 if
  * the watcher is gone without saying (then COMMAND is gone too: it dies
  * with its watcher). -errno on a read error.

@@ -1,0 +1,578 @@
+/*
+ * execute.c - POST /agent/execute.
+ *
+ * The body {"tool", "arguments", "request_id"} is read with jansson and
+ * checked whole before anything is reserved: a request refused here
+ * reserves nothing. The identity is (principal, session, request_id): the
+ * principal from authentication (http.c), never from the body; the
+ * session from Carmy-Session ("default"); the request_id from the body or
+ * the Idempotency-Key header. The fingerprint is the tool name, the
+ * arguments converted to msgpack (libcarmy canonicalises maps, so key
+ * order and whitespace do not matter) and, as metadata, the values of the
+ * headers the tool lists in fingerprint_headers.
+ *
+ * carmy_begin() runs here, on libmicrohttpd's thread: it works in shared
+ * memory (with a durable store it waits for carmyd to record the
+ * reservation), so a replay, a conflict or an uncertain call is answered
+ * at once. A reserved call's tool runs on a thread of its own
+ * (exec_thread), while the connection is suspended, so that a slow tool
+ * never holds up the serving of other requests. So does the wait of a
+ * call sent with "Prefer: wait=N" (RFC 7240) whose identity is running:
+ * carmy_wait() then answers its replay as soon as it completes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <msgpack.h>
+
+#include "common/log.h"
+#include "gateway/gateway.h"
+
+void gw_call_free(struct gw_call *c)
+{
+	free(c->args_json);
+	free(c->args_mp);
+	free(c->meta_mp);
+	c->args_json = c->args_mp = c->meta_mp = NULL;
+}
+
+/* ------------------------------------------------------------ msgpack */
+
+static int pack_str(msgpack_packer *pk, const char *s, size_t len)
+{
+	return msgpack_pack_str(pk, len) != 0 ||
+	       msgpack_pack_str_body(pk, s, len) != 0 ? -ENOMEM : 0;
+}
+
+/* v as msgpack; -E2BIG if it nests deeper than GW_ARGS_DEPTH_MAX. */
+static int pack(msgpack_packer *pk, json_t *v, int depth)
+{
+	const char *key;
+	json_t *e;
+	size_t i;
+	int rc = 0;
+
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		if (depth >= GW_ARGS_DEPTH_MAX)
+			return -E2BIG;
+		if (msgpack_pack_map(pk, json_object_size(v)) != 0)
+			return -ENOMEM;
+		json_object_foreach(v, key, e) {
+			rc = pack_str(pk, key, strlen(key));
+			if (rc == 0)
+				rc = pack(pk, e, depth + 1);
+			if (rc != 0)
+				return rc;
+		}
+		return 0;
+	case JSON_ARRAY:
+		if (depth >= GW_ARGS_DEPTH_MAX)
+			return -E2BIG;
+		if (msgpack_pack_array(pk, json_array_size(v)) != 0)
+			return -ENOMEM;
+		json_array_foreach(v, i, e) {
+			rc = pack(pk, e, depth + 1);
+			if (rc != 0)
+				return rc;
+		}
+		return 0;
+	case JSON_STRING:
+		return pack_str(pk, json_string_value(v),
+				json_string_length(v));
+	case JSON_INTEGER:
+		rc = msgpack_pack_int64(pk, json_integer_value(v));
+		break;
+	case JSON_REAL:
+		rc = msgpack_pack_double(pk, json_real_value(v));
+		break;
+	case JSON_TRUE:
+		rc = msgpack_pack_true(pk);
+		break;
+	case JSON_FALSE:
+		rc = msgpack_pack_false(pk);
+		break;
+	case JSON_NULL:
+		rc = msgpack_pack_nil(pk);
+		break;
+	}
+	return rc != 0 ? -ENOMEM : 0;
+}
+
+/* The sbuffer's bytes, handed over to *out. */
+static void take(msgpack_sbuffer *sb, char **out, size_t *len)
+{
+	*len = sb->size;
+	*out = msgpack_sbuffer_release(sb);
+}
+
+static int pack_args(json_t *args, struct gw_call *c)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	rc = pack(&pk, args, 0);
+	if (rc == 0)
+		take(&sb, &c->args_mp, &c->args_mp_len);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+/* The tool's fingerprint headers, a map of name to value (nil: absent). */
+static int pack_meta(const struct gw_request *rq, struct gw_call *c)
+{
+	const struct gw_tool *t = c->tool;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	int rc = 0;
+
+	if (t->n_fp_headers == 0)
+		return 0;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	if (msgpack_pack_map(&pk, t->n_fp_headers) != 0)
+		rc = -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < t->n_fp_headers; i++) {
+		const char *v = rq->header(rq->hcls, t->fp_headers[i]);
+
+		rc = pack_str(&pk, t->fp_headers[i], strlen(t->fp_headers[i]));
+		if (rc == 0 && v == NULL && msgpack_pack_nil(&pk) != 0)
+			rc = -ENOMEM;
+		else if (rc == 0 && v != NULL)
+			rc = pack_str(&pk, v, strlen(v));
+	}
+	if (rc == 0)
+		take(&sb, &c->meta_mp, &c->meta_mp_len);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+/* ------------------------------------------------------------ checks */
+
+/* An identity part into dst: 1..CARMY_ID_MAX bytes. */
+static bool id_set(char *dst, size_t *dst_len, const char *s, size_t len)
+{
+	if (len == 0 || len > CARMY_ID_MAX)
+		return false;
+	memcpy(dst, s, len);
+	dst[len] = '\0';
+	*dst_len = len;
+	return true;
+}
+
+/*
+ * The Idempotency-Key header's value: the IETF draft makes it a
+ * structured-field string ("\"abc\""); a bare value is taken as it is.
+ * NULL if the quoted form holds an escape (not supported).
+ */
+static const char *unquote(const char *v, size_t *len)
+{
+	size_t n = strlen(v);
+
+	if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
+		if (memchr(v + 1, '"', n - 2) != NULL ||
+		    memchr(v + 1, '\\', n - 2) != NULL)
+			return NULL;
+		*len = n - 2;
+		return v + 1;
+	}
+	*len = n;
+	return v;
+}
+
+/* The identity: 0, or -1 with *a filled. */
+static int identity(const struct gw_request *rq, json_t *rid,
+		    struct gw_call *c, struct gw_answer *a)
+{
+	const char *session = rq->header(rq->hcls, "Carmy-Session");
+	const char *key = rq->header(rq->hcls, "Idempotency-Key");
+	const char *body_rid = json_string_value(rid);
+	size_t klen = 0;
+
+	if (!id_set(c->principal, &c->principal_len, rq->principal,
+		    strlen(rq->principal))) {
+		gw_answer_error(a, "INVALID_ID", "The principal is empty or "
+				"longer than 256 bytes.", NULL, NULL);
+		return -1;
+	}
+	if (session == NULL)
+		session = "default";
+	if (!id_set(c->session, &c->session_len, session, strlen(session))) {
+		gw_answer_error(a, "INVALID_ID", "The Carmy-Session header "
+				"must be 1 to 256 bytes.", NULL, NULL);
+		return -1;
+	}
+	if (key != NULL && (key = unquote(key, &klen)) == NULL) {
+		gw_answer_error(a, "INVALID_ID", "The Idempotency-Key header "
+				"is a quoted string with an escape in it.",
+				NULL, NULL);
+		return -1;
+	}
+	if (body_rid != NULL && key != NULL &&
+	    (json_string_length(rid) != klen ||
+	     memcmp(body_rid, key, klen) != 0)) {
+		gw_answer_error(a, "INVALID_REQUEST", "The request_id and the "
+				"Idempotency-Key header differ.", NULL, NULL);
+		return -1;
+	}
+	if (body_rid == NULL && key == NULL)
+		return 0;
+	if (body_rid != NULL ?
+	    !id_set(c->request_id, &c->request_id_len, body_rid,
+		    json_string_length(rid)) :
+	    !id_set(c->request_id, &c->request_id_len, key, klen)) {
+		gw_answer_error(a, "INVALID_ID", "The request_id must be 1 to "
+				"256 bytes.", NULL, NULL);
+		return -1;
+	}
+	return 0;
+}
+
+/* The body's one object and its fields: 0, or -1 with *a filled. */
+static int fields(json_t *root, json_t **tool, json_t **args, json_t **rid,
+		  struct gw_answer *a)
+{
+	const char *key;
+	char msg[160];
+	json_t *v;
+
+	if (!json_is_object(root)) {
+		gw_answer_error(a, "INVALID_REQUEST", "The body must be one "
+				"JSON object.", NULL, NULL);
+		return -1;
+	}
+	json_object_foreach(root, key, v) {
+		if (strcmp(key, "tool") != 0 && strcmp(key, "arguments") != 0 &&
+		    strcmp(key, "request_id") != 0) {
+			snprintf(msg, sizeof(msg), "Unknown field \"%.64s\": "
+				 "the body has tool, arguments and "
+				 "request_id.", key);
+			gw_answer_error(a, "INVALID_REQUEST", msg, NULL, NULL);
+			return -1;
+		}
+	}
+	*tool = json_object_get(root, "tool");
+	*args = json_object_get(root, "arguments");
+	*rid = json_object_get(root, "request_id");
+	if (!json_is_string(*tool)) {
+		gw_answer_error(a, "INVALID_REQUEST", "\"tool\" must be a "
+				"string.", NULL, NULL);
+		return -1;
+	}
+	if (*args != NULL && !json_is_object(*args)) {
+		gw_answer_error(a, "INVALID_REQUEST", "\"arguments\" must be "
+				"an object.", NULL, NULL);
+		return -1;
+	}
+	if (*rid != NULL && !json_is_string(*rid)) {
+		gw_answer_error(a, "INVALID_REQUEST", "\"request_id\" must be "
+				"a string.", NULL, NULL);
+		return -1;
+	}
+	return 0;
+}
+
+/* The call of a request, checked: 0, or -1 with *a filled. */
+static int build(const struct gw_request *rq, struct gw_call *c,
+		 struct gw_answer *a)
+{
+	json_t *root, *tool, *args, *rid, *empty = NULL;
+	json_error_t je;
+	char msg[256];
+	int rc = -1;
+
+	/* Strict: one value and nothing after it, UTF-8 only, no \u0000,
+	 * no key twice (which of two would count is anyone's guess). */
+	root = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &je);
+	if (root == NULL) {
+		snprintf(msg, sizeof(msg), "The body is not one JSON object: "
+			 "%s (line %d, column %d).", je.text, je.line,
+			 je.column);
+		gw_answer_error(a, "INVALID_REQUEST", msg, NULL, NULL);
+		return -1;
+	}
+	if (fields(root, &tool, &args, &rid, a) != 0 ||
+	    identity(rq, rid, c, a) != 0)
+		goto out;
+	c->tool = gw_tool_find(&rq->gw->tools, json_string_value(tool),
+			       json_string_length(tool));
+	if (c->tool == NULL) {
+		snprintf(msg, sizeof(msg), "There is no tool \"%.128s\" "
+			 "(GET /agent/tools lists them).",
+			 json_string_value(tool));
+		gw_answer_error(a, "TOOL_NOT_FOUND", msg, NULL, NULL);
+		goto out;
+	}
+	if (args == NULL)
+		args = empty = json_object();
+	switch (args != NULL ? pack_args(args, c) : -ENOMEM) {
+	case 0:
+		break;
+	case -E2BIG:
+		snprintf(msg, sizeof(msg), "\"arguments\" nest deeper than "
+			 "%d levels.", GW_ARGS_DEPTH_MAX);
+		gw_answer_error(a, "INVALID_REQUEST", msg, NULL, NULL);
+		goto out;
+	default:
+		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
+		goto out;
+	}
+	/* The tool's standard input: the arguments, one line of JSON. */
+	c->args_json = gw_json_line(args, &c->args_json_len);
+	if (c->args_json == NULL || pack_meta(rq, c) != 0) {
+		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(empty);
+	json_decref(root);
+	if (rc != 0)
+		gw_call_free(c);
+	return rc;
+}
+
+/* ------------------------------------------------------------ running */
+
+static void running_add(struct gateway *gw, int d)
+{
+	pthread_mutex_lock(&gw->run_lock);
+	gw->running = (unsigned)((int)gw->running + d);
+	if (gw->running == 0)
+		pthread_cond_broadcast(&gw->run_idle);
+	pthread_mutex_unlock(&gw->run_lock);
+}
+
+static void exec_free(struct gw_exec *x)
+{
+	gw_handle_put(&x->gw->carmyd, x->h);
+	gw_handle_put(&x->gw->carmyd, x->waiter);
+	carmy_reservation_clear(&x->r);
+	gw_call_free(&x->call);
+	free(x);
+}
+
+static struct carmy_call call_of(const struct gw_call *c)
+{
+	return (struct carmy_call){
+		.principal = c->principal, .principal_len = c->principal_len,
+		.session = c->session, .session_len = c->session_len,
+		.request_id = c->request_id,
+		.request_id_len = c->request_id_len,
+		.tool = c->tool->name, .tool_len = strlen(c->tool->name),
+		.args = c->args_mp, .args_len = c->args_mp_len,
+		.meta = c->meta_mp, .meta_len = c->meta_mp_len,
+	};
+}
+
+/* Prefer: wait: wait for the running execution, then answer for what it
+ * became. Returns true when the identity came free and the tool is ours
+ * to run. */
+static bool wait_running(struct gw_exec *x)
+{
+	struct carmy_call cc = call_of(&x->call);
+	int rc;
+
+	log_info("waiting up to %d ms for execution %s (Prefer: wait)",
+		 x->wait_ms, x->r.execution_id);
+	rc = carmy_wait(x->waiter->c, &cc, &x->r, x->wait_ms);
+	if (rc == CARMY_RESERVED) {
+		x->h = x->waiter;
+		x->waiter = NULL;
+		memcpy(x->execution_id, x->r.execution_id,
+		       sizeof(x->execution_id));
+		return true;
+	}
+	if (rc == CARMY_REPLAY)
+		gw_answer_replay(x->answer, &x->r);
+	else
+		gw_answer_code(x->answer, rc, &x->r);
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&x->gw->carmyd, x->waiter);
+	return false;
+}
+
+static void *exec_thread(void *p)
+{
+	struct gw_exec *x = p;
+	struct gateway *gw = x->gw;
+	void (*done)(void *) = x->done;
+	void *arg = x->arg;
+
+	if (x->waiter != NULL && !wait_running(x))
+		;	/* answered: replayed, or still not ours */
+	else if (x->call.tool->url != NULL)
+		gw_url_run(x);
+	else
+		gw_command_run(x);
+	exec_free(x);
+	done(arg);
+	running_add(gw, -1);
+	return NULL;
+}
+
+void gw_exec_start(struct gw_exec *x)
+{
+	struct gateway *gw = x->gw;
+	void (*done)(void *) = x->done;
+	void *arg = x->arg;
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	running_add(gw, 1);
+	rc = pthread_attr_init(&attr);
+	if (rc == 0) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&t, &attr, exec_thread, x);
+		pthread_attr_destroy(&attr);
+	}
+	if (rc == 0)
+		return;
+	log_error("cannot start a thread for tool %s: %s", x->call.tool->name,
+		  strerror(rc));
+	/* Nothing ran: give the identity back. */
+	if (x->h != NULL && carmy_release(x->h->c, &x->r) != 0)
+		gw_answer_error(x->answer, "INTERNAL", "The tool could not be "
+				"started, and its reservation could not be "
+				"released.", x->execution_id, "running");
+	else
+		gw_answer_error(x->answer, "TOOL_NOT_STARTED", "The gateway "
+				"could not start the tool; nothing ran.", NULL,
+				NULL);
+	exec_free(x);
+	done(arg);
+	running_add(gw, -1);
+}
+
+/*
+ * The "wait" preference of a Prefer header (RFC 7240), in ms: 0 without
+ * one. Preferences are separated by commas, their parameters by
+ * semicolons; one that cannot be read is ignored, as the RFC allows.
+ */
+static int prefer_wait_ms(const char *v)
+{
+	while (v != NULL && *v != '\0') {
+		unsigned long s = 0;
+		size_t digits = 0;
+
+		v += strspn(v, " \t,");
+		if (strncasecmp(v, "wait", 4) == 0) {
+			const char *p = v + 4 + strspn(v + 4, " \t");
+
+			if (*p == '=') {
+				p += 1 + strspn(p + 1, " \t\"");
+				for (; *p >= '0' && *p <= '9' && digits < 9;
+				     p++, digits++)
+					s = s * 10 + (unsigned long)(*p - '0');
+				p += strspn(p, " \t\"");
+				if (digits > 0 && (*p == '\0' || *p == ',' ||
+						   *p == ';'))
+					return (int)(s > GW_WAIT_MAX_S ?
+						     GW_WAIT_MAX_S : s) * 1000;
+			}
+		}
+		v = strchr(v, ',');
+	}
+	return 0;
+}
+
+/* x, or NULL with *a filled (out of memory). */
+static struct gw_exec *exec_new(const struct gw_request *rq,
+				struct gw_call *c, struct gw_answer *a,
+				void (*done)(void *), void *arg)
+{
+	struct gw_exec *x = calloc(1, sizeof(*x));
+
+	if (x == NULL) {
+		gw_call_free(c);
+		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
+		return NULL;
+	}
+	x->gw = rq->gw;
+	x->call = *c;
+	x->answer = a;
+	x->done = done;
+	x->arg = arg;
+	return x;
+}
+
+int gw_execute(const struct gw_request *rq, struct gw_answer *a,
+	       void (*done)(void *arg), void *arg, struct gw_exec **xp)
+{
+	struct gw_call c = { 0 };
+	struct carmy_call cc;
+	struct gw_handle *h;
+	struct gw_exec *x;
+	int rc;
+
+	*xp = NULL;
+	if (rq->principal == NULL) {
+		gw_answer_error(a, "UNAUTHENTICATED", "Send Authorization: "
+				"Bearer TOKEN with a token of the gateway's "
+				"--tokens file.", NULL, NULL);
+		return 0;
+	}
+	if (build(rq, &c, a) != 0)
+		return 0;
+	if (c.request_id_len == 0) {
+		char who[96];
+
+		log_info("tool %s for %s: no request_id, so it runs without "
+			 "a reservation (a retry runs it again)", c.tool->name,
+			 log_bytes(who, sizeof(who), c.principal,
+				   c.principal_len));
+		x = exec_new(rq, &c, a, done, arg);
+		if (x == NULL)
+			return 0;
+		if (gw_random_execution_id(x->execution_id) != 0) {
+			exec_free(x);
+			gw_answer_error(a, "INTERNAL", "No random bytes for an "
+					"execution id.", NULL, NULL);
+			return 0;
+		}
+		*xp = x;
+		return 1;
+	}
+	h = gw_handle_get(&rq->gw->carmyd, &rc);
+	if (h == NULL) {
+		gw_call_free(&c);
+		gw_answer_code(a, rc, NULL);
+		return 0;
+	}
+	cc = call_of(&c);
+	x = exec_new(rq, &c, a, done, arg);
+	if (x == NULL) {
+		gw_handle_put(&rq->gw->carmyd, h);
+		return 0;
+	}
+	rc = carmy_begin(h->c, &cc, &x->r);
+	if (rc == CARMY_RESERVED) {
+		x->h = h;
+		memcpy(x->execution_id, x->r.execution_id,
+		       sizeof(x->execution_id));
+		*xp = x;
+		return 1;
+	}
+	if (rc == CARMY_EUNCERTAIN && x->r.state == CARMY_STATE_RUNNING &&
+	    (x->wait_ms = prefer_wait_ms(rq->header(rq->hcls, "Prefer"))) > 0) {
+		x->waiter = h;
+		*xp = x;
+		return 1;
+	}
+	if (rc == CARMY_REPLAY)
+		gw_answer_replay(a, &x->r);
+	else
+		gw_answer_code(a, rc, &x->r);
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&rq->gw->carmyd, h);
+	gw_handle_put(&rq->gw->carmyd, h);
+	exec_free(x);
+	return 0;
+}

@@ -1,0 +1,301 @@
+/*
+ * gateway.h - carmy-gateway, the HTTP front end: an HTTP server
+ * (libmicrohttpd) that is a libcarmy client like any worker, speaking the
+ * "carmy/1" contract (POST /agent/execute) so that an agent in any language
+ * gets safe retries with curl.
+ *
+ * The parts:
+ *   main.c     options, listening sockets, signals, start and stop
+ *   config.c   the --tools and --tokens files (jansson)
+ *   handle.c   the connection to carmyd, shared by every request
+ *   http.c     libmicrohttpd's callbacks: bodies, identity, routing
+ *   execute.c  POST /agent/execute: validation, fingerprint, reservation
+ *   answer.c   every body the gateway sends, and its status code
+ *   record.c   an execution's answer recorded, or its reservation released
+ *   command.c  a command tool run under tools/supervise.c's watcher
+ *   upstream.c a url tool: a POST to its upstream (libcurl)
+ *   metrics.c  GET /metrics
+ */
+#ifndef CARMY_GATEWAY_H
+#define CARMY_GATEWAY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "carmy.h"
+
+/* The largest request body taken (413 PAYLOAD_TOO_LARGE above it). */
+#define GW_BODY_MAX (1024 * 1024)
+/* How deep "arguments" may nest: libcarmy's fingerprint takes as deep. */
+#define GW_ARGS_DEPTH_MAX 32
+/* A tool's timeout when its entry gives none, and the longest allowed. */
+#define GW_TIMEOUT_DEFAULT_MS 30000u
+#define GW_TIMEOUT_MAX_MS (24u * 3600 * 1000)
+/* A tool name: 1..GW_TOOL_NAME_MAX of [A-Za-z0-9_.-]. */
+#define GW_TOOL_NAME_MAX 128
+/* Retry-After, in seconds, on 503. */
+#define GW_RETRY_AFTER_S 1
+/* The longest Prefer: wait=N honoured, in seconds (more waits this). */
+#define GW_WAIT_MAX_S 600
+
+/* ------------------------------------------------------------ config.c */
+
+struct gw_tool {
+	char *name;
+	char *description;	/* NULL: none */
+	json_t *input_schema;	/* NULL: none */
+	char **argv;		/* the command, NULL-terminated; or */
+	char *url;		/* the upstream a url tool POSTs to */
+	uint32_t timeout_ms;
+	char **fp_headers;	/* lower-case header names */
+	size_t n_fp_headers;
+};
+
+struct gw_tools {
+	struct gw_tool *v;	/* sorted by name */
+	size_t n;
+};
+
+struct gw_token {
+	char *token;
+	size_t len;
+	char *principal;
+};
+
+struct gw_tokens {
+	struct gw_token *v;
+	size_t n;
+};
+
+/* Load and check a file; 0, or -1 with a sentence in err. */
+int gw_tools_load(const char *path, struct gw_tools *t, char *err,
+		  size_t err_len);
+int gw_tokens_load(const char *path, struct gw_tokens *t, char *err,
+		   size_t err_len);
+void gw_tools_free(struct gw_tools *t);
+void gw_tokens_free(struct gw_tokens *t);
+
+/* The tool of that name (len bytes), or NULL. */
+const struct gw_tool *gw_tool_find(const struct gw_tools *t, const char *name,
+				   size_t len);
+
+/* The principal whose token is tok (len bytes), or NULL. Looks at every
+ * token whatever matches, each compared in time that does not depend on
+ * where the bytes differ. */
+const char *gw_token_principal(const struct gw_tokens *t, const char *tok,
+			       size_t len);
+
+/* ------------------------------------------------------------ handle.c */
+
+/* One connection to carmyd, counted: a request holds it from its begin to
+ * its complete. One that libcarmy declares done (DISCONNECTED) is retired:
+ * the next request connects anew, and the old one closes when its last
+ * holder lets it go. */
+struct gw_handle {
+	carmy_t *c;
+	unsigned refs;
+	bool retired;
+};
+
+struct gw_carmyd {
+	const char *socket;	/* NULL: libcarmy's default */
+	pthread_mutex_t lock;
+	struct gw_handle *cur;
+	uint64_t last_fail_ns;	/* a failed connect is not retried sooner
+				 * than GW_RECONNECT_MS after it */
+};
+
+#define GW_RECONNECT_MS 200
+
+void gw_carmyd_init(struct gw_carmyd *d, const char *socket);
+/* The current handle, connecting if there is none; NULL with *code (a
+ * libcarmy code) when carmyd cannot be reached. */
+struct gw_handle *gw_handle_get(struct gw_carmyd *d, int *code);
+void gw_handle_put(struct gw_carmyd *d, struct gw_handle *h);
+/* h answered CARMY_EDISCONNECTED: no new request gets it. */
+void gw_handle_retire(struct gw_carmyd *d, struct gw_handle *h);
+void gw_carmyd_close(struct gw_carmyd *d);
+
+/* ------------------------------------------------------------ metrics.c */
+
+enum gw_route {
+	GW_R_EXECUTE, GW_R_HEALTHZ, GW_R_TOOLS, GW_R_WELL_KNOWN, GW_R_METRICS,
+	GW_R_OTHER, GW_ROUTES
+};
+#define GW_CODES 12		/* the status codes counted, and "other" */
+#define GW_BUCKETS 12		/* the latency histogram's, with +Inf */
+
+struct gw_stats {
+	uint64_t requests[GW_ROUTES][GW_CODES];
+	uint64_t buckets[GW_BUCKETS];
+	uint64_t ns_sum;
+};
+
+struct gateway;
+
+/* Count one answer: its route, status and time taken. Any thread. */
+void gw_metrics_count(struct gw_stats *s, int route, unsigned status,
+		      uint64_t ns);
+/* The whole /metrics text, malloc'd, into *out; 0, or -1. */
+int gw_metrics_text(struct gateway *gw, char **out, size_t *len);
+
+/* ------------------------------------------------------------ the server */
+
+struct gateway {
+	struct gw_tools tools;
+	struct gw_tokens tokens;
+	bool have_tokens;
+	struct gw_carmyd carmyd;
+	char **env;		/* commands' environment, without CARMY_* */
+	size_t n_env;
+	/* Executions running on threads of their own; stop waits for 0. */
+	pthread_mutex_t run_lock;
+	pthread_cond_t run_idle;
+	unsigned running;
+	struct gw_stats stats;
+};
+
+/* One listening socket, served by a libmicrohttpd daemon of its own. */
+struct gw_listener {
+	struct gateway *gw;
+	int fd;
+	bool is_unix;		/* principal: SO_PEERCRED (no tokens) */
+	bool owned;		/* a unix: path of ours, removed at exit */
+	char name[160];		/* "127.0.0.1:8080", "unix:/path" */
+	uint64_t body_deadline_ns;	/* --request-timeout */
+	struct MHD_Daemon *mhd;
+};
+
+/* http.c */
+int gw_listener_start(struct gw_listener *l, unsigned threads,
+		      unsigned timeout_s);
+void gw_listener_quiesce(struct gw_listener *l);
+void gw_listener_stop(struct gw_listener *l);
+
+/* ------------------------------------------------------------ requests */
+
+/* What a request is answered with. body is malloc'd (NUL-terminated, not
+ * counted); NULL with a status: an empty body. */
+struct gw_answer {
+	unsigned status;
+	char *body;
+	size_t len;
+	bool replayed;
+	bool retry_after;
+	const char *type;	/* Content-Type; NULL: application/json */
+};
+
+/* The identity and call of one POST /agent/execute, checked. */
+struct gw_call {
+	const struct gw_tool *tool;
+	char principal[CARMY_ID_MAX + 1];
+	char session[CARMY_ID_MAX + 1];
+	char request_id[CARMY_ID_MAX + 1];	/* "" when none */
+	size_t principal_len, session_len, request_id_len;
+	char *args_json;	/* the arguments as compact JSON */
+	size_t args_json_len;
+	char *args_mp;		/* ... as msgpack */
+	size_t args_mp_len;
+	char *meta_mp;		/* fingerprint headers (msgpack) */
+	size_t meta_mp_len;
+};
+
+void gw_call_free(struct gw_call *c);
+
+/* A request whose tool runs on a thread of its own. The connection is
+ * suspended meanwhile; done() resumes it with the answer. */
+struct gw_exec {
+	struct gateway *gw;
+	struct gw_call call;
+	struct gw_handle *h;		/* NULL: no reservation */
+	struct gw_handle *waiter;	/* Prefer: wait: to wait on, first */
+	int wait_ms;
+	struct carmy_reservation r;
+	char execution_id[CARMY_EXECUTION_ID_LEN + 1];
+	struct gw_answer *answer;	/* where the answer goes */
+	void (*done)(void *arg);
+	void *arg;
+};
+
+/* execute.c. A POST /agent/execute, read whole: the principal
+ * authenticated (NULL: none), header() reads a request header. */
+struct gw_request {
+	struct gateway *gw;
+	const char *principal;
+	const char *(*header)(void *hcls, const char *name);
+	void *hcls;
+	const char *body;
+	size_t len;
+};
+
+/*
+ * Answer rq: 0 with *a filled, or 1 with *xp, an execution whose tool is
+ * to run: the caller suspends its connection, then gw_exec_start(*xp).
+ * done(arg) is called, on another thread, once *a is filled; the caller
+ * then sends it.
+ */
+int gw_execute(const struct gw_request *rq, struct gw_answer *a,
+	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
+void gw_exec_start(struct gw_exec *x);
+
+/* record.c. Record x's answer (when it has a reservation) as status; if
+ * that fails the answer becomes the error that says so (the identity is
+ * now uncertain). */
+void gw_exec_record(struct gw_exec *x, int status);
+/* The tool provably did not run (why): release the reservation, and
+ * answer so. */
+void gw_exec_not_started(struct gw_exec *x, const char *why);
+
+/* command.c, upstream.c: run x's tool; fill *x->answer and record it (or
+ * release the reservation when the tool provably did not run). */
+void gw_command_run(struct gw_exec *x);
+void gw_url_run(struct gw_exec *x);
+
+/* ------------------------------------------------------------ answer.c */
+
+/* An error body, {"error":{...}} with execution_id and state when
+ * exec_id is not NULL. code names a row of answer.c's table. */
+void gw_answer_error(struct gw_answer *a, const char *code,
+		     const char *message, const char *exec_id,
+		     const char *state);
+/* o as compact JSON and a newline, malloc'd (NUL-terminated, not counted
+ * in *len); NULL when out of memory. */
+char *gw_json_line(const json_t *o, size_t *len);
+/* Any other answer: o (taken) as the body. */
+void gw_answer_json(struct gw_answer *a, unsigned status, json_t *o);
+/* An execution's own answer: status CARMY_STATUS_*, data for completed
+ * (borrowed), else the error code and message. Returns 0 or -ENOMEM. */
+int gw_answer_execution(struct gw_answer *a, const char *exec_id,
+			int status, json_t *data, const char *code,
+			const char *message);
+/* A tool's output (len bytes at buf): completed with it as data if it is
+ * one JSON value, else failed (whose names it in the message). *status
+ * gets the CARMY_STATUS_*. Returns 0 or -ENOMEM. */
+int gw_answer_output(struct gw_answer *a, const char *exec_id,
+		     const char *buf, size_t len, const char *whose,
+		     int *status);
+/* The answer of a result larger than carmyd's --max-result. */
+void gw_answer_too_large(struct gw_answer *a, const char *exec_id);
+/* The HTTP status of a recorded CARMY_STATUS_*. */
+unsigned gw_status_http(int status);
+/* A recorded result answered again (r holds a CARMY_REPLAY). Takes
+ * r->result. */
+void gw_answer_replay(struct gw_answer *a, struct carmy_reservation *r);
+/* The answer for a libcarmy code from begin (r: the reservation). */
+void gw_answer_code(struct gw_answer *a, int code,
+		    const struct carmy_reservation *r);
+void gw_answer_free(struct gw_answer *a);
+
+/* Append n bytes at p to the malloc'd *buf (*len used, *cap allocated),
+ * NUL-terminated; 0 or -1 (out of memory, *buf unchanged). */
+int gw_append(char **buf, size_t *len, size_t *cap, const void *p,
+	      size_t n);
+/* Execution ids for calls without a reservation. */
+int gw_random_execution_id(char out[CARMY_EXECUTION_ID_LEN + 1]);
+
+#endif /* CARMY_GATEWAY_H */

@@ -1,0 +1,485 @@
+/*
+ * http.c - libmicrohttpd's side: one daemon per listening socket, each with
+ * its own pool of polling threads (--threads), epoll on Linux.
+ *
+ * A request's body is gathered (at most GW_BODY_MAX bytes, 413 above it),
+ * its principal found (a bearer token of --tokens, or the peer's uid on a
+ * unix: listener without --tokens), and it is routed. An execution whose
+ * tool must run is handed to a thread of its own and its connection
+ * suspended (MHD_suspend_connection), so the polling threads go on serving
+ * everyone else; the execution's thread fills the answer and resumes the
+ * connection, and libmicrohttpd calls on_request() again to send it.
+ *
+ * A connection is suspended before the execution's thread starts, so that
+ * the resume can never come first. The gateway stops its daemons only once
+ * no execution runs (main.c), since libmicrohttpd must not be stopped with
+ * a connection suspended.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "gateway/gateway.h"
+
+/* Per connection: request line, headers and libmicrohttpd's buffers. */
+#define CONN_MEMORY (64u * 1024)
+
+struct req {
+	struct gw_listener *l;
+	struct MHD_Connection *conn;
+	char *body;
+	size_t len, cap;
+	bool too_large;
+	bool started;		/* suspended while its tool runs */
+	int route;		/* enum gw_route, for the metrics */
+	uint64_t t0;		/* when its headers were in, ns */
+	bool ready;		/* ans is filled */
+	struct gw_answer ans;
+};
+
+/* ------------------------------------------------------------ answers */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static enum MHD_Result send_answer(struct req *q, const char *allow)
+{
+	struct gw_answer *a = &q->ans;
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	char retry[16];
+
+	if (a->body != NULL)
+		resp = MHD_create_response_from_buffer(a->len, a->body,
+						       MHD_RESPMEM_MUST_FREE);
+	else
+		resp = MHD_create_response_from_buffer(0, (void *)"",
+						       MHD_RESPMEM_PERSISTENT);
+	if (resp == NULL)
+		return MHD_NO;
+	a->body = NULL;		/* the response's now */
+	a->len = 0;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				a->type != NULL ? a->type : "application/json");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+				"no-store");
+	if (a->replayed)
+		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	if (a->retry_after) {
+		snprintf(retry, sizeof(retry), "%d", GW_RETRY_AFTER_S);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER,
+					retry);
+	}
+	if (a->status == 401)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+					"Bearer");
+	if (allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	ret = MHD_queue_response(q->conn, a->status, resp);
+	MHD_destroy_response(resp);
+	gw_metrics_count(&q->l->gw->stats, q->route, a->status,
+			 now_ns() - q->t0);
+	return ret;
+}
+
+static enum MHD_Result send_error(struct req *q, const char *code,
+				  const char *message, const char *allow)
+{
+	gw_answer_error(&q->ans, code, message, NULL, NULL);
+	return send_answer(q, allow);
+}
+
+/* ------------------------------------------------------------ identity */
+
+static const char *header(void *hcls, const char *name)
+{
+	struct req *q = hcls;
+
+	return MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
+}
+
+struct count {
+	const char *name;
+	unsigned n;
+};
+
+static enum MHD_Result count_one(void *cls, enum MHD_ValueKind kind,
+				 const char *key, const char *value)
+{
+	struct count *c = cls;
+
+	(void)kind;
+	(void)value;
+	c->n += strcasecmp(key, c->name) == 0;
+	return MHD_YES;
+}
+
+/* How many times the request carries header name. */
+static unsigned header_count(struct req *q, const char *name)
+{
+	struct count c = { name, 0 };
+
+	MHD_get_connection_values(q->conn, MHD_HEADER_KIND, count_one, &c);
+	return c.n;
+}
+
+/* The principal, or NULL: not authenticated. buf holds "uid:N". */
+static const char *principal(struct req *q, char *buf, size_t size)
+{
+	struct gateway *gw = q->l->gw;
+	const union MHD_ConnectionInfo *ci;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	const char *auth;
+
+	if (gw->have_tokens) {
+		auth = header(q, MHD_HTTP_HEADER_AUTHORIZATION);
+		if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 ||
+		    header_count(q, MHD_HTTP_HEADER_AUTHORIZATION) != 1)
+			return NULL;
+		auth += 7;
+		while (*auth == ' ')
+			auth++;
+		return gw_token_principal(&gw->tokens, auth, strlen(auth));
+	}
+	if (!q->l->is_unix)
+		return NULL;
+	ci = MHD_get_connection_info(q->conn,
+				     MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci == NULL ||
+	    getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred,
+		       &len) != 0)
+		return NULL;
+	snprintf(buf, size, "uid:%u", (unsigned)cred.uid);
+	return buf;
+}
+
+/* ------------------------------------------------------------ requests */
+
+/* The execution's thread: the answer is filled; send it. */
+static void resume(void *arg)
+{
+	struct req *q = arg;
+	struct MHD_Connection *conn = q->conn;
+
+	q->ready = true;
+	MHD_resume_connection(conn);	/* q is not ours to touch after */
+}
+
+static enum MHD_Result execute(struct req *q)
+{
+	char buf[32];
+	struct gw_request rq = {
+		.gw = q->l->gw,
+		.principal = principal(q, buf, sizeof(buf)),
+		.header = header,
+		.hcls = q,
+		.body = q->body != NULL ? q->body : "",
+		.len = q->len,
+	};
+	static const char *const once[] = {
+		"Carmy-Session", "Idempotency-Key", "Prefer",
+	};
+	struct gw_exec *x;
+
+	for (size_t i = 0; i < sizeof(once) / sizeof(*once); i++)
+		if (header_count(q, once[i]) > 1)
+			return send_error(q, "INVALID_REQUEST", "A header that "
+					  "names the call (Carmy-Session, "
+					  "Idempotency-Key, Prefer) is given "
+					  "twice.", NULL);
+	if (gw_execute(&rq, &q->ans, resume, q, &x) == 0)
+		return send_answer(q, NULL);
+	q->started = true;
+	MHD_suspend_connection(q->conn);
+	gw_exec_start(x);
+	return MHD_YES;
+}
+
+/* GET /healthz: whether carmyd answers a connection now. */
+static enum MHD_Result healthz(struct req *q)
+{
+	carmy_t *c;
+	int rc = carmy_connect(&c, q->l->gw->carmyd.socket);
+	json_t *o;
+
+	carmy_close(c);
+	o = json_pack("{s:s,s:s}", "status", rc == 0 ? "ok" : "unavailable",
+		      "carmyd", rc == 0 ? "reachable" : carmy_errname(rc));
+	gw_answer_json(&q->ans, rc == 0 ? 200 : 503, o);
+	q->ans.retry_after = rc != 0;
+	return send_answer(q, NULL);
+}
+
+/* GET /agent/tools: name, description and input schema of each. */
+static enum MHD_Result tools(struct req *q)
+{
+	const struct gw_tools *t = &q->l->gw->tools;
+	json_t *list = json_array();
+
+	for (size_t i = 0; list != NULL && i < t->n; i++) {
+		json_t *o = json_pack("{s:s}", "name", t->v[i].name);
+
+		if (o != NULL && t->v[i].description != NULL)
+			json_object_set_new(o, "description",
+					    json_string(t->v[i].description));
+		if (o != NULL && t->v[i].input_schema != NULL)
+			json_object_set(o, "input_schema",
+					t->v[i].input_schema);
+		json_array_append_new(list, o);
+	}
+	gw_answer_json(&q->ans, 200, json_pack("{s:o}", "tools", list));
+	return send_answer(q, NULL);
+}
+
+/* A Host header fit to build a URL of: host name or address and port. */
+static bool host_ok(const char *h)
+{
+	size_t n = h != NULL ? strlen(h) : 0;
+
+	if (n == 0 || n > 255)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((h[i] >= 'a' && h[i] <= 'z') ||
+		      (h[i] >= 'A' && h[i] <= 'Z') ||
+		      (h[i] >= '0' && h[i] <= '9') ||
+		      strchr(".-:[]", h[i]) != NULL))
+			return false;
+	return true;
+}
+
+/* GET /.well-known/agent: where the contract is served. */
+static enum MHD_Result well_known(struct req *q)
+{
+	const char *host = header(q, MHD_HTTP_HEADER_HOST);
+	char exec[300] = "/agent/execute", list[300] = "/agent/tools";
+
+	if (host_ok(host)) {
+		snprintf(exec, sizeof(exec), "http://%s/agent/execute", host);
+		snprintf(list, sizeof(list), "http://%s/agent/tools", host);
+	}
+	gw_answer_json(&q->ans, 200,
+		       json_pack("{s:s,s:s,s:s}", "protocol", "carmy/1",
+				 "execute_url", exec, "tools_url", list));
+	return send_answer(q, NULL);
+}
+
+/* GET /metrics: Prometheus text. Runs carmyctl on this polling thread
+ * (a scrape is rare and carmyctl quick; it is given 5 s at most). */
+static enum MHD_Result metrics(struct req *q)
+{
+	char *text;
+	size_t len;
+
+	if (gw_metrics_text(q->l->gw, &text, &len) != 0)
+		return send_error(q, "INTERNAL", "Out of memory.", NULL);
+	gw_answer_free(&q->ans);
+	q->ans.status = 200;
+	q->ans.body = text;
+	q->ans.len = len;
+	q->ans.type = "text/plain; version=0.0.4";
+	return send_answer(q, NULL);
+}
+
+static bool is_get(const char *method)
+{
+	return strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
+	       strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+}
+
+static enum MHD_Result route(struct req *q, const char *url,
+			     const char *method)
+{
+	char buf[32];
+
+	if (strcmp(url, "/agent/execute") == 0) {
+		q->route = GW_R_EXECUTE;
+		if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
+			return send_error(q, "METHOD_NOT_ALLOWED",
+					  "Use POST.", "POST");
+		if (q->too_large)
+			return send_error(q, "PAYLOAD_TOO_LARGE",
+					  "The body is larger than 1 MiB.",
+					  NULL);
+		return execute(q);
+	}
+	q->route = strcmp(url, "/healthz") == 0 ? GW_R_HEALTHZ :
+		   strcmp(url, "/agent/tools") == 0 ? GW_R_TOOLS :
+		   strcmp(url, "/.well-known/agent") == 0 ? GW_R_WELL_KNOWN :
+		   strcmp(url, "/metrics") == 0 ? GW_R_METRICS : GW_R_OTHER;
+	if (q->route == GW_R_OTHER)
+		return send_error(q, "NOT_FOUND", "No such path: POST "
+				  "/agent/execute runs a tool.", NULL);
+	if (!is_get(method))
+		return send_error(q, "METHOD_NOT_ALLOWED", "Use GET.",
+				  "GET, HEAD");
+	if (q->route == GW_R_HEALTHZ)
+		return healthz(q);
+	if (q->route == GW_R_WELL_KNOWN)
+		return well_known(q);
+	if (q->route == GW_R_METRICS)
+		return metrics(q);
+	if (principal(q, buf, sizeof(buf)) == NULL)
+		return send_error(q, "UNAUTHENTICATED", "Send Authorization: "
+				  "Bearer TOKEN with a token of the "
+				  "gateway's --tokens file.", NULL);
+	return tools(q);
+}
+
+/* Append a piece of the body, or drop it past GW_BODY_MAX. */
+static int gather(struct req *q, const char *data, size_t n)
+{
+	if (q->too_large || n > GW_BODY_MAX - q->len) {
+		q->too_large = true;
+		free(q->body);
+		q->body = NULL;
+		q->len = q->cap = 0;
+		return 0;
+	}
+	return gw_append(&q->body, &q->len, &q->cap, data, n);
+}
+
+static bool declared_too_large(struct MHD_Connection *conn)
+{
+	const char *cl = MHD_lookup_connection_value(
+		conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	char *end;
+	unsigned long long n;
+
+	if (cl == NULL)
+		return false;
+	errno = 0;
+	n = strtoull(cl, &end, 10);
+	return errno == ERANGE || (end != cl && n > GW_BODY_MAX);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+				  const char *url, const char *method,
+				  const char *version, const char *upload,
+				  size_t *upload_size, void **con_cls)
+{
+	struct req *q = *con_cls;
+
+	(void)version;
+	if (q == NULL) {
+		q = calloc(1, sizeof(*q));
+		if (q == NULL)
+			return MHD_NO;
+		q->l = cls;
+		q->conn = conn;
+		q->route = GW_R_OTHER;
+		q->t0 = now_ns();
+		*con_cls = q;
+		if (declared_too_large(conn))
+			return send_error(q, "PAYLOAD_TOO_LARGE",
+					  "The body is larger than 1 MiB.",
+					  NULL);
+		return MHD_YES;
+	}
+	if (q->started)
+		return q->ready ? send_answer(q, NULL) : MHD_YES;
+	if (*upload_size != 0) {
+		/* A body sent a byte at a time must not hold a connection
+		 * (and its memory) for ever: the inactivity timeout alone
+		 * would let it. Closing it is its answer. */
+		if (now_ns() - q->t0 > q->l->body_deadline_ns) {
+			log_debug("a request body took longer than the "
+				  "request timeout: connection closed");
+			return MHD_NO;
+		}
+		if (gather(q, upload, *upload_size) != 0)
+			return MHD_NO;
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	return route(q, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+			 void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	struct req *q = *con_cls;
+
+	(void)cls;
+	(void)conn;
+	(void)toe;
+	if (q == NULL)
+		return;
+	*con_cls = NULL;
+	if (q->started && !q->ready) {
+		/* Its execution's thread will still write here. */
+		log_error("a connection ended while its tool ran");
+		return;
+	}
+	free(q->body);
+	gw_answer_free(&q->ans);
+	free(q);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+	size_t n;
+
+	(void)cls;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	n = strlen(line);
+	while (n > 0 && line[n - 1] == '\n')
+		line[--n] = '\0';
+	log_debug("libmicrohttpd: %s", line);
+}
+
+int gw_listener_start(struct gw_listener *l, unsigned threads,
+		      unsigned timeout_s)
+{
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+
+	l->body_deadline_ns = (uint64_t)timeout_s * 1000000000u;
+	l->mhd = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, l,
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
+		MHD_OPTION_THREAD_POOL_SIZE, threads,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
+		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+		MHD_OPTION_END);
+	return l->mhd != NULL ? 0 : -1;
+}
+
+void gw_listener_quiesce(struct gw_listener *l)
+{
+	MHD_socket fd;
+
+	if (l->mhd == NULL)
+		return;
+	fd = MHD_quiesce_daemon(l->mhd);
+	if (fd != MHD_INVALID_SOCKET) {
+		close(fd);
+		l->fd = -1;
+	}
+}
+
+void gw_listener_stop(struct gw_listener *l)
+{
+	if (l->mhd != NULL) {
+		MHD_stop_daemon(l->mhd);
+		l->fd = -1;	/* libmicrohttpd closed it, if still open */
+	}
+	l->mhd = NULL;
+}

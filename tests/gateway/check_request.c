@@ -1,0 +1,302 @@
+/*
+ * check_request.c - the request-to-call conversion of POST /agent/execute
+ * (gateway/execute.c), fuzzed: seed bodies mutated at random (bytes
+ * flipped, inserted, deleted, cut; nesting, numbers, escapes, duplicate
+ * keys spliced in) and bodies generated whole. Each is answered with no
+ * carmyd to reach, so a body that passes every check gets 503
+ * DAEMON_UNAVAILABLE (it got as far as the reservation) and any other a
+ * 400 or 404 error body. An independent check of the same rules, written
+ * here with jansson, must agree on which bodies pass; every answer must be
+ * one JSON object with the contract's error fields. Run under ASan in the
+ * sanitised build.
+ *
+ * $CARMY_FUZZ_SEED and $CARMY_FUZZ_ROUNDS change the run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "common/log.h"
+#include "gateway/gateway.h"
+
+static struct gateway gw;
+static char dir[64];
+static uint64_t rng;
+
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static const char *header(void *hcls, const char *name)
+{
+	(void)hcls;
+	if (strcasecmp(name, "Idempotency-Key") == 0)
+		return "k";
+	if (strcasecmp(name, "X-A") == 0)
+		return "v";
+	return NULL;
+}
+
+static void setup(void)
+{
+	char path[256], err[256];
+	FILE *f;
+
+	log_level = LOG_ERROR;	/* "cannot reach carmyd", every time */
+	/* Each test makes its own (with CK_FORK=no they share a process). */
+	strcpy(dir, "/tmp/carmy-gw-check.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/tools.json", dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("{\"tools\": {\"t\": {\"command\": [\"/bin/true\"], "
+	      "\"fingerprint_headers\": [\"X-A\"]}}}", f);
+	fclose(f);
+	ck_assert_msg(gw_tools_load(path, &gw.tools, err, sizeof(err)) == 0,
+		      "%s", err);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/none.sock", dir);
+	gw_carmyd_init(&gw.carmyd, strdup(path));
+	pthread_mutex_init(&gw.run_lock, NULL);
+	pthread_cond_init(&gw.run_idle, NULL);
+}
+
+static void teardown(void)
+{
+	gw_tools_free(&gw.tools);
+	free((char *)gw.carmyd.socket);
+	rmdir(dir);
+}
+
+static int depth(json_t *v)
+{
+	const char *k;
+	json_t *e;
+	size_t i;
+	int d = 0, de;
+
+	if (json_is_object(v)) {
+		json_object_foreach(v, k, e)
+			if ((de = depth(e)) > d)
+				d = de;
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, e)
+			if ((de = depth(e)) > d)
+				d = de;
+	} else {
+		return 0;
+	}
+	return d + 1;
+}
+
+/* The rules, again: does this body pass every check? */
+static bool passes(const char *body, size_t len)
+{
+	json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *tool, *args, *rid;
+	bool ok;
+
+	if (o == NULL)
+		return false;
+	tool = json_object_get(o, "tool");
+	args = json_object_get(o, "arguments");
+	rid = json_object_get(o, "request_id");
+	ok = json_is_object(o) &&
+	     json_object_size(o) == (size_t)(1 + (args != NULL) +
+					     (rid != NULL)) &&
+	     json_is_string(tool) && json_string_length(tool) == 1 &&
+	     strcmp(json_string_value(tool), "t") == 0 &&
+	     (args == NULL || (json_is_object(args) &&
+			       depth(args) <= GW_ARGS_DEPTH_MAX)) &&
+	     (rid == NULL || (json_is_string(rid) &&
+			      json_string_length(rid) == 1 &&
+			      json_string_value(rid)[0] == 'k'));
+	json_decref(o);
+	return ok;
+}
+
+/* Answer one body and check the answer; true if the body passed. */
+static bool check_one(const char *body, size_t len)
+{
+	struct gw_request rq = { &gw, "p", header, NULL, body, len };
+	struct gw_answer a = { 0 };
+	struct gw_exec *x = NULL;
+	json_t *o, *e;
+	const char *code;
+	bool pass = passes(body, len);
+
+	ck_assert_int_eq(gw_execute(&rq, &a, NULL, NULL, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert(a.len > 0 && a.body[a.len - 1] == '\n');
+	o = json_loadb(a.body, a.len, 0, NULL);
+	ck_assert_msg(json_is_object(o), "not JSON: %s", a.body);
+	e = json_object_get(o, "error");
+	code = json_string_value(json_object_get(e, "code"));
+	ck_assert_ptr_nonnull(code);
+	ck_assert(json_is_string(json_object_get(e, "message")) &&
+		  json_is_string(json_object_get(e, "category")) &&
+		  json_is_boolean(json_object_get(e, "recoverable")) &&
+		  json_is_boolean(json_object_get(e, "retryable")));
+	if (pass)
+		ck_assert_msg(a.status == 503 &&
+			      strcmp(code, "DAEMON_UNAVAILABLE") == 0,
+			      "%.*s: %u %s", (int)len, body, a.status, code);
+	else
+		ck_assert_msg(a.status == 400 || a.status == 404,
+			      "%.*s: %u %s", (int)len, body, a.status, code);
+	json_decref(o);
+	gw_answer_free(&a);
+	return pass;
+}
+
+static const char *const seeds[] = {
+	"{\"tool\":\"t\",\"arguments\":{\"a\":[1,2.5,{\"b\":null}],"
+	"\"c\":\"\\u00e9\"},\"request_id\":\"k\"}",
+	"{\"tool\":\"t\"}",
+	"{\"tool\":\"t\",\"arguments\":{}}",
+	"{\"arguments\":{\"x\":true,\"y\":false},\"tool\":\"t\"}",
+	"{\"tool\":\"u\",\"request_id\":\"k\"}",
+	"[{\"tool\":\"t\"}]",
+};
+
+static const char *const pieces[] = {
+	"{", "}", "[", "]", ",", ":", "\"", "\\", "\\u0000", "\\ud800",
+	"\xff", "\xc3\xa9", "1e999", "-0", "99999999999999999999", "null",
+	"\"tool\":\"t\"", "\"request_id\":\"j\"", "\"arguments\":[]",
+	"\"extra\":1", "   ", "\n",
+};
+
+static size_t mutate(char *buf, size_t len, size_t cap)
+{
+	int n = (int)(next() % 4);	/* 0: the seed as it is */
+
+	while (n-- > 0) {
+		size_t at = len > 0 ? next() % (len + 1) : 0;
+		const char *p;
+		size_t pl;
+
+		switch (next() % 5) {
+		case 0:		/* flip a byte */
+			if (len > 0 && at < len)
+				buf[at] = (char)next();
+			break;
+		case 1:		/* delete a run */
+			if (at < len) {
+				size_t k = 1 + next() % (len - at);
+
+				memmove(buf + at, buf + at + k, len - at - k);
+				len -= k;
+			}
+			break;
+		case 2:		/* cut */
+			len = at;
+			break;
+		default:	/* insert a piece */
+			p = pieces[next() % (sizeof(pieces) / sizeof(*pieces))];
+			pl = strlen(p);
+			if (len + pl <= cap) {
+				memmove(buf + at + pl, buf + at, len - at);
+				memcpy(buf + at, p, pl);
+				len += pl;
+			}
+			break;
+		}
+	}
+	return len;
+}
+
+/* A body with "arguments" nested d deep. */
+static size_t nested(char *buf, size_t cap, int d)
+{
+	size_t n = (size_t)snprintf(buf, cap, "{\"tool\":\"t\",\"arguments\":");
+
+	for (int i = 0; i < d - 1 && n + 8 < cap; i++)
+		n += (size_t)snprintf(buf + n, cap - n, "{\"a\":");
+	n += (size_t)snprintf(buf + n, cap - n, "{}");
+	for (int i = 0; i < d - 1 && n + 2 < cap; i++)
+		buf[n++] = '}';
+	buf[n++] = '}';
+	return n;
+}
+
+START_TEST(test_seeds_and_nesting)
+{
+	char buf[4096];
+
+	for (size_t i = 0; i < sizeof(seeds) / sizeof(*seeds); i++)
+		check_one(seeds[i], strlen(seeds[i]));
+	/* The deepest arguments that pass, and one level more. */
+	for (int d = GW_ARGS_DEPTH_MAX - 1; d <= GW_ARGS_DEPTH_MAX + 2; d++)
+		check_one(buf, nested(buf, sizeof(buf), d));
+}
+END_TEST
+
+START_TEST(test_mutated_bodies)
+{
+	const char *s = getenv("CARMY_FUZZ_SEED");
+	const char *r = getenv("CARMY_FUZZ_ROUNDS");
+	long rounds = r != NULL ? atol(r) : 20000;
+	char buf[2048];
+	long passed = 0;
+
+	rng = s != NULL ? strtoull(s, NULL, 0) : 0x9e3779b97f4a7c15ull;
+	if (rng == 0)
+		rng = 1;
+	for (long i = 0; i < rounds; i++) {
+		const char *seed = seeds[next() % (sizeof(seeds) /
+						   sizeof(*seeds))];
+		size_t len = strlen(seed);
+
+		memcpy(buf, seed, len);
+		len = mutate(buf, len, sizeof(buf));
+		passed += check_one(buf, len);
+	}
+	/* Both sides of every check were taken, many times. */
+	ck_assert_msg(passed > rounds / 20 && rounds - passed > rounds / 20,
+		      "%ld of %ld bodies passed", passed, rounds);
+}
+END_TEST
+
+START_TEST(test_tokens_compare_whole)
+{
+	struct gw_token v[2] = {
+		{ "tok-aaaa", 8, "alice" }, { "tok-bbbbbb", 10, "bob" },
+	};
+	struct gw_tokens t = { v, 2 };
+
+	ck_assert_str_eq(gw_token_principal(&t, "tok-aaaa", 8), "alice");
+	ck_assert_str_eq(gw_token_principal(&t, "tok-bbbbbb", 10), "bob");
+	ck_assert_ptr_null(gw_token_principal(&t, "tok-aaa", 7));
+	ck_assert_ptr_null(gw_token_principal(&t, "tok-aaaaa", 9));
+	ck_assert_ptr_null(gw_token_principal(&t, "tok-aaaatok-aaaa", 16));
+	ck_assert_ptr_null(gw_token_principal(&t, "", 0));
+	ck_assert_ptr_null(gw_token_principal(&t, "tok-bbbbbc", 10));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("gateway_request");
+	TCase *tc = tcase_create("request");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_seeds_and_nesting);
+	tcase_add_test(tc, test_mutated_bodies);
+	tcase_add_test(tc, test_tokens_compare_whole);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
