@@ -356,27 +356,13 @@ static int gather(struct req *q, const char *data, size_t n)
 	return gw_append(&q->body, &q->len, &q->cap, data, n);
 }
 
-struct size {
-	size_t n;
-};
-
-static enum MHD_Result add_size(void *cls, enum MHD_ValueKind kind,
-				const char *key, const char *value)
+/* The request line and headers, as they came. */
+static bool headers_too_large(struct MHD_Connection *conn)
 {
-	struct size *sz = cls;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+		conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
 
-	(void)kind;
-	sz->n += strlen(key) + (value != NULL ? strlen(value) : 0) + 4;
-	return MHD_YES;
-}
-
-/* The request line and headers, about as they came. */
-static bool headers_too_large(struct MHD_Connection *conn, const char *url)
-{
-	struct size sz = { strlen(url) + 16 };
-
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, add_size, &sz);
-	return sz.n > HEADERS_MAX;
+	return ci != NULL && ci->header_size > HEADERS_MAX;
 }
 
 static bool declared_too_large(struct MHD_Connection *conn)
@@ -410,7 +396,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		q->route = GW_R_OTHER;
 		q->t0 = now_ns();
 		*con_cls = q;
-		if (headers_too_large(conn, url))
+		if (headers_too_large(conn))
 			return send_error(q, "HEADERS_TOO_LARGE", "The request "
 					  "line and headers are larger than "
 					  "16 KiB.", NULL);
