@@ -30,6 +30,7 @@ static const struct kind kinds[] = {
 	{ "INVALID_REQUEST", 400, "validation", false, false },
 	{ "INVALID_ID", 400, "validation", false, false },
 	{ "PAYLOAD_TOO_LARGE", 413, "validation", false, false },
+	{ "HEADERS_TOO_LARGE", 431, "validation", false, false },
 	{ "UNAUTHENTICATED", 401, "auth", false, false },
 	{ "TOOL_NOT_FOUND", 404, "validation", false, false },
 	{ "NOT_FOUND", 404, "validation", false, false },

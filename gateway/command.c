@@ -363,7 +363,7 @@ static int answer(struct gw_exec *x, struct run *r, int *status)
 void gw_command_run(struct gw_exec *x)
 {
 	struct run r = { .in = -1, .err = -1 };
-	struct sv_io io = { -1, -1, NULL };
+	struct sv_io io = { -1, -1, NULL, true };
 	int in[2] = { -1, -1 }, err[2] = { -1, -1 }, rc, status;
 	char **env = environment(x);
 	sigset_t none;
@@ -374,7 +374,7 @@ void gw_command_run(struct gw_exec *x)
 		rc = env == NULL ? -ENOMEM : -errno;
 		goto fail;
 	}
-	io = (struct sv_io){ in[0], err[1], env };
+	io = (struct sv_io){ in[0], err[1], env, true };
 	rc = sv_start_io(&r.sv, x->call.tool->argv, &none, &io);
 	close(in[0]);
 	close(err[1]);

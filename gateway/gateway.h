@@ -102,15 +102,29 @@ struct gw_handle {
 	bool retired;
 };
 
+/* A connect to carmyd, run on a thread of its own: a carmyd that accepts
+ * but never answers holds that thread (libcarmy waits 10 s for its HELLO),
+ * never a polling thread nor the lock. */
+struct gw_connect {
+	bool running;
+	int rc;			/* the last one's result */
+};
+
 struct gw_carmyd {
 	const char *socket;	/* NULL: libcarmy's default */
 	pthread_mutex_t lock;
+	pthread_cond_t done;	/* a connect (or probe) ended */
 	struct gw_handle *cur;
 	uint64_t last_fail_ns;	/* a failed connect is not retried sooner
 				 * than GW_RECONNECT_MS after it */
+	struct gw_connect conn;	/* to become cur */
+	struct gw_connect probe;	/* GET /healthz's, closed at once */
 };
 
 #define GW_RECONNECT_MS 200
+/* How long the request that starts a connect waits for it (any other
+ * request meanwhile is answered DAEMON_UNAVAILABLE at once). */
+#define GW_CONNECT_WAIT_MS 1000
 
 void gw_carmyd_init(struct gw_carmyd *d, const char *socket);
 /* The current handle, connecting if there is none; NULL with *code (a
@@ -119,6 +133,10 @@ struct gw_handle *gw_handle_get(struct gw_carmyd *d, int *code);
 void gw_handle_put(struct gw_carmyd *d, struct gw_handle *h);
 /* h answered CARMY_EDISCONNECTED: no new request gets it. */
 void gw_handle_retire(struct gw_carmyd *d, struct gw_handle *h);
+/* Whether a new connection to carmyd gets its HELLO answered now: 0, or a
+ * libcarmy code (CARMY_EUNAVAILABLE also while an earlier probe waits). */
+int gw_carmyd_probe(struct gw_carmyd *d);
+/* Waits for a connect still running, then closes the handle. */
 void gw_carmyd_close(struct gw_carmyd *d);
 
 /* ------------------------------------------------------------ metrics.c */
@@ -171,9 +189,14 @@ struct gw_listener {
 	struct MHD_Daemon *mhd;
 };
 
-/* http.c */
+/* The most connections one listener keeps open (main.c lowers it to what
+ * RLIMIT_NOFILE allows), and the descriptors kept for everything else. */
+#define GW_CONNECTIONS_MAX 10000u
+#define GW_FD_RESERVE 256u
+
+/* http.c. limit: connections open at once, at most. */
 int gw_listener_start(struct gw_listener *l, unsigned threads,
-		      unsigned timeout_s);
+		      unsigned timeout_s, unsigned limit);
 void gw_listener_quiesce(struct gw_listener *l);
 void gw_listener_stop(struct gw_listener *l);
 

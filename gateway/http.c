@@ -29,6 +29,13 @@
 
 /* Per connection: request line, headers and libmicrohttpd's buffers. */
 #define CONN_MEMORY (64u * 1024)
+/* The request line and headers the gateway takes; over it, 431 with the
+ * contract's error body. Requests whose headers do not fit CONN_MEMORY at
+ * all are refused by libmicrohttpd itself, before any callback of ours
+ * runs: 431 (or 400 for malformed HTTP) with its own small HTML body and
+ * no Cache-Control. libmicrohttpd 0.9.75 has no option to supply the
+ * bodies of the answers it makes on its own. */
+#define HEADERS_MAX (16u * 1024)
 
 struct req {
 	struct gw_listener *l;
@@ -207,14 +214,13 @@ static enum MHD_Result execute(struct req *q)
 	return MHD_YES;
 }
 
-/* GET /healthz: whether carmyd answers a connection now. */
+/* GET /healthz: whether carmyd answers a new connection now (within
+ * GW_CONNECT_WAIT_MS). */
 static enum MHD_Result healthz(struct req *q)
 {
-	carmy_t *c;
-	int rc = carmy_connect(&c, q->l->gw->carmyd.socket);
+	int rc = gw_carmyd_probe(&q->l->gw->carmyd);
 	json_t *o;
 
-	carmy_close(c);
 	o = json_pack("{s:s,s:s}", "status", rc == 0 ? "ok" : "unavailable",
 		      "carmyd", rc == 0 ? "reachable" : carmy_errname(rc));
 	gw_answer_json(&q->ans, rc == 0 ? 200 : 503, o);
@@ -350,6 +356,15 @@ static int gather(struct req *q, const char *data, size_t n)
 	return gw_append(&q->body, &q->len, &q->cap, data, n);
 }
 
+/* The request line and headers, as they came. */
+static bool headers_too_large(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+		conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+
+	return ci != NULL && ci->header_size > HEADERS_MAX;
+}
+
 static bool declared_too_large(struct MHD_Connection *conn)
 {
 	const char *cl = MHD_lookup_connection_value(
@@ -381,6 +396,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		q->route = GW_R_OTHER;
 		q->t0 = now_ns();
 		*con_cls = q;
+		if (headers_too_large(conn))
+			return send_error(q, "HEADERS_TOO_LARGE", "The request "
+					  "line and headers are larger than "
+					  "16 KiB.", NULL);
 		if (declared_too_large(conn))
 			return send_error(q, "PAYLOAD_TOO_LARGE",
 					  "The body is larger than 1 MiB.",
@@ -444,7 +463,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 int gw_listener_start(struct gw_listener *l, unsigned threads,
-		      unsigned timeout_s)
+		      unsigned timeout_s, unsigned limit)
 {
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
 			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -456,6 +475,7 @@ int gw_listener_start(struct gw_listener *l, unsigned threads,
 		MHD_OPTION_THREAD_POOL_SIZE, threads,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
 		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, limit,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_END);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -459,6 +460,28 @@ static void close_listeners(const struct opts *o, struct gw_listener *ls)
 
 /* ------------------------------------------------------------ start */
 
+/*
+ * How many connections each of n listeners keeps open at once. The soft
+ * RLIMIT_NOFILE is raised to the hard one; GW_FD_RESERVE descriptors are
+ * left for carmyd, tools, pipes and upstreams, and the rest is shared by
+ * the listeners, at most GW_CONNECTIONS_MAX each. Past it, libmicrohttpd
+ * closes a new connection at once, without reading from it.
+ */
+static unsigned connection_limit(size_t n)
+{
+	struct rlimit rl;
+	rlim_t fds;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	fds = rl.rlim_cur == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_cur;
+	fds = fds > GW_FD_RESERVE + 16 * n ? (fds - GW_FD_RESERVE) / n : 16;
+	return fds < GW_CONNECTIONS_MAX ? (unsigned)fds : GW_CONNECTIONS_MAX;
+}
+
 /* Commands get the gateway's environment but for what it sets itself. */
 static int snapshot_env(struct gateway *gw)
 {
@@ -558,6 +581,7 @@ int main(int argc, char **argv)
 	static struct gateway gw;
 	char err[512];
 	int status, ready_fd = -1, rc;
+	unsigned limit;
 	sigset_t sigs;
 	struct opts o;
 	size_t i;
@@ -608,9 +632,11 @@ int main(int argc, char **argv)
 	gw_carmyd_init(&gw.carmyd, o.socket);
 	gw_handle_put(&gw.carmyd, gw_handle_get(&gw.carmyd, &rc));
 
+	limit = connection_limit(o.n_listen);
+	log_info("at most %u connections per listener", limit);
 	for (i = 0; i < o.n_listen; i++) {
-		if (gw_listener_start(&ls[i], o.threads,
-				      o.request_timeout) != 0) {
+		if (gw_listener_start(&ls[i], o.threads, o.request_timeout,
+				      limit) != 0) {
 			log_error("cannot serve %s (libmicrohttpd refused)",
 				  ls[i].name);
 			break;

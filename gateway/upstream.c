@@ -11,11 +11,16 @@
  *
  * This runs on the execution's own thread, in one blocking
  * curl_easy_perform(); libcurl's global state is set up in main() before
- * any thread starts.
+ * any thread starts. libcurl opens its connections without close-on-exec:
+ * they are opened here with it, so that a program the gateway starts
+ * meanwhile (carmyctl for /metrics) does not get one. A command tool gets
+ * no descriptor but 0, 1 and 2 whatever (command.c), which also covers the
+ * socket pairs libcurl makes for itself.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <curl/curl.h>
 
@@ -40,6 +45,14 @@ static size_t on_data(char *p, size_t size, size_t n, void *cls)
 	if (gw_append(&b->buf, &b->len, &b->cap, p, len) != 0)
 		return 0;	/* libcurl fails the transfer */
 	return len;
+}
+
+static curl_socket_t open_socket(void *cls, curlsocktype purpose,
+				 struct curl_sockaddr *a)
+{
+	(void)cls;
+	(void)purpose;
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
 static CURLcode post(const struct gw_exec *x, struct body *b, long *status,
@@ -72,6 +85,7 @@ static CURLcode post(const struct gw_exec *x, struct body *b, long *status,
 		curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
 		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)t->timeout_ms);
 		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
 		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
 		curl_easy_setopt(e, CURLOPT_WRITEDATA, b);
 		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);

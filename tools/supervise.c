@@ -203,6 +203,8 @@ static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
 		if (io != NULL && io->err >= 0 &&
 		    dup2(io->err, STDERR_FILENO) < 0)
 			goto fail;
+		if (io != NULL && io->only_std)
+			close_others((const int[]){ ep[1] }, 1);
 		if (io != NULL && io->envp != NULL)
 			execvpe(argv[0], argv, io->envp);
 		else

@@ -32,11 +32,14 @@ int sv_start(struct supervised *s, char **argv, const sigset_t *mask);
  * close-on-exec, which the caller closes after the start), and envp its
  * environment (NULL: the caller's). For a caller with threads, which
  * cannot change its own standard streams or environment for one child.
+ * only_std: COMMAND gets descriptors 0, 1 and 2 and no other, whatever the
+ * caller's libraries left open without close-on-exec.
  */
 struct sv_io {
 	int in;
 	int err;
 	char *const *envp;
+	bool only_std;
 };
 
 /* sv_start(), with io (NULL: as sv_start). */
