@@ -82,8 +82,10 @@ static const char usage[] =
 	"                               settle an interrupted execution: it\n"
 	"                               happened (its result replays from now\n"
 	"                               on; S completed, failed, timed_out or\n"
-	"                               cancelled, default completed) or it did\n"
-	"                               not (the identity is free again).\n"
+	"                               cancelled, default completed, or\n"
+	"                               failed for a non-zero --exit-code, as\n"
+	"                               carmy-run records it) or it did not\n"
+	"                               (the identity is free again).\n"
 	"                               The result must be in the format\n"
 	"                               show gives: bytes take --result\n"
 	"                               TEXT; a carmy-run call's\n"
@@ -1115,7 +1117,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 		return rc;
 	/* The execution names the identity and fingerprint carmyd checks. */
 	if (!find_exec(&x->view, id, &r))
-		return fail(what, CARMY_ENOT_INTERRUPTED);
+		return not_found(x, what, id);
 	if (v.committed) {
 		rc = fits_format(&v, &r);
 		if (rc == 0)
@@ -1243,6 +1245,9 @@ static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
 	if (optind + 1 != argc)
 		return usage_error("carmyctl %s: one EXECUTION_ID",
 				   release ? "release" : "resolve");
+	/* As carmy-run records a run: a non-zero exit code failed. */
+	if (!status && v->exit_code > 0)
+		v->status = CARMY_STATUS_FAILED;
 	return check_verdict(v, argv[optind]);
 }
 
