@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "carmy.h"
+#include "carmy_store.h"
 #include "common/age.h"
 #include "common/clock.h"
 #include "common/execid.h"
@@ -720,6 +721,9 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		       r->call.cl_format == CARMY_FORMAT_BYTES ? "bytes" :
 		       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT ?
 			       "an exit code and output (resolve with "
+			       "--exit-code)" :
+		       r->call.cl_format == CARMY_STORE_FORMAT_UNKNOWN ?
+			       "not kept (resolve with --result or "
 			       "--exit-code)" : "unknown");
 		printf("pid           %u\nage           ", r->pid);
 		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
@@ -1284,6 +1288,9 @@ static int fits_format(const struct verdict *v, const struct row *r)
 {
 	const char *name = carmy_errname(CARMY_EINVALID_RESULT);
 
+	/* Kept by an earlier carmyd, without its call: either is taken. */
+	if (r->call.cl_format == CARMY_STORE_FORMAT_UNKNOWN)
+		return 0;
 	if (r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
 	    v->exit_code < 0) {
 		fprintf(stderr, "carmyctl: resolve: %s: %s records its "
