@@ -624,14 +624,15 @@ static void put_args_text(const struct row *r, size_t max)
 
 /* r's call as the fields of its JSON object: tool, args (the JSON of
  * whole msgpack arguments) or args_prefix (as a person sees them), their
- * lengths and whether they were cut, and the result format. */
+ * lengths and whether they were cut (bytes not kept, or JSON cut at
+ * MPJSON_BUDGET), and the result format. */
 static void put_call_json(const struct row *r)
 {
 	const struct shm_call *cl = &r->call;
 	size_t tk = shm_call_tool_kept(cl), ak = shm_call_args_kept(cl);
 	char *text = NULL;
 	size_t n = 0;
-	int rc;
+	int rc = MPJSON_WHOLE;
 
 	printf(",\"tool\":");
 	json_put_bytes(stdout, cl->cl_data, tk);
@@ -650,9 +651,10 @@ static void put_call_json(const struct row *r)
 		}
 		free(text);
 	}
+	/* Cut: fewer bytes kept, or their JSON past MPJSON_BUDGET. */
 	printf(",\"args_len\":%u,\"args_truncated\":%s,"
 	       "\"result_format\":\"%s\"", cl->cl_args_len,
-	       ak < cl->cl_args_len ? "true" : "false",
+	       ak < cl->cl_args_len || rc == MPJSON_PREFIX ? "true" : "false",
 	       format_name(cl->cl_format));
 }
 
