@@ -578,7 +578,9 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  * resolve. A committed result must be in the format the execution's
  * client records its results in (carmy_set_result_format(); carmyctl show
  * prints it): for CARMY_FORMAT_EXIT_OUTPUT, an exit code of 0..255 as 4
- * bytes, big-endian, then the output.
+ * bytes, big-endian, then the output. An execution restored from a store
+ * record that kept no call (one of an earlier release) has no known
+ * format, and takes a result in either.
  *
  * Parameters:
  *   c             the handle.
