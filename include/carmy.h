@@ -283,7 +283,8 @@ const char *carmy_version(int *major, int *minor, int *patch);
  *   -EPERM                   carmyd refused a client in another PID
  *                            namespace.
  *   -ENOMEM, other -errno    from pthread_atfork() (the first connect of
- *                            the process), getcwd(), getrandom(),
+ *                            the process; a later one tries again),
+ *                            getcwd(), getrandom(),
  *                            socket(), connect(), poll(), shm_open(),
  *                            mmap()...
  * Ownership:
@@ -295,7 +296,11 @@ const char *carmy_version(int *major, int *minor, int *patch);
  *   A child of fork() gets a copy that answers every call with
  *   CARMY_EFORKED, sending and writing nothing; the child's copy of its
  *   socket is closed by the fork itself (so that the parent's connection
- *   ends when the parent does, not when its last child does), and
+ *   ends when the parent does, not when its last child does) -- except a
+ *   connection another thread of the parent is opening at the moment of
+ *   the fork (carmy_connect(), a reconnect inside a call) and a
+ *   carmy_wait()'s own temporary one, whose copies the child keeps open
+ *   until it exits or execs (they are close-on-exec) -- and
  *   carmy_close() frees the rest of it. The child calls carmy_connect()
  *   for a handle of its own, which works as in any process. The fork is
  *   noticed through pthread_atfork(), set up at the process's first
@@ -319,13 +324,17 @@ int carmy_connect(carmy_t **out, const char *socket_path);
  *   c       the handle.
  *   format  CARMY_FORMAT_BYTES or CARMY_FORMAT_EXIT_OUTPUT.
  * Returns:
- *   0        set.
- *   -EINVAL  c is NULL, or format is not one of the two; nothing changed.
+ *   0              set.
+ *   -EINVAL        c is NULL, or format is not one of the two; nothing
+ *                  changed.
+ *   CARMY_EFORKED  c was connected by another process, whose forked child
+ *                  this is: nothing changed.
  * Ownership:
  *   nothing.
  * Threads:
  *   safe: a carmy_begin() running on another thread at the same time
- *   records either the old format or the new one.
+ *   records either the old format or the new one. Only in the process
+ *   that connected c (CARMY_EFORKED in a forked child).
  */
 int carmy_set_result_format(carmy_t *c, int format);
 
@@ -569,7 +578,9 @@ int carmy_wait(carmy_t *c, const struct carmy_call *call,
  * resolve. A committed result must be in the format the execution's
  * client records its results in (carmy_set_result_format(); carmyctl show
  * prints it): for CARMY_FORMAT_EXIT_OUTPUT, an exit code of 0..255 as 4
- * bytes, big-endian, then the output.
+ * bytes, big-endian, then the output. An execution restored from a store
+ * record that kept no call (one of an earlier release) has no known
+ * format, and takes a result in either.
  *
  * Parameters:
  *   c             the handle.

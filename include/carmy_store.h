@@ -97,6 +97,10 @@ extern "C" {
 #define CARMY_STORE_ID_MAX 256	/* bytes in each identity part */
 #define CARMY_STORE_TOOL_MAX 120	/* bytes of a tool name kept */
 #define CARMY_STORE_ARGS_MAX 256	/* bytes of a call's arguments kept */
+/* result_format of a record that kept no call (written before stores
+ * kept one): the format its client reads is not known, and a committed
+ * RESOLVE's result is taken in either format. */
+#define CARMY_STORE_FORMAT_UNKNOWN 255
 
 enum carmy_store_op {
 	CARMY_STORE_RESERVE = 1,	/* a new execution, RUNNING */
@@ -150,7 +154,7 @@ struct carmy_store_record {
 	 * (CARMY_FORMAT_* of carmy.h), which carmyd holds a committed
 	 * RESOLVE's result to. A store keeps them with the execution and
 	 * hands them back; a store that cannot (a record written before it
-	 * kept them) gives 0 lengths and format 0. */
+	 * kept them) gives 0 lengths and CARMY_STORE_FORMAT_UNKNOWN. */
 	const uint8_t *tool;
 	uint32_t tool_kept;
 	uint32_t tool_len;

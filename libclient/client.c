@@ -172,8 +172,9 @@ static int env_int(const char *name, int dflt, int max);
  */
 static uint64_t fork_gen;		/* forks from the first process to this
 					 * one (relaxed atomic) */
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static int fork_watch_rc;		/* what pthread_atfork() said, -errno */
+static pthread_mutex_t fork_watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool fork_watched;		/* pthread_atfork() done (under the
+					 * lock; acquire/release atomic) */
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 static carmy_t *handles;		/* the connected ones, under the lock */
 
@@ -201,9 +202,22 @@ static void fork_child(void)
 	pthread_mutex_unlock(&handles_lock);
 }
 
-static void fork_watch(void)
+/* Set fork()'s handlers up, once in the process's life: 0, or -errno of
+ * pthread_atfork(), which the next connect tries again. */
+static int fork_watch(void)
 {
-	fork_watch_rc = -pthread_atfork(fork_prepare, fork_parent, fork_child);
+	int rc = 0;
+
+	if (__atomic_load_n(&fork_watched, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&fork_watch_lock);
+	if (!fork_watched) {
+		rc = -pthread_atfork(fork_prepare, fork_parent, fork_child);
+		if (rc == 0)
+			__atomic_store_n(&fork_watched, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fork_watch_lock);
+	return rc;
 }
 
 /* Was c connected by another process, of which this is a forked child? */
@@ -284,9 +298,9 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	if (out == NULL)
 		return -EINVAL;
 	*out = NULL;
-	pthread_once(&fork_once, fork_watch);
-	if (fork_watch_rc != 0)
-		return fork_watch_rc;
+	rc = fork_watch();
+	if (rc != 0)
+		return rc;
 	if (socket_path == NULL) {
 		rc = carmy_default_socket(dflt, sizeof(dflt));
 		if (rc < 0)
@@ -387,8 +401,11 @@ EXPORT void carmy_close(carmy_t *c)
 
 EXPORT int carmy_set_result_format(carmy_t *c, int format)
 {
-	if (c == NULL || (format != CARMY_FORMAT_BYTES &&
-			  format != CARMY_FORMAT_EXIT_OUTPUT))
+	if (c == NULL)
+		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
+	if (format != CARMY_FORMAT_BYTES && format != CARMY_FORMAT_EXIT_OUTPUT)
 		return -EINVAL;
 	__atomic_store_n(&c->format, (uint8_t)format, __ATOMIC_RELAXED);
 	return 0;

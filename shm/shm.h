@@ -269,7 +269,7 @@ struct shm_entry {
 struct shm_call {
 	uint32_t cl_args_len;	/* whole length, UINT32_MAX: that or more */
 	uint16_t cl_tool_len;	/* whole length, UINT16_MAX: that or more */
-	uint8_t cl_format;	/* CARMY_FORMAT_* */
+	uint8_t cl_format;	/* CARMY_FORMAT_*, or 255: not known */
 	uint8_t cl_pad;
 	uint8_t cl_data[SHM_TOOL_KEEP + SHM_ARGS_KEEP];
 } __attribute__((aligned(64)));

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "carmy.h"
+#include "carmy_store.h"
 #include "common/age.h"
 #include "common/clock.h"
 #include "common/execid.h"
@@ -82,8 +83,10 @@ static const char usage[] =
 	"                               settle an interrupted execution: it\n"
 	"                               happened (its result replays from now\n"
 	"                               on; S completed, failed, timed_out or\n"
-	"                               cancelled, default completed) or it did\n"
-	"                               not (the identity is free again).\n"
+	"                               cancelled, default completed, or\n"
+	"                               failed for a non-zero --exit-code, as\n"
+	"                               carmy-run records it) or it did not\n"
+	"                               (the identity is free again).\n"
 	"                               The result must be in the format\n"
 	"                               show gives: bytes take --result\n"
 	"                               TEXT; a carmy-run call's\n"
@@ -621,14 +624,15 @@ static void put_args_text(const struct row *r, size_t max)
 
 /* r's call as the fields of its JSON object: tool, args (the JSON of
  * whole msgpack arguments) or args_prefix (as a person sees them), their
- * lengths and whether they were cut, and the result format. */
+ * lengths and whether they were cut (bytes not kept, or JSON cut at
+ * MPJSON_BUDGET), and the result format. */
 static void put_call_json(const struct row *r)
 {
 	const struct shm_call *cl = &r->call;
 	size_t tk = shm_call_tool_kept(cl), ak = shm_call_args_kept(cl);
 	char *text = NULL;
 	size_t n = 0;
-	int rc;
+	int rc = MPJSON_WHOLE;
 
 	printf(",\"tool\":");
 	json_put_bytes(stdout, cl->cl_data, tk);
@@ -647,9 +651,10 @@ static void put_call_json(const struct row *r)
 		}
 		free(text);
 	}
+	/* Cut: fewer bytes kept, or their JSON past MPJSON_BUDGET. */
 	printf(",\"args_len\":%u,\"args_truncated\":%s,"
 	       "\"result_format\":\"%s\"", cl->cl_args_len,
-	       ak < cl->cl_args_len ? "true" : "false",
+	       ak < cl->cl_args_len || rc == MPJSON_PREFIX ? "true" : "false",
 	       format_name(cl->cl_format));
 }
 
@@ -718,6 +723,9 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		       r->call.cl_format == CARMY_FORMAT_BYTES ? "bytes" :
 		       r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT ?
 			       "an exit code and output (resolve with "
+			       "--exit-code)" :
+		       r->call.cl_format == CARMY_STORE_FORMAT_UNKNOWN ?
+			       "not kept (resolve with --result or "
 			       "--exit-code)" : "unknown");
 		printf("pid           %u\nage           ", r->pid);
 		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
@@ -1115,7 +1123,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 		return rc;
 	/* The execution names the identity and fingerprint carmyd checks. */
 	if (!find_exec(&x->view, id, &r))
-		return fail(what, CARMY_ENOT_INTERRUPTED);
+		return not_found(x, what, id);
 	if (v.committed) {
 		rc = fits_format(&v, &r);
 		if (rc == 0)
@@ -1243,6 +1251,9 @@ static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
 	if (optind + 1 != argc)
 		return usage_error("carmyctl %s: one EXECUTION_ID",
 				   release ? "release" : "resolve");
+	/* As carmy-run records a run: a non-zero exit code failed. */
+	if (!status && v->exit_code > 0)
+		v->status = CARMY_STATUS_FAILED;
 	return check_verdict(v, argv[optind]);
 }
 
@@ -1279,6 +1290,9 @@ static int fits_format(const struct verdict *v, const struct row *r)
 {
 	const char *name = carmy_errname(CARMY_EINVALID_RESULT);
 
+	/* Kept by an earlier carmyd, without its call: either is taken. */
+	if (r->call.cl_format == CARMY_STORE_FORMAT_UNKNOWN)
+		return 0;
 	if (r->call.cl_format == CARMY_FORMAT_EXIT_OUTPUT &&
 	    v->exit_code < 0) {
 		fprintf(stderr, "carmyctl: resolve: %s: %s records its "

@@ -24,13 +24,15 @@ struct mp {
 	const uint8_t *p;
 	size_t len;
 	size_t pos;
+	bool in_key;	/* walking a key that is not a string */
 };
 
 static enum walk value(struct mp *m, FILE *f, int depth);
+static size_t whole_utf8(const uint8_t *p, size_t n);
 
 int mpjson_put(FILE *f, const void *buf, size_t len, uint64_t whole)
 {
-	struct mp m = { buf, len, 0 };
+	struct mp m = { buf, len, 0, false };
 	char *text = NULL;
 	size_t n = 0;
 	enum walk w;
@@ -50,6 +52,11 @@ int mpjson_put(FILE *f, const void *buf, size_t len, uint64_t whole)
 	if (w == W_BAD) {
 		free(text);
 		return MPJSON_NOT;
+	}
+	if (n > MPJSON_BUDGET) {
+		/* Too long to show: its first bytes, marked as cut. */
+		n = whole_utf8((const uint8_t *)text, MPJSON_BUDGET);
+		w = W_CUT;
 	}
 	fwrite(text, 1, n, f);
 	free(text);
@@ -159,8 +166,35 @@ static void put_double(FILE *f, double d, int digits)
 		fprintf(f, "%.*g", digits, d);
 }
 
+/* A key that is not a string, within another such key: its msgpack bytes
+ * as one string of hex, so that no key's JSON is escaped twice. */
+static enum walk put_key_hex(struct mp *m, FILE *f, int depth)
+{
+	size_t start = m->pos;
+	char *text = NULL;
+	size_t n = 0;
+	enum walk w;
+	FILE *skip;
+
+	skip = open_memstream(&text, &n);
+	if (skip == NULL)
+		return W_BAD;
+	w = value(m, skip, depth);
+	if (fclose(skip) != 0)
+		w = W_BAD;
+	free(text);
+	if (w == W_BAD)
+		return W_BAD;
+	putc('"', f);
+	put_hex(f, m->p + start, m->pos - start);
+	if (w == W_OK)
+		putc('"', f);
+	return w;
+}
+
 /* A map's key: a string as itself, anything else as a string of its
- * JSON (JSON keys are strings). */
+ * JSON (JSON keys are strings), in which keys that are not strings are
+ * hex (put_key_hex()): the text grows with the bytes, never faster. */
 static enum walk put_key(struct mp *m, FILE *f, int depth)
 {
 	uint8_t b;
@@ -174,10 +208,14 @@ static enum walk put_key(struct mp *m, FILE *f, int depth)
 	b = m->p[m->pos];
 	if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb))
 		return value(m, f, depth);
+	if (m->in_key)
+		return put_key_hex(m, f, depth);
 	mem = open_memstream(&text, &n);
 	if (mem == NULL)
 		return W_BAD;
+	m->in_key = true;
 	w = value(m, mem, depth);
+	m->in_key = false;
 	if (fclose(mem) != 0)
 		w = W_BAD;
 	if (w != W_BAD) {

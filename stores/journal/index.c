@@ -319,6 +319,8 @@ void jidx_standing(const uint8_t *map, const struct jexec *x,
 		r->args_kept = jc.jc_args_kept;
 		r->args_len = jc.jc_args_len;
 		r->result_format = jc.jc_format;
+	} else {
+		r->result_format = CARMY_STORE_FORMAT_UNKNOWN;
 	}
 	r->state = CARMY_STORE_RUNNING;
 	if (x->complete_off == 0)

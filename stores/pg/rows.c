@@ -106,7 +106,8 @@ static int decode_call(const PGresult *r, int row, int base,
 		return -EBADMSG;
 	rec->tool_len = (uint32_t)tool_len;
 	rec->args_len = (uint32_t)args_len;
-	rec->result_format = (uint8_t)format;
+	rec->result_format = PQgetisnull(r, row, base + C_FORMAT) ?
+			     CARMY_STORE_FORMAT_UNKNOWN : (uint8_t)format;
 	if (!PQgetisnull(r, row, base + C_TOOL) &&
 	    get_bytes(r, row, base + C_TOOL, 0,
 		      tool_len < CARMY_STORE_TOOL_MAX ? tool_len :

@@ -55,7 +55,7 @@ static void teardown(void)
 
 /* What the child in the first test saw. */
 struct misuse {
-	int begin, wait, complete, release, resolve;
+	int begin, wait, complete, release, resolve, format;
 	int connect, own_begin, own_complete;
 };
 
@@ -109,6 +109,7 @@ static void misuse_parent_handle(const struct carmy_call *call, int rd,
 	m.release = carmy_release(c, &held_r);
 	m.resolve = carmy_resolve(c, call, held_r.execution_id, 1,
 				  CARMY_STATUS_COMPLETED, "child", 5);
+	m.format = carmy_set_result_format(c, CARMY_FORMAT_EXIT_OUTPUT);
 	carmy_close(c);
 	m.connect = carmy_connect(&mine, d.socket);
 	if (m.connect == 0) {
@@ -168,6 +169,7 @@ START_TEST(test_a_forked_child_cannot_use_its_parents_handle)
 	expect_code("child's complete", m.complete, CARMY_EFORKED);
 	expect_code("child's release", m.release, CARMY_EFORKED);
 	expect_code("child's resolve", m.resolve, CARMY_EFORKED);
+	expect_code("child's set_result_format", m.format, CARMY_EFORKED);
 	/* A handle of its own works, as in any process. */
 	expect_code("child's connect", m.connect, 0);
 	expect_code("child's begin on its own handle", m.own_begin,

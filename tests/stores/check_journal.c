@@ -859,7 +859,7 @@ END_TEST
 
 /*
  * A RESERVE of an earlier carmyd: flags 0 and nothing after the identity.
- * It reads as an execution with no call (format 0), and the journal goes
+ * It reads as an execution with no call (format unknown), and the journal goes
  * on after it. Made here from a record the store wrote, written again in
  * the earlier layout and sealed as the store seals.
  */
@@ -912,7 +912,7 @@ START_TEST(test_a_reservation_without_a_call_still_reads)
 	ck_assert_int_eq(got->e[k].state, CARMY_STORE_RUNNING);
 	ck_assert_uint_eq(got->e[k].tool_kept + got->e[k].tool_len +
 			  got->e[k].args_kept + got->e[k].args_len, 0);
-	ck_assert_uint_eq(got->e[k].format, 0);
+	ck_assert_uint_eq(got->e[k].format, CARMY_STORE_FORMAT_UNKNOWN);
 	/* It goes on after the shorter record. */
 	ck_assert_int_eq(submit_wait(st, CARMY_STORE_COMPLETE, &xs[1]), 0);
 	journal_store_ops.close(st);

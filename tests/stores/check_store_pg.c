@@ -957,7 +957,7 @@ START_TEST(test_a_table_without_the_call_columns_is_upgraded_in_place)
 	ck_assert_mem_eq(r->part[0], "old", 3);
 	ck_assert_uint_eq(r->tool_kept + r->tool_len + r->args_kept +
 			  r->args_len, 0);
-	ck_assert_uint_eq(r->result_format, 0);
+	ck_assert_uint_eq(r->result_format, CARMY_STORE_FORMAT_UNKNOWN);
 	ops->close(a);
 	free(s);
 }
