@@ -5,6 +5,7 @@
 # python.test runs the pytest suite against the module built here and a
 # real carmyd, with the interpreter configure chose ($(PYTHON)).
 EXTRA_DIST += bindings/python/setup.py bindings/python/README.md \
+	bindings/python/MANIFEST.in \
 	bindings/python/carmy/__init__.py bindings/python/carmy/__init__.pyi \
 	bindings/python/carmy/py.typed bindings/python/python.test \
 	bindings/python/tests/conftest.py bindings/python/tests/helpers.py \

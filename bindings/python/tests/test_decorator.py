@@ -292,3 +292,16 @@ def test_closed_client_refuses(client):
 
 def test_version():
     assert carmy.version() == carmy.__version__
+
+
+def test_stubs_and_docstrings_cover_the_public_names():
+    import ast
+    import os
+    stub = os.path.join(os.path.dirname(carmy.__file__), "__init__.pyi")
+    with open(stub) as f:
+        tree = ast.parse(f.read())
+    stubbed = {n.name for n in tree.body
+               if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert set(carmy.__all__) <= stubbed
+    for name in carmy.__all__:
+        assert getattr(carmy, name).__doc__, name
