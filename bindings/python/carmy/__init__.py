@@ -18,6 +18,7 @@ import asyncio
 import functools
 import inspect
 import json
+import json.decoder
 
 import msgpack
 
@@ -151,8 +152,19 @@ def _json_dumps(value):
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+_json_scan = json.decoder.JSONDecoder().scan_once
+
+
 def _json_loads(data):
-    return json.loads(data)
+    # The decoder's scanner straight away: a fifth of json.loads()'s time
+    # for what _json_dumps wrote; anything else (an operator's resolve
+    # with spaces around it) through json.loads().
+    text = data.decode()
+    try:
+        value, end = _json_scan(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 def _msgpack_loads(data):
@@ -365,7 +377,15 @@ def default_socket():
 
 
 class _Binder:
-    """Binds a function's arguments by name, the key's value apart."""
+    """Binds a function's arguments by name, the key's value apart.
+
+    A function with only plain and keyword-only parameters is bound by
+    hand (dict of the defaults, then the positional arguments by name, then
+    the keywords), after one check that the keywords are parameters not
+    already given by position; anything else goes through
+    inspect.Signature.bind, which also raises the TypeError a bad call
+    deserves.
+    """
 
     def __init__(self, fn, key):
         self.sig = inspect.signature(fn)
@@ -375,13 +395,18 @@ class _Binder:
                             % (fn.__qualname__, key))
         self.key = key
         P = inspect.Parameter
-        self.simple = all(p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
-                          for p in params.values())
-        self.positional = [n for n, p in params.items()
-                           if p.kind == P.POSITIONAL_OR_KEYWORD]
+        simple = all(p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
+                     for p in params.values())
+        self.positional = tuple(n for n, p in params.items()
+                                if p.kind == P.POSITIONAL_OR_KEYWORD)
         self.defaults = {n: p.default for n, p in params.items()
                          if p.default is not P.empty}
-        self.names = frozenset(params)
+        self.count = len(params)
+        # allowed[n]: the keywords a call with n positional arguments may
+        # pass. Empty for a function bound the slow way.
+        self.allowed = tuple(frozenset(params) - set(self.positional[:n])
+                             for n in range(len(self.positional) + 1)) \
+            if simple else ()
 
     def slow(self, args, kwargs):
         bound = self.sig.bind(*args, **kwargs)
@@ -395,23 +420,15 @@ class _Binder:
         return values
 
     def __call__(self, args, kwargs):
-        """(request id, the other arguments packed)."""
-        if not self.simple or len(args) > len(self.positional):
-            values = self.slow(args, kwargs)
-        else:
-            values = dict(self.defaults)
+        """The arguments by name, the key's included."""
+        n = len(args)
+        if n < len(self.allowed) and kwargs.keys() <= self.allowed[n]:
+            values = self.defaults.copy()
             values.update(zip(self.positional, args))
-            if kwargs:
-                if (not self.names.issuperset(kwargs) or
-                        not set(self.positional[:len(args)])
-                        .isdisjoint(kwargs)):
-                    values = self.slow(args, kwargs)
-                else:
-                    values.update(kwargs)
-            if len(values) != len(self.names):
-                values = self.slow(args, kwargs)
-        rid = values.pop(self.key)
-        return rid, _pack(values)
+            values.update(kwargs)
+            if len(values) == self.count:
+                return values
+        return self.slow(args, kwargs)
 
 
 def idempotent(client, tool=None, key="request_id", serializer="json",
@@ -443,11 +460,17 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
             return _async_wrapper(fn, bind, name, handle, dumps, loads,
                                   wait_ms)
 
+        begin = handle.begin
+        key_ = key
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            rid, packed = bind(args, kwargs)
-            r = handle.begin(name, rid, packed, None, wait_ms)
+            values = bind(args, kwargs)
+            rid = values.pop(key_)
+            r = begin(name, rid, _pack(values), None, wait_ms)
             if r.replayed:
+                if r.ok:
+                    return loads(r.result)
                 return _replay(r, loads)
             try:
                 value = fn(*args, **kwargs)
@@ -478,7 +501,9 @@ def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
     # so it runs in the loop's executor.
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
-        rid, packed = bind(args, kwargs)
+        values = bind(args, kwargs)
+        rid = values.pop(bind.key)
+        packed = _pack(values)
         try:
             r = handle.begin(name, rid, packed, None, 0)
         except ExecutionUncertain as e:

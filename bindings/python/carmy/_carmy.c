@@ -430,6 +430,15 @@ static PyObject *res_replayed(ReservationObject *self, void *unused)
 	return PyBool_FromLong(self->outcome == CARMY_REPLAY);
 }
 
+/* A replay of a call recorded completed, with its result. */
+static PyObject *res_ok(ReservationObject *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->outcome == CARMY_REPLAY &&
+			       self->r.status == CARMY_STATUS_COMPLETED &&
+			       self->r.result_code == 0);
+}
+
 static PyObject *res_live(ReservationObject *self, void *unused)
 {
 	(void)unused;
@@ -552,6 +561,7 @@ static PyMethodDef res_methods[] = {
 
 static PyGetSetDef res_getset[] = {
 	{ "replayed", (getter)res_replayed, NULL, "a recorded result", NULL },
+	{ "ok", (getter)res_ok, NULL, "a replay recorded completed", NULL },
 	{ "live", (getter)res_live, NULL, "reserved, not yet finished", NULL },
 	{ "execution_id", (getter)res_execution_id, NULL, "the execution",
 	  NULL },

@@ -305,3 +305,12 @@ def test_stubs_and_docstrings_cover_the_public_names():
     assert set(carmy.__all__) <= stubbed
     for name in carmy.__all__:
         assert getattr(carmy, name).__doc__, name
+
+
+def test_json_results_read_back_whatever_their_spacing():
+    assert carmy._json_loads(b'{"a":[1,2]}') == {"a": [1, 2]}
+    assert carmy._json_loads(b' {"a": 1}\n') == {"a": 1}
+    with pytest.raises(ValueError):
+        carmy._json_loads(b'[1] x')
+    with pytest.raises(ValueError):
+        carmy._json_loads(b'')
