@@ -16,7 +16,8 @@ class Carmyd:
     """A carmyd of this build (--foreground --transient) with a socket
     directory of its own."""
 
-    def __init__(self):
+    def __init__(self, *extra):
+        self.extra = list(extra)
         self.dir = tempfile.mkdtemp(prefix="carmy-pytest.")
         self.socket = os.path.join(self.dir, "carmyd.sock")
         _seq[0] += 1
@@ -27,7 +28,7 @@ class Carmyd:
         self.proc = subprocess.Popen(
             [os.environ["CARMYD"], "--foreground", "--transient",
              "--socket", self.socket, "--segment", self.segment,
-             "--log-level", "warn"],
+             "--log-level", "warn"] + self.extra,
             stdout=subprocess.PIPE)
         wait_line(self.proc.stdout, b"carmyd ready")
         return self

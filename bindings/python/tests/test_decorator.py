@@ -314,3 +314,23 @@ def test_json_results_read_back_whatever_their_spacing():
         carmy._json_loads(b'[1] x')
     with pytest.raises(ValueError):
         carmy._json_loads(b'')
+
+
+def test_result_too_large_is_recorded_and_replayed(marker):
+    d = Carmyd("--max-result", "64").start()
+    try:
+        c = carmy.connect(d.socket, principal="u", session="s")
+        assert c.max_result == 64
+
+        @carmy.idempotent(c, tool="big")
+        def big(*, request_id):
+            append(marker, "ran")
+            return "x" * 100
+        for _ in range(2):
+            with pytest.raises(carmy.ResultTooLarge) as e:
+                big(request_id="big-1")
+            assert e.value.code == "RESULT_TOO_LARGE"
+        assert lines(marker) == [b"ran"]
+        c.close()
+    finally:
+        d.cleanup()

@@ -77,6 +77,12 @@ def test_worker_killed_mid_body_leaves_uncertain(client, carmyd, session,
         pay(5, request_id="pay-1")
     assert e.value.execution_id.startswith("exec_")
     assert lines(marker) == [b"started"]
+    # An operator finds the payment went through and records it.
+    client.resolve("pay", {"amount": 5}, request_id="pay-1",
+                   execution_id=e.value.execution_id, committed=True,
+                   result="paid")
+    assert pay(5, request_id="pay-1") == "paid"
+    assert lines(marker) == [b"started"]
 
 
 def test_parents_client_after_fork_raises_forked(client, carmyd, session,
