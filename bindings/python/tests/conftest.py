@@ -11,7 +11,9 @@ from helpers import Carmyd
 def carmyd():
     d = Carmyd().start()
     yield d
+    rc = d.stop()
     d.cleanup()
+    assert rc == 0, "carmyd exited with %s" % rc
 
 
 @pytest.fixture

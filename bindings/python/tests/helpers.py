@@ -34,6 +34,9 @@ class Carmyd:
         return self
 
     def stop(self):
+        """SIGTERM, and carmyd's exit status (None if it was not
+        running)."""
+        rc = None
         if self.proc is not None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -42,7 +45,9 @@ class Carmyd:
                 self.proc.kill()
                 self.proc.wait()
             self.proc.stdout.close()
+            rc = self.proc.returncode
             self.proc = None
+        return rc
 
     def cleanup(self):
         self.stop()
