@@ -28,3 +28,22 @@ TESTS += bindings/python/python.test
 AM_TESTS_ENVIRONMENT += CARMY_PYTHON='$(PYTHON)'; export CARMY_PYTHON;
 endif
 endif
+
+# make bench-python: the binding against a plain call and redis-py
+# (bindings/python/bench.py); figures are printed, never asserted.
+EXTRA_DIST += bindings/python/bench.py
+CARMY_BENCH_PYTHON_SECONDS = 0.5
+if HAVE_PYTHON
+bench-python: all
+	stage=`mktemp -d` && mkdir $$stage/carmy && \
+	cp $(srcdir)/bindings/python/carmy/*.py \
+		bindings/python/carmy/.libs/_carmy.so $$stage/carmy/ && \
+	cp $(srcdir)/bindings/python/bench.py $$stage/ && \
+	PYTHONPATH=$$stage $(PYTHON) $$stage/bench.py \
+		$(abs_top_builddir)/daemon/carmyd $(CARMY_BENCH_PYTHON_SECONDS); \
+	rc=$$?; rm -rf $$stage; exit $$rc
+else
+bench-python:
+	@echo "make bench-python: no Python headers (configure found none)"; exit 1
+endif
+.PHONY: bench-python
