@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential g++ autoconf automake libtool m4 pkg-config
       liburcu-dev libmsgpack-dev libxxhash-dev check libsubunit-dev
       python3 procps valgrind spin
+      python3-dev python3-pytest python3-msgpack python3-setuptools
       redis-server libhiredis-dev postgresql libpq-dev
       libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl)
 missing=()

@@ -25,7 +25,7 @@ LAYERS = [
     ["stores", "stores/journal", "stores/pg"],
     ["daemon"],
     ["tools", "bench", "examples"],
-    ["gateway"],
+    ["gateway", "bindings", "bindings/python", "bindings/python/carmy"],
 ]
 RANK = {d: i for i, layer in enumerate(LAYERS) for d in layer}
 

@@ -1,0 +1,205 @@
+"""make bench-python: the binding's figures in one run on one carmyd.
+
+    bench.py CARMYD [SECONDS_PER_FIGURE]
+
+Starts a carmyd of the build (--transient, a socket of its own) and, when
+redis-server and redis-py (python3-redis) are there, a throwaway Redis on a
+Unix socket; then measures, each as the median of 5 rounds:
+
+  floor            a plain Python function call with three arguments
+  decorator replay a replay through @carmy.idempotent
+  call replay      a replay through `with client.call(...)`
+  new + complete   a new call and its completion through the decorator,
+                   with 1 and 4 processes (each its own client)
+  redis GET        redis-py GET plus json.loads (the replay path a Python
+                   developer would write today)
+  redis SET NX+SET redis-py SET NX then SET (the new-call path), 1 and 4
+                   processes
+
+Figures are printed, never asserted: not part of make check.
+"""
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import carmy
+
+ROUNDS = 5
+# New calls per round and process: each holds a table entry, and carmyd
+# runs with room for all of them (--capacity).
+NEW_CALLS = 3000
+
+
+def start(argv, ready, cwd):
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=cwd)
+    buf = b""
+    while ready not in buf:
+        chunk = proc.stdout.readline()
+        if not chunk:
+            raise SystemExit("bench-python: %s did not start" % argv[0])
+        buf += chunk
+    return proc
+
+
+def redis_ready(rsock):
+    """Until redis-server answers PING on rsock, for at most 30 s."""
+    import redis
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if redis.Redis(unix_socket_path=rsock).ping():
+                return
+        except redis.exceptions.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
+
+
+def per_op(fn, seconds, count=None):
+    """Median ns per call of fn(i) over ROUNDS rounds of about seconds
+    each (of count calls each, if given: each new call fills an entry)."""
+    n = 200 if count else 1000
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    took = time.perf_counter() - t
+    n = count or max(1000, int(n * seconds / max(took, 1e-9)))
+    out = []
+    for r in range(ROUNDS):
+        base = (r + 1) * 10 ** 9
+        t = time.perf_counter_ns()
+        for i in range(base, base + n):
+            fn(i)
+        out.append((time.perf_counter_ns() - t) / n)
+    return statistics.median(out)
+
+
+def show(name, ns, floor=None):
+    extra = "" if floor is None else "  (%.1fx the floor)" % (ns / floor)
+    print("%-34s %10.2f us%s" % (name, ns / 1000, extra))
+
+
+def carmy_new(sock, tag, seconds, q):
+    c = carmy.connect(sock, principal="bench", session="new-%s-%d"
+                      % (tag, os.getpid()))
+
+    @carmy.idempotent(c, tool="create_order")
+    def create_order(sku, qty, note, *, request_id):
+        return {"order_id": 1}
+    q.put(per_op(lambda i: create_order("KB-01", 1, "x",
+                                         request_id="n%d" % i), seconds,
+                      NEW_CALLS))
+
+
+def redis_new(rsock, tag, seconds, q):
+    import redis
+    r = redis.Redis(unix_socket_path=rsock)
+    p = "new-%s-%d:" % (tag, os.getpid())
+
+    def one(i):
+        key = p + str(i)
+        if r.set(key, b"running", nx=True):
+            r.set(key, json.dumps({"order_id": 1}))
+    q.put(per_op(one, seconds, NEW_CALLS))
+
+
+def parallel(target, args, procs):
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=target, args=args + (q,)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    got = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    # Per-op time of the whole: each process's ns over the processes.
+    return statistics.mean(got) / procs
+
+
+def main():
+    carmyd = sys.argv[1]
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
+    tmp = tempfile.mkdtemp(prefix="carmy-bench-py.")
+    sock = os.path.join(tmp, "carmyd.sock")
+    procs = [start([carmyd, "--foreground", "--transient", "--socket", sock,
+                    "--segment", "/carmy-bench-py.%d" % os.getpid(),
+                    "--capacity", "100000", "--max-result", "1024",
+                    "--log-level", "warn"], b"carmyd ready", tmp)]
+    rsock = None
+    try:
+        import redis  # noqa: F401
+        if shutil.which("redis-server"):
+            rsock = os.path.join(tmp, "redis.sock")
+            procs.append(subprocess.Popen(
+                ["redis-server", "--port", "0", "--unixsocket", rsock,
+                 "--unixsocketperm", "700", "--save", "", "--appendonly",
+                 "no"], stdout=subprocess.DEVNULL, cwd=tmp))
+            redis_ready(rsock)
+    except ImportError:
+        pass
+    try:
+        run(sock, rsock, seconds)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(sock, rsock, seconds):
+    c = carmy.connect(sock, principal="bench", session="replay")
+
+    def plain(sku, qty, note, *, request_id):
+        return {"order_id": 1}
+
+    @carmy.idempotent(c, tool="create_order")
+    def create_order(sku, qty, note, *, request_id):
+        return {"order_id": 1}
+    create_order("KB-01", 1, "x", request_id="r")
+    with c.call("create_order", {"sku": "KB-01"}, request_id="w") as call:
+        call.complete({"order_id": 1})
+
+    def via_call(i):
+        with c.call("create_order", {"sku": "KB-01"},
+                    request_id="w") as call:
+            return call.result
+
+    print("carmy %s, Python %s (%s)" % (carmy.version(),
+                                         sys.version.split()[0],
+                                         sys.executable))
+    floor = per_op(lambda i: plain("KB-01", 1, "x", request_id="r"),
+                   seconds)
+    show("floor: plain function call", floor)
+    rep = per_op(lambda i: create_order("KB-01", 1, "x", request_id="r"),
+                 seconds)
+    show("decorator replay", rep, floor)
+    show("with client.call replay", per_op(via_call, seconds), floor)
+    new1 = parallel(carmy_new, (sock, "1", seconds), 1)
+    new4 = parallel(carmy_new, (sock, "4", seconds), 4)
+    show("new + complete, 1 process", new1)
+    show("new + complete, 4 processes", new4)
+    if rsock is None:
+        print("redis-py: skipped (needs redis-server and python3-redis)")
+        return
+    import redis
+    r = redis.Redis(unix_socket_path=rsock)
+    r.set("replay", json.dumps({"order_id": 1}))
+    get = per_op(lambda i: json.loads(r.get("replay")), seconds)
+    show("redis-py GET + json.loads", get)
+    rnew1 = parallel(redis_new, (rsock, "1", seconds), 1)
+    rnew4 = parallel(redis_new, (rsock, "4", seconds), 4)
+    show("redis-py SET NX + SET, 1 process", rnew1)
+    show("redis-py SET NX + SET, 4 processes", rnew4)
+    print("decorator replay: %.1fx faster than redis-py GET" % (get / rep))
+    print("new + complete: %.1fx (1 process), %.1fx (4) redis-py's SET NX"
+          " + SET" % (rnew1 / new1, rnew4 / new4))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,524 @@
+"""carmy - safe retries for AI agents' tool calls, from Python.
+
+A thin layer over libcarmy (the C extension carmy._carmy): connect() gives a
+client; @idempotent(client) makes a function run once per request id and
+replay its recorded result to every retry; client.call() is the same as a
+``with`` block for runners that are not one function.
+
+    c = carmy.connect(principal="user-42", session="sess-1")
+
+    @carmy.idempotent(c, tool="create_order", key="request_id")
+    def create_order(sku, qty, *, request_id):
+        return {"order_id": make_order(sku, qty)}
+
+Arguments are sent to libcarmy as msgpack (python3-msgpack) and
+fingerprinted there; results are recorded as JSON (the default) or msgpack.
+"""
+import asyncio
+import functools
+import inspect
+import json
+import json.decoder
+
+import msgpack
+
+from . import _carmy
+
+__all__ = [
+    "connect", "Client", "Call", "idempotent", "version", "default_socket",
+    "CarmyError", "IdempotencyConflict", "ExecutionUncertain",
+    "IdempotencyCapacity", "DaemonUnavailable", "InvalidId",
+    "ResultTooLarge", "ToolFailed", "Forked",
+]
+
+__version__ = _carmy.VERSION
+
+
+class CarmyError(Exception):
+    """An error from Carmy.
+
+    ``code`` is the stable UPPER_SNAKE name of the error (as carmy.h's
+    carmy_errname() gives it); ``execution_id`` and ``state`` name the
+    existing entry where there is one (a conflict, an uncertain call),
+    else None.
+    """
+
+    code = "CARMY_ERROR"
+
+    def __init__(self, message, code=None, execution_id=None, state=None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.execution_id = execution_id
+        self.state = state
+
+
+class IdempotencyConflict(CarmyError):
+    """The request id was used before with other arguments (or another
+    tool): this call is not a retry of that one. Nothing ran."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+class ExecutionUncertain(CarmyError):
+    """The request id's execution is running elsewhere, or its owner died
+    while running it (``state`` says which: "running" or "interrupted").
+
+    It is not safe to retry blindly: the tool may have had its effect. Wait
+    for it (``wait=``), or reconcile: find out whether the effect happened
+    and settle the execution (``carmyctl resolve``, Client.resolve()).
+    """
+
+    code = "EXECUTION_UNCERTAIN"
+
+
+class IdempotencyCapacity(CarmyError):
+    """carmyd's table is full: nothing was reserved; try again later."""
+
+    code = "IDEMPOTENCY_CAPACITY"
+
+
+class DaemonUnavailable(CarmyError):
+    """No carmyd answers (code DAEMON_UNAVAILABLE), or the connection to it
+    was lost and not given back (code DISCONNECTED).
+
+    Raised when a call starts, nothing was reserved and the tool did not
+    run. Raised by a completion, the execution is uncertain (see
+    ExecutionUncertain).
+    """
+
+    code = "DAEMON_UNAVAILABLE"
+
+
+class InvalidId(CarmyError):
+    """A principal, session or request id is empty or longer than 256
+    bytes."""
+
+    code = "INVALID_ID"
+
+
+class ResultTooLarge(CarmyError):
+    """The result exceeded carmyd's --max-result. The tool ran; the call is
+    recorded as failed with this code, and every retry raises this."""
+
+    code = "RESULT_TOO_LARGE"
+
+
+class Forked(CarmyError):
+    """This client was connected by the parent of this forked process:
+    nothing was sent. Connect a client of the child's own."""
+
+    code = "FORKED"
+
+
+class ToolFailed(CarmyError):
+    """A replay of a call whose tool raised: ``type`` and ``message`` are
+    the recorded exception's class name and text, ``status`` the recorded
+    status ("failed", "cancelled", "timed_out")."""
+
+    code = "TOOL_FAILED"
+
+    def __init__(self, message, type=None, status="failed",
+                 execution_id=None):
+        super().__init__(message, "TOOL_FAILED", execution_id, "completed")
+        self.type = type
+        self.message = message
+        self.status = status
+
+
+_BY_CODE = {cls.code: cls for cls in (
+    IdempotencyConflict, ExecutionUncertain, IdempotencyCapacity,
+    DaemonUnavailable, InvalidId, ResultTooLarge, Forked)}
+
+
+_BY_CODE["DISCONNECTED"] = DaemonUnavailable
+
+
+def _make_error(name, message, execution_id, state):
+    return _BY_CODE.get(name, CarmyError)(message, name, execution_id, state)
+
+
+_carmy._set_error_factory(_make_error)
+
+_STATUS = {
+    "completed": _carmy.STATUS_COMPLETED,
+    "failed": _carmy.STATUS_FAILED,
+    "timed_out": _carmy.STATUS_TIMED_OUT,
+    "cancelled": _carmy.STATUS_CANCELLED,
+}
+
+
+def _json_dumps(value):
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+_json_scan = json.decoder.JSONDecoder().scan_once
+
+
+def _json_loads(data):
+    # The decoder's scanner straight away: a fifth of json.loads()'s time
+    # for what _json_dumps wrote; anything else (an operator's resolve
+    # with spaces around it) through json.loads().
+    text = data.decode()
+    try:
+        value, end = _json_scan(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
+def _msgpack_loads(data):
+    return msgpack.unpackb(data, raw=False)
+
+
+_SERIALIZERS = {
+    "json": (_json_dumps, _json_loads),
+    "msgpack": (msgpack.packb, _msgpack_loads),
+}
+_pack = msgpack.packb
+_CANCELS = (KeyboardInterrupt, asyncio.CancelledError)
+
+
+def _serializer(name):
+    try:
+        return _SERIALIZERS[name]
+    except KeyError:
+        raise ValueError("serializer must be 'json' or 'msgpack', not %r"
+                         % (name,)) from None
+
+
+def _wait_ms(wait):
+    if wait is None:
+        return 0
+    if wait < 0:
+        raise ValueError("wait must be >= 0 seconds")
+    return max(1, int(wait * 1000)) if wait > 0 else 0
+
+
+def _failure(exc, dumps):
+    """The bytes recorded for a call whose tool raised exc."""
+    return dumps({"type": type(exc).__qualname__, "message": str(exc)})
+
+
+def _finish_error(r, exc, dumps):
+    """Record exc (raised by the tool) as the call's outcome."""
+    status = (_carmy.STATUS_CANCELLED if isinstance(exc, _CANCELS)
+              else _carmy.STATUS_FAILED)
+    r.complete(status, _failure(exc, dumps))
+
+
+def _replay(r, loads):
+    """The recorded outcome of a replayed reservation: a value, or a raise."""
+    if r.result_code == "RESULT_TOO_LARGE":
+        raise ResultTooLarge("the tool's result exceeded carmyd's "
+                             "--max-result", "RESULT_TOO_LARGE",
+                             r.execution_id, "completed")
+    value = loads(r.result)
+    if r.status == "completed":
+        return value
+    kind, text = "Exception", ""
+    if isinstance(value, dict):
+        kind = value.get("type", kind)
+        text = value.get("message", text)
+    raise ToolFailed(text, kind, r.status, r.execution_id)
+
+
+class Call:
+    """One call of Client.call(), used as a ``with`` block.
+
+    Entering it reserves the request id, or finds what is recorded:
+    ``replayed`` is then True and ``result`` the recorded value (``status``
+    its status). Otherwise run the tool and call complete(); leaving the
+    block with an exception records it as failed (cancelled for
+    KeyboardInterrupt); leaving without completing releases the
+    reservation (the tool provably did not run). Raises what
+    Client.begin does: IdempotencyConflict, ExecutionUncertain, ...
+    """
+
+    __slots__ = ("_client", "_tool", "_args", "_rid", "_meta", "_dumps",
+                 "_loads", "_wait_ms", "_r", "_done", "result", "status")
+
+    def __init__(self, client, tool, args, request_id, meta, serializer,
+                 wait):
+        self._dumps, self._loads = _serializer(serializer)
+        self._client = client
+        self._tool = tool
+        self._args = args
+        self._rid = request_id
+        self._meta = meta
+        self._wait_ms = _wait_ms(wait)
+        self._r = None
+        self._done = False
+        self.result = None
+        self.status = None
+
+    def __enter__(self):
+        args = None if self._args is None else _pack(self._args)
+        meta = None if self._meta is None else _pack(self._meta)
+        self._r = self._client._handle.begin(self._tool, self._rid, args,
+                                             meta, self._wait_ms)
+        if self._r.replayed:
+            self._done = True
+            self.status = self._r.status
+            if self._r.result_code != "RESULT_TOO_LARGE":
+                self.result = self._loads(self._r.result)
+        return self
+
+    @property
+    def replayed(self):
+        """True when the call finished before: do not run the tool."""
+        return self._r is not None and self._r.replayed
+
+    @property
+    def execution_id(self):
+        """The execution this request id belongs to ("exec_" + 32 hex)."""
+        return None if self._r is None else self._r.execution_id
+
+    def complete(self, result, status="completed"):
+        """Record result (serialised now: TypeError leaves the reservation
+        live) with status "completed", "failed", "timed_out" or
+        "cancelled"."""
+        if self._r is None or self._done:
+            raise CarmyError("the call is not reserved", "NOT_RESERVED")
+        if status not in _STATUS:
+            raise ValueError("unknown status %r" % (status,))
+        data = self._dumps(result)
+        self._done = True
+        self._r.complete(_STATUS[status], data)
+        self.result = result
+        self.status = status
+
+    def __exit__(self, et, ev, tb):
+        if self._r is None or self._done:
+            return False
+        self._done = True
+        if ev is None:
+            self._r.release()
+        else:
+            _finish_error(self._r, ev, self._dumps)
+        return False
+
+
+class Client:
+    """A connection to carmyd for one principal and session.
+
+    Usable from many threads at once. It belongs to the process that
+    connected it: in a child of os.fork(), every call raises Forked
+    (nothing is sent; the parent's reservations are untouched) and the
+    child connects a client of its own.
+    """
+
+    def __init__(self, handle, socket, principal, session):
+        self._handle = handle
+        self.socket = socket
+        self.principal = principal
+        self.session = session
+
+    def call(self, tool, args=None, *, request_id, meta=None,
+             serializer="json", wait=None):
+        """A Call for ``with``: tool (str), args (anything msgpack packs,
+        fingerprinted with the tool), request_id (str or bytes), meta
+        (fingerprinted too, or None)."""
+        return Call(self, tool, args, request_id, meta, serializer, wait)
+
+    def resolve(self, tool, args=None, *, request_id, execution_id,
+                committed, result=None, status="completed", meta=None,
+                serializer="json"):
+        """Settle an interrupted execution (carmyctl resolve): committed
+        True records result with status and replays it from now on; False
+        frees the request id so that the next call runs. Only carmyd's
+        user, root or its --admin-group may."""
+        dumps = _serializer(serializer)[0]
+        data = dumps(result) if committed else None
+        self._handle.resolve(
+            tool, request_id, None if args is None else _pack(args),
+            None if meta is None else _pack(meta), execution_id,
+            committed, _STATUS[status], data)
+
+    @property
+    def max_result(self):
+        """carmyd's --max-result, in bytes."""
+        return self._handle.max_result
+
+    @property
+    def closed(self):
+        return self._handle.closed
+
+    def close(self):
+        """Close the connection. Reservations still held turn uncertain."""
+        self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        self.close()
+        return False
+
+
+def connect(socket=None, *, principal, session):
+    """Connect to carmyd: socket is its path (None: $CARMY_SOCKET or the
+    default, see default_socket()); principal and session (str or bytes,
+    1..256 bytes) are the identity's first two parts, for every call made
+    through the client. Raises DaemonUnavailable when no carmyd answers,
+    InvalidId for a bad principal or session."""
+    handle = _carmy.connect(socket, principal, session)
+    return Client(handle, socket, principal, session)
+
+
+def version():
+    """libcarmy's version, as the library that is loaded says."""
+    return _carmy.version()
+
+
+def default_socket():
+    """The socket connect() uses when given none."""
+    return _carmy.default_socket()
+
+
+class _Binder:
+    """Binds a function's arguments by name, the key's value apart.
+
+    A function with only plain and keyword-only parameters is bound by
+    hand (dict of the defaults, then the positional arguments by name, then
+    the keywords), after one check that the keywords are parameters not
+    already given by position; anything else goes through
+    inspect.Signature.bind, which also raises the TypeError a bad call
+    deserves.
+    """
+
+    def __init__(self, fn, key):
+        self.sig = inspect.signature(fn)
+        params = self.sig.parameters
+        if key not in params:
+            raise TypeError("%s has no parameter %r (the key)"
+                            % (fn.__qualname__, key))
+        self.key = key
+        P = inspect.Parameter
+        simple = all(p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
+                     for p in params.values())
+        self.positional = tuple(n for n, p in params.items()
+                                if p.kind == P.POSITIONAL_OR_KEYWORD)
+        self.defaults = {n: p.default for n, p in params.items()
+                         if p.default is not P.empty}
+        self.count = len(params)
+        # allowed[n]: the keywords a call with n positional arguments may
+        # pass. Empty for a function bound the slow way.
+        self.allowed = tuple(frozenset(params) - set(self.positional[:n])
+                             for n in range(len(self.positional) + 1)) \
+            if simple else ()
+
+    def slow(self, args, kwargs):
+        bound = self.sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        for n, p in self.sig.parameters.items():
+            if p.kind == p.VAR_KEYWORD:
+                values.update(values.pop(n))
+            elif p.kind == p.VAR_POSITIONAL:
+                values[n] = list(values[n])
+        return values
+
+    def __call__(self, args, kwargs):
+        """The arguments by name, the key's included."""
+        n = len(args)
+        if n < len(self.allowed) and kwargs.keys() <= self.allowed[n]:
+            values = self.defaults.copy()
+            values.update(zip(self.positional, args))
+            values.update(kwargs)
+            if len(values) == self.count:
+                return values
+        return self.slow(args, kwargs)
+
+
+def idempotent(client, tool=None, key="request_id", serializer="json",
+               wait=None):
+    """Make a function run once per request id (its ``key`` parameter).
+
+    The fingerprint covers the tool name (default: the function's
+    qualified name) and every other argument, bound by name, defaults
+    applied (so f(1, 2) and f(a=1, b=2) are one call). The first call with
+    a request id runs the function and records its return value (with
+    ``serializer``: "json" or "msgpack"); a retry replays it without
+    running it; a retry with other arguments raises IdempotencyConflict. An
+    exception is recorded as failed and a retry raises ToolFailed with its
+    type and message; KeyboardInterrupt and asyncio.CancelledError record
+    "cancelled" and propagate. An argument msgpack cannot pack raises
+    TypeError before anything is reserved. With ``wait=SECONDS``, a call
+    running elsewhere is waited for (its result replayed) instead of
+    raising ExecutionUncertain. Works on ``async def`` functions too.
+    """
+    dumps, loads = _serializer(serializer)
+    wait_ms = _wait_ms(wait)
+
+    def decorate(fn):
+        bind = _Binder(fn, key)
+        name = tool if tool is not None else fn.__qualname__
+        handle = client._handle
+
+        if inspect.iscoroutinefunction(fn):
+            return _async_wrapper(fn, bind, name, handle, dumps, loads,
+                                  wait_ms)
+
+        begin = handle.begin
+        key_ = key
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            values = bind(args, kwargs)
+            rid = values.pop(key_)
+            r = begin(name, rid, _pack(values), None, wait_ms)
+            if r.replayed:
+                if r.ok:
+                    return loads(r.result)
+                return _replay(r, loads)
+            try:
+                value = fn(*args, **kwargs)
+            except BaseException as e:
+                _finish_error(r, e, dumps)
+                raise
+            return _record(r, value, dumps)
+
+        return wrapper
+
+    return decorate
+
+
+def _record(r, value, dumps):
+    """Record value as the call's result, and return it."""
+    try:
+        data = dumps(value)
+    except (TypeError, ValueError) as e:
+        _finish_error(r, e, dumps)
+        raise
+    r.complete(_carmy.STATUS_COMPLETED, data)
+    return value
+
+
+def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
+    # begin and complete take microseconds with the memory store and run
+    # on the loop's thread without the GIL; a wait (wait=) can take long,
+    # so it runs in the loop's executor.
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        values = bind(args, kwargs)
+        rid = values.pop(bind.key)
+        packed = _pack(values)
+        try:
+            r = handle.begin(name, rid, packed, None, 0)
+        except ExecutionUncertain as e:
+            if not wait_ms or e.state != "running":
+                raise
+            loop = asyncio.get_running_loop()
+            r = await loop.run_in_executor(None, handle.begin, name, rid,
+                                           packed, None, wait_ms)
+        if r.replayed:
+            return _replay(r, loads)
+        try:
+            value = await fn(*args, **kwargs)
+        except BaseException as e:
+            _finish_error(r, e, dumps)
+            raise
+        return _record(r, value, dumps)
+
+    return wrapper

@@ -1,0 +1,97 @@
+"""The low-level form: with client.call(...) as call."""
+import pytest
+
+import carmy
+from helpers import append, lines
+
+
+def test_runs_completes_then_replays(client, marker):
+    with client.call("create_order", {"sku": "KB-01"}, request_id="abc",
+                     meta={"agent": "a1"}) as call:
+        assert not call.replayed
+        assert call.execution_id.startswith("exec_")
+        append(marker, "ran")
+        call.complete({"order_id": 7})
+        first = call.execution_id
+    with client.call("create_order", {"sku": "KB-01"}, request_id="abc",
+                     meta={"agent": "a1"}) as call:
+        assert call.replayed
+        assert call.result == {"order_id": 7}
+        assert call.status == "completed"
+        assert call.execution_id == first
+    assert lines(marker) == [b"ran"]
+
+
+def test_conflict_and_uncertain(client):
+    with client.call("t", {"a": 1}, request_id="r") as call:
+        with pytest.raises(carmy.ExecutionUncertain) as e:
+            with client.call("t", {"a": 1}, request_id="r"):
+                raise AssertionError("must not enter")
+        assert e.value.state == "running"
+        assert e.value.execution_id == call.execution_id
+        call.complete("ok")
+    with pytest.raises(carmy.IdempotencyConflict) as e:
+        with client.call("t", {"a": 2}, request_id="r"):
+            raise AssertionError("must not enter")
+    assert e.value.state == "completed"
+
+
+def test_map_key_order_does_not_matter(client):
+    with client.call("t", {"a": 1, "b": 2}, request_id="o") as call:
+        call.complete(1)
+    with client.call("t", {"b": 2, "a": 1}, request_id="o") as call:
+        assert call.replayed
+
+
+def test_leaving_without_completing_releases(client, marker):
+    with client.call("t", None, request_id="rel") as call:
+        assert not call.replayed
+    with client.call("t", None, request_id="rel") as call:
+        assert not call.replayed
+        call.complete("second")
+    with client.call("t", None, request_id="rel") as call:
+        assert call.result == "second"
+
+
+def test_leaving_with_an_exception_records_failed(client):
+    with pytest.raises(RuntimeError):
+        with client.call("t", [1, 2], request_id="f") as call:
+            raise RuntimeError("tool broke")
+    with client.call("t", [1, 2], request_id="f") as call:
+        assert call.replayed
+        assert call.status == "failed"
+        assert call.result == {"type": "RuntimeError",
+                               "message": "tool broke"}
+
+
+def test_complete_with_a_status(client):
+    with client.call("t", None, request_id="s") as call:
+        call.complete({"after": 30}, status="timed_out")
+    with client.call("t", None, request_id="s") as call:
+        assert call.status == "timed_out"
+        assert call.result == {"after": 30}
+
+
+def test_unserialisable_result_leaves_the_call_live(client):
+    with client.call("t", None, request_id="u") as call:
+        with pytest.raises(TypeError):
+            call.complete(object())
+        call.complete("fine")
+    with client.call("t", None, request_id="u") as call:
+        assert call.result == "fine"
+
+
+def test_unserialisable_args_raise_before_reserving(client):
+    with pytest.raises(TypeError):
+        with client.call("t", {"x": object()}, request_id="a"):
+            raise AssertionError("must not enter")
+    with client.call("t", {"x": 1}, request_id="a") as call:
+        assert not call.replayed
+        call.complete(1)
+
+
+def test_complete_twice_is_refused(client):
+    with client.call("t", None, request_id="twice") as call:
+        call.complete(1)
+        with pytest.raises(carmy.CarmyError):
+            call.complete(2)

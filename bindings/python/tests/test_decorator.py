@@ -1,0 +1,336 @@
+"""@carmy.idempotent against a real carmyd."""
+import asyncio
+import threading
+
+import pytest
+
+import carmy
+from helpers import Carmyd, append, lines
+
+
+def counted(client, marker, **kw):
+    """create_order, decorated, appending to marker each time it runs."""
+    @carmy.idempotent(client, tool="create_order", **kw)
+    def create_order(sku, qty=1, *, request_id):
+        append(marker, "%s %s" % (sku, qty))
+        return {"order_id": len(lines(marker)), "sku": sku}
+    return create_order
+
+
+def test_runs_then_replays(client, marker):
+    f = counted(client, marker)
+    assert f("KB-01", 1, request_id="order-7f3") == {"order_id": 1,
+                                                      "sku": "KB-01"}
+    assert f("KB-01", 1, request_id="order-7f3") == {"order_id": 1,
+                                                      "sku": "KB-01"}
+    assert lines(marker) == [b"KB-01 1"]
+
+
+def test_other_arguments_conflict(client, marker):
+    f = counted(client, marker)
+    f("KB-01", 1, request_id="order-7f3")
+    with pytest.raises(carmy.IdempotencyConflict) as e:
+        f("KB-02", 1, request_id="order-7f3")
+    assert e.value.code == "IDEMPOTENCY_CONFLICT"
+    assert e.value.execution_id.startswith("exec_")
+    assert e.value.state == "completed"
+    assert isinstance(e.value, carmy.CarmyError)
+    assert len(lines(marker)) == 1
+
+
+def test_running_elsewhere_is_uncertain(client, marker):
+    inner = []
+
+    @carmy.idempotent(client, tool="t")
+    def slow(x, *, request_id):
+        with pytest.raises(carmy.ExecutionUncertain) as e:
+            slow(x, request_id=request_id)
+        inner.append(e.value)
+        return x
+    assert slow(5, request_id="r1") == 5
+    assert inner[0].state == "running"
+    assert inner[0].code == "EXECUTION_UNCERTAIN"
+    assert "not safe to retry blindly" in " ".join(
+        carmy.ExecutionUncertain.__doc__.split())
+
+
+def test_positional_keyword_and_defaults_are_one_call(client, marker):
+    f = counted(client, marker)
+    first = f("KB-01", 1, request_id="k")
+    assert f(sku="KB-01", qty=1, request_id="k") == first
+    assert f(qty=1, sku="KB-01", request_id="k") == first
+    assert f("KB-01", request_id="k") == first
+    assert f("KB-01", qty=1, request_id="k") == first
+    assert len(lines(marker)) == 1
+
+
+def test_tool_name_is_fingerprinted(client, marker):
+    @carmy.idempotent(client, tool="a")
+    def a(x, *, request_id):
+        return x
+
+    @carmy.idempotent(client, tool="b")
+    def b(x, *, request_id):
+        return x
+    a(1, request_id="same")
+    with pytest.raises(carmy.IdempotencyConflict):
+        b(1, request_id="same")
+
+
+def test_default_tool_is_the_qualified_name(client):
+    @carmy.idempotent(client)
+    def g(x, request_id):
+        return x
+    assert g(1, "r") == 1
+
+    @carmy.idempotent(client, tool=g.__qualname__)
+    def h(x, request_id):
+        raise AssertionError("must replay")
+    assert h(1, "r") == 1
+
+
+def test_unserialisable_argument_raises_before_reserving(client, marker):
+    f = counted(client, marker)
+    with pytest.raises(TypeError):
+        f(object(), 1, request_id="ser")
+    assert lines(marker) == []
+    # Nothing was reserved: the id is free for a call that runs.
+    f("KB-01", 1, request_id="ser")
+    assert len(lines(marker)) == 1
+
+
+def test_bad_binding_raises_type_error(client, marker):
+    f = counted(client, marker)
+    with pytest.raises(TypeError):
+        f("KB-01", 1, 2, request_id="x")
+    with pytest.raises(TypeError):
+        f("KB-01", sku="KB-01", request_id="x")
+    with pytest.raises(TypeError):
+        f("KB-01", nope=1, request_id="x")
+    with pytest.raises(TypeError):
+        f("KB-01")
+    assert lines(marker) == []
+
+
+def test_exception_is_recorded_and_replays_as_tool_failed(client, marker):
+    @carmy.idempotent(client, tool="boom")
+    def boom(x, *, request_id):
+        append(marker, "ran")
+        raise ValueError("no stock for %s" % x)
+    with pytest.raises(ValueError):
+        boom("KB-01", request_id="b1")
+    with pytest.raises(carmy.ToolFailed) as e:
+        boom("KB-01", request_id="b1")
+    assert e.value.type == "ValueError"
+    assert e.value.message == "no stock for KB-01"
+    assert e.value.status == "failed"
+    assert e.value.execution_id.startswith("exec_")
+    assert lines(marker) == [b"ran"]
+
+
+def test_keyboard_interrupt_records_cancelled(client, marker):
+    @carmy.idempotent(client, tool="stop")
+    def stop(*, request_id):
+        append(marker, "ran")
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        stop(request_id="c1")
+    with pytest.raises(carmy.ToolFailed) as e:
+        stop(request_id="c1")
+    assert e.value.status == "cancelled"
+    assert e.value.type == "KeyboardInterrupt"
+    assert lines(marker) == [b"ran"]
+
+
+def test_unserialisable_result_is_recorded_failed(client, marker):
+    @carmy.idempotent(client, tool="bad")
+    def bad(*, request_id):
+        append(marker, "ran")
+        return object()
+    with pytest.raises(TypeError):
+        bad(request_id="u1")
+    with pytest.raises(carmy.ToolFailed) as e:
+        bad(request_id="u1")
+    assert e.value.type == "TypeError"
+    assert lines(marker) == [b"ran"]
+
+
+def test_msgpack_serializer(client):
+    @carmy.idempotent(client, tool="m", serializer="msgpack")
+    def m(*, request_id):
+        return {"blob": b"\x00\xff", "n": [1, 2]}
+    assert m(request_id="m1") == {"blob": b"\x00\xff", "n": [1, 2]}
+
+    @carmy.idempotent(client, tool="m", serializer="msgpack")
+    def again(*, request_id):
+        raise AssertionError("must replay")
+    assert again(request_id="m1") == {"blob": b"\x00\xff", "n": [1, 2]}
+
+
+def test_request_id_limits(client):
+    @carmy.idempotent(client, tool="ids")
+    def f(*, request_id):
+        return 1
+    assert f(request_id="k" * 256) == 1
+    with pytest.raises(carmy.InvalidId) as e:
+        f(request_id="k" * 257)
+    assert e.value.code == "INVALID_ID"
+    with pytest.raises(carmy.InvalidId):
+        f(request_id="")
+    with pytest.raises(TypeError):
+        f(request_id=7)
+
+
+def test_bad_principal_is_invalid_id(carmyd):
+    with pytest.raises(carmy.InvalidId):
+        carmy.connect(carmyd.socket, principal="p" * 257, session="s")
+
+
+def test_key_must_be_a_parameter(client):
+    with pytest.raises(TypeError):
+        @carmy.idempotent(client, key="rid")
+        def f(x, *, request_id):
+            return x
+
+
+def test_threads_share_one_client(client, marker):
+    f = counted(client, marker, wait=30)
+    barrier = threading.Barrier(8)
+    out, errors = [], []
+
+    def worker(i):
+        try:
+            barrier.wait()
+            for k in range(20):
+                out.append((k, f("KB-%d" % k, 1, request_id="t-%d" % k)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(lines(marker)) == 20
+    by_key = {}
+    for k, v in out:
+        by_key.setdefault(k, v)
+        assert by_key[k] == v
+
+
+def test_wait_replays_a_call_running_elsewhere(carmyd, client, session,
+                                               marker):
+    started, go = threading.Event(), threading.Event()
+
+    @carmy.idempotent(client, tool="w")
+    def slow(*, request_id):
+        started.set()
+        assert go.wait(30)
+        append(marker, "ran")
+        return "done"
+    other = carmy.connect(carmyd.socket, principal="user-42",
+                          session=session)
+
+    @carmy.idempotent(other, tool="w", wait=30)
+    def waiter(*, request_id):
+        raise AssertionError("must not run")
+    t = threading.Thread(target=slow, kwargs={"request_id": "w1"})
+    t.start()
+    assert started.wait(30)
+    got = []
+    w = threading.Thread(target=lambda: got.append(waiter(request_id="w1")))
+    w.start()
+    go.set()
+    w.join()
+    t.join()
+    other.close()
+    assert got == ["done"]
+    assert lines(marker) == [b"ran"]
+
+
+def test_async_gather_runs_each_key_once(client, marker):
+    @carmy.idempotent(client, tool="async", wait=30)
+    async def work(n, *, request_id):
+        append(marker, request_id)
+        await asyncio.sleep(0)
+        return n * 2
+
+    async def main():
+        return await asyncio.gather(*(work(i % 10, request_id="a-%d" % (i % 10))
+                                      for i in range(100)))
+    assert asyncio.run(main()) == [(i % 10) * 2 for i in range(100)]
+    assert sorted(lines(marker)) == sorted(b"a-%d" % k for k in range(10))
+
+
+def test_daemon_down_is_unavailable_and_the_body_does_not_run(marker):
+    d = Carmyd().start()
+    try:
+        c = carmy.connect(d.socket, principal="u", session="s")
+        d.stop()
+        f = counted(c, marker)
+        with pytest.raises(carmy.DaemonUnavailable) as e:
+            f("KB-01", 1, request_id="down")
+        assert e.value.code in ("DAEMON_UNAVAILABLE", "DISCONNECTED")
+        assert lines(marker) == []
+        c.close()
+        with pytest.raises(carmy.DaemonUnavailable) as e:
+            carmy.connect(d.socket, principal="u", session="s")
+        assert e.value.code == "DAEMON_UNAVAILABLE"
+    finally:
+        d.cleanup()
+
+
+def test_closed_client_refuses(client):
+    @carmy.idempotent(client, tool="x")
+    def f(*, request_id):
+        return 1
+    client.close()
+    assert client.closed
+    with pytest.raises(ValueError):
+        f(request_id="x")
+
+
+def test_version():
+    assert carmy.version() == carmy.__version__
+
+
+def test_stubs_and_docstrings_cover_the_public_names():
+    import ast
+    import os
+    stub = os.path.join(os.path.dirname(carmy.__file__), "__init__.pyi")
+    with open(stub) as f:
+        tree = ast.parse(f.read())
+    stubbed = {n.name for n in tree.body
+               if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert set(carmy.__all__) <= stubbed
+    for name in carmy.__all__:
+        assert getattr(carmy, name).__doc__, name
+
+
+def test_json_results_read_back_whatever_their_spacing():
+    assert carmy._json_loads(b'{"a":[1,2]}') == {"a": [1, 2]}
+    assert carmy._json_loads(b' {"a": 1}\n') == {"a": 1}
+    with pytest.raises(ValueError):
+        carmy._json_loads(b'[1] x')
+    with pytest.raises(ValueError):
+        carmy._json_loads(b'')
+
+
+def test_result_too_large_is_recorded_and_replayed(marker):
+    d = Carmyd("--max-result", "64").start()
+    try:
+        c = carmy.connect(d.socket, principal="u", session="s")
+        assert c.max_result == 64
+
+        @carmy.idempotent(c, tool="big")
+        def big(*, request_id):
+            append(marker, "ran")
+            return "x" * 100
+        for _ in range(2):
+            with pytest.raises(carmy.ResultTooLarge) as e:
+                big(request_id="big-1")
+            assert e.value.code == "RESULT_TOO_LARGE"
+        assert lines(marker) == [b"ran"]
+        c.close()
+    finally:
+        d.cleanup()
