@@ -6,7 +6,8 @@ pkgs=(build-essential g++ autoconf automake libtool m4 pkg-config
       liburcu-dev libmsgpack-dev libxxhash-dev check libsubunit-dev
       python3 procps valgrind spin
       redis-server libhiredis-dev postgresql libpq-dev
-      libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl)
+      libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl
+      scdoc man-db groff-base)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
