@@ -295,6 +295,7 @@ static void usage(FILE *out)
 		"usage: carmy-bench [--socket PATH] [--procs 1,2] [--ops N]\n"
 		"                   [--replay-set K] [--only FIGURE,...]\n"
 		"                   [--echo-cpu N] [--rounds N] [--json]\n"
+		"       carmy-bench --help | --version\n"
 		"\n"
 		"Measures a running carmyd (reserve, replay, reserve+complete\n"
 		"cycle) with 1..N client processes, and this machine's floors\n"
@@ -398,6 +399,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "pg-ops", required_argument, NULL, 'N' },
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long v;
@@ -499,6 +501,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			puts("carmy-bench " PACKAGE_VERSION);
 			exit(0);
 		default:
 			usage(stderr);

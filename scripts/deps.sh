@@ -7,7 +7,8 @@ pkgs=(build-essential g++ autoconf automake libtool m4 pkg-config
       python3 procps valgrind spin
       python3-dev python3-pytest python3-msgpack python3-setuptools
       redis-server libhiredis-dev postgresql libpq-dev
-      libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl)
+      libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl
+      scdoc man-db groff-base)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -26,3 +26,7 @@ EXTRA_DIST += scripts/layering.py
 # The files the documentation names exist.
 TESTS += tests/docs.test
 dist_check_SCRIPTS += tests/docs.test
+
+# The man pages match the programs' options, carmy.h and the version.
+TESTS += tests/man.test
+dist_check_SCRIPTS += tests/man.test

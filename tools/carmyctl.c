@@ -110,6 +110,8 @@ static const char usage[] =
 	"                   libcarmy's default path)\n"
 	"  --segment NAME   read this segment directly (carmyd may be down)\n"
 	"  --json           one JSON object (list: an array) on standard output\n"
+	"  -h, --help       print this help and exit\n"
+	"  --version        print the version and exit\n"
 	"\n"
 	"Changing commands are for carmyd's own user, root and carmyd's\n"
 	"--admin-group: others get NOT_PERMITTED.\n"
