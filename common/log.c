@@ -2,9 +2,12 @@
  * log.c - timestamped, levelled lines on stderr. One write(2) per line so
  * that lines from a restarted carmyd and its predecessor never interleave.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +17,10 @@ int log_level = LOG_INFO;
 const char *log_ident = "carmyd";
 
 static const char *const names[] = { "error", "warn", "info", "debug" };
+/* syslog(3)'s LOG_ERR, LOG_WARNING, LOG_INFO and LOG_DEBUG. */
+static const int syslog_levels[] = { 3, 4, 6, 7 };
+/* Set by log_detect_journal(): lines start with <N>. */
+static bool to_journal;
 
 int log_parse_level(const char *s)
 {
@@ -21,6 +28,30 @@ int log_parse_level(const char *s)
 		if (strcmp(s, names[i]) == 0)
 			return i;
 	return -1;
+}
+
+bool log_is_journal(const char *env, int fd)
+{
+	unsigned long long dev, ino;
+	struct stat st;
+	char *end;
+
+	if (env == NULL || env[0] < '0' || env[0] > '9')
+		return false;
+	errno = 0;
+	dev = strtoull(env, &end, 10);
+	if (errno != 0 || *end != ':' || end[1] < '0' || end[1] > '9')
+		return false;
+	ino = strtoull(end + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || fstat(fd, &st) != 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev &&
+	       (unsigned long long)st.st_ino == ino;
+}
+
+void log_detect_journal(void)
+{
+	to_journal = log_is_journal(getenv("JOURNAL_STREAM"), STDERR_FILENO);
 }
 
 void log_msg(int level, const char *fmt, ...)
@@ -35,7 +66,9 @@ void log_msg(int level, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	n = snprintf(line, sizeof(line),
+	n = to_journal ? snprintf(line, sizeof(line), "<%d>",
+				  syslog_levels[level]) : 0;
+	n += snprintf(line + n, sizeof(line) - (size_t)n,
 		     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
 		     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_ident,

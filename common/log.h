@@ -4,6 +4,7 @@
 #ifndef CARMY_COMMON_LOG_H
 #define CARMY_COMMON_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
@@ -13,6 +14,24 @@ extern int log_level;
 extern const char *log_ident;
 
 int log_parse_level(const char *s);
+
+/*
+ * Is fd the stream $JOURNAL_STREAM names? systemd sets it to "DEV:INO",
+ * the device and inode of the stream it connected to journald, for a
+ * service whose standard error goes there; a descendant whose stderr was
+ * redirected elsewhere has another. env NULL or malformed: false.
+ */
+bool log_is_journal(const char *env, int fd);
+
+/*
+ * Look whether stderr is the journal (log_is_journal()): if it is, every
+ * line begins with its syslog level, <3> error, <4> warn, <6> info,
+ * <7> debug, which journald takes as the entry's priority (journalctl -p)
+ * and strips; otherwise lines are left as they are. Call it from main()
+ * once stderr is what it will be (after --log-file), before any thread
+ * logs.
+ */
+void log_detect_journal(void);
 void log_msg(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

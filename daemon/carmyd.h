@@ -67,6 +67,9 @@ struct carmyd_config {
 	gid_t gid;
 	const char *log_file;
 	const char *store;	/* --store: memory, journal:DIR, plugin:SO[:ARGS] */
+	/* The listening socket a service manager handed over (LISTEN_FDS),
+	 * bound to socket_path; -1: carmyd binds socket_path itself. */
+	int listen_fd;
 };
 
 /* owners.c: the registry of live owners (one per connection), an RCU hash
@@ -329,5 +332,9 @@ void retain_stop(struct retain *r);
  * answered every request handed to it: 0 after a clean stop, -1 if the
  * loops could not be set up or one failed (logged). */
 int server_run(struct store *s, const struct carmyd_config *cfg, int lfd);
+/* Tell the service manager ($NOTIFY_SOCKET, if set) prefix (such as
+ * "READY=1\n", or "") and a STATUS= line with the table's fill and the
+ * clients connected. Never blocks; any thread. */
+void server_notify_status(struct store *s, const char *prefix);
 
 #endif

@@ -27,6 +27,8 @@
 #include "common/age.h"
 #include "common/daemonize.h"
 #include "common/log.h"
+#include "common/service.h"
+#include "common/sockpath.h"
 #include "daemon/carmyd.h"
 
 #define EXIT_USAGE 64
@@ -37,7 +39,9 @@ static const char usage[] =
 	"\n"
 	"  --socket PATH        listen here (default: $CARMY_SOCKET, else\n"
 	"                       $XDG_RUNTIME_DIR/carmy/carmyd.sock, else\n"
-	"                       /tmp/carmy-$UID/carmyd.sock)\n"
+	"                       /tmp/carmy-$UID/carmyd.sock); a socket\n"
+	"                       systemd hands over (LISTEN_FDS) is served\n"
+	"                       instead, and PATH must be its path\n"
 	"  --capacity N         entries the table holds (default 10000)\n"
 	"  --max-result BYTES   largest recorded result, K/M suffixes allowed\n"
 	"                       (default 16K); memory is reserved up front:\n"
@@ -85,6 +89,7 @@ static const char usage[] =
 	"  --help, --version\n";
 
 static int parse_args(int argc, char **argv, struct carmyd_config *cfg);
+static int handed_socket(struct carmyd_config *cfg, const char *sock);
 static int parse_u32(const char *opt, const char *s, uint32_t min,
 		     uint32_t max, bool suffixes, uint32_t *out);
 static int size_clients(struct carmyd_config *cfg);
@@ -128,6 +133,7 @@ int main(int argc, char **argv)
 		}
 		close(fd);
 	}
+	log_detect_journal();
 	/* Daemonize before liburcu starts any thread: fork() after call_rcu
 	 * threads exist can hang the child. */
 	if (!cfg.foreground && daemonize("carmyd", &ready_fd) != 0)
@@ -153,7 +159,8 @@ int main(int argc, char **argv)
 
 	if (retain_start(&retain, &store, &cfg) != 0) {
 		close(lfd);
-		unlink(cfg.socket_path);
+		if (cfg.listen_fd < 0)
+			unlink(cfg.socket_path);
 		store_close(&store, &cfg, false);
 		return 1;
 	}
@@ -164,6 +171,8 @@ int main(int argc, char **argv)
 		 store.epoch, cfg.threads, cfg.threads == 1 ? "" : "s",
 		 cfg.store ? cfg.store : "memory", cfg.max_clients,
 		 cfg.retain_ns == 0 ? "never" : age_format(age, cfg.retain_ns));
+	/* The socket listens: a client connecting from now on is served. */
+	server_notify_status(&store, "READY=1\n");
 	if (cfg.foreground) {
 		printf("carmyd ready socket=%s segment=%s pid=%d\n",
 		       cfg.socket_path, cfg.shm_name, (int)getpid());
@@ -178,7 +187,10 @@ int main(int argc, char **argv)
 
 	retain_stop(&retain);
 	close(lfd);
-	unlink(cfg.socket_path);
+	/* A handed socket stays the service manager's, bound and listening:
+	 * clients queue on it until the next carmyd. */
+	if (cfg.listen_fd < 0)
+		unlink(cfg.socket_path);
 	store_close(&store, &cfg, cfg.transient);
 	owners_fini();
 	rcu_unregister_thread();
@@ -221,6 +233,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	int o;
 
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->listen_fd = -1;
 	cfg->capacity = CARMYD_DEFAULT_CAPACITY;
 	cfg->max_result = CARMYD_DEFAULT_MAX_RESULT;
 	cfg->grace_ms = CARMYD_DEFAULT_GRACE_S * 1000;
@@ -356,15 +369,19 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			       n > CARMYD_DEFAULT_THREADS_MAX ?
 			       CARMYD_DEFAULT_THREADS_MAX : (uint32_t)n;
 	}
-	if (sock != NULL) {
+	if (handed_socket(cfg, sock) != 0)
+		return -1;
+	/* A handed socket has set socket_path already. */
+	if (cfg->listen_fd < 0 && sock != NULL) {
 		if (strlen(sock) == 0 || strlen(sock) >= sizeof(cfg->socket_path)) {
 			fprintf(stderr, "carmyd: --socket: path must be 1..%zu bytes\n",
 				sizeof(cfg->socket_path) - 1);
 			return -1;
 		}
 		strcpy(cfg->socket_path, sock);
-	} else if (carmy_default_socket(cfg->socket_path,
-					sizeof(cfg->socket_path)) < 0) {
+	} else if (cfg->listen_fd < 0 &&
+		   sockpath_own(cfg->socket_path,
+				sizeof(cfg->socket_path)) < 0) {
 		fprintf(stderr, "carmyd: the default socket path is too long\n");
 		return -1;
 	}
@@ -384,6 +401,42 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			 (unsigned long long)XXH3_64bits(cfg->socket_path,
 							 strlen(cfg->socket_path)));
 	}
+	return 0;
+}
+
+/*
+ * The socket systemd (or systemd-socket-activate) handed over, if any:
+ * exactly one, a listening Unix stream socket bound to a path, which
+ * becomes socket_path (the segment's name derives from it, as when
+ * carmyd binds). --socket, if given, must name the same path, so that
+ * the unit's command line says where clients find carmyd. Returns 0
+ * (cfg->listen_fd set, or -1 when none was handed over) or -1 after
+ * saying why.
+ */
+static int handed_socket(struct carmyd_config *cfg, const char *sock)
+{
+	char why[256];
+	int n;
+
+	n = service_listen_fds(1, why, sizeof(why));
+	if (n == 0)
+		return 0;
+	if (n < 0 || service_unix_listener(SERVICE_FDS_START,
+					   cfg->socket_path,
+					   sizeof(cfg->socket_path), why,
+					   sizeof(why)) != 0) {
+		fprintf(stderr, "carmyd: refusing the socket systemd handed "
+			"over: %s (carmyd serves one listening Unix stream "
+			"socket bound to a path: ListenStream=/PATH)\n", why);
+		return -1;
+	}
+	if (sock != NULL && strcmp(sock, cfg->socket_path) != 0) {
+		fprintf(stderr, "carmyd: --socket %s, but the socket systemd "
+			"handed over is %s: make them agree\n", sock,
+			cfg->socket_path);
+		return -1;
+	}
+	cfg->listen_fd = SERVICE_FDS_START;
 	return 0;
 }
 
@@ -664,10 +717,27 @@ static int take_lock(const struct carmyd_config *cfg)
 	return fd;
 }
 
+/*
+ * carmyd's listening socket, non-blocking: the handed one as it is (its
+ * mode and group are the socket unit's, SocketMode= and SocketGroup=;
+ * connections queued on it before carmyd started are accepted first), or
+ * a new one bound to socket_path.
+ */
 static int listen_on(const struct carmyd_config *cfg)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
+	int fd, fl;
+
+	if (cfg->listen_fd >= 0) {
+		fl = fcntl(cfg->listen_fd, F_GETFL);
+		if (fl < 0 || fcntl(cfg->listen_fd, F_SETFL,
+				    fl | O_NONBLOCK) != 0) {
+			log_error("cannot use the socket systemd handed over: "
+				  "%s", strerror(errno));
+			return -1;
+		}
+		return cfg->listen_fd;
+	}
 
 	strcpy(sa.sun_path, cfg->socket_path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

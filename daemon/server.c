@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -38,12 +39,15 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/service.h"
 #include "daemon/carmyd.h"
 #include "daemon/server.h"
 #include "libclient/wire.h"
 
 #define MAX_EVENTS 64
 #define TICK_NS (100 * 1000 * 1000)
+/* Ticks between STATUS= updates to the service manager: 10 s. */
+#define STATUS_TICKS 100
 
 static int server_init(struct server *sv);
 static int server_open(struct server *sv);
@@ -418,8 +422,29 @@ static void on_signal(struct server *sv)
 		if (si.ssi_signo == SIGHUP)
 			continue;
 		log_info("signal %u: shutting down", si.ssi_signo);
+		if (!sv->stop && service_notify("STOPPING=1") < 0)
+			log_debug("cannot tell the service manager we stop");
 		sv->stop = true;
 	}
+}
+
+void server_notify_status(struct store *s, const char *prefix)
+{
+	unsigned long clients;
+	char msg[256];
+	uint32_t used;
+	uint64_t refused;
+
+	if (!service_notify_wanted())
+		return;
+	store_fill(s, &used, &refused);
+	clients = owners_count();
+	snprintf(msg, sizeof(msg), "%sSTATUS=%u of %u entries in use, %lu "
+		 "client%s, %llu call%s refused for capacity", prefix, used,
+		 s->view.geo.capacity, clients, clients == 1 ? "" : "s",
+		 (unsigned long long)refused, refused == 1 ? "" : "s");
+	if (service_notify(msg) < 0)
+		log_debug("cannot tell the service manager our status");
 }
 
 /* The first loop's 100 ms tick: the store's upkeep, the connections'
@@ -434,6 +459,10 @@ static void on_tick(struct server *sv)
 	}
 	store_tick(sv->store);
 	conn_tick(sv);
+	if (++sv->status_ticks >= STATUS_TICKS) {
+		sv->status_ticks = 0;
+		server_notify_status(sv->store, "");
+	}
 	/* Releases and sweeps end executions without telling us. */
 	woken = conn_wake_waiters(sv, true, 0, 0);
 	if (woken > 0)

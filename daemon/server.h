@@ -100,6 +100,7 @@ struct server {
 	struct loop *loops;
 	unsigned nloops;
 	bool stop;		/* first loop only */
+	unsigned status_ticks;	/* first loop only: ticks since STATUS= */
 	/* Store requests submitted and not yet answered. */
 	pthread_mutex_t idle_lock;
 	pthread_cond_t idle;

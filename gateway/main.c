@@ -31,6 +31,7 @@
 
 #include "common/daemonize.h"
 #include "common/log.h"
+#include "common/service.h"
 #include "gateway/gateway.h"
 
 #define EXIT_USAGE 64
@@ -372,28 +373,21 @@ bad:
  */
 static int inherited(struct gw_listener *ls, bool have_tokens)
 {
-	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
-	char *end;
-	long n;
+	char why[128];
+	int n = service_listen_fds(LISTEN_MAX, why, sizeof(why));
 
-	if (pid == NULL || fds == NULL || strtol(pid, &end, 10) != getpid() ||
-	    *end != '\0')
-		return 0;
-	n = strtol(fds, &end, 10);
-	if (*end != '\0' || n < 1 || n > LISTEN_MAX) {
-		fprintf(stderr, "carmy-gateway: LISTEN_FDS=%s: expected 1 to "
-			"%d sockets\n", fds, LISTEN_MAX);
+	if (n < 0) {
+		fprintf(stderr, "carmy-gateway: %s\n", why);
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		int fd = 3 + i, acc = 0, type = 0;
+		int fd = SERVICE_FDS_START + i, acc = 0, type = 0;
 		socklen_t il = sizeof(int);
 
 		ls[i].fd = fd;
-		if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0 ||
-		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &il) != 0 ||
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &il) != 0 ||
 		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &il) != 0 ||
 		    acc == 0 || type != SOCK_STREAM ||
 		    getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
@@ -409,10 +403,7 @@ static int inherited(struct gw_listener *ls, bool have_tokens)
 			return -1;
 		}
 	}
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	return (int)n;
+	return n;
 }
 
 static int open_listeners(struct opts *o, struct gw_listener *ls,
@@ -539,6 +530,8 @@ static void announce(const struct opts *o, const struct gw_listener *ls,
 	}
 	log_info("ready: listen=%s, %zu tools, %u threads per listener",
 		 names, ls[0].gw->tools.n, o->threads);
+	if (service_notify("READY=1") < 0)
+		log_warn("cannot tell the service manager we are ready");
 	if (o->foreground) {
 		printf("carmy-gateway ready listen=%s pid=%d\n", names,
 		       (int)getpid());
@@ -565,6 +558,8 @@ static void serve(const sigset_t *sigs)
 				 "the files again");
 	}
 	log_info("stopping (signal %d): waiting for running tools", sig);
+	if (service_notify("STOPPING=1") < 0)
+		log_debug("cannot tell the service manager we stop");
 }
 
 static void wait_idle(struct gateway *gw)
@@ -590,6 +585,7 @@ int main(int argc, char **argv)
 	status = parse_opts(argc, argv, &o);
 	if (status >= 0)
 		return status;
+	log_detect_journal();
 	if (gw_tools_load(o.tools, &gw.tools, err, sizeof(err)) != 0 ||
 	    (o.tokens != NULL &&
 	     gw_tokens_load(o.tokens, &gw.tokens, err, sizeof(err)) != 0)) {

@@ -659,9 +659,12 @@ size_t carmy_max_result(const carmy_t *c);
 /*
  * carmy_default_socket - the socket path carmy_connect(c, NULL) uses.
  *
- * $CARMY_SOCKET if set and not empty, else $XDG_RUNTIME_DIR/carmy/
- * carmyd.sock if $XDG_RUNTIME_DIR is an absolute path, else
- * /tmp/carmy-$UID/carmyd.sock (the real uid).
+ * $CARMY_SOCKET if set and not empty. Else the user's own carmyd's
+ * socket if one is there: $XDG_RUNTIME_DIR/carmy/carmyd.sock if
+ * $XDG_RUNTIME_DIR is an absolute path, else /tmp/carmy-$UID/carmyd.sock
+ * (the real uid). Else the system-wide carmyd's, /run/carmy/carmyd.sock,
+ * if a socket is there (carmyd.service). Else the user's own path again.
+ * Whether a socket is there is looked at (lstat) at each call.
  *
  * Parameters:
  *   buf, size  where to write it, NUL-terminated.

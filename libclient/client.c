@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "common/execid.h"
 #include "common/io.h"
+#include "common/sockpath.h"
 #include "libclient/canon.h"
 #include "libclient/reservation.h"
 #include "libclient/trust.h"
@@ -271,20 +272,7 @@ static __thread char trust_why[TRUST_WHY_MAX];
 
 EXPORT int carmy_default_socket(char *buf, size_t size)
 {
-	const char *env = getenv("CARMY_SOCKET");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	int n;
-
-	if (env != NULL && env[0] != '\0')
-		n = snprintf(buf, size, "%s", env);
-	else if (xdg != NULL && xdg[0] == '/')
-		n = snprintf(buf, size, "%s/carmy/carmyd.sock", xdg);
-	else
-		n = snprintf(buf, size, "/tmp/carmy-%u/carmyd.sock",
-			     (unsigned)getuid());
-	if (n < 0 || (size_t)n >= size)
-		return -ENAMETOOLONG;
-	return n;
+	return sockpath_client(buf, size, SOCKPATH_SYSTEM);
 }
 
 EXPORT int carmy_connect(carmy_t **out, const char *socket_path)

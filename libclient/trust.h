@@ -55,7 +55,8 @@ int trust_peer(const struct trust *t, int fd, const char *socket_path,
 
 /* The segment name's file, st from fstat() on the descriptor that is about
  * to be mapped: a regular file owned by want (the peer's uid), or with
- * want (uid_t)-1 by any trusted uid; nobody but its owner and group can
+ * want (uid_t)-1 or 0 (root: systemd listened and handed carmyd the
+ * socket) by any trusted uid; nobody but its owner and group can
  * write it, and its group only if the caller owns it or belongs to that
  * group (carmyd --group). */
 int trust_segment(const struct trust *t, const struct stat *st, uid_t want,

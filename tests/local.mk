@@ -12,6 +12,7 @@ include tests/stores/local.mk
 include tests/e2e/local.mk
 include tests/tools/local.mk
 include tests/gateway/local.mk
+include tests/systemd/local.mk
 include tests/bench/local.mk
 include tests/shm/local.mk
 include tests/model/local.mk

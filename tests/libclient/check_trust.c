@@ -301,13 +301,20 @@ START_TEST(test_segment_must_be_the_peers_and_not_writable_by_others)
 			 0);
 	ck_assert_int_eq(trust_segment(&t, &st, (uid_t)-1, "/s", why,
 				       sizeof(why)), 0);
-	/* Another trusted uid's is not the peer's. */
-	ck_assert_int_eq(trust_segment(&t, &st, 0, "/s", why, sizeof(why)),
+	/* Another trusted uid's (our own) is not the peer's. */
+	ck_assert_int_eq(trust_segment(&t, &st, 4242, "/s", why, sizeof(why)),
 			 CARMY_EUNTRUSTED);
 	ck_assert_msg(strstr(why, "belongs to uid 1001") != NULL, "%s", why);
+	/* Root listened (systemd handed carmyd the socket): any trusted
+	 * uid's, and only a trusted uid's. */
+	ck_assert_int_eq(trust_segment(&t, &st, 0, "/s", why, sizeof(why)),
+			 0);
 	st = seg(S_IFREG | 0600, STRANGER, 1001);
 	ck_assert_int_eq(trust_segment(&t, &st, (uid_t)-1, "/s", why,
 				       sizeof(why)), CARMY_EUNTRUSTED);
+	ck_assert_int_eq(trust_segment(&t, &st, 0, "/s", why, sizeof(why)),
+			 CARMY_EUNTRUSTED);
+	ck_assert_msg(strstr(why, "not to us") != NULL, "%s", why);
 	st = seg(S_IFREG | 0602, 1001, 1001);
 	ck_assert_int_eq(trust_segment(&t, &st, 1001, "/s", why, sizeof(why)),
 			 CARMY_EUNTRUSTED);

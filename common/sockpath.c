@@ -1,0 +1,52 @@
+/*
+ * sockpath.c - the default socket paths (sockpath.h says the order).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sockpath.h"
+
+/* snprintf()'s n into a room of size: the length, or -ENAMETOOLONG. */
+static int put(size_t size, int n)
+{
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : n;
+}
+
+int sockpath_own(char *buf, size_t size)
+{
+	const char *env = getenv("CARMY_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (env != NULL && env[0] != '\0')
+		return put(size, snprintf(buf, size, "%s", env));
+	if (xdg != NULL && xdg[0] == '/')
+		return put(size, snprintf(buf, size,
+					       "%s/carmy/carmyd.sock", xdg));
+	return put(size, snprintf(buf, size, "/tmp/carmy-%u/carmyd.sock",
+				       (unsigned)getuid()));
+}
+
+/* Is there a socket at path? Not followed: the trust checks look at what
+ * is really there once the client connects. */
+static int is_socket(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+int sockpath_client(char *buf, size_t size, const char *system_path)
+{
+	const char *env = getenv("CARMY_SOCKET");
+	int n;
+
+	n = sockpath_own(buf, size);
+	if (n < 0 || (env != NULL && env[0] != '\0') || is_socket(buf) ||
+	    system_path == NULL || !is_socket(system_path))
+		return n;
+	return put(size, snprintf(buf, size, "%s", system_path));
+}
