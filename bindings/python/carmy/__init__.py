@@ -609,10 +609,11 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
                 raise
             return _record(r, value, dumps)
 
+        scan = _json_scan if loads is _json_loads else None
         wrapper = _carmy._idempotent(
             handle, name, wait_ms, bind.positional, bind.allowed,
             bind.defaults, bind.count, bind.key, msgpack.packb, loads,
-            bind.slow_args, run)
+            bind.slow_args, run, scan)
         return functools.update_wrapper(wrapper, fn)
 
     return decorate

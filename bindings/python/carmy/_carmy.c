@@ -23,6 +23,7 @@
 #if PY_VERSION_HEX < 0x03090000
 #define Py_TPFLAGS_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
 #define PyObject_CallOneArg(f, a) PyObject_CallFunctionObjArgs(f, a, NULL)
+#define PyObject_Vectorcall _PyObject_Vectorcall
 #endif
 
 PyMODINIT_FUNC PyInit__carmy(void);
@@ -814,6 +815,7 @@ typedef struct {
 	PyObject *key;		/* str */
 	PyObject *pack;		/* msgpack.packb, for what pack_object() leaves */
 	PyObject *loads, *slow_bind, *run;
+	PyObject *scan;		/* the json scanner for a JSON result, or None */
 } IdempotentObject;
 
 static PyTypeObject IdempotentType;
@@ -956,13 +958,57 @@ static PyObject *run_call(IdempotentObject *self, struct carmy_reservation *r,
 	return out;
 }
 
+/*
+ * A replay's recorded bytes as a value: loads(bytes), or for a JSON result
+ * the json module's scanner straight away (what the decorator recorded is
+ * one compact value; anything else, such as an operator's result with
+ * spaces around it, goes to loads). The Python layer's _json_loads does
+ * the same.
+ */
+static PyObject *replay_value(IdempotentObject *self, const char *p,
+			      Py_ssize_t n)
+{
+	PyObject *text, *got, *value = NULL, *bytes, *a[2];
+
+	if (self->scan == Py_None)
+		goto slow;
+	text = PyUnicode_DecodeUTF8(p, n, NULL);
+	if (text == NULL)
+		return NULL;
+	a[0] = text;
+	a[1] = PyLong_FromLong(0);
+	got = a[1] != NULL ? PyObject_Vectorcall(self->scan, a, 2, NULL) :
+			     NULL;
+	Py_XDECREF(a[1]);
+	if (got != NULL && PyTuple_Check(got) && PyTuple_GET_SIZE(got) == 2 &&
+	    PyLong_Check(PyTuple_GET_ITEM(got, 1)) &&
+	    PyLong_AsSsize_t(PyTuple_GET_ITEM(got, 1)) ==
+		    PyUnicode_GET_LENGTH(text)) {
+		value = PyTuple_GET_ITEM(got, 0);
+		Py_INCREF(value);
+	}
+	Py_DECREF(text);
+	Py_XDECREF(got);
+	if (value != NULL)
+		return value;
+	/* Not a whole value: loads() says what it is. */
+	PyErr_Clear();
+slow:
+	bytes = PyBytes_FromStringAndSize(p, n);
+	if (bytes == NULL)
+		return NULL;
+	value = PyObject_CallOneArg(self->loads, bytes);
+	Py_DECREF(bytes);
+	return value;
+}
+
 static PyObject *idem_vectorcall(PyObject *obj, PyObject *const *args,
 				 size_t nargsf, PyObject *kwnames)
 {
 	IdempotentObject *self = (IdempotentObject *)obj;
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-	PyObject *values, *a[4], *bytes, *out;
+	PyObject *values, *a[4], *out;
 	struct carmy_call call;
 	int rc;
 
@@ -988,12 +1034,8 @@ static PyObject *idem_vectorcall(PyObject *obj, PyObject *const *args,
 	if (rc != CARMY_REPLAY || r.status != CARMY_STATUS_COMPLETED ||
 	    r.result_code != 0)
 		return run_call(self, &r, rc, args, n, kwnames);
-	bytes = PyBytes_FromStringAndSize(r.result, (Py_ssize_t)r.result_len);
+	out = replay_value(self, r.result, (Py_ssize_t)r.result_len);
 	carmy_reservation_clear(&r);
-	if (bytes == NULL)
-		return NULL;
-	out = PyObject_CallOneArg(self->loads, bytes);
-	Py_DECREF(bytes);
 	return out;
 }
 
@@ -1028,6 +1070,7 @@ static int idem_traverse(IdempotentObject *self, visitproc visit, void *arg)
 	Py_VISIT(self->loads);
 	Py_VISIT(self->slow_bind);
 	Py_VISIT(self->run);
+	Py_VISIT(self->scan);
 	return 0;
 }
 
@@ -1044,6 +1087,7 @@ static int idem_clear(IdempotentObject *self)
 	Py_CLEAR(self->loads);
 	Py_CLEAR(self->slow_bind);
 	Py_CLEAR(self->run);
+	Py_CLEAR(self->scan);
 	return 0;
 }
 
@@ -1055,7 +1099,7 @@ static void idem_dealloc(IdempotentObject *self)
 }
 
 /* _idempotent(client, tool, wait_ms, positional, allowed, defaults, count,
- * key, pack, loads, slow_bind, run) -> Idempotent */
+ * key, pack, loads, slow_bind, run, scan) -> Idempotent */
 static PyObject *mod_idempotent(PyObject *mod, PyObject *const *a,
 				Py_ssize_t na)
 {
@@ -1065,13 +1109,14 @@ static PyObject *mod_idempotent(PyObject *mod, PyObject *const *a,
 	long wait_ms;
 
 	(void)mod;
-	if (check_nargs("_idempotent", na, 12) != 0)
+	if (check_nargs("_idempotent", na, 13) != 0)
 		return NULL;
 	if (!PyObject_TypeCheck(a[0], &ClientType) ||
 	    !PyTuple_Check(a[3]) || !PyTuple_Check(a[4]) ||
 	    !PyDict_Check(a[5]) || !PyUnicode_Check(a[7]) ||
 	    !PyCallable_Check(a[8]) || !PyCallable_Check(a[9]) ||
-	    !PyCallable_Check(a[10]) || !PyCallable_Check(a[11])) {
+	    !PyCallable_Check(a[10]) || !PyCallable_Check(a[11]) ||
+	    (a[12] != Py_None && !PyCallable_Check(a[12]))) {
 		PyErr_SetString(PyExc_TypeError, "_idempotent: bad arguments");
 		return NULL;
 	}
@@ -1103,6 +1148,7 @@ static PyObject *mod_idempotent(PyObject *mod, PyObject *const *a,
 	self->loads = new_ref(a[9]);
 	self->slow_bind = new_ref(a[10]);
 	self->run = new_ref(a[11]);
+	self->scan = new_ref(a[12]);
 	PyObject_GC_Track(self);
 	if (self->tool == NULL) {
 		Py_DECREF(self);
@@ -1249,7 +1295,7 @@ static PyMethodDef mod_methods[] = {
 	  "writes it (fallback(value) for what is not packed here)" },
 	{ "_idempotent", FASTCALL(mod_idempotent), METH_FASTCALL,
 	  "_idempotent(client, tool, wait_ms, positional, allowed, defaults, "
-	  "count, key, pack, loads, slow_bind, run) -> Idempotent: the "
+	  "count, key, pack, loads, slow_bind, run, scan) -> Idempotent: the "
 	  "decorator's callable (see carmy.idempotent)" },
 	{ "connect", FASTCALL(mod_connect), METH_FASTCALL,
 	  "connect(socket, principal, session) -> Client" },

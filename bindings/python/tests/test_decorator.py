@@ -386,3 +386,19 @@ def test_a_decorated_function_pickles_by_name(client):
         assert pickle.loads(pickle.dumps(mod.tool)) is mod.tool
     finally:
         del sys.modules[mod.__name__]
+
+
+def test_a_replay_reads_any_json_and_refuses_what_is_not(client):
+    """The extension reads a compact JSON result itself; anything else
+    (spaces around it, not JSON at all) goes to json.loads()."""
+    for rid, raw in (("sp", b' {"a": [1, 2]}\n'), ("bad", b"{not json")):
+        with client.call("raw", {"x": 1}, request_id=rid) as call:
+            call._r.complete(carmy._carmy.STATUS_COMPLETED, raw)
+            call._done = True
+
+    @carmy.idempotent(client, tool="raw")
+    def raw(x, *, request_id):
+        raise AssertionError("must replay")
+    assert raw(1, request_id="sp") == {"a": [1, 2]}
+    with pytest.raises(ValueError):
+        raw(1, request_id="bad")
