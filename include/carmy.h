@@ -657,6 +657,32 @@ void carmy_reservation_clear(struct carmy_reservation *r);
 size_t carmy_max_result(const carmy_t *c);
 
 /*
+ * carmy_durable - whether the carmyd c is connected to has a durable store.
+ *
+ * With one (a journal, PostgreSQL), carmy_begin() of a new call waits for
+ * carmyd to record the reservation before it answers, and a begin that
+ * finds a reservation the store has not yet taken waits for it: both wait
+ * on carmyd. With carmyd's memory store a begin reads and writes the
+ * shared table only (it talks to carmyd only to connect again, or when
+ * released entries' tombstones fill the index). A replay never waits on
+ * carmyd. carmy_complete(), carmy_release() and carmy_resolve() wait for
+ * carmyd's answer with either store. For callers that must not block an
+ * event loop: a begin may run in place while this is 0.
+ *
+ * Parameters:
+ *   c  the handle; must not be NULL.
+ * Returns:
+ *   1 if the store is durable, 0 if not, as the carmyd last connected to
+ *   said (a restarted carmyd may have another store: its answer counts
+ *   once the handle has connected again).
+ * Ownership:
+ *   nothing.
+ * Threads:
+ *   safe.
+ */
+int carmy_durable(const carmy_t *c);
+
+/*
  * carmy_default_socket - the socket path carmy_connect(c, NULL) uses.
  *
  * $CARMY_SOCKET if set and not empty. Else the user's own carmyd's

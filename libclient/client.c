@@ -343,7 +343,9 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
-	c->durable = (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0;
+	__atomic_store_n(&c->durable,
+			 (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0,
+			 __ATOMIC_RELAXED);
 	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
 	take_slot(c, &m);
 	/* Owners start their ticket searches far apart. */
@@ -402,6 +404,11 @@ EXPORT int carmy_set_result_format(carmy_t *c, int format)
 EXPORT size_t carmy_max_result(const carmy_t *c)
 {
 	return c->max_result;
+}
+
+EXPORT int carmy_durable(const carmy_t *c)
+{
+	return __atomic_load_n(&c->durable, __ATOMIC_RELAXED) ? 1 : 0;
 }
 
 /* ------------------------------------------------------------ calls */
@@ -1026,8 +1033,10 @@ static int reconnect(carmy_t *c, int wait_ms)
 					uatomic_set(&c->owner,
 						    m.u.hello_ok.owner);
 				}
-				c->durable = (m.u.hello_ok.flags &
-					      WIRE_F_DURABLE) != 0;
+				__atomic_store_n(&c->durable,
+						 (m.u.hello_ok.flags &
+						  WIRE_F_DURABLE) != 0,
+						 __ATOMIC_RELAXED);
 				c->shared = (m.u.hello_ok.flags &
 					     WIRE_F_SHARED) != 0;
 				take_slot(c, &m);

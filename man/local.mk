@@ -30,6 +30,7 @@ man_generated = \
 man_links = \
 	man/carmy_close.3 \
 	man/carmy_default_socket.3 \
+	man/carmy_durable.3 \
 	man/carmy_errname.3 \
 	man/carmy_max_result.3 \
 	man/carmy_release.3 \

@@ -409,6 +409,8 @@ START_TEST(test_acknowledged_results_survive_a_reboot)
 	make_done(dn);
 	e2e_start(&d, opts);
 	c = e2e_connect(&d);
+	/* carmyd said so at HELLO: a begin of a new call waits for it. */
+	ck_assert_int_eq(carmy_durable(c), 1);
 	for (int i = 0; i < NDONE; i++)
 		record(c, &dn[i]);
 	/* Awake between our requests, carmyd took them from the slot. */

@@ -15,20 +15,24 @@ Arguments are sent to libcarmy as msgpack (python3-msgpack) and
 fingerprinted there; results are recorded as JSON (the default) or msgpack.
 """
 import asyncio
+import concurrent.futures
 import functools
 import inspect
 import json
 import json.decoder
+import os
+import threading
 
 import msgpack
 
-from . import _carmy
+from . import _carmy, _ctl
 
 __all__ = [
     "connect", "Client", "Call", "idempotent", "version", "default_socket",
     "CarmyError", "IdempotencyConflict", "ExecutionUncertain",
     "IdempotencyCapacity", "DaemonUnavailable", "InvalidId",
     "ResultTooLarge", "ToolFailed", "Forked",
+    "status", "show", "resolve", "release", "forget", "purge",
 ]
 
 __version__ = _carmy.VERSION
@@ -175,7 +179,14 @@ _SERIALIZERS = {
     "json": (_json_dumps, _json_loads),
     "msgpack": (msgpack.packb, _msgpack_loads),
 }
-_pack = msgpack.packb
+
+
+def _pack(value, _c=_carmy._pack, _fallback=msgpack.packb):
+    """value as msgpack, the bytes msgpack.packb() writes (the extension
+    packs the usual types itself)."""
+    return _c(value, _fallback)
+
+
 _CANCELS = (KeyboardInterrupt, asyncio.CancelledError)
 
 
@@ -200,11 +211,18 @@ def _failure(exc, dumps):
     return dumps({"type": type(exc).__qualname__, "message": str(exc)})
 
 
-def _finish_error(r, exc, dumps):
-    """Record exc (raised by the tool) as the call's outcome."""
+def _error_outcome(exc, dumps):
+    """The status and bytes recorded for a call whose tool raised exc:
+    cancelled for KeyboardInterrupt and asyncio.CancelledError, else
+    failed."""
     status = (_carmy.STATUS_CANCELLED if isinstance(exc, _CANCELS)
               else _carmy.STATUS_FAILED)
-    r.complete(status, _failure(exc, dumps))
+    return status, _failure(exc, dumps)
+
+
+def _finish_error(r, exc, dumps):
+    """Record exc (raised by the tool) as the call's outcome."""
+    r.complete(*_error_outcome(exc, dumps))
 
 
 def _replay(r, loads):
@@ -341,7 +359,15 @@ class Client:
         return self._handle.max_result
 
     @property
+    def durable(self):
+        """Whether carmyd's store is durable (a journal, PostgreSQL): a
+        begin of a new call then waits for carmyd to record it, and an
+        ``async def`` tool's begins run on a carmy thread."""
+        return self._handle.durable
+
+    @property
     def closed(self):
+        """Whether close() ran."""
         return self._handle.closed
 
     def close(self):
@@ -376,6 +402,113 @@ def default_socket():
     return _carmy.default_socket()
 
 
+# ------------------------------------------------------------ operators
+#
+# carmyctl's commands (see carmy/_ctl.py): for the operator who settles an
+# interrupted execution by its id, and for status checks. Each runs
+# carmyctl once; none is on a tool call's path.
+
+
+def status(socket=None):
+    """carmyd's table, as ``carmyctl --json status`` gives it: a dict with
+    ``capacity``, ``used`` and ``fill``, entries by state (``running``,
+    ``uncertain``, ``completed``), ``result_bytes``, the oldest completed
+    entry's age, ``retain``, and the answers clients were given
+    (``reserves``, ``replays``, ``conflicts``, ``uncertain_answers``,
+    ``capacity_refusals``). socket: carmyd's (None: $CARMY_SOCKET or the
+    default). Raises DaemonUnavailable when no carmyd answers."""
+    return _ctl.run(_make_error, socket, ["status"])
+
+
+def show(execution_id, *, socket=None):
+    """One execution, as ``carmyctl --json show`` gives it: a dict with
+    ``state`` ("running", "uncertain", "completed"), the identity
+    (``principal``, ``session``, ``request_id``), the call (``tool``,
+    ``args``, ``result_format``), and once completed its
+    ``status`` and ``result``. ``args`` are the call's arguments as
+    values (``args_prefix``, text, when carmyd kept only their first
+    bytes). Raises CarmyError with code NOT_FOUND for an execution the
+    table does not hold."""
+    return _ctl.run(_make_error, socket, ["show", execution_id],
+                    execution_id)
+
+
+def _verdict(committed, result, status, exit_code, stdout, serializer):
+    """carmyctl resolve's options for a verdict, and its standard input."""
+    if not committed:
+        if (result is not None or status is not None or
+                exit_code is not None or stdout is not None):
+            raise ValueError("result, status, exit_code and stdout go with "
+                             "committed=True")
+        return ["--not-committed"], None
+    args = ["--committed"]
+    if status is not None:
+        if status not in _STATUS:
+            raise ValueError("unknown status %r" % (status,))
+        args += ["--status", status]
+    if exit_code is not None:
+        if result is not None:
+            raise ValueError("result (a value) or exit_code (a carmy-run "
+                             "call's), not both")
+        if stdout is not None and not isinstance(stdout, bytes):
+            stdout = str(stdout).encode()
+        return args + ["--exit-code", str(int(exit_code)), "--stdout-file",
+                       "-"], stdout
+    if stdout is not None:
+        raise ValueError("stdout goes with exit_code")
+    data = _serializer(serializer)[0](result)
+    if b"\0" in data:
+        raise ValueError("a result with a NUL byte cannot be given to "
+                         "carmyctl: use Client.resolve() with the call")
+    return args + [b"--result", data], None
+
+
+def resolve(execution_id, *, committed, result=None, status=None,
+            exit_code=None, stdout=None, socket=None, serializer="json"):
+    """Settle an interrupted execution by its id, as ``carmyctl resolve``.
+
+    committed=True: its effect happened; ``result`` (serialised with
+    ``serializer``, as the decorator records it) is recorded with
+    ``status`` (default "completed") and every retry replays it. For a
+    call of carmy-run give ``exit_code`` (0-255; non-zero records "failed"
+    unless ``status`` says otherwise) and ``stdout`` (str or bytes)
+    instead. committed=False: it did not happen; the identity is free and
+    the next call runs (as release()). Raises CarmyError with the code
+    carmyctl gives: NOT_FOUND, NOT_INTERRUPTED (running or completed),
+    INVALID_RESULT (not in the format the execution's client records),
+    NOT_PERMITTED (only carmyd's user, root or its --admin-group may);
+    DaemonUnavailable when no carmyd answers."""
+    args, stdin = _verdict(committed, result, status, exit_code, stdout,
+                           serializer)
+    _ctl.run(_make_error, socket, ["resolve", execution_id] + args,
+             execution_id, stdin)
+
+
+def release(execution_id, *, socket=None):
+    """Settle an interrupted execution as not run (``carmyctl
+    release``): the identity is free and the next call with it runs.
+    Raises as resolve()."""
+    _ctl.run(_make_error, socket, ["release", execution_id], execution_id)
+
+
+def forget(execution_id, *, socket=None):
+    """Forget one completed execution (``carmyctl forget``): the next call
+    with its identity runs anew. Raises CarmyError NOT_FOUND, or
+    NOT_COMPLETED for one running or interrupted (settle it first)."""
+    _ctl.run(_make_error, socket, ["forget", execution_id], execution_id)
+
+
+def purge(older_than, *, socket=None):
+    """Forget the completed entries that finished longer ago than
+    older_than (seconds, or carmyctl's AGE text: "90s", "15m", "7d"), as
+    ``carmyctl purge``; never running or interrupted ones. Returns how
+    many were forgotten."""
+    if not isinstance(older_than, str):
+        older_than = "%dms" % int(older_than * 1000)
+    return _ctl.run(_make_error, socket,
+                    ["purge", "--older-than", older_than])["purged"]
+
+
 class _Binder:
     """Binds a function's arguments by name, the key's value apart.
 
@@ -407,6 +540,10 @@ class _Binder:
         self.allowed = tuple(frozenset(params) - set(self.positional[:n])
                              for n in range(len(self.positional) + 1)) \
             if simple else ()
+
+    def slow_args(self, args, kwargs):
+        """slow(), for the C extension: kwargs None for none."""
+        return self.slow(args, kwargs or {})
 
     def slow(self, args, kwargs):
         bound = self.sig.bind(*args, **kwargs)
@@ -460,26 +597,24 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
             return _async_wrapper(fn, bind, name, handle, dumps, loads,
                                   wait_ms)
 
-        begin = handle.begin
-        key_ = key
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            values = bind(args, kwargs)
-            rid = values.pop(key_)
-            r = begin(name, rid, _pack(values), None, wait_ms)
+        def run(r, args, kwargs):
+            # A begin that is not a completed call's replay: a reservation
+            # to run the tool under, or a recorded failure to raise.
             if r.replayed:
-                if r.ok:
-                    return loads(r.result)
                 return _replay(r, loads)
             try:
-                value = fn(*args, **kwargs)
+                value = fn(*args, **(kwargs or {}))
             except BaseException as e:
                 _finish_error(r, e, dumps)
                 raise
             return _record(r, value, dumps)
 
-        return wrapper
+        scan = _json_scan if loads is _json_loads else None
+        wrapper = _carmy._idempotent(
+            handle, name, wait_ms, bind.positional, bind.allowed,
+            bind.defaults, bind.count, bind.key, msgpack.packb, loads,
+            bind.slow_args, run, scan)
+        return functools.update_wrapper(wrapper, fn)
 
     return decorate
 
@@ -495,30 +630,99 @@ def _record(r, value, dumps):
     return value
 
 
+# Threads for the async wrapper's calls into libcarmy, of this process (a
+# forked child makes its own). "io": begins and completions, which wait on
+# carmyd only (requests on one client go one at a time: a few threads are
+# enough); "wait": wait= for a call running elsewhere, apart, so that
+# waits never hold up the completions they wait for.
+_POOL_THREADS = {"io": 4, "wait": 32}
+_pools = {}
+_pools_lock = threading.Lock()
+
+
+def _submit(kind, fn, *args):
+    """fn(*args) on a thread of pool kind: its concurrent future."""
+    pid = os.getpid()
+    got = _pools.get(kind)
+    if got is None or got[0] != pid:
+        with _pools_lock:
+            got = _pools.get(kind)
+            if got is None or got[0] != pid:
+                got = (pid, concurrent.futures.ThreadPoolExecutor(
+                    _POOL_THREADS[kind], thread_name_prefix="carmy-" + kind))
+                _pools[kind] = got
+    return got[1].submit(fn, *args)
+
+
+def _release_abandoned(cfut):
+    """The begin of a task cancelled while it ran: give back what it
+    reserved (the tool never ran)."""
+    if cfut.cancelled() or cfut.exception() is not None:
+        return
+    r = cfut.result()
+    if r.live:
+        _submit("io", r.release)
+
+
+async def _off_loop(kind, fn, *args, on_cancel=None):
+    """fn(*args) on a carmy thread (libcarmy runs without the GIL),
+    awaited without blocking the loop. If the caller is cancelled: without
+    on_cancel fn runs to its end all the same; with it, fn is dropped if
+    it has not started, else on_cancel(its future) is called once it
+    returns."""
+    cfut = _submit(kind, fn, *args)
+    fut = asyncio.wrap_future(cfut)
+    try:
+        return await (fut if on_cancel is not None else asyncio.shield(fut))
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            cfut.add_done_callback(on_cancel)
+        raise
+
+
+async def _async_begin(handle, name, rid, packed, wait_ms):
+    # With carmyd's memory store, a begin reads and writes the shared table
+    # and runs in place, a replay included; with a durable store a new
+    # call's begin waits for carmyd to record it, so every begin runs on a
+    # carmy thread. A wait (wait=) for a call running elsewhere is a
+    # second begin, on a thread of its own.
+    try:
+        if handle.durable:
+            return await _off_loop("io", handle.begin, name, rid, packed,
+                                   None, 0, on_cancel=_release_abandoned)
+        return handle.begin(name, rid, packed, None, 0)
+    except ExecutionUncertain as e:
+        if not wait_ms or e.state != "running":
+            raise
+    return await _off_loop("wait", handle.begin, name, rid, packed, None,
+                           wait_ms, on_cancel=_release_abandoned)
+
+
+async def _async_finish(r, exc, dumps):
+    """Record exc (raised by the tool, cancellations included) off the
+    loop."""
+    await _off_loop("io", r.complete, *_error_outcome(exc, dumps))
+
+
 def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
-    # begin and complete take microseconds with the memory store and run
-    # on the loop's thread without the GIL; a wait (wait=) can take long,
-    # so it runs in the loop's executor.
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
         values = bind(args, kwargs)
         rid = values.pop(bind.key)
-        packed = _pack(values)
-        try:
-            r = handle.begin(name, rid, packed, None, 0)
-        except ExecutionUncertain as e:
-            if not wait_ms or e.state != "running":
-                raise
-            loop = asyncio.get_running_loop()
-            r = await loop.run_in_executor(None, handle.begin, name, rid,
-                                           packed, None, wait_ms)
+        r = await _async_begin(handle, name, rid, _pack(values), wait_ms)
         if r.replayed:
             return _replay(r, loads)
         try:
             value = await fn(*args, **kwargs)
         except BaseException as e:
-            _finish_error(r, e, dumps)
+            await _async_finish(r, e, dumps)
             raise
-        return _record(r, value, dumps)
+        try:
+            data = dumps(value)
+        except (TypeError, ValueError) as e:
+            await _async_finish(r, e, dumps)
+            raise
+        await _off_loop("io", r.complete, _carmy.STATUS_COMPLETED, data)
+        return value
 
     return wrapper

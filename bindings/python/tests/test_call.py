@@ -95,3 +95,36 @@ def test_complete_twice_is_refused(client):
         call.complete(1)
         with pytest.raises(carmy.CarmyError):
             call.complete(2)
+
+
+def test_keyboard_interrupt_in_the_block_records_cancelled(client, marker):
+    with pytest.raises(KeyboardInterrupt):
+        with client.call("t", None, request_id="ki") as call:
+            append(marker, "ran")
+            raise KeyboardInterrupt
+    with client.call("t", None, request_id="ki") as call:
+        assert call.replayed
+        assert call.status == "cancelled"
+        assert call.result["type"] == "KeyboardInterrupt"
+    assert lines(marker) == [b"ran"]
+
+
+def test_the_spec_rows_through_the_with_form(client, marker):
+    """Runs, replays, conflicts, and running elsewhere is uncertain."""
+    def charge(amount, rid):
+        with client.call("charge", {"amount": amount},
+                         request_id=rid) as call:
+            if not call.replayed:
+                append(marker, "charged %d" % amount)
+                call.complete({"charged": amount})
+            return call.result
+    assert charge(10, "row") == {"charged": 10}
+    assert charge(10, "row") == {"charged": 10}
+    with pytest.raises(carmy.IdempotencyConflict):
+        charge(20, "row")
+    with client.call("charge", {"amount": 5}, request_id="busy") as held:
+        with pytest.raises(carmy.ExecutionUncertain) as e:
+            charge(5, "busy")
+        assert e.value.state == "running"
+        held.complete({"charged": 5})
+    assert lines(marker) == [b"charged 10"]

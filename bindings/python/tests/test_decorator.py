@@ -334,3 +334,71 @@ def test_result_too_large_is_recorded_and_replayed(marker):
         c.close()
     finally:
         d.cleanup()
+
+
+def test_any_signature_binds_and_the_wrapper_keeps_the_functions_face(
+        client, marker):
+    @carmy.idempotent(client, tool="v")
+    def v(a, /, *items, request_id, **opts):
+        "Doc of v."
+        append(marker, "ran")
+        return [a, list(items), opts]
+    assert v(1, 2, 3, request_id="v1", x=1) == [1, [2, 3], {"x": 1}]
+    assert v(1, 2, 3, x=1, request_id="v1") == [1, [2, 3], {"x": 1}]
+    with pytest.raises(carmy.IdempotencyConflict):
+        v(1, 2, request_id="v1", x=1)
+    with pytest.raises(TypeError):
+        v(request_id="v2")
+    assert lines(marker) == [b"ran"]
+    assert v.__name__ == "v" and v.__doc__ == "Doc of v."
+    assert v.__wrapped__.__name__ == "v"
+    import inspect
+    assert list(inspect.signature(v).parameters) == ["a", "items",
+                                                     "request_id", "opts"]
+
+
+def test_a_replay_after_many_calls_keeps_no_reference(client):
+    import sys
+
+    @carmy.idempotent(client, tool="refs")
+    def f(x, *, request_id):
+        return [x]
+    arg, rid = "x" * 3, "refs-%d" % len(client.session)
+    f(arg, request_id=rid)
+    before = [sys.getrefcount(o) for o in (arg, rid, f)]
+    for _ in range(1000):
+        assert f(arg, request_id=rid) == ["xxx"]
+        assert f(arg, request_id=rid) == ["xxx"]
+    assert [sys.getrefcount(o) for o in (arg, rid, f)] == before
+
+
+def test_a_decorated_function_pickles_by_name(client):
+    import pickle
+    import sys
+    import types
+    mod = types.ModuleType("carmy_pickled")
+    sys.modules[mod.__name__] = mod
+    try:
+        def tool(x, *, request_id):
+            return x
+        tool.__module__, tool.__qualname__ = mod.__name__, "tool"
+        mod.tool = carmy.idempotent(client)(tool)
+        assert pickle.loads(pickle.dumps(mod.tool)) is mod.tool
+    finally:
+        del sys.modules[mod.__name__]
+
+
+def test_a_replay_reads_any_json_and_refuses_what_is_not(client):
+    """The extension reads a compact JSON result itself; anything else
+    (spaces around it, not JSON at all) goes to json.loads()."""
+    for rid, raw in (("sp", b' {"a": [1, 2]}\n'), ("bad", b"{not json")):
+        with client.call("raw", {"x": 1}, request_id=rid) as call:
+            call._r.complete(carmy._carmy.STATUS_COMPLETED, raw)
+            call._done = True
+
+    @carmy.idempotent(client, tool="raw")
+    def raw(x, *, request_id):
+        raise AssertionError("must replay")
+    assert raw(1, request_id="sp") == {"a": [1, 2]}
+    with pytest.raises(ValueError):
+        raw(1, request_id="bad")
