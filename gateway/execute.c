@@ -11,14 +11,18 @@
  * order and whitespace do not matter) and, as metadata, the values of the
  * headers the tool lists in fingerprint_headers.
  *
- * carmy_begin() runs here, on libmicrohttpd's thread: it works in shared
- * memory (with a durable store it waits for carmyd to record the
- * reservation), so a replay, a conflict or an uncertain call is answered
- * at once. A reserved call's tool runs on a thread of its own
- * (exec_thread), while the connection is suspended, so that a slow tool
- * never holds up the serving of other requests. So does the wait of a
- * call sent with "Prefer: wait=N" (RFC 7240) whose identity is running:
- * carmy_wait() then answers its replay as soon as it completes.
+ * carmy_try_begin() runs here, on libmicrohttpd's polling thread: it
+ * answers what shared memory answers (a replay, a conflict, an uncertain
+ * call, and with the memory store a new reservation) and never waits for
+ * carmyd. A call that needs carmyd's answer (a durable store records each
+ * reservation; a handle whose carmyd restarted connects again; the first
+ * connect) begins on a thread of its own with carmy_begin(), while its
+ * connection is suspended, so a carmyd that is slow or never answers holds
+ * that thread only. A reserved call's tool runs on such a thread too
+ * (exec_thread), so that a slow tool never holds up the serving of other
+ * requests. So does the wait of a call sent with "Prefer: wait=N"
+ * (RFC 7240) whose identity is running: carmy_wait() then answers its
+ * replay as soon as it completes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,6 +37,8 @@
 
 void gw_call_free(struct gw_call *c)
 {
+	json_decref(c->args);
+	c->args = NULL;
 	free(c->args_json);
 	free(c->args_mp);
 	free(c->meta_mp);
@@ -190,8 +196,8 @@ static const char *unquote(const char *v, size_t *len)
 static int identity(const struct gw_request *rq, json_t *rid,
 		    struct gw_call *c, struct gw_answer *a)
 {
-	const char *session = rq->header(rq->hcls, "Carmy-Session");
-	const char *key = rq->header(rq->hcls, "Idempotency-Key");
+	const char *session = rq->session;
+	const char *key = rq->key;
 	const char *body_rid = json_string_value(rid);
 	size_t klen = 0;
 
@@ -323,9 +329,10 @@ static int build(const struct gw_request *rq, struct gw_call *c,
 		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
 		goto out;
 	}
-	/* The tool's standard input: the arguments, one line of JSON. */
-	c->args_json = gw_json_line(args, &c->args_json_len);
-	if (c->args_json == NULL || pack_meta(rq, c) != 0) {
+	/* Kept for the tool's standard input (or its upstream's body),
+	 * written out only if it runs (args_json()). */
+	c->args = json_incref(args);
+	if (pack_meta(rq, c) != 0) {
 		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
 		goto out;
 	}
@@ -340,10 +347,12 @@ out:
 
 /* ------------------------------------------------------------ running */
 
-static void running_add(struct gateway *gw, int d)
+void gw_running_add(struct gateway *gw, int d, bool execution)
 {
 	pthread_mutex_lock(&gw->run_lock);
 	gw->running = (unsigned)((int)gw->running + d);
+	if (execution)
+		gw->executions = (unsigned)((int)gw->executions + d);
 	if (gw->running == 0)
 		pthread_cond_broadcast(&gw->run_idle);
 	pthread_mutex_unlock(&gw->run_lock);
@@ -398,22 +407,83 @@ static bool wait_running(struct gw_exec *x)
 	return false;
 }
 
+/* The arguments as one line of JSON, for the tool: 0, or -ENOMEM. */
+static int args_json(struct gw_call *c)
+{
+	if (c->args_json == NULL)
+		c->args_json = gw_json_line(c->args, &c->args_json_len);
+	return c->args_json != NULL ? 0 : -ENOMEM;
+}
+
+/*
+ * What carmy_begin() or carmy_try_begin() answered, with h held: 1 when
+ * x's thread is to run the tool (x->h) or wait for the running execution
+ * (x->waiter, Prefer: wait); else 0 with the answer in x->answer and h
+ * let go.
+ */
+static int begun(struct gw_exec *x, struct gw_handle *h, int rc)
+{
+	if (rc == CARMY_RESERVED) {
+		x->h = h;
+		memcpy(x->execution_id, x->r.execution_id,
+		       sizeof(x->execution_id));
+		return 1;
+	}
+	if (rc == CARMY_EUNCERTAIN && x->r.state == CARMY_STATE_RUNNING &&
+	    x->wait_ms > 0) {
+		x->waiter = h;
+		return 1;
+	}
+	if (rc == CARMY_REPLAY)
+		gw_answer_replay(x->answer, &x->r);
+	else
+		gw_answer_code(x->answer, rc, &x->r);
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&x->gw->carmyd, h);
+	gw_handle_put(&x->gw->carmyd, h);
+	return 0;
+}
+
+/* The begin that waits for carmyd (connecting, a durable store's
+ * record), on x's thread. Returns 1 as begun() does, else 0: answered. */
+static int begin_waiting(struct gw_exec *x)
+{
+	struct carmy_call cc = call_of(&x->call);
+	struct gw_handle *h;
+	int rc;
+
+	h = gw_handle_get(&x->gw->carmyd, true, &rc);
+	if (h == NULL) {
+		gw_answer_code(x->answer, rc, NULL);
+		return 0;
+	}
+	return begun(x, h, carmy_begin(h->c, &cc, &x->r));
+}
+
 static void *exec_thread(void *p)
 {
 	struct gw_exec *x = p;
 	struct gateway *gw = x->gw;
 	void (*done)(void *) = x->done;
 	void *arg = x->arg;
+	bool run = true;
 
-	if (x->waiter != NULL && !wait_running(x))
-		;	/* answered: replayed, or still not ours */
-	else if (x->call.tool->url != NULL)
+	if (x->begin_here)
+		run = begin_waiting(x) == 1;
+	if (run && x->waiter != NULL)
+		run = wait_running(x);	/* else answered: replayed, or
+					 * still not ours */
+	if (run && args_json(&x->call) != 0) {
+		gw_exec_not_started(x, "out of memory");
+		run = false;
+	}
+	if (run && x->call.tool->url != NULL)
 		gw_url_run(x);
-	else
+	else if (run)
 		gw_command_run(x);
 	exec_free(x);
 	done(arg);
-	running_add(gw, -1);
+	gw_running_add(gw, -1, true);
 	return NULL;
 }
 
@@ -426,7 +496,7 @@ void gw_exec_start(struct gw_exec *x)
 	pthread_t t;
 	int rc;
 
-	running_add(gw, 1);
+	gw_running_add(gw, 1, true);
 	rc = pthread_attr_init(&attr);
 	if (rc == 0) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -448,7 +518,7 @@ void gw_exec_start(struct gw_exec *x)
 				NULL);
 	exec_free(x);
 	done(arg);
-	running_add(gw, -1);
+	gw_running_add(gw, -1, true);
 }
 
 /*
@@ -540,39 +610,37 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 		*xp = x;
 		return 1;
 	}
-	h = gw_handle_get(&rq->gw->carmyd, &rc);
-	if (h == NULL) {
+	/* Only what shared memory answers is answered here, on the polling
+	 * thread: a call that must wait for carmyd begins on its own. */
+	h = gw_handle_get(&rq->gw->carmyd, false, &rc);
+	if (h == NULL && rc != -EAGAIN) {
 		gw_call_free(&c);
 		gw_answer_code(a, rc, NULL);
 		return 0;
 	}
-	cc = call_of(&c);
 	x = exec_new(rq, &c, a, done, arg);
 	if (x == NULL) {
 		gw_handle_put(&rq->gw->carmyd, h);
 		return 0;
 	}
-	rc = carmy_begin(h->c, &cc, &x->r);
-	if (rc == CARMY_RESERVED) {
-		x->h = h;
-		memcpy(x->execution_id, x->r.execution_id,
-		       sizeof(x->execution_id));
+	x->wait_ms = prefer_wait_ms(rq->prefer);
+	cc = call_of(&x->call);
+	rc = h != NULL ? carmy_try_begin(h->c, &cc, &x->r) : -EAGAIN;
+	if (rc == -EAGAIN) {
+		char id[96];
+
+		log_debug("request_id %s: its begin waits for carmyd, on a "
+			  "thread of its own", log_bytes(id, sizeof(id),
+			  x->call.request_id, x->call.request_id_len));
+		gw_handle_put(&rq->gw->carmyd, h);
+		x->begin_here = true;
 		*xp = x;
 		return 1;
 	}
-	if (rc == CARMY_EUNCERTAIN && x->r.state == CARMY_STATE_RUNNING &&
-	    (x->wait_ms = prefer_wait_ms(rq->header(rq->hcls, "Prefer"))) > 0) {
-		x->waiter = h;
+	if (begun(x, h, rc) == 1) {
 		*xp = x;
 		return 1;
 	}
-	if (rc == CARMY_REPLAY)
-		gw_answer_replay(a, &x->r);
-	else
-		gw_answer_code(a, rc, &x->r);
-	if (rc == CARMY_EDISCONNECTED)
-		gw_handle_retire(&rq->gw->carmyd, h);
-	gw_handle_put(&rq->gw->carmyd, h);
 	exec_free(x);
 	return 0;
 }
