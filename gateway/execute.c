@@ -108,25 +108,34 @@ static int pack(msgpack_packer *pk, json_t *v, int depth)
 	return rc != 0 ? -ENOMEM : 0;
 }
 
-/* The sbuffer's bytes, handed over to *out. */
-static void take(msgpack_sbuffer *sb, char **out, size_t *len)
+/* Where msgpack is written: a buffer grown by gw_append() (msgpack's own
+ * sbuffer takes 8 KiB at once, out of malloc's per-thread cache). */
+struct out {
+	char *buf;
+	size_t len, cap;
+};
+
+static int out_write(void *data, const char *p, size_t n)
 {
-	*len = sb->size;
-	*out = msgpack_sbuffer_release(sb);
+	struct out *o = data;
+
+	return gw_append(&o->buf, &o->len, &o->cap, p, n);
 }
 
 static int pack_args(json_t *args, struct gw_call *c)
 {
-	msgpack_sbuffer sb;
+	struct out o = { NULL, 0, 0 };
 	msgpack_packer pk;
 	int rc;
 
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_packer_init(&pk, &o, out_write);
 	rc = pack(&pk, args, 0);
-	if (rc == 0)
-		take(&sb, &c->args_mp, &c->args_mp_len);
-	msgpack_sbuffer_destroy(&sb);
+	if (rc == 0) {
+		c->args_mp = o.buf;
+		c->args_mp_len = o.len;
+	} else {
+		free(o.buf);
+	}
 	return rc;
 }
 
@@ -134,14 +143,13 @@ static int pack_args(json_t *args, struct gw_call *c)
 static int pack_meta(const struct gw_request *rq, struct gw_call *c)
 {
 	const struct gw_tool *t = c->tool;
-	msgpack_sbuffer sb;
+	struct out o = { NULL, 0, 0 };
 	msgpack_packer pk;
 	int rc = 0;
 
 	if (t->n_fp_headers == 0)
 		return 0;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_packer_init(&pk, &o, out_write);
 	if (msgpack_pack_map(&pk, t->n_fp_headers) != 0)
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < t->n_fp_headers; i++) {
@@ -153,9 +161,12 @@ static int pack_meta(const struct gw_request *rq, struct gw_call *c)
 		else if (rc == 0 && v != NULL)
 			rc = pack_str(&pk, v, strlen(v));
 	}
-	if (rc == 0)
-		take(&sb, &c->meta_mp, &c->meta_mp_len);
-	msgpack_sbuffer_destroy(&sb);
+	if (rc == 0) {
+		c->meta_mp = o.buf;
+		c->meta_mp_len = o.len;
+	} else {
+		free(o.buf);
+	}
 	return rc;
 }
 
@@ -415,38 +426,46 @@ static int args_json(struct gw_call *c)
 	return c->args_json != NULL ? 0 : -ENOMEM;
 }
 
-/*
- * What carmy_begin() or carmy_try_begin() answered, with h held: 1 when
- * x's thread is to run the tool (x->h) or wait for the running execution
- * (x->waiter, Prefer: wait); else 0 with the answer in x->answer and h
- * let go.
- */
-static int begun(struct gw_exec *x, struct gw_handle *h, int rc)
+/* Whether a begin's answer rc leaves a thread something to do: run the
+ * tool (reserved), or wait for the running execution (Prefer: wait). */
+static bool to_run(int rc, const struct carmy_reservation *r, int wait_ms)
+{
+	return rc == CARMY_RESERVED ||
+	       (rc == CARMY_EUNCERTAIN && r->state == CARMY_STATE_RUNNING &&
+		wait_ms > 0);
+}
+
+/* x's thread is to run (to_run()), holding h. */
+static void hold(struct gw_exec *x, struct gw_handle *h, int rc)
 {
 	if (rc == CARMY_RESERVED) {
 		x->h = h;
 		memcpy(x->execution_id, x->r.execution_id,
 		       sizeof(x->execution_id));
-		return 1;
-	}
-	if (rc == CARMY_EUNCERTAIN && x->r.state == CARMY_STATE_RUNNING &&
-	    x->wait_ms > 0) {
+	} else {
 		x->waiter = h;
-		return 1;
 	}
+}
+
+/* Answer a begin that leaves nothing to run (a replay, a conflict, an
+ * error), and let h go. */
+static void answer_begun(struct gateway *gw, struct gw_answer *a,
+			 struct gw_handle *h, int rc,
+			 struct carmy_reservation *r)
+{
 	if (rc == CARMY_REPLAY)
-		gw_answer_replay(x->answer, &x->r);
+		gw_answer_replay(a, r);
 	else
-		gw_answer_code(x->answer, rc, &x->r);
+		gw_answer_code(a, rc, r);
 	if (rc == CARMY_EDISCONNECTED)
-		gw_handle_retire(&x->gw->carmyd, h);
-	gw_handle_put(&x->gw->carmyd, h);
-	return 0;
+		gw_handle_retire(&gw->carmyd, h);
+	gw_handle_put(&gw->carmyd, h);
 }
 
 /* The begin that waits for carmyd (connecting, a durable store's
- * record), on x's thread. Returns 1 as begun() does, else 0: answered. */
-static int begin_waiting(struct gw_exec *x)
+ * record), on x's thread: true when x is to run (to_run()), else false
+ * with x->answer filled. */
+static bool begin_waiting(struct gw_exec *x)
 {
 	struct carmy_call cc = call_of(&x->call);
 	struct gw_handle *h;
@@ -455,9 +474,15 @@ static int begin_waiting(struct gw_exec *x)
 	h = gw_handle_get(&x->gw->carmyd, true, &rc);
 	if (h == NULL) {
 		gw_answer_code(x->answer, rc, NULL);
-		return 0;
+		return false;
 	}
-	return begun(x, h, carmy_begin(h->c, &cc, &x->r));
+	rc = carmy_begin(h->c, &cc, &x->r);
+	if (!to_run(rc, &x->r, x->wait_ms)) {
+		answer_begun(x->gw, x->answer, h, rc, &x->r);
+		return false;
+	}
+	hold(x, h, rc);
+	return true;
 }
 
 static void *exec_thread(void *p)
@@ -469,7 +494,7 @@ static void *exec_thread(void *p)
 	bool run = true;
 
 	if (x->begin_here)
-		run = begin_waiting(x) == 1;
+		run = begin_waiting(x);
 	if (run && x->waiter != NULL)
 		run = wait_running(x);	/* else answered: replayed, or
 					 * still not ours */
@@ -576,11 +601,12 @@ static struct gw_exec *exec_new(const struct gw_request *rq,
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp)
 {
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct gw_call c = { 0 };
 	struct carmy_call cc;
 	struct gw_handle *h;
 	struct gw_exec *x;
-	int rc;
+	int rc, wait_ms;
 
 	*xp = NULL;
 	if (rq->principal == NULL) {
@@ -611,21 +637,35 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 		return 1;
 	}
 	/* Only what shared memory answers is answered here, on the polling
-	 * thread: a call that must wait for carmyd begins on its own. */
+	 * thread, and with no allocation beyond the answer's: a call that
+	 * must wait for carmyd begins on a thread of its own. */
 	h = gw_handle_get(&rq->gw->carmyd, false, &rc);
 	if (h == NULL && rc != -EAGAIN) {
 		gw_call_free(&c);
 		gw_answer_code(a, rc, NULL);
 		return 0;
 	}
+	wait_ms = prefer_wait_ms(rq->prefer);
+	cc = call_of(&c);
+	rc = h != NULL ? carmy_try_begin(h->c, &cc, &r) : -EAGAIN;
+	if (rc != -EAGAIN && !to_run(rc, &r, wait_ms)) {
+		answer_begun(rq->gw, a, h, rc, &r);
+		carmy_reservation_clear(&r);
+		gw_call_free(&c);
+		return 0;
+	}
 	x = exec_new(rq, &c, a, done, arg);
 	if (x == NULL) {
+		/* Out of memory: what was reserved is given back. */
+		if (rc == CARMY_RESERVED && carmy_release(h->c, &r) != 0)
+			log_error("a reservation could not be released: it "
+				  "turns uncertain when the gateway stops");
+		carmy_reservation_clear(&r);
 		gw_handle_put(&rq->gw->carmyd, h);
 		return 0;
 	}
-	x->wait_ms = prefer_wait_ms(rq->prefer);
-	cc = call_of(&x->call);
-	rc = h != NULL ? carmy_try_begin(h->c, &cc, &x->r) : -EAGAIN;
+	x->r = r;
+	x->wait_ms = wait_ms;
 	if (rc == -EAGAIN) {
 		char id[96];
 
@@ -634,13 +674,9 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 			  x->call.request_id, x->call.request_id_len));
 		gw_handle_put(&rq->gw->carmyd, h);
 		x->begin_here = true;
-		*xp = x;
-		return 1;
+	} else {
+		hold(x, h, rc);
 	}
-	if (begun(x, h, rc) == 1) {
-		*xp = x;
-		return 1;
-	}
-	exec_free(x);
-	return 0;
+	*xp = x;
+	return 1;
 }

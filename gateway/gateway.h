@@ -328,8 +328,10 @@ void gw_answer_code(struct gw_answer *a, int code,
 		    const struct carmy_reservation *r);
 void gw_answer_free(struct gw_answer *a);
 
-/* Append n bytes at p to the malloc'd *buf (*len used, *cap allocated),
- * NUL-terminated; 0 or -1 (out of memory, *buf unchanged). */
+/* Append n bytes at p to the malloc'd *buf (*len used, *cap allocated,
+ * 256 bytes at first, doubled as needed: small buffers stay in malloc's
+ * per-thread cache), NUL-terminated; 0 or -1 (out of memory, *buf
+ * unchanged). */
 int gw_append(char **buf, size_t *len, size_t *cap, const void *p,
 	      size_t n);
 /* Execution ids for calls without a reservation. */
