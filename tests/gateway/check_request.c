@@ -6,10 +6,10 @@
  * carmyd to reach, so a body that passes every check gets 503
  * DAEMON_UNAVAILABLE (it got as far as the reservation: at once, or from
  * the thread its begin is handed to while no connect has been tried
- * lately) and any other a 400 or 404 error body. An independent check of the same rules, written
- * here with jansson, must agree on which bodies pass; every answer must be
- * one JSON object with the contract's error fields. Run under ASan in the
- * sanitised build.
+ * lately) and any other a 400 or 404 error body. An independent check of
+ * the same rules, written here with jansson, must agree on which bodies
+ * pass; every answer must be one JSON object with the contract's error
+ * fields. Run under ASan in the sanitised build.
  *
  * $CARMY_FUZZ_SEED and $CARMY_FUZZ_ROUNDS change the run.
  */
