@@ -84,3 +84,20 @@ bench-shared: all
 		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
 		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) pg \
 		$(CARMY_BENCH_JOURNAL_ROUNDS)
+
+# make bench-http: carmy-gateway against a bare libmicrohttpd server (the
+# floor, bench-http-floor) and Express 5 + express-idempotency, with wrk;
+# see bench/bench_http.sh. Rounds of every figure, each side's median and
+# the median of the rounds' ratios.
+noinst_PROGRAMS += bench/bench-http-floor
+bench_bench_http_floor_SOURCES = bench/bench_http_floor.c
+bench_bench_http_floor_CFLAGS = $(AM_CFLAGS) $(MHD_CFLAGS) -pthread
+bench_bench_http_floor_LDADD = $(MHD_LIBS) -lpthread
+EXTRA_DIST += bench/bench_http.sh bench/bench_express.js
+CARMY_BENCH_HTTP_SECONDS = 10
+CARMY_BENCH_HTTP_ROUNDS = 5
+.PHONY: bench-http
+bench-http: all
+	bash $(top_srcdir)/bench/bench_http.sh $(abs_top_builddir) \
+		$(abs_top_srcdir) $(CARMY_BENCH_HTTP_SECONDS) \
+		$(CARMY_BENCH_HTTP_ROUNDS)

@@ -345,7 +345,7 @@ void gw_answer_free(struct gw_answer *a)
 int gw_append(char **buf, size_t *len, size_t *cap, const void *p, size_t n)
 {
 	if (*len + n + 1 > *cap) {
-		size_t c = *cap == 0 ? 4096 : *cap;
+		size_t c = *cap == 0 ? 256 : *cap;
 		char *b;
 
 		while (c < *len + n + 1)

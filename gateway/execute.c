@@ -11,14 +11,18 @@
  * order and whitespace do not matter) and, as metadata, the values of the
  * headers the tool lists in fingerprint_headers.
  *
- * carmy_begin() runs here, on libmicrohttpd's thread: it works in shared
- * memory (with a durable store it waits for carmyd to record the
- * reservation), so a replay, a conflict or an uncertain call is answered
- * at once. A reserved call's tool runs on a thread of its own
- * (exec_thread), while the connection is suspended, so that a slow tool
- * never holds up the serving of other requests. So does the wait of a
- * call sent with "Prefer: wait=N" (RFC 7240) whose identity is running:
- * carmy_wait() then answers its replay as soon as it completes.
+ * carmy_try_begin() runs here, on libmicrohttpd's polling thread: it
+ * answers what shared memory answers (a replay, a conflict, an uncertain
+ * call, and with the memory store a new reservation) and never waits for
+ * carmyd. A call that needs carmyd's answer (a durable store records each
+ * reservation; a handle whose carmyd restarted connects again; the first
+ * connect) begins on a thread of its own with carmy_begin(), while its
+ * connection is suspended, so a carmyd that is slow or never answers holds
+ * that thread only. A reserved call's tool runs on such a thread too
+ * (exec_thread), so that a slow tool never holds up the serving of other
+ * requests. So does the wait of a call sent with "Prefer: wait=N"
+ * (RFC 7240) whose identity is running: carmy_wait() then answers its
+ * replay as soon as it completes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,6 +37,8 @@
 
 void gw_call_free(struct gw_call *c)
 {
+	json_decref(c->args);
+	c->args = NULL;
 	free(c->args_json);
 	free(c->args_mp);
 	free(c->meta_mp);
@@ -102,25 +108,34 @@ static int pack(msgpack_packer *pk, json_t *v, int depth)
 	return rc != 0 ? -ENOMEM : 0;
 }
 
-/* The sbuffer's bytes, handed over to *out. */
-static void take(msgpack_sbuffer *sb, char **out, size_t *len)
+/* Where msgpack is written: a buffer grown by gw_append() (msgpack's own
+ * sbuffer takes 8 KiB at once, out of malloc's per-thread cache). */
+struct out {
+	char *buf;
+	size_t len, cap;
+};
+
+static int out_write(void *data, const char *p, size_t n)
 {
-	*len = sb->size;
-	*out = msgpack_sbuffer_release(sb);
+	struct out *o = data;
+
+	return gw_append(&o->buf, &o->len, &o->cap, p, n);
 }
 
 static int pack_args(json_t *args, struct gw_call *c)
 {
-	msgpack_sbuffer sb;
+	struct out o = { NULL, 0, 0 };
 	msgpack_packer pk;
 	int rc;
 
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_packer_init(&pk, &o, out_write);
 	rc = pack(&pk, args, 0);
-	if (rc == 0)
-		take(&sb, &c->args_mp, &c->args_mp_len);
-	msgpack_sbuffer_destroy(&sb);
+	if (rc == 0) {
+		c->args_mp = o.buf;
+		c->args_mp_len = o.len;
+	} else {
+		free(o.buf);
+	}
 	return rc;
 }
 
@@ -128,14 +143,13 @@ static int pack_args(json_t *args, struct gw_call *c)
 static int pack_meta(const struct gw_request *rq, struct gw_call *c)
 {
 	const struct gw_tool *t = c->tool;
-	msgpack_sbuffer sb;
+	struct out o = { NULL, 0, 0 };
 	msgpack_packer pk;
 	int rc = 0;
 
 	if (t->n_fp_headers == 0)
 		return 0;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_packer_init(&pk, &o, out_write);
 	if (msgpack_pack_map(&pk, t->n_fp_headers) != 0)
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < t->n_fp_headers; i++) {
@@ -147,9 +161,12 @@ static int pack_meta(const struct gw_request *rq, struct gw_call *c)
 		else if (rc == 0 && v != NULL)
 			rc = pack_str(&pk, v, strlen(v));
 	}
-	if (rc == 0)
-		take(&sb, &c->meta_mp, &c->meta_mp_len);
-	msgpack_sbuffer_destroy(&sb);
+	if (rc == 0) {
+		c->meta_mp = o.buf;
+		c->meta_mp_len = o.len;
+	} else {
+		free(o.buf);
+	}
 	return rc;
 }
 
@@ -190,8 +207,8 @@ static const char *unquote(const char *v, size_t *len)
 static int identity(const struct gw_request *rq, json_t *rid,
 		    struct gw_call *c, struct gw_answer *a)
 {
-	const char *session = rq->header(rq->hcls, "Carmy-Session");
-	const char *key = rq->header(rq->hcls, "Idempotency-Key");
+	const char *session = rq->session;
+	const char *key = rq->key;
 	const char *body_rid = json_string_value(rid);
 	size_t klen = 0;
 
@@ -323,9 +340,10 @@ static int build(const struct gw_request *rq, struct gw_call *c,
 		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
 		goto out;
 	}
-	/* The tool's standard input: the arguments, one line of JSON. */
-	c->args_json = gw_json_line(args, &c->args_json_len);
-	if (c->args_json == NULL || pack_meta(rq, c) != 0) {
+	/* Kept for the tool's standard input (or its upstream's body),
+	 * written out only if it runs (args_json()). */
+	c->args = json_incref(args);
+	if (pack_meta(rq, c) != 0) {
 		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
 		goto out;
 	}
@@ -340,10 +358,12 @@ out:
 
 /* ------------------------------------------------------------ running */
 
-static void running_add(struct gateway *gw, int d)
+void gw_running_add(struct gateway *gw, int d, bool execution)
 {
 	pthread_mutex_lock(&gw->run_lock);
 	gw->running = (unsigned)((int)gw->running + d);
+	if (execution)
+		gw->executions = (unsigned)((int)gw->executions + d);
 	if (gw->running == 0)
 		pthread_cond_broadcast(&gw->run_idle);
 	pthread_mutex_unlock(&gw->run_lock);
@@ -398,22 +418,97 @@ static bool wait_running(struct gw_exec *x)
 	return false;
 }
 
+/* The arguments as one line of JSON, for the tool: 0, or -ENOMEM. */
+static int args_json(struct gw_call *c)
+{
+	if (c->args_json == NULL)
+		c->args_json = gw_json_line(c->args, &c->args_json_len);
+	return c->args_json != NULL ? 0 : -ENOMEM;
+}
+
+/* Whether a begin's answer rc leaves a thread something to do: run the
+ * tool (reserved), or wait for the running execution (Prefer: wait). */
+static bool to_run(int rc, const struct carmy_reservation *r, int wait_ms)
+{
+	return rc == CARMY_RESERVED ||
+	       (rc == CARMY_EUNCERTAIN && r->state == CARMY_STATE_RUNNING &&
+		wait_ms > 0);
+}
+
+/* x's thread is to run (to_run()), holding h. */
+static void hold(struct gw_exec *x, struct gw_handle *h, int rc)
+{
+	if (rc == CARMY_RESERVED) {
+		x->h = h;
+		memcpy(x->execution_id, x->r.execution_id,
+		       sizeof(x->execution_id));
+	} else {
+		x->waiter = h;
+	}
+}
+
+/* Answer a begin that leaves nothing to run (a replay, a conflict, an
+ * error), and let h go. */
+static void answer_begun(struct gateway *gw, struct gw_answer *a,
+			 struct gw_handle *h, int rc,
+			 struct carmy_reservation *r)
+{
+	if (rc == CARMY_REPLAY)
+		gw_answer_replay(a, r);
+	else
+		gw_answer_code(a, rc, r);
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&gw->carmyd, h);
+	gw_handle_put(&gw->carmyd, h);
+}
+
+/* The begin that waits for carmyd (connecting, a durable store's
+ * record), on x's thread: true when x is to run (to_run()), else false
+ * with x->answer filled. */
+static bool begin_waiting(struct gw_exec *x)
+{
+	struct carmy_call cc = call_of(&x->call);
+	struct gw_handle *h;
+	int rc;
+
+	h = gw_handle_get(&x->gw->carmyd, true, &rc);
+	if (h == NULL) {
+		gw_answer_code(x->answer, rc, NULL);
+		return false;
+	}
+	rc = carmy_begin(h->c, &cc, &x->r);
+	if (!to_run(rc, &x->r, x->wait_ms)) {
+		answer_begun(x->gw, x->answer, h, rc, &x->r);
+		return false;
+	}
+	hold(x, h, rc);
+	return true;
+}
+
 static void *exec_thread(void *p)
 {
 	struct gw_exec *x = p;
 	struct gateway *gw = x->gw;
 	void (*done)(void *) = x->done;
 	void *arg = x->arg;
+	bool run = true;
 
-	if (x->waiter != NULL && !wait_running(x))
-		;	/* answered: replayed, or still not ours */
-	else if (x->call.tool->url != NULL)
+	if (x->begin_here)
+		run = begin_waiting(x);
+	if (run && x->waiter != NULL)
+		run = wait_running(x);	/* else answered: replayed, or
+					 * still not ours */
+	if (run && args_json(&x->call) != 0) {
+		gw_exec_not_started(x, "out of memory");
+		run = false;
+	}
+	if (run && x->call.tool->url != NULL)
 		gw_url_run(x);
-	else
+	else if (run)
 		gw_command_run(x);
 	exec_free(x);
 	done(arg);
-	running_add(gw, -1);
+	gw_running_add(gw, -1, true);
 	return NULL;
 }
 
@@ -426,7 +521,7 @@ void gw_exec_start(struct gw_exec *x)
 	pthread_t t;
 	int rc;
 
-	running_add(gw, 1);
+	gw_running_add(gw, 1, true);
 	rc = pthread_attr_init(&attr);
 	if (rc == 0) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -448,7 +543,7 @@ void gw_exec_start(struct gw_exec *x)
 				NULL);
 	exec_free(x);
 	done(arg);
-	running_add(gw, -1);
+	gw_running_add(gw, -1, true);
 }
 
 /*
@@ -506,11 +601,12 @@ static struct gw_exec *exec_new(const struct gw_request *rq,
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp)
 {
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct gw_call c = { 0 };
 	struct carmy_call cc;
 	struct gw_handle *h;
 	struct gw_exec *x;
-	int rc;
+	int rc, wait_ms;
 
 	*xp = NULL;
 	if (rq->principal == NULL) {
@@ -540,39 +636,47 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 		*xp = x;
 		return 1;
 	}
-	h = gw_handle_get(&rq->gw->carmyd, &rc);
-	if (h == NULL) {
+	/* Only what shared memory answers is answered here, on the polling
+	 * thread, and with no allocation beyond the answer's: a call that
+	 * must wait for carmyd begins on a thread of its own. */
+	h = gw_handle_get(&rq->gw->carmyd, false, &rc);
+	if (h == NULL && rc != -EAGAIN) {
 		gw_call_free(&c);
 		gw_answer_code(a, rc, NULL);
 		return 0;
 	}
+	wait_ms = prefer_wait_ms(rq->prefer);
 	cc = call_of(&c);
+	rc = h != NULL ? carmy_try_begin(h->c, &cc, &r) : -EAGAIN;
+	if (rc != -EAGAIN && !to_run(rc, &r, wait_ms)) {
+		answer_begun(rq->gw, a, h, rc, &r);
+		carmy_reservation_clear(&r);
+		gw_call_free(&c);
+		return 0;
+	}
 	x = exec_new(rq, &c, a, done, arg);
 	if (x == NULL) {
+		/* Out of memory: what was reserved is given back. */
+		if (rc == CARMY_RESERVED && carmy_release(h->c, &r) != 0)
+			log_error("a reservation could not be released: it "
+				  "turns uncertain when the gateway stops");
+		carmy_reservation_clear(&r);
 		gw_handle_put(&rq->gw->carmyd, h);
 		return 0;
 	}
-	rc = carmy_begin(h->c, &cc, &x->r);
-	if (rc == CARMY_RESERVED) {
-		x->h = h;
-		memcpy(x->execution_id, x->r.execution_id,
-		       sizeof(x->execution_id));
-		*xp = x;
-		return 1;
+	x->r = r;
+	x->wait_ms = wait_ms;
+	if (rc == -EAGAIN) {
+		char id[96];
+
+		log_debug("request_id %s: its begin waits for carmyd, on a "
+			  "thread of its own", log_bytes(id, sizeof(id),
+			  x->call.request_id, x->call.request_id_len));
+		gw_handle_put(&rq->gw->carmyd, h);
+		x->begin_here = true;
+	} else {
+		hold(x, h, rc);
 	}
-	if (rc == CARMY_EUNCERTAIN && x->r.state == CARMY_STATE_RUNNING &&
-	    (x->wait_ms = prefer_wait_ms(rq->header(rq->hcls, "Prefer"))) > 0) {
-		x->waiter = h;
-		*xp = x;
-		return 1;
-	}
-	if (rc == CARMY_REPLAY)
-		gw_answer_replay(a, &x->r);
-	else
-		gw_answer_code(a, rc, &x->r);
-	if (rc == CARMY_EDISCONNECTED)
-		gw_handle_retire(&rq->gw->carmyd, h);
-	gw_handle_put(&rq->gw->carmyd, h);
-	exec_free(x);
-	return 0;
+	*xp = x;
+	return 1;
 }

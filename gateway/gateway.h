@@ -127,9 +127,10 @@ struct gw_carmyd {
 #define GW_CONNECT_WAIT_MS 1000
 
 void gw_carmyd_init(struct gw_carmyd *d, const char *socket);
-/* The current handle, connecting if there is none; NULL with *code (a
- * libcarmy code) when carmyd cannot be reached. */
-struct gw_handle *gw_handle_get(struct gw_carmyd *d, int *code);
+/* The current handle, connecting if there is none (wait: else NULL with
+ * *code -EAGAIN); NULL with *code (a libcarmy code) when carmyd cannot be
+ * reached. */
+struct gw_handle *gw_handle_get(struct gw_carmyd *d, bool wait, int *code);
 void gw_handle_put(struct gw_carmyd *d, struct gw_handle *h);
 /* h answered CARMY_EDISCONNECTED: no new request gets it. */
 void gw_handle_retire(struct gw_carmyd *d, struct gw_handle *h);
@@ -171,10 +172,12 @@ struct gateway {
 	struct gw_carmyd carmyd;
 	char **env;		/* commands' environment, without CARMY_* */
 	size_t n_env;
-	/* Executions running on threads of their own; stop waits for 0. */
+	/* Threads answering suspended connections (executions, health
+	 * probes, scrapes); stop waits for 0. */
 	pthread_mutex_t run_lock;
 	pthread_cond_t run_idle;
 	unsigned running;
+	unsigned executions;	/* ... of them, executions */
 	struct gw_stats stats;
 };
 
@@ -220,7 +223,8 @@ struct gw_call {
 	char session[CARMY_ID_MAX + 1];
 	char request_id[CARMY_ID_MAX + 1];	/* "" when none */
 	size_t principal_len, session_len, request_id_len;
-	char *args_json;	/* the arguments as compact JSON */
+	json_t *args;		/* the arguments (a reference) */
+	char *args_json;	/* ... as compact JSON, once the tool runs */
 	size_t args_json_len;
 	char *args_mp;		/* ... as msgpack */
 	size_t args_mp_len;
@@ -230,11 +234,13 @@ struct gw_call {
 
 void gw_call_free(struct gw_call *c);
 
-/* A request whose tool runs on a thread of its own. The connection is
- * suspended meanwhile; done() resumes it with the answer. */
+/* A request whose tool runs on a thread of its own, or whose begin waits
+ * for carmyd there. The connection is suspended meanwhile; done() resumes
+ * it with the answer. */
 struct gw_exec {
 	struct gateway *gw;
 	struct gw_call call;
+	bool begin_here;		/* begin on the thread (carmy_begin) */
 	struct gw_handle *h;		/* NULL: no reservation */
 	struct gw_handle *waiter;	/* Prefer: wait: to wait on, first */
 	int wait_ms;
@@ -246,10 +252,14 @@ struct gw_exec {
 };
 
 /* execute.c. A POST /agent/execute, read whole: the principal
- * authenticated (NULL: none), header() reads a request header. */
+ * authenticated (NULL: none), the headers that name the call (NULL:
+ * absent), and header() reads any other request header. */
 struct gw_request {
 	struct gateway *gw;
 	const char *principal;
+	const char *session;	/* Carmy-Session */
+	const char *key;	/* Idempotency-Key */
+	const char *prefer;	/* Prefer */
 	const char *(*header)(void *hcls, const char *name);
 	void *hcls;
 	const char *body;
@@ -265,6 +275,10 @@ struct gw_request {
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
+/* Count a thread that will answer a suspended connection (d 1), or one
+ * that has (d -1): the gateway stops only once none runs. execution: one
+ * of POST /agent/execute (counted in /metrics). */
+void gw_running_add(struct gateway *gw, int d, bool execution);
 
 /* record.c. Record x's answer (when it has a reservation) as status; if
  * that fails the answer becomes the error that says so (the identity is
@@ -314,8 +328,10 @@ void gw_answer_code(struct gw_answer *a, int code,
 		    const struct carmy_reservation *r);
 void gw_answer_free(struct gw_answer *a);
 
-/* Append n bytes at p to the malloc'd *buf (*len used, *cap allocated),
- * NUL-terminated; 0 or -1 (out of memory, *buf unchanged). */
+/* Append n bytes at p to the malloc'd *buf (*len used, *cap allocated,
+ * 256 bytes at first, doubled as needed: small buffers stay in malloc's
+ * per-thread cache), NUL-terminated; 0 or -1 (out of memory, *buf
+ * unchanged). */
 int gw_append(char **buf, size_t *len, size_t *cap, const void *p,
 	      size_t n);
 /* Execution ids for calls without a reservation. */

@@ -12,9 +12,10 @@
  *
  * carmy_connect() runs on a detached thread of its own, one at a time, and
  * never under the lock: the request that starts it waits for it at most
- * GW_CONNECT_WAIT_MS, and requests that come meanwhile are answered
- * DAEMON_UNAVAILABLE at once. So a carmyd that accepts and never answers
- * costs one thread, not the polling threads.
+ * GW_CONNECT_WAIT_MS (on its execution's thread, never a polling thread),
+ * and requests that come meanwhile are answered DAEMON_UNAVAILABLE at once.
+ * So a carmyd that accepts and never answers costs one thread, not the
+ * polling threads.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -131,7 +132,7 @@ static int connect_wait(struct gw_carmyd *d, struct gw_connect *k,
 	return k->running ? CARMY_EUNAVAILABLE : k->rc;
 }
 
-struct gw_handle *gw_handle_get(struct gw_carmyd *d, int *code)
+struct gw_handle *gw_handle_get(struct gw_carmyd *d, bool wait, int *code)
 {
 	struct gw_handle *h = NULL;
 	int rc = 0;
@@ -141,6 +142,8 @@ struct gw_handle *gw_handle_get(struct gw_carmyd *d, int *code)
 		if (d->conn.running || (d->last_fail_ns != 0 &&
 		    now_ns() - d->last_fail_ns < GW_RECONNECT_MS * 1000000ull))
 			rc = CARMY_EUNAVAILABLE;
+		else if (!wait)
+			rc = -EAGAIN;
 		else if ((h = calloc(1, sizeof(*h))) == NULL)
 			rc = -ENOMEM;
 		else

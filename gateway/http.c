@@ -5,10 +5,13 @@
  * A request's body is gathered (at most GW_BODY_MAX bytes, 413 above it),
  * its principal found (a bearer token of --tokens, or the peer's uid on a
  * unix: listener without --tokens), and it is routed. An execution whose
- * tool must run is handed to a thread of its own and its connection
- * suspended (MHD_suspend_connection), so the polling threads go on serving
- * everyone else; the execution's thread fills the answer and resumes the
+ * tool must run (or whose begin must wait for carmyd: execute.c) is
+ * handed to a thread of its own and its connection suspended
+ * (MHD_suspend_connection), so the polling threads go on serving everyone
+ * else; the execution's thread fills the answer and resumes the
  * connection, and libmicrohttpd calls on_request() again to send it.
+ * GET /healthz and /metrics, which wait for carmyd or carmyctl, are
+ * answered the same way (offload()): a polling thread never waits.
  *
  * A connection is suspended before the execution's thread starts, so that
  * the resume can never come first. The gateway stops its daemons only once
@@ -27,8 +30,11 @@
 #include "common/log.h"
 #include "gateway/gateway.h"
 
-/* Per connection: request line, headers and libmicrohttpd's buffers. */
-#define CONN_MEMORY (64u * 1024)
+/* Per connection: request line, headers and libmicrohttpd's buffers.
+ * libmicrohttpd zeroes the whole of it after every request (0.9.75's
+ * MHD_pool_reset), so its size is paid on each: 32 KiB, libmicrohttpd's
+ * default, as the bench-http floor has. */
+#define CONN_MEMORY (32u * 1024)
 /* The request line and headers the gateway takes; over it, 431 with the
  * contract's error body. Requests whose headers do not fit CONN_MEMORY at
  * all are refused by libmicrohttpd itself, before any callback of ours
@@ -48,6 +54,7 @@ struct req {
 	uint64_t t0;		/* when its headers were in, ns */
 	bool ready;		/* ans is filled */
 	struct gw_answer ans;
+	void (*fill)(struct req *q);	/* offload()'s */
 };
 
 /* ------------------------------------------------------------ answers */
@@ -116,44 +123,63 @@ static const char *header(void *hcls, const char *name)
 	return MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
 }
 
-struct count {
-	const char *name;
-	unsigned n;
+/* The headers that name a call, each found (its first value) and counted
+ * in one pass over the request's headers. */
+enum { H_AUTHORIZATION, H_SESSION, H_KEY, H_PREFER, H_NAMED };
+
+struct named {
+	const char *v[H_NAMED];
+	unsigned n[H_NAMED];
 };
 
-static enum MHD_Result count_one(void *cls, enum MHD_ValueKind kind,
-				 const char *key, const char *value)
+static const struct {
+	const char *name;
+	size_t len;
+} named_headers[H_NAMED] = {
+	[H_AUTHORIZATION] = { "Authorization", 13 },
+	[H_SESSION] = { "Carmy-Session", 13 },
+	[H_KEY] = { "Idempotency-Key", 15 },
+	[H_PREFER] = { "Prefer", 6 },
+};
+
+static enum MHD_Result name_one(void *cls, enum MHD_ValueKind kind,
+				const char *key, size_t key_size,
+				const char *value, size_t value_size)
 {
-	struct count *c = cls;
+	struct named *h = cls;
 
 	(void)kind;
-	(void)value;
-	c->n += strcasecmp(key, c->name) == 0;
+	(void)value_size;
+	for (size_t i = 0; i < H_NAMED; i++) {
+		if (key_size == named_headers[i].len &&
+		    strcasecmp(key, named_headers[i].name) == 0) {
+			if (h->n[i]++ == 0)
+				h->v[i] = value;
+			break;
+		}
+	}
 	return MHD_YES;
 }
 
-/* How many times the request carries header name. */
-static unsigned header_count(struct req *q, const char *name)
+static void find_named(struct req *q, struct named *h)
 {
-	struct count c = { name, 0 };
-
-	MHD_get_connection_values(q->conn, MHD_HEADER_KIND, count_one, &c);
-	return c.n;
+	memset(h, 0, sizeof(*h));
+	MHD_get_connection_values_n(q->conn, MHD_HEADER_KIND, name_one, h);
 }
 
 /* The principal, or NULL: not authenticated. buf holds "uid:N". */
-static const char *principal(struct req *q, char *buf, size_t size)
+static const char *principal(struct req *q, const struct named *h,
+			     char *buf, size_t size)
 {
 	struct gateway *gw = q->l->gw;
 	const union MHD_ConnectionInfo *ci;
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
-	const char *auth;
+	const char *auth = h->v[H_AUTHORIZATION];
 
 	if (gw->have_tokens) {
-		auth = header(q, MHD_HTTP_HEADER_AUTHORIZATION);
 		if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 ||
-		    header_count(q, MHD_HTTP_HEADER_AUTHORIZATION) != 1)
+		    h->n[H_AUTHORIZATION] != 1)
 			return NULL;
 		auth += 7;
 		while (*auth == ' ')
@@ -187,25 +213,25 @@ static void resume(void *arg)
 static enum MHD_Result execute(struct req *q)
 {
 	char buf[32];
+	struct named h;
 	struct gw_request rq = {
 		.gw = q->l->gw,
-		.principal = principal(q, buf, sizeof(buf)),
 		.header = header,
 		.hcls = q,
 		.body = q->body != NULL ? q->body : "",
 		.len = q->len,
 	};
-	static const char *const once[] = {
-		"Carmy-Session", "Idempotency-Key", "Prefer",
-	};
 	struct gw_exec *x;
 
-	for (size_t i = 0; i < sizeof(once) / sizeof(*once); i++)
-		if (header_count(q, once[i]) > 1)
-			return send_error(q, "INVALID_REQUEST", "A header that "
-					  "names the call (Carmy-Session, "
-					  "Idempotency-Key, Prefer) is given "
-					  "twice.", NULL);
+	find_named(q, &h);
+	if (h.n[H_SESSION] > 1 || h.n[H_KEY] > 1 || h.n[H_PREFER] > 1)
+		return send_error(q, "INVALID_REQUEST", "A header that names "
+				  "the call (Carmy-Session, Idempotency-Key, "
+				  "Prefer) is given twice.", NULL);
+	rq.principal = principal(q, &h, buf, sizeof(buf));
+	rq.session = h.v[H_SESSION];
+	rq.key = h.v[H_KEY];
+	rq.prefer = h.v[H_PREFER];
 	if (gw_execute(&rq, &q->ans, resume, q, &x) == 0)
 		return send_answer(q, NULL);
 	q->started = true;
@@ -214,9 +240,45 @@ static enum MHD_Result execute(struct req *q)
 	return MHD_YES;
 }
 
+static void *offloaded(void *arg)
+{
+	struct req *q = arg;
+	struct gateway *gw = q->l->gw;
+
+	q->fill(q);
+	resume(q);
+	gw_running_add(gw, -1, false);
+	return NULL;
+}
+
+/* Answer q with what fill(q) puts in q->ans, on a thread of its own, as an
+ * execution is answered: fill may wait (for carmyd, for carmyctl), and a
+ * polling thread must not. Without a thread, here. */
+static enum MHD_Result offload(struct req *q, void (*fill)(struct req *q))
+{
+	struct gateway *gw = q->l->gw;
+	pthread_attr_t at;
+	pthread_t t;
+	int rc;
+
+	q->fill = fill;
+	q->started = true;
+	gw_running_add(gw, 1, false);
+	MHD_suspend_connection(q->conn);
+	rc = pthread_attr_init(&at);
+	if (rc == 0) {
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&t, &at, offloaded, q);
+		pthread_attr_destroy(&at);
+	}
+	if (rc != 0)
+		offloaded(q);
+	return MHD_YES;
+}
+
 /* GET /healthz: whether carmyd answers a new connection now (within
  * GW_CONNECT_WAIT_MS). */
-static enum MHD_Result healthz(struct req *q)
+static void healthz(struct req *q)
 {
 	int rc = gw_carmyd_probe(&q->l->gw->carmyd);
 	json_t *o;
@@ -225,7 +287,6 @@ static enum MHD_Result healthz(struct req *q)
 		      "carmyd", rc == 0 ? "reachable" : carmy_errname(rc));
 	gw_answer_json(&q->ans, rc == 0 ? 200 : 503, o);
 	q->ans.retry_after = rc != 0;
-	return send_answer(q, NULL);
 }
 
 /* GET /agent/tools: name, description and input schema of each. */
@@ -281,21 +342,22 @@ static enum MHD_Result well_known(struct req *q)
 	return send_answer(q, NULL);
 }
 
-/* GET /metrics: Prometheus text. Runs carmyctl on this polling thread
- * (a scrape is rare and carmyctl quick; it is given 5 s at most). */
-static enum MHD_Result metrics(struct req *q)
+/* GET /metrics: Prometheus text, with carmyctl's (given 5 s at most). */
+static void metrics(struct req *q)
 {
 	char *text;
 	size_t len;
 
-	if (gw_metrics_text(q->l->gw, &text, &len) != 0)
-		return send_error(q, "INTERNAL", "Out of memory.", NULL);
+	if (gw_metrics_text(q->l->gw, &text, &len) != 0) {
+		gw_answer_error(&q->ans, "INTERNAL", "Out of memory.", NULL,
+				NULL);
+		return;
+	}
 	gw_answer_free(&q->ans);
 	q->ans.status = 200;
 	q->ans.body = text;
 	q->ans.len = len;
 	q->ans.type = "text/plain; version=0.0.4";
-	return send_answer(q, NULL);
 }
 
 static bool is_get(const char *method)
@@ -308,6 +370,7 @@ static enum MHD_Result route(struct req *q, const char *url,
 			     const char *method)
 {
 	char buf[32];
+	struct named h;
 
 	if (strcmp(url, "/agent/execute") == 0) {
 		q->route = GW_R_EXECUTE;
@@ -331,12 +394,13 @@ static enum MHD_Result route(struct req *q, const char *url,
 		return send_error(q, "METHOD_NOT_ALLOWED", "Use GET.",
 				  "GET, HEAD");
 	if (q->route == GW_R_HEALTHZ)
-		return healthz(q);
+		return offload(q, healthz);
 	if (q->route == GW_R_WELL_KNOWN)
 		return well_known(q);
 	if (q->route == GW_R_METRICS)
-		return metrics(q);
-	if (principal(q, buf, sizeof(buf)) == NULL)
+		return offload(q, metrics);
+	find_named(q, &h);
+	if (principal(q, &h, buf, sizeof(buf)) == NULL)
 		return send_error(q, "UNAUTHENTICATED", "Send Authorization: "
 				  "Bearer TOKEN with a token of the "
 				  "gateway's --tokens file.", NULL);

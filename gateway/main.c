@@ -626,7 +626,7 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&gw.run_lock, NULL);
 	pthread_cond_init(&gw.run_idle, NULL);
 	gw_carmyd_init(&gw.carmyd, o.socket);
-	gw_handle_put(&gw.carmyd, gw_handle_get(&gw.carmyd, &rc));
+	gw_handle_put(&gw.carmyd, gw_handle_get(&gw.carmyd, true, &rc));
 
 	limit = connection_limit(o.n_listen);
 	log_info("at most %u connections per listener", limit);

@@ -186,7 +186,7 @@ int gw_metrics_text(struct gateway *gw, char **out, size_t *len)
 	rc |= add(&t, &l, &cap, "# HELP carmy_gateway_executions_running "
 		  "Tools running now.\n# TYPE carmy_gateway_executions_running"
 		  " gauge\ncarmy_gateway_executions_running %u\n",
-		  gw->running);
+		  gw->executions);
 	pthread_mutex_unlock(&gw->run_lock);
 	rc |= add(&t, &l, &cap, "# HELP carmy_gateway_request_duration_"
 		  "seconds Time from a request's headers to its answer.\n"

@@ -433,6 +433,33 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		struct carmy_reservation *r);
 
 /*
+ * carmy_try_begin - carmy_begin(), but only what shared memory answers.
+ *
+ * For a caller that must not wait for carmyd (an event loop, an HTTP
+ * server's polling thread): it answers whatever carmy_begin() answers
+ * from the segment alone (replays, conflicts, uncertain calls, and with
+ * the memory store new reservations), and -EAGAIN where carmy_begin()
+ * would wait for carmyd: to connect again after a restart, for a durable
+ * store to record a new reservation (or one it has not yet recorded), or
+ * for carmyd to reclaim the index. Then nothing was reserved: call
+ * carmy_begin() where waiting is fine, for the answer.
+ *
+ * Parameters:
+ *   c, call, r  as for carmy_begin().
+ * Returns:
+ *   what carmy_begin() returns, or -EAGAIN: the answer needs carmyd's,
+ *   nothing was reserved or sent, and r is cleared.
+ * Ownership:
+ *   as carmy_begin().
+ * Threads:
+ *   as carmy_begin(): several threads at once, with carmy_begin() too.
+ *   It takes no lock and makes no system call but for the madvise() of
+ *   carmy_begin() and, if carmyd stopped, a look at the segment's file.
+ */
+int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
+		    struct carmy_reservation *r);
+
+/*
  * carmy_complete - record the result of a reserved call.
  *
  * Returns when carmyd has recorded it. A completion interrupted by a

@@ -432,8 +432,17 @@ EXPORT void carmy_reservation_clear(struct carmy_reservation *r)
 	memset(r, 0, sizeof(*r));
 }
 
-EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
-		       struct carmy_reservation *r)
+/*
+ * carmy_begin(), and carmy_try_begin() when try is set: then nothing waits
+ * for carmyd. Whatever needs its answer (connecting again, a durable
+ * store's record of a reservation, a reservation it has not yet recorded,
+ * a reclaim) ends the call with -EAGAIN instead, before anything is
+ * reserved. With a durable store no canonical fingerprint is given to
+ * shm_reserve(), which claims nothing without one: a new identity (or
+ * other bytes than the recorded call's) then answers SHM_OUT_NEED_FP.
+ */
+static int begin(carmy_t *c, const struct carmy_call *call,
+		 struct carmy_reservation *r, bool try)
 {
 	uint8_t fp[SHM_FP_LEN], raw[SHM_FP_LEN];
 	struct shm_summary summary;
@@ -453,6 +462,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	/* carmyd restarted, or dropped us: one attempt to get back (a new
 	 * call fails closed at once if no carmyd answers). */
 	if (!alive(c)) {
+		if (try)
+			return -EAGAIN;
 		rc = reconnect(c, 0);
 		if (rc != 0)
 			return rc;
@@ -482,7 +493,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 	 * fails (bad arguments, no memory), the table is asked as if it had
 	 * not been tried, so the answer is the one the late path gives.
 	 */
-	early = __atomic_load_n(&c->fp_early, __ATOMIC_RELAXED) >= FP_EARLY_AT;
+	early = !(try && c->durable) &&
+		__atomic_load_n(&c->fp_early, __ATOMIC_RELAXED) >= FP_EARLY_AT;
 	if (early && canon_fingerprint(call, fp) == 0)
 		claim.fp = fp;
 	claim.make_exec = new_exec_id;
@@ -531,6 +543,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 				count(&c->stats->st_capacity);
 				return CARMY_ECAPACITY;
 			}
+			if (try)
+				return -EAGAIN;
 			reclaimed = 1;
 			rc = request(c, WIRE_RECLAIM, NULL, -1);
 			if (rc != 0)
@@ -547,6 +561,8 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			uatomic_set(&c->dead, 1);
 			return CARMY_EDISCONNECTED;
 		case SHM_OUT_NEED_FP:
+			if (try && c->durable)
+				return -EAGAIN;
 			rc = canon_fingerprint(call, fp);
 			if (rc != 0)
 				return rc;
@@ -559,8 +575,11 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 			 * look again, rather than name an execution that a
 			 * shared store may yet refuse. */
 			if (f.state == SHM_RUNNING && c->durable) {
-				uint64_t now = mono_ms();
+				uint64_t now;
 
+				if (try)
+					return -EAGAIN;
+				now = mono_ms();
 				if (pending_until == 0)
 					pending_until = now + PENDING_WAIT_MS;
 				if (now < pending_until &&
@@ -597,6 +616,18 @@ EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
 		count(&c->stats->st_replays);
 		return CARMY_REPLAY;
 	}
+}
+
+EXPORT int carmy_begin(carmy_t *c, const struct carmy_call *call,
+		       struct carmy_reservation *r)
+{
+	return begin(c, call, r, false);
+}
+
+EXPORT int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
+			   struct carmy_reservation *r)
+{
+	return begin(c, call, r, true);
 }
 
 /*

@@ -40,6 +40,7 @@ man_links = \
 	man/carmy_status_name.3 \
 	man/carmy_strerror.3 \
 	man/carmy_trust_detail.3 \
+	man/carmy_try_begin.3 \
 	man/carmy_version.3
 dist_man_MANS = $(man_generated) $(man_links)
 EXTRA_DIST += $(man_scd)

@@ -9,11 +9,14 @@
  * execution stays interrupted; one it can read replays. carmyctl checks
  * the format before it asks. With a journal, the call and its format come
  * back after a reboot (carmyd killed, its segment gone), and still hold.
+ * carmy_try_begin() answers what the segment answers and never waits for
+ * carmyd, not even a stopped one.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -372,6 +375,85 @@ START_TEST(test_the_call_and_its_format_survive_a_reboot)
 }
 END_TEST
 
+/* try_begin of call: want, and for CARMY_REPLAY the result "ok". */
+static void try_begin(const struct carmy_call *call, int want)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+
+	ck_assert_int_eq(carmy_try_begin(c, call, &r), want);
+	if (want == CARMY_REPLAY) {
+		ck_assert_uint_eq(r.result_len, 2);
+		ck_assert_mem_eq(r.result, "ok", 2);
+	}
+	if (want == -EAGAIN)
+		ck_assert_str_eq(r.execution_id, "");
+	carmy_reservation_clear(&r);
+}
+
+/* carmy_begin() reserves call, and it completes with "ok". */
+static void run(const struct carmy_call *call)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+
+	ck_assert_int_eq(carmy_begin(c, call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok",
+					2), 0);
+	carmy_reservation_clear(&r);
+}
+
+/*
+ * With the memory store carmy_try_begin() reserves, replays and finds
+ * conflicts itself. With a journal a new reservation needs carmyd to record
+ * it: -EAGAIN, nothing reserved, and carmy_begin() then reserves. A
+ * stopped carmyd (SIGSTOP) still has its replays answered, and a new call
+ * answered -EAGAIN at once: a wait for it would never end, and the test
+ * would time out.
+ */
+START_TEST(test_try_begin_answers_from_the_segment_only)
+{
+	static const uint8_t other[] = { 0x81, 0xa1, 'a', 0x01 };
+	struct carmy_call call = E2E_CALL("p", "s", "try");
+	struct carmy_call next = E2E_CALL("p", "s", "try-next");
+	struct carmy_call conflict = E2E_CALL("p", "s", "try");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char spec[128];
+	const char *opts[] = { "--store", spec, NULL };
+
+	conflict.args = other;
+	conflict.args_len = sizeof(other);
+	e2e_start(&d, NULL);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_try_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok",
+					2), 0);
+	carmy_reservation_clear(&r);
+	try_begin(&call, CARMY_REPLAY);
+	try_begin(&conflict, CARMY_ECONFLICT);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+
+	snprintf(spec, sizeof(spec), "journal:%s/j", dir);
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	try_begin(&call, -EAGAIN);
+	run(&call);
+	try_begin(&call, CARMY_REPLAY);
+	try_begin(&conflict, -EAGAIN);
+	e2e_sigstop(d.pid);
+	try_begin(&call, CARMY_REPLAY);
+	try_begin(&next, -EAGAIN);
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	run(&next);
+	try_begin(&next, CARMY_REPLAY);
+	ck_assert_int_eq(carmy_begin(c, &conflict, &r), CARMY_ECONFLICT);
+	carmy_reservation_clear(&r);
+	carmy_close(c);
+	c = NULL;
+	e2e_stop(&d);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("calls");
@@ -387,6 +469,7 @@ int main(void)
 	tcase_add_test(tc, test_resolve_refuses_a_result_the_client_cannot_read);
 	tcase_add_test(tc, test_opaque_results_take_any_bytes);
 	tcase_add_test(tc, test_the_call_and_its_format_survive_a_reboot);
+	tcase_add_test(tc, test_try_begin_answers_from_the_segment_only);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

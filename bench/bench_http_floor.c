@@ -1,8 +1,8 @@
 /*
- * http_floor.c - the floor of make bench-http: a bare libmicrohttpd server
- * set up as carmy-gateway's listeners are (epoll, a pool of polling
- * threads), that reads each request's body and answers one fixed JSON
- * body. No JSON, no identity, no carmyd: what HTTP alone costs here. It
+ * bench_http_floor.c - the floor of make bench-http: a bare libmicrohttpd
+ * server set up as carmy-gateway's listeners are (epoll, a pool of
+ * polling threads), that reads each request's body and answers one fixed
+ * JSON body. No JSON, no identity, no carmyd: what HTTP alone costs here. It
  * is also the upstream of the url tool the benchmark calls.
  *
  *   bench-http-floor PORT [THREADS]
