@@ -41,7 +41,7 @@
  * (1 to JOURNAL_FLIGHT_MAX), read when the store opens. */
 #define JOURNAL_FLIGHT_ENV "CARMY_JOURNAL_FLIGHT"
 #define JOURNAL_FLIGHT_MAX 4
-#define JOURNAL_FLIGHT_DEFAULT 2
+#define JOURNAL_FLIGHT_DEFAULT 1
 
 /* ---------------------------------------------------------------- types */
 

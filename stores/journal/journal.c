@@ -18,7 +18,7 @@
  * Group commit. A batch is everything queued: it goes out with one pwrite()
  * at the place it reserved in the file and is made durable with one
  * fdatasync(), then every request's done() is called. Up to depth batches
- * (CARMY_JOURNAL_FLIGHT, 2 by default) are in flight at once, each written
+ * (CARMY_JOURNAL_FLIGHT, 1 by default) are in flight at once, each written
  * and flushed by a thread of its own, so the next batch is written while
  * the one before it waits for the disk. They are answered strictly in
  * file order: a batch whose flush returns first waits for the ones before

@@ -1116,14 +1116,20 @@ static void *burst_thread(void *arg)
 	return NULL;
 }
 
-START_TEST(test_concurrent_requests_are_all_recorded)
+/* With one batch in flight at a time, and with as many as 4 side by side
+ * (CARMY_JOURNAL_FLIGHT). */
+static void concurrent_requests(const char *flight)
 {
 	char *dir = temp_dir();
 	struct burst b[4];
 	pthread_t t[4];
-	struct seen s = { 0 };
-	void *st = open_journal(dir);
+	static struct seen s;
+	void *st;
 
+	memset(&s, 0, sizeof(s));
+	ck_assert_int_eq(setenv("CARMY_JOURNAL_FLIGHT", flight, 1), 0);
+	st = open_journal(dir);
+	ck_assert_int_eq(unsetenv("CARMY_JOURNAL_FLIGHT"), 0);
 	for (int i = 0; i < 4; i++) {
 		b[i] = (struct burst){ st, i * 50 };
 		ck_assert_int_eq(pthread_create(&t[i], NULL, burst_thread,
@@ -1144,6 +1150,12 @@ START_TEST(test_concurrent_requests_are_all_recorded)
 		ck_assert_int_eq(s.e[i].state, CARMY_STORE_COMPLETED);
 	rm_rf(dir);
 	free(dir);
+}
+
+START_TEST(test_concurrent_requests_are_all_recorded)
+{
+	concurrent_requests("1");
+	concurrent_requests("4");
 }
 END_TEST
 
