@@ -105,11 +105,11 @@ static uint32_t rec_len(const uint8_t *p);
 /* ---------------------------------------------------------------- compaction */
 
 /*
- * The token's holder is done (a batch, or the compactor's switch): with
- * j->lock held, publish where durable records end (the compactor copies
- * up to there without the token), give the token back, and see whether
- * the journal should be compacted: two comparisons, so it is done after
- * every batch.
+ * A batch was answered, or the compactor is done switching: with j->lock
+ * held, by the one answering batches (or the token's holder, nothing in
+ * flight), publish where durable records end (the compactor copies up to
+ * there without the token) and see whether the journal should be
+ * compacted: two comparisons, so it is done after every batch.
  */
 void jnl_batch_done(struct jnl *j)
 {
@@ -117,9 +117,6 @@ void jnl_batch_done(struct jnl *j)
 	j->pub_records = j->nrec;
 	if (jnl_needs_compaction(j))
 		start_compaction(j);
-	j->flushing = false;
-	if (j->want_token)
-		pthread_cond_signal(&j->idle);
 }
 
 /*
@@ -255,7 +252,7 @@ static void *compactor(void *arg)
  *     over. A commit acknowledged after that is in the new file, and the
  *     rename is durable before it.
  *
- * So commits wait, at most, for the batch in flight plus step 3: copying
+ * So commits wait, at most, for the batches in flight plus step 3: copying
  * what was committed during the last round of step 2 (less than
  * JOURNAL_CATCHUP_MIN, unless commits outran the copying for all
  * JOURNAL_CATCHUP_ROUNDS rounds), an fsync of that, a rename and an fsync
@@ -628,12 +625,21 @@ static void switch_to(struct jnl *j, struct jcompact *c)
 	j->seq = c->seq;
 	j->end = c->end;
 	j->size = c->size > c->end ? c->size : c->end;
+	j->wseq = j->seq;
+	j->wend = j->end;
 	j->nrec = c->records;
 	j->retry_at = 0;	/* a failure's back-off ends with a success */
 	jidx_free(&j->ix);
 	j->ix = c->ix;
 	c->ix = (struct jidx){ .fd = -1 };
 	jnl_unmap_file(j);	/* recovery's mapping was of the old file */
+	/* Batches flush through descriptions of their own: of the new
+	 * file from now on (at start, the writers open them). */
+	if (j->started) {
+		pthread_mutex_lock(&j->lock);	/* depth is the writers' */
+		jnl_open_flights(j);
+		pthread_mutex_unlock(&j->lock);
+	}
 }
 
 /*
@@ -747,14 +753,14 @@ static void reseal(uint8_t *p, uint64_t seq, uint64_t salt, uint64_t off)
 	jnl_rec_seal(p, off, salt);
 }
 
-/* The compactor takes the token to switch files: it waits for the batch in
- * flight only, since want_token keeps the writer and submit from starting
- * another. */
+/* The compactor takes the token to switch files: it waits for the batches
+ * in flight only, since want_token keeps the writers and submit from
+ * starting another. */
 static void token_take(struct jnl *j)
 {
 	pthread_mutex_lock(&j->lock);
 	j->want_token = true;
-	while (j->flushing)
+	while (j->flushing || j->inflight > 0)
 		pthread_cond_wait(&j->idle, &j->lock);
 	j->want_token = false;
 	j->flushing = true;
@@ -766,6 +772,7 @@ static void token_take(struct jnl *j)
 static void token_lend(struct jnl *j)
 {
 	pthread_mutex_lock(&j->lock);
+	j->flushing = false;
 	jnl_batch_done(j);
 	pthread_cond_broadcast(&j->wake);
 	pthread_mutex_unlock(&j->lock);
@@ -787,6 +794,7 @@ static void token_give(struct jnl *j, int rc, const struct jcompact *c,
 		j->stats.last_old_end = c->old_end;
 		j->stats.last_new_end = c->end;
 	}
+	j->flushing = false;
 	jnl_batch_done(j);
 	pthread_cond_broadcast(&j->wake);
 	pthread_mutex_unlock(&j->lock);

@@ -146,6 +146,60 @@ int jnl_create_file(struct jnl *j, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Each batch in flight flushes through an open file description of its
+ * own: the kernel reports a failed write-back once to each description,
+ * so with two flushes running through one, the one that returned first
+ * could miss an error the other took and answer a batch that is not on
+ * the disk. Slot 0 flushes through j->fd; the others open the journal
+ * again by its name in the directory (carmyd's own, holding the journal's
+ * lock: a compaction renames over it only while nothing is in flight, and
+ * opens these again after), and must find the same file. One that cannot
+ * leaves fewer slots (j->depth), with a warning.
+ */
+void jnl_open_flights(struct jnl *j)
+{
+	struct stat st, again;
+	int k;
+
+	jnl_close_flights(j);
+	j->flight[0].fd = j->fd;
+	if (fstat(j->fd, &st) != 0) {
+		j->depth = 1;
+		return;
+	}
+	for (k = 1; k < j->depth; k++) {
+		int fd = openat(j->dir_fd, JOURNAL_FILE, O_RDWR | O_NOFOLLOW |
+				O_CLOEXEC | O_NONBLOCK);
+		int e = errno;
+
+		if (fd >= 0 && fstat(fd, &again) == 0 &&
+		    again.st_dev == st.st_dev && again.st_ino == st.st_ino) {
+			j->flight[k].fd = fd;
+			continue;
+		}
+		if (fd >= 0) {
+			close(fd);
+			e = ESTALE;
+		}
+		log_warn("journal %s: cannot open it again (%s): %d batch%s "
+			 "in flight at most", j->path, strerror(e), k,
+			 k == 1 ? "" : "es");
+		break;
+	}
+	j->depth = k;
+}
+
+void jnl_close_flights(struct jnl *j)
+{
+	for (int k = 1; k < JOURNAL_FLIGHT_MAX; k++) {
+		if (j->flight[k].fd >= 0)
+			close(j->flight[k].fd);
+		j->flight[k].fd = -1;
+	}
+	j->flight[0].fd = -1;	/* j->fd, closed with the store */
+}
+
 /* Map the file's records for load(), after a compaction at start replaced
  * the file recovery had mapped. */
 int jnl_map_file(struct jnl *j)

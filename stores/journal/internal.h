@@ -37,6 +37,11 @@
 #define JOURNAL_V1 "journal.v1"	/* a format 1 file, kept once upgraded */
 #define JOURNAL_VERSION JOURNAL_VERSION_NOW
 #define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */
+/* Batches written and not yet answered, at most: CARMY_JOURNAL_FLIGHT
+ * (1 to JOURNAL_FLIGHT_MAX), read when the store opens. */
+#define JOURNAL_FLIGHT_ENV "CARMY_JOURNAL_FLIGHT"
+#define JOURNAL_FLIGHT_MAX 4
+#define JOURNAL_FLIGHT_DEFAULT 1
 
 /* ---------------------------------------------------------------- types */
 
@@ -81,33 +86,69 @@ struct jhook {
 	void *arg;
 };
 
+/*
+ * One batch from the moment its place in the file is reserved until it is
+ * answered. Batches are answered in file order: one whose flush returns
+ * before an older one's waits for it. Each slot flushes through an open
+ * file description of its own (fd), so that a write-back error is
+ * reported to every flush that follows it, not only to the first of two
+ * running at once (the kernel reports it once per description).
+ */
+struct jflight {
+	struct carmy_store_req *reqs;	/* its requests, in order */
+	uint8_t *buf;		/* its records, sealed */
+	size_t cap;
+	size_t len;		/* bytes of records */
+	uint64_t off;		/* where they go in the file */
+	uint64_t first;		/* the first one's sequence number */
+	uint64_t n;		/* records */
+	int fd;			/* the file, opened for this slot */
+	int rc;			/* how its write and flush went */
+	bool busy;		/* reserved and not yet answered */
+	bool flushed;		/* written and flushed, or failed (rc) */
+	struct jflight *next;	/* the next younger batch in flight */
+};
+
 struct jnl {
 	int fd;
 	int dir_fd;
 	char path[4096];
 	uint64_t salt;
-	uint64_t end;		/* where the next record goes */
-	uint64_t size;		/* bytes in the file, zeros after end */
-	uint64_t seq;		/* of the last record written */
-	uint64_t nrec;		/* records in the file */
+	uint64_t end;		/* where the answered records end */
+	uint64_t size;		/* bytes in the file, zeros after its records */
+	uint64_t seq;		/* of the last record answered */
+	uint64_t nrec;		/* records in the file, answered */
 	int broken;		/* -errno once a write or flush failed */
 
-	pthread_t writer;
+	pthread_t writers[JOURNAL_FLIGHT_MAX + 1];
+	int nwriters;
 	bool started;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	struct carmy_store_req *head, **tail;	/* queued, oldest first */
-	/* The token: whoever set it (under lock) is the only thread that
-	 * writes the file, and owns fd, salt, end, size, seq, nrec, buf and
-	 * (unless compacting) ix until it clears it, in jnl_batch_done(). A
-	 * batch holds it while it is written and flushed; the compactor
-	 * while it switches files. */
+	/*
+	 * Batches in flight (under lock): each reserves its bytes and
+	 * numbers at wend and wseq, is written and flushed by the thread
+	 * that took it, and is answered in file order by whoever holds
+	 * acking, which also owns end, seq, nrec, alone and the counters
+	 * (under lock) and, unless compacting, ix.
+	 */
+	struct jflight flight[JOURNAL_FLIGHT_MAX];
+	int depth;		/* slots in use: batches in flight at most */
+	int inflight;		/* slots reserved and not yet answered */
+	struct jflight *oldest, **youngest;	/* in flight, in file order */
+	bool acking;
+	uint64_t wend;		/* where the next batch goes */
+	uint64_t wseq;		/* the last sequence number handed out */
+	/* The token: whoever set it (under lock) has the file to itself: no
+	 * batch starts meanwhile. A batch that must grow the file holds it
+	 * while it grows it (the batches in flight write below j->size);
+	 * the compactor while it switches files, once nothing is in
+	 * flight: it owns fd, salt, end, size, seq, nrec and ix then. */
 	bool flushing;
 	bool alone;		/* the last batch held one record */
 	bool stopping;
 
-	uint8_t *buf;		/* the batch being written */
-	size_t cap;
 	uint64_t flushes;	/* batches made durable, and their records */
 	uint64_t records;
 	bool readonly;		/* journal_check(): read, never cut */
@@ -174,7 +215,9 @@ struct jrec_head {
 	uint8_t jr_mark;	/* JREC_MARK */
 	uint16_t jr_pad;
 	uint64_t jr_seq;	/* one more than the record before */
-	uint64_t jr_batch;	/* jr_seq of its batch's first record */
+	uint64_t jr_batch;	/* the first record not yet durable when it
+				 * was written: its batch's first, or an
+				 * earlier one still in flight */
 	uint32_t jr_light;	/* light pieces, | JREC_MARK << 24 */
 	uint32_t jr_check;	/* CRC-32C of the salt, then the head above */
 };
@@ -285,6 +328,12 @@ int jnl_open_file(int dir_fd, const char *path, const char *name, int flags,
 void jnl_make_head(struct jfile_head *h);
 /* Create an empty journal at j->path, crash-safe: jnl_open() */
 int jnl_create_file(struct jnl *j, char *err, size_t errlen);
+/* Open the file again for each slot of j->flight past the first (which
+ * flushes through j->fd); fewer slots (j->depth) if it cannot: the writers'
+ * start, switch_to() */
+void jnl_open_flights(struct jnl *j);
+/* Close what jnl_open_flights() opened: jnl_close(), switch_to() */
+void jnl_close_flights(struct jnl *j);
 /* Map the records at j->map: jnl_load(), after a compaction at start */
 int jnl_map_file(struct jnl *j);
 /* Drop j->map, if any: jnl_load(), jnl_close(), switch_to(), the upgrade */

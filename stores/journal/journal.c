@@ -15,19 +15,26 @@
  * once fdatasync() has returned after it was written, so an acknowledged
  * reservation or result survives a power loss.
  *
- * Group commit. One batch is written at a time: everything queued goes out
- * with one pwrite() and is made durable with one fdatasync(), then every
- * request's done() is called. While a batch waits for the disk, new
- * requests pile up and go out together in the next one, so the cost of a
- * flush is shared by as many clients as are waiting: throughput grows with
- * concurrency instead of being one flush per call. Batches are written by
- * the journal's own thread, except when requests come one at a time (the
- * last batch held one record), none is in flight and the caller has no
- * other in hand (no CARMY_STORE_MORE): then the thread that submits it
- * writes it at once, since on these VMs handing a request to another
- * thread and back costs two wake-ups, a third of a flush. Under load that
- * would stall an event loop for a flush while its other clients wait, so
- * it is not done then.
+ * Group commit. A batch is everything queued: it goes out with one pwrite()
+ * at the place it reserved in the file and is made durable with one
+ * fdatasync(), then every request's done() is called. Up to depth batches
+ * (CARMY_JOURNAL_FLIGHT, 1 by default) are in flight at once, each written
+ * and flushed by a thread of its own, so the next batch is written while
+ * the one before it waits for the disk. They are answered strictly in
+ * file order: a batch whose flush returns first waits for the ones before
+ * it, so nothing is answered before every record ahead of it is durable,
+ * and a batch behind a failed one fails too. While batches wait for the
+ * disk, new requests pile up and go out together in the next one, so the
+ * cost of a flush is shared by as many clients as are waiting. Each
+ * record's batch field names the first record that was not yet durable
+ * when it was written (recovery's proof of what was acknowledged, see
+ * docs/journal.md). Batches are written by the journal's own threads,
+ * except when requests come one at a time (the last batch held one
+ * record), none is in flight and the caller has no other in hand (no
+ * CARMY_STORE_MORE): then the thread that submits it writes it at once,
+ * since on these VMs handing a request to another thread and back costs
+ * two wake-ups, a third of a flush. Under load that would stall an event
+ * loop for a flush while its other clients wait, so it is not done then.
  *
  * The file grows ahead of its records in flushed chunks of zeros
  * (jnl_grow_file()), so that the fdatasync() of a commit writes data
@@ -65,11 +72,21 @@ const struct carmy_store_ops journal_store_ops = {
 };
 
 static void *writer(void *arg);
+static bool can_start(const struct jnl *j);
+static void start_writers(struct jnl *j);
 static void write_batch(struct jnl *j);
 static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp);
-static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len);
-static void index_batch(struct jnl *j, uint64_t off, size_t len);
+static struct jflight *take_slot(struct jnl *j);
+static int grow(struct jnl *j, struct jflight *b, size_t len);
+static void reserve(struct jnl *j, struct jflight *b,
+		    struct carmy_store_req *batch, size_t len, int rc);
+static int write_flight(struct jnl *j, struct jflight *b, uint64_t floor);
+static void answer(struct jnl *j);
+static void settle(struct jnl *j, const struct jflight *b);
+static void token_free(struct jnl *j);
+static void index_batch(struct jnl *j, const struct jflight *b);
 static void fail_closed(struct jnl *j, int rc);
+static int flight_env(void);
 static struct jnl *new_store(void);
 static int open_journal(struct jnl *j, uid_t uid, char *err, size_t errlen);
 static int lock_journal(struct jnl *j, char *err, size_t errlen);
@@ -96,6 +113,7 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 		return -ENOMEM;
 	j->alone = true;
 	j->compact_min = jnl_compact_min_env();
+	j->depth = flight_env();
 	uid = geteuid();
 	rc = open_dir(j, args, true, &uid, err, errlen);
 	if (rc == 0)
@@ -114,6 +132,8 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 	}
 	j->durable_end = j->end;
 	j->pub_records = j->nrec;
+	j->wend = j->end;
+	j->wseq = j->seq;
 	*store = j;
 	return 0;
 }
@@ -153,17 +173,9 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 	int broken;
 
 	pthread_mutex_lock(&j->lock);
+	if (!j->started)
+		start_writers(j);
 	broken = __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE);
-	if (broken == 0 && !j->started) {
-		/* The first request starts the writer: open and load ran
-		 * single-threaded, before any thread. */
-		int err = pthread_create(&j->writer, NULL, writer, j);
-
-		if (err != 0)
-			broken = -err;
-		else
-			j->started = true;
-	}
 	if (broken != 0) {
 		pthread_mutex_unlock(&j->lock);
 		req->done(req, broken);
@@ -178,12 +190,13 @@ static void jnl_submit(void *store, struct carmy_store_req *req)
 	 * with one loop the requests behind it would never meet in a
 	 * batch: 4,400 cycles a second for 64 clients instead of 48,500
 	 * (README, Performance). */
-	if (!j->flushing && !j->want_token && j->alone && j->head == req &&
+	if (j->inflight == 0 && can_start(j) && j->alone && j->head == req &&
 	    !(req->flags & CARMY_STORE_MORE))
 		write_batch(j);
-	/* The writer: for this request, for what queued up meanwhile, or
-	 * to stop (glibc makes this free when nobody waits). */
-	pthread_cond_signal(&j->wake);
+	/* A writer: for this request, or for what queued up meanwhile
+	 * (glibc makes this free when nobody waits). */
+	if (can_start(j))
+		pthread_cond_signal(&j->wake);
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -198,11 +211,11 @@ static void jnl_close(void *store)
 		return;
 	pthread_mutex_lock(&j->lock);
 	j->stopping = true;
-	pthread_cond_signal(&j->wake);
+	pthread_cond_broadcast(&j->wake);
 	pthread_cond_signal(&j->compact_wake);
 	pthread_mutex_unlock(&j->lock);
-	if (j->started)
-		pthread_join(j->writer, NULL);
+	for (int k = 0; k < j->nwriters; k++)
+		pthread_join(j->writers[k], NULL);
 	if (j->compactor_started)
 		pthread_join(j->compactor, NULL);
 	if (j->flushes > 0)
@@ -214,7 +227,9 @@ static void jnl_close(void *store)
 			 (unsigned long long)j->stats.compactions);
 	jnl_unmap_file(j);
 	jidx_free(&j->ix);
-	free(j->buf);
+	jnl_close_flights(j);
+	for (int k = 0; k < JOURNAL_FLIGHT_MAX; k++)
+		free(j->flight[k].buf);
 	if (j->fd >= 0)
 		close(j->fd);
 	if (j->dir_fd >= 0)
@@ -316,6 +331,10 @@ static struct jnl *new_store(void)
 		return NULL;
 	j->fd = j->dir_fd = j->ix.fd = -1;
 	j->tail = &j->head;
+	for (int k = 0; k < JOURNAL_FLIGHT_MAX; k++)
+		j->flight[k].fd = -1;
+	j->youngest = &j->oldest;
+	j->depth = 1;
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->wake, NULL);
 	pthread_cond_init(&j->compact_wake, NULL);
@@ -674,48 +693,119 @@ static int open_dir(struct jnl *j, const char *dir, bool create, uid_t *uid,
 
 /* ---------------------------------------------------------------- writer */
 
-/* Write the batches that queue up behind one in flight. */
+/* How many batches may be in flight: CARMY_JOURNAL_FLIGHT, 1 to
+ * JOURNAL_FLIGHT_MAX (anything else: the default). */
+static int flight_env(void)
+{
+	const char *v = getenv(JOURNAL_FLIGHT_ENV);
+	char *end;
+	long n;
+
+	if (v == NULL || *v == '\0')
+		return JOURNAL_FLIGHT_DEFAULT;
+	n = strtol(v, &end, 10);
+	if (*end != '\0' || n < 1 || n > JOURNAL_FLIGHT_MAX) {
+		log_warn("%s=%s is not a number from 1 to %d: %d batches in "
+			 "flight", JOURNAL_FLIGHT_ENV, v, JOURNAL_FLIGHT_MAX,
+			 JOURNAL_FLIGHT_DEFAULT);
+		return JOURNAL_FLIGHT_DEFAULT;
+	}
+	return (int)n;
+}
+
+/* May a batch start now? With j->lock held. The compactor asking for the
+ * token goes first: it only waits for the batches in flight. */
+static bool can_start(const struct jnl *j)
+{
+	return j->head != NULL && !j->flushing && !j->want_token &&
+	       j->inflight < j->depth;
+}
+
+/*
+ * At the first request (open and load ran single-threaded, before any
+ * thread), with j->lock held: the slots' own descriptions of the file,
+ * and a writer per slot and one more, so that a batch can start while
+ * one writer answers the batches before it. One writer is enough to go
+ * on with (fewer batches in flight); none fails every request.
+ */
+static void start_writers(struct jnl *j)
+{
+	int want;
+
+	j->started = true;
+	jnl_open_flights(j);
+	want = j->depth > 1 ? j->depth + 1 : 1;
+	while (j->nwriters < want) {
+		int err = pthread_create(&j->writers[j->nwriters], NULL,
+					 writer, j);
+
+		if (err != 0) {
+			if (j->nwriters == 0)
+				fail_closed(j, -err);
+			else if (j->depth > j->nwriters)
+				j->depth = j->nwriters;
+			break;
+		}
+		j->nwriters++;
+	}
+}
+
+/* Write the batches that queue up while others are in flight. */
 static void *writer(void *arg)
 {
 	struct jnl *j = arg;
 
 	pthread_mutex_lock(&j->lock);
 	for (;;) {
-		/* The compactor asking for the token goes first: it only
-		 * waits for the batch in flight. */
-		while ((j->head == NULL || j->flushing || j->want_token) &&
-		       !j->stopping)
+		while (!can_start(j) && !(j->stopping && j->head == NULL))
 			pthread_cond_wait(&j->wake, &j->lock);
-		if (j->head == NULL || j->flushing || j->want_token) {
-			if (j->head == NULL && !j->flushing)
-				break;	/* stopping, nothing left */
-			pthread_cond_wait(&j->wake, &j->lock);
-			continue;
-		}
+		if (j->head == NULL)
+			break;	/* stopping, nothing left */
 		write_batch(j);
-		pthread_cond_broadcast(&j->wake);
 	}
 	pthread_mutex_unlock(&j->lock);
 	return NULL;
 }
 
-/* Take the next batch and write it, as the one thread flushing: called and
- * returns with j->lock held, which it lets go while the batch is written. */
+/*
+ * Take the next batch, reserve its place in the file, write and flush it,
+ * and answer what is flushed in file order (this batch, if nothing before
+ * it is still in flight). Called, after can_start(), and returns with
+ * j->lock held, which it lets go while the batch is written.
+ */
 static void write_batch(struct jnl *j)
 {
-	struct carmy_store_req *batch;
+	struct jflight *b = take_slot(j);
 	size_t len;
+	struct carmy_store_req *batch = take_batch(j, &len);
+	int rc = __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE);
 
-	j->flushing = true;
-	batch = take_batch(j, &len);
-	pthread_mutex_unlock(&j->lock);
-	commit(j, batch, len);
-	pthread_mutex_lock(&j->lock);
-	jnl_batch_done(j);
+	if (rc == 0 && len > b->cap)	/* before its place is taken */
+		rc = jnl_buf_room(&b->buf, &b->cap, len);
+	/* Zeros after the records, always: a file whose records run closer
+	 * to its end than JREC_TAIL_MIN was cut short (recovery). */
+	if (rc == 0 && j->wend + len + JREC_TAIL_MIN > j->size)
+		rc = grow(j, b, len);
+	reserve(j, b, batch, len, rc);
+	if (can_start(j))
+		pthread_cond_signal(&j->wake);
+	if (rc == 0) {
+		/* Every record before the oldest unanswered one is durable;
+		 * recovery reads this in each record's batch field. */
+		uint64_t floor = j->seq + 1;
+
+		pthread_mutex_unlock(&j->lock);
+		rc = write_flight(j, b, floor);
+		pthread_mutex_lock(&j->lock);
+		if (rc != 0)
+			fail_closed(j, rc);
+		b->rc = rc;
+	}
+	b->flushed = true;
+	answer(j);
 }
 
-/* Take what is queued, up to about a batch's worth. With j->lock held, by
- * the one thread that set j->flushing. */
+/* Take what is queued, up to about a batch's worth. With j->lock held. */
 static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp)
 {
 	struct carmy_store_req *batch = j->head, *last = NULL;
@@ -737,61 +827,164 @@ static struct carmy_store_req *take_batch(struct jnl *j, size_t *lenp)
 	return batch;
 }
 
-/* Write batch (len bytes of records) and make it durable, then answer
- * every request in it, in order. Without j->lock: only the thread that set
- * j->flushing touches the file, the buffer and the sequence numbers. */
-static void commit(struct jnl *j, struct carmy_store_req *batch, size_t len)
+/* A free slot, counted in flight from now on. With j->lock held, after
+ * can_start(): there is one. */
+static struct jflight *take_slot(struct jnl *j)
 {
-	int rc = __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE);
+	struct jflight *b = j->flight;
 
-	if (rc == 0 && len > j->cap)
-		rc = jnl_buf_room(&j->buf, &j->cap, len);	/* this batch only */
-	/* Zeros after the records, always: a file whose records run closer
-	 * to its end than JREC_TAIL_MIN was cut short (recovery). */
-	if (rc == 0 && j->end + len + JREC_TAIL_MIN > j->size) {
-		rc = jnl_grow_file(j->fd, j->end, &j->size,
-				   len + JREC_TAIL_MIN);
-		/* Out of room fails this batch alone: the zeros written so
-		 * far are harmless, and j->size does not count them (the
-		 * next batch grows the file again, flushed, before it writes
-		 * into them). Anything else, EIO above all, may be a
-		 * write-back failure the kernel reports only once: fail
-		 * closed, as after a failed commit. */
-		if (rc != 0 && rc != -ENOSPC)
-			fail_closed(j, rc);
-	}
+	while (b->busy)
+		b++;
+	b->busy = true;
+	b->flushed = false;
+	b->rc = 0;
+	j->inflight++;
+	return b;
+}
+
+/*
+ * Grow the file so that len bytes fit after j->wend, with the zeros after
+ * them, holding the token: no batch starts meanwhile, and those in flight
+ * write below j->size. Through the slot's own description (its flush is
+ * the next to use it). Out of room fails this batch alone: the zeros
+ * written so far are harmless, and j->size does not count them (the next
+ * batch grows the file again, flushed, before it writes into them).
+ * Anything else, EIO above all, may be a write-back failure the kernel
+ * reports only once: fail closed, as after a failed commit. Called and
+ * returns with j->lock held.
+ */
+static int grow(struct jnl *j, struct jflight *b, size_t len)
+{
+	uint64_t size = j->size, end = j->wend;
+	int rc;
+
+	j->flushing = true;
+	pthread_mutex_unlock(&j->lock);
+	rc = jnl_grow_file(b->fd, end, &size, len + JREC_TAIL_MIN);
+	pthread_mutex_lock(&j->lock);
+	j->flushing = false;
+	if (rc == 0)
+		j->size = size;
+	else if (rc != -ENOSPC)
+		fail_closed(j, rc);
+	token_free(j);
+	return rc;
+}
+
+/* Give the batch (len bytes of records) its place in the file and its
+ * sequence numbers, after the batches in flight, and queue it to be
+ * answered after them. A batch that failed before (rc) takes no place. */
+static void reserve(struct jnl *j, struct jflight *b,
+		    struct carmy_store_req *batch, size_t len, int rc)
+{
+	b->reqs = batch;
+	b->off = j->wend;
+	b->first = j->wseq + 1;
+	b->len = 0;
+	b->n = 0;
 	if (rc == 0) {
-		uint64_t first = j->seq + 1;
-		size_t at = 0;
-
-		for (struct carmy_store_req *r = batch; r != NULL; r = r->next) {
-			size_t n = jnl_rec_size(r);
-
-			j->seq++;
-			jnl_rec_put(r, j->seq, first, j->salt, j->end + at,
-				    j->buf + at, n);
-			at += n;
-		}
-		rc = jnl_write_all(j->fd, j->buf, len, j->end);
-		if (rc == 0 && fdatasync(j->fd) != 0)
-			rc = -errno;
-		if (rc == 0) {
-			index_batch(j, j->end, len);
-			j->end += len;
-			j->alone = j->seq + 1 - first == 1;
-			j->flushes++;
-			j->records += (uint64_t)(j->seq + 1 - first);
-			j->nrec += (uint64_t)(j->seq + 1 - first);
-		} else {
-			fail_closed(j, rc);
-		}
+		for (struct carmy_store_req *r = batch; r != NULL; r = r->next)
+			b->n++;
+		b->len = len;
+		j->wend += len;
+		j->wseq += b->n;
+	} else {
+		b->rc = rc;
 	}
-	while (batch != NULL) {
-		struct carmy_store_req *next = batch->next;
+	b->next = NULL;
+	*j->youngest = b;
+	j->youngest = &b->next;
+}
 
-		batch->done(batch, rc);
-		batch = next;
+/* Seal the batch's records at their place, each naming floor as the first
+ * record not yet durable, write them and flush, through the slot's own
+ * description. Without j->lock: the slot and its place are this
+ * thread's, and salt changes only while nothing is in flight. */
+static int write_flight(struct jnl *j, struct jflight *b, uint64_t floor)
+{
+	uint64_t seq = b->first;
+	size_t at = 0;
+	int rc;
+
+	for (struct carmy_store_req *r = b->reqs; r != NULL; r = r->next) {
+		size_t n = jnl_rec_size(r);
+
+		jnl_rec_put(r, seq++, floor, j->salt, b->off + at, b->buf + at,
+			    n);
+		at += n;
 	}
+	rc = jnl_write_all(b->fd, b->buf, b->len, b->off);
+	if (rc == 0 && fdatasync(b->fd) != 0)
+		rc = -errno;
+	return rc;
+}
+
+/*
+ * Answer the flushed batches at the front of the line, oldest first,
+ * stopping at the first still in flight: by each thread whose batch is
+ * flushed, one at a time (acking), so done() is called in file order and
+ * never before every batch ahead is durable. A batch behind a failed one
+ * fails with it (j->broken): its records follow ones that may not be on
+ * the disk. Its slot is free before its requests are answered, so the
+ * next batch can start meanwhile. Called and returns with j->lock held.
+ */
+static void answer(struct jnl *j)
+{
+	while (!j->acking && j->oldest != NULL && j->oldest->flushed) {
+		struct jflight *b = j->oldest;
+		struct carmy_store_req *reqs = b->reqs;
+		int rc = b->rc != 0 ? b->rc :
+			 __atomic_load_n(&j->broken, __ATOMIC_ACQUIRE);
+		bool index = rc == 0 && !j->compacting && !j->no_index;
+
+		j->acking = true;
+		j->oldest = b->next;
+		if (j->oldest == NULL)
+			j->youngest = &j->oldest;
+		if (index) {
+			pthread_mutex_unlock(&j->lock);
+			index_batch(j, b);
+			pthread_mutex_lock(&j->lock);
+		}
+		if (rc == 0)
+			settle(j, b);
+		jnl_batch_done(j);
+		b->reqs = NULL;
+		b->busy = false;
+		j->inflight--;
+		token_free(j);
+		pthread_mutex_unlock(&j->lock);
+		while (reqs != NULL) {
+			struct carmy_store_req *next = reqs->next;
+
+			reqs->done(reqs, rc);
+			reqs = next;
+		}
+		pthread_mutex_lock(&j->lock);
+		j->acking = false;
+	}
+}
+
+/* A batch made durable is the journal's: where its records end, their
+ * number, and the counters. By the one answering it, j->lock held. */
+static void settle(struct jnl *j, const struct jflight *b)
+{
+	j->end = b->off + b->len;
+	j->seq = b->first + b->n - 1;
+	j->nrec += b->n;
+	j->records += b->n;
+	j->flushes++;
+	j->alone = b->n == 1;
+}
+
+/* A slot or the token was given back (j->lock held): the compactor waiting
+ * for the file to itself, or a writer, may go on. */
+static void token_free(struct jnl *j)
+{
+	if (j->want_token && !j->flushing && j->inflight == 0)
+		pthread_cond_signal(&j->idle);
+	else if (can_start(j))
+		pthread_cond_signal(&j->wake);
 }
 
 /* After a failed write or flush nothing in the page cache can be trusted
@@ -804,22 +997,21 @@ static void fail_closed(struct jnl *j, int rc)
 }
 
 /*
- * Keep the index up to date with a batch just made durable at off (its
- * bytes still in j->buf). Not while compacting: the compactor owns the
- * index then, and takes these records from the file when it switches (or
- * gives up). An index that missed a record would let a compaction drop
- * an execution, so once one is missed there is no online compaction.
+ * Keep the index up to date with a batch just made durable (its bytes
+ * still in its slot), by the one answering it. Not while compacting: the
+ * compactor owns the index then, and takes these records from the file
+ * when it switches (or gives up). An index that missed a record would let
+ * a compaction drop an execution, so once one is missed there is no
+ * online compaction.
  */
-static void index_batch(struct jnl *j, uint64_t off, size_t len)
+static void index_batch(struct jnl *j, const struct jflight *b)
 {
-	if (j->compacting || j->no_index)
-		return;
-	for (size_t at = 0; at < len;) {
+	for (size_t at = 0; at < b->len;) {
 		uint32_t n;
 		int rc;
 
-		memcpy(&n, j->buf + at, sizeof(n));
-		rc = jidx_record(&j->ix, j->buf + at, off + at);
+		memcpy(&n, b->buf + at, sizeof(n));
+		rc = jidx_record(&j->ix, b->buf + at, b->off + at);
 		if (rc != 0) {
 			jnl_lose_index(j, rc);
 			return;
@@ -827,4 +1019,3 @@ static void index_batch(struct jnl *j, uint64_t off, size_t len)
 		at += n;
 	}
 }
-

@@ -53,8 +53,10 @@ size_t jnl_rec_size(const struct carmy_store_req *req)
 	return (n + 7) / 8 * 8 + 8;
 }
 
-/* Write req's record, len bytes (jnl_rec_size), at p, as number seq of a
- * batch whose first is number batch, sealed with salt for file offset off. */
+/* Write req's record, len bytes (jnl_rec_size), at p, as number seq, with
+ * batch the first record not yet durable when it is written (its batch's
+ * first, or that of an earlier batch still in flight), sealed with salt
+ * for file offset off. */
 void jnl_rec_put(const struct carmy_store_req *req, uint64_t seq,
 		 uint64_t batch, uint64_t salt, uint64_t off, uint8_t *p,
 		 size_t len)

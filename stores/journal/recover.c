@@ -12,9 +12,11 @@
  * crash may be cut off there, and only what such a write can leave counts
  * as one: sectors of the last batch still holding the zeros the file grew
  * with, in a file never shorter than the zeros ahead of its records. A
- * bad record that cannot be that is damage, and so is one that a good
- * record of a later batch follows: the journal is refused rather than
- * cut, since cutting would lose acknowledged records.
+ * bad record that cannot be that is damage, and so is one followed by a
+ * good record written once the bad one was durable (its batch field says
+ * so): the journal is refused rather than cut, since cutting would lose
+ * acknowledged records. Good records of batches that were in flight
+ * beside the torn one go with the tail: none of them was answered.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -347,11 +349,15 @@ static bool torn_v1(const struct jnl *j, uint64_t off)
 }
 
 /*
- * A torn tail at off: records of the batch that was being written when
- * the crash came may have reached the disk out of order: they were never
- * acknowledged, and go with the tail. A good record of a later batch
- * proves the bad one was acknowledged (a batch is written only once the
- * one before it was flushed): then CARMY_ECORRUPT and a sentence.
+ * A torn tail at off: the records of the batches in flight when the crash
+ * came (up to CARMY_JOURNAL_FLIGHT of them, written side by side) may have
+ * reached the disk in any order, whole, in part or not at all: none of
+ * them was answered (batches are answered in file order, each after its
+ * flush and the ones before it), and they go with the tail, even whole
+ * ones after a hole. Each record's batch field is the first record that
+ * was not yet durable when it was written, so a good record further on
+ * whose batch field is past the bad one's number proves the bad one was
+ * durable, and maybe acknowledged: then CARMY_ECORRUPT and a sentence.
  */
 static int later_batches(const struct jnl *j, uint64_t off, rec_valid_fn valid,
 			 size_t rec_min, char *err, size_t errlen)
@@ -371,9 +377,9 @@ static int later_batches(const struct jnl *j, uint64_t off, rec_valid_fn valid,
 				break;
 		}
 		memcpy(&rh, j->map + p, sizeof(rh));
-		/* Only a head that could be one of ours is hashed: a later
-		 * sequence number, no more records than the bytes could
-		 * hold. Crafted bytes full of such heads could still cost a
+		/* Only a head that could prove something is hashed: written
+		 * once the bad record was durable, a later sequence number,
+		 * no more records than the bytes could hold. Crafted bytes full of such heads could still cost a
 		 * hash each: past a budget of 8x the file, the tail is
 		 * judged damaged (refused), never cut on a guess. */
 		if (rh.jr_batch <= j->seq + 1 || rh.jr_seq <= j->seq ||

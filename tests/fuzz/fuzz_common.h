@@ -257,6 +257,7 @@ enum {
 	FJ_SUBMIT = 0x10,	/* append an execution after recovery */
 	FJ_ACKED = 0x20,	/* with FJ_FLIP: 1-3 bits flipped in the
 				 * journal the store accepted and wrote */
+	FJ_HOLE = 0x40,		/* sectors of the records never written */
 };
 
 #endif /* CARMY_FUZZ_COMMON_H */

@@ -19,6 +19,10 @@
  *                with FJ_ACKED, not applied to the recipe but, once the
  *                store has accepted and rewritten the file, as 1 to 3
  *                bits (5, below)
+ *   [FJ_HOLE]    1 byte: the first of 1 to 8 sectors (512 bytes) of the
+ *                records to leave zeros (mod their sectors), 1 byte: how
+ *                many (mod 8, plus 1): a batch that never reached the
+ *                disk, or part of one, with later records whole after it
  *   then records, until the input ends:
  *     op         1 byte, as is (unknown ops included)
  *     back       1 byte: jr_batch = seq - back (and with FJ_LIE, jr_seq
@@ -34,6 +38,11 @@
  *     (nothing that may have been acknowledged is cut); opened, load()
  *     hands over every execution standing, each of which must be whole
  *     and sane, as many completed and unfinished as the check counted;
+ *     with FJ_HOLE (and neither FJ_FLIP nor FJ_LIE), the first record the
+ *     hole changed is where an accepted journal ends (every record before
+ *     it kept, none after it read), and a record left whole after it whose
+ *     batch field is past that one's number (written once it was durable,
+ *     so it may have been acknowledged) gets the file refused;
  *  3. with FJ_SUBMIT, a new execution is reserved and completed through
  *     submit(): acknowledged, so it must stand after a reopen;
  *  4. closed, checked again (no torn tail left, the same executions) and
@@ -86,23 +95,109 @@ static uint8_t fj_flip;
 
 #define FJ_EXEC_BYTE 0xee	/* FJ_SUBMIT's exec id: 16 of these */
 
+/* The records a recipe wrote, for FJ_HOLE's check. */
+#define FJ_RECS_MAX 32768
+static struct fj_rec {
+	uint64_t off, len;	/* in the file: what was written of it */
+	uint64_t seq, batch;
+	bool sealed;		/* whole as sealed, not cut short */
+} fj_recs[FJ_RECS_MAX];
+static size_t fj_nrecs;
+
+/* What FJ_HOLE's hole did: the first record it changed (at off, numbered
+ * seq), and whether a record it left whole proves that one durable. */
+static struct {
+	bool on;		/* a hole changed a record, and is checked */
+	uint64_t off, seq;
+	bool proved;
+} fj_hole;
+
 /* One store's view of what stands: how many, of which with a result, and
  * a digest of every byte load() handed over, independent of order. */
 struct standing {
 	uint64_t n, completed, digest;
 };
 
+/* A record the recipe wrote: len bytes of it at off. */
+static void note_rec(uint64_t off, uint64_t len, const struct jrec_head *rh,
+		     bool sealed)
+{
+	if (fj_nrecs < FJ_RECS_MAX)
+		fj_recs[fj_nrecs] = (struct fj_rec){ off, len, rh->jr_seq,
+						     rh->jr_batch, sealed };
+	fj_nrecs++;
+}
+
+/* Did zeroing [lo, hi) change the record r? Its bytes there were not all
+ * zeros already. */
+static bool hole_changes(const struct fj_rec *r, uint64_t lo, uint64_t hi)
+{
+	uint64_t a = r->off > lo ? r->off : lo;
+	uint64_t b = r->off + r->len < hi ? r->off + r->len : hi;
+
+	for (uint64_t p = a; p < b; p++)
+		if (file[p] != 0)
+			return true;
+	return false;
+}
+
+/*
+ * FJ_HOLE: sectors of the records (which end at end) left as the zeros
+ * the file grew with, as when a batch in flight never reached the disk
+ * and a later one did. With check, note the first record it changes, and
+ * whether a good record it leaves whole was written once that one was
+ * durable (its batch field is past that one's number), for the check
+ * after recovery.
+ */
+static void make_hole(const uint8_t hole[2], uint64_t end, bool check,
+		      uint64_t salt)
+{
+	uint64_t nsec = (end + JREC_SECTOR - 1) / JREC_SECTOR;
+	uint64_t lo = (hole[0] % nsec) * JREC_SECTOR;
+	uint64_t hi = lo + (1u + hole[1] % 8u) * JREC_SECTOR;
+	size_t first = SIZE_MAX;
+
+	if (lo < HEAD_SIZE)
+		lo = HEAD_SIZE;
+	if (hi > end)
+		hi = end;
+	if (lo >= hi || fj_nrecs > FJ_RECS_MAX)
+		check = false;
+	for (size_t i = 0; check && i < fj_nrecs; i++) {
+		const struct fj_rec *r = &fj_recs[i];
+
+		if (first == SIZE_MAX) {
+			if (hole_changes(r, lo, hi))
+				first = i;
+			continue;
+		}
+		if (r->sealed && !hole_changes(r, lo, hi) &&
+		    r->batch > fj_recs[first].seq &&
+		    jnl_rec_valid(salt, file + r->off, end - r->off, r->seq))
+			fj_hole.proved = true;
+	}
+	if (check && first != SIZE_MAX) {
+		fj_hole.on = true;
+		fj_hole.off = fj_recs[first].off;
+		fj_hole.seq = fj_recs[first].seq;
+	}
+	if (lo < hi)
+		memset(file + lo, 0, (size_t)(hi - lo));
+}
+
 /* Build the file from the recipe; returns its size. */
 static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 {
 	struct jfile_head h;
 	uint32_t flip_at = 0;
-	uint8_t flip = 0;
+	uint8_t flip = 0, hole[2] = { 0, 0 };
 	size_t at, in = 1;
 	uint64_t seq = 0;
 
 	/* A salt of its own, like every new journal, but the same one for
 	 * every input: a crash must replay the same way. */
+	fj_nrecs = 0;
+	memset(&fj_hole, 0, sizeof(fj_hole));
 	jnl_make_head(&h);
 	h.jf_salt = UINT64_C(0x5eed5a175eed5a17);
 	h.jf_check = XXH3_64bits(&h, offsetof(struct jfile_head, jf_check));
@@ -117,6 +212,13 @@ static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 	}
 	fj_flip_at = flip_at;
 	fj_flip = flip;
+	if (flags & FJ_HOLE) {
+		if (size < in + 2)
+			return at;
+		hole[0] = d[in];
+		hole[1] = d[in + 1];
+		in += 2;
+	}
 	while (in + 4 <= size) {
 		struct jrec_head rh;
 		uint16_t blen;
@@ -155,6 +257,7 @@ static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 				jnl_rec_seal(whole, at, h.jf_salt);
 				memcpy(file + at, whole, sizeof(rh));
 			}
+			note_rec(at, sizeof(rh) + n, &rh, false);
 			at += sizeof(rh) + n;
 			break;
 		}
@@ -162,9 +265,12 @@ static size_t build(const uint8_t *d, size_t size, uint8_t flags)
 		memcpy(file + at, &rh, sizeof(rh));
 		memcpy(file + at + sizeof(rh), d + in, blen);
 		jnl_rec_seal(file + at, at, h.jf_salt);
+		note_rec(at, len, &rh, true);
 		at += len;
 		in += blen;
 	}
+	if (flags & FJ_HOLE)
+		make_hole(hole, at, !(flags & (FJ_FLIP | FJ_LIE)), h.jf_salt);
 	if (flags & FJ_ZEROS) {
 		memset(file + at, 0, FJ_ZERO_TAIL);
 		at += FJ_ZERO_TAIL;
@@ -425,6 +531,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check = journal_check(dir, &rep, err, sizeof(err));
 	FUZZ_CHECK(check != 0 || rep.end <= n);
 	FUZZ_CHECK(check != 0 || rep.end + rep.torn <= n);
+	/* A hole: nothing after it read, nothing before it lost, and a proof
+	 * that it was durable refused. */
+	FUZZ_CHECK(!fj_hole.on || check != 0 || rep.end == fj_hole.off);
+	FUZZ_CHECK(!fj_hole.on || !fj_hole.proved || check != 0);
 	rc = journal_store_ops.open(dir, &store, err, sizeof(err));
 	FUZZ_CHECK((rc == 0) == (check == 0));
 	if (rc != 0) {

@@ -387,11 +387,16 @@ static void rput(struct recipe *r, const void *p, size_t n)
 	r->n += n;
 }
 
-/* One record: op, back (0: a batch of its own), the body's length, body. */
+/* The back of every record rrec() is given none for (0: each a batch of
+ * its own). */
+static uint8_t rback;
+
+/* One record: op, back (0: rback), the body's length, body. */
 static void rrec(struct recipe *r, uint8_t op, uint8_t back, const void *body,
 		 size_t blen)
 {
-	uint8_t h[4] = { op, back, (uint8_t)blen, (uint8_t)(blen >> 8) };
+	uint8_t h[4] = { op, back != 0 ? back : rback, (uint8_t)blen,
+			 (uint8_t)(blen >> 8) };
 
 	rput(r, h, sizeof(h));
 	rput(r, body, blen);
@@ -558,6 +563,27 @@ static void journal_seeds(void)
 	/* A call that keeps more than its whole length. */
 	rreserve_call(&r, 3, "p", "s", "r3", "t", "abcdef", 6, 2);
 	put("journal", "lying_sizes", r.b, r.n);
+
+	/* A hole (sector 2 never written) in 30 reservations, whole ones
+	 * after it: written while the ones before were in flight (each
+	 * one's batch field is the first record: accepted, cut at the
+	 * hole), or each once the one before was durable (refused). */
+	for (int beside = 0; beside < 2; beside++) {
+		uint8_t head[3] = { FJ_ZEROS | FJ_HOLE, 2, 0 };
+
+		r.n = 0;
+		rput(&r, head, sizeof(head));
+		for (int i = 1; i <= 30; i++) {
+			char id[16];
+
+			snprintf(id, sizeof(id), "req-%d", i);
+			rback = beside ? (uint8_t)(i - 1) : 0;
+			rreserve(&r, (uint8_t)i, "p", "s", id);
+		}
+		rback = 0;
+		put("journal", beside ? "hole_beside" : "hole_after", r.b,
+		    r.n);
+	}
 }
 
 int main(int argc, char **argv)
