@@ -57,7 +57,10 @@ struct bench_stats {
 	double ops_per_s;	/* ops / wall time of the slowest worker */
 	double median_us;
 	double p99_us;
-	double minflt_per_op;	/* minor page faults per op, timed loop */
+	double minflt_per_op;	/* page faults trapped per op, timed loop;
+				 * -1 if perf_event_open() is refused */
+	double mapped_per_op;	/* pages the kernel mapped in per op
+				 * (ru_minflt: faults and madvise() both) */
 	double csw_per_op;	/* context switches per op, timed loop */
 	int fail;		/* enum bench_fail of the first failing worker */
 	char msg[BENCH_MSG_MAX];

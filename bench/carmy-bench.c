@@ -41,6 +41,7 @@
 
 #include "carmy.h"
 #include "bench/bench_floor.h"
+#include "bench/bench_machine.h"
 #include "bench/bench_peer.h"
 #include "bench/bench_run.h"
 #include "shm/shm.h"
@@ -150,12 +151,38 @@ static void capacity_fail(const struct opts *o, const struct daemon_info *di,
 			  const char *what) __attribute__((noreturn));
 static void carmy_figure(struct bench_figure *f, enum fig which,
 			 struct carmy_fig *cf);
+/* The machine, so that a reader can tell a busy or slow one from a slow
+ * Carmy: busy time counts everyone's work, this bench's and carmyd's
+ * included (all of it on P CPUs when the bench runs P processes), so
+ * figures taken while it is well above that shared the CPUs. */
+static void print_machine(const struct bench_machine *mc)
+{
+	printf("machine: %s, %ld CPUs, Linux %s; load %.2f at the start",
+	       mc->model[0] ? mc->model : "unknown CPU", mc->nproc,
+	       mc->kernel[0] ? mc->kernel : "?", mc->load1);
+	if (mc->busy_pct >= 0)
+		printf("; during the run the CPUs were %.0f%% busy and %.1f%% "
+		       "stolen by the hypervisor", mc->busy_pct, mc->steal_pct);
+	printf("\n");
+}
+
+/* A figure's trapped page faults per op, or "n/a" when perf would not
+ * count them. */
+static const char *faults_str(const struct bench_stats *s, char *buf,
+			      size_t size)
+{
+	if (s->minflt_per_op < 0)
+		return "n/a";
+	snprintf(buf, size, "%.4f", s->minflt_per_op);
+	return buf;
+}
+
 static void print_table(const struct opts *o, const struct daemon_info *di,
-			double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
+			const struct bench_machine *mc, double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 			const bool ran[][MAX_PROC_COUNTS],
 			const struct rounds *rd);
 static void print_json(const struct opts *o, const struct daemon_info *di,
-		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
+		       const struct bench_machine *mc, double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 		       const bool ran[][MAX_PROC_COUNTS],
 		       const struct peer_results *pr, const struct rounds *rd);
 static const struct peer_backend *built_backend(enum peer_kind k);
@@ -199,6 +226,7 @@ int main(int argc, char **argv)
 	struct carmy_fig cf = { 0 };
 	struct daemon_info di = { 0 };
 	struct floor_echo echo = { .stop_fd = -1 };
+	struct bench_machine mc;
 	bool need_carmy = false, need_echo = false;
 	msgpack_sbuffer args;
 	struct opts o;
@@ -261,6 +289,7 @@ int main(int argc, char **argv)
 	 * machine, and the round with the median ops/s stands for the
 	 * figure. */
 	rd.n = o.rounds;
+	bench_machine_start(&mc);
 	for (int k = 0; k < o.nprocs; k++) {
 		for (int r = 0; r < o.rounds; r++) {
 			if (carmy_round(&o, k, r, &cf, &di, &echo, &rd) != 0)
@@ -272,12 +301,13 @@ int main(int argc, char **argv)
 		}
 		keep_medians(&o, k, &rd, st, ran, &pr);
 	}
+	bench_machine_end(&mc);
 	floor_echo_stop(&echo);
 	msgpack_sbuffer_destroy(&args);
 	if (o.json) {
-		print_json(&o, &di, timer_us, st, ran, &pr, &rd);
+		print_json(&o, &di, &mc, timer_us, st, ran, &pr, &rd);
 	} else {
-		print_table(&o, &di, timer_us, st, ran, &rd);
+		print_table(&o, &di, &mc, timer_us, st, ran, &rd);
 		print_peers(&o, st, ran, &pr, &rd);
 	}
 	return 0;
@@ -1236,12 +1266,13 @@ static int scaling_base(const struct opts *o, const bool ran[][MAX_PROC_COUNTS])
 }
 
 static void print_table(const struct opts *o, const struct daemon_info *di,
-			double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
+			const struct bench_machine *mc, double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 			const bool ran[][MAX_PROC_COUNTS],
 			const struct rounds *rd)
 {
 	int base = scaling_base(o, ran);
 	const char *sep = "\n";
+	char fb[24];
 
 	printf("carmy-bench: nproc %ld", nproc());
 	if (di->capacity != 0 || di->pid != 0)
@@ -1253,15 +1284,16 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 	       "first process is done); replay set %u; timer "
 	       "overhead %.3f µs (in every sample)\n",
 	       (unsigned long long)o->ops, o->replay_set, timer_us);
+	print_machine(mc);
 	if (o->rounds > 1)
 		printf("%d rounds of every figure, each round Carmy's and then "
 		       "its peers'; each line is the round with the median "
 		       "ops/s, each ratio the median of the rounds' ratios\n",
 		       o->rounds);
 	printf("\n");
-	printf("%-11s %5s %12s %10s %10s %9s %7s  %s\n", "figure", "procs",
-	       "ops/s", "median µs", "p99 µs", "faults/op", "csw/op",
-	       "median vs floor");
+	printf("%-11s %5s %12s %10s %10s %9s %9s %7s  %s\n", "figure",
+	       "procs", "ops/s", "median µs", "p99 µs", "faults/op",
+	       "mapped/op", "csw/op", "median vs floor");
 	for (int k = 0; k < o->nprocs; k++) {
 		for (int g = 0; g < FIG_COUNT; g++) {
 			const struct bench_stats *s = &st[g][k];
@@ -1269,9 +1301,10 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 
 			if (!ran[g][k])
 				continue;
-			printf("%-11s %5d %12.0f %10.3f %10.3f %9.3f %7.3f",
+			printf("%-11s %5d %12.0f %10.3f %10.3f %9s %9.3f %7.3f",
 			       s->name, s->procs, s->ops_per_s, s->median_us,
-			       s->p99_us, s->minflt_per_op, s->csw_per_op);
+			       s->p99_us, faults_str(s, fb, sizeof(fb)),
+			       s->mapped_per_op, s->csw_per_op);
 			if (r >= 0)
 				printf("  %.2fx %s", r, fig_names[fig_floor[g]]);
 			printf("\n");
@@ -1290,14 +1323,20 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 }
 
 static void print_json(const struct opts *o, const struct daemon_info *di,
-		       double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
+		       const struct bench_machine *mc, double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 		       const bool ran[][MAX_PROC_COUNTS],
 		       const struct peer_results *pr, const struct rounds *rd)
 {
 	int base = scaling_base(o, ran);
 	bool first = true;
+	char fb[24];
 
-	printf("{\"nproc\":%ld,", nproc());
+	printf("{\"nproc\":%ld,\"machine\":{\"model\":", nproc());
+	json_str(mc->model);
+	printf(",\"kernel\":");
+	json_str(mc->kernel);
+	printf(",\"load1\":%.2f,\"busy_pct\":%.1f,\"steal_pct\":%.1f},",
+	       mc->load1, mc->busy_pct, mc->steal_pct);
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
 		       "\"buckets\":%u,"
@@ -1324,12 +1363,14 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 				continue;
 			printf("%s{\"figure\":\"%s\",\"procs\":%d,\"ops\":%llu,"
 			       "\"ops_per_s\":%.0f,\"median_us\":%.3f,"
-			       "\"p99_us\":%.3f,\"faults_per_op\":%.4f,"
-			       "\"csw_per_op\":%.4f,",
+			       "\"p99_us\":%.3f,\"faults_per_op\":%s,"
+			       "\"mapped_per_op\":%.4f,\"csw_per_op\":%.4f,",
 			       first ? "" : ",", s->name, s->procs,
 			       (unsigned long long)s->ops, s->ops_per_s,
-			       s->median_us, s->p99_us, s->minflt_per_op,
-			       s->csw_per_op);
+			       s->median_us, s->p99_us,
+			       s->minflt_per_op < 0 ? "null" :
+				       faults_str(s, fb, sizeof(fb)),
+			       s->mapped_per_op, s->csw_per_op);
 			json_rounds(rd->carmy[g][k], rd->n);
 			putchar(',');
 			first = false;
@@ -1432,6 +1473,7 @@ static void print_peers(const struct opts *o,
 	};
 	double cyc[MAX_PROC_COUNTS], res[MAX_PROC_COUNTS], rep[MAX_PROC_COUNTS];
 	bool any = false;
+	char fb[24];
 
 	for (int p = 0; p < PEER_COUNT; p++)
 		any |= o->peer_where[p] != NULL;
@@ -1444,8 +1486,9 @@ static void print_peers(const struct opts *o,
 			       peer_kind_name((enum peer_kind)p),
 			       pr->cfg[p].settings,
 			       (unsigned long long)o->peer_ops[p]);
-	printf("\n%-13s %5s %12s %10s %10s %9s %7s\n", "figure", "procs",
-	       "ops/s", "median µs", "p99 µs", "faults/op", "csw/op");
+	printf("\n%-13s %5s %12s %10s %10s %9s %9s %7s\n", "figure", "procs",
+	       "ops/s", "median µs", "p99 µs", "faults/op", "mapped/op",
+	       "csw/op");
 	for (int p = 0; p < PEER_COUNT; p++) {
 		for (int k = 0; k < o->nprocs; k++) {
 			for (int op = 0; op < PEER_OP_COUNT; op++) {
@@ -1457,10 +1500,11 @@ static void print_peers(const struct opts *o,
 				snprintf(name, sizeof(name), "%s %s",
 					 peer_kind_name((enum peer_kind)p),
 					 s->name);
-				printf("%-13s %5d %12.0f %10.3f %10.3f %9.3f "
-				       "%7.3f\n", name, s->procs, s->ops_per_s,
-				       s->median_us, s->p99_us,
-				       s->minflt_per_op, s->csw_per_op);
+				printf("%-13s %5d %12.0f %10.3f %10.3f %9s "
+				       "%9.3f %7.3f\n", name, s->procs,
+				       s->ops_per_s, s->median_us, s->p99_us,
+				       faults_str(s, fb, sizeof(fb)),
+				       s->mapped_per_op, s->csw_per_op);
 			}
 		}
 	}

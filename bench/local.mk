@@ -6,6 +6,7 @@ bin_PROGRAMS += bench/carmy-bench
 bench_carmy_bench_SOURCES = bench/carmy-bench.c \
 	bench/bench_run.h bench/bench_run.c \
 	bench/bench_floor.h bench/bench_floor.c \
+	bench/bench_machine.h bench/bench_machine.c \
 	bench/bench_peer.h bench/bench_peer.c
 bench_carmy_bench_CFLAGS = $(AM_CFLAGS) $(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
 bench_carmy_bench_LDADD = libclient/libcarmy.la common/libcommon.la $(MSGPACK_LIBS) $(XXHASH_LIBS)

@@ -20,7 +20,7 @@ if HAVE_LIBPQ
 pkglib_LTLIBRARIES += stores/pg/carmy_store_pg.la
 stores_pg_carmy_store_pg_la_SOURCES = stores/pg/pg.h stores/pg/store_pg.c \
 	stores/pg/worker.c stores/pg/send.c stores/pg/read.c stores/pg/conn.c \
-	stores/pg/rows.c stores/pg/util.c
+	stores/pg/rows.c stores/pg/util.c stores/pg/wait.c
 stores_pg_carmy_store_pg_la_CFLAGS = $(AM_CFLAGS) $(LIBPQ_CFLAGS) -pthread
 stores_pg_carmy_store_pg_la_LDFLAGS = -module -avoid-version -shared
 stores_pg_carmy_store_pg_la_LIBADD = common/libcommon.la $(LIBPQ_LIBS) -lpthread

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -190,6 +191,8 @@ int harness_stop(struct carmyd_proc *d)
 		}
 		d->pid = 0;
 	}
+	/* A carmyd that had to be killed leaves its segment behind. */
+	shm_unlink(d->segment);
 	snprintf(lock, sizeof(lock), "%s.lock", d->socket);
 	unlink(lock);
 	unlink(d->socket);

@@ -23,6 +23,8 @@
 
 pg_cluster_tmp=
 pg_cluster_pid=
+pg_cluster_as=()
+pg_cluster_bin=
 pg_cluster_tick_fd=
 PG_CLUSTER_WHY=
 
@@ -95,26 +97,64 @@ pg_cluster_start()
 		pg_cluster_fail "initdb ($bindir) failed"
 		return 1
 	fi
-	(cd "$dir" && exec "${as[@]}" "$bindir/postgres" -D "$dir/data" \
-		-c listen_addresses= -c unix_socket_directories="$dir") \
+	pg_cluster_as=("${as[@]}")
+	pg_cluster_bin=$bindir
+	pg_cluster_run || return 1
+	export PG_CONNINFO="host=$dir user=carmy dbname=postgres"
+	return 0
+}
+
+# pg_cluster_run: start the server on the cluster made by pg_cluster_start
+# and return once it accepts connections (60 s at most).
+pg_cluster_run()
+{
+	local dir=$pg_cluster_tmp/pg end
+
+	(cd "$dir" && exec "${pg_cluster_as[@]}" "$pg_cluster_bin/postgres" \
+		-D "$dir/data" -c listen_addresses= \
+		-c unix_socket_directories="$dir") \
 		>>"$pg_cluster_tmp/pg.log" 2>&1 &
 	pg_cluster_pid=$!
 	end=$((SECONDS + 60))
-	until "$bindir/pg_isready" -q -h "$dir" -U carmy -d postgres; do
+	until "$pg_cluster_bin/pg_isready" -q -h "$dir" -U carmy -d postgres; do
 		if ! kill -0 "$pg_cluster_pid" 2>/dev/null; then
 			wait "$pg_cluster_pid" 2>/dev/null
 			pg_cluster_pid=
-			pg_cluster_fail "postgres ($bindir) exited at start"
+			pg_cluster_fail "postgres ($pg_cluster_bin) exited at start"
 			return 1
 		fi
 		if ((SECONDS >= end)); then
-			pg_cluster_fail "postgres ($bindir) not ready in 60 s"
+			pg_cluster_fail "postgres ($pg_cluster_bin) not ready in 60 s"
 			return 1
 		fi
 		pg_cluster_tick 0.05
 	done
-	export PG_CONNINFO="host=$dir user=carmy dbname=postgres"
 	return 0
+}
+
+# pg_cluster_crash: what `pg_ctl restart -m immediate` does. The postmaster
+# gets SIGQUIT and its backends quit at once, with no checkpoint and
+# transactions in flight cut off; then a new server starts on the same
+# data and recovers it from the WAL. Returns once it accepts connections.
+pg_cluster_crash()
+{
+	kill -QUIT "$pg_cluster_pid" 2>/dev/null
+	wait "$pg_cluster_pid" 2>/dev/null
+	pg_cluster_pid=
+	pg_cluster_run
+}
+
+# pg_cluster_freeze / pg_cluster_thaw: SIGSTOP (SIGCONT) the postmaster and
+# every process it started: a server that stops answering without closing
+# a connection, and queues new ones unanswered.
+pg_cluster_freeze()
+{
+	kill -STOP "$pg_cluster_pid" $(pgrep -P "$pg_cluster_pid") 2>/dev/null
+}
+
+pg_cluster_thaw()
+{
+	kill -CONT $(pgrep -P "$pg_cluster_pid") "$pg_cluster_pid" 2>/dev/null
 }
 
 # Fast shutdown (SIGINT), 30 s to go, then SIGKILL; the directory goes.
@@ -124,6 +164,7 @@ pg_cluster_stop()
 	local i
 
 	if [[ -n $pg_cluster_pid ]]; then
+		pg_cluster_thaw	# a test that failed while it was frozen
 		kill -INT "$pg_cluster_pid" 2>/dev/null
 		for ((i = 0; i < 600; i++)); do
 			kill -0 "$pg_cluster_pid" 2>/dev/null || break

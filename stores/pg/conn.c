@@ -155,29 +155,61 @@ static bool name_ok(const char *p, size_t n)
 	return true;
 }
 
-/* ARGS: [instance=NAME ]CONNINFO. The name ends at the first space. */
+/* timeout=SECONDS: 1 to 3600 whole seconds, into pg_answer_ms. */
+static int parse_timeout(const char *v, size_t n, char *err, size_t errlen)
+{
+	unsigned long secs = 0;
+	size_t i;
+
+	for (i = 0; i < n && i < 5 && v[i] >= '0' && v[i] <= '9'; i++)
+		secs = secs * 10 + (unsigned long)(v[i] - '0');
+	if (i == 0 || i != n || secs < 1 || secs > 3600) {
+		snprintf(err, errlen, "timeout=\"%.*s\" is not a number of "
+			 "seconds from 1 to 3600", n > 20 ? 20 : (int)n, v);
+		return -EINVAL;
+	}
+	pg_answer_ms = (unsigned)secs * 1000u;
+	return 0;
+}
+
+/* ARGS: [instance=NAME ][timeout=SECONDS ]CONNINFO, the first two in
+ * either order; each value ends at the first space. */
 int pg_parse_args(const char *args, char *instance, const char **conninfo,
 		  char *err, size_t errlen)
 {
 	char host[256];
+	bool named = false;
 	size_t n;
 
-	if (strncmp(args, "instance=", 9) == 0) {
-		const char *name = args + 9;
+	for (;;) {
+		const char *v;
 
-		n = strcspn(name, " ");
-		*conninfo = name + n + strspn(name + n, " ");
-		if (!name_ok(name, n)) {
-			snprintf(err, errlen, "instance name \"%.*s\" is not 1 "
-				 "to %d bytes of A-Z a-z 0-9 . _ -",
-				 n > 80 ? 80 : (int)n, name, INSTANCE_MAX);
-			return -EINVAL;
+		if (strncmp(args, "timeout=", 8) == 0) {
+			v = args + 8;
+			n = strcspn(v, " ");
+			if (parse_timeout(v, n, err, errlen) != 0)
+				return -EINVAL;
+		} else if (strncmp(args, "instance=", 9) == 0) {
+			v = args + 9;
+			n = strcspn(v, " ");
+			if (!name_ok(v, n)) {
+				snprintf(err, errlen, "instance name \"%.*s\" "
+					 "is not 1 to %d bytes of A-Z a-z 0-9 "
+					 ". _ -", n > 80 ? 80 : (int)n, v,
+					 INSTANCE_MAX);
+				return -EINVAL;
+			}
+			memcpy(instance, v, n);
+			instance[n] = '\0';
+			named = true;
+		} else {
+			break;
 		}
-		memcpy(instance, name, n);
-		instance[n] = '\0';
-		return 0;
+		args = v + n + strspn(v + n, " ");
 	}
 	*conninfo = args;
+	if (named)
+		return 0;
 	if (gethostname(host, sizeof(host)) != 0) {
 		snprintf(err, errlen, "cannot read the host name (%s) to name "
 			 "this instance: give one with instance=NAME",
@@ -243,7 +275,7 @@ int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
 static int exec_ok(PGconn *c, const char *sql, const char *doing, char *err,
 		   size_t errlen)
 {
-	PGresult *r = PQexec(c, sql);
+	PGresult *r = pg_exec(c, sql);
 	ExecStatusType st = PQresultStatus(r);
 	char msg[256];
 
@@ -267,7 +299,7 @@ static int exec_ok(PGconn *c, const char *sql, const char *doing, char *err,
 int pg_create_schema(PGconn *c, char *err, size_t errlen)
 {
 	size_t n = sizeof(schema_sql) / sizeof(schema_sql[0]);
-	PGresult *r = PQexec(c, "SELECT to_regclass('carmy_executions') IS NOT"
+	PGresult *r = pg_exec(c, "SELECT to_regclass('carmy_executions') IS NOT"
 			     " NULL AND to_regclass('carmy_executions_instance')"
 			     " IS NOT NULL AND EXISTS (SELECT 1 FROM"
 			     " pg_attribute WHERE attrelid ="
@@ -285,7 +317,7 @@ int pg_create_schema(PGconn *c, char *err, size_t errlen)
 				 "carmy_executions", err, errlen);
 
 		if (rc != 0) {
-			PQclear(PQexec(c, "ROLLBACK"));
+			PQclear(pg_exec(c, "ROLLBACK"));
 			return rc;
 		}
 	}
@@ -364,7 +396,7 @@ static uint64_t name_hash(const char *name)
 static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
 		    char *err, size_t errlen)
 {
-	PGresult *r = PQexec(s->conn, sql);
+	PGresult *r = pg_exec(s->conn, sql);
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	ExecStatusType st = PQresultStatus(r);
 	char msg[256];
@@ -381,7 +413,7 @@ static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
 					     sizeof(msg)));
 	}
 	if (PQtransactionStatus(s->conn) == PQTRANS_INERROR)
-		PQclear(PQexec(s->conn, "ROLLBACK"));
+		PQclear(pg_exec(s->conn, "ROLLBACK"));
 	if (rc == 0 && out != NULL)
 		*out = r;
 	else

@@ -44,6 +44,10 @@
  * and so does the backend of this one's lost connection. */
 #define NAME_WAIT_OPEN "'10s'"
 #define NAME_WAIT "'2s'"
+/* How long a server may stay silent while it owes an answer before it is
+ * taken for gone (wait.c): past statement_timeout (30 s), the longest a
+ * working server takes to answer one of the store's statements. */
+#define ANSWER_MS_DEFAULT 40000u
 
 /* Internal outcomes of one run of a batch, besides 0 and -errno. */
 #define LOST (-ENOTCONN)	/* connection gone: reconnect, run again */
@@ -125,6 +129,13 @@ void *pg_worker(void *arg);
 /* send.c, read.c: one run of a batch, in pipeline mode. */
 int pg_send_batch(struct pg_store *s, size_t n);
 int pg_read_batch(struct pg_store *s, size_t n);
+
+/* wait.c: PQgetResult() and PQexec() with every wait bounded by
+ * pg_answer_ms of silence (timeout= in the ARGS; one for the process). */
+extern unsigned pg_answer_ms;
+void pg_await(PGconn *c);
+PGresult *pg_get_result(PGconn *c);
+PGresult *pg_exec(PGconn *c, const char *sql);
 
 /* conn.c */
 int pg_parse_args(const char *args, char *instance, const char **conninfo,

@@ -17,10 +17,10 @@
  * answers do not match what was sent. */
 static PGresult *next_result(PGconn *c)
 {
-	PGresult *r = PQgetResult(c), *end;
+	PGresult *r = pg_get_result(c), *end;
 
 	if (r != NULL && PQresultStatus(r) != PGRES_PIPELINE_SYNC &&
-	    (end = PQgetResult(c)) != NULL) {
+	    (end = pg_get_result(c)) != NULL) {
 		PQclear(end);
 		PQclear(r);
 		return NULL;

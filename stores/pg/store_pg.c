@@ -253,9 +253,9 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
  * one snapshot: what it read stands whatever COMMIT says. */
 static int load_end(PGconn *c, int rc)
 {
-	PQclear(PQexec(c, rc == 0 ? "COMMIT" : "ROLLBACK"));
+	PQclear(pg_exec(c, rc == 0 ? "COMMIT" : "ROLLBACK"));
 	if (PQtransactionStatus(c) != PQTRANS_IDLE)
-		PQclear(PQexec(c, "ROLLBACK"));
+		PQclear(pg_exec(c, "ROLLBACK"));
 	return rc;
 }
 
@@ -276,7 +276,7 @@ static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 	char msg[256];
 
 	/* pg_settings: the idle timeout is 9.6's */
-	r = PQexec(c, "BEGIN; SELECT set_config(name, '0', true) FROM "
+	r = pg_exec(c, "BEGIN; SELECT set_config(name, '0', true) FROM "
 		   "pg_settings WHERE name IN ('statement_timeout', "
 		   "'idle_in_transaction_session_timeout')");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -296,11 +296,11 @@ static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 	if (!PQsetSingleRowMode(c)) {
 		pg_say("cannot load the executions of instance %s row by row",
 		       s->instance);
-		while ((r = PQgetResult(c)) != NULL)
+		while ((r = pg_get_result(c)) != NULL)
 			PQclear(r);
 		return load_end(c, -EIO);
 	}
-	while ((r = PQgetResult(c)) != NULL) {
+	while ((r = pg_get_result(c)) != NULL) {
 		ExecStatusType st = PQresultStatus(r);
 
 		if (st == PGRES_SINGLE_TUPLE && rc == 0) {

@@ -378,7 +378,7 @@ static int run_once(struct pg_store *s, size_t n)
 	/* A failure between BEGIN and COMMIT leaves the transaction open
 	 * and aborted at the sync. */
 	if (PQtransactionStatus(c) != PQTRANS_IDLE) {
-		PGresult *r = PQexec(c, "ROLLBACK");
+		PGresult *r = pg_exec(c, "ROLLBACK");
 
 		if (PQresultStatus(r) != PGRES_COMMAND_OK)
 			rc = LOST;

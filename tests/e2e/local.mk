@@ -113,6 +113,9 @@ tests_e2e_check_shared_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_shared_LDADD = $(TEST_LIBS)
 TESTS += tests/e2e/shared.test
 dist_check_SCRIPTS += tests/e2e/shared.test
+# The same two carmyds under load while the server crashes and freezes.
+TESTS += tests/e2e/pg_faults.test
+dist_check_SCRIPTS += tests/e2e/pg_faults.test
 endif
 
 # check_journal's torn-tail sweep cuts a journal at 30 random bytes natively

@@ -1181,6 +1181,14 @@ static void refused(const char *args, int rc, const char *want)
 	ck_assert_msg(strchr(err, '\n') == NULL, "a newline in \"%s\"", err);
 }
 
+/* ARGS with a timeout= the store must refuse, and what it says. */
+static const char *const bad_timeouts[][2] = {
+	{ "instance=x timeout=0", "timeout=\"0\" is not a number of seconds" },
+	{ "timeout=3601 instance=x", "timeout=\"3601\"" },
+	{ "timeout=1.5", "timeout=\"1.5\"" },
+	{ "timeout= instance=x", "timeout=\"\"" },
+};
+
 START_TEST(test_bad_args_are_refused_with_a_sentence)
 {
 	char args[1024], name[80];
@@ -1202,6 +1210,22 @@ START_TEST(test_bad_args_are_refused_with_a_sentence)
 	refused("instance=x host=/nonexistent/carmy user=carmy",
 		-ECONNREFUSED, "cannot connect to PostgreSQL");
 	refused("instance=x nosuchkeyword=1", 0, "nosuchkeyword");
+	/* timeout=: whole seconds, 1 to 3600, before or after the name. */
+	for (size_t i = 0; i < sizeof(bad_timeouts) / sizeof(*bad_timeouts);
+	     i++) {
+		snprintf(args, sizeof(args), "%s %s", bad_timeouts[i][0],
+			 conninfo);
+		refused(args, -EINVAL, bad_timeouts[i][1]);
+	}
+	snprintf(args, sizeof(args), "timeout=7 instance=tmo %s", conninfo);
+	{
+		char err[256] = "";
+
+		st = NULL;
+		ck_assert_msg(ops->open(args, &st, err, sizeof(err)) == 0,
+			      "open \"%s\": %s", args, err);
+		ops->close(st);
+	}
 
 	memset(name, 'n', 64);
 	name[64] = '\0';

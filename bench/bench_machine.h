@@ -1,0 +1,31 @@
+/*
+ * bench_machine.h - what carmy-bench says about the machine it ran on.
+ *
+ * A figure alone cannot tell a slow Carmy from a slow or busy machine. Next
+ * to the floors (the same work without Carmy, measured in the same run),
+ * the bench prints the CPU, the load when it started, and how the CPUs'
+ * time went while it ran: busy (anyone's work, ours included), and stolen
+ * by the hypervisor from this virtual machine.
+ */
+#ifndef CARMY_BENCH_MACHINE_H
+#define CARMY_BENCH_MACHINE_H
+
+#include <stdint.h>
+
+struct bench_machine {
+	char model[96];		/* /proc/cpuinfo's "model name", or "" */
+	char kernel[65];	/* uname -r */
+	long nproc;
+	double load1;		/* 1-minute load average at the start */
+	uint64_t t0[3];		/* /proc/stat jiffies: busy, idle, steal */
+	double busy_pct;	/* of all CPUs' time during the run; -1 unknown */
+	double steal_pct;	/* of all CPUs' time during the run; -1 unknown */
+};
+
+/* Read what is known before the run and start the CPU time count. */
+void bench_machine_start(struct bench_machine *m);
+
+/* Close the CPU time count: fills busy_pct and steal_pct. */
+void bench_machine_end(struct bench_machine *m);
+
+#endif
