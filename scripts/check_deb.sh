@@ -21,12 +21,14 @@ ok() { n=$((n + 1)); echo "ok $n - $*"; }
 fail() { n=$((n + 1)); echo "not ok $n - $*"; exit 1; }
 
 work=$(mktemp -d /tmp/carmy-deb.XXXXXX)
-carmyd_pid=
+carmyd_pid= installed=
 cleanup() {
 	if [ -n "$carmyd_pid" ]; then
 		kill -TERM "$carmyd_pid" 2>/dev/null || true
 		wait "$carmyd_pid" 2>/dev/null || true
 	fi
+	# A failed check leaves the machine as it found it.
+	[ -z "$installed" ] || apt-get purge -y -qq "${pkgs[@]}" >/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -63,6 +65,7 @@ debs=()
 for p in "${pkgs[@]}"; do
 	debs+=("$(echo "$work/${p}_${version}"_*.deb)")
 done
+installed=yes
 apt-get install -y -qq "${debs[@]}" >/dev/null
 ok "apt-get install ./*.deb"
 # What each package put on the system, to check it is gone after the purge.
@@ -136,11 +139,14 @@ if [ -n "$listen" ]; then
 	# Socket activation as carmyd.socket would give it.
 	argv=(systemd-socket-activate -l "$listen" "${argv[@]}")
 fi
-runuser -u "$user" -- "${argv[@]}" > "$work/carmyd.out" 2> "$work/carmyd.err" &
+# As systemd runs it: exec'd as the user (setpriv execs where runuser
+# would stay in between and hide carmyd's exit status).
+setpriv --reuid "$user" --regid "$group" --init-groups -- "${argv[@]}" \
+	> "$work/carmyd.out" 2> "$work/carmyd.err" &
 carmyd_pid=$!
 
-# Clients: carmy's own user, and root trusting it by name. Each waits for
-# carmyd to answer (carmyctl status polls for it, with a deadline).
+# Clients: carmy's own user first, polling (with a deadline) until carmyd
+# answers.
 as_user() { runuser -u "$user" -- "$@"; }
 deadline=$((SECONDS + 60))
 until as_user carmyctl --socket "$socket" status > "$work/status" 2>&1; do
@@ -150,7 +156,7 @@ until as_user carmyctl --socket "$socket" status > "$work/status" 2>&1; do
 	fi
 	sleep 0.2
 done
-# Without --foreground carmyd detaches once ready (runuser then exits 0):
+# Without --foreground carmyd detaches once ready (its parent exits 0):
 # stop the carmyd of this socket, whose pid its lock file's holder is.
 if ! kill -0 "$carmyd_pid" 2>/dev/null; then
 	wait "$carmyd_pid" || fail "carmyd detached cleanly"
@@ -158,8 +164,15 @@ if ! kill -0 "$carmyd_pid" 2>/dev/null; then
 	[ -n "$carmyd_pid" ] || fail "the detached carmyd holds $socket.lock"
 fi
 ok "carmyd answers carmyctl status on $socket"
-CARMY_TRUSTED_USERS=$user carmyctl --socket "$socket" status >/dev/null ||
-	fail "root's carmyctl, trusting $user, talks to carmyd"
+# Another user, in carmyd's group as README's Installing says to add one
+# (nobody, with the group added for this command only).
+if grep -q -- "--group $group" <<<"$cmd"; then
+	setpriv --reuid nobody --regid nogroup --groups "$group" -- \
+		env CARMY_TRUSTED_USERS="$user" \
+		carmyctl --socket "$socket" status >/dev/null ||
+		fail "a member of the group $group, trusting $user, talks to carmyd"
+	ok "a member of the group $group, trusting $user, talks to carmyd"
+fi
 run=(as_user carmy-run --socket "$socket" --principal deb --session check
      --request-id "r-$$" -- sh -c 'echo $$')
 first=$("${run[@]}") || fail "carmy-run runs its command"
@@ -175,7 +188,9 @@ elif [ $? -eq 127 ]; then
 	# Not our child (it detached): wait for it to be gone.
 	while kill -0 "$carmyd_pid" 2>/dev/null; do sleep 0.2; done
 else
-	fail "carmyd stops cleanly on SIGTERM"
+	rc=$?
+	cat "$work/carmyd.err" >&2
+	fail "carmyd stops cleanly on SIGTERM (exit $rc)"
 fi
 carmyd_pid=
 ok "carmyd stops on SIGTERM"
@@ -183,6 +198,7 @@ ok "carmyd stops on SIGTERM"
 # --- purge ---------------------------------------------------------------
 uid=$(id -u "$user")
 apt-get purge -y -qq "${pkgs[@]}" >/dev/null
+installed=
 ok "apt-get purge"
 left=
 while read -r f; do
