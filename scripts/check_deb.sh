@@ -125,6 +125,8 @@ else
 	cmd="/usr/bin/carmyd --foreground --socket /run/carmy/carmyd.sock --group carmy --store journal:/var/lib/carmy/journal"
 	ok "# SKIP no carmyd.service installed: the documented command line: $cmd"
 fi
+dpkg -L carmy | grep -q '/sysusers\.d/carmy\.conf$' ||
+	fail "carmy ships a sysusers.d file"
 getent passwd "$user" >/dev/null || fail "the package made the user $user"
 for d in $runtime; do
 	install -d -o "$user" -g "$group" -m "${runtime_mode:-0755}" "/run/$d"
@@ -164,6 +166,13 @@ if ! kill -0 "$carmyd_pid" 2>/dev/null; then
 	[ -n "$carmyd_pid" ] || fail "the detached carmyd holds $socket.lock"
 fi
 ok "carmyd answers carmyctl status on $socket"
+if [ -n "$listen" ]; then
+	# What systemd does to the socket it listens on for carmyd.socket.
+	sock_mode=$(unit_key "$sock" SocketMode)
+	sock_group=$(unit_key "$sock" SocketGroup)
+	[ -z "$sock_group" ] || chgrp "$sock_group" "$listen"
+	[ -z "$sock_mode" ] || chmod "$sock_mode" "$listen"
+fi
 # Another user, in carmyd's group as README's Installing says to add one
 # (nobody, with the group added for this command only).
 if grep -q -- "--group $group" <<<"$cmd"; then
