@@ -833,6 +833,20 @@ static uint64_t store_identity(const char *spec)
 	return h != 0 ? h : 1;
 }
 
+/* What to add when PATH, which dlopen() refused, is a plugin of ours that
+ * is not there: packages ship it apart from carmyd, so that its library
+ * comes only with it. */
+static const char *missing_plugin_hint(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash != NULL ? slash + 1 : path;
+
+	if (strcmp(base, "carmy_store_pg.so") != 0 || access(path, F_OK) == 0)
+		return "";
+	return " (the PostgreSQL store is packaged apart from carmyd: on "
+	       "Debian and Ubuntu, install the carmy-store-pg package)";
+}
+
 /* --store SPEC: memory, journal:DIR or plugin:PATH.so[:ARGS]. */
 static int backend_open(struct store *s, const char *spec)
 {
@@ -859,8 +873,10 @@ static int backend_open(struct store *s, const char *spec)
 		args = colon ? colon + 1 : "";
 		s->plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 		if (s->plugin == NULL) {
-			log_error("cannot load store plugin %s: %s", path,
-				  dlerror());
+			const char *why = dlerror();
+
+			log_error("cannot load store plugin %s: %s%s", path,
+				  why, missing_plugin_hint(path));
 			return -ENOENT;
 		}
 		ops = dlsym(s->plugin, "carmy_store_plugin");

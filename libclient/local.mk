@@ -27,7 +27,11 @@ libclient_libcarmy_la_LIBADD = shm/libshm.la libclient/libwire.la \
 #   - anything removed or changed incompatibly (a function's signature or
 #     meaning, a public struct's size or layout, an enum value): current + 1,
 #     revision 0, age 0.
-# The soname is libcarmy.so.(current - age): 1:0:0 gives libcarmy.so.1.
+# The soname is libcarmy.so.(current - age): 1:0:0 gives libcarmy.so.1,
+# packaged as libcarmy1. A function added or removed is a line added to or
+# removed from debian/libcarmy1.symbols (an added one with the version
+# that first has it); a new soname is a new package, libcarmyN with its
+# own libcarmyN.symbols. tests/debian.test checks both against the build.
 # carmy_store.h's plugin ABI is versioned apart, by CARMY_STORE_ABI.
 CARMY_LT_VERSION = 1:0:0
 libclient_libcarmy_la_LDFLAGS = -pthread -version-info $(CARMY_LT_VERSION) \

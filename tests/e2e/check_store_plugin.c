@@ -534,6 +534,26 @@ START_TEST(test_a_plugin_of_abi_2_is_refused)
 }
 END_TEST
 
+/* The PostgreSQL store's plugin where it is not installed: refused, with
+ * the package to install (Debian ships it apart, in carmy-store-pg). */
+START_TEST(test_a_missing_pg_plugin_names_its_package)
+{
+	char log[128];
+	const char *const args[] = { "--store",
+		"plugin:/nonexistent/carmy_store_pg.so:dbname=x",
+		"--log-file", log, NULL };
+	struct carmyd_proc x;
+
+	snprintf(log, sizeof(log), "%s/carmyd.log", dir);
+	ck_assert_int_eq(harness_start(&x, args), -1);
+	harness_stop(&x);
+	ck_assert_int_eq(e2e_logged(log, "cannot load store plugin "
+				    "/nonexistent/carmy_store_pg.so"), 1);
+	ck_assert_int_eq(e2e_logged(log, "install the carmy-store-pg "
+				    "package"), 1);
+}
+END_TEST
+
 /* Not a plugin: a path that is not there, and a shared object that does
  * not export carmy_store_plugin. carmyd exits without serving. */
 START_TEST(test_what_is_not_a_plugin_is_refused)
@@ -573,6 +593,7 @@ int main(void)
 	tcase_add_test(tc, test_a_partial_last_line_is_cut_before_the_next_record);
 	tcase_add_test(tc, test_a_damaged_line_stops_carmyd);
 	tcase_add_test(tc, test_what_is_not_a_plugin_is_refused);
+	tcase_add_test(tc, test_a_missing_pg_plugin_names_its_package);
 	tcase_add_test(tc, test_a_call_comes_back_from_the_plugin);
 	tcase_add_test(tc, test_a_plugin_of_abi_2_is_refused);
 	suite_add_tcase(s, tc);
