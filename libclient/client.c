@@ -450,7 +450,7 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 	struct shm_found f;
 	struct shm_result res;
 	struct shm_key key;
-	bool early, asked = false;
+	bool early, durable, asked = false;
 	uint64_t pending_until = 0;
 	int rc;
 
@@ -468,6 +468,9 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 		if (rc != 0)
 			return rc;
 	}
+	/* Read once: a reconnect on another thread may change it, and one
+	 * begin must not take two roads (a try that blocks). */
+	durable = __atomic_load_n(&c->durable, __ATOMIC_RELAXED);
 	rc = shm_key_init(&key, c->view.seed, call->principal,
 			  call->principal_len, call->session, call->session_len,
 			  call->request_id, call->request_id_len);
@@ -493,14 +496,14 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 	 * fails (bad arguments, no memory), the table is asked as if it had
 	 * not been tried, so the answer is the one the late path gives.
 	 */
-	early = !(try && c->durable) &&
+	early = !(try && durable) &&
 		__atomic_load_n(&c->fp_early, __ATOMIC_RELAXED) >= FP_EARLY_AT;
 	if (early && canon_fingerprint(call, fp) == 0)
 		claim.fp = fp;
 	claim.make_exec = new_exec_id;
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
-	claim.pending = c->durable;
+	claim.pending = durable;
 	/* What the call is, for an operator who has to decide about it
 	 * (carmyctl list, show): its entry keeps the first bytes. */
 	summary.tool = call->tool;
@@ -513,7 +516,7 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 	for (unsigned taken = 0, reclaimed = 0;;) {
 		switch (shm_reserve(&c->view, &key, &claim, &f)) {
 		case SHM_OUT_RESERVED:
-			if (c->durable) {
+			if (durable) {
 				rc = confirm_reserve(c, &f, claim.owner, r);
 				if (rc == LOOK_AGAIN) {
 					/* (Again and again only if purges or
@@ -561,7 +564,7 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 			uatomic_set(&c->dead, 1);
 			return CARMY_EDISCONNECTED;
 		case SHM_OUT_NEED_FP:
-			if (try && c->durable)
+			if (try && durable)
 				return -EAGAIN;
 			rc = canon_fingerprint(call, fp);
 			if (rc != 0)
@@ -574,7 +577,7 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 			 * that reservation stands: wait for it (a while) and
 			 * look again, rather than name an execution that a
 			 * shared store may yet refuse. */
-			if (f.state == SHM_RUNNING && c->durable) {
+			if (f.state == SHM_RUNNING && durable) {
 				uint64_t now;
 
 				if (try)
@@ -799,7 +802,7 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	if (rc != 0)
 		return rc;
 	resv_done(r);
-	if (!c->durable) {
+	if (!__atomic_load_n(&c->durable, __ATOMIC_RELAXED)) {
 		/* Free already; told, carmyd hands the identity to anyone
 		 * waiting for it now rather than at its next tick. Its
 		 * answer is waited for as a completion's is: giving up on
@@ -1164,11 +1167,12 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		return CARMY_EDISCONNECTED;
 	}
 	/* A durable store answers after a flush, far beyond any spin. */
-	spin = c->durable ? 0 : c->spin_ns;
+	spin = __atomic_load_n(&c->durable, __ATOMIC_RELAXED) ? 0 : c->spin_ns;
 	/* Read under io, which a reconnect holds: the carmyd this goes to
 	 * is the one that said whether its store is durable, and gave the
 	 * slot. */
-	if (!c->durable || c->ack_slot >= SHM_ACK_SLOTS)
+	if (!__atomic_load_n(&c->durable, __ATOMIC_RELAXED) ||
+	    c->ack_slot >= SHM_ACK_SLOTS)
 		exec = NULL;
 	/* Not ours any more (carmyd handed it on: it took this connection
 	 * for gone), or written over: start afresh on a new connection. */

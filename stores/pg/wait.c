@@ -14,7 +14,6 @@
  * connection, and a RESERVE that may have committed is withdrawn later.
  */
 #include <errno.h>
-#include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -23,6 +22,9 @@
 #include "common/clock.h"
 #include "stores/pg/pg.h"
 
+/* The longest poll() between two looks at what libpq holds. */
+#define AWAIT_SLICE_MS 50u
+
 unsigned pg_answer_ms = ANSWER_MS_DEFAULT;
 
 void pg_await(PGconn *c)
@@ -30,24 +32,30 @@ void pg_await(PGconn *c)
 	const int fd = PQsocket(c);
 	uint64_t now = clock_mono_ns() / 1000000u, end = now + pg_answer_ms;
 
-	while (fd >= 0 && PQisBusy(c)) {
+	/*
+	 * libpq reads the socket without blocking; asking it first each time
+	 * also takes what TLS has already decrypted and holds, which poll()
+	 * cannot see (a record bigger than what libpq read of it). Hence the
+	 * short slices: such bytes are taken within one.
+	 */
+	while (fd >= 0) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t slice;
 		int n;
 
+		if (!PQconsumeInput(c) || !PQisBusy(c))
+			return;	/* an answer, or a broken connection */
 		if (now >= end) {
 			shutdown(fd, SHUT_RDWR);
 			return;
 		}
-		n = poll(&p, 1, end - now > INT_MAX ? INT_MAX :
-				(int)(end - now));
+		slice = end - now < AWAIT_SLICE_MS ? end - now : AWAIT_SLICE_MS;
+		n = poll(&p, 1, (int)slice);
 		now = clock_mono_ns() / 1000000u;
 		if (n < 0 && errno != EINTR)
 			return;		/* PQgetResult() will say */
-		if (n > 0) {
-			if (!PQconsumeInput(c))
-				return;	/* the connection broke: libpq knows */
+		if (n > 0)
 			end = now + pg_answer_ms;	/* it spoke */
-		}
 	}
 }
 
