@@ -22,12 +22,6 @@
 /* pg_advisory_xact_lock key of schema creation: "CarmyPgS" */
 #define SCHEMA_LOCK "4855287687794419539"
 
-/* Type oids (catalog/pg_type.h, stable since forever). */
-#define BYTEAOID 17
-#define INT8OID 20
-#define INT2OID 21
-#define INT4OID 23
-#define TEXTOID 25
 
 static const char *const schema_sql[] = {
 	"BEGIN",
@@ -129,6 +123,64 @@ static const char *const schema_sql[] = {
 	"DELETE FROM carmy_executions WHERE principal = $1 AND session = $2" \
 	" AND request_id = $3 AND exec = $4 AND instance = $5 AND state = 1"
 
+/*
+ * The set-based forms: one statement for a group of a batch's RESERVEs,
+ * or of its settles, each column an array with one element a request
+ * ($14, $9: the instance), and one row a request out, in their order
+ * (column 0: the element's ordinal), the per-request statement's columns
+ * after it. v holds the elements, read once (a CTE named twice is
+ * materialised); every read of the table sees the statement's snapshot,
+ * as one request's statement does.
+ *
+ * RESERVES inserts in the elements' order (the worker sorts them by
+ * identity) and tells an element's own insert by its identity and exec id
+ * together: of two elements of one identity the first is inserted and the
+ * second, finding no row in the snapshot, looks again in the next
+ * transaction; of two of one exec id, the second conflicts on it. */
+#define RESERVES_SQL \
+	"WITH v AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]," \
+	" $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::int8[]," \
+	" $8::int8[], $9::bytea[], $10::int4[], $11::bytea[], $12::int8[]," \
+	" $13::int2[]) WITH ORDINALITY AS v (v_principal, v_session," \
+	" v_request_id, v_exec, v_fingerprint, v_rawprint, v_pid, v_started," \
+	" v_tool, v_tool_len, v_args, v_args_len, v_format, v_i))," \
+	" ins AS (INSERT INTO carmy_executions (principal, session," \
+	" request_id, exec, instance, fingerprint, rawprint, pid, started_ns," \
+	" tool, tool_len, args, args_len, result_format, state)" \
+	" SELECT v_principal, v_session, v_request_id, v_exec, $14," \
+	" v_fingerprint, v_rawprint, v_pid, v_started, v_tool, v_tool_len," \
+	" v_args, v_args_len, v_format, 1 FROM v ORDER BY v_i" \
+	" ON CONFLICT DO NOTHING RETURNING principal, session, request_id," \
+	" exec)" \
+	" SELECT v_i, EXISTS (SELECT 1 FROM ins WHERE ins.exec = v_exec AND" \
+	" ins.principal = v_principal AND ins.session = v_session AND" \
+	" ins.request_id = v_request_id), e.ctid IS NOT NULL," \
+	" e.instance = $14," \
+	" EXISTS (SELECT 1 FROM carmy_executions AS o WHERE o.exec = v_exec), " \
+	ROW_COLS \
+	" FROM v LEFT JOIN carmy_executions AS e ON e.principal = v_principal" \
+	" AND e.session = v_session AND e.request_id = v_request_id" \
+	" ORDER BY v_i"
+/* SETTLES updates each row once, for the first element naming its exec
+ * id (the others look again, and find the result standing). */
+#define SETTLES_SQL \
+	"WITH v AS (SELECT * FROM unnest($1::bytea[], $2::int8[]," \
+	" $3::int4[], $4::int4[], $5::bytea[], $6::int8[], $7::int8[]," \
+	" $8::int8[]) WITH ORDINALITY AS v (v_exec, v_finished, v_status," \
+	" v_code, v_result, v_rns, v_ruid, v_rpid, v_i))," \
+	" upd AS (UPDATE carmy_executions AS t SET state = 2," \
+	" finished_ns = d.v_finished, status = d.v_status," \
+	" result_code = d.v_code, result = d.v_result, resolved_ns = d.v_rns," \
+	" resolved_uid = d.v_ruid, resolved_pid = d.v_rpid" \
+	" FROM (SELECT DISTINCT ON (v_exec) * FROM v ORDER BY v_exec, v_i)" \
+	" AS d WHERE t.exec = d.v_exec AND t.instance = $9 AND t.state = 1" \
+	" RETURNING d.v_i)" \
+	" SELECT v.v_i, EXISTS (SELECT 1 FROM upd WHERE upd.v_i = v.v_i)," \
+	" e.ctid IS NOT NULL, e.state, e.status = v_status AND" \
+	" e.result_code = v_code AND e.result = v_result" \
+	" FROM v LEFT JOIN carmy_executions AS e ON e.exec = v_exec AND" \
+	" e.instance = $9 ORDER BY v.v_i"
+
 const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 14, { BYTEAOID,
 	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID, BYTEAOID, BYTEAOID, INT8OID,
@@ -140,6 +192,14 @@ const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_PURGE] = { "carmy_purge", PURGE_SQL, 1, { BYTEAOID } },
 	[ST_WITHDRAW] = { "carmy_withdraw", WITHDRAW_SQL, 5, { BYTEAOID,
 	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID } },
+	[ST_RESERVES] = { "carmy_reserves", RESERVES_SQL, 14, {
+	  BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+	  BYTEAARRAYOID, BYTEAARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+	  BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID, INT8ARRAYOID,
+	  INT2ARRAYOID, TEXTOID } },
+	[ST_SETTLES] = { "carmy_settles", SETTLES_SQL, 9, { BYTEAARRAYOID,
+	  INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BYTEAARRAYOID,
+	  INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID } },
 };
 
 static bool name_ok(const char *p, size_t n)
