@@ -1355,14 +1355,16 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 	/* What the store's sessions have set, seen from inside them. */
 	sql(db, "DROP TABLE IF EXISTS carmy_test_seen");
 	sql(db, "CREATE TABLE carmy_test_seen (instance text, lock text, "
-	    "stmt text, idle text, session_idle text, plan text)");
+	    "stmt text, idle text, session_idle text, plan text, "
+	    "seqscan text)");
 	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_seen() RETURNS trigger "
 	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_seen VALUES "
 	    "(NEW.instance, current_setting('lock_timeout'), "
 	    "current_setting('statement_timeout'), "
 	    "current_setting('idle_in_transaction_session_timeout'), "
 	    "current_setting('idle_session_timeout'), "
-	    "current_setting('plan_cache_mode')); "
+	    "current_setting('plan_cache_mode'), "
+	    "current_setting('enable_seqscan')); "
 	    "RETURN NEW; END $$");
 	sql(db, "CREATE TRIGGER carmy_test_seen BEFORE INSERT ON "
 	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_seen()");
@@ -1379,7 +1381,8 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
 			 "WHERE instance = 'a' AND lock = '2s' AND "
 			 "stmt = '30s' AND idle = '1min' AND "
-			 "plan = 'force_custom_plan'"), 2);
+			 "plan = 'force_generic_plan' AND seqscan = 'off'"),
+			 2);
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
 			 "WHERE instance = 'b' AND lock = '10ms' AND "
 			 "stmt = '1h' AND idle = '1min' AND session_idle = '0'"),
