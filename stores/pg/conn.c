@@ -72,9 +72,17 @@ static const char *const schema_sql[] = {
  * request's RESERVE took twice as long as running it (0.2 ms against
  * 0.08). A plan made while the table is small would scan the whole table
  * for an identity ever after (a benchmark's cycles fell from 2,534 to
- * 1,170 a second over 8,000 of them), so enable_seqscan is off for the
- * session: every statement here finds its rows by a key, and with it off
- * the planner takes the index whatever the table's size was then.
+ * 1,170 a second over 8,000 of them): so the plans must take the keys
+ * whatever the table's size was when they were made. Sequential scans,
+ * hash and merge joins are off for the session (a generic plan made on a
+ * small table would read all of it to hash it), every statement below
+ * names rows by a unique key (the identity, or exec), its instance is
+ * matched with IS NOT DISTINCT FROM (the same for a NOT NULL column, but
+ * no index can serve it: carmy_executions_instance, which holds every
+ * row of the instance, is load()'s alone), and RESERVES asks whether a
+ * row holds an exec id with a scalar subquery (an EXISTS could become a
+ * hash of the whole table). Each statement is then one index probe a
+ * request.
  */
 #define BOUNDS_SQL \
 	"SELECT set_config(d.name, d.value, false) FROM (VALUES" \
@@ -87,7 +95,9 @@ static const char *const schema_sql[] = {
 	" false) FROM pg_settings WHERE name = 'idle_session_timeout'" \
 	" UNION ALL SELECT set_config(name, 'force_generic_plan', false)" \
 	" FROM pg_settings WHERE name = 'plan_cache_mode'" \
-	" UNION ALL SELECT set_config('enable_seqscan', 'off', false)"
+	" UNION ALL SELECT set_config(name, 'off', false) FROM pg_settings" \
+	" WHERE name IN ('enable_seqscan', 'enable_hashjoin'," \
+	" 'enable_mergejoin')"
 
 /* Columns 0 to 3: was it inserted, is a row standing for the identity,
  * is that row this instance's, does a row hold the exec id; then ROW_COLS.
@@ -112,21 +122,23 @@ static const char *const schema_sql[] = {
 	"WITH upd AS (UPDATE carmy_executions SET state = 2," \
 	" finished_ns = $2, status = $3, result_code = $4, result = $5," \
 	" resolved_ns = $6, resolved_uid = $7, resolved_pid = $8" \
-	" WHERE exec = $1 AND instance = $9 AND state = 1" \
+	" WHERE exec = $1 AND instance IS NOT DISTINCT FROM $9 AND state = 1" \
 	" RETURNING 1)" \
 	" SELECT EXISTS (SELECT 1 FROM upd), e.ctid IS NOT NULL, e.state," \
 	" e.status = $3 AND e.result_code = $4 AND e.result = $5" \
 	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
-	" ON e.exec = $1 AND e.instance = $9"
+	" ON e.exec = $1 AND e.instance IS NOT DISTINCT FROM $9"
 #define RELEASE_SQL \
-	"DELETE FROM carmy_executions WHERE exec = $1 AND instance = $2" \
+	"DELETE FROM carmy_executions WHERE exec = $1" \
+	" AND instance IS NOT DISTINCT FROM $2" \
 	" AND state = 1"
 #define PURGE_SQL \
 	"DELETE FROM carmy_executions WHERE exec = $1 AND state = 2"
 /* The row a RESERVE reported failed may have inserted, and only it. */
 #define WITHDRAW_SQL \
 	"DELETE FROM carmy_executions WHERE principal = $1 AND session = $2" \
-	" AND request_id = $3 AND exec = $4 AND instance = $5 AND state = 1"
+	" AND request_id = $3 AND exec = $4" \
+	" AND instance IS NOT DISTINCT FROM $5 AND state = 1"
 
 /*
  * The set-based forms: one statement for a group of a batch's RESERVEs,
@@ -161,7 +173,8 @@ static const char *const schema_sql[] = {
 	" ins.principal = v_principal AND ins.session = v_session AND" \
 	" ins.request_id = v_request_id), e.ctid IS NOT NULL," \
 	" e.instance = $14," \
-	" EXISTS (SELECT 1 FROM carmy_executions AS o WHERE o.exec = v_exec), " \
+	" (SELECT 1 FROM carmy_executions AS o WHERE o.exec = v_exec LIMIT 1)" \
+	" IS NOT NULL, " \
 	ROW_COLS \
 	" FROM v LEFT JOIN carmy_executions AS e ON e.principal = v_principal" \
 	" AND e.session = v_session AND e.request_id = v_request_id" \
@@ -178,13 +191,14 @@ static const char *const schema_sql[] = {
 	" result_code = d.v_code, result = d.v_result, resolved_ns = d.v_rns," \
 	" resolved_uid = d.v_ruid, resolved_pid = d.v_rpid" \
 	" FROM (SELECT DISTINCT ON (v_exec) * FROM v ORDER BY v_exec, v_i)" \
-	" AS d WHERE t.exec = d.v_exec AND t.instance = $9 AND t.state = 1" \
+	" AS d WHERE t.exec = d.v_exec AND t.instance IS NOT DISTINCT FROM $9" \
+	" AND t.state = 1" \
 	" RETURNING d.v_i)" \
 	" SELECT v.v_i, EXISTS (SELECT 1 FROM upd WHERE upd.v_i = v.v_i)," \
 	" e.ctid IS NOT NULL, e.state, e.status = v_status AND" \
 	" e.result_code = v_code AND e.result = v_result" \
 	" FROM v LEFT JOIN carmy_executions AS e ON e.exec = v_exec AND" \
-	" e.instance = $9 ORDER BY v.v_i"
+	" e.instance IS NOT DISTINCT FROM $9 ORDER BY v.v_i"
 
 const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 14, { BYTEAOID,
