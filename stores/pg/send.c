@@ -148,7 +148,9 @@ static int send_one(PGconn *c, const struct carmy_store_req *req,
 
 /* ------------------------------------------------------------ arrays */
 
-#define ARR_HEAD 20	/* ndim, has-nulls, element type, size, lower bound */
+/* A one-dimension array's header: ndim, has-nulls, element type, size,
+ * lower bound, 4 bytes each. */
+#define ARR_HEAD 20
 
 static bool arr_room(struct pg_arr *a, size_t more)
 {
