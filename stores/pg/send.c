@@ -4,8 +4,8 @@
  * sync, queued in libpq's pipeline and flushed together. Consecutive
  * RESERVEs, and consecutive settles (COMPLETE, RESOLVE as committed), go
  * as one set-based statement (conn.c: ST_RESERVES, ST_SETTLES) whose
- * parameters are arrays, an element a request; a group of one, every
- * other request, and every request once the batch runs singly
+ * parameters are arrays, an element a request; a group under SET_MIN,
+ * every other request, and every request once the batch runs singly
  * (pg_store.single), as a statement of its own. The statements sent are
  * listed in s->steps for read.c. Every value is a bound parameter, bytea
  * and integers in binary.
@@ -334,6 +334,30 @@ static size_t weight(const struct carmy_store_req *req)
 	return (size_t)r->result_len + 96;
 }
 
+/* Groups under SET_MIN become a statement a request, in place (from the
+ * end, as the steps only grow in number); the others set-based. */
+static void split_small(struct pg_store *s)
+{
+	size_t total = 0, to;
+
+	for (size_t i = 0; i < s->nsteps; i++)
+		total += s->steps[i].count < SET_MIN ? s->steps[i].count : 1;
+	to = total;
+	for (size_t i = s->nsteps; i-- > 0;) {
+		struct step st = s->steps[i];
+
+		if (st.count >= SET_MIN) {
+			st.set = true;
+			s->steps[--to] = st;
+			continue;
+		}
+		for (uint32_t k = st.count; k-- > 0;)
+			s->steps[--to] = (struct step){ .sl = st.sl + k,
+							.count = 1 };
+	}
+	s->nsteps = total;
+}
+
 /* s->live and s->steps for this run: the unanswered slots in s->order,
  * consecutive ones of a kind grouped (never across a request that may
  * free an identity, answered or not), up to SET_BYTES_MAX a group. */
@@ -370,8 +394,7 @@ static void make_steps(struct pg_store *s, size_t n)
 		}
 		nlive++;
 	}
-	for (size_t i = 0; i < s->nsteps; i++)
-		s->steps[i].set = s->steps[i].count > 1;
+	split_small(s);
 }
 
 /* BEGIN, the withdrawals, the unanswered slots' statements (s->steps),

@@ -98,13 +98,13 @@
  * element a request, unnest'ed WITH ORDINALITY; one row a request back,
  * judged as the request's own statement's would be): one statement to
  * plan and run, not one a request, in the one backend that serves the
- * connection. A group of one, and every other request, goes as its own
- * statement (the forms above). While a batch waits for its
- * flush the next one queues up, so throughput grows with concurrency. The
- * connection stays in blocking mode: libpq's send path reads and buffers
- * the server's answers whenever the socket will not take more
- * (pqSendSome), so a pipeline longer than both socket buffers cannot
- * deadlock.
+ * connection. A group of fewer than SET_MIN (4), and every other
+ * request, goes as its own statement (the forms above). While a batch
+ * waits for its flush the next one queues up, so throughput grows with
+ * concurrency. The connection stays in blocking mode: libpq's send path
+ * reads and buffers the server's answers whenever the socket will not
+ * take more (pqSendSome), so a pipeline longer than both socket buffers
+ * cannot deadlock.
  *
  * A request is answered only after its transaction has committed, with
  * synchronous_commit set on for the session (a database default of off
