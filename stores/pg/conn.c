@@ -22,12 +22,6 @@
 /* pg_advisory_xact_lock key of schema creation: "CarmyPgS" */
 #define SCHEMA_LOCK "4855287687794419539"
 
-/* Type oids (catalog/pg_type.h, stable since forever). */
-#define BYTEAOID 17
-#define INT8OID 20
-#define INT2OID 21
-#define INT4OID 23
-#define TEXTOID 25
 
 static const char *const schema_sql[] = {
 	"BEGIN",
@@ -73,11 +67,23 @@ static const char *const schema_sql[] = {
  * (idle_in_transaction_session_timeout is 9.6's, tcp_user_timeout 12's).
  * idle_session_timeout (14's) is turned off whatever set it: the session
  * holds the instance's name, and must not be dropped for sitting idle
- * between requests. plan_cache_mode (12's) is force_custom_plan: the
- * statements are prepared while the table is small, and a generic plan
- * made then scans the whole table for an identity ever after (a
- * benchmark's cycles fell from 2,534 to 1,170 a second over 8,000 of
- * them); planned for each run, they use the keys. */
+ * between requests. The statements are planned once per connection and
+ * the plan kept (plan_cache_mode, 12's, force_generic_plan): planning one
+ * request's RESERVE took twice as long as running it (0.2 ms against
+ * 0.08). A plan made while the table is small would scan the whole table
+ * for an identity ever after (a benchmark's cycles fell from 2,534 to
+ * 1,170 a second over 8,000 of them): so the plans must take the keys
+ * whatever the table's size was when they were made. Sequential scans,
+ * hash and merge joins are off for the session (a generic plan made on a
+ * small table would read all of it to hash it), every statement below
+ * names rows by a unique key (the identity, or exec), its instance is
+ * matched with IS NOT DISTINCT FROM (the same for a NOT NULL column, but
+ * no index can serve it: carmy_executions_instance, which holds every
+ * row of the instance, is load()'s alone), and RESERVES asks whether a
+ * row holds an exec id with a scalar subquery (an EXISTS could become a
+ * hash of the whole table). Each statement is then one index probe a
+ * request.
+ */
 #define BOUNDS_SQL \
 	"SELECT set_config(d.name, d.value, false) FROM (VALUES" \
 	" ('lock_timeout', '2s'), ('statement_timeout', '30s')," \
@@ -87,8 +93,11 @@ static const char *const schema_sql[] = {
 	" AS d (name, value) JOIN pg_settings AS s USING (name)" \
 	" WHERE s.source = 'default' UNION ALL SELECT set_config(name, '0'," \
 	" false) FROM pg_settings WHERE name = 'idle_session_timeout'" \
-	" UNION ALL SELECT set_config(name, 'force_custom_plan', false)" \
-	" FROM pg_settings WHERE name = 'plan_cache_mode'"
+	" UNION ALL SELECT set_config(name, 'force_generic_plan', false)" \
+	" FROM pg_settings WHERE name = 'plan_cache_mode'" \
+	" UNION ALL SELECT set_config(name, 'off', false) FROM pg_settings" \
+	" WHERE name IN ('enable_seqscan', 'enable_hashjoin'," \
+	" 'enable_mergejoin')"
 
 /* Columns 0 to 3: was it inserted, is a row standing for the identity,
  * is that row this instance's, does a row hold the exec id; then ROW_COLS.
@@ -113,21 +122,83 @@ static const char *const schema_sql[] = {
 	"WITH upd AS (UPDATE carmy_executions SET state = 2," \
 	" finished_ns = $2, status = $3, result_code = $4, result = $5," \
 	" resolved_ns = $6, resolved_uid = $7, resolved_pid = $8" \
-	" WHERE exec = $1 AND instance = $9 AND state = 1" \
+	" WHERE exec = $1 AND instance IS NOT DISTINCT FROM $9 AND state = 1" \
 	" RETURNING 1)" \
 	" SELECT EXISTS (SELECT 1 FROM upd), e.ctid IS NOT NULL, e.state," \
 	" e.status = $3 AND e.result_code = $4 AND e.result = $5" \
 	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
-	" ON e.exec = $1 AND e.instance = $9"
+	" ON e.exec = $1 AND e.instance IS NOT DISTINCT FROM $9"
 #define RELEASE_SQL \
-	"DELETE FROM carmy_executions WHERE exec = $1 AND instance = $2" \
+	"DELETE FROM carmy_executions WHERE exec = $1" \
+	" AND instance IS NOT DISTINCT FROM $2" \
 	" AND state = 1"
 #define PURGE_SQL \
 	"DELETE FROM carmy_executions WHERE exec = $1 AND state = 2"
 /* The row a RESERVE reported failed may have inserted, and only it. */
 #define WITHDRAW_SQL \
 	"DELETE FROM carmy_executions WHERE principal = $1 AND session = $2" \
-	" AND request_id = $3 AND exec = $4 AND instance = $5 AND state = 1"
+	" AND request_id = $3 AND exec = $4" \
+	" AND instance IS NOT DISTINCT FROM $5 AND state = 1"
+
+/*
+ * The set-based forms: one statement for a group of a batch's RESERVEs,
+ * or of its settles, each column an array with one element a request
+ * ($14, $9: the instance), and one row a request out, in their order
+ * (column 0: the element's ordinal), the per-request statement's columns
+ * after it. v holds the elements, read once (a CTE named twice is
+ * materialised); every read of the table sees the statement's snapshot,
+ * as one request's statement does.
+ *
+ * RESERVES inserts in the elements' order (the worker sorts them by
+ * identity) and tells an element's own insert by its identity and exec id
+ * together: of two elements of one identity the first is inserted and the
+ * second, finding no row in the snapshot, looks again in the next
+ * transaction; of two of one exec id, the second conflicts on it. */
+#define RESERVES_SQL \
+	"WITH v AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]," \
+	" $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::int8[]," \
+	" $8::int8[], $9::bytea[], $10::int4[], $11::bytea[], $12::int8[]," \
+	" $13::int2[]) WITH ORDINALITY AS v (v_principal, v_session," \
+	" v_request_id, v_exec, v_fingerprint, v_rawprint, v_pid, v_started," \
+	" v_tool, v_tool_len, v_args, v_args_len, v_format, v_i))," \
+	" ins AS (INSERT INTO carmy_executions (principal, session," \
+	" request_id, exec, instance, fingerprint, rawprint, pid, started_ns," \
+	" tool, tool_len, args, args_len, result_format, state)" \
+	" SELECT v_principal, v_session, v_request_id, v_exec, $14," \
+	" v_fingerprint, v_rawprint, v_pid, v_started, v_tool, v_tool_len," \
+	" v_args, v_args_len, v_format, 1 FROM v ORDER BY v_i" \
+	" ON CONFLICT DO NOTHING RETURNING principal, session, request_id," \
+	" exec)" \
+	" SELECT v_i, EXISTS (SELECT 1 FROM ins WHERE ins.exec = v_exec AND" \
+	" ins.principal = v_principal AND ins.session = v_session AND" \
+	" ins.request_id = v_request_id), e.ctid IS NOT NULL," \
+	" e.instance = $14," \
+	" (SELECT 1 FROM carmy_executions AS o WHERE o.exec = v_exec LIMIT 1)" \
+	" IS NOT NULL, " \
+	ROW_COLS \
+	" FROM v LEFT JOIN carmy_executions AS e ON e.principal = v_principal" \
+	" AND e.session = v_session AND e.request_id = v_request_id" \
+	" ORDER BY v_i"
+/* SETTLES updates each row once, for the first element naming its exec
+ * id (the others look again, and find the result standing). */
+#define SETTLES_SQL \
+	"WITH v AS (SELECT * FROM unnest($1::bytea[], $2::int8[]," \
+	" $3::int4[], $4::int4[], $5::bytea[], $6::int8[], $7::int8[]," \
+	" $8::int8[]) WITH ORDINALITY AS v (v_exec, v_finished, v_status," \
+	" v_code, v_result, v_rns, v_ruid, v_rpid, v_i))," \
+	" upd AS (UPDATE carmy_executions AS t SET state = 2," \
+	" finished_ns = d.v_finished, status = d.v_status," \
+	" result_code = d.v_code, result = d.v_result, resolved_ns = d.v_rns," \
+	" resolved_uid = d.v_ruid, resolved_pid = d.v_rpid" \
+	" FROM (SELECT DISTINCT ON (v_exec) * FROM v ORDER BY v_exec, v_i)" \
+	" AS d WHERE t.exec = d.v_exec AND t.instance IS NOT DISTINCT FROM $9" \
+	" AND t.state = 1" \
+	" RETURNING d.v_i)" \
+	" SELECT v.v_i, EXISTS (SELECT 1 FROM upd WHERE upd.v_i = v.v_i)," \
+	" e.ctid IS NOT NULL, e.state, e.status = v_status AND" \
+	" e.result_code = v_code AND e.result = v_result" \
+	" FROM v LEFT JOIN carmy_executions AS e ON e.exec = v_exec AND" \
+	" e.instance IS NOT DISTINCT FROM $9 ORDER BY v.v_i"
 
 const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 14, { BYTEAOID,
@@ -140,6 +211,14 @@ const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_PURGE] = { "carmy_purge", PURGE_SQL, 1, { BYTEAOID } },
 	[ST_WITHDRAW] = { "carmy_withdraw", WITHDRAW_SQL, 5, { BYTEAOID,
 	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID } },
+	[ST_RESERVES] = { "carmy_reserves", RESERVES_SQL, 14, {
+	  BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+	  BYTEAARRAYOID, BYTEAARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+	  BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID, INT8ARRAYOID,
+	  INT2ARRAYOID, TEXTOID } },
+	[ST_SETTLES] = { "carmy_settles", SETTLES_SQL, 9, { BYTEAARRAYOID,
+	  INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BYTEAARRAYOID,
+	  INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID } },
 };
 
 static bool name_ok(const char *p, size_t n)

@@ -11,7 +11,9 @@
  *   store_pg.c   carmy_store_plugin: open, load, submit, close
  *   worker.c     the thread that writes batches: order, runs, answers,
  *                withdrawals, backoff
- *   send.c       a batch's statements, sent in one pipeline
+ *   send.c       a batch's statements, sent in one pipeline: a
+ *                set-based statement for each group of RESERVEs and of
+ *                settles, one statement for each other request
  *   read.c       their answers, read back to the sync
  *   conn.c       a connection made ready: arguments, connect, session,
  *                schema, the prepared statements (pg_stmts), the
@@ -36,6 +38,14 @@
 
 #define INSTANCE_MAX 64
 #define BATCH_MAX 1024		/* requests in one transaction */
+/* Bytes of parameters (ids, results...) one set-based statement carries:
+ * a group past it is split; a request alone past it goes in a statement
+ * of its own (a result can be close to 1 GB). */
+#define SET_BYTES_MAX (16u << 20)
+/* Requests a set-based statement takes at least: below, a statement each
+ * costs less (the set's own work, about 0.3 ms, is that of three or four
+ * requests' statements). */
+#define SET_MIN 4
 #define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
 /* How long open waits for the instance's name, and the first try after a
  * reconnect (which holds up the worker): the backend of a carmyd that
@@ -67,13 +77,28 @@ enum {
 	C_NCOLS
 };
 
+/* Type oids (catalog/pg_type.h, stable since forever). */
+#define BYTEAOID 17
+#define INT8OID 20
+#define INT2OID 21
+#define INT4OID 23
+#define TEXTOID 25
+#define BYTEAARRAYOID 1001
+#define INT2ARRAYOID 1005
+#define INT4ARRAYOID 1007
+#define INT8ARRAYOID 1016
+
 /* The prepared statements (conn.c), prepared on every connection. */
 struct pg_stmt {
 	const char *name, *sql;
 	int nparams;
 	Oid types[14];
 };
-enum { ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW, ST_COUNT };
+enum {
+	ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW,
+	ST_RESERVES, ST_SETTLES,	/* set-based: arrays, one row each */
+	ST_COUNT
+};
 extern const struct pg_stmt pg_stmts[ST_COUNT];
 
 /* A request of the batch being written, and what its run decided. The
@@ -85,9 +110,28 @@ struct slot {
 	bool answered;
 	bool unsure;			/* a run of it ended, outcome
 					 * unknown: may have committed */
-	PGresult *res;			/* RESERVE taken: the row */
-	struct carmy_store_record standing;	/* points into res */
+	bool kept;			/* RESERVE taken: standing holds the
+					 * row, pointing into a result in
+					 * pg_store.held */
+	struct carmy_store_record standing;
 };
+
+/* One statement of a run: a set-based one for count >= SET_MIN slots
+ * (RESERVEs or settles), else the one slot's own. sl points into
+ * pg_store.live. */
+struct step {
+	struct slot **sl;
+	uint32_t count;
+	bool set;
+};
+
+/* A parameter array, built in PostgreSQL's binary array format. */
+struct pg_arr {
+	uint8_t *p;
+	size_t len, cap;
+	uint32_t n;
+};
+#define RESERVE_COLS 13		/* arrays of ST_RESERVES */
 
 /* A RESERVE answered failed that may have committed: its row to delete. */
 struct withdrawal {
@@ -114,6 +158,17 @@ struct pg_store {
 	struct slot *slots;	/* BATCH_MAX */
 	struct slot **order;	/* the order their statements go in */
 	struct slot *culprit;	/* WAITED: whose statement timed out */
+	/* A set-based statement waited out a timeout: it cannot say whose
+	 * row it waited on, so the batch's runs go one statement a request
+	 * from then on, and the next WAITED names its culprit. */
+	bool single;
+	struct slot **live;	/* BATCH_MAX: this run's unanswered slots */
+	struct step *steps;	/* BATCH_MAX: this run's statements */
+	size_t nsteps;
+	PGresult **held;	/* BATCH_MAX: results slots' standing point
+				 * into, cleared once they are answered */
+	size_t nheld;
+	struct pg_arr arr[RESERVE_COLS];	/* send.c's */
 	struct withdrawal *wd;	/* WITHDRAW_MAX */
 	size_t nwd;
 	/* A withdrawal waited out its lock timeout (another session holds
@@ -126,9 +181,13 @@ struct pg_store {
 /* worker.c: the thread; arg is the struct pg_store. */
 void *pg_worker(void *arg);
 
-/* send.c, read.c: one run of a batch, in pipeline mode. */
+/* send.c, read.c: one run of a batch, in pipeline mode. pg_send_batch
+ * returns 0, LOST or -ENOMEM (the sync sent: pg_read_to_sync(s, rc)
+ * then). */
 int pg_send_batch(struct pg_store *s, size_t n);
-int pg_read_batch(struct pg_store *s, size_t n);
+void pg_free_arrays(struct pg_store *s);
+int pg_read_batch(struct pg_store *s);
+int pg_read_to_sync(struct pg_store *s, int rc);
 
 /* wait.c: PQgetResult() and PQexec() with every wait bounded by
  * pg_answer_ms of silence (timeout= in the ARGS; one for the process). */
@@ -150,7 +209,9 @@ int pg_take_name(struct pg_store *s, const char *wait, bool at_open,
 		 char *err, size_t errlen);
 
 /* rows.c */
-int pg_judge(struct slot *sl, PGresult *r);
+int pg_judge(struct pg_store *s, struct slot *sl, PGresult *r);
+int pg_judge_set(struct pg_store *s, const struct step *st, PGresult *r);
+void pg_drop_held(struct pg_store *s);
 int pg_decode_row(const PGresult *r, int row, int base,
 		  struct carmy_store_record *rec);
 

@@ -2,7 +2,7 @@
  * read.c - one run of a batch, its answers read back in the order sent, up
  * to and including the sync: each command's outcome, what a failure means
  * for the run (RETRY, WAITED, LOST or -EIO), and each statement's rows
- * handed to pg_judge() (rows.c).
+ * handed to pg_judge() or, for a set-based one, pg_judge_set() (rows.c).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -86,7 +86,35 @@ static int command(struct pg_store *s, PGresult *r)
 	return -EIO;
 }
 
-int pg_read_batch(struct pg_store *s, size_t n)
+int pg_read_to_sync(struct pg_store *s, int rc)
+{
+	return to_sync(s->conn, rc);
+}
+
+/* A statement of s->steps answered: judged, or why the run fails. A
+ * set-based one that timed out cannot name its culprit: the batch runs
+ * singly from then on (pg_store.single). */
+static int read_step(struct pg_store *s, const struct step *st)
+{
+	PGresult *r = next_result(s->conn);
+	int rc = command(s, r);
+
+	if (rc != 0) {
+		PQclear(r);
+		if (rc == WAITED && st->set)
+			s->single = true;
+		else if (rc == WAITED)
+			s->culprit = st->sl[0];
+		return rc;
+	}
+	rc = st->set ? pg_judge_set(s, st, r) : pg_judge(s, st->sl[0], r);
+	if (rc != 0)
+		snprintf(s->why, sizeof(s->why), "a statement answered rows "
+			 "of an unexpected shape");
+	return rc;
+}
+
+int pg_read_batch(struct pg_store *s)
 {
 	PGconn *c = s->conn;
 	PGresult *r = next_result(c);
@@ -99,22 +127,8 @@ int pg_read_batch(struct pg_store *s, size_t n)
 		PQclear(r);
 		s->wd_waited = rc == WAITED;
 	}
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		struct slot *sl = s->order[i];
-
-		if (sl->answered)
-			continue;
-		r = next_result(c);
-		rc = command(s, r);
-		if (rc != 0) {
-			PQclear(r);
-			if (rc == WAITED)
-				s->culprit = sl;
-		} else if ((rc = pg_judge(sl, r)) != 0) {
-			snprintf(s->why, sizeof(s->why), "a statement "
-				 "answered rows of an unexpected shape");
-		}
-	}
+	for (size_t i = 0; i < s->nsteps && rc == 0; i++)
+		rc = read_step(s, &s->steps[i]);
 	if (rc == 0) {
 		r = next_result(c);
 		rc = command(s, r);

@@ -167,18 +167,20 @@ int pg_decode_row(const PGresult *r, int row, int base,
 	return 0;
 }
 
-/* RESERVE: inserted, its own row, taken, an exec id another identity
- * holds, or look again. Keeps r when taken. Its own: this exec and this
- * instance; a row of another instance with req's exec id (a client named
- * it) is a row like any other. */
-static void judge_reserve(struct slot *sl, PGresult *r)
+/* RESERVE, row row of r, its columns from base: inserted, its own row,
+ * taken, an exec id another identity holds, or look again. True when
+ * taken: sl->standing points into r, which must be kept. Its own: this
+ * exec and this instance; a row of another instance with req's exec id (a
+ * client named it) is a row like any other. */
+static bool judge_reserve(struct slot *sl, const PGresult *r, int row,
+			  int base)
 {
 	int64_t inserted, found, mine, used;
 
-	if (get_int(r, 0, 0, 1, 0, 1, &inserted) ||
-	    get_int(r, 0, 1, 1, 0, 1, &found) ||
-	    get_opt_int(r, 0, 2, 1, 0, 1, &mine) ||
-	    get_int(r, 0, 3, 1, 0, 1, &used)) {
+	if (get_int(r, row, base, 1, 0, 1, &inserted) ||
+	    get_int(r, row, base + 1, 1, 0, 1, &found) ||
+	    get_opt_int(r, row, base + 2, 1, 0, 1, &mine) ||
+	    get_int(r, row, base + 3, 1, 0, 1, &used)) {
 		sl->rc = -EBADMSG;
 	} else if (inserted) {
 		sl->rc = 0;
@@ -186,7 +188,8 @@ static void judge_reserve(struct slot *sl, PGresult *r)
 		sl->rc = -EEXIST;	/* UNIQUE (exec), not the identity */
 	} else if (!found) {
 		sl->again = true;
-	} else if ((sl->rc = pg_decode_row(r, 0, 4, &sl->standing)) != 0) {
+	} else if ((sl->rc = pg_decode_row(r, row, base + 4,
+					   &sl->standing)) != 0) {
 		/* damage stands for the identity: nothing recorded */
 	} else if (mine &&
 		   memcmp(sl->standing.exec, sl->req->rec->exec, 16) == 0) {
@@ -194,60 +197,112 @@ static void judge_reserve(struct slot *sl, PGresult *r)
 	} else if (sl->req->taken == NULL) {
 		sl->rc = -EEXIST;
 	} else {
-		sl->res = r;
-		return;
+		sl->kept = true;
 	}
-	PQclear(r);
+	return sl->kept;
 }
 
-/* COMPLETE, RESOLVE as committed: updated, already holding exactly this
- * result, stale, or look again. */
-static void judge_settle(struct slot *sl, PGresult *r)
+/* COMPLETE, RESOLVE as committed, row row of r, its columns from base:
+ * updated, already holding exactly this result, stale, or look again. */
+static void judge_settle(struct slot *sl, const PGresult *r, int row,
+			 int base)
 {
 	int64_t updated, found, state, same;
 
-	if (get_int(r, 0, 0, 1, 0, 1, &updated) ||
-	    get_int(r, 0, 1, 1, 0, 1, &found))
+	if (get_int(r, row, base, 1, 0, 1, &updated) ||
+	    get_int(r, row, base + 1, 1, 0, 1, &found))
 		sl->rc = -EBADMSG;
 	else if (updated)
 		sl->rc = 0;
 	else if (!found)
 		sl->rc = -ESTALE;
-	else if (get_int(r, 0, 2, 2, INT16_MIN, INT16_MAX, &state))
+	else if (get_int(r, row, base + 2, 2, INT16_MIN, INT16_MAX, &state))
 		sl->rc = -EBADMSG;
 	else if (state == CARMY_STORE_RUNNING)
 		sl->again = true;	/* completed after our snapshot */
 	else if (state != CARMY_STORE_COMPLETED)
 		sl->rc = -EBADMSG;
 	else
-		sl->rc = get_opt_int(r, 0, 3, 1, 0, 1, &same) == 0 && same ?
-			 0 : -ESTALE;
-	PQclear(r);
+		sl->rc = get_opt_int(r, row, base + 3, 1, 0, 1, &same) == 0 &&
+			 same ? 0 : -ESTALE;
+}
+
+static bool settles(const struct carmy_store_req *req)
+{
+	return req->op == CARMY_STORE_COMPLETE ||
+	       (req->op == CARMY_STORE_RESOLVE &&
+		req->rec->state == CARMY_STORE_COMPLETED);
+}
+
+/* Row row of r, columns from base, for sl: true if sl keeps r. */
+static bool judge_row(struct slot *sl, const PGresult *r, int row, int base)
+{
+	if (sl->req->op == CARMY_STORE_RESERVE)
+		return judge_reserve(sl, r, row, base);
+	judge_settle(sl, r, row, base);
+	return false;
+}
+
+/* r kept for the slots that point into it, or cleared. */
+static void keep_or_clear(struct pg_store *s, PGresult *r, bool keep)
+{
+	if (keep)
+		s->held[s->nheld++] = r;	/* at most one a step */
+	else
+		PQclear(r);
 }
 
 /* What sl's statement found: sl->rc and sl->again, tentatively. Takes r.
  * Returns 0, or -EIO if r is not the shape its statement has. */
-int pg_judge(struct slot *sl, PGresult *r)
+int pg_judge(struct pg_store *s, struct slot *sl, PGresult *r)
 {
 	const struct carmy_store_req *req = sl->req;
-	bool settle = req->op == CARMY_STORE_COMPLETE ||
-		      (req->op == CARMY_STORE_RESOLVE &&
-		       req->rec->state == CARMY_STORE_COMPLETED);
 
-	if (req->op == CARMY_STORE_RESERVE || settle) {
+	if (req->op == CARMY_STORE_RESERVE || settles(req)) {
 		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
-		    PQntuples(r) != 1 ||
-		    PQnfields(r) < 4) {
+		    PQntuples(r) != 1 || PQnfields(r) < 4) {
 			PQclear(r);
 			return -EIO;
 		}
-		if (settle)
-			judge_settle(sl, r);
-		else
-			judge_reserve(sl, r);
+		keep_or_clear(s, r, judge_row(sl, r, 0, 0));
 		return 0;
 	}
 	sl->rc = 0;	/* a DELETE: there or not, it is gone */
 	PQclear(r);
 	return 0;
+}
+
+/* What a set-based statement found for each slot of st: one row a slot,
+ * in their order, its ordinal first (from 1). Takes r. Returns 0, or -EIO
+ * if r is not that shape. */
+int pg_judge_set(struct pg_store *s, const struct step *st, PGresult *r)
+{
+	bool keep = false;
+	int64_t i;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK ||
+	    PQntuples(r) != (int)st->count || PQnfields(r) < 5) {
+		PQclear(r);
+		return -EIO;
+	}
+	for (uint32_t k = 0; k < st->count; k++) {
+		if (get_int(r, (int)k, 0, 8, (int64_t)k + 1, (int64_t)k + 1,
+			    &i) != 0) {
+			PQclear(r);
+			return -EIO;
+		}
+	}
+	for (uint32_t k = 0; k < st->count; k++)
+		if (judge_row(st->sl[k], r, (int)k, 1))
+			keep = true;
+	keep_or_clear(s, r, keep);
+	return 0;
+}
+
+/* The results kept for answered or forgotten slots. */
+void pg_drop_held(struct pg_store *s)
+{
+	for (size_t i = 0; i < s->nheld; i++)
+		PQclear(s->held[i]);
+	s->nheld = 0;
 }

@@ -1,11 +1,19 @@
 /*
  * send.c - one run of a batch, sent: BEGIN, what is left to withdraw, the
  * unanswered requests' statements in the worker's order, COMMIT and a
- * sync, queued in libpq's pipeline and flushed together. Every value is a
- * bound parameter, bytea and integers in binary. read.c reads the answers.
+ * sync, queued in libpq's pipeline and flushed together. Consecutive
+ * RESERVEs, and consecutive settles (COMPLETE, RESOLVE as committed), go
+ * as one set-based statement (conn.c: ST_RESERVES, ST_SETTLES) whose
+ * parameters are arrays, an element a request; a group under SET_MIN,
+ * every other request, and every request once the batch runs singly
+ * (pg_store.single), as a statement of its own. The statements sent are
+ * listed in s->steps for read.c. Every value is a bound parameter, bytea
+ * and integers in binary.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <libpq-fe.h>
@@ -138,24 +146,290 @@ static int send_one(PGconn *c, const struct carmy_store_req *req,
 	}
 }
 
-/* BEGIN, the withdrawals, the unanswered slots' statements in s->order,
- * COMMIT, sync: queued, then flushed by the sync. 0, or LOST (the
- * connection is reset after). */
+/* ------------------------------------------------------------ arrays */
+
+/* A one-dimension array's header: ndim, has-nulls, element type, size,
+ * lower bound, 4 bytes each. */
+#define ARR_HEAD 20
+
+static bool arr_room(struct pg_arr *a, size_t more)
+{
+	size_t cap = a->cap ? a->cap : 256;
+	uint8_t *p;
+
+	if (a->len + more <= a->cap)
+		return true;
+	while (cap < a->len + more)
+		cap *= 2;
+	p = realloc(a->p, cap);
+	if (p == NULL)
+		return false;
+	a->p = p;
+	a->cap = cap;
+	return true;
+}
+
+static void arr_start(struct pg_arr *a, uint32_t oid)
+{
+	a->len = ARR_HEAD;	/* arr_room(a, ARR_HEAD) was made sure of */
+	a->n = 0;
+	put_be(a->p, 1, 4);
+	put_be(a->p + 4, 0, 4);
+	put_be(a->p + 8, oid, 4);
+	put_be(a->p + 16, 1, 4);
+}
+
+/* An element of len bytes (v NULL: a NULL element). False: no memory. */
+static bool arr_put(struct pg_arr *a, const void *v, uint32_t len)
+{
+	if (!arr_room(a, 4 + (size_t)len))
+		return false;
+	if (v == NULL) {
+		put_be(a->p + 4, 1, 4);		/* has NULLs */
+		put_be(a->p + a->len, UINT32_MAX, 4);	/* length -1 */
+		a->len += 4;
+	} else {
+		put_be(a->p + a->len, len, 4);
+		if (len > 0)
+			memcpy(a->p + a->len + 4, v, len);
+		a->len += 4 + (size_t)len;
+	}
+	a->n++;
+	put_be(a->p + 12, a->n, 4);
+	return true;
+}
+
+static bool arr_int(struct pg_arr *a, uint64_t v, int size)
+{
+	uint8_t b[8];
+
+	put_be(b, v, size);
+	return arr_put(a, b, (uint32_t)size);
+}
+
+void pg_free_arrays(struct pg_store *s)
+{
+	for (int k = 0; k < RESERVE_COLS; k++) {
+		free(s->arr[k].p);
+		s->arr[k].p = NULL;
+		s->arr[k].cap = 0;
+	}
+}
+
+/* The arrays' headers, after making room for them. */
+static bool arrs_start(struct pg_store *s, const uint32_t *oids, int n)
+{
+	for (int k = 0; k < n; k++) {
+		s->arr[k].len = 0;
+		if (!arr_room(&s->arr[k], ARR_HEAD))
+			return false;
+		arr_start(&s->arr[k], oids[k]);
+	}
+	return true;
+}
+
+static int send_arrays(struct pg_store *s, int st, int narr)
+{
+	const char *v[RESERVE_COLS + 1];
+	int len[RESERVE_COLS + 1], fmt[RESERVE_COLS + 1];
+
+	for (int k = 0; k < narr; k++) {
+		v[k] = (const char *)s->arr[k].p;
+		len[k] = (int)s->arr[k].len;
+		fmt[k] = 1;
+	}
+	v[narr] = s->instance;
+	len[narr] = (int)strlen(s->instance);
+	fmt[narr] = 1;
+	return PQsendQueryPrepared(s->conn, pg_stmts[st].name, narr + 1, v,
+				   len, fmt, 1) ? 0 : LOST;
+}
+
+/* ST_RESERVES for a group: 0, LOST or -ENOMEM. */
+static int send_reserves(struct pg_store *s, const struct step *st)
+{
+	static const uint32_t oids[RESERVE_COLS] = { BYTEAOID, BYTEAOID,
+		BYTEAOID, BYTEAOID, BYTEAOID, BYTEAOID, INT8OID, INT8OID,
+		BYTEAOID, INT4OID, BYTEAOID, INT8OID, INT2OID };
+	struct pg_arr *a = s->arr;
+	bool ok = arrs_start(s, oids, RESERVE_COLS);
+
+	for (uint32_t i = 0; i < st->count && ok; i++) {
+		const struct carmy_store_record *r = st->sl[i]->req->rec;
+
+		ok = arr_put(&a[0], r->part[0], r->len[0]) &&
+		     arr_put(&a[1], r->part[1], r->len[1]) &&
+		     arr_put(&a[2], r->part[2], r->len[2]) &&
+		     arr_put(&a[3], r->exec, 16) &&
+		     arr_put(&a[4], r->fingerprint, 16) &&
+		     arr_put(&a[5], r->rawprint, 16) &&
+		     arr_int(&a[6], r->pid, 8) &&
+		     arr_int(&a[7], r->started_ns, 8) &&
+		     arr_put(&a[8], r->tool_kept ? r->tool : (const void *)"",
+			     r->tool_kept) &&
+		     arr_int(&a[9], r->tool_len, 4) &&
+		     arr_put(&a[10], r->args_kept ? r->args : (const void *)"",
+			     r->args_kept) &&
+		     arr_int(&a[11], r->args_len, 8) &&
+		     arr_int(&a[12], r->result_format, 2);
+	}
+	return ok ? send_arrays(s, ST_RESERVES, RESERVE_COLS) : -ENOMEM;
+}
+
+/* ST_SETTLES for a group: 0, LOST or -ENOMEM. COMPLETE's resolved_*
+ * are NULL. */
+static int send_settles(struct pg_store *s, const struct step *st)
+{
+	static const uint32_t oids[8] = { BYTEAOID, INT8OID, INT4OID,
+		INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID };
+	struct pg_arr *a = s->arr;
+	bool ok = arrs_start(s, oids, 8);
+
+	for (uint32_t i = 0; i < st->count && ok; i++) {
+		const struct carmy_store_req *req = st->sl[i]->req;
+		const struct carmy_store_record *r = req->rec;
+		bool resolved = req->op == CARMY_STORE_RESOLVE;
+
+		ok = arr_put(&a[0], r->exec, 16) &&
+		     arr_int(&a[1], r->finished_ns, 8) &&
+		     arr_int(&a[2], (uint32_t)r->status, 4) &&
+		     arr_int(&a[3], (uint32_t)r->result_code, 4) &&
+		     arr_put(&a[4], r->result_len ? r->result :
+			     (const void *)"", r->result_len);
+		if (ok && resolved)
+			ok = arr_int(&a[5], r->resolved_ns, 8) &&
+			     arr_int(&a[6], r->resolved_uid, 8) &&
+			     arr_int(&a[7], r->resolved_pid, 8);
+		else if (ok)
+			ok = arr_put(&a[5], NULL, 0) &&
+			     arr_put(&a[6], NULL, 0) &&
+			     arr_put(&a[7], NULL, 0);
+	}
+	return ok ? send_arrays(s, ST_SETTLES, 8) : -ENOMEM;
+}
+
+/* ------------------------------------------------------------ steps */
+
+enum { K_OTHER, K_RESERVE, K_SETTLE };
+
+static int kind(const struct carmy_store_req *req)
+{
+	if (req->op == CARMY_STORE_RESERVE)
+		return K_RESERVE;
+	if (req->op == CARMY_STORE_COMPLETE ||
+	    (req->op == CARMY_STORE_RESOLVE &&
+	     req->rec->state == CARMY_STORE_COMPLETED))
+		return K_SETTLE;
+	return K_OTHER;
+}
+
+/* The bytes a request puts in a set-based statement, near enough. */
+static size_t weight(const struct carmy_store_req *req)
+{
+	const struct carmy_store_record *r = req->rec;
+
+	if (req->op == CARMY_STORE_RESERVE)
+		return (size_t)r->len[0] + r->len[1] + r->len[2] +
+		       r->tool_kept + r->args_kept + 128;
+	return (size_t)r->result_len + 96;
+}
+
+/* Groups under SET_MIN become a statement a request, in place (from the
+ * end, as the steps only grow in number); the others set-based. */
+static void split_small(struct pg_store *s)
+{
+	size_t total = 0, to;
+
+	for (size_t i = 0; i < s->nsteps; i++)
+		total += s->steps[i].count < SET_MIN ? s->steps[i].count : 1;
+	to = total;
+	for (size_t i = s->nsteps; i-- > 0;) {
+		struct step st = s->steps[i];
+
+		if (st.count >= SET_MIN) {
+			st.set = true;
+			s->steps[--to] = st;
+			continue;
+		}
+		for (uint32_t k = st.count; k-- > 0;)
+			s->steps[--to] = (struct step){ .sl = st.sl + k,
+							.count = 1 };
+	}
+	s->nsteps = total;
+}
+
+/* s->live and s->steps for this run: the unanswered slots in s->order,
+ * consecutive ones of a kind grouped (never across a request that may
+ * free an identity, answered or not), up to SET_BYTES_MAX a group. */
+static void make_steps(struct pg_store *s, size_t n)
+{
+	size_t nlive = 0, bytes = 0;
+	struct step *open = NULL;
+	int open_kind = K_OTHER;
+
+	s->nsteps = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct slot *sl = s->order[i];
+		int k = kind(sl->req);
+		size_t w = weight(sl->req);
+
+		if (sl->answered) {
+			if (k == K_OTHER)
+				open = NULL;
+			continue;
+		}
+		s->live[nlive] = sl;
+		if (open != NULL && k == open_kind && !s->single &&
+		    bytes + w <= SET_BYTES_MAX) {
+			open->count++;
+			bytes += w;
+		} else {
+			open = &s->steps[s->nsteps++];
+			open->sl = &s->live[nlive];
+			open->count = 1;
+			open_kind = k;
+			bytes = w;
+			if (k == K_OTHER)
+				open = NULL;
+		}
+		nlive++;
+	}
+	split_small(s);
+}
+
+/* BEGIN, the withdrawals, the unanswered slots' statements (s->steps),
+ * COMMIT, sync: queued, then flushed by the sync. 0; LOST (the
+ * connection is reset after); -ENOMEM with the sync sent and no COMMIT
+ * (read to the sync, then roll back). */
 int pg_send_batch(struct pg_store *s, size_t n)
 {
 	PGconn *c = s->conn;
+	int rc = 0;
 
+	make_steps(s, n);
 	if (!PQsendQueryParams(c, "BEGIN ISOLATION LEVEL READ COMMITTED, "
 			       "READ WRITE", 0, NULL, NULL, NULL, NULL, 1))
 		return LOST;
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd); i++)
 		if (!send_withdraw(c, &s->wd[i], s->instance))
 			return LOST;
-	for (size_t i = 0; i < n; i++)
-		if (!s->order[i]->answered &&
-		    !send_one(c, s->order[i]->req, s->instance))
-			return LOST;
-	if (!PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 1) ||
+	for (size_t i = 0; i < s->nsteps && rc == 0; i++) {
+		const struct step *st = &s->steps[i];
+
+		if (!st->set)
+			rc = send_one(c, st->sl[0]->req, s->instance) ? 0 :
+			     LOST;
+		else if (kind(st->sl[0]->req) == K_RESERVE)
+			rc = send_reserves(s, st);
+		else
+			rc = send_settles(s, st);
+	}
+	if (rc == -ENOMEM) {
+		s->nsteps = 0;
+		return PQpipelineSync(c) ? -ENOMEM : LOST;
+	}
+	if (rc != 0 ||
+	    !PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 1) ||
 	    !PQpipelineSync(c))
 		return LOST;
 	return 0;

@@ -84,20 +84,27 @@
  *
  * Group commit. One thread owns the connection. submit() queues and
  * returns; the thread takes everything queued as one batch and sends it in
- * one pipeline (libpq pipeline mode): BEGIN, each request's statement,
- * COMMIT, sync, one round trip and one WAL flush for the lot, then it
- * answers every request. Statements go in submission order, except that
- * the RESERVEs between two requests that may free an identity (RELEASE,
- * RESOLVE, PURGE) go in the order of their identities: two instances
- * reserving the same identities in one batch each then insert them in one
- * order and do not deadlock on them (a deadlock that involves other
- * statements, a COMPLETE's update say, PostgreSQL still breaks after
- * deadlock_timeout, and the batch runs again). While a batch waits for its
- * flush the next one queues up, so throughput grows with concurrency. The
- * connection stays in blocking mode: libpq's send path reads and buffers
- * the server's answers whenever the socket will not take more
- * (pqSendSome), so a pipeline longer than both socket buffers cannot
- * deadlock.
+ * one pipeline (libpq pipeline mode): BEGIN, the statements, COMMIT,
+ * sync, one round trip and one WAL flush for the lot, then it answers
+ * every request. The batch is cut into runs at the requests that may free
+ * an identity (RELEASE, RESOLVE, PURGE), each of which goes after the run
+ * before it; a run's RESERVEs go first, in the order of their identities,
+ * then its COMPLETEs. Two instances reserving the same identities in one
+ * batch each then insert them in one order and do not deadlock on them (a
+ * deadlock that involves other statements, a COMPLETE's update say,
+ * PostgreSQL still breaks after deadlock_timeout, and the batch runs
+ * again). A run's RESERVEs go as one set-based statement, and so do its
+ * COMPLETEs (RESERVES and SETTLES in conn.c: each column an array, an
+ * element a request, unnest'ed WITH ORDINALITY; one row a request back,
+ * judged as the request's own statement's would be): one statement to
+ * plan and run, not one a request, in the one backend that serves the
+ * connection. A group of fewer than SET_MIN (4), and every other
+ * request, goes as its own statement (the forms above). While a batch
+ * waits for its flush the next one queues up, so throughput grows with
+ * concurrency. The connection stays in blocking mode: libpq's send path
+ * reads and buffers the server's answers whenever the socket will not
+ * take more (pqSendSome), so a pipeline longer than both socket buffers
+ * cannot deadlock.
  *
  * A request is answered only after its transaction has committed, with
  * synchronous_commit set on for the session (a database default of off
@@ -119,7 +126,10 @@
  * (CONNINFO's options, the role's, the database's). A statement that
  * times out (lock_not_available, query_canceled) fails its request alone
  * (-EAGAIN): the batch is rolled back and runs again without it, since
- * waiting once more would hold up every other request as long again.
+ * waiting once more would hold up every other request as long again. A
+ * set-based statement that times out cannot say whose row it waited on:
+ * the batch runs again a statement a request, once more waiting up to the
+ * timeout, and the request whose statement times out then fails alone.
  *
  * Why a batch may run twice. A deadlock or serialization failure rolls
  * the batch back: it runs again, as does a timeout in BEGIN or COMMIT (up
@@ -127,7 +137,11 @@
  * its outcome unknown: the store reconnects and runs the batch again.
  * Every statement above is written to be right either way: RESERVE
  * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
- * and PURGE delete what is there.
+ * and PURGE delete what is there; the set-based forms judge each element
+ * as its own statement would. Within one set, two RESERVEs of an identity
+ * insert the first and send the second to look again in the next
+ * transaction (where it is told of the first); two settles of an exec id
+ * update with the first, and the second finds that result standing.
  *
  * A server that cannot be reached fails the batch (-ECONNREFUSED): the
  * store keeps answering failures until it can record, and never pretends.
@@ -223,7 +237,11 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 		s->slots = calloc(BATCH_MAX, sizeof(*s->slots));
 		s->order = calloc(BATCH_MAX, sizeof(*s->order));
 		s->wd = calloc(WITHDRAW_MAX, sizeof(*s->wd));
-		if (s->slots == NULL || s->order == NULL || s->wd == NULL) {
+		s->live = calloc(BATCH_MAX, sizeof(*s->live));
+		s->steps = calloc(BATCH_MAX, sizeof(*s->steps));
+		s->held = calloc(BATCH_MAX, sizeof(*s->held));
+		if (s->slots == NULL || s->order == NULL || s->wd == NULL ||
+		    s->live == NULL || s->steps == NULL || s->held == NULL) {
 			snprintf(err, errlen, "out of memory");
 			rc = -ENOMEM;
 		}
@@ -372,6 +390,10 @@ static void pg_close(void *store)
 	for (size_t i = 0; i < s->nwd; i++)
 		free(s->wd[i].id);
 	free(s->wd);
+	pg_free_arrays(s);
+	free(s->held);
+	free(s->steps);
+	free(s->live);
 	free(s->order);
 	free(s->slots);
 	pthread_cond_destroy(&s->wake);

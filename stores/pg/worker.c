@@ -156,23 +156,25 @@ static int by_identity(const void *pa, const void *pb)
 	return c != 0 ? c : a < b ? -1 : a > b;
 }
 
-/* The order of a batch's statements (s->order): submission order, but
- * for the RESERVEs between two requests that may free an identity
- * (RELEASE, RESOLVE, PURGE), which take the places RESERVEs had among
- * them in the order of their identities. Then two instances whose batches
+/* The order of a batch's requests (s->order): runs of RESERVEs and
+ * COMPLETEs split by the requests that may free an identity (RELEASE,
+ * RESOLVE, PURGE), each of those after the run before it, as submitted;
+ * within a run, its RESERVEs first, in the order of their identities,
+ * then its COMPLETEs, as submitted. Then two instances whose batches
  * reserve the same identities insert them in the same order, and neither
  * waits for a row the other inserted while the other waits for one of
- * its own. A RESERVE never passes a request that may free its identity:
- * carmyd sends the RELEASE first, and the new RESERVE after it. */
+ * its own; and each kind of a run goes as one set-based statement
+ * (send.c). A RESERVE never passes a request that may free its identity:
+ * carmyd sends the RELEASE first, and the new RESERVE after it. A
+ * COMPLETE never meets a RESERVE of its batch: it settles an execution
+ * whose reservation committed before, and its identity's RESERVEs are
+ * answered from carmyd's segment meanwhile. */
 static void plan(struct pg_store *s, size_t n)
 {
-	size_t from = 0;
+	size_t from = 0, k = 0;
 
-	for (size_t i = 0; i < n; i++)
-		s->order[i] = &s->slots[i];
 	while (from < n) {
-		size_t to = from, k = 0;
-		struct slot **run = s->order + from;
+		size_t to = from, first = k;
 
 		/* [from, to): no request in it frees an identity */
 		while (to < n && (s->slots[to].req->op ==
@@ -180,18 +182,16 @@ static void plan(struct pg_store *s, size_t n)
 				  s->slots[to].req->op ==
 				  CARMY_STORE_COMPLETE))
 			to++;
-		/* Its RESERVEs to the front of run, sorted, then back
-		 * into the RESERVEs' places. */
 		for (size_t i = from; i < to; i++)
 			if (s->slots[i].req->op == CARMY_STORE_RESERVE)
-				run[k++] = &s->slots[i];
-		qsort(run, k, sizeof(*run), by_identity);
-		for (size_t i = to; i-- > from;) {
-			if (s->slots[i].req->op == CARMY_STORE_RESERVE)
-				s->order[i] = run[--k];
-			else
-				s->order[i] = &s->slots[i];
-		}
+				s->order[k++] = &s->slots[i];
+		qsort(s->order + first, k - first, sizeof(*s->order),
+		      by_identity);
+		for (size_t i = from; i < to; i++)
+			if (s->slots[i].req->op == CARMY_STORE_COMPLETE)
+				s->order[k++] = &s->slots[i];
+		if (to < n)
+			s->order[k++] = &s->slots[to];
 		from = to + 1;	/* past the one that frees an identity */
 	}
 }
@@ -233,10 +233,9 @@ static void answer(struct slot *sl)
 {
 	struct carmy_store_req *req = sl->req;
 
-	if (sl->rc == 0 && sl->res != NULL)
+	if (sl->rc == 0 && sl->kept)
 		req->taken(req, &sl->standing);
-	PQclear(sl->res);
-	sl->res = NULL;
+	sl->kept = false;
 	sl->answered = true;
 	req->done(req, sl->rc);	/* req may be gone after this */
 }
@@ -271,6 +270,7 @@ static size_t answer_settled(struct pg_store *s, size_t n)
 			answer(sl);
 		}
 	}
+	pg_drop_held(s);
 	return left;
 }
 
@@ -280,13 +280,13 @@ static void forget(struct pg_store *s, size_t n, bool lost)
 	for (size_t i = 0; i < n; i++) {
 		struct slot *sl = &s->slots[i];
 
-		PQclear(sl->res);
-		sl->res = NULL;
+		sl->kept = false;
 		sl->rc = 0;
 		sl->again = false;
 		if (lost && !sl->answered)
 			sl->unsure = true;
 	}
+	pg_drop_held(s);
 }
 
 /*
@@ -301,6 +301,7 @@ static void run_batch(struct pg_store *s, size_t n)
 	bool said = false;
 
 	s->wd_held = false;
+	s->single = false;
 	while (left > 0 || (s->nwd > 0 && !s->wd_held)) {
 		if (tries++ == TRIES_MAX) {
 			rc = -EAGAIN;	/* s->why: the last trouble */
@@ -329,6 +330,10 @@ static void run_batch(struct pg_store *s, size_t n)
 			       "(%s): left for the next batch", s->instance,
 			       s->why);
 			s->wd_held = true;
+		} else if (rc == WAITED && s->single && s->culprit == NULL) {
+			pg_say("instance %s: a statement of a batch waited "
+			       "(%s): running it again a statement a request",
+			       s->instance, s->why);
 		} else if (rc == WAITED && s->culprit != NULL) {
 			pg_say("instance %s: a request failed, alone (%s): "
 			       "running the rest of its batch again",
@@ -367,7 +372,9 @@ static int run_once(struct pg_store *s, size_t n)
 	if (PQenterPipelineMode(c)) {
 		rc = pg_send_batch(s, n);
 		if (rc == 0)
-			rc = pg_read_batch(s, n);
+			rc = pg_read_batch(s);
+		else if (rc == -ENOMEM)
+			rc = pg_read_to_sync(s, rc);
 	} else {
 		rc = LOST;
 	}

@@ -1379,14 +1379,16 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 	/* What the store's sessions have set, seen from inside them. */
 	sql(db, "DROP TABLE IF EXISTS carmy_test_seen");
 	sql(db, "CREATE TABLE carmy_test_seen (instance text, lock text, "
-	    "stmt text, idle text, session_idle text, plan text)");
+	    "stmt text, idle text, session_idle text, plan text, "
+	    "seqscan text)");
 	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_seen() RETURNS trigger "
 	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_seen VALUES "
 	    "(NEW.instance, current_setting('lock_timeout'), "
 	    "current_setting('statement_timeout'), "
 	    "current_setting('idle_in_transaction_session_timeout'), "
 	    "current_setting('idle_session_timeout'), "
-	    "current_setting('plan_cache_mode')); "
+	    "current_setting('plan_cache_mode'), "
+	    "current_setting('enable_seqscan')); "
 	    "RETURN NEW; END $$");
 	sql(db, "CREATE TRIGGER carmy_test_seen BEFORE INSERT ON "
 	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_seen()");
@@ -1403,7 +1405,8 @@ START_TEST(test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own)
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
 			 "WHERE instance = 'a' AND lock = '2s' AND "
 			 "stmt = '30s' AND idle = '1min' AND "
-			 "plan = 'force_custom_plan'"), 2);
+			 "plan = 'force_generic_plan' AND seqscan = 'off'"),
+			 2);
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_seen "
 			 "WHERE instance = 'b' AND lock = '10ms' AND "
 			 "stmt = '1h' AND idle = '1min' AND session_idle = '0'"),
@@ -1959,6 +1962,217 @@ START_TEST(test_a_request_the_database_would_refuse_fails_alone)
 }
 END_TEST
 
+/* The requests of one batch, submitted while st's worker is held (its
+ * backend named app): they go as one transaction, each kind of a run as
+ * one set-based statement. */
+static void submit_batch(void *st, const char *app, struct waiter *w,
+			 const enum carmy_store_op *op, struct ex *const *x,
+			 int n)
+{
+	struct waiter hold;
+	struct ex h;
+
+	hold_worker(st, app, &hold, &h);
+	for (int i = 0; i < n; i++) {
+		waiter_init(&w[i], op[i], x[i]);
+		ops->submit(st, &w[i].req);
+	}
+	ck_assert_int_eq(wait_done(&hold), 0);
+	waiter_destroy(&hold);
+}
+
+START_TEST(test_one_batch_of_every_kind_answers_each_request_as_alone)
+{
+	enum { N = 15 };
+	void *a = open_as("a", "application_name=mixed-test");
+	void *b = open_as("b", "");
+	struct ex fresh0, fresh1, c1, c2, c2other, dup1, dup2, same, theirs,
+		  theirs_a, tdone, tdone_a, first, borrow, never, rel, relnew;
+	struct waiter w[N];
+	const enum carmy_store_op op[N] = {
+		CARMY_STORE_RESERVE, CARMY_STORE_COMPLETE, CARMY_STORE_RESERVE,
+		CARMY_STORE_RESERVE, CARMY_STORE_RESERVE, CARMY_STORE_RESERVE,
+		CARMY_STORE_COMPLETE, CARMY_STORE_COMPLETE, CARMY_STORE_RESERVE,
+		CARMY_STORE_RESERVE, CARMY_STORE_RESERVE, CARMY_STORE_COMPLETE,
+		CARMY_STORE_RELEASE, CARMY_STORE_RESERVE, CARMY_STORE_RESERVE
+	};
+	struct ex *const x[N] = { &fresh0, &c1, &dup1, &dup2, &same, &same,
+		&c2, &c2other, &theirs_a, &tdone_a, &borrow, &never, &rel,
+		&relnew, &fresh1 };
+
+	sleepy_inserts();
+	make_ex(&fresh0, "m", "fresh-0");
+	make_ex(&fresh1, "m", "fresh-1");
+	make_ex(&c1, "m", "complete-1");
+	make_ex(&c2, "m", "complete-2");
+	c2other = c2;
+	c2other.result[0] ^= 1;
+	make_ex(&dup1, "m", "dup");
+	make_ex(&dup2, "m", "dup");
+	make_ex(&same, "m", "same");
+	make_ex(&theirs, "m", "theirs");
+	make_ex(&theirs_a, "m", "theirs");
+	make_ex(&tdone, "m", "theirs-done");
+	make_ex(&tdone_a, "m", "theirs-done");
+	make_ex(&first, "m", "first");
+	make_ex(&borrow, "m", "borrow");
+	memcpy(borrow.exec, first.exec, 16);
+	make_ex(&never, "m", "never");
+	make_ex(&rel, "m", "released");
+	make_ex(&relnew, "m", "released");
+	ck_assert_int_eq(reserve(a, &c1, NULL), 0);
+	ck_assert_int_eq(reserve(a, &c2, NULL), 0);
+	ck_assert_int_eq(reserve(a, &first, NULL), 0);
+	ck_assert_int_eq(reserve(a, &rel, NULL), 0);
+	ck_assert_int_eq(reserve(b, &theirs, NULL), 0);
+	ck_assert_int_eq(reserve(b, &tdone, NULL), 0);
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_COMPLETE, &tdone, NULL), 0);
+
+	submit_batch(a, "mixed-test", w, op, x, N);
+	for (int i = 0; i < N; i++)
+		ck_assert_msg(!w[i].taken_after_done, "request %d: taken() "
+			      "after done()", i);
+	/* New identities, and a request twice: recorded. */
+	ck_assert_int_eq(wait_done(&w[0]), 0);
+	ck_assert_int_eq(wait_done(&w[14]), 0);
+	ck_assert_int_eq(wait_done(&w[4]), 0);
+	ck_assert_int_eq(wait_done(&w[5]), 0);
+	ck_assert_int_eq(w[0].ntaken + w[14].ntaken + w[4].ntaken +
+			 w[5].ntaken, 0);
+	ck_assert_int_eq(rows_as(&fresh0, "a", CARMY_STORE_RUNNING), 1);
+	ck_assert_int_eq(rows_as(&fresh1, "a", CARMY_STORE_RUNNING), 1);
+	ck_assert_int_eq(rows_as(&same, "a", CARMY_STORE_RUNNING), 1);
+	/* One identity twice: the first recorded, the second told of it. */
+	ck_assert_int_eq(wait_done(&w[2]), 0);
+	ck_assert_int_eq(wait_done(&w[3]), 0);
+	ck_assert_int_eq(w[2].ntaken, 0);
+	ck_assert_int_eq(w[3].ntaken, 1);
+	assert_reserved_as(&w[3].standing, &dup1);
+	ck_assert_int_eq(w[3].standing.state, CARMY_STORE_RUNNING);
+	ck_assert_int_eq(rows_of_exec(db, dup2.exec), 0);
+	/* Another instance's, running and completed: told, as it stands. */
+	ck_assert_int_eq(wait_done(&w[8]), 0);
+	ck_assert_int_eq(w[8].ntaken, 1);
+	assert_reserved_as(&w[8].standing, &theirs);
+	ck_assert_int_eq(w[8].standing.state, CARMY_STORE_RUNNING);
+	ck_assert_int_eq(wait_done(&w[9]), 0);
+	ck_assert_int_eq(w[9].ntaken, 1);
+	assert_completed_as(&w[9].standing, &tdone);
+	ck_assert_int_eq(rows_of_exec(db, theirs_a.exec), 0);
+	ck_assert_int_eq(rows_of_exec(db, tdone_a.exec), 0);
+	/* An exec id another identity holds: that request alone fails. */
+	ck_assert_int_eq(wait_done(&w[10]), -EEXIST);
+	ck_assert_int_eq(w[10].ntaken, 0);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE request_id = 'borrow'"), 0);
+	/* Completions: recorded; one exec twice, the first result kept and
+	 * the other refused; nothing reserved, refused. */
+	ck_assert_int_eq(wait_done(&w[1]), 0);
+	ck_assert_int_eq(wait_done(&w[6]), 0);
+	ck_assert_int_eq(wait_done(&w[7]), -ESTALE);
+	ck_assert_int_eq(wait_done(&w[11]), -ESTALE);
+	ck_assert_int_eq(rows_as(&c1, "a", CARMY_STORE_COMPLETED), 1);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &c2, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &c2other, NULL),
+			 -ESTALE);
+	ck_assert_int_eq(rows_of_exec(db, never.exec), 0);
+	/* A release, and after it a new reservation of its identity. */
+	ck_assert_int_eq(wait_done(&w[12]), 0);
+	ck_assert_int_eq(wait_done(&w[13]), 0);
+	ck_assert_int_eq(w[13].ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(db, rel.exec), 0);
+	ck_assert_int_eq(rows_as(&relnew, "a", CARMY_STORE_RUNNING), 1);
+	for (int i = 0; i < N; i++)
+		waiter_destroy(&w[i]);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+/* A batch whose commit answer is lost runs again, whole, in a new
+ * transaction: every statement then finds what its first run wrote. The
+ * same batch submitted again is that second run, statement for
+ * statement. */
+START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
+{
+	enum { N = 10 };
+	void *a = open_as("a", "application_name=again-test");
+	struct ex ex[N], *x[N];
+	enum carmy_store_op op[N];
+	struct waiter w[2][N];
+	char id[32];
+
+	sleepy_inserts();
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof(id), "again-%d", i);
+		make_ex(&ex[i], "g", id);
+		x[i] = &ex[i];
+		op[i] = i % 2 ? CARMY_STORE_COMPLETE : CARMY_STORE_RESERVE;
+		if (op[i] == CARMY_STORE_COMPLETE)
+			ck_assert_int_eq(reserve(a, &ex[i], NULL), 0);
+	}
+	for (int run = 0; run < 2; run++) {
+		submit_batch(a, "again-test", w[run], op, x, N);
+		for (int i = 0; i < N; i++) {
+			ck_assert_msg(wait_done(&w[run][i]) == 0, "run %d, "
+				      "request %d: %d", run, i,
+				      w[run][i].rc);
+			ck_assert_int_eq(w[run][i].ntaken, 0);
+			ck_assert_int_eq(rows_as(&ex[i], "a", i % 2 ?
+						 CARMY_STORE_COMPLETED :
+						 CARMY_STORE_RUNNING), 1);
+			waiter_destroy(&w[run][i]);
+		}
+	}
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE principal = 'g'"), N);
+	ops->close(a);
+}
+END_TEST
+
+START_TEST(test_batches_of_two_instances_on_the_same_identities_record_each_once)
+{
+	enum { N = 64 };
+	void *st[2] = { open_as("a", ""), open_as("b", "") };
+	static struct waiter w[2][N];
+	static struct ex x[2][N];
+	char id[32];
+
+	/* Both workers wait on the table: each instance's requests queue
+	 * up into a batch, and the two batches go at once. */
+	sql(db, "BEGIN");
+	sql(db, "LOCK TABLE carmy_executions IN EXCLUSIVE MODE");
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof(id), "both-%d", i);
+		for (int k = 0; k < 2; k++) {
+			make_ex(&x[k][i], "both", id);
+			waiter_init(&w[k][i], CARMY_STORE_RESERVE, &x[k][i]);
+			ops->submit(st[k], &w[k][i].req);
+		}
+	}
+	sql(db, "COMMIT");
+	for (int i = 0; i < N; i++) {
+		int win;
+
+		for (int k = 0; k < 2; k++)
+			ck_assert_int_eq(wait_done(&w[k][i]), 0);
+		ck_assert_msg(w[0][i].ntaken + w[1][i].ntaken == 1,
+			      "both-%d: taken %d and %d times", i,
+			      w[0][i].ntaken, w[1][i].ntaken);
+		win = w[0][i].ntaken == 0 ? 0 : 1;
+		assert_reserved_as(&w[!win][i].standing, &x[win][i]);
+		ck_assert_int_eq(rows_of_exec(db, x[win][i].exec), 1);
+		ck_assert_int_eq(rows_of_exec(db, x[!win][i].exec), 0);
+		for (int k = 0; k < 2; k++)
+			waiter_destroy(&w[k][i]);
+	}
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions"),
+			 N);
+	ops->close(st[0]);
+	ops->close(st[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("store_pg");
@@ -2018,6 +2232,9 @@ int main(void)
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
 	tcase_add_test(tc, test_a_request_the_database_would_refuse_fails_alone);
+	tcase_add_test(tc, test_one_batch_of_every_kind_answers_each_request_as_alone);
+	tcase_add_test(tc, test_a_batch_run_again_after_its_commit_answers_the_same);
+	tcase_add_test(tc, test_batches_of_two_instances_on_the_same_identities_record_each_once);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
