@@ -39,13 +39,34 @@ static int is_socket(const char *path)
 	return lstat(path, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+/* Is the directory holding path the user's own: a real directory of the
+ * real uid that nobody else may write in? Another user may make
+ * /tmp/carmy-UID first and put a socket in it; such a socket must not hide
+ * the system-wide one (the trust checks would refuse it anyway, and the
+ * client would never reach the carmyd it could use). */
+static int in_own_dir(const char *path)
+{
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+
+	if (slash == NULL || slash == path ||
+	    (size_t)(slash - path) >= sizeof(dir))
+		return 0;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+	       st.st_uid == getuid() && (st.st_mode & 022) == 0;
+}
+
 int sockpath_client(char *buf, size_t size, const char *system_path)
 {
 	const char *env = getenv("CARMY_SOCKET");
 	int n;
 
 	n = sockpath_own(buf, size);
-	if (n < 0 || (env != NULL && env[0] != '\0') || is_socket(buf) ||
+	if (n < 0 || (env != NULL && env[0] != '\0') ||
+	    (is_socket(buf) && in_own_dir(buf)) ||
 	    system_path == NULL || !is_socket(system_path))
 		return n;
 	return put(size, snprintf(buf, size, "%s", system_path));

@@ -21,7 +21,8 @@ int sockpath_own(char *buf, size_t size);
 /*
  * Where a client looks by default: $CARMY_SOCKET if set and not empty;
  * else the user's own carmyd's socket (sockpath_own()) if a socket is
- * there; else system_path (SOCKPATH_SYSTEM) if a socket is there; else
+ * there, in a directory of the user's that nobody else may write in;
+ * else system_path (SOCKPATH_SYSTEM) if a socket is there; else
  * the user's own path again, so that an error names it. A user's own
  * carmyd always wins over the system's, and a carmyd never listens on the
  * system path unless told to. Returns the length written to buf

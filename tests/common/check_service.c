@@ -321,6 +321,15 @@ START_TEST(test_sockpath_order)
 	fd_own = bound(SOCK_STREAM, own, 1);
 	sockpath_client(buf, sizeof(buf), sys);
 	ck_assert_str_eq(buf, own);
+	/* Not from a directory others may write in: anyone could have put
+	 * that socket there, and it must not hide the system's. */
+	snprintf(want, sizeof(want), "%s/carmy", tmp);
+	ck_assert_int_eq(chmod(want, 0733), 0);
+	sockpath_client(buf, sizeof(buf), sys);
+	ck_assert_str_eq(buf, sys);
+	ck_assert_int_eq(chmod(want, 0700), 0);
+	sockpath_client(buf, sizeof(buf), sys);
+	ck_assert_str_eq(buf, own);
 	/* $CARMY_SOCKET wins over both. */
 	setenv("CARMY_SOCKET", "/somewhere/else.sock", 1);
 	sockpath_client(buf, sizeof(buf), sys);
