@@ -681,16 +681,18 @@ async def _off_loop(kind, fn, *args, on_cancel=None):
 
 
 async def _async_begin(handle, name, rid, packed, wait_ms):
-    # With carmyd's memory store, a begin reads and writes the shared table
-    # and runs in place, a replay included; with a durable store a new
-    # call's begin waits for carmyd to record it, so every begin runs on a
-    # carmy thread. A wait (wait=) for a call running elsewhere is a
-    # second begin, on a thread of its own.
+    # What shared memory answers alone (replays, conflicts, uncertain calls,
+    # and with carmyd's memory store new reservations) is answered in
+    # place: try_begin never waits. Where a begin would wait for carmyd (a
+    # durable store recording a new call, a reconnect after a restart, a
+    # reclaim), it runs on a carmy thread. A wait (wait=) for a call
+    # running elsewhere is a second begin, on a thread of its own.
     try:
-        if handle.durable:
-            return await _off_loop("io", handle.begin, name, rid, packed,
-                                   None, 0, on_cancel=_release_abandoned)
-        return handle.begin(name, rid, packed, None, 0)
+        r = handle.try_begin(name, rid, packed, None)
+        if r is not None:
+            return r
+        return await _off_loop("io", handle.begin, name, rid, packed,
+                               None, 0, on_cancel=_release_abandoned)
     except ExecutionUncertain as e:
         if not wait_ms or e.state != "running":
             raise

@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <string.h>
 
 #include "carmy.h"
@@ -285,6 +286,31 @@ static PyObject *client_begin(ClientObject *self, PyObject *const *a,
 	rc = begin_into(self, &call, wait_ms, &r);
 	if (rc < 0)
 		return NULL;
+	return reservation_new(self, &r, rc);
+}
+
+/* Client.try_begin(tool, request_id, args, meta) -> Reservation, or None
+ * where carmy_begin() would wait for carmyd (carmy_try_begin()): nothing
+ * was reserved then. Holds the GIL: it never waits. */
+static PyObject *client_try_begin(ClientObject *self, PyObject *const *a,
+				  Py_ssize_t na)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_call call;
+	int rc;
+
+	if (check_nargs("try_begin", na, 4) != 0 ||
+	    fill_call(self, a, &call) != 0 || client_enter(self) != 0)
+		return NULL;
+	rc = carmy_try_begin(self->c, &call, &r);
+	client_leave(self);
+	if (rc == -EAGAIN)
+		Py_RETURN_NONE;
+	if (rc != CARMY_RESERVED && rc != CARMY_REPLAY) {
+		raise_code(rc, &r);
+		carmy_reservation_clear(&r);
+		return NULL;
+	}
 	return reservation_new(self, &r, rc);
 }
 
@@ -1196,6 +1222,10 @@ static PyObject *mod_default_socket(PyObject *mod, PyObject *unused)
 static PyMethodDef client_methods[] = {
 	{ "begin", FASTCALL(client_begin), METH_FASTCALL,
 	  "begin(tool, request_id, args, meta, wait_ms) -> Reservation" },
+	{ "try_begin", FASTCALL(client_try_begin), METH_FASTCALL,
+	  "try_begin(tool, request_id, args, meta) -> Reservation or None:"
+	  " begin() where shared memory alone answers, else None (nothing"
+	  " reserved): never waits for carmyd" },
 	{ "resolve", FASTCALL(client_resolve), METH_FASTCALL,
 	  "resolve(tool, request_id, args, meta, execution_id, committed, "
 	  "status, result) -> None" },

@@ -6,6 +6,7 @@ after the watchdog resumed carmyd, or after the wait ran out."""
 import asyncio
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -117,6 +118,14 @@ class Stopped:
         return False
 
 
+def _in_pool_call():
+    """Whether a carmy thread runs a call now (rather than waiting for
+    one): its innermost Python frame is the pool's work item's run()."""
+    return any(f.f_code.co_name == "run" and
+               f.f_code.co_filename.endswith("concurrent/futures/thread.py")
+               for f in sys._current_frames().values())
+
+
 async def _turns(n=5):
     """Let the loop run its other ready tasks n times."""
     for _ in range(n):
@@ -185,6 +194,10 @@ def test_cancelled_while_a_durable_begin_waits_gives_it_back(tmp_path,
             with Stopped(d) as stop:
                 task = asyncio.ensure_future(tool(request_id="g1"))
                 await _turns()
+                # Cancelled once its begin runs on a carmy thread (not
+                # while it is only queued, which would leave nothing to
+                # give back).
+                wait_for(_in_pool_call, "the begin to run on a carmy thread")
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
@@ -227,3 +240,40 @@ def test_a_wait_leaves_the_loop_free(carmyd, client, session, marker):
         return pending, await task
     assert asyncio.run(main()) == (True, "done")
     other.close()
+
+
+def test_a_begin_that_must_reconnect_leaves_the_loop_free(carmyd):
+    # carmyd's memory store: a begin runs in place, but not one that must
+    # first connect again to a carmyd that restarted (here one stopped
+    # before it could say HELLO): that one goes to a carmy thread.
+    c = carmy.connect(carmyd.socket, principal="u", session="s")
+
+    @carmy.idempotent(c, tool="mem")
+    async def tool(x, *, request_id):
+        return x + 1
+
+    try:
+        assert asyncio.run(tool(1, request_id="m1")) == 2
+        carmyd.stop()
+        carmyd.start()
+
+        async def main():
+            with Stopped(carmyd) as stop:
+                # The first call finds its carmyd gone (a new one serves
+                # a new segment): DaemonUnavailable at once, nothing run.
+                with pytest.raises(carmy.DaemonUnavailable):
+                    await tool(2, request_id="m2")
+                # The next must connect again: off the loop.
+                task = asyncio.ensure_future(tool(2, request_id="m2"))
+                await _turns()
+                seen = (not stop.fired.is_set(), task.done())
+            # Its HELLO went to the stopped carmyd: it may have been
+            # answered once carmyd resumed, or have been given up on.
+            try:
+                await task
+            except carmy.DaemonUnavailable:
+                pass
+            return seen
+        assert asyncio.run(main()) == (True, False)
+    finally:
+        c.close()
