@@ -113,6 +113,9 @@ struct slot {
 	bool kept;			/* RESERVE taken: standing holds the
 					 * row, pointing into a result in
 					 * pg_store.held */
+	int kind;			/* send.c's grouping kind, noted while
+					 * req lives: an answered req may be
+					 * gone (done() frees it) */
 	struct carmy_store_record standing;
 };
 

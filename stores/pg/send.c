@@ -370,14 +370,18 @@ static void make_steps(struct pg_store *s, size_t n)
 	s->nsteps = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct slot *sl = s->order[i];
-		int k = kind(sl->req);
-		size_t w = weight(sl->req);
+		size_t w;
+		int k;
 
+		/* An answered slot's req may be freed: only its kind, noted
+		 * in a run before it was answered, is read. */
 		if (sl->answered) {
-			if (k == K_OTHER)
+			if (sl->kind == K_OTHER)
 				open = NULL;
 			continue;
 		}
+		k = sl->kind = kind(sl->req);
+		w = weight(sl->req);
 		s->live[nlive] = sl;
 		if (open != NULL && k == open_kind && !s->single &&
 		    bytes + w <= SET_BYTES_MAX) {
