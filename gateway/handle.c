@@ -69,8 +69,7 @@ static int adopt(struct gw_carmyd *d, struct gw_handle *h, carmy_t *c,
 		free(h);
 		return rc;
 	}
-	if (d->last_fail_ns != 0)
-		log_info("connected to carmyd again");
+	log_info("connected to carmyd%s", d->last_fail_ns != 0 ? " again" : "");
 	d->last_fail_ns = 0;
 	h->c = c;
 	d->cur = h;
