@@ -159,6 +159,14 @@
  * runs, before any other request, forgetting them once that commits; at
  * close it makes one last attempt.
  *
+ * A COMPLETE of unknown outcome, then no connection, may have committed
+ * too: answered failed, its instance would take the call for interrupted
+ * while the others replay its result. So it is held, unanswered, and runs
+ * again at the head of each batch (after each backoff when nothing else
+ * is queued) until the database answers; carmyd's request is held up to
+ * the store's timeout, then answered failed while the store's own copy is
+ * sent until the database takes it (worker.c: hold()).
+ *
  * Every value read back is untrusted: a row that is not what this store
  * writes (lengths, states, ranges) fails load() with -EBADMSG, and a
  * RESERVE that finds one standing fails -EBADMSG.
