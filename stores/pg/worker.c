@@ -335,8 +335,9 @@ static void kept_done(struct carmy_store_req *req, int rc)
 		       k->s->instance, exec_text);
 	else
 		pg_say("instance %s: the completion of %s, reported failed, "
-		       "was refused when sent again (%s): another result or "
-		       "none stands", k->s->instance, exec_text, strerror(-rc));
+		       "was refused when sent again (%s): if it stands as "
+		       "running, resolve it as committed", k->s->instance,
+		       exec_text, strerror(-rc));
 	free(k);
 }
 
@@ -380,6 +381,10 @@ static bool hold(struct pg_store *s, struct slot *sl, int rc)
 	char exec_text[EXECID_TEXT_LEN + 1];
 
 	if (!sl->unsure || req->op != CARMY_STORE_COMPLETE || s->closing)
+		return false;
+	/* A copy is sent again for want of a connection, not into a
+	 * database that fails its batch (it could be why). */
+	if (req->done == kept_done && rc == -EIO && s->session)
 		return false;
 	execid_format(exec_text, req->rec->exec);
 	if (s->nhold == HOLD_MAX) {
