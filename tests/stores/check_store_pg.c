@@ -1880,6 +1880,65 @@ START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded
 }
 END_TEST
 
+/* Past the store's timeout= without the database, the completion whose
+ * commit answer was lost is answered failed; completed again with the
+ * same result it is answered recorded once the database is back, and
+ * with another result refused: one result, whatever is sent again. */
+START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_result)
+{
+	char args[1024], err[512] = "";
+	time_t end = time(NULL) + WAIT_S;
+	struct waiter w;
+	struct ex x, other;
+	PGconn *lost;
+	void *a = NULL;
+	int rc;
+
+	sql(db, "SET synchronous_commit = local");	/* never waits */
+	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_lost");
+	snprintf(args, sizeof(args), "instance=a timeout=1 %s dbname=carmy_lost "
+		 "application_name=lost-commit", conninfo);
+	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
+		      err);
+	make_ex(&x, "p", "lost-then-failed");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
+	sql(db, "SELECT pg_reload_conf()");
+	while (sql_long(db, "SELECT count(*) WHERE current_setting("
+			"'synchronous_standby_names') = 'carmy_nobody'") == 0)
+		ck_assert_msg(time(NULL) < end, "the setting was not read");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
+	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
+	ops->submit(a, &w.req);
+	/* Its commit waits for the standby; the store hears nothing for
+	 * 1 s, takes the server for gone, and finds no connection. */
+	ck_assert_int_lt(wait_within(&w, BOUNDED_S), 0);
+	waiter_destroy(&w);
+	/* Sent again by its client meanwhile: failed, no database. */
+	ck_assert_int_lt(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+	sql(db, "SELECT pg_reload_conf()");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+	/* Until the store is back (its old backend, let go by the reset,
+	 * may hold the name a moment longer): */
+	while ((rc = op_wait(a, CARMY_STORE_COMPLETE, &x, NULL)) ==
+	       -ECONNREFUSED || rc == -EBUSY)
+		ck_assert_msg(time(NULL) < end, "still %d", rc);
+	ck_assert_int_eq(rc, 0);
+	other = x;
+	other.result[0] ^= 0xff;
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
+			 -ESTALE);
+	lost = db_connect("dbname=carmy_lost");
+	ck_assert_int_eq(completed_with(lost, x.exec, x.result, x.result_len),
+			 1);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+END_TEST
+
 /* The stopped server's processes, SIGCONT'd by teardown should a test
  * fail while they are stopped. */
 static pid_t stopped[2];
@@ -2394,6 +2453,7 @@ int main(void)
 		       test_open_does_not_wait_for_other_writers_once_the_table_exists);
 	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
 	tcase_add_test(tc, test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded);
+	tcase_add_test(tc, test_a_completion_answered_failed_after_the_timeout_keeps_its_one_result);
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
 	tcase_add_test(tc, test_a_server_that_stops_reading_fails_a_large_batch_in_bounded_time);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
