@@ -1827,6 +1827,40 @@ static long completed_with(PGconn *c, const uint8_t exec[16],
 	return rows;
 }
 
+/* Commits of the store's session wait for a standby that never comes
+ * (once every backend has been told: this one has read it). */
+static void standby_never_answers(void)
+{
+	time_t end = time(NULL) + WAIT_S;
+
+	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
+	sql(db, "SELECT pg_reload_conf()");
+	while (sql_long(db, "SELECT count(*) WHERE current_setting("
+			"'synchronous_standby_names') = 'carmy_nobody'") == 0)
+		ck_assert_msg(time(NULL) < end, "the setting was not read");
+}
+
+/* The database back, with commits that wait for nobody. */
+static void database_back(void)
+{
+	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+	sql(db, "SELECT pg_reload_conf()");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+}
+
+/* x stands completed in carmy_lost with its own result; then the store
+ * is closed and the database dropped. */
+static void lost_ends_completed(void *a, const struct ex *x)
+{
+	PGconn *lost = db_connect("dbname=carmy_lost");
+
+	ck_assert_int_eq(completed_with(lost, x->exec, x->result,
+					x->result_len), 1);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+
 /* A COMPLETE whose COMMIT's answer is lost (the harness of the RESERVE's
  * test above), then no connection: it is not answered failed; the store
  * sends it again until the database takes it, and answers it recorded. */
@@ -1835,7 +1869,6 @@ START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded
 	time_t end = time(NULL) + WAIT_S;
 	struct waiter w;
 	struct ex x, y;
-	PGconn *lost;
 	void *a;
 
 	sql(db, "SET synchronous_commit = local");	/* never waits */
@@ -1844,12 +1877,7 @@ START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded
 	a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
 	make_ex(&x, "p", "lost-completion");
 	ck_assert_int_eq(reserve(a, &x, NULL), 0);
-	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
-	sql(db, "SELECT pg_reload_conf()");
-	/* Every backend has been signalled once this one has read it. */
-	while (sql_long(db, "SELECT count(*) WHERE current_setting("
-			"'synchronous_standby_names') = 'carmy_nobody'") == 0)
-		ck_assert_msg(time(NULL) < end, "the setting was not read");
+	standby_never_answers();
 	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
 	ops->submit(a, &w.req);
 	while (!is_done(&w) && sql_long(db, "SELECT count(*) FROM "
@@ -1865,18 +1893,11 @@ START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded
 	ck_assert_int_eq(reserve(a, &y, NULL), -ECONNREFUSED);
 	ck_assert_msg(!is_done(&w), "a completion that may have committed "
 		      "was answered (%d) without the database", w.rc);
-	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
-	sql(db, "SELECT pg_reload_conf()");
-	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+	database_back();
 	/* Sent again once the database is back: recorded, this result. */
 	ck_assert_int_eq(wait_done(&w), 0);
 	waiter_destroy(&w);
-	lost = db_connect("dbname=carmy_lost");
-	ck_assert_int_eq(completed_with(lost, x.exec, x.result, x.result_len),
-			 1);
-	PQfinish(lost);
-	ops->close(a);
-	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+	lost_ends_completed(a, &x);
 }
 END_TEST
 
@@ -1890,7 +1911,6 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 	time_t end = time(NULL) + WAIT_S;
 	struct waiter w;
 	struct ex x, other;
-	PGconn *lost;
 	void *a = NULL;
 	int rc;
 
@@ -1903,11 +1923,7 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 		      err);
 	make_ex(&x, "p", "lost-then-failed");
 	ck_assert_int_eq(reserve(a, &x, NULL), 0);
-	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
-	sql(db, "SELECT pg_reload_conf()");
-	while (sql_long(db, "SELECT count(*) WHERE current_setting("
-			"'synchronous_standby_names') = 'carmy_nobody'") == 0)
-		ck_assert_msg(time(NULL) < end, "the setting was not read");
+	standby_never_answers();
 	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
 	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
 	ops->submit(a, &w.req);
@@ -1917,9 +1933,7 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 	waiter_destroy(&w);
 	/* Sent again by its client meanwhile: failed, no database. */
 	ck_assert_int_lt(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
-	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
-	sql(db, "SELECT pg_reload_conf()");
-	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+	database_back();
 	/* Until the store is back (its old backend, let go by the reset,
 	 * may hold the name a moment longer): */
 	while ((rc = op_wait(a, CARMY_STORE_COMPLETE, &x, NULL)) ==
@@ -1930,12 +1944,7 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 	other.result[0] ^= 0xff;
 	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
 			 -ESTALE);
-	lost = db_connect("dbname=carmy_lost");
-	ck_assert_int_eq(completed_with(lost, x.exec, x.result, x.result_len),
-			 1);
-	PQfinish(lost);
-	ops->close(a);
-	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+	lost_ends_completed(a, &x);
 }
 END_TEST
 
