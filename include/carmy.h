@@ -486,7 +486,12 @@ int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
  *                            connection.
  *   CARMY_EDISCONNECTED      carmyd went away and did not give this handle
  *                            its reservations back: the entry is uncertain.
- *   CARMY_ESTORE             the durable store could not record it.
+ *   CARMY_ESTORE             the durable store could not record it, or
+ *                            could not tell in time whether it did (a
+ *                            shared store whose database went away as it
+ *                            committed, which it keeps sending): r stays
+ *                            live, and completing it again with the same
+ *                            result answers 0 once it is recorded.
  *   CARMY_ECORRUPT           carmyd found the entry scribbled on.
  *   CARMY_EPROTOCOL          carmyd's answer was malformed.
  *   CARMY_EFORKED            c was connected by another process, whose

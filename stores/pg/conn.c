@@ -2,7 +2,8 @@
  * conn.c - the PostgreSQL store's connection, made ready for requests:
  * the arguments, the connection and its defaults, the session's bounds,
  * the schema, the prepared statements, and the instance's name held as
- * a session advisory lock. At open (store_pg.c) and after every reconnect
+ * a session advisory lock. The connection is non-blocking: every wait on
+ * the server, sending included, is wait.c's, and bounded. At open (store_pg.c) and after every reconnect
  * (worker.c). Why each is as it is: the top of store_pg.c.
  */
 #include <errno.h>
@@ -340,6 +341,13 @@ int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
 		return -ECONNREFUSED;
 	}
 	PQsetNoticeProcessor(s->conn, no_notices, NULL);
+	if (PQsetnonblocking(s->conn, 1) != 0) {
+		snprintf(err, errlen, "cannot make the connection to "
+			 "PostgreSQL non-blocking: %s",
+			 pg_pq_error(PQerrorMessage(s->conn), msg,
+				     sizeof(msg)));
+		return -EIO;
+	}
 	v = PQserverVersion(s->conn);
 	if (v < MIN_SERVER) {
 		snprintf(err, errlen, "PostgreSQL server version %d is too "
@@ -452,6 +460,10 @@ int pg_reconnect(struct pg_store *s, char *err, size_t errlen)
 		return -EPROTONOSUPPORT;
 	}
 	PQsetNoticeProcessor(s->conn, no_notices, NULL);
+	if (PQsetnonblocking(s->conn, 1) != 0) {
+		pg_pq_error(PQerrorMessage(s->conn), err, errlen);
+		return -EIO;
+	}
 	if (pg_setup_session(s->conn, err, errlen) != 0 ||
 	    pg_prepare_all(s->conn, err, errlen) != 0)
 		return -EIO;

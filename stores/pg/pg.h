@@ -47,6 +47,7 @@
  * requests' statements). */
 #define SET_MIN 4
 #define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
+#define HOLD_MAX 256		/* COMPLETEs held at once (worker.c) */
 /* How long open waits for the instance's name, and the first try after a
  * reconnect (which holds up the worker): the backend of a carmyd that
  * stopped or died lets it go as it exits, once it has noticed, at the end
@@ -113,6 +114,8 @@ struct slot {
 	bool kept;			/* RESERVE taken: standing holds the
 					 * row, pointing into a result in
 					 * pg_store.held */
+	uint64_t until_ms;		/* a held COMPLETE: answered failed
+					 * from then on (CLOCK_MONOTONIC) */
 	int kind;			/* send.c's grouping kind, noted while
 					 * req lives: an answered req may be
 					 * gone (done() frees it) */
@@ -141,6 +144,15 @@ struct withdrawal {
 	uint8_t exec[16];
 	uint16_t len[3];
 	uint8_t *id;			/* the three parts, end to end */
+};
+
+/* A COMPLETE whose outcome is unknown (its commit's answer was lost) and
+ * that could not run again yet: carmyd's request, held unanswered until
+ * until_ms, or the store's own copy of it once that request was
+ * answered failed (until_ms UINT64_MAX). */
+struct held {
+	struct carmy_store_req *req;
+	uint64_t until_ms;
 };
 
 struct pg_store {
@@ -178,6 +190,11 @@ struct pg_store {
 	 * its row): the rest of this batch runs without them, and the next
 	 * batch tries them again. */
 	bool wd_waited, wd_held;
+	struct held hold[HOLD_MAX];	/* run again at the head of the
+					 * next batch */
+	size_t nhold;
+	uint64_t hold_retry_ms;	/* their next run, with nothing queued */
+	bool closing;		/* the last batch: nothing more is held */
 	char why[256];		/* the last failure, for stderr */
 };
 
@@ -192,8 +209,10 @@ void pg_free_arrays(struct pg_store *s);
 int pg_read_batch(struct pg_store *s);
 int pg_read_to_sync(struct pg_store *s, int rc);
 
-/* wait.c: PQgetResult() and PQexec() with every wait bounded by
- * pg_answer_ms of silence (timeout= in the ARGS; one for the process). */
+/* wait.c: PQgetResult() and PQexec() with every wait, for the answer and
+ * for the socket to take what libpq holds to send (the connection is
+ * non-blocking), bounded by pg_answer_ms of silence (timeout= in the
+ * ARGS; one for the process). */
 extern unsigned pg_answer_ms;
 void pg_await(PGconn *c);
 PGresult *pg_get_result(PGconn *c);

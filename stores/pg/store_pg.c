@@ -101,10 +101,11 @@
  * connection. A group of fewer than SET_MIN (4), and every other
  * request, goes as its own statement (the forms above). While a batch
  * waits for its flush the next one queues up, so throughput grows with
- * concurrency. The connection stays in blocking mode: libpq's send path
- * reads and buffers the server's answers whenever the socket will not
- * take more (pqSendSome), so a pipeline longer than both socket buffers
- * cannot deadlock.
+ * concurrency. The connection is non-blocking: libpq keeps what the
+ * socket will not take, and wait.c sends it, reading the server's answers
+ * meanwhile (so a pipeline longer than both socket buffers cannot
+ * deadlock), for no longer than the server stays silent up to the
+ * store's timeout (a stopped server would hold a blocking send for ever).
  *
  * A request is answered only after its transaction has committed, with
  * synchronous_commit set on for the session (a database default of off
@@ -157,6 +158,14 @@
  * this instance, still running) at the head of the next transaction it
  * runs, before any other request, forgetting them once that commits; at
  * close it makes one last attempt.
+ *
+ * A COMPLETE of unknown outcome, then no connection, may have committed
+ * too: answered failed, its instance would take the call for interrupted
+ * while the others replay its result. So it is held, unanswered, and runs
+ * again at the head of each batch (after each backoff when nothing else
+ * is queued) until the database answers; carmyd's request is held up to
+ * the store's timeout, then answered failed while the store's own copy is
+ * sent until the database takes it (worker.c: hold()).
  *
  * Every value read back is untrusted: a row that is not what this store
  * writes (lengths, states, ranges) fails load() with -EBADMSG, and a

@@ -1,5 +1,6 @@
 /*
- * wait.c - every wait for the server's answer, bounded.
+ * wait.c - every wait on the server, bounded: for its answers, and for
+ * room to send it more.
  *
  * The server's own timeouts (statement_timeout, lock_timeout) bound what
  * it does, and TCP keepalives what a dead network does; none of them fires
@@ -12,6 +13,14 @@
  * any connection lost. What the store does then is what it does for a
  * lost connection (worker.c): the batch fails or runs again on a new
  * connection, and a RESERVE that may have committed is withdrawn later.
+ *
+ * Sending is bounded the same way. The connection is non-blocking
+ * (conn.c): libpq keeps what the socket will not take, and pg_await()
+ * flushes it first, waiting for the socket to take more (or for the
+ * server's answers, which libpq reads meanwhile so that neither side
+ * waits for the other); a server that takes nothing and says nothing
+ * for pg_answer_ms (a stopped one, its socket buffer full under a large
+ * batch) is taken for gone as above.
  */
 #include <errno.h>
 #include <poll.h>
@@ -27,10 +36,55 @@
 
 unsigned pg_answer_ms = ANSWER_MS_DEFAULT;
 
+/* Poll fd for events up to end, in slices: -1 (poll failed), 0 or
+ * the revents; *now updated, *end pushed back if the server moved. */
+static int poll_slice(int fd, short events, uint64_t *now, uint64_t *end)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	uint64_t slice = *end - *now < AWAIT_SLICE_MS ? *end - *now :
+			 AWAIT_SLICE_MS;
+	int n = poll(&p, 1, (int)slice);
+
+	*now = clock_mono_ns() / 1000000u;
+	if (n < 0)
+		return errno == EINTR ? 0 : -1;
+	if (n > 0)
+		*end = *now + pg_answer_ms;	/* it spoke, or took */
+	return n > 0 ? p.revents : 0;
+}
+
+/* Send what libpq holds: 0 once all is sent, -1 if the connection broke
+ * or the server took nothing and said nothing for pg_answer_ms (then its
+ * socket is shut down). */
+static int flush(PGconn *c, int fd)
+{
+	uint64_t now = clock_mono_ns() / 1000000u, end = now + pg_answer_ms;
+	int rc;
+
+	while ((rc = PQflush(c)) == 1) {
+		int ev;
+
+		if (now >= end) {
+			shutdown(fd, SHUT_RDWR);
+			return -1;
+		}
+		ev = poll_slice(fd, POLLIN | POLLOUT, &now, &end);
+		if (ev < 0)
+			return -1;
+		/* The server's answers, read so that it can go on. */
+		if ((ev & POLLIN) && !PQconsumeInput(c))
+			return -1;
+	}
+	return rc;
+}
+
 void pg_await(PGconn *c)
 {
 	const int fd = PQsocket(c);
 	uint64_t now = clock_mono_ns() / 1000000u, end = now + pg_answer_ms;
+
+	if (fd < 0 || flush(c, fd) != 0)
+		return;		/* PQgetResult() will say */
 
 	/*
 	 * libpq reads the socket without blocking; asking it first each time
@@ -38,24 +92,15 @@ void pg_await(PGconn *c)
 	 * cannot see (a record bigger than what libpq read of it). Hence the
 	 * short slices: such bytes are taken within one.
 	 */
-	while (fd >= 0) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		uint64_t slice;
-		int n;
-
+	for (;;) {
 		if (!PQconsumeInput(c) || !PQisBusy(c))
 			return;	/* an answer, or a broken connection */
 		if (now >= end) {
 			shutdown(fd, SHUT_RDWR);
 			return;
 		}
-		slice = end - now < AWAIT_SLICE_MS ? end - now : AWAIT_SLICE_MS;
-		n = poll(&p, 1, (int)slice);
-		now = clock_mono_ns() / 1000000u;
-		if (n < 0 && errno != EINTR)
+		if (poll_slice(fd, POLLIN, &now, &end) < 0)
 			return;		/* PQgetResult() will say */
-		if (n > 0)
-			end = now + pg_answer_ms;	/* it spoke */
 	}
 }
 

@@ -3,8 +3,9 @@
  * queued, up to BATCH_MAX requests, puts their statements in an order
  * every instance shares, runs them as one transaction (send.c, read.c)
  * until each is answered, reconnects with a backoff when the connection
- * is gone, and withdraws the RESERVEs that failed but may have committed.
- * Why: the top of store_pg.c.
+ * is gone, withdraws the RESERVEs that failed but may have committed, and
+ * sends again the COMPLETEs whose commit's answer was lost until the
+ * database takes them. Why: the top of store_pg.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -30,35 +31,104 @@ static void plan(struct pg_store *s, size_t n);
 static void run_batch(struct pg_store *s, size_t n);
 static int run_once(struct pg_store *s, size_t n);
 
-/* At close: one last attempt at what is left to withdraw, whatever the
- * backoff, then name what stands for an operator to resolve. */
-static void withdraw_at_close(struct pg_store *s)
+static uint64_t now_ms(void)
+{
+	return clock_mono_ns() / 1000000u;
+}
+
+/* The held COMPLETEs into slots[0..), each still of unknown outcome: the
+ * head of the next batch. Their number. */
+static size_t take_held(struct pg_store *s)
+{
+	size_t n = s->nhold;
+
+	for (size_t i = 0; i < n; i++) {
+		memset(&s->slots[i], 0, sizeof(s->slots[i]));
+		s->slots[i].req = s->hold[i].req;
+		s->slots[i].unsure = true;
+		s->slots[i].until_ms = s->hold[i].until_ms;
+	}
+	s->nhold = 0;
+	return n;
+}
+
+/* When the held COMPLETEs run again with nothing queued: after the
+ * backoff, or when one of carmyd's is to be answered. */
+static uint64_t held_next_ms(const struct pg_store *s)
+{
+	uint64_t next = s->hold_retry_ms;
+
+	for (size_t i = 0; i < s->nhold; i++)
+		if (s->hold[i].until_ms < next)
+			next = s->hold[i].until_ms;
+	return next;
+}
+
+/* Under s->lock: wait for requests, or for the held ones' next run. */
+static void wait_for_work(struct pg_store *s)
+{
+	uint64_t now = now_ms(), next;
+	struct timespec dl;
+
+	if (s->nhold == 0) {
+		pthread_cond_wait(&s->wake, &s->lock);
+		return;
+	}
+	next = held_next_ms(s);
+	if (next <= now)
+		return;
+	/* s->wake runs on CLOCK_REALTIME: the same interval from now. */
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += (time_t)((next - now) / 1000u);
+	dl.tv_nsec += (long)((next - now) % 1000u) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&s->wake, &s->lock, &dl);
+}
+
+static bool held_due(const struct pg_store *s)
+{
+	return s->nhold > 0 && held_next_ms(s) <= now_ms();
+}
+
+/* At close: one last attempt at what is left to withdraw and the held
+ * COMPLETEs, whatever the backoff, then name what stands for an operator
+ * to resolve. */
+static void at_close(struct pg_store *s)
 {
 	char exec_text[EXECID_TEXT_LEN + 1];
+	size_t n;
 
-	if (s->nwd == 0)
+	s->closing = true;
+	if (s->nwd == 0 && s->nhold == 0)
 		return;
 	s->retry_ms = 0;
-	run_batch(s, 0);
+	n = take_held(s);
+	plan(s, n);
+	run_batch(s, n);
 	for (size_t i = 0; i < s->nwd; i++)
 		pg_say("instance %s: %s may stand as running though its "
 		       "reservation was reported failed: resolve it as not "
 		       "committed", s->instance, (execid_format(exec_text, s->wd[i].exec), exec_text));
 }
 
-/* Take what is queued, up to BATCH_MAX, and write it; until close. */
+/* Take what is queued, up to BATCH_MAX after the held COMPLETEs, and
+ * write it; until close. */
 void *pg_worker(void *arg)
 {
 	struct pg_store *s = arg;
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		size_t n = 0;
+		size_t n;
 
-		while (s->head == NULL && !s->stopping)
-			pthread_cond_wait(&s->wake, &s->lock);
-		if (s->head == NULL)
+		while (s->head == NULL && !s->stopping && !held_due(s))
+			wait_for_work(s);
+		if (s->head == NULL && s->stopping)
 			break;
+		n = take_held(s);
 		while (s->head != NULL && n < BATCH_MAX) {
 			memset(&s->slots[n], 0, sizeof(s->slots[n]));
 			s->slots[n++].req = s->head;
@@ -72,7 +142,7 @@ void *pg_worker(void *arg)
 		pthread_mutex_lock(&s->lock);
 	}
 	pthread_mutex_unlock(&s->lock);
-	withdraw_at_close(s);
+	at_close(s);
 	return NULL;
 }
 
@@ -240,14 +310,127 @@ static void answer(struct slot *sl)
 	req->done(req, sl->rc);	/* req may be gone after this */
 }
 
+/* The store's own copy of a COMPLETE whose request was answered failed
+ * though it may have committed: sent again until the database takes it. */
+struct kept {
+	struct carmy_store_req req;
+	struct carmy_store_record rec;
+	struct pg_store *s;
+	uint8_t result[];
+};
+
+static void kept_done(struct carmy_store_req *req, int rc)
+{
+	struct kept *k = req->cookie;
+	char exec_text[EXECID_TEXT_LEN + 1];
+
+	execid_format(exec_text, k->rec.exec);
+	if (rc == 0)
+		pg_say("instance %s: the completion of %s is recorded (it was "
+		       "reported failed)", k->s->instance, exec_text);
+	else if (k->s->closing)
+		pg_say("instance %s: %s may stand as running though it "
+		       "completed (its completion was reported failed and "
+		       "could not be sent again): resolve it as committed",
+		       k->s->instance, exec_text);
+	else
+		pg_say("instance %s: the completion of %s, reported failed, "
+		       "was refused when sent again (%s): if it stands as "
+		       "running, resolve it as committed", k->s->instance,
+		       exec_text, strerror(-rc));
+	free(k);
+}
+
+static struct carmy_store_req *kept_copy(struct pg_store *s,
+					 const struct carmy_store_req *req)
+{
+	const struct carmy_store_record *r = req->rec;
+	struct kept *k = malloc(sizeof(*k) + r->result_len);
+
+	if (k == NULL)
+		return NULL;
+	memset(k, 0, sizeof(*k));
+	k->s = s;
+	memcpy(k->rec.exec, r->exec, 16);
+	k->rec.finished_ns = r->finished_ns;
+	k->rec.status = r->status;
+	k->rec.result_code = r->result_code;
+	k->rec.result_len = r->result_len;
+	if (r->result_len > 0)
+		memcpy(k->result, r->result, r->result_len);
+	k->rec.result = k->result;
+	k->req.op = CARMY_STORE_COMPLETE;
+	k->req.rec = &k->rec;
+	k->req.done = kept_done;
+	k->req.cookie = k;
+	return &k->req;
+}
+
+/*
+ * A COMPLETE that may have committed and cannot run again now (no
+ * connection) is held, unanswered, to run again at the head of the next
+ * batch: its answer is then what the database says. carmyd's request is
+ * held up to the store's timeout (pg_answer_ms, from its first failure),
+ * then answered with rc while a copy of it is held until the database
+ * takes it. True if held.
+ */
+static bool hold(struct pg_store *s, struct slot *sl, int rc)
+{
+	struct carmy_store_req *req = sl->req;
+	uint64_t now = now_ms(), until = sl->until_ms;
+	char exec_text[EXECID_TEXT_LEN + 1];
+
+	if (!sl->unsure || req->op != CARMY_STORE_COMPLETE || s->closing)
+		return false;
+	/* A copy is sent again for want of a connection, not into a
+	 * database that fails its batch (it could be why). */
+	if (req->done == kept_done && rc == -EIO && s->session)
+		return false;
+	execid_format(exec_text, req->rec->exec);
+	if (s->nhold == HOLD_MAX) {
+		pg_say("instance %s: cannot hold the completion of %s, whose "
+		       "commit's answer was lost: if it stands as running, "
+		       "resolve it", s->instance, exec_text);
+		return false;
+	}
+	if (req->done != kept_done && until == 0)
+		until = now + pg_answer_ms;
+	if (req->done != kept_done && now >= until) {
+		req = kept_copy(s, sl->req);
+		if (req == NULL) {
+			pg_say("instance %s: cannot keep the completion of %s "
+			       "to send it again: if it stands as running, "
+			       "resolve it", s->instance, exec_text);
+			return false;
+		}
+		pg_say("instance %s: the completion of %s is reported failed "
+		       "after %u ms without the database; it is sent again "
+		       "until the database takes it", s->instance, exec_text,
+		       pg_answer_ms);
+		sl->rc = rc;
+		answer(sl);
+		until = UINT64_MAX;
+	}
+	s->hold[s->nhold].req = req;
+	s->hold[s->nhold++].until_ms = until;
+	s->hold_retry_ms = s->retry_ms > now + BACKOFF_MIN_MS ? s->retry_ms :
+			   now + BACKOFF_MIN_MS;
+	sl->answered = true;
+	return true;
+}
+
 /* Answer sl with a failure, no commit behind it: a RESERVE that may have
- * committed in an earlier run is to be withdrawn. */
-static void fail(struct pg_store *s, struct slot *sl, int rc)
+ * committed in an earlier run is to be withdrawn, a COMPLETE held. True
+ * if answered (not held). */
+static bool fail(struct pg_store *s, struct slot *sl, int rc)
 {
 	if (sl->unsure && sl->req->op == CARMY_STORE_RESERVE)
 		remember(s, sl->req->rec);
+	if (hold(s, sl, rc))
+		return false;
 	sl->rc = rc;
 	answer(sl);
+	return true;
 }
 
 /* After a commit: answer what it settled, in order; count what must run
@@ -338,7 +521,7 @@ static void run_batch(struct pg_store *s, size_t n)
 			pg_say("instance %s: a request failed, alone (%s): "
 			       "running the rest of its batch again",
 			       s->instance, s->why);
-			fail(s, s->culprit, -EAGAIN);
+			(void)fail(s, s->culprit, -EAGAIN);
 			left--;
 		} else if (rc != RETRY && rc != WAITED) {
 			break;
@@ -347,13 +530,10 @@ static void run_batch(struct pg_store *s, size_t n)
 	if (left == 0)
 		return;
 	left = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (!s->slots[i].answered) {
-			fail(s, &s->slots[i], rc);
+	for (size_t i = 0; i < n; i++)
+		if (!s->slots[i].answered && fail(s, &s->slots[i], rc))
 			left++;
-		}
-	}
-	if (!said)
+	if (!said && left > 0)
 		pg_say("instance %s: failed %zu requests (%s): %s", s->instance,
 		       left, strerror(-rc), s->why);
 }

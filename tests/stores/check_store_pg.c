@@ -116,8 +116,11 @@ static void setup(void)
 	sql(db, "DROP TABLE IF EXISTS carmy_executions");
 }
 
+static void stop_or_go(int sig);
+
 static void teardown(void)
 {
+	stop_or_go(SIGCONT);
 	PQfinish(db);
 	db = NULL;
 }
@@ -1790,6 +1793,245 @@ START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
 }
 END_TEST
 
+/* The pid of the one backend named app. */
+static long backend_pid(const char *app)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT pid FROM pg_stat_activity WHERE "
+		 "application_name = '%s'", app);
+	return sql_long(db, q);
+}
+
+/* Rows of exec x completed, on c, with a result of len bytes equal to
+ * want's first len bytes (want NULL: any). */
+static long completed_with(PGconn *c, const uint8_t exec[16],
+			   const uint8_t *want, uint32_t len)
+{
+	char n[16];
+	const char *v[3] = { (const char *)exec, n, (const char *)want };
+	int lens[3] = { 16, 0, (int)len }, fmt[3] = { 1, 0, 1 };
+	PGresult *r;
+	long rows;
+
+	snprintf(n, sizeof(n), "%u", len);
+	r = PQexecParams(c, want ? "SELECT count(*) FROM carmy_executions "
+			 "WHERE exec = $1 AND state = 2 AND length(result) = "
+			 "$2::int AND result = $3" : "SELECT count(*) FROM "
+			 "carmy_executions WHERE exec = $1 AND state = 2 AND "
+			 "length(result) = $2::int", want ? 3 : 2, NULL, v,
+			 lens, fmt, 0);
+	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+	rows = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return rows;
+}
+
+/* Commits of the store's session wait for a standby that never comes
+ * (once every backend has been told: this one has read it). */
+static void standby_never_answers(void)
+{
+	time_t end = time(NULL) + WAIT_S;
+
+	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
+	sql(db, "SELECT pg_reload_conf()");
+	while (sql_long(db, "SELECT count(*) WHERE current_setting("
+			"'synchronous_standby_names') = 'carmy_nobody'") == 0)
+		ck_assert_msg(time(NULL) < end, "the setting was not read");
+}
+
+/* The database back, with commits that wait for nobody. */
+static void database_back(void)
+{
+	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+	sql(db, "SELECT pg_reload_conf()");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+}
+
+/* x stands completed in carmy_lost with its own result; then the store
+ * is closed and the database dropped. */
+static void lost_ends_completed(void *a, const struct ex *x)
+{
+	PGconn *lost = db_connect("dbname=carmy_lost");
+
+	ck_assert_int_eq(completed_with(lost, x->exec, x->result,
+					x->result_len), 1);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+
+/* A COMPLETE whose COMMIT's answer is lost (the harness of the RESERVE's
+ * test above), then no connection: it is not answered failed; the store
+ * sends it again until the database takes it, and answers it recorded. */
+START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded)
+{
+	time_t end = time(NULL) + WAIT_S;
+	struct waiter w;
+	struct ex x, y;
+	void *a;
+
+	sql(db, "SET synchronous_commit = local");	/* never waits */
+	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_lost");
+	a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
+	make_ex(&x, "p", "lost-completion");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	standby_never_answers();
+	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
+	ops->submit(a, &w.req);
+	while (!is_done(&w) && sql_long(db, "SELECT count(*) FROM "
+			"pg_stat_activity WHERE application_name = "
+			"'lost-commit' AND wait_event = 'SyncRep'") == 0)
+		ck_assert_msg(time(NULL) < end, "no commit waited");
+	ck_assert_msg(!is_done(&w), "the completion committed at once");
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
+	terminate("lost-commit");
+	/* A request behind it fails for want of a connection: by then the
+	 * completion has been tried again and not answered. */
+	make_ex(&y, "p", "behind-the-lost");
+	ck_assert_int_eq(reserve(a, &y, NULL), -ECONNREFUSED);
+	ck_assert_msg(!is_done(&w), "a completion that may have committed "
+		      "was answered (%d) without the database", w.rc);
+	database_back();
+	/* Sent again once the database is back: recorded, this result. */
+	ck_assert_int_eq(wait_done(&w), 0);
+	waiter_destroy(&w);
+	lost_ends_completed(a, &x);
+}
+END_TEST
+
+/* Past the store's timeout= without the database, the completion whose
+ * commit answer was lost is answered failed; completed again with the
+ * same result it is answered recorded once the database is back, and
+ * with another result refused: one result, whatever is sent again. */
+START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_result)
+{
+	char args[1024], err[512] = "";
+	time_t end = time(NULL) + WAIT_S;
+	struct waiter w;
+	struct ex x, other;
+	void *a = NULL;
+	int rc;
+
+	sql(db, "SET synchronous_commit = local");	/* never waits */
+	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_lost");
+	snprintf(args, sizeof(args), "instance=a timeout=1 %s dbname=carmy_lost "
+		 "application_name=lost-commit", conninfo);
+	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
+		      err);
+	make_ex(&x, "p", "lost-then-failed");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	standby_never_answers();
+	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
+	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
+	ops->submit(a, &w.req);
+	/* Its commit waits for the standby; the store hears nothing for
+	 * 1 s, takes the server for gone, and finds no connection. */
+	ck_assert_int_lt(wait_within(&w, BOUNDED_S), 0);
+	waiter_destroy(&w);
+	/* Sent again by its client meanwhile: failed, no database. */
+	ck_assert_int_lt(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	database_back();
+	/* Until the store is back (its old backend, let go by the reset,
+	 * may hold the name a moment longer): */
+	while ((rc = op_wait(a, CARMY_STORE_COMPLETE, &x, NULL)) ==
+	       -ECONNREFUSED || rc == -EBUSY)
+		ck_assert_msg(time(NULL) < end, "still %d", rc);
+	ck_assert_int_eq(rc, 0);
+	other = x;
+	other.result[0] ^= 0xff;
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
+			 -ESTALE);
+	lost_ends_completed(a, &x);
+}
+END_TEST
+
+/* The stopped server's processes, SIGCONT'd by teardown should a test
+ * fail while they are stopped. */
+static pid_t stopped[2];
+
+static void stop_or_go(int sig)
+{
+	for (int i = 0; i < 2; i++)
+		if (stopped[i] > 0)
+			kill(stopped[i], sig);
+	if (sig == SIGCONT)
+		stopped[0] = stopped[1] = 0;
+}
+
+/* The parent of process pid (/proc/PID/stat's fourth field). */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], comm[64];
+	int ppid = 0;
+	char st;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%*d (%63[^)]) %c %d", comm, &st, &ppid),
+			 3);
+	fclose(f);
+	return (pid_t)ppid;
+}
+
+#define BIG_RESULT (8u << 20)	/* far past both sockets' buffers */
+
+/* A server that stops reading (its backend and postmaster stopped) while
+ * a batch of several MB is sent: the send is bounded by timeout= as a
+ * wait for an answer is, the request fails, and once the server runs
+ * again the store is back, with the completion, which may have reached
+ * it, sent again and recorded. */
+START_TEST(test_a_server_that_stops_reading_fails_a_large_batch_in_bounded_time)
+{
+	char args[1024], err[512] = "";
+	uint8_t *big = malloc(BIG_RESULT);
+	struct waiter w;
+	struct ex x, y;
+	void *a = NULL;
+	char q[256];
+
+	ck_assert_ptr_nonnull(big);
+	for (uint32_t i = 0; i < BIG_RESULT; i++)
+		big[i] = (uint8_t)(i * 7 + 1);
+	snprintf(args, sizeof(args), "instance=a timeout=2 %s "
+		 "connect_timeout=2 application_name=stall-test", conninfo);
+	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
+		      err);
+	make_ex(&x, "p", "stall");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	stopped[0] = (pid_t)backend_pid("stall-test");
+	stopped[1] = parent_of(stopped[0]);
+	stop_or_go(SIGSTOP);
+
+	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
+	w.rec.result = big;
+	w.rec.result_len = BIG_RESULT;
+	ops->submit(a, &w.req);
+	ck_assert_int_lt(wait_within(&w, BOUNDED_S), 0);
+	waiter_destroy(&w);
+
+	stop_or_go(SIGCONT);
+	make_ex(&y, "p", "after-the-stall");
+	ck_assert_int_eq(reserve_when_back(a, &y, NULL), 0);
+	/* The completion, kept, is sent again until it is recorded. */
+	snprintf(q, sizeof(q), "SELECT count(*) FROM carmy_executions WHERE "
+		 "exec = decode('");
+	for (int k = 0; k < 16; k++)
+		snprintf(q + strlen(q), sizeof(q) - strlen(q), "%02x",
+			 x.exec[k]);
+	snprintf(q + strlen(q), sizeof(q) - strlen(q), "', 'hex') AND "
+		 "state = 2");
+	wait_until(db, q);
+	ck_assert_int_eq(completed_with(db, x.exec, big, BIG_RESULT), 1);
+	ops->close(a);
+	free(big);
+}
+END_TEST
+
 START_TEST(test_an_unreachable_server_fails_requests_without_a_wait_each)
 {
 	char dir[] = "/tmp/carmy-pgtest.XXXXXX", sock[160], hole[64];
@@ -1845,16 +2087,6 @@ START_TEST(test_an_unreachable_server_fails_requests_without_a_wait_each)
 	rmdir(dir);
 }
 END_TEST
-
-/* The pid of the one backend named app. */
-static long backend_pid(const char *app)
-{
-	char q[256];
-
-	snprintf(q, sizeof(q), "SELECT pid FROM pg_stat_activity WHERE "
-		 "application_name = '%s'", app);
-	return sql_long(db, q);
-}
 
 START_TEST(test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock)
 {
@@ -2229,7 +2461,10 @@ int main(void)
 	tcase_add_test(tc,
 		       test_open_does_not_wait_for_other_writers_once_the_table_exists);
 	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
+	tcase_add_test(tc, test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded);
+	tcase_add_test(tc, test_a_completion_answered_failed_after_the_timeout_keeps_its_one_result);
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
+	tcase_add_test(tc, test_a_server_that_stops_reading_fails_a_large_batch_in_bounded_time);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
 	tcase_add_test(tc, test_a_request_the_database_would_refuse_fails_alone);
 	tcase_add_test(tc, test_one_batch_of_every_kind_answers_each_request_as_alone);
