@@ -406,8 +406,15 @@ void gw_slot_put(struct gateway *gw)
 /* Every slot is taken: nothing was reserved for this call. */
 static void overloaded(struct gateway *gw, struct gw_answer *a)
 {
-	__atomic_add_fetch(&gw->stats.overloaded, 1, __ATOMIC_RELAXED);
-	log_debug("every --max-running slot is taken: 503 OVERLOADED");
+	uint64_t n = __atomic_add_fetch(&gw->stats.overloaded, 1,
+					__ATOMIC_RELAXED);
+
+	/* Logged at the 1st, 2nd, 4th, 8th... refusal: a flood of them
+	 * does not flood the log. */
+	if ((n & (n - 1)) == 0)
+		log_warn("all %u --max-running slots are taken: 503 "
+			 "OVERLOADED (%llu refused so far)", gw->max_running,
+			 (unsigned long long)n);
 	gw_answer_error(a, "OVERLOADED", "The gateway runs as many calls as "
 			"its --max-running allows; nothing was reserved for "
 			"this one: send it again after Retry-After.", NULL,
