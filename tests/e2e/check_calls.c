@@ -91,15 +91,24 @@ static void interrupted(const struct carmy_call *call, int fmt, char *id)
 	carmy_reservation_clear(&r);
 }
 
-/* It still answers interrupted, as execution id. */
-static void still_interrupted(const struct carmy_call *call, const char *id)
+/* begin (carmy_begin or carmy_try_begin) of call answers uncertain, in
+ * state, as execution id. */
+static void uncertain(int (*begin)(carmy_t *, const struct carmy_call *,
+				   struct carmy_reservation *),
+		      const struct carmy_call *call, int state, const char *id)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 
-	ck_assert_int_eq(carmy_begin(c, call, &r), CARMY_EUNCERTAIN);
-	ck_assert_int_eq(r.state, CARMY_STATE_INTERRUPTED);
+	ck_assert_int_eq(begin(c, call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, state);
 	ck_assert_str_eq(r.execution_id, id);
 	carmy_reservation_clear(&r);
+}
+
+/* It still answers interrupted, as execution id. */
+static void still_interrupted(const struct carmy_call *call, const char *id)
+{
+	uncertain(carmy_begin, call, CARMY_STATE_INTERRUPTED, id);
 }
 
 /* It replays exactly len bytes of want, as execution id. */
@@ -393,12 +402,7 @@ static void try_begin(const struct carmy_call *call, int want)
 /* try_begin of call, running as execution id: CARMY_EUNCERTAIN. */
 static void try_running(const struct carmy_call *call, const char *id)
 {
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-
-	ck_assert_int_eq(carmy_try_begin(c, call, &r), CARMY_EUNCERTAIN);
-	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
-	ck_assert_str_eq(r.execution_id, id);
-	carmy_reservation_clear(&r);
+	uncertain(carmy_try_begin, call, CARMY_STATE_RUNNING, id);
 }
 
 /* carmy_begin() reserves call, and it completes with "ok". */
