@@ -40,6 +40,8 @@ static const struct kind kinds[] = {
 	{ "EXECUTION_UNCERTAIN", 409, "idempotency", true, false },
 	{ "IDEMPOTENCY_CAPACITY", 503, "capacity", true, true },
 	{ "DAEMON_UNAVAILABLE", 503, "unavailable", true, true },
+	/* Every --max-running slot taken; nothing was reserved. */
+	{ "OVERLOADED", 503, "capacity", true, true },
 	{ "TOOL_FAILED", 500, "tool", false, false },
 	{ "TOOL_OUTPUT_INVALID", 500, "tool", false, false },
 	{ "RESULT_TOO_LARGE", 500, "tool", false, false },

@@ -23,6 +23,22 @@
  * requests. So does the wait of a call sent with "Prefer: wait=N"
  * (RFC 7240) whose identity is running: carmy_wait() then answers its
  * replay as soon as it completes.
+ *
+ * Each of those threads holds one of --max-running slots, taken on the
+ * polling thread before anything can be reserved for the call: a call
+ * that finds every slot taken is answered 503 OVERLOADED with nothing
+ * reserved (its retry is a new call), and a call that was reserved always
+ * has its thread. With a memory store carmy_try_begin() may reserve, so
+ * the slot is taken before it (and given back when the begin answers in
+ * place: a replay, a conflict); a full gateway then refuses replays too.
+ * With a durable store carmy_try_begin() never reserves (it answers
+ * -EAGAIN where a record is needed), so the slot is taken only once the
+ * begin has answered that it needs a thread, and replays are served
+ * whatever the load. (carmy_durable() is read before the begin: if carmyd
+ * came back meanwhile with a memory store and the begin reserved, that
+ * call takes a slot over the limit, rather than leave its identity
+ * reserved and never run.) Unauthenticated and invalid requests are
+ * answered before any slot is looked at.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -369,6 +385,42 @@ void gw_running_add(struct gateway *gw, int d, bool execution)
 	pthread_mutex_unlock(&gw->run_lock);
 }
 
+bool gw_slot_take(struct gateway *gw, bool force)
+{
+	unsigned n = __atomic_load_n(&gw->slots, __ATOMIC_RELAXED);
+
+	do {
+		if (n >= gw->max_running && !force)
+			return false;
+	} while (!__atomic_compare_exchange_n(&gw->slots, &n, n + 1, true,
+					      __ATOMIC_ACQUIRE,
+					      __ATOMIC_RELAXED));
+	return true;
+}
+
+void gw_slot_put(struct gateway *gw)
+{
+	__atomic_sub_fetch(&gw->slots, 1, __ATOMIC_RELEASE);
+}
+
+/* Every slot is taken: nothing was reserved for this call. */
+static void overloaded(struct gateway *gw, struct gw_answer *a)
+{
+	uint64_t n = __atomic_add_fetch(&gw->stats.overloaded, 1,
+					__ATOMIC_RELAXED);
+
+	/* Logged at the 1st, 2nd, 4th, 8th... refusal: a flood of them
+	 * does not flood the log. */
+	if ((n & (n - 1)) == 0)
+		log_warn("all %u --max-running slots are taken: 503 "
+			 "OVERLOADED (%llu refused so far)", gw->max_running,
+			 (unsigned long long)n);
+	gw_answer_error(a, "OVERLOADED", "The gateway runs as many calls as "
+			"its --max-running allows; nothing was reserved for "
+			"this one: send it again after Retry-After.", NULL,
+			NULL);
+}
+
 static void exec_free(struct gw_exec *x)
 {
 	gw_handle_put(&x->gw->carmyd, x->h);
@@ -507,6 +559,8 @@ static void *exec_thread(void *p)
 	else if (run)
 		gw_command_run(x);
 	exec_free(x);
+	/* Free before the answer goes: its client's next call finds it. */
+	gw_slot_put(gw);
 	done(arg);
 	gw_running_add(gw, -1, true);
 	return NULL;
@@ -542,6 +596,7 @@ void gw_exec_start(struct gw_exec *x)
 				"could not start the tool; nothing ran.", NULL,
 				NULL);
 	exec_free(x);
+	gw_slot_put(gw);
 	done(arg);
 	gw_running_add(gw, -1, true);
 }
@@ -598,15 +653,49 @@ static struct gw_exec *exec_new(const struct gw_request *rq,
 	return x;
 }
 
+/* A call without a request_id: run on a thread (1, *xp), without a
+ * reservation; or 0 with *a filled. */
+static int unreserved(const struct gw_request *rq, struct gw_call *c,
+		      struct gw_answer *a, void (*done)(void *), void *arg,
+		      struct gw_exec **xp)
+{
+	struct gw_exec *x;
+	char who[96];
+
+	if (!gw_slot_take(rq->gw, false)) {
+		gw_call_free(c);
+		overloaded(rq->gw, a);
+		return 0;
+	}
+	log_info("tool %s for %s: no request_id, so it runs without a "
+		 "reservation (a retry runs it again)", c->tool->name,
+		 log_bytes(who, sizeof(who), c->principal, c->principal_len));
+	x = exec_new(rq, c, a, done, arg);
+	if (x != NULL && gw_random_execution_id(x->execution_id) != 0) {
+		exec_free(x);
+		x = NULL;
+		gw_answer_error(a, "INTERNAL", "No random bytes for an "
+				"execution id.", NULL, NULL);
+	}
+	if (x == NULL) {
+		gw_slot_put(rq->gw);
+		return 0;
+	}
+	*xp = x;
+	return 1;
+}
+
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct gateway *gw = rq->gw;
 	struct gw_call c = { 0 };
 	struct carmy_call cc;
 	struct gw_handle *h;
 	struct gw_exec *x;
 	int rc, wait_ms;
+	bool slot;
 
 	*xp = NULL;
 	if (rq->principal == NULL) {
@@ -617,41 +706,42 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	}
 	if (build(rq, &c, a) != 0)
 		return 0;
-	if (c.request_id_len == 0) {
-		char who[96];
-
-		log_info("tool %s for %s: no request_id, so it runs without "
-			 "a reservation (a retry runs it again)", c.tool->name,
-			 log_bytes(who, sizeof(who), c.principal,
-				   c.principal_len));
-		x = exec_new(rq, &c, a, done, arg);
-		if (x == NULL)
-			return 0;
-		if (gw_random_execution_id(x->execution_id) != 0) {
-			exec_free(x);
-			gw_answer_error(a, "INTERNAL", "No random bytes for an "
-					"execution id.", NULL, NULL);
-			return 0;
-		}
-		*xp = x;
-		return 1;
-	}
+	if (c.request_id_len == 0)
+		return unreserved(rq, &c, a, done, arg, xp);
 	/* Only what shared memory answers is answered here, on the polling
 	 * thread, and with no allocation beyond the answer's: a call that
 	 * must wait for carmyd begins on a thread of its own. */
-	h = gw_handle_get(&rq->gw->carmyd, false, &rc);
+	h = gw_handle_get(&gw->carmyd, false, &rc);
 	if (h == NULL && rc != -EAGAIN) {
 		gw_call_free(&c);
 		gw_answer_code(a, rc, NULL);
+		return 0;
+	}
+	/* A begin that may reserve takes its slot first (see above). */
+	slot = h == NULL || carmy_durable(h->c) != 1;
+	if (slot && !gw_slot_take(gw, false)) {
+		gw_handle_put(&gw->carmyd, h);
+		gw_call_free(&c);
+		overloaded(gw, a);
 		return 0;
 	}
 	wait_ms = prefer_wait_ms(rq->prefer);
 	cc = call_of(&c);
 	rc = h != NULL ? carmy_try_begin(h->c, &cc, &r) : -EAGAIN;
 	if (rc != -EAGAIN && !to_run(rc, &r, wait_ms)) {
-		answer_begun(rq->gw, a, h, rc, &r);
+		answer_begun(gw, a, h, rc, &r);
 		carmy_reservation_clear(&r);
 		gw_call_free(&c);
+		if (slot)
+			gw_slot_put(gw);
+		return 0;
+	}
+	if (!slot && !gw_slot_take(gw, rc == CARMY_RESERVED)) {
+		/* Nothing was reserved (a durable store's try never does). */
+		gw_handle_put(&gw->carmyd, h);
+		carmy_reservation_clear(&r);
+		gw_call_free(&c);
+		overloaded(gw, a);
 		return 0;
 	}
 	x = exec_new(rq, &c, a, done, arg);
@@ -661,7 +751,8 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 			log_error("a reservation could not be released: it "
 				  "turns uncertain when the gateway stops");
 		carmy_reservation_clear(&r);
-		gw_handle_put(&rq->gw->carmyd, h);
+		gw_handle_put(&gw->carmyd, h);
+		gw_slot_put(gw);
 		return 0;
 	}
 	x->r = r;
@@ -672,7 +763,7 @@ int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 		log_debug("request_id %s: its begin waits for carmyd, on a "
 			  "thread of its own", log_bytes(id, sizeof(id),
 			  x->call.request_id, x->call.request_id_len));
-		gw_handle_put(&rq->gw->carmyd, h);
+		gw_handle_put(&gw->carmyd, h);
 		x->begin_here = true;
 	} else {
 		hold(x, h, rc);

@@ -9,7 +9,10 @@
  *   config.c   the --tools and --tokens files (jansson)
  *   handle.c   the connection to carmyd, shared by every request
  *   http.c     libmicrohttpd's callbacks: bodies, identity, routing
- *   execute.c  POST /agent/execute: validation, fingerprint, reservation
+ *   execute.c  POST /agent/execute: validation, fingerprint, reservation,
+ *              and the --max-running slots of the calls given a thread
+ *   flight.c   GET /healthz and /metrics: one thread each, shared by the
+ *              requests that come while it works
  *   answer.c   every body the gateway sends, and its status code
  *   record.c   an execution's answer recorded, or its reservation released
  *   command.c  a command tool run under tools/supervise.c's watcher
@@ -42,6 +45,14 @@
 #define GW_RETRY_AFTER_S 1
 /* The longest Prefer: wait=N honoured, in seconds (more waits this). */
 #define GW_WAIT_MAX_S 600
+/* --max-running: calls given a thread of their own at once (their tool
+ * runs, their begin waits for carmyd, or they wait with Prefer: wait),
+ * by default and at most. */
+#define GW_MAX_RUNNING_DEFAULT 128u
+#define GW_MAX_RUNNING_MAX 4096u
+/* The descriptors one such call may hold (a command's pipes and its
+ * watcher's, or an upstream's socket), kept free of connections. */
+#define GW_FDS_PER_RUN 8u
 
 /* ------------------------------------------------------------ config.c */
 
@@ -153,6 +164,7 @@ struct gw_stats {
 	uint64_t requests[GW_ROUTES][GW_CODES];
 	uint64_t buckets[GW_BUCKETS];
 	uint64_t ns_sum;
+	uint64_t overloaded;	/* calls refused OVERLOADED */
 };
 
 struct gateway;
@@ -162,6 +174,46 @@ void gw_metrics_count(struct gw_stats *s, int route, unsigned status,
 		      uint64_t ns);
 /* The whole /metrics text, malloc'd, into *out; 0, or -1. */
 int gw_metrics_text(struct gateway *gw, char **out, size_t *len);
+
+/* ------------------------------------------------------------ flight.c */
+
+/* A request waiting for a flight's answer: *answer is filled (a copy of
+ * the flight's), then done(arg) is called, on the flight's thread. */
+struct gw_waiter {
+	struct gw_waiter *next;
+	struct gw_answer *answer;
+	void (*done)(void *arg);
+	void *arg;
+};
+
+/*
+ * A single-flight answer (GET /healthz, GET /metrics): one thread at a
+ * time makes it, with fill(), and every request that joined before that
+ * fill began gets a copy. Requests that join while a fill runs wait for
+ * the next one, which starts as soon as it ends. So any number of such
+ * requests costs one thread, and none is answered with what was made
+ * before it came. The thread waits GW_FLIGHT_LINGER_MS for more before
+ * it ends.
+ */
+struct gw_flight {
+	struct gateway *gw;
+	void (*fill)(struct gateway *gw, struct gw_answer *a);
+	pthread_mutex_t lock;
+	pthread_cond_t more;	/* a request joined */
+	bool running;		/* its thread is there */
+	bool stopping;		/* the gateway stops: no lingering */
+	struct gw_waiter *head, **tail;
+};
+
+#define GW_FLIGHT_LINGER_MS 2000
+
+void gw_flight_init(struct gw_flight *f, struct gateway *gw,
+		    void (*fill)(struct gateway *gw, struct gw_answer *a));
+/* Join f's next answer: 0, w is answered on f's thread; or -1, no thread
+ * could be started and w was not taken. */
+int gw_flight_join(struct gw_flight *f, struct gw_waiter *w);
+/* The gateway stops: f's thread ends as soon as nobody waits. */
+void gw_flight_stop(struct gw_flight *f);
 
 /* ------------------------------------------------------------ the server */
 
@@ -178,6 +230,12 @@ struct gateway {
 	pthread_cond_t run_idle;
 	unsigned running;
 	unsigned executions;	/* ... of them, executions */
+	/* The calls holding a thread of their own (gw_slot_take), and the
+	 * most there may be (--max-running). */
+	unsigned slots;
+	unsigned max_running;
+	struct gw_flight health;	/* GET /healthz */
+	struct gw_flight scrape;	/* GET /metrics */
 	struct gw_stats stats;
 };
 
@@ -197,7 +255,10 @@ struct gw_listener {
 #define GW_CONNECTIONS_MAX 10000u
 #define GW_FD_RESERVE 256u
 
-/* http.c. limit: connections open at once, at most. */
+/* http.c. The flights of GET /healthz and /metrics, before any listener
+ * starts. */
+void gw_http_init(struct gateway *gw);
+/* limit: connections open at once, at most. */
 int gw_listener_start(struct gw_listener *l, unsigned threads,
 		      unsigned timeout_s, unsigned limit);
 void gw_listener_quiesce(struct gw_listener *l);
@@ -236,7 +297,8 @@ void gw_call_free(struct gw_call *c);
 
 /* A request whose tool runs on a thread of its own, or whose begin waits
  * for carmyd there. The connection is suspended meanwhile; done() resumes
- * it with the answer. */
+ * it with the answer. Each holds one of the gateway's slots (execute.c),
+ * given back just before done(). */
 struct gw_exec {
 	struct gateway *gw;
 	struct gw_call call;
@@ -279,6 +341,10 @@ void gw_exec_start(struct gw_exec *x);
  * that has (d -1): the gateway stops only once none runs. execution: one
  * of POST /agent/execute (counted in /metrics). */
 void gw_running_add(struct gateway *gw, int d, bool execution);
+/* One of the --max-running slots: true if taken, false if all are (with
+ * force, taken even then). Lock-free; any thread. */
+bool gw_slot_take(struct gateway *gw, bool force);
+void gw_slot_put(struct gateway *gw);
 
 /* record.c. Record x's answer (when it has a reservation) as status; if
  * that fails the answer becomes the error that says so (the identity is

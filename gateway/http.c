@@ -11,7 +11,10 @@
  * else; the execution's thread fills the answer and resumes the
  * connection, and libmicrohttpd calls on_request() again to send it.
  * GET /healthz and /metrics, which wait for carmyd or carmyctl, are
- * answered the same way (offload()): a polling thread never waits.
+ * answered the same way by a flight (flight.c): one thread each, whatever
+ * the number of requests, so that no client, authenticated or not, makes
+ * the gateway start a thread per request. Executions are given threads
+ * up to --max-running only (execute.c).
  *
  * A connection is suspended before the execution's thread starts, so that
  * the resume can never come first. The gateway stops its daemons only once
@@ -54,7 +57,7 @@ struct req {
 	uint64_t t0;		/* when its headers were in, ns */
 	bool ready;		/* ans is filled */
 	struct gw_answer ans;
-	void (*fill)(struct req *q);	/* offload()'s */
+	struct gw_waiter waiter;	/* in a flight */
 };
 
 /* ------------------------------------------------------------ answers */
@@ -240,53 +243,57 @@ static enum MHD_Result execute(struct req *q)
 	return MHD_YES;
 }
 
-static void *offloaded(void *arg)
+/* Answer q with the flight's next answer: it may wait (for carmyd, for
+ * carmyctl), and a polling thread must not. */
+static enum MHD_Result join(struct req *q, struct gw_flight *f)
 {
-	struct req *q = arg;
-	struct gateway *gw = q->l->gw;
-
-	q->fill(q);
-	resume(q);
-	gw_running_add(gw, -1, false);
-	return NULL;
-}
-
-/* Answer q with what fill(q) puts in q->ans, on a thread of its own, as an
- * execution is answered: fill may wait (for carmyd, for carmyctl), and a
- * polling thread must not. Without a thread, here. */
-static enum MHD_Result offload(struct req *q, void (*fill)(struct req *q))
-{
-	struct gateway *gw = q->l->gw;
-	pthread_attr_t at;
-	pthread_t t;
-	int rc;
-
-	q->fill = fill;
 	q->started = true;
-	gw_running_add(gw, 1, false);
+	q->waiter.answer = &q->ans;
+	q->waiter.done = resume;
+	q->waiter.arg = q;
 	MHD_suspend_connection(q->conn);
-	rc = pthread_attr_init(&at);
-	if (rc == 0) {
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		rc = pthread_create(&t, &at, offloaded, q);
-		pthread_attr_destroy(&at);
+	if (gw_flight_join(f, &q->waiter) != 0) {
+		gw_answer_error(&q->ans, "INTERNAL", "The gateway could not "
+				"start a thread to answer.", NULL, NULL);
+		resume(q);
 	}
-	if (rc != 0)
-		offloaded(q);
 	return MHD_YES;
 }
 
 /* GET /healthz: whether carmyd answers a new connection now (within
  * GW_CONNECT_WAIT_MS). */
-static void healthz(struct req *q)
+static void healthz(struct gateway *gw, struct gw_answer *a)
 {
-	int rc = gw_carmyd_probe(&q->l->gw->carmyd);
+	int rc = gw_carmyd_probe(&gw->carmyd);
 	json_t *o;
 
 	o = json_pack("{s:s,s:s}", "status", rc == 0 ? "ok" : "unavailable",
 		      "carmyd", rc == 0 ? "reachable" : carmy_errname(rc));
-	gw_answer_json(&q->ans, rc == 0 ? 200 : 503, o);
-	q->ans.retry_after = rc != 0;
+	gw_answer_json(a, rc == 0 ? 200 : 503, o);
+	a->retry_after = rc != 0;
+}
+
+/* GET /metrics: Prometheus text, with carmyctl's (given 5 s at most). */
+static void metrics(struct gateway *gw, struct gw_answer *a)
+{
+	char *text;
+	size_t len;
+
+	if (gw_metrics_text(gw, &text, &len) != 0) {
+		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
+		return;
+	}
+	gw_answer_free(a);
+	a->status = 200;
+	a->body = text;
+	a->len = len;
+	a->type = "text/plain; version=0.0.4";
+}
+
+void gw_http_init(struct gateway *gw)
+{
+	gw_flight_init(&gw->health, gw, healthz);
+	gw_flight_init(&gw->scrape, gw, metrics);
 }
 
 /* GET /agent/tools: name, description and input schema of each. */
@@ -342,24 +349,6 @@ static enum MHD_Result well_known(struct req *q)
 	return send_answer(q, NULL);
 }
 
-/* GET /metrics: Prometheus text, with carmyctl's (given 5 s at most). */
-static void metrics(struct req *q)
-{
-	char *text;
-	size_t len;
-
-	if (gw_metrics_text(q->l->gw, &text, &len) != 0) {
-		gw_answer_error(&q->ans, "INTERNAL", "Out of memory.", NULL,
-				NULL);
-		return;
-	}
-	gw_answer_free(&q->ans);
-	q->ans.status = 200;
-	q->ans.body = text;
-	q->ans.len = len;
-	q->ans.type = "text/plain; version=0.0.4";
-}
-
 static bool is_get(const char *method)
 {
 	return strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
@@ -394,11 +383,11 @@ static enum MHD_Result route(struct req *q, const char *url,
 		return send_error(q, "METHOD_NOT_ALLOWED", "Use GET.",
 				  "GET, HEAD");
 	if (q->route == GW_R_HEALTHZ)
-		return offload(q, healthz);
+		return join(q, &q->l->gw->health);
 	if (q->route == GW_R_WELL_KNOWN)
 		return well_known(q);
 	if (q->route == GW_R_METRICS)
-		return offload(q, metrics);
+		return join(q, &q->l->gw->scrape);
 	find_named(q, &h);
 	if (principal(q, &h, buf, sizeof(buf)) == NULL)
 		return send_error(q, "UNAUTHENTICATED", "Send Authorization: "

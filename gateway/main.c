@@ -3,7 +3,8 @@
  *
  *   carmy-gateway --tools FILE [--socket PATH] [--listen ADDR:PORT |
  *                 --listen unix:PATH]... [--tokens FILE] [--foreground]
- *                 [--threads N] [--request-timeout S] [--log-level LEVEL]
+ *                 [--threads N] [--max-running N] [--request-timeout S]
+ *                 [--log-level LEVEL]
  *
  * Every option and both files are checked before anything is served; a
  * mistake stops the gateway with one line naming it (exit 64, or 1 when a
@@ -49,6 +50,7 @@ struct opts {
 	bool listen_given;
 	bool foreground;
 	unsigned threads;
+	unsigned max_running;
 	unsigned request_timeout;	/* seconds */
 };
 
@@ -56,7 +58,8 @@ static const char usage_text[] =
 	"usage: carmy-gateway --tools FILE [--socket PATH]\n"
 	"                     [--listen ADDR:PORT | --listen unix:PATH]...\n"
 	"                     [--tokens FILE] [--foreground] [--threads N]\n"
-	"                     [--request-timeout S] [--log-level LEVEL]\n"
+	"                     [--max-running N] [--request-timeout S]\n"
+	"                     [--log-level LEVEL]\n"
 	"Serve Carmy's HTTP contract (carmy/1): POST /agent/execute runs a\n"
 	"tool of FILE at most once per (principal, session, request_id).\n"
 	"\n"
@@ -83,6 +86,11 @@ static const char usage_text[] =
 	"                     requests are accepted\n"
 	"  --threads N        polling threads per listener (default: CPUs, at\n"
 	"                     most 8); tools run on threads of their own\n"
+	"  --max-running N    calls given a thread of their own at once (a\n"
+	"                     tool running, a begin waiting for carmyd, a\n"
+	"                     Prefer: wait); past it a call is refused 503\n"
+	"                     OVERLOADED with nothing reserved (default 128,\n"
+	"                     at most 4096)\n"
 	"  --request-timeout S  close a connection idle for S seconds, or\n"
 	"                     whose body takes longer than S (default 60)\n"
 	"  --log-level LEVEL  error, warn, info (default) or debug\n"
@@ -124,7 +132,8 @@ static int count(const char *s, long max, bool *seen, unsigned *out)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_SOCKET = 256, O_LISTEN, O_TOOLS, O_TOKENS, O_FOREGROUND,
-	       O_THREADS, O_LOG_LEVEL, O_VERSION, O_REQUEST_TIMEOUT };
+	       O_THREADS, O_LOG_LEVEL, O_VERSION, O_REQUEST_TIMEOUT,
+	       O_MAX_RUNNING };
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -132,6 +141,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "tokens", required_argument, NULL, O_TOKENS },
 		{ "foreground", no_argument, NULL, O_FOREGROUND },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "max-running", required_argument, NULL, O_MAX_RUNNING },
 		{ "request-timeout", required_argument, NULL,
 		  O_REQUEST_TIMEOUT },
 		{ "log-level", required_argument, NULL, O_LOG_LEVEL },
@@ -146,12 +156,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					     [O_TOOLS - 256] = "--tools",
 					     [O_TOKENS - 256] = "--tokens" };
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	bool threads_set = false, timeout_set = false;
+	bool threads_set = false, timeout_set = false, running_set = false;
 	int opt;
 
 	memset(o, 0, sizeof(*o));
 	o->threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
 	o->request_timeout = 60;
+	o->max_running = GW_MAX_RUNNING_DEFAULT;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -181,6 +192,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				return usage_error("--threads needs a number "
 						   "from 1 to %d, once, got "
 						   "'%s'", THREADS_MAX, optarg);
+			break;
+		case O_MAX_RUNNING:
+			if (count(optarg, GW_MAX_RUNNING_MAX, &running_set,
+				  &o->max_running) != 0)
+				return usage_error("--max-running needs a "
+						   "number from 1 to %u, once, "
+						   "got '%s'",
+						   GW_MAX_RUNNING_MAX, optarg);
 			break;
 		case O_REQUEST_TIMEOUT:
 			if (count(optarg, 3600, &timeout_set,
@@ -454,12 +473,14 @@ static void close_listeners(const struct opts *o, struct gw_listener *ls)
 /*
  * How many connections each of n listeners keeps open at once. The soft
  * RLIMIT_NOFILE is raised to the hard one; GW_FD_RESERVE descriptors are
- * left for carmyd, tools, pipes and upstreams, and the rest is shared by
- * the listeners, at most GW_CONNECTIONS_MAX each. Past it, libmicrohttpd
- * closes a new connection at once, without reading from it.
+ * left for carmyd and the gateway's own, GW_FDS_PER_RUN for each of the
+ * running calls (their tools' pipes, their upstreams), and the rest is
+ * shared by the listeners, at most GW_CONNECTIONS_MAX each. Past it,
+ * libmicrohttpd closes a new connection at once, without reading from it.
  */
-static unsigned connection_limit(size_t n)
+static unsigned connection_limit(size_t n, unsigned running)
 {
+	rlim_t reserve = GW_FD_RESERVE + (rlim_t)GW_FDS_PER_RUN * running;
 	struct rlimit rl;
 	rlim_t fds;
 
@@ -469,7 +490,7 @@ static unsigned connection_limit(size_t n)
 			getrlimit(RLIMIT_NOFILE, &rl);
 	}
 	fds = rl.rlim_cur == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_cur;
-	fds = fds > GW_FD_RESERVE + 16 * n ? (fds - GW_FD_RESERVE) / n : 16;
+	fds = fds > reserve + 16 * n ? (fds - reserve) / n : 16;
 	return fds < GW_CONNECTIONS_MAX ? (unsigned)fds : GW_CONNECTIONS_MAX;
 }
 
@@ -528,8 +549,9 @@ static void announce(const struct opts *o, const struct gw_listener *ls,
 			strcat(names, ",");
 		strcat(names, ls[i].name);
 	}
-	log_info("ready: listen=%s, %zu tools, %u threads per listener",
-		 names, ls[0].gw->tools.n, o->threads);
+	log_info("ready: listen=%s, %zu tools, %u threads per listener, "
+		 "at most %u calls running", names, ls[0].gw->tools.n,
+		 o->threads, o->max_running);
 	if (service_notify("READY=1") < 0)
 		log_warn("cannot tell the service manager we are ready");
 	if (o->foreground) {
@@ -625,10 +647,12 @@ int main(int argc, char **argv)
 	}
 	pthread_mutex_init(&gw.run_lock, NULL);
 	pthread_cond_init(&gw.run_idle, NULL);
+	gw.max_running = o.max_running;
+	gw_http_init(&gw);
 	gw_carmyd_init(&gw.carmyd, o.socket);
 	gw_handle_put(&gw.carmyd, gw_handle_get(&gw.carmyd, true, &rc));
 
-	limit = connection_limit(o.n_listen);
+	limit = connection_limit(o.n_listen, o.max_running);
 	log_info("at most %u connections per listener", limit);
 	for (i = 0; i < o.n_listen; i++) {
 		if (gw_listener_start(&ls[i], o.threads, o.request_timeout,
@@ -647,6 +671,8 @@ int main(int argc, char **argv)
 	}
 	for (size_t k = 0; k < i; k++)
 		gw_listener_quiesce(&ls[k]);
+	gw_flight_stop(&gw.health);
+	gw_flight_stop(&gw.scrape);
 	wait_idle(&gw);
 	for (size_t k = 0; k < i; k++)
 		gw_listener_stop(&ls[k]);

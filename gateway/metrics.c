@@ -188,6 +188,15 @@ int gw_metrics_text(struct gateway *gw, char **out, size_t *len)
 		  " gauge\ncarmy_gateway_executions_running %u\n",
 		  gw->executions);
 	pthread_mutex_unlock(&gw->run_lock);
+	rc |= add(&t, &l, &cap, "# HELP carmy_gateway_max_running Calls "
+		  "that may hold a thread at once (--max-running).\n"
+		  "# TYPE carmy_gateway_max_running gauge\n"
+		  "carmy_gateway_max_running %u\n", gw->max_running);
+	rc |= add(&t, &l, &cap, "# HELP carmy_gateway_overloaded_total Calls "
+		  "refused OVERLOADED, nothing reserved.\n"
+		  "# TYPE carmy_gateway_overloaded_total counter\n"
+		  "carmy_gateway_overloaded_total %llu\n", (unsigned long long)
+		  __atomic_load_n(&s->overloaded, __ATOMIC_RELAXED));
 	rc |= add(&t, &l, &cap, "# HELP carmy_gateway_request_duration_"
 		  "seconds Time from a request's headers to its answer.\n"
 		  "# TYPE carmy_gateway_request_duration_seconds histogram\n");

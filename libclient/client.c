@@ -580,7 +580,10 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 			if (f.state == SHM_RUNNING && durable) {
 				uint64_t now;
 
-				if (try)
+				/* A reservation the store has answered is
+				 * named at once, without carmyd. */
+				if (try && !shm_settled(&c->view, f.entry,
+							f.exec))
 					return -EAGAIN;
 				now = mono_ms();
 				if (pending_until == 0)

@@ -534,6 +534,8 @@ void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 			  const uint8_t *exec);
 int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
+bool shm_settled(const struct shm_view *v, uint32_t entry,
+		 const uint8_t *exec);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
 int shm_restore(const struct shm_view *v, const struct shm_key *k,

@@ -640,6 +640,26 @@ void shm_withdraw_pending(const struct shm_view *v, uint32_t e,
 }
 
 /*
+ * A call found entry e RUNNING as execution exec: true if its reservation
+ * stands (a durable store answered it, or it never waited for one), as
+ * shm_wait_pending() would answer 0; false while it is pending, withdrawn
+ * or another execution's: look again (or ask carmyd). No system call.
+ */
+bool shm_settled(const struct shm_view *v, uint32_t e, const uint8_t *exec)
+{
+	struct shm_entry *en;
+	uint32_t p;
+
+	if (e >= v->geo.capacity)
+		return true;
+	en = shm_entry_at(v, e);
+	p = shm_load(&en->en_pending);
+	shm_rmb();
+	return memcmp(en->en_exec, exec, SHM_EXEC_LEN) == 0 && p != 1 &&
+	       p != 2 && p != 3;
+}
+
+/*
  * A call found entry e RUNNING as execution exec: if a durable store has
  * not answered its reservation yet, wait for the answer, up to timeout_ms.
  * Until then the entry may yet be given back (a shared store found the

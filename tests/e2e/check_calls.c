@@ -91,15 +91,24 @@ static void interrupted(const struct carmy_call *call, int fmt, char *id)
 	carmy_reservation_clear(&r);
 }
 
-/* It still answers interrupted, as execution id. */
-static void still_interrupted(const struct carmy_call *call, const char *id)
+/* begin (carmy_begin or carmy_try_begin) of call answers uncertain, in
+ * state, as execution id. */
+static void uncertain(int (*begin)(carmy_t *, const struct carmy_call *,
+				   struct carmy_reservation *),
+		      const struct carmy_call *call, int state, const char *id)
 {
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 
-	ck_assert_int_eq(carmy_begin(c, call, &r), CARMY_EUNCERTAIN);
-	ck_assert_int_eq(r.state, CARMY_STATE_INTERRUPTED);
+	ck_assert_int_eq(begin(c, call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, state);
 	ck_assert_str_eq(r.execution_id, id);
 	carmy_reservation_clear(&r);
+}
+
+/* It still answers interrupted, as execution id. */
+static void still_interrupted(const struct carmy_call *call, const char *id)
+{
+	uncertain(carmy_begin, call, CARMY_STATE_INTERRUPTED, id);
 }
 
 /* It replays exactly len bytes of want, as execution id. */
@@ -390,6 +399,12 @@ static void try_begin(const struct carmy_call *call, int want)
 	carmy_reservation_clear(&r);
 }
 
+/* try_begin of call, running as execution id: CARMY_EUNCERTAIN. */
+static void try_running(const struct carmy_call *call, const char *id)
+{
+	uncertain(carmy_try_begin, call, CARMY_STATE_RUNNING, id);
+}
+
 /* carmy_begin() reserves call, and it completes with "ok". */
 static void run(const struct carmy_call *call)
 {
@@ -404,16 +419,18 @@ static void run(const struct carmy_call *call)
 /*
  * With the memory store carmy_try_begin() reserves, replays and finds
  * conflicts itself. With a journal a new reservation needs carmyd to record
- * it: -EAGAIN, nothing reserved, and carmy_begin() then reserves. A
- * stopped carmyd (SIGSTOP) still has its replays answered, and a new call
- * answered -EAGAIN at once: a wait for it would never end, and the test
- * would time out.
+ * it: -EAGAIN, nothing reserved, and carmy_begin() then reserves. A call
+ * running, its reservation recorded, is answered CARMY_EUNCERTAIN. A
+ * stopped carmyd (SIGSTOP) still has its replays and running calls
+ * answered, and a new call answered -EAGAIN at once: a wait for it would
+ * never end, and the test would time out.
  */
 START_TEST(test_try_begin_answers_from_the_segment_only)
 {
 	static const uint8_t other[] = { 0x81, 0xa1, 'a', 0x01 };
 	struct carmy_call call = E2E_CALL("p", "s", "try");
 	struct carmy_call next = E2E_CALL("p", "s", "try-next");
+	struct carmy_call held = E2E_CALL("p", "s", "try-held");
 	struct carmy_call conflict = E2E_CALL("p", "s", "try");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	char spec[128];
@@ -440,10 +457,18 @@ START_TEST(test_try_begin_answers_from_the_segment_only)
 	run(&call);
 	try_begin(&call, CARMY_REPLAY);
 	try_begin(&conflict, -EAGAIN);
+	/* Running, its reservation recorded: named from the segment. */
+	ck_assert_int_eq(carmy_begin(c, &held, &r), CARMY_RESERVED);
+	try_running(&held, r.execution_id);
 	e2e_sigstop(d.pid);
 	try_begin(&call, CARMY_REPLAY);
 	try_begin(&next, -EAGAIN);
+	try_running(&held, r.execution_id);
 	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "ok",
+					2), 0);
+	carmy_reservation_clear(&r);
+	try_begin(&held, CARMY_REPLAY);
 	run(&next);
 	try_begin(&next, CARMY_REPLAY);
 	ck_assert_int_eq(carmy_begin(c, &conflict, &r), CARMY_ECONFLICT);

@@ -66,10 +66,13 @@ static void setup(void)
 	gw_carmyd_init(&gw.carmyd, strdup(path));
 	pthread_mutex_init(&gw.run_lock, NULL);
 	pthread_cond_init(&gw.run_idle, NULL);
+	gw.max_running = 4;
 }
 
 static void teardown(void)
 {
+	/* Every slot taken was given back. */
+	ck_assert_uint_eq(gw.slots, 0);
 	gw_tools_free(&gw.tools);
 	free((char *)gw.carmyd.socket);
 	rmdir(dir);
@@ -318,6 +321,67 @@ START_TEST(test_tokens_compare_whole)
 }
 END_TEST
 
+/* a is status with an error body of code want; a is freed. */
+static void expect_code(struct gw_answer *a, unsigned status,
+			const char *want)
+{
+	json_t *o = json_loadb(a->body, a->len, 0, NULL);
+	const char *code = json_string_value(
+		json_object_get(json_object_get(o, "error"), "code"));
+
+	ck_assert_msg(a->status == status && code != NULL &&
+		      strcmp(code, want) == 0, "%u %s, not %u %s", a->status,
+		      a->body, status, want);
+	json_decref(o);
+	gw_answer_free(a);
+}
+
+/* Every slot taken: a call that would need a thread is refused 503
+ * OVERLOADED at once, with Retry-After, and takes no slot; with a slot
+ * free the same call goes on (to carmyd, here absent). */
+START_TEST(test_full_gateway_refuses_overloaded)
+{
+	const char *with = "{\"tool\":\"t\",\"request_id\":\"k\"}";
+	struct gw_request rq = {
+		.gw = &gw, .principal = "p", .header = header,
+		.body = with, .len = strlen(with),
+	};
+	const char *without = "{\"tool\":\"t\"}";
+	struct gw_answer a = { 0 };
+	struct gw_exec *x = NULL;
+
+	gw.max_running = 1;
+	ck_assert(gw_slot_take(&gw, false));
+	ck_assert(!gw_slot_take(&gw, false));
+	/* Not within GW_RECONNECT_MS of a failed connect: the begin would
+	 * go to a thread, to connect. */
+	gw.carmyd.last_fail_ns = 0;
+	ck_assert_int_eq(gw_execute(&rq, &a, on_done, NULL, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert(a.retry_after);
+	expect_code(&a, 503, "OVERLOADED");
+	rq.body = without;
+	rq.len = strlen(without);
+	ck_assert_int_eq(gw_execute(&rq, &a, on_done, NULL, &x), 0);
+	ck_assert_ptr_null(x);
+	expect_code(&a, 503, "OVERLOADED");
+	ck_assert_uint_eq(gw.slots, 1);
+	/* Unauthenticated: 401, whatever the slots. */
+	rq.principal = NULL;
+	ck_assert_int_eq(gw_execute(&rq, &a, on_done, NULL, &x), 0);
+	expect_code(&a, 401, "UNAUTHENTICATED");
+	gw_slot_put(&gw);
+	rq.principal = "p";
+	rq.body = with;
+	rq.len = strlen(with);
+	gw.carmyd.last_fail_ns = 0;
+	execute(&rq, &a);
+	expect_code(&a, 503, "DAEMON_UNAVAILABLE");
+	ck_assert_uint_eq(gw.slots, 0);
+	gw.max_running = 4;
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gateway_request");
@@ -329,6 +393,7 @@ int main(void)
 	tcase_add_test(tc, test_seeds_and_nesting);
 	tcase_add_test(tc, test_mutated_bodies);
 	tcase_add_test(tc, test_tokens_compare_whole);
+	tcase_add_test(tc, test_full_gateway_refuses_overloaded);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
