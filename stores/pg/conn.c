@@ -412,11 +412,20 @@ int pg_create_schema(PGconn *c, char *err, size_t errlen)
 }
 
 /* What every connection needs first, at open and after every reconnect:
- * commits that wait for the flush, and bounded waits. */
+ * commits that wait for the flush, transactions in READ COMMITTED that
+ * may write (a batch runs as the protocol's implicit transaction, with
+ * the session's defaults, whatever the role's or the database's), and
+ * bounded waits. */
 int pg_setup_session(PGconn *c, char *err, size_t errlen)
 {
 	int rc = exec_ok(c, "SET synchronous_commit = on", "cannot set "
 			 "synchronous_commit", err, errlen);
+
+	if (rc == 0)
+		rc = exec_ok(c, "SET SESSION CHARACTERISTICS AS TRANSACTION "
+			     "ISOLATION LEVEL READ COMMITTED, READ WRITE",
+			     "cannot set the session's transactions", err,
+			     errlen);
 
 	if (rc == 0)
 		rc = exec_ok(c, BOUNDS_SQL, "cannot bound the session's waits",

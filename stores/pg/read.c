@@ -3,6 +3,8 @@
  * to and including the sync: each command's outcome, what a failure means
  * for the run (RETRY, WAITED, LOST or -EIO), and each statement's rows
  * handed to pg_judge() or, for a set-based one, pg_judge_set() (rows.c).
+ * The run committed if every statement succeeded and the sync came with
+ * nothing before it (a commit that fails at the sync says so first).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,15 +14,23 @@
 
 #include "stores/pg/pg.h"
 
+/* The next result: taken from what libpq holds when it is there (a
+ * pipeline's answers come together: waiting first would read the socket
+ * for nothing, a system call a result), else waited for. */
+static PGresult *get_result(PGconn *c)
+{
+	return PQisBusy(c) ? pg_get_result(c) : PQgetResult(c);
+}
+
 /* The result of the next command in the pipeline, having read the NULL
  * that ends it; the sync's; or NULL: the connection is gone or the
  * answers do not match what was sent. */
 static PGresult *next_result(PGconn *c)
 {
-	PGresult *r = pg_get_result(c), *end;
+	PGresult *r = get_result(c), *end;
 
 	if (r != NULL && PQresultStatus(r) != PGRES_PIPELINE_SYNC &&
-	    (end = pg_get_result(c)) != NULL) {
+	    (end = get_result(c)) != NULL) {
 		PQclear(end);
 		PQclear(r);
 		return NULL;
@@ -114,13 +124,15 @@ static int read_step(struct pg_store *s, const struct step *st)
 	return rc;
 }
 
+/* The withdrawals', then the steps' answers, then the sync: with nothing
+ * before it, the implicit transaction committed; an error there is the
+ * commit's own (a failure as any statement's). */
 int pg_read_batch(struct pg_store *s)
 {
 	PGconn *c = s->conn;
-	PGresult *r = next_result(c);
-	int rc = command(s, r);
+	PGresult *r;
+	int rc = 0;
 
-	PQclear(r);
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd) && rc == 0; i++) {
 		r = next_result(c);
 		rc = command(s, r);
@@ -129,15 +141,21 @@ int pg_read_batch(struct pg_store *s)
 	}
 	for (size_t i = 0; i < s->nsteps && rc == 0; i++)
 		rc = read_step(s, &s->steps[i]);
-	if (rc == 0) {
-		r = next_result(c);
-		rc = command(s, r);
-		if (rc == 0 && strcmp(PQcmdStatus(r), "COMMIT") != 0) {
-			snprintf(s->why, sizeof(s->why), "COMMIT answered %s",
-				 PQcmdStatus(r));
-			rc = -EIO;
-		}
+	if (rc != 0)
+		return to_sync(c, rc);
+	r = next_result(c);
+	if (r == NULL)
+		return LOST;
+	if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
 		PQclear(r);
+		return 0;
 	}
+	rc = command(s, r);
+	if (rc == 0) {
+		snprintf(s->why, sizeof(s->why), "unexpected %s before the "
+			 "sync", PQresStatus(PQresultStatus(r)));
+		rc = LOST;	/* out of step with what was sent */
+	}
+	PQclear(r);
 	return to_sync(c, rc);
 }

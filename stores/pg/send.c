@@ -1,7 +1,11 @@
 /*
- * send.c - one run of a batch, sent: BEGIN, what is left to withdraw, the
- * unanswered requests' statements in the worker's order, COMMIT and a
- * sync, queued in libpq's pipeline and flushed together. Consecutive
+ * send.c - one run of a batch, sent: what is left to withdraw, the
+ * unanswered requests' statements in the worker's order and a sync,
+ * queued in libpq's pipeline and flushed together. Without a BEGIN, the
+ * server runs everything up to the sync as one transaction, and commits
+ * it at the sync if every statement succeeded (rolls it back if one
+ * failed): the protocol's implicit transaction, in READ COMMITTED, read
+ * write (the session's defaults, conn.c). Consecutive
  * RESERVEs, and consecutive settles (COMPLETE, RESOLVE as committed), go
  * as one set-based statement (conn.c: ST_RESERVES, ST_SETTLES) whose
  * parameters are arrays, an element a request; a group under SET_MIN,
@@ -401,19 +405,16 @@ static void make_steps(struct pg_store *s, size_t n)
 	split_small(s);
 }
 
-/* BEGIN, the withdrawals, the unanswered slots' statements (s->steps),
- * COMMIT, sync: queued, then flushed by the sync. 0; LOST (the
- * connection is reset after); -ENOMEM with the sync sent and no COMMIT
- * (read to the sync, then roll back). */
+/* The withdrawals, the unanswered slots' statements (s->steps) and the
+ * sync that commits them: queued, then flushed by the sync. 0; LOST (the
+ * connection is reset after); -ENOMEM with a failing statement queued
+ * before the sync, so that nothing commits (read to the sync). */
 int pg_send_batch(struct pg_store *s, size_t n)
 {
 	PGconn *c = s->conn;
 	int rc = 0;
 
 	make_steps(s, n);
-	if (!PQsendQueryParams(c, "BEGIN ISOLATION LEVEL READ COMMITTED, "
-			       "READ WRITE", 0, NULL, NULL, NULL, NULL, 1))
-		return LOST;
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd); i++)
 		if (!send_withdraw(c, &s->wd[i], s->instance))
 			return LOST;
@@ -429,12 +430,14 @@ int pg_send_batch(struct pg_store *s, size_t n)
 			rc = send_settles(s, st);
 	}
 	if (rc == -ENOMEM) {
+		/* What was queued must not commit at the sync: a statement
+		 * that fails (division by zero) rolls it all back. */
 		s->nsteps = 0;
-		return PQpipelineSync(c) ? -ENOMEM : LOST;
+		return PQsendQueryParams(c, "SELECT 1 / 0", 0, NULL, NULL,
+					 NULL, NULL, 1) &&
+		       PQpipelineSync(c) ? -ENOMEM : LOST;
 	}
-	if (rc != 0 ||
-	    !PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 1) ||
-	    !PQpipelineSync(c))
+	if (rc != 0 || !PQpipelineSync(c))
 		return LOST;
 	return 0;
 }

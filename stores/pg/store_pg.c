@@ -84,7 +84,9 @@
  *
  * Group commit. One thread owns the connection. submit() queues and
  * returns; the thread takes everything queued as one batch and sends it in
- * one pipeline (libpq pipeline mode): BEGIN, the statements, COMMIT,
+ * one pipeline (libpq pipeline mode): the statements and a sync, which the
+ * server runs as one transaction (the protocol's implicit one, READ
+ * COMMITTED and writable by the session's defaults) and commits at the
  * sync, one round trip and one WAL flush for the lot, then it answers
  * every request. The batch is cut into runs at the requests that may free
  * an identity (RELEASE, RESOLVE, PURGE), each of which goes after the run
@@ -133,8 +135,8 @@
  * timeout, and the request whose statement times out then fails alone.
  *
  * Why a batch may run twice. A deadlock or serialization failure rolls
- * the batch back: it runs again, as does a timeout in BEGIN or COMMIT (up
- * to TRIES_MAX runs in all). A connection lost with the COMMIT sent leaves
+ * the batch back: it runs again, as does a timeout at the commit (up
+ * to TRIES_MAX runs in all). A connection lost with the sync sent leaves
  * its outcome unknown: the store reconnects and runs the batch again.
  * Every statement above is written to be right either way: RESERVE
  * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
@@ -376,8 +378,10 @@ static void pg_submit(void *store, struct carmy_store_req *req)
 	pthread_mutex_lock(&s->lock);
 	*s->tail = req;
 	s->tail = &req->next;
-	pthread_cond_signal(&s->wake);
 	pthread_mutex_unlock(&s->lock);
+	/* After the unlock: woken under it, the worker would wait for the
+	 * lock at once (a second sleep and wake-up a request). */
+	pthread_cond_signal(&s->wake);
 }
 
 /* Nothing is in flight (carmyd waits), but a queue left over would still

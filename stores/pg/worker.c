@@ -562,8 +562,8 @@ static int run_once(struct pg_store *s, size_t n)
 		pg_pq_error(PQerrorMessage(c), s->why, sizeof(s->why));
 		return LOST;
 	}
-	/* A failure between BEGIN and COMMIT leaves the transaction open
-	 * and aborted at the sync. */
+	/* The sync ends the run's transaction; one still open (a server out
+	 * of step with the protocol) is rolled back here. */
 	if (PQtransactionStatus(c) != PQTRANS_IDLE) {
 		PGresult *r = pg_exec(c, "ROLLBACK");
 

@@ -2405,6 +2405,76 @@ START_TEST(test_batches_of_two_instances_on_the_same_identities_record_each_once
 }
 END_TEST
 
+/* A batch has no BEGIN: its statements are the protocol's implicit
+ * transaction, committed at the sync. While its second statement waits
+ * on a lock, the first one's row is not committed. */
+START_TEST(test_a_batch_commits_as_one_at_its_end)
+{
+	/* lock_timeout of its own: x waits until the other session ends */
+	void *a = open_as("a", "application_name=atomic-test "
+			  "options='-c lock_timeout=600s'");
+	PGconn *other = db_connect("");
+	struct waiter hold, wx, wu;
+	struct ex h, x, u;
+
+	sleepy_inserts();
+	sql(other, "BEGIN");
+	insert_row(other, "p", "b-held", NULL);
+	make_ex(&u, "p", "a-first");	/* before x in identity order */
+	make_ex(&x, "p", "b-held");
+	hold_worker(a, "atomic-test", &hold, &h);
+	waiter_init(&wu, CARMY_STORE_RESERVE, &u);
+	waiter_init(&wx, CARMY_STORE_RESERVE, &x);
+	ops->submit(a, &wu.req);
+	ops->submit(a, &wx.req);
+	ck_assert_int_eq(wait_done(&hold), 0);
+	wait_lock_wait("atomic-test");
+	ck_assert_msg(rows_of_exec(db, u.exec) == 0, "a statement of a batch "
+		      "committed before the batch's end");
+	ck_assert(!is_done(&wu));
+	sql(other, "ROLLBACK");
+	ck_assert_int_eq(wait_done(&wu), 0);
+	ck_assert_int_eq(wait_done(&wx), 0);
+	ck_assert_int_eq(wu.ntaken + wx.ntaken, 0);
+	ck_assert_int_eq(rows_of_exec(db, u.exec), 1);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 1);
+	waiter_destroy(&hold);
+	waiter_destroy(&wu);
+	waiter_destroy(&wx);
+	PQfinish(other);
+	ops->close(a);
+}
+END_TEST
+
+/* Batches run in the session's default transactions: READ COMMITTED and
+ * writable, whatever the connection, role or database asked for; after a
+ * reconnect too. */
+START_TEST(test_batches_are_read_committed_and_writable_whatever_the_defaults)
+{
+	void *a = open_as("a", "application_name=defaults-test options='"
+			  "-c default_transaction_read_only=on "
+			  "-c default_transaction_isolation=serializable'");
+	struct ex x;
+
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_iso() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$ BEGIN IF current_setting("
+	    "'transaction_isolation') <> 'read committed' THEN RAISE "
+	    "EXCEPTION 'isolation %', current_setting("
+	    "'transaction_isolation'); END IF; RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_iso BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION "
+	    "carmy_test_iso()");
+	make_ex(&x, "p", "defaults");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	terminate("defaults-test");
+	make_ex(&x, "p", "defaults-again");
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_RUNNING), 1);
+	ops->close(a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("store_pg");
@@ -2470,6 +2540,8 @@ int main(void)
 	tcase_add_test(tc, test_one_batch_of_every_kind_answers_each_request_as_alone);
 	tcase_add_test(tc, test_a_batch_run_again_after_its_commit_answers_the_same);
 	tcase_add_test(tc, test_batches_of_two_instances_on_the_same_identities_record_each_once);
+	tcase_add_test(tc, test_a_batch_commits_as_one_at_its_end);
+	tcase_add_test(tc, test_batches_are_read_committed_and_writable_whatever_the_defaults);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
