@@ -1840,6 +1840,62 @@ static void standby_never_answers(void)
 		ck_assert_msg(time(NULL) < end, "the setting was not read");
 }
 
+/* How many identities a lost-completion test reserves ahead: one for
+ * each COMPLETE the store's backend may commit before it reads the
+ * standby setting. */
+#define LOST_TRIES 8
+
+/* Reserve xs[0..LOST_TRIES), named after id, then make commits wait for a
+ * standby that never answers. */
+static void reserve_then_stall_commits(void *a, struct ex *xs, const char *id)
+{
+	char name[64];
+
+	for (int i = 0; i < LOST_TRIES; i++) {
+		snprintf(name, sizeof(name), "%s-%d", id, i);
+		make_ex(&xs[i], "p", name);
+		ck_assert_int_eq(reserve(a, &xs[i], NULL), 0);
+	}
+	standby_never_answers();
+}
+
+/*
+ * Submit the COMPLETE of xs[0], xs[1]... into w until one is not answered
+ * recorded at once: the server reads the standby setting in its own time
+ * (each backend at its next command once signalled), and until the
+ * store's backend has, a commit does not wait. With in_syncrep, "not at
+ * once" is its backend seen waiting for the standby, w still unanswered;
+ * without, w answered with an error within BOUNDED_S (the store's
+ * timeout= ran out).
+ * Returns the index of the lost one.
+ */
+static int lost_completion(void *a, struct ex *xs, struct waiter *w,
+			   bool in_syncrep)
+{
+	time_t end = time(NULL) + WAIT_S;
+
+	for (int i = 0; i < LOST_TRIES; i++) {
+		waiter_init(w, CARMY_STORE_COMPLETE, &xs[i]);
+		ops->submit(a, &w->req);
+		if (!in_syncrep) {
+			if (wait_within(w, BOUNDED_S) != 0)
+				return i;
+			waiter_destroy(w);
+			continue;
+		}
+		while (!is_done(w) && sql_long(db, "SELECT count(*) FROM "
+				"pg_stat_activity WHERE application_name = "
+				"'lost-commit' AND wait_event = 'SyncRep'") == 0)
+			ck_assert_msg(time(NULL) < end, "no commit waited");
+		if (!is_done(w))
+			return i;
+		ck_assert_int_eq(wait_done(w), 0);
+		waiter_destroy(w);
+	}
+	ck_abort_msg("%d completions committed at once", LOST_TRIES);
+	return -1;
+}
+
 /* The database back, with commits that wait for nobody. */
 static void database_back(void)
 {
@@ -1866,25 +1922,17 @@ static void lost_ends_completed(void *a, const struct ex *x)
  * sends it again until the database takes it, and answers it recorded. */
 START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded)
 {
-	time_t end = time(NULL) + WAIT_S;
+	struct ex xs[LOST_TRIES], y;
 	struct waiter w;
-	struct ex x, y;
 	void *a;
+	int lost;
 
 	sql(db, "SET synchronous_commit = local");	/* never waits */
 	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
 	sql(db, "CREATE DATABASE carmy_lost");
 	a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
-	make_ex(&x, "p", "lost-completion");
-	ck_assert_int_eq(reserve(a, &x, NULL), 0);
-	standby_never_answers();
-	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
-	ops->submit(a, &w.req);
-	while (!is_done(&w) && sql_long(db, "SELECT count(*) FROM "
-			"pg_stat_activity WHERE application_name = "
-			"'lost-commit' AND wait_event = 'SyncRep'") == 0)
-		ck_assert_msg(time(NULL) < end, "no commit waited");
-	ck_assert_msg(!is_done(&w), "the completion committed at once");
+	reserve_then_stall_commits(a, xs, "lost-completion");
+	lost = lost_completion(a, xs, &w, true);
 	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
 	terminate("lost-commit");
 	/* A request behind it fails for want of a connection: by then the
@@ -1897,7 +1945,7 @@ START_TEST(test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded
 	/* Sent again once the database is back: recorded, this result. */
 	ck_assert_int_eq(wait_done(&w), 0);
 	waiter_destroy(&w);
-	lost_ends_completed(a, &x);
+	lost_ends_completed(a, &xs[lost]);
 }
 END_TEST
 
@@ -1909,8 +1957,8 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 {
 	char args[1024], err[512] = "";
 	time_t end = time(NULL) + WAIT_S;
+	struct ex xs[LOST_TRIES], x, other;
 	struct waiter w;
-	struct ex x, other;
 	void *a = NULL;
 	int rc;
 
@@ -1921,14 +1969,11 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 		 "application_name=lost-commit", conninfo);
 	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
 		      err);
-	make_ex(&x, "p", "lost-then-failed");
-	ck_assert_int_eq(reserve(a, &x, NULL), 0);
-	standby_never_answers();
+	reserve_then_stall_commits(a, xs, "lost-then-failed");
 	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS false");
-	waiter_init(&w, CARMY_STORE_COMPLETE, &x);
-	ops->submit(a, &w.req);
 	/* Its commit waits for the standby; the store hears nothing for
 	 * 1 s, takes the server for gone, and finds no connection. */
+	x = xs[lost_completion(a, xs, &w, false)];
 	ck_assert_int_lt(wait_within(&w, BOUNDED_S), 0);
 	waiter_destroy(&w);
 	/* Sent again by its client meanwhile: failed, no database. */
