@@ -49,13 +49,13 @@ const char *const soak_prop_names[SOAK_PROP_COUNT] = {
 };
 
 const char *const soak_kind_names[SOAK_KIND_COUNT] = {
-	"double", "split", "wrong", "lost", "stale", "lagging", "uncertain",
-	"answers",
+	"double", "split", "orphan", "wrong", "lost", "stale", "lagging",
+	"uncertain", "answers",
 };
 
 const enum soak_prop soak_kind_prop[SOAK_KIND_COUNT] = {
-	SOAK_ONCE, SOAK_ONCE, SOAK_REPLAY, SOAK_ACKED, SOAK_ACKED,
-	SOAK_ACKED, SOAK_UNCERTAIN, SOAK_ANSWERS,
+	SOAK_ONCE, SOAK_ONCE, SOAK_ONCE, SOAK_REPLAY, SOAK_ACKED,
+	SOAK_ACKED, SOAK_ACKED, SOAK_UNCERTAIN, SOAK_ANSWERS,
 };
 
 struct resv {			/* one RESERVED answer a worker logged */
@@ -102,6 +102,7 @@ struct ident {
 	unsigned torn;		/* effect lines cut short by a kill */
 	bool died_in_begin[SOAK_VARIANTS];
 	bool begin_cut_off[SOAK_VARIANTS];	/* begin said DISCONNECTED */
+	bool begin_store_failed[SOAK_VARIANTS];	/* begin said STORE_FAILED */
 	struct answer fin[SOAK_MAX_INST][SOAK_VARIANTS];
 	bool have_fin[SOAK_MAX_INST][SOAK_VARIANTS];
 };
@@ -124,7 +125,8 @@ struct checker {
 static const char *final_exec(const struct ident *d, unsigned inst)
 {
 	for (unsigned v = 0; v < SOAK_VARIANTS; v++)
-		if (d->have_fin[inst][v] && d->fin[inst][v].rc != CARMY_RESERVED)
+		if (d->have_fin[inst][v] &&
+		    d->fin[inst][v].rc != CARMY_RESERVED)
 			return d->fin[inst][v].exec;
 	return NULL;
 }
@@ -332,6 +334,8 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 		d = &ck->ids[id];
 		if (rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE)
 			d->begin_cut_off[var] = true;
+		if (rc == CARMY_ESTORE)
+			d->begin_store_failed[var] = true;
 		if (rc != CARMY_RESERVED)
 			return;
 		d->rv = grow(d->rv, d->nrv + 1, sizeof(*d->rv));
@@ -506,7 +510,8 @@ static void pass2_line(struct checker *ck, const char *line, const char *where,
 		ck->f->releases++;
 	if (line[0] == 'C' && sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1,
 				     &id, exec, &rc) == 5) {
-		r = id < ck->cfg->max_ids ? find_resv(&ck->ids[id], exec) : NULL;
+		r = id < ck->cfg->max_ids ? find_resv(&ck->ids[id], exec) :
+					    NULL;
 		if (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE)
 			ck->f->acked++;
 		else if (rc == CARMY_ESTORE && ck->cfg->store_faults)
@@ -576,8 +581,8 @@ static void pass2_line(struct checker *ck, const char *line, const char *where,
 				r->where);
 		if (state == CARMY_STATE_COMPLETED &&
 		    (r->effect < 0 || !r->attempted))
-			violate(ck, SOAK_K_WRONG, id, "%s: identity %u: %s "
-				"is completed, but its tool never finished (%s)",
+			violate(ck, SOAK_K_WRONG, id, "%s: identity %u: %s is "
+				"completed, but its tool never finished (%s)",
 				where, id, exec, r->where);
 		break;
 	case CARMY_ECAPACITY:
@@ -587,8 +592,8 @@ static void pass2_line(struct checker *ck, const char *line, const char *where,
 		if (ck->cfg->capacity >= ck->cfg->max_ids + ck->cfg->nworkers)
 			violate(ck, SOAK_K_ANSWERS, id, "%s: identity %u "
 				"refused for capacity with %u entries for %u "
-				"identities",
-				where, id, ck->cfg->capacity, used_ids(ck->cfg));
+				"identities", where, id, ck->cfg->capacity,
+				used_ids(ck->cfg));
 		break;
 	case CARMY_EUNAVAILABLE:
 	case CARMY_EDISCONNECTED:
@@ -651,8 +656,8 @@ static void judge_ident(struct checker *ck, unsigned id, unsigned inst)
 			continue;
 		if (live != NULL)
 			violate(ck, SOAK_K_DOUBLE, id, "identity %u reserved "
-				"twice: %s (%s) and %s (%s), neither released", id,
-				live->exec, live->where, d->rv[i].exec,
+				"twice: %s (%s) and %s (%s), neither released",
+				id, live->exec, live->where, d->rv[i].exec,
 				d->rv[i].where);
 		live = &d->rv[i];
 	}
@@ -663,39 +668,43 @@ static void judge_ident(struct checker *ck, unsigned id, unsigned inst)
 		const struct answer *a = &d->fin[inst][v];
 
 		if (!d->have_fin[inst][v]) {
-			violate(ck, SOAK_K_ANSWERS, id, "identity %u variant %u: no "
-				"final answer", id, v);
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u variant "
+				"%u: no final answer", id, v);
 			return;
 		}
 		if (a->rc == CARMY_RESERVED)
 			continue;
 		if (a->rc != CARMY_REPLAY && a->rc != CARMY_EUNCERTAIN &&
 		    a->rc != CARMY_ECONFLICT) {
-			violate(ck, SOAK_K_ANSWERS, id, "identity %u variant %u: final "
-				"answer %s", id, v, carmy_errname(a->rc));
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u variant "
+				"%u: final answer %s", id, v,
+				carmy_errname(a->rc));
 			return;
 		}
 		if (fexec != NULL && strcmp(fexec, a->exec) != 0) {
-			violate(ck, SOAK_K_ANSWERS, id, "identity %u: final answers "
-				"name both %s and %s", id, fexec, a->exec);
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u: final "
+				"answers name both %s and %s", id, fexec,
+				a->exec);
 			return;
 		}
 		fexec = a->exec;
 		if (a->rc != CARMY_ECONFLICT) {
 			if (same != NULL)
-				violate(ck, SOAK_K_ANSWERS, id, "identity %u: two "
-					"variants match entry %s", id, fexec);
+				violate(ck, SOAK_K_ANSWERS, id, "identity %u: "
+					"two variants match entry %s", id,
+					fexec);
 			same = a;
 			fvar = v;
 		}
 	}
 	for (unsigned v = 0; fexec != NULL && v < SOAK_VARIANTS; v++)
 		if (d->fin[inst][v].rc == CARMY_RESERVED)
-			violate(ck, SOAK_K_ANSWERS, id, "identity %u: final pass both "
-				"reserved it and found %s", id, fexec);
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u: final "
+				"pass both reserved it and found %s", id,
+				fexec);
 	if (fexec != NULL && same == NULL) {
-		violate(ck, SOAK_K_ANSWERS, id, "identity %u: entry %s conflicts "
-			"with every variant", id, fexec);
+		violate(ck, SOAK_K_ANSWERS, id, "identity %u: entry %s "
+			"conflicts with every variant", id, fexec);
 		return;
 	}
 
@@ -716,10 +725,10 @@ static void judge_ident(struct checker *ck, unsigned id, unsigned inst)
 	if (fexec == NULL) {
 		/* Free now: nobody may have been holding it. */
 		if (live != NULL)
-			violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: %s (%s) was "
-				"never released, yet the identity is free again "
-				"(it would run twice)", id, live->exec,
-				live->where);
+			violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: %s "
+				"(%s) was never released, yet the identity is "
+				"free again (it would run twice)", id,
+				live->exec, live->where);
 		return;
 	}
 
@@ -732,27 +741,33 @@ static void judge_ident(struct checker *ck, unsigned id, unsigned inst)
 		for (size_t i = 0; i < d->nph; i++)
 			if (strcmp(d->ph[i].exec, fexec) == 0)
 				p = &d->ph[i];
-		if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar])
-			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s (variant "
-				"%u) was reserved by no begin the logs know of",
-				id, fexec, fvar);
+		if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar] &&
+		    d->begin_store_failed[fvar])
+			violate(ck, SOAK_K_ORPHAN, id, "identity %u: entry %s "
+				"(variant %u) was reserved by no begin the "
+				"logs know of, but begins answered "
+				"STORE_FAILED", id, fexec, fvar);
+		else if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar])
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"(variant %u) was reserved by no begin the "
+				"logs know of", id, fexec, fvar);
 		if (live != NULL)
-			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s holds it, "
-				"yet %s (%s) was reserved and never released",
-				id, fexec, live->exec, live->where);
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"holds it, yet %s (%s) was reserved and never "
+				"released", id, fexec, live->exec, live->where);
 		for (size_t i = 0; p != NULL && i < d->nrv; i++)
 			if (d->rv[i].t0 > p->first_seen)
-				violate(ck, SOAK_K_DOUBLE, id, "identity %u reserved "
-					"again as %s (%s) while %s held it",
-					id, d->rv[i].exec, d->rv[i].where,
-					fexec);
+				violate(ck, SOAK_K_DOUBLE, id, "identity %u "
+					"reserved again as %s (%s) while %s "
+					"held it", id, d->rv[i].exec,
+					d->rv[i].where, fexec);
 		if (same->rc != CARMY_EUNCERTAIN ||
 		    (same->state != CARMY_STATE_INTERRUPTED &&
 		     !(ck->cfg->ninst > 1 &&
 		       same->state == CARMY_STATE_RUNNING)))
-			violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: entry %s of "
-				"a dead begin answers %s (%s)", id, fexec,
-				carmy_errname(same->rc),
+			violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: entry "
+				"%s of a dead begin answers %s (%s)", id,
+				fexec, carmy_errname(same->rc),
 				carmy_state_name(same->state));
 		else
 			ck->f->interrupted_final++;
@@ -768,32 +783,34 @@ static void judge_ident(struct checker *ck, unsigned id, unsigned inst)
 		live = fr;
 	if (fr != live) {
 		if (live != NULL)
-			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s (%s) "
-				"answers %s, yet %s (%s) was reserved after it",
-				id, fexec, fr->where, carmy_errname(same->rc),
-				live->exec, live->where);
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"(%s) answers %s, yet %s (%s) was reserved "
+				"after it", id, fexec, fr->where,
+				carmy_errname(same->rc), live->exec,
+				live->where);
 		else
-			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s (%s) "
-				"answers %s, yet it was released", id, fexec,
-				fr->where, carmy_errname(same->rc));
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"(%s) answers %s, yet it was released", id,
+				fexec, fr->where, carmy_errname(same->rc));
 		return;
 	}
 	if (fvar != fr->var)
-		violate(ck, SOAK_K_ANSWERS, id, "identity %u: entry %s answers its "
-			"own to variant %u, reserved with %u", id, fexec, fvar,
-			fr->var);
+		violate(ck, SOAK_K_ANSWERS, id, "identity %u: entry %s "
+			"answers its own to variant %u, reserved with %u", id,
+			fexec, fvar, fr->var);
 	for (size_t i = 0; i < d->nrv; i++)
 		if (&d->rv[i] != fr && d->rv[i].t0 > fr->t1)
-			violate(ck, SOAK_K_DOUBLE, id, "identity %u reserved again as "
-				"%s (%s) after %s (%s), which holds it", id,
-				d->rv[i].exec, d->rv[i].where, fexec,
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u reserved "
+				"again as %s (%s) after %s (%s), which holds "
+				"it", id, d->rv[i].exec, d->rv[i].where, fexec,
 				fr->where);
 
 	if (same->rc == CARMY_REPLAY) {
 		if (!replay_matches(ck, d, fr, same->status, same->code,
 				    same->len, same->hash, why, sizeof(why)))
-			violate(ck, SOAK_K_WRONG, id, "identity %u: final replay "
-				"of %s (%s): %s", id, fexec, fr->where, why);
+			violate(ck, SOAK_K_WRONG, id, "identity %u: final "
+				"replay of %s (%s): %s", id, fexec, fr->where,
+				why);
 		return;
 	}
 	/* Not replayable: it must be uncertain, and that is only right if
@@ -885,7 +902,8 @@ static void violate(struct checker *ck, enum soak_kind k, unsigned id,
 	enum soak_prop p = soak_kind_prop[k];
 	va_list ap;
 
-	if (ck->quiet_double && k == SOAK_K_DOUBLE)
+	if (ck->quiet_double &&
+	    (k == SOAK_K_DOUBLE || k == SOAK_K_ORPHAN))
 		return;
 	ck->f->violations[p]++;
 	if (ck->example[k] < 0 && ck->f->kinds[k] == 0)
@@ -964,6 +982,33 @@ static void add_tline(struct tline **v, size_t *n, uint64_t t,
 	(*n)++;
 }
 
+/* Add line (of answer file file, calling through carmyd inst) to v if it
+ * is about identity id. */
+static void trace_line(const char *file, unsigned inst, const char *line,
+		       unsigned id, struct tline **v, size_t *n)
+{
+	unsigned long long t0, t1;
+	char exec[EXEC_SZ];
+	unsigned lid, var;
+	int rc, state;
+
+	if (line[0] == 'B' &&
+	    sscanf(line, "B %llu %llu %u %u %d %d %37s", &t0, &t1, &lid, &var,
+		   &rc, &state, exec) == 7 && lid == id)
+		add_tline(v, n, t0, "%.8s carmyd %u: begin var %u -> %s (%s, "
+			  "%s) in %.2f ms", file, inst, var, carmy_errname(rc),
+			  carmy_state_name(state), exec,
+			  (double)(t1 - t0) / 1e6);
+	else if (line[0] == 'C' &&
+		 sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1, &lid, exec,
+			&rc) == 5 && lid == id)
+		add_tline(v, n, t1, "%.8s carmyd %u: complete %s -> %s", file,
+			  inst, exec, carmy_errname(rc));
+	else if ((line[0] == 'L' || line[0] == 'l' || line[0] == 'A') &&
+		 sscanf(line + 1, " %llu %u", &t0, &lid) == 2 && lid == id)
+		add_tline(v, n, t0, "%.8s carmyd %u: %s", file, inst, line);
+}
+
 /*
  * Print every line the logs hold about identity id, in time order: each
  * worker's lines (with the carmyd it called through), the effects, and
@@ -971,12 +1016,11 @@ static void add_tline(struct tline **v, size_t *n, uint64_t t,
  */
 static void trace(struct checker *ck, enum soak_kind k, unsigned id)
 {
-	char path[600], *line = NULL, exec[EXEC_SZ];
-	unsigned long long t0, t1;
-	unsigned lid, var, inst;
+	char path[600], *line = NULL;
+	unsigned long long t0;
+	unsigned lid, inst;
 	struct tline *v = NULL;
 	size_t cap = 0, n = 0;
-	int rc, state;
 	FILE *fp;
 
 	for (size_t i = 0; i < ck->nfiles; i++) {
@@ -990,31 +1034,7 @@ static void trace(struct checker *ck, enum soak_kind k, unsigned id)
 			line[strcspn(line, "\n")] = '\0';
 			if (sscanf(line, "I %u", &inst) == 1)
 				continue;
-			if (line[0] == 'B' &&
-			    sscanf(line, "B %llu %llu %u %u %d %d %37s", &t0,
-				   &t1, &lid, &var, &rc, &state, exec) == 7) {
-				if (lid == id)
-					add_tline(&v, &n, t0, "%.8s carmyd %u: "
-						  "begin var %u -> %s (%s, %s)"
-						  " in %.2f ms", ck->files[i],
-						  inst, var, carmy_errname(rc),
-						  carmy_state_name(state), exec,
-						  (double)(t1 - t0) / 1e6);
-			} else if (line[0] == 'C' &&
-				   sscanf(line, "C %llu %llu %u %37s %d", &t0,
-					  &t1, &lid, exec, &rc) == 5) {
-				if (lid == id)
-					add_tline(&v, &n, t1, "%.8s carmyd %u: "
-						  "complete %s -> %s",
-						  ck->files[i], inst, exec,
-						  carmy_errname(rc));
-			} else if ((line[0] == 'L' || line[0] == 'l' ||
-				    line[0] == 'A') &&
-				   sscanf(line + 1, " %llu %u", &t0, &lid) == 2 &&
-				   lid == id) {
-				add_tline(&v, &n, t0, "%.8s carmyd %u: %s",
-					  ck->files[i], inst, line);
-			}
+			trace_line(ck->files[i], inst, line, id, &v, &n);
 		}
 		fclose(fp);
 	}

@@ -180,6 +180,8 @@ extern const char *const soak_prop_names[SOAK_PROP_COUNT];
  *              (or one none) for one identity, none of them acknowledged
  *              (once: the logs' "held twice" checks are not counted
  *              again for it)
+ *   orphan     an entry no logged begin reserved, where begins of it
+ *              answered STORE_FAILED: one of them left it behind (once)
  *   wrong      a replay not of the one execution (replay)
  *   lost       an acknowledged completion that its own carmyd later does
  *              not replay, during the run or in the final pass (acked)
@@ -193,6 +195,7 @@ extern const char *const soak_prop_names[SOAK_PROP_COUNT];
 enum soak_kind {
 	SOAK_K_DOUBLE,
 	SOAK_K_SPLIT,
+	SOAK_K_ORPHAN,
 	SOAK_K_WRONG,
 	SOAK_K_LOST,
 	SOAK_K_STALE,
