@@ -992,7 +992,11 @@ static void trace_line(const char *file, unsigned inst, const char *line,
 	unsigned lid, var;
 	int rc, state;
 
-	if (line[0] == 'B' &&
+	if (line[0] == 'b' &&
+	    sscanf(line, "b %llu %u %u", &t0, &lid, &var) == 3 && lid == id)
+		add_tline(v, n, t0, "%.8s carmyd %u: begin var %u called", file,
+			  inst, var);
+	else if (line[0] == 'B' &&
 	    sscanf(line, "B %llu %llu %u %u %d %d %37s", &t0, &t1, &lid, &var,
 		   &rc, &state, exec) == 7 && lid == id)
 		add_tline(v, n, t0, "%.8s carmyd %u: begin var %u -> %s (%s, "
