@@ -28,6 +28,7 @@ struct soak_args {
 
 struct soak_space {
 	struct soak_args args[2][SOAK_VARIANTS];	/* [big][var] */
+	char principal[24];
 	char session[16];
 	char request[16];
 };
@@ -114,6 +115,11 @@ void soak_space_free(struct soak_space *s)
 	free(s);
 }
 
+void soak_space_principal(struct soak_space *s, const char *principal)
+{
+	snprintf(s->principal, sizeof(s->principal), "%s", principal);
+}
+
 void soak_space_call(struct soak_space *s, unsigned id, unsigned var,
 		     struct carmy_call *out)
 {
@@ -124,8 +130,8 @@ void soak_space_call(struct soak_space *s, unsigned id, unsigned var,
 	snprintf(s->request, sizeof(s->request), "r%u", id);
 	put_be(&p, id, 4);
 	memset(out, 0, sizeof(*out));
-	out->principal = "soak";
-	out->principal_len = 4;
+	out->principal = s->principal[0] ? s->principal : "soak";
+	out->principal_len = strlen(out->principal);
 	out->session = s->session;
 	out->session_len = strlen(s->session);
 	out->request_id = s->request;

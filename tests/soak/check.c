@@ -14,7 +14,15 @@
  *   answers    no answer falls outside the contract (a conflict names the
  *              entry of the other fingerprint, no capacity refusal with
  *              room to spare, fail-closed answers only while carmyd was
- *              away...).
+ *              away, STORE_FAILED only where the store may fail...).
+ *
+ * With two carmyds on one database (--pg) each answer file names the
+ * carmyd its worker called through, the final pass asks through both, and
+ * an acknowledged completion must replay through both. Each violation is
+ * also of a kind (soak.h), finer than its property: a trace of the first
+ * identity of each kind (every line the logs hold about it, in time
+ * order, each with the carmyd that answered) follows the run's violations,
+ * for whoever has to find the bug.
  *
  * Pass 1 reads the answer logs for what was reserved, released, attempted
  * and acknowledged, then the effects and the final pass; pass 2 reads the
@@ -40,11 +48,22 @@ const char *const soak_prop_names[SOAK_PROP_COUNT] = {
 	"once", "replay", "acked", "uncertain", "answers",
 };
 
+const char *const soak_kind_names[SOAK_KIND_COUNT] = {
+	"double", "split", "orphan", "wrong", "lost", "stale", "lagging",
+	"uncertain", "answers",
+};
+
+const enum soak_prop soak_kind_prop[SOAK_KIND_COUNT] = {
+	SOAK_ONCE, SOAK_ONCE, SOAK_ONCE, SOAK_REPLAY, SOAK_ACKED,
+	SOAK_ACKED, SOAK_ACKED, SOAK_UNCERTAIN, SOAK_ANSWERS,
+};
+
 struct resv {			/* one RESERVED answer a worker logged */
 	char exec[EXEC_SZ];
 	unsigned var;
 	uint64_t t0, t1;
 	char where[32];
+	unsigned inst;		/* the carmyd that reserved it */
 	bool intent;		/* L: about to release, the tool did not run */
 	int rel_rc;		/* l: what release returned, or REL_UNKNOWN */
 	bool attempted;		/* A: the tool ran, complete was called */
@@ -83,8 +102,9 @@ struct ident {
 	unsigned torn;		/* effect lines cut short by a kill */
 	bool died_in_begin[SOAK_VARIANTS];
 	bool begin_cut_off[SOAK_VARIANTS];	/* begin said DISCONNECTED */
-	struct answer fin[SOAK_VARIANTS];
-	bool have_fin[SOAK_VARIANTS];
+	bool begin_store_failed[SOAK_VARIANTS];	/* begin said STORE_FAILED */
+	struct answer fin[SOAK_MAX_INST][SOAK_VARIANTS];
+	bool have_fin[SOAK_MAX_INST][SOAK_VARIANTS];
 };
 
 struct checker {
@@ -93,24 +113,53 @@ struct checker {
 	struct soak_figures *f;
 	char **files;
 	size_t nfiles;
+	int example[SOAK_KIND_COUNT];	/* identity to trace, or -1 */
+	/* Judging the final pass through a second carmyd: what the logs
+	 * alone say (an identity ran twice, was held twice) is counted once,
+	 * in the first carmyd's judgement. */
+	bool quiet_double;
 };
+
+/* The execution the final pass through carmyd inst found holding id, or
+ * NULL if it found the identity free. */
+static const char *final_exec(const struct ident *d, unsigned inst)
+{
+	for (unsigned v = 0; v < SOAK_VARIANTS; v++)
+		if (d->have_fin[inst][v] &&
+		    d->fin[inst][v].rc != CARMY_RESERVED)
+			return d->fin[inst][v].exec;
+	return NULL;
+}
+
+/* The reservation whose completion was acknowledged, or NULL. */
+static const struct resv *acked_resv(const struct ident *d)
+{
+	for (size_t i = 0; i < d->nrv; i++)
+		if (d->rv[i].completed && (d->rv[i].c_rc == 0 ||
+		    d->rv[i].c_rc == CARMY_ERESULT_TOO_LARGE))
+			return &d->rv[i];
+	return NULL;
+}
 
 static int list_files(struct checker *ck);
 static int read_answers(struct checker *ck, int pass);
 static void pass1_line(struct checker *ck, const char *line, const char *where,
-		       int *cur_id, int *cur_rv, int pend[2]);
-static void pass2_line(struct checker *ck, const char *line, const char *where);
+		       unsigned inst, int *cur_id, int *cur_rv, int pend[2]);
+static void pass2_line(struct checker *ck, const char *line, const char *where,
+		       unsigned inst);
 static int read_effects(struct checker *ck);
-static int read_final(struct checker *ck);
-static void judge_ident(struct checker *ck, unsigned id);
+static int read_final(struct checker *ck, unsigned inst);
+static void judge_ident(struct checker *ck, unsigned id, unsigned inst);
+static void trace(struct checker *ck, enum soak_kind k, unsigned id);
 static struct resv *find_resv(struct ident *d, const char *exec);
 static bool is_live(const struct resv *r);
 static bool replay_matches(struct checker *ck, struct ident *d,
 			   const struct resv *r, int status, int code,
 			   size_t len, uint64_t hash, char *why, size_t n);
 static void note_phantom(struct ident *d, const char *exec, uint64_t t);
-static void violate(struct checker *ck, enum soak_prop p, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+static void violate(struct checker *ck, enum soak_kind k, unsigned id,
+		    const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 static void *grow(void *p, size_t n, size_t size);
 
 static unsigned used_ids(const struct soak_cfg *cfg)
@@ -125,15 +174,46 @@ int soak_check(const struct soak_cfg *cfg, struct soak_figures *f)
 	struct checker ck = { .cfg = cfg, .f = f };
 	int rc = -1;
 
+	for (int k = 0; k < SOAK_KIND_COUNT; k++)
+		ck.example[k] = -1;
 	ck.ids = calloc(cfg->max_ids, sizeof(*ck.ids));
 	if (ck.ids == NULL || list_files(&ck) != 0)
 		goto out;
-	if (read_answers(&ck, 1) != 0 || read_effects(&ck) != 0 ||
-	    read_final(&ck) != 0 || read_answers(&ck, 2) != 0)
+	if (read_answers(&ck, 1) != 0 || read_effects(&ck) != 0)
+		goto out;
+	for (unsigned i = 0; i < cfg->ninst; i++)
+		if (read_final(&ck, i) != 0)
+			goto out;
+	if (read_answers(&ck, 2) != 0)
 		goto out;
 	/* Identities above *fresh were never used. */
-	for (unsigned id = 0; id < used_ids(cfg); id++)
-		judge_ident(&ck, id);
+	for (unsigned id = 0; id < used_ids(cfg); id++) {
+		const struct ident *d = &ck.ids[id];
+		const char *e0 = final_exec(d, 0), *e1;
+		bool split = false;
+
+		/* Two carmyds naming different executions, none of them
+		 * acknowledged (an acknowledged one not replaying is judged
+		 * lost or stale, below). */
+		if (cfg->ninst > 1 && acked_resv(d) == NULL) {
+			e1 = final_exec(d, 1);
+			split = (e0 == NULL) != (e1 == NULL) ||
+				(e0 != NULL && strcmp(e0, e1) != 0);
+			if (split)
+				violate(&ck, SOAK_K_SPLIT, id, "identity %u: "
+					"carmyd 0 finds %s, carmyd 1 finds %s",
+					id, e0 ? e0 : "it free",
+					e1 ? e1 : "it free");
+		}
+		for (unsigned i = 0; i < cfg->ninst; i++) {
+			ck.quiet_double = i > 0 || split;
+			judge_ident(&ck, id, i);
+		}
+	}
+	ck.quiet_double = false;
+	for (int k = 0; k < SOAK_KIND_COUNT; k++)
+		if (ck.example[k] >= 0)
+			trace(&ck, (enum soak_kind)k, (unsigned)ck.example[k]);
 	rc = 0;
 out:
 	for (unsigned id = 0; ck.ids != NULL && id < cfg->max_ids; id++) {
@@ -185,7 +265,7 @@ static int read_answers(struct checker *ck, int pass)
 
 	for (size_t i = 0; i < ck->nfiles; i++) {
 		int cur_id = -1, cur_rv = -1, pend[2] = { -1, -1 };
-		unsigned no = 0;
+		unsigned no = 0, inst = 0;
 		ssize_t n;
 		FILE *fp;
 
@@ -203,11 +283,16 @@ static int read_answers(struct checker *ck, int pass)
 				break;
 			snprintf(where, sizeof(where), "%.12s:%u",
 				 ck->files[i], no);
-			if (pass == 1)
-				pass1_line(ck, line, where, &cur_id, &cur_rv,
-					   pend);
-			else
-				pass2_line(ck, line, where);
+			if (line[0] == 'I') {
+				if (sscanf(line, "I %u", &inst) != 1 ||
+				    inst >= ck->cfg->ninst)
+					inst = 0;
+			} else if (pass == 1) {
+				pass1_line(ck, line, where, inst, &cur_id,
+					   &cur_rv, pend);
+			} else {
+				pass2_line(ck, line, where, inst);
+			}
 		}
 		fclose(fp);
 		/* The worker died between logging "b" and logging the
@@ -220,7 +305,7 @@ static int read_answers(struct checker *ck, int pass)
 }
 
 static void pass1_line(struct checker *ck, const char *line, const char *where,
-		       int *cur_id, int *cur_rv, int pend[2])
+		       unsigned inst, int *cur_id, int *cur_rv, int pend[2])
 {
 	unsigned long long t0, t1;
 	char exec[EXEC_SZ];
@@ -241,13 +326,16 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 		if (sscanf(line, "B %llu %llu %u %u %d %d %37s", &t0, &t1, &id,
 			   &var, &rc, &state, exec) != 7 ||
 		    id >= ck->cfg->max_ids || var >= SOAK_VARIANTS) {
-			violate(ck, SOAK_ANSWERS, "%s: unreadable line", where);
+			violate(ck, SOAK_K_ANSWERS, 0, "%s: unreadable line",
+				where);
 			return;
 		}
 		pend[0] = -1;
 		d = &ck->ids[id];
 		if (rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE)
 			d->begin_cut_off[var] = true;
+		if (rc == CARMY_ESTORE)
+			d->begin_store_failed[var] = true;
 		if (rc != CARMY_RESERVED)
 			return;
 		d->rv = grow(d->rv, d->nrv + 1, sizeof(*d->rv));
@@ -255,6 +343,7 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 		memset(r, 0, sizeof(*r));
 		snprintf(r->exec, sizeof(r->exec), "%s", exec);
 		r->var = var;
+		r->inst = inst;
 		r->t0 = t0;
 		r->t1 = t1;
 		r->rel_rc = REL_UNKNOWN;
@@ -273,7 +362,8 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 	}
 	/* These follow the reservation they are about, in the same file. */
 	if (*cur_id < 0) {
-		violate(ck, SOAK_ANSWERS, "%s: no reservation before it", where);
+		violate(ck, SOAK_K_ANSWERS, 0, "%s: no reservation before it",
+			where);
 		return;
 	}
 	r = &ck->ids[*cur_id].rv[*cur_rv];
@@ -284,8 +374,9 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 			return;
 		r->rel_rc = rc;
 		if (rc != 0 && !ck->cfg->carmyd_kills)
-			violate(ck, SOAK_ANSWERS, "%s: release of %s failed: %s",
-				where, r->exec, carmy_errname(rc));
+			violate(ck, SOAK_K_ANSWERS, (unsigned)*cur_id,
+				"%s: release of %s failed: %s", where, r->exec,
+				carmy_errname(rc));
 	} else if (line[0] == 'A') {
 		r->attempted = true;
 	} else if (sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1, &id, exec,
@@ -330,8 +421,8 @@ static int read_effects(struct checker *ck)
 			if (sscanf(line, "E %llu %u %u", &t, &id, &var) == 3 &&
 			    id < ck->cfg->max_ids &&
 			    ck->ids[id].torn++ + ck->ids[id].nef > 0)
-				violate(ck, SOAK_ONCE, "identity %u ran twice "
-					"(one effect line torn)", id);
+				violate(ck, SOAK_K_DOUBLE, id, "identity %u "
+					"ran twice (one effect line torn)", id);
 			continue;
 		}
 		ck->f->effects++;
@@ -345,21 +436,21 @@ static int read_effects(struct checker *ck)
 		e->res.len = len;
 		e->inc = inc;
 		if (d->nef + d->torn > 1)
-			violate(ck, SOAK_ONCE,
+			violate(ck, SOAK_K_DOUBLE, id,
 				"identity %u ran twice: %s (worker %u) and %s "
 				"(worker %u)", id, d->ef[0].exec, d->ef[0].inc,
 				exec, inc);
 		r = find_resv(d, exec);
 		if (r == NULL || r->var != var) {
-			violate(ck, SOAK_ONCE, "identity %u: effect of %s, "
-				"which no worker reserved with variant %u", id,
-				exec, var);
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: effect "
+				"of %s, which no worker reserved with variant "
+				"%u", id, exec, var);
 			continue;
 		}
 		if (r->intent)
-			violate(ck, SOAK_ONCE, "identity %u: effect of %s, "
-				"which its worker released (%s)", id, exec,
-				r->where);
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: effect "
+				"of %s, which its worker released (%s)", id,
+				exec, r->where);
 		r->effect = (int)(d->nef - 1);
 	}
 	free(line);
@@ -367,14 +458,18 @@ static int read_effects(struct checker *ck)
 	return 0;
 }
 
-static int read_final(struct checker *ck)
+static int read_final(struct checker *ck, unsigned inst)
 {
 	char path[512], *line = NULL;
 	unsigned id, var;
 	size_t cap = 0;
 	FILE *fp;
 
-	snprintf(path, sizeof(path), "%s/final.log", ck->cfg->dir);
+	if (inst == 0)
+		snprintf(path, sizeof(path), "%s/final.log", ck->cfg->dir);
+	else
+		snprintf(path, sizeof(path), "%s/final%u.log", ck->cfg->dir,
+			 inst);
 	fp = fopen(path, "r");
 	if (fp == NULL)
 		return -1;
@@ -388,8 +483,8 @@ static int read_final(struct checker *ck)
 		    var >= SOAK_VARIANTS)
 			continue;
 		a.hash = h;
-		ck->ids[id].fin[var] = a;
-		ck->ids[id].have_fin[var] = true;
+		ck->ids[id].fin[inst][var] = a;
+		ck->ids[id].have_fin[inst][var] = true;
 	}
 	free(line);
 	fclose(fp);
@@ -398,7 +493,8 @@ static int read_final(struct checker *ck)
 
 /* ------------------------------------------------------------ answers */
 
-static void pass2_line(struct checker *ck, const char *line, const char *where)
+static void pass2_line(struct checker *ck, const char *line, const char *where,
+		       unsigned inst)
 {
 	unsigned long long t0, t1, h;
 	int rc, state, status, code;
@@ -414,19 +510,23 @@ static void pass2_line(struct checker *ck, const char *line, const char *where)
 		ck->f->releases++;
 	if (line[0] == 'C' && sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1,
 				     &id, exec, &rc) == 5) {
-		r = id < ck->cfg->max_ids ? find_resv(&ck->ids[id], exec) : NULL;
+		r = id < ck->cfg->max_ids ? find_resv(&ck->ids[id], exec) :
+					    NULL;
 		if (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE)
 			ck->f->acked++;
+		else if (rc == CARMY_ESTORE && ck->cfg->store_faults)
+			ck->f->store_failed++;
 		else if (!ck->cfg->carmyd_kills)
-			violate(ck, SOAK_ANSWERS, "%s: complete of %s with "
-				"carmyd up: %s", where, exec,
+			violate(ck, SOAK_K_ANSWERS, id, "%s: complete of %s "
+				"with carmyd up: %s", where, exec,
 				carmy_errname(rc));
 		if (r != NULL && r->effect >= 0 &&
 		    (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE) &&
 		    (rc != 0) != (ck->ids[id].ef[r->effect].res.len >
 				  ck->cfg->max_result))
-			violate(ck, SOAK_ANSWERS, "%s: complete of %s with %zu "
-				"bytes (max %zu) returned %s", where, exec,
+			violate(ck, SOAK_K_ANSWERS, id, "%s: complete of %s "
+				"with %zu bytes (max %zu) returned %s", where,
+				exec,
 				ck->ids[id].ef[r->effect].res.len,
 				ck->cfg->max_result, carmy_errname(rc));
 		return;
@@ -452,16 +552,16 @@ static void pass2_line(struct checker *ck, const char *line, const char *where)
 	case CARMY_REPLAY:
 		ck->f->replays++;
 		if (r == NULL || r->var != var) {
-			violate(ck, SOAK_REPLAY, "%s: identity %u variant %u "
-				"replayed %s, which no worker reserved with it",
-				where, id, var, exec);
+			violate(ck, SOAK_K_WRONG, id, "%s: identity %u "
+				"variant %u replayed %s, which no worker "
+				"reserved with it", where, id, var, exec);
 			break;
 		}
 		if (!replay_matches(ck, d, r, status, code, len, h, why,
 				    sizeof(why)))
-			violate(ck, SOAK_REPLAY, "%s: identity %u replayed %s "
-				"(reserved %s): %s", where, id, exec, r->where,
-				why);
+			violate(ck, SOAK_K_WRONG, id, "%s: identity %u "
+				"replayed %s (reserved %s): %s", where, id,
+				exec, r->where, why);
 		break;
 	case CARMY_ECONFLICT:
 	case CARMY_EUNCERTAIN:
@@ -474,13 +574,14 @@ static void pass2_line(struct checker *ck, const char *line, const char *where)
 			break;
 		}
 		if ((rc == CARMY_ECONFLICT) != (r->var != var))
-			violate(ck, SOAK_ANSWERS, "%s: identity %u variant %u "
-				"got %s about %s, reserved with variant %u (%s)",
+			violate(ck, SOAK_K_ANSWERS, id, "%s: identity %u "
+				"variant %u got %s about %s, reserved with "
+				"variant %u (%s)",
 				where, id, var, carmy_errname(rc), exec, r->var,
 				r->where);
 		if (state == CARMY_STATE_COMPLETED &&
 		    (r->effect < 0 || !r->attempted))
-			violate(ck, SOAK_REPLAY, "%s: identity %u: %s is "
+			violate(ck, SOAK_K_WRONG, id, "%s: identity %u: %s is "
 				"completed, but its tool never finished (%s)",
 				where, id, exec, r->where);
 		break;
@@ -489,20 +590,27 @@ static void pass2_line(struct checker *ck, const char *line, const char *where)
 		/* Each identity holds at most one entry, each worker at most
 		 * one ticket more while it claims. */
 		if (ck->cfg->capacity >= ck->cfg->max_ids + ck->cfg->nworkers)
-			violate(ck, SOAK_ANSWERS, "%s: identity %u refused for "
-				"capacity with %u entries for %u identities",
-				where, id, ck->cfg->capacity, used_ids(ck->cfg));
+			violate(ck, SOAK_K_ANSWERS, id, "%s: identity %u "
+				"refused for capacity with %u entries for %u "
+				"identities", where, id, ck->cfg->capacity,
+				used_ids(ck->cfg));
 		break;
 	case CARMY_EUNAVAILABLE:
 	case CARMY_EDISCONNECTED:
 		ck->f->unavailable++;
 		if (!ck->cfg->carmyd_kills)
-			violate(ck, SOAK_ANSWERS, "%s: %s with carmyd up",
-				where, carmy_errname(rc));
+			violate(ck, SOAK_K_ANSWERS, id, "%s: %s with carmyd "
+				"up", where, carmy_errname(rc));
+		break;
+	case CARMY_ESTORE:
+		ck->f->store_failed++;
+		if (!ck->cfg->store_faults)
+			violate(ck, SOAK_K_ANSWERS, id, "%s: %s with a store "
+				"that cannot fail", where, carmy_errname(rc));
 		break;
 	default:
-		violate(ck, SOAK_ANSWERS, "%s: identity %u: unexpected %s",
-			where, id, carmy_errname(rc));
+		violate(ck, SOAK_K_ANSWERS, id, "%s: identity %u: unexpected "
+			"%s", where, id, carmy_errname(rc));
 		break;
 	}
 
@@ -516,25 +624,30 @@ static void pass2_line(struct checker *ck, const char *line, const char *where)
 			   strcmp(exec, acked->exec) == 0) ||
 			  (ck->cfg->carmyd_kills &&
 			   (rc == CARMY_EUNAVAILABLE ||
-			    rc == CARMY_EDISCONNECTED));
+			    rc == CARMY_EDISCONNECTED)) ||
+			  (ck->cfg->store_faults && rc == CARMY_ESTORE);
 
 		if (!ok)
-			violate(ck, SOAK_ACKED, "%s: identity %u variant %u "
-				"answered %s (%s, %s) after %s was acknowledged "
-				"(%s)", where, id, var, carmy_errname(rc),
-				carmy_state_name(state), exec, acked->exec,
-				acked->where);
+			violate(ck, inst == acked->inst ? SOAK_K_LOST :
+				SOAK_K_LAGGING, id, "%s: identity %u variant "
+				"%u answered %s (%s, %s) through carmyd %u, "
+				"%.1f ms after %s was acknowledged (%s, carmyd "
+				"%u)", where, id, var, carmy_errname(rc),
+				carmy_state_name(state), exec, inst,
+				(double)(t0 - acked->c_t1) / 1e6, acked->exec,
+				acked->where, acked->inst);
 	}
 }
 
 /* ------------------------------------------------------------ identities */
 
-static void judge_ident(struct checker *ck, unsigned id)
+static void judge_ident(struct checker *ck, unsigned id, unsigned inst)
 {
 	struct ident *d = &ck->ids[id];
 	const struct answer *same = NULL;
 	const char *fexec = NULL;
 	struct resv *live = NULL, *fr;
+	const struct resv *ack;
 	unsigned fvar = 0;
 	char why[160];
 
@@ -542,9 +655,9 @@ static void judge_ident(struct checker *ck, unsigned id)
 		if (!is_live(&d->rv[i]))
 			continue;
 		if (live != NULL)
-			violate(ck, SOAK_ONCE, "identity %u reserved twice: %s "
-				"(%s) and %s (%s), neither released", id,
-				live->exec, live->where, d->rv[i].exec,
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u reserved "
+				"twice: %s (%s) and %s (%s), neither released",
+				id, live->exec, live->where, d->rv[i].exec,
 				d->rv[i].where);
 		live = &d->rv[i];
 	}
@@ -552,52 +665,70 @@ static void judge_ident(struct checker *ck, unsigned id)
 	/* What the final pass found: one entry (all variants agree on its
 	 * execution id, one of them is its own), or none. */
 	for (unsigned v = 0; v < SOAK_VARIANTS; v++) {
-		const struct answer *a = &d->fin[v];
+		const struct answer *a = &d->fin[inst][v];
 
-		if (!d->have_fin[v]) {
-			violate(ck, SOAK_ANSWERS, "identity %u variant %u: no "
-				"final answer", id, v);
+		if (!d->have_fin[inst][v]) {
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u variant "
+				"%u: no final answer", id, v);
 			return;
 		}
 		if (a->rc == CARMY_RESERVED)
 			continue;
 		if (a->rc != CARMY_REPLAY && a->rc != CARMY_EUNCERTAIN &&
 		    a->rc != CARMY_ECONFLICT) {
-			violate(ck, SOAK_ANSWERS, "identity %u variant %u: final "
-				"answer %s", id, v, carmy_errname(a->rc));
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u variant "
+				"%u: final answer %s", id, v,
+				carmy_errname(a->rc));
 			return;
 		}
 		if (fexec != NULL && strcmp(fexec, a->exec) != 0) {
-			violate(ck, SOAK_ANSWERS, "identity %u: final answers "
-				"name both %s and %s", id, fexec, a->exec);
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u: final "
+				"answers name both %s and %s", id, fexec,
+				a->exec);
 			return;
 		}
 		fexec = a->exec;
 		if (a->rc != CARMY_ECONFLICT) {
 			if (same != NULL)
-				violate(ck, SOAK_ANSWERS, "identity %u: two "
-					"variants match entry %s", id, fexec);
+				violate(ck, SOAK_K_ANSWERS, id, "identity %u: "
+					"two variants match entry %s", id,
+					fexec);
 			same = a;
 			fvar = v;
 		}
 	}
 	for (unsigned v = 0; fexec != NULL && v < SOAK_VARIANTS; v++)
-		if (d->fin[v].rc == CARMY_RESERVED)
-			violate(ck, SOAK_ANSWERS, "identity %u: final pass both "
-				"reserved it and found %s", id, fexec);
+		if (d->fin[inst][v].rc == CARMY_RESERVED)
+			violate(ck, SOAK_K_ANSWERS, id, "identity %u: final "
+				"pass both reserved it and found %s", id,
+				fexec);
 	if (fexec != NULL && same == NULL) {
-		violate(ck, SOAK_ANSWERS, "identity %u: entry %s conflicts "
-			"with every variant", id, fexec);
+		violate(ck, SOAK_K_ANSWERS, id, "identity %u: entry %s "
+			"conflicts with every variant", id, fexec);
+		return;
+	}
+
+	/* An acknowledged completion replays, through every carmyd. */
+	ack = acked_resv(d);
+	if (ack != NULL && (fexec == NULL || same->rc != CARMY_REPLAY ||
+			    strcmp(fexec, ack->exec) != 0)) {
+		violate(ck, inst == ack->inst ? SOAK_K_LOST : SOAK_K_STALE, id,
+			"identity %u: %s was acknowledged (%s, carmyd %u), the "
+			"final pass through carmyd %u got %s (%s, %s)", id,
+			ack->exec, ack->where, ack->inst, inst,
+			fexec ? carmy_errname(same->rc) : "it free",
+			fexec ? carmy_state_name(same->state) : "-",
+			fexec ? fexec : "-");
 		return;
 	}
 
 	if (fexec == NULL) {
 		/* Free now: nobody may have been holding it. */
 		if (live != NULL)
-			violate(ck, SOAK_UNCERTAIN, "identity %u: %s (%s) was "
-				"never released, yet the identity is free again "
-				"(it would run twice)", id, live->exec,
-				live->where);
+			violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: %s "
+				"(%s) was never released, yet the identity is "
+				"free again (it would run twice)", id,
+				live->exec, live->where);
 		return;
 	}
 
@@ -610,25 +741,33 @@ static void judge_ident(struct checker *ck, unsigned id)
 		for (size_t i = 0; i < d->nph; i++)
 			if (strcmp(d->ph[i].exec, fexec) == 0)
 				p = &d->ph[i];
-		if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar])
-			violate(ck, SOAK_ONCE, "identity %u: entry %s (variant "
-				"%u) was reserved by no begin the logs know of",
-				id, fexec, fvar);
+		if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar] &&
+		    d->begin_store_failed[fvar])
+			violate(ck, SOAK_K_ORPHAN, id, "identity %u: entry %s "
+				"(variant %u) was reserved by no begin the "
+				"logs know of, but begins answered "
+				"STORE_FAILED", id, fexec, fvar);
+		else if (!d->died_in_begin[fvar] && !d->begin_cut_off[fvar])
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"(variant %u) was reserved by no begin the "
+				"logs know of", id, fexec, fvar);
 		if (live != NULL)
-			violate(ck, SOAK_ONCE, "identity %u: entry %s holds it, "
-				"yet %s (%s) was reserved and never released",
-				id, fexec, live->exec, live->where);
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"holds it, yet %s (%s) was reserved and never "
+				"released", id, fexec, live->exec, live->where);
 		for (size_t i = 0; p != NULL && i < d->nrv; i++)
 			if (d->rv[i].t0 > p->first_seen)
-				violate(ck, SOAK_ONCE, "identity %u reserved "
-					"again as %s (%s) while %s held it",
-					id, d->rv[i].exec, d->rv[i].where,
-					fexec);
+				violate(ck, SOAK_K_DOUBLE, id, "identity %u "
+					"reserved again as %s (%s) while %s "
+					"held it", id, d->rv[i].exec,
+					d->rv[i].where, fexec);
 		if (same->rc != CARMY_EUNCERTAIN ||
-		    same->state != CARMY_STATE_INTERRUPTED)
-			violate(ck, SOAK_UNCERTAIN, "identity %u: entry %s of "
-				"a dead begin answers %s (%s)", id, fexec,
-				carmy_errname(same->rc),
+		    (same->state != CARMY_STATE_INTERRUPTED &&
+		     !(ck->cfg->ninst > 1 &&
+		       same->state == CARMY_STATE_RUNNING)))
+			violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: entry "
+				"%s of a dead begin answers %s (%s)", id,
+				fexec, carmy_errname(same->rc),
 				carmy_state_name(same->state));
 		else
 			ck->f->interrupted_final++;
@@ -644,47 +783,51 @@ static void judge_ident(struct checker *ck, unsigned id)
 		live = fr;
 	if (fr != live) {
 		if (live != NULL)
-			violate(ck, SOAK_ONCE, "identity %u: entry %s (%s) "
-				"answers %s, yet %s (%s) was reserved after it",
-				id, fexec, fr->where, carmy_errname(same->rc),
-				live->exec, live->where);
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"(%s) answers %s, yet %s (%s) was reserved "
+				"after it", id, fexec, fr->where,
+				carmy_errname(same->rc), live->exec,
+				live->where);
 		else
-			violate(ck, SOAK_ONCE, "identity %u: entry %s (%s) "
-				"answers %s, yet it was released", id, fexec,
-				fr->where, carmy_errname(same->rc));
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u: entry %s "
+				"(%s) answers %s, yet it was released", id,
+				fexec, fr->where, carmy_errname(same->rc));
 		return;
 	}
 	if (fvar != fr->var)
-		violate(ck, SOAK_ANSWERS, "identity %u: entry %s answers its "
-			"own to variant %u, reserved with %u", id, fexec, fvar,
-			fr->var);
+		violate(ck, SOAK_K_ANSWERS, id, "identity %u: entry %s "
+			"answers its own to variant %u, reserved with %u", id,
+			fexec, fvar, fr->var);
 	for (size_t i = 0; i < d->nrv; i++)
 		if (&d->rv[i] != fr && d->rv[i].t0 > fr->t1)
-			violate(ck, SOAK_ONCE, "identity %u reserved again as "
-				"%s (%s) after %s (%s), which holds it", id,
-				d->rv[i].exec, d->rv[i].where, fexec,
+			violate(ck, SOAK_K_DOUBLE, id, "identity %u reserved "
+				"again as %s (%s) after %s (%s), which holds "
+				"it", id, d->rv[i].exec, d->rv[i].where, fexec,
 				fr->where);
 
 	if (same->rc == CARMY_REPLAY) {
 		if (!replay_matches(ck, d, fr, same->status, same->code,
 				    same->len, same->hash, why, sizeof(why)))
-			violate(ck, SOAK_REPLAY, "identity %u: final replay "
-				"of %s (%s): %s", id, fexec, fr->where, why);
+			violate(ck, SOAK_K_WRONG, id, "identity %u: final "
+				"replay of %s (%s): %s", id, fexec, fr->where,
+				why);
 		return;
 	}
 	/* Not replayable: it must be uncertain, and that is only right if
 	 * no completion was acknowledged. */
 	if (fr->completed && (fr->c_rc == 0 ||
 			      fr->c_rc == CARMY_ERESULT_TOO_LARGE)) {
-		violate(ck, SOAK_ACKED, "identity %u: %s was acknowledged "
-			"(%s), the final pass got %s (%s)", id, fexec,
-			fr->where, carmy_errname(same->rc),
+		violate(ck, inst == fr->inst ? SOAK_K_LOST : SOAK_K_STALE, id,
+			"identity %u: %s was acknowledged (%s, carmyd %u), the "
+			"final pass through carmyd %u got %s (%s)", id, fexec,
+			fr->where, fr->inst, inst, carmy_errname(same->rc),
 			carmy_state_name(same->state));
 		return;
 	}
 	if (same->rc != CARMY_EUNCERTAIN ||
-	    same->state != CARMY_STATE_INTERRUPTED)
-		violate(ck, SOAK_UNCERTAIN, "identity %u: %s (%s), whose "
+	    (same->state != CARMY_STATE_INTERRUPTED &&
+	     !(fr->inst != inst && same->state == CARMY_STATE_RUNNING)))
+		violate(ck, SOAK_K_UNCERTAIN, id, "identity %u: %s (%s), whose "
 			"worker is gone, answers %s (%s)", id, fexec, fr->where,
 			carmy_errname(same->rc), carmy_state_name(same->state));
 	else
@@ -753,18 +896,180 @@ static void note_phantom(struct ident *d, const char *exec, uint64_t t)
 	d->ph[d->nph++].first_seen = t;
 }
 
-static void violate(struct checker *ck, enum soak_prop p, const char *fmt, ...)
+static void violate(struct checker *ck, enum soak_kind k, unsigned id,
+		    const char *fmt, ...)
 {
+	enum soak_prop p = soak_kind_prop[k];
 	va_list ap;
 
-	if (ck->f->violations[p]++ >= SHOW_MAX)
+	if (ck->quiet_double &&
+	    (k == SOAK_K_DOUBLE || k == SOAK_K_ORPHAN))
 		return;
-	printf("# VIOLATION %s: ", soak_prop_names[p]);
+	ck->f->violations[p]++;
+	if (ck->example[k] < 0 && ck->f->kinds[k] == 0)
+		ck->example[k] = (int)id;
+	if (ck->f->kinds[k]++ >= SHOW_MAX)
+		return;
+	printf("# VIOLATION %s/%s%s: ", soak_prop_names[p], soak_kind_names[k],
+	       ck->cfg->todo & (1u << k) ? " (todo)" : "");
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
 	putchar('\n');
 	fflush(stdout);
+}
+
+int soak_kinds_parse(const char *list, unsigned *mask)
+{
+	const char *p = list;
+
+	*mask = 0;
+	while (*p != '\0') {
+		size_t n = strcspn(p, ",");
+		int k;
+
+		for (k = 0; k < SOAK_KIND_COUNT; k++)
+			if (strlen(soak_kind_names[k]) == n &&
+			    strncmp(p, soak_kind_names[k], n) == 0)
+				break;
+		if (k == SOAK_KIND_COUNT)
+			return -1;
+		*mask |= 1u << k;
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+uint64_t soak_hard_violations(const struct soak_figures *f, unsigned todo)
+{
+	uint64_t n = 0;
+
+	for (int k = 0; k < SOAK_KIND_COUNT; k++)
+		if (!(todo & (1u << k)))
+			n += f->kinds[k];
+	return n;
+}
+
+/* One line of the logs about an identity, for a trace. */
+struct tline {
+	uint64_t t;
+	char text[200];
+};
+
+static int cmp_tline(const void *a, const void *b)
+{
+	const struct tline *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static void add_tline(struct tline **v, size_t *n, uint64_t t,
+		      const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void add_tline(struct tline **v, size_t *n, uint64_t t,
+		      const char *fmt, ...)
+{
+	va_list ap;
+
+	*v = grow(*v, *n + 1, sizeof(**v));
+	(*v)[*n].t = t;
+	va_start(ap, fmt);
+	vsnprintf((*v)[*n].text, sizeof((*v)[*n].text), fmt, ap);
+	va_end(ap);
+	(*n)++;
+}
+
+/* Add line (of answer file file, calling through carmyd inst) to v if it
+ * is about identity id. */
+static void trace_line(const char *file, unsigned inst, const char *line,
+		       unsigned id, struct tline **v, size_t *n)
+{
+	unsigned long long t0, t1;
+	char exec[EXEC_SZ];
+	unsigned lid, var;
+	int rc, state;
+
+	if (line[0] == 'b' &&
+	    sscanf(line, "b %llu %u %u", &t0, &lid, &var) == 3 && lid == id)
+		add_tline(v, n, t0, "%.8s carmyd %u: begin var %u called", file,
+			  inst, var);
+	else if (line[0] == 'B' &&
+	    sscanf(line, "B %llu %llu %u %u %d %d %37s", &t0, &t1, &lid, &var,
+		   &rc, &state, exec) == 7 && lid == id)
+		add_tline(v, n, t0, "%.8s carmyd %u: begin var %u -> %s (%s, "
+			  "%s) in %.2f ms", file, inst, var, carmy_errname(rc),
+			  carmy_state_name(state), exec,
+			  (double)(t1 - t0) / 1e6);
+	else if (line[0] == 'C' &&
+		 sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1, &lid, exec,
+			&rc) == 5 && lid == id)
+		add_tline(v, n, t1, "%.8s carmyd %u: complete %s -> %s", file,
+			  inst, exec, carmy_errname(rc));
+	else if ((line[0] == 'L' || line[0] == 'l' || line[0] == 'A') &&
+		 sscanf(line + 1, " %llu %u", &t0, &lid) == 2 && lid == id)
+		add_tline(v, n, t0, "%.8s carmyd %u: %s", file, inst, line);
+}
+
+/*
+ * Print every line the logs hold about identity id, in time order: each
+ * worker's lines (with the carmyd it called through), the effects, and
+ * the final passes' answers. Answer codes are named.
+ */
+static void trace(struct checker *ck, enum soak_kind k, unsigned id)
+{
+	char path[600], *line = NULL;
+	unsigned long long t0;
+	unsigned lid, inst;
+	struct tline *v = NULL;
+	size_t cap = 0, n = 0;
+	FILE *fp;
+
+	for (size_t i = 0; i < ck->nfiles; i++) {
+		snprintf(path, sizeof(path), "%s/answers/%s", ck->cfg->dir,
+			 ck->files[i]);
+		fp = fopen(path, "r");
+		if (fp == NULL)
+			continue;
+		inst = 0;
+		while (getline(&line, &cap, fp) > 0) {
+			line[strcspn(line, "\n")] = '\0';
+			if (sscanf(line, "I %u", &inst) == 1)
+				continue;
+			trace_line(ck->files[i], inst, line, id, &v, &n);
+		}
+		fclose(fp);
+	}
+	snprintf(path, sizeof(path), "%s/effects.log", ck->cfg->dir);
+	fp = fopen(path, "r");
+	while (fp != NULL && getline(&line, &cap, fp) > 0) {
+		line[strcspn(line, "\n")] = '\0';
+		if (sscanf(line, "E %llu %u", &t0, &lid) == 2 && lid == id)
+			add_tline(&v, &n, t0, "effect: %s", line);
+	}
+	if (fp != NULL)
+		fclose(fp);
+	qsort(v, n, sizeof(*v), cmp_tline);
+	printf("# trace of the first %s: identity %u (times in ms from its "
+	       "first line)\n", soak_kind_names[k], id);
+	for (size_t i = 0; i < n; i++)
+		printf("#   %9.3f %s\n", (double)(v[i].t - v[0].t) / 1e6,
+		       v[i].text);
+	for (unsigned i = 0; i < ck->cfg->ninst; i++) {
+		for (unsigned w = 0; w < SOAK_VARIANTS; w++) {
+			const struct answer *a = &ck->ids[id].fin[i][w];
+
+			if (ck->ids[id].have_fin[i][w])
+				printf("#   final  carmyd %u: var %u -> %s "
+				       "(%s, %s)\n", i, w,
+				       carmy_errname(a->rc),
+				       carmy_state_name(a->state), a->exec);
+		}
+	}
+	free(v);
+	free(line);
 }
 
 /* Room for n elements (growing by doubling at powers of two). */

@@ -11,7 +11,8 @@
  * worker incarnation (a line torn by a kill can only be the last of its
  * file). Times are CLOCK_MONOTONIC, comparable across processes.
  *
- * Answer file lines (a<incarnation>.log):
+ * Answer file lines (a<incarnation>.log), after a first line "I inst"
+ * naming the carmyd (0 or 1) the incarnation calls through:
  *   b t0 id var                     about to call carmy_begin
  *   B t0 t1 id var rc state exec status code len hash
  *                                   what carmy_begin answered
@@ -22,7 +23,8 @@
  *   D t                             closed the handle on purpose
  * The effect log (effects.log), written by the "tool" itself:
  *   E t id var exec seed status len incarnation
- * The final pass (final.log), one line per identity and variant:
+ * The final pass (final.log through carmyd 0, final1.log through carmyd 1
+ * when there are two), one line per identity and variant:
  *   F id var rc state exec status code len hash
  */
 #ifndef CARMY_TESTS_SOAK_H
@@ -58,12 +60,17 @@ extern const char *const soak_phase_names[SOAK_P_COUNT];
 struct soak_slot {
 	int ss_phase;		/* enum soak_phase, written by the worker */
 	unsigned ss_inc;	/* incarnation running in this slot */
+	unsigned ss_inst;	/* the carmyd it calls through */
 };
+
+/* How many carmyds one soak can run (--pg: two on one database). */
+#define SOAK_MAX_INST 2
 
 /* What every process of one soak needs to know. */
 struct soak_cfg {
 	const char *dir;	/* logs go here */
-	const char *socket;
+	const char *socket[SOAK_MAX_INST];
+	unsigned ninst;		/* carmyds (sockets) in use */
 	/*
 	 * The identity space slides: calls pick among the nids identities
 	 * below *fresh (most often the newest few, so that workers race on
@@ -82,6 +89,8 @@ struct soak_cfg {
 	unsigned think_us;	/* longest pause between two calls */
 	uint64_t seed;
 	bool carmyd_kills;	/* carmyd may vanish: fail-closed answers ok */
+	bool store_faults;	/* the store may fail: STORE_FAILED ok */
+	unsigned todo;		/* kinds (1u << soak_kind) known to be open */
 };
 
 /* ------------------------------------------------------------ calls.c */
@@ -95,6 +104,9 @@ struct soak_space;
 
 struct soak_space *soak_space_new(void);
 void soak_space_free(struct soak_space *s);
+/* Calls made after this name principal (at most 23 bytes; "soak" until
+ * set): each round on a shared database takes identities of its own. */
+void soak_space_principal(struct soak_space *s, const char *principal);
 void soak_space_call(struct soak_space *s, unsigned id, unsigned var,
 		     struct carmy_call *out);
 
@@ -139,9 +151,10 @@ void soak_worker(const struct soak_cfg *cfg, struct soak_space *sp,
 /* ------------------------------------------------------------ verify.c */
 
 /* With no worker left and carmyd running: ask every identity with every
- * variant, write final.log, and release what that reserved anew. Waits
- * (bounded) for entries of dead owners to turn interrupted. Returns 0, or
- * -1 if it could not connect or write. */
+ * variant through every carmyd, write final.log (final1.log for the
+ * second), and release what that reserved anew. Waits (bounded) for
+ * entries of dead owners to turn interrupted and for a store that failed
+ * to answer again. Returns 0, or -1 if it could not connect or write. */
 int soak_verify(const struct soak_cfg *cfg, struct soak_space *sp);
 
 /* ------------------------------------------------------------ check.c */
@@ -158,12 +171,57 @@ enum soak_prop {
 
 extern const char *const soak_prop_names[SOAK_PROP_COUNT];
 
+/*
+ * What kind of failure a violation is, finer than its property, so that a
+ * run can name each and tell known-open kinds (--todo) from new ones:
+ *
+ *   double     an identity ran twice, or was held twice (once)
+ *   split      the two carmyds' final passes name different executions
+ *              (or one none) for one identity, none of them acknowledged
+ *              (once: the logs' "held twice" checks are not counted
+ *              again for it)
+ *   orphan     an entry no logged begin reserved, where begins of it
+ *              answered STORE_FAILED: one of them left it behind (once)
+ *   wrong      a replay not of the one execution (replay)
+ *   lost       an acknowledged completion that its own carmyd later does
+ *              not replay, during the run or in the final pass (acked)
+ *   stale      one that the other carmyd does not replay in the final
+ *              pass (acked)
+ *   lagging    a begin through the other carmyd, after the ack, answered
+ *              something else than the replay (acked)
+ *   uncertain  a dead owner's identity not answered uncertain (uncertain)
+ *   answers    any other answer outside the contract (answers)
+ */
+enum soak_kind {
+	SOAK_K_DOUBLE,
+	SOAK_K_SPLIT,
+	SOAK_K_ORPHAN,
+	SOAK_K_WRONG,
+	SOAK_K_LOST,
+	SOAK_K_STALE,
+	SOAK_K_LAGGING,
+	SOAK_K_UNCERTAIN,
+	SOAK_K_ANSWERS,
+	SOAK_KIND_COUNT
+};
+
+extern const char *const soak_kind_names[SOAK_KIND_COUNT];
+extern const enum soak_prop soak_kind_prop[SOAK_KIND_COUNT];
+
+/* Parse "stale,lagging" into a mask of (1u << kind); -1 on a bad name. */
+int soak_kinds_parse(const char *list, unsigned *mask);
+
 struct soak_figures {
 	uint64_t calls, reserved, replays, conflicts, uncertain, capacity;
 	uint64_t unavailable;	/* fail-closed answers while carmyd was away */
+	uint64_t store_failed;	/* STORE_FAILED answers (begin, complete) */
 	uint64_t effects, acked, releases, disconnects, interrupted_final;
 	uint64_t violations[SOAK_PROP_COUNT];
+	uint64_t kinds[SOAK_KIND_COUNT];
 };
+
+/* Violations of kinds not in todo. */
+uint64_t soak_hard_violations(const struct soak_figures *f, unsigned todo);
 
 /* Read the logs in cfg->dir and check them, adding what was counted to f
  * (so that rounds add up). Prints the first violations of each property as

@@ -54,6 +54,7 @@ void soak_worker(const struct soak_cfg *cfg, struct soak_space *sp,
 	w.buf = malloc(cfg->max_result + 128);
 	if (w.log < 0 || w.effects < 0 || w.buf == NULL)
 		_exit(3);
+	soak_write_line(w.log, "I %u\n", slot->ss_inst);
 	reconnect(&w);
 	for (;;)
 		one_call(&w);
@@ -79,7 +80,7 @@ static void reconnect(struct worker *w)
 	phase(w, SOAK_P_CONNECT);
 	carmy_close(w->c);
 	w->c = NULL;
-	while (carmy_connect(&w->c, w->cfg->socket) != 0) {
+	while (carmy_connect(&w->c, w->cfg->socket[w->slot->ss_inst]) != 0) {
 		w->c = NULL;
 		usleep(us);
 		if (us < 5000)
@@ -125,6 +126,10 @@ static void one_call(struct worker *w)
 	if (rc == CARMY_EUNAVAILABLE || rc == CARMY_EDISCONNECTED ||
 	    rc == CARMY_EPROTOCOL)
 		reconnect(w);
+	else if (rc == CARMY_ESTORE)
+		/* The store is away (a crashed database): an agent backs off
+		 * a little before it asks again. */
+		pause_us(w, 2000, false);
 }
 
 static void run_tool(struct worker *w, unsigned id, unsigned var)
