@@ -86,6 +86,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	s->started_ns = clock_real_ns();
 	pthread_mutex_init(&s->lock, NULL);
 	rc = shm_geometry(cfg->capacity, cfg->max_result, &geo);
 	if (rc != 0) {
@@ -639,6 +640,45 @@ void store_settle(struct store *s, const struct store_op *op)
 	shm_settle_pending(&s->view, op->entry, op->rec.exec);
 }
 
+/*
+ * A shared store failed op, a client's RESERVE (it is answered
+ * STORE_FAILED): the store holds no row of it (a commit whose answer was
+ * lost, the store withdraws itself: docs/postgresql.md). The entry goes
+ * back now, still owner's and this execution's
+ * (the client gives back too, and finds it gone). Kept running, it would
+ * turn uncertain here once its owner is swept, while every other instance
+ * may run the identity. Except a reservation claimed before this carmyd
+ * began: it may have reached the previous carmyd's store, and its client
+ * keeps it after a failed resend (libclient, confirm_reserve()), to turn
+ * uncertain here where it can be resolved: it counts as confirmed.
+ */
+void store_reserve_failed(struct store *s, const struct store_op *op,
+			  uint32_t owner)
+{
+	struct shm_view *v = &s->view;
+
+	pthread_mutex_lock(&s->lock);
+	if (op->entry < v->geo.capacity &&
+	    uatomic_read(&shm_entry_at(v, op->entry)->en_started_ns) <=
+		    s->started_ns) {
+		shm_settle_pending(v, op->entry, op->rec.exec);
+	} else {
+		shm_withdraw_pending(v, op->entry, op->rec.exec);
+		(void)shm_release_as(v, op->entry, owner, op->rec.exec);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A shared store could not release op's reservation, which it may hold:
+ * its entry counts as confirmed, to turn uncertain here when its owner is
+ * swept, as the store's row reads everywhere. */
+void store_keep_uncertain(struct store *s, const struct store_op *op)
+{
+	pthread_mutex_lock(&s->lock);
+	shm_settle_pending(&s->view, op->entry, op->rec.exec);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* A shared store has recorded op, a RELEASE: give the entry back. */
 int store_release_shared(struct store *s, const struct store_op *op,
 			 uint32_t owner)
@@ -646,6 +686,9 @@ int store_release_shared(struct store *s, const struct store_op *op,
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
+	/* Not pending but for a reservation whose client went away before
+	 * its answer (request.c, give_back()). */
+	shm_withdraw_pending(&s->view, op->entry, op->rec.exec);
 	rc = shm_release_as(&s->view, op->entry, owner, op->rec.exec);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
@@ -741,16 +784,21 @@ void store_sweep_dead(struct store *s, const char *why)
 
 static void sweep_dead(struct store *s, const char *why)
 {
+	/* A shared store: a running entry it never confirmed is given back
+	 * (shm/sweep.c, unconfirmed()); the others know nothing of it. */
 	const struct shm_sweep_ops ops = { dead_owner, pid_gone, s };
 	struct shm_sweep_stats st = { 0 };
 
-	shm_sweep(&s->view, &ops, &st);
-	if (st.uncertain || st.freed || st.settled || st.orphaned)
-		log_info("%s: %u running entr%s now uncertain, %u unfinished "
+	shm_sweep_since(&s->view, &ops, s->shared ? s->started_ns : 0, &st);
+	if (st.uncertain || st.freed || st.settled || st.orphaned ||
+	    st.given_back)
+		log_info("%s: %u running entr%s now uncertain, %u never "
+			 "confirmed by the store given back, %u unfinished "
 			 "claim%s given back, %u held until their process "
 			 "exits, %u settled", why, st.uncertain,
-			 st.uncertain == 1 ? "y" : "ies", st.freed,
-			 st.freed == 1 ? "" : "s", st.orphaned, st.settled);
+			 st.uncertain == 1 ? "y" : "ies", st.given_back,
+			 st.freed, st.freed == 1 ? "" : "s", st.orphaned,
+			 st.settled);
 }
 
 /* Free what tombstones can be freed. Clients count the tombstones they make
