@@ -456,9 +456,11 @@ static void refuse(const char *name, const char *rid)
  * (hold_lock(); its process is returned). */
 static pid_t hold_commits(const char *name, const char *rid, long key)
 {
-	char then[64];
+	char then[128];
 
-	snprintf(then, sizeof(then), "PERFORM pg_advisory_xact_lock(%ld)", key);
+	/* As long as the test holds it: not the store's lock_timeout. */
+	snprintf(then, sizeof(then), "PERFORM set_config('lock_timeout', '0', "
+		 "true); PERFORM pg_advisory_xact_lock(%ld)", key);
 	trigger_on(name, rid, "AFTER", then, "NULL");
 	return hold_lock(key);
 }
@@ -625,6 +627,68 @@ START_TEST(test_a_reservation_the_store_refuses_is_answered_and_given_back)
 }
 END_TEST
 
+/*
+ * A client is killed while it waits for the answer to its reservation
+ * (its commit held up by a trigger until then). It never learnt that the
+ * reservation stands, so its tool never ran: carmyd releases it in the
+ * store and gives its entry back, rather than leave it to turn uncertain
+ * here while the store's row holds it everywhere for a call that never
+ * happened. The identity then runs once, through the other instance, and
+ * replays alike through both.
+ */
+START_TEST(test_a_begin_killed_before_its_answer_is_given_back)
+{
+	static char logdir[64], logpath[96];
+	const char *opts_log[] = { "--capacity", "1024", "--max-result", "1K",
+				   "--store", spec_a, "--log-file", logpath,
+				   "--log-level", "debug",
+				   NULL };
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1];
+	long key = (long)getpid() + 1;
+	struct carmy_call call;
+	pid_t holder, pid;
+	int up[2], rc;
+
+	strcpy(logdir, "/tmp/carmy-shared.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(logdir));
+	snprintf(logpath, sizeof(logpath), "%s/carmyd.log", logdir);
+	carmy_close(ca);
+	e2e_stop(&a);
+	e2e_start(&a, opts_log);
+	ca = e2e_connect(&a);
+
+	snprintf(rid, sizeof(rid), "killed-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	holder = hold_commits("hold4", rid, key);
+	pid = client_on_a(&call, false, up);
+	await_held_commit(key);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
+	close(up[0]);
+	/* carmyd has seen it go before the store answers. */
+	ck_assert_msg(e2e_await_logged(logpath, "with a request at the store",
+				       0, HARNESS_WAIT_MS),
+		      "carmyd never saw the client go");
+	release_lock(key, holder);
+	drop_trigger("hold4");
+
+	rc = e2e_poll_begin(cb, &call, &r, CARMY_RESERVED, -1, 20000, NULL);
+	ck_assert_msg(rc == CARMY_RESERVED, "b: %s (state %d)",
+		      carmy_errname(rc), r.state);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b",
+					1), 0);
+	carmy_reservation_clear(&r);
+	replays_on(ca, rid, "b", exec);
+	replays_on(cb, rid, "b", exec);
+	ck_assert_int_ge(e2e_logged(logpath, "went away before its "
+					     "reservation"), 1);
+	unlink(logpath);
+	rmdir(logdir);
+}
+END_TEST
+
 /* A racing process: waits for the start, then begins every identity once,
  * completing the ones it reserved with its own number as the result. */
 static void racer(const char *socket, int go, int out, int me)
@@ -742,6 +806,7 @@ int main(void)
 	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);
 	tcase_add_test(tc, test_retention_deletes_the_row_and_keeps_what_runs);
 	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
+	tcase_add_test(tc, test_a_begin_killed_before_its_answer_is_given_back);
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	tcase_add_test(tc,
 		       test_a_reservation_the_store_refuses_is_answered_and_given_back);
