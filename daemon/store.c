@@ -979,6 +979,7 @@ struct restore_ctx {
 	uint32_t cursor;
 	uint32_t completed, uncertain, skipped;
 	int rc;
+	uint8_t *recorded;	/* shared: a bit an entry the store holds */
 };
 
 /*
@@ -992,10 +993,29 @@ struct restore_ctx {
 static int backend_load(struct store *s, bool fresh)
 {
 	struct restore_ctx ctx = { .s = s, .fresh = fresh };
-	int rc = s->ops->load(s->st, restore_one, &ctx);
+	uint32_t back = 0;
+	int rc;
 
+	if (s->shared) {
+		ctx.recorded = calloc(s->view.geo.capacity / 8 + 1, 1);
+		if (ctx.recorded == NULL)
+			return -ENOMEM;
+	}
+	rc = s->ops->load(s->st, restore_one, &ctx);
 	if (rc == 0)
 		rc = ctx.rc;
+	/* What the segment holds of ours that the store never recorded
+	 * (shm_give_back_unrecorded()): the store gives the identity to
+	 * any instance, so it must not stay running or uncertain here. */
+	for (uint32_t e = 0; rc == 0 && s->shared && e < s->view.geo.capacity;
+	     e++)
+		if (!(ctx.recorded[e / 8] & (1u << (e % 8))) &&
+		    shm_give_back_unrecorded(&s->view, e))
+			back++;
+	free(ctx.recorded);
+	if (back != 0)
+		log_info("store: %u reservation%s the store never recorded "
+			 "given back", back, back == 1 ? "" : "s");
 	if (rc != 0) {
 		log_error("cannot load the store into the segment: %s%s",
 			  carmy_errname(rc),
@@ -1038,6 +1058,14 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 		return 0;
 	rc = shm_key_init(&k, v->seed, r->part[0], r->len[0], r->part[1],
 			  r->len[1], r->part[2], r->len[2]);
+	if (rc == 0 && ctx->recorded != NULL) {
+		struct shm_found f;
+
+		if (shm_lookup(v, &k, &f) &&
+		    memcmp(f.exec, r->exec, SHM_EXEC_LEN) == 0)
+			ctx->recorded[f.entry / 8] |=
+				(uint8_t)(1u << (f.entry % 8));
+	}
 	if (rc == 0 && (rs.status < CARMY_STATUS_COMPLETED ||
 			rs.status > CARMY_STATUS_CANCELLED) && rs.completed)
 		rc = CARMY_ECORRUPT;

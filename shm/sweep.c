@@ -239,6 +239,42 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
 }
 
 /*
+ * carmyd, at start-up with a shared store, once the store's executions of
+ * this instance are loaded: entry e, whose execution the store does not
+ * hold. If it is published RUNNING or UNCERTAIN with en_pending not 0, its
+ * reservation was never confirmed (a sweep leaves en_pending as it found
+ * it: 3 if it was pending), so no client ran its tool, and the store's
+ * withholding it is final: the previous carmyd's session is gone. Give it
+ * back (TOMB, ticket FREE), as the store lets any instance run the
+ * identity. Its client, if it comes back, finds it gone and looks again.
+ * Returns true if it was given back.
+ */
+bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e)
+{
+	uint32_t b;
+	uint64_t w;
+
+	if (e >= v->geo.capacity)
+		return false;
+	for (;;) {
+		unsigned st;
+
+		if (!published_at(v, e, &b, &w))
+			return false;
+		st = SHM_W_STATE(w);
+		if ((st != SHM_RUNNING && st != SHM_UNCERTAIN) ||
+		    shm_load(&shm_entry_at(v, e)->en_pending) == 0)
+			return false;
+		shm_withdraw_pending(v, e, NULL);
+		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w)
+			break;
+	}
+	shm_store(&v->tickets[e], SHM_TICKET_FREE);
+	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
+	return true;
+}
+
+/*
  * Sweep every ticket held by an owner that ops declares dead, settle
  * tickets a crashed carmyd left SWEEPING (carmyd sweeps from one thread, so
  * any SWEEPING seen here is such a leftover), and free ORPHANs whose

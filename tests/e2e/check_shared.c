@@ -689,6 +689,55 @@ START_TEST(test_a_begin_killed_before_its_answer_is_given_back)
 }
 END_TEST
 
+/*
+ * carmyd dies while the store's commit of a reservation waits, and the
+ * commit never happens (its session is ended); the client is gone too.
+ * The carmyd that comes back on the segment finds the reservation there,
+ * never confirmed, and not in the store: it gives it back, rather than
+ * let it turn uncertain here while the other instance runs the identity
+ * and replays its result. Both then replay that one result.
+ */
+START_TEST(test_a_reservation_the_store_never_recorded_is_given_back_at_load)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1], cmd[200], n[32];
+	long key = (long)getpid() + 2;
+	struct carmy_call call;
+	pid_t holder, pid;
+	int up[2];
+
+	snprintf(rid, sizeof(rid), "unrecorded-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	holder = hold_commits("hold5", rid, key);
+	pid = client_on_a(&call, false, up);
+	await_held_commit(key);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
+	close(up[0]);
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	/* The commit's session ends before it can commit. */
+	snprintf(cmd, sizeof(cmd), "SELECT count(pg_terminate_backend(pid)) "
+		 "FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+		 "AND objid = %ld", key);
+	psql(cmd, n, sizeof(n));
+	ck_assert_str_eq(n, "1");
+	release_lock(key, holder);
+	drop_trigger("hold5");
+	e2e_restart(&a, opts_a);
+	ca = e2e_connect(&a);
+
+	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b",
+					1), 0);
+	carmy_reservation_clear(&r);
+	replays_on(ca, rid, "b", exec);
+	replays_on(cb, rid, "b", exec);
+}
+END_TEST
+
 /* A racing process: waits for the start, then begins every identity once,
  * completing the ones it reserved with its own number as the result. */
 static void racer(const char *socket, int go, int out, int me)
@@ -807,6 +856,8 @@ int main(void)
 	tcase_add_test(tc, test_retention_deletes_the_row_and_keeps_what_runs);
 	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
 	tcase_add_test(tc, test_a_begin_killed_before_its_answer_is_given_back);
+	tcase_add_test(tc,
+		test_a_reservation_the_store_never_recorded_is_given_back_at_load);
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	tcase_add_test(tc,
 		       test_a_reservation_the_store_refuses_is_answered_and_given_back);
