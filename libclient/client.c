@@ -641,8 +641,8 @@ EXPORT int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
  * carmyd record it. Returns 0 once it stands; LOOK_AGAIN when a shared
  * store held the identity completed already (carmyd gave f back and put
  * that execution in its place), or when f was given back before carmyd
- * looked at it (CARMY_ENOT_RESERVED); or the answer, r filled, when it holds it
- * running elsewhere (CARMY_EUNCERTAIN, CARMY_ECONFLICT: carmyd gave f
+ * looked at it (CARMY_ENOT_RESERVED); or the answer, r filled, when it
+ * holds it running elsewhere (CARMY_EUNCERTAIN, CARMY_ECONFLICT: carmyd gave f
  * back); or an error: not recorded, so not reserved, and the tool must not
  * run; f is given back unless it was sent again (below).
  *
@@ -683,8 +683,9 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	}
 	if (rc > 0)
 		rc = CARMY_EPROTOCOL;
-	/* Not ours any more: carmyd gave f back before its answer (a sweep
-	 * of an owner it took for gone). Nothing ran: look again. */
+	/* Not ours any more: carmyd gave f back before it looked at it (a
+	 * carmyd that restarted found that its store never recorded f, and
+	 * this is f sent again). Nothing ran: look again. */
 	if (rc == CARMY_ENOT_RESERVED &&
 	    shm_state_as(&c->view, f->entry, f->exec) != SHM_RUNNING)
 		return LOOK_AGAIN;
