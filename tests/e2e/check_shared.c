@@ -627,6 +627,47 @@ START_TEST(test_a_reservation_the_store_refuses_is_answered_and_given_back)
 }
 END_TEST
 
+/* A client on a begins call, whose commit a trigger holds up (on lock
+ * key: hold_commits()), and is killed while it waits for the answer. The
+ * holder's process is returned. */
+static pid_t begin_held_then_killed(const char *name,
+				    const struct carmy_call *call, long key)
+{
+	pid_t holder, pid;
+	int up[2];
+	char rid[64];
+
+	snprintf(rid, sizeof(rid), "%.*s", (int)call->request_id_len,
+		 (const char *)call->request_id);
+	holder = hold_commits(name, rid, key);
+	pid = client_on_a(call, false, up);
+	await_held_commit(key);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
+	close(up[0]);
+	return holder;
+}
+
+/* The identity, given back on a, runs once through b (polled: until a
+ * has given it back, the store's row holds it) and replays alike through
+ * both. */
+static void runs_on_b_and_replays(const struct carmy_call *call,
+				  const char *rid)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	int rc = e2e_poll_begin(cb, call, &r, CARMY_RESERVED, -1, 20000, NULL);
+
+	ck_assert_msg(rc == CARMY_RESERVED, "b: %s (state %d)",
+		      carmy_errname(rc), r.state);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b",
+					1), 0);
+	carmy_reservation_clear(&r);
+	replays_on(ca, rid, "b", exec);
+	replays_on(cb, rid, "b", exec);
+}
+
 /*
  * A client is killed while it waits for the answer to its reservation
  * (its commit held up by a trigger until then). It never learnt that the
@@ -641,14 +682,11 @@ START_TEST(test_a_begin_killed_before_its_answer_is_given_back)
 	static char logdir[64], logpath[96];
 	const char *opts_log[] = { "--capacity", "1024", "--max-result", "1K",
 				   "--store", spec_a, "--log-file", logpath,
-				   "--log-level", "debug",
 				   NULL };
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1];
 	long key = (long)getpid() + 1;
 	struct carmy_call call;
-	pid_t holder, pid;
-	int up[2], rc;
+	char rid[32];
+	pid_t holder;
 
 	strcpy(logdir, "/tmp/carmy-shared.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(logdir));
@@ -660,28 +698,14 @@ START_TEST(test_a_begin_killed_before_its_answer_is_given_back)
 
 	snprintf(rid, sizeof(rid), "killed-%d", (int)getpid());
 	call = call_of(rid, NULL);
-	holder = hold_commits("hold4", rid, key);
-	pid = client_on_a(&call, false, up);
-	await_held_commit(key);
-	ck_assert_int_eq(kill(pid, SIGKILL), 0);
-	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
-	close(up[0]);
+	holder = begin_held_then_killed("hold4", &call, key);
 	/* carmyd has seen it go before the store answers. */
 	ck_assert_msg(e2e_await_logged(logpath, "with a request at the store",
 				       0, HARNESS_WAIT_MS),
 		      "carmyd never saw the client go");
 	release_lock(key, holder);
 	drop_trigger("hold4");
-
-	rc = e2e_poll_begin(cb, &call, &r, CARMY_RESERVED, -1, 20000, NULL);
-	ck_assert_msg(rc == CARMY_RESERVED, "b: %s (state %d)",
-		      carmy_errname(rc), r.state);
-	strcpy(exec, r.execution_id);
-	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b",
-					1), 0);
-	carmy_reservation_clear(&r);
-	replays_on(ca, rid, "b", exec);
-	replays_on(cb, rid, "b", exec);
+	runs_on_b_and_replays(&call, rid);
 	ck_assert_int_ge(e2e_logged(logpath, "went away before its "
 					     "reservation"), 1);
 	unlink(logpath);
@@ -699,21 +723,14 @@ END_TEST
  */
 START_TEST(test_a_reservation_the_store_never_recorded_is_given_back_at_load)
 {
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1], cmd[200], n[32];
 	long key = (long)getpid() + 2;
 	struct carmy_call call;
-	pid_t holder, pid;
-	int up[2];
+	char rid[32], cmd[200], n[32];
+	pid_t holder;
 
 	snprintf(rid, sizeof(rid), "unrecorded-%d", (int)getpid());
 	call = call_of(rid, NULL);
-	holder = hold_commits("hold5", rid, key);
-	pid = client_on_a(&call, false, up);
-	await_held_commit(key);
-	ck_assert_int_eq(kill(pid, SIGKILL), 0);
-	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
-	close(up[0]);
+	holder = begin_held_then_killed("hold5", &call, key);
 	carmy_close(ca);
 	ca = NULL;
 	e2e_kill9(&a);
@@ -727,14 +744,7 @@ START_TEST(test_a_reservation_the_store_never_recorded_is_given_back_at_load)
 	drop_trigger("hold5");
 	e2e_restart(&a, opts_a);
 	ca = e2e_connect(&a);
-
-	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_RESERVED);
-	strcpy(exec, r.execution_id);
-	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b",
-					1), 0);
-	carmy_reservation_clear(&r);
-	replays_on(ca, rid, "b", exec);
-	replays_on(cb, rid, "b", exec);
+	runs_on_b_and_replays(&call, rid);
 }
 END_TEST
 
