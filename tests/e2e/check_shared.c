@@ -682,7 +682,7 @@ START_TEST(test_a_begin_killed_before_its_answer_is_given_back)
 	static char logdir[64], logpath[96];
 	const char *opts_log[] = { "--capacity", "1024", "--max-result", "1K",
 				   "--store", spec_a, "--log-file", logpath,
-				   NULL };
+				   "--log-level", "info", NULL };
 	long key = (long)getpid() + 1;
 	struct carmy_call call;
 	char rid[32];
