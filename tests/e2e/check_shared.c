@@ -748,6 +748,58 @@ START_TEST(test_a_reservation_the_store_never_recorded_is_given_back_at_load)
 }
 END_TEST
 
+static uint64_t raw_exec(void *arg, uint8_t out[SHM_EXEC_LEN])
+{
+	struct timespec ts;
+
+	memcpy(out, arg, SHM_EXEC_LEN);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A client dies between its claim in a's segment and its RESERVE (played
+ * here by a claim written straight into the segment, pending as a durable
+ * store's client makes it, for an owner id nobody holds). The store never
+ * heard of it: a's sweep gives it back, rather than turn it uncertain on
+ * a alone while b runs the identity. Both then replay b's result.
+ */
+START_TEST(test_a_claim_the_store_never_heard_of_is_given_back_by_the_sweep)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	char rid[32], hex[CARMY_EXECUTION_ID_LEN + 1] = "exec_";
+	const char *const execs[] = { hex };
+	uint32_t cursor = 0;
+	struct shm_claim claim = { .pid = (uint32_t)getpid(), .fp = fp,
+				   .make_exec = raw_exec, .arg = exec,
+				   .cursor = &cursor, .pending = true };
+	struct carmy_call call;
+	struct shm_view v;
+	struct shm_found f;
+	struct shm_key k;
+
+	snprintf(rid, sizeof(rid), "unsent-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	memset(fp, 0x5a, sizeof(fp));
+	for (int i = 0; i < SHM_EXEC_LEN; i++) {
+		exec[i] = (uint8_t)(0xc0 + i);
+		snprintf(hex + 5 + 2 * i, 3, "%02x", exec[i]);
+	}
+	ck_assert_int_eq(shm_map(a.segment, true, &v), 0);
+	claim.owner = shm_header(&v)->sh_next_owner + 1000;
+	ck_assert_int_eq(shm_key_init(&k, v.seed, principal, strlen(principal),
+				      "s", 1, rid, strlen(rid)), 0);
+	ck_assert_int_eq(shm_reserve(&v, &k, &claim, &f), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(e2e_exec_state(&v, hex), SHM_RUNNING);
+	/* The sweep of owners nobody holds runs every second. */
+	ck_assert_msg(e2e_await_gone(&v, execs, 1, 20000),
+		      "the claim is still in a's table, as %u",
+		      e2e_exec_state(&v, hex));
+	shm_unmap(&v);
+	runs_on_b_and_replays(&call, rid);
+}
+END_TEST
+
 /* A racing process: waits for the start, then begins every identity once,
  * completing the ones it reserved with its own number as the result. */
 static void racer(const char *socket, int go, int out, int me)
@@ -868,6 +920,8 @@ int main(void)
 	tcase_add_test(tc, test_a_begin_killed_before_its_answer_is_given_back);
 	tcase_add_test(tc,
 		test_a_reservation_the_store_never_recorded_is_given_back_at_load);
+	tcase_add_test(tc,
+		test_a_claim_the_store_never_heard_of_is_given_back_by_the_sweep);
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	tcase_add_test(tc,
 		       test_a_reservation_the_store_refuses_is_answered_and_given_back);
