@@ -686,7 +686,7 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	/* Not ours any more: carmyd gave f back before it looked at it (a
 	 * carmyd that restarted found that its store never recorded f, and
 	 * this is f sent again). Nothing ran: look again. */
-	if (rc == CARMY_ENOT_RESERVED &&
+	if (rc == CARMY_ENOT_RESERVED && c->shared &&
 	    shm_state_as(&c->view, f->entry, f->exec) != SHM_RUNNING)
 		return LOOK_AGAIN;
 	/* Sent again and refused (the store failed, timed out): the first
