@@ -117,6 +117,8 @@ struct store {
 	uint32_t next_owner;	/* private copy; mirrored in the header */
 	uint32_t owner_base;
 	uint32_t epoch;
+	uint64_t started_ns;	/* CLOCK_REALTIME when it began: entries
+				 * claimed later reached no earlier carmyd */
 	uint64_t store_id;	/* sh_store once loaded (store_identity()) */
 	uint32_t ticks;
 	struct shm_alive alive;	/* our hold on sh_alive */
@@ -190,9 +192,17 @@ struct store_op {
 	 * it is ours), or taken_rc if it could not be copied. */
 	bool taken;
 	int taken_rc;
+	/* RELEASE carmyd sent itself: the client went away before the
+	 * answer to its RESERVE (request.c, give_back()). */
+	bool abandoned;
 	struct carmy_store_record standing;
 	uint8_t standing_call[SHM_TOOL_KEEP + SHM_ARGS_KEEP];
 };
+/* A shared store failed op, a RESERVE, or its client went away before
+ * the answer: see store.c. Take s->lock. */
+void store_reserve_failed(struct store *s, const struct store_op *op,
+			  uint32_t owner);
+void store_keep_uncertain(struct store *s, const struct store_op *op);
 /* Check that owner holds op->entry running as exec (for a RELEASE to a
  * store that is not shared: that the table no longer publishes it), and
  * copy into op->rec what the store records (for a RESERVE, the whole

@@ -611,8 +611,12 @@ void conn_drop(struct conn *c, const char *why)
 		/* Its owner stays registered until the store has answered,
 		 * so a completion on its way is recorded before the sweep
 		 * looks at the entry. request.c's finish() comes back here. */
-		if (!c->closing)
+		if (!c->closing) {
 			snprintf(c->why, sizeof(c->why), "%s", why);
+			log_info("owner %u (pid %d) %s with a request at the "
+				 "store: dropped once it is answered",
+				 c->owner, (int)c->pid, why);
+		}
 		c->closing = true;
 		return;
 	}

@@ -54,6 +54,7 @@ static int to_store(struct conn *c, int type, enum carmy_store_op op,
 static int answer(struct conn *c, int type, const uint8_t *exec, int rc);
 static bool ack(struct conn *c, const uint8_t *exec, bool done);
 static void hold(struct conn *c, struct store_op *op);
+static bool give_back(struct conn *c, const struct store_op *op);
 static void finish(struct store_op *op);
 
 /* ------------------------------------------------------------ reading */
@@ -843,6 +844,40 @@ static void hold(struct conn *c, struct store_op *op)
 	pthread_mutex_unlock(&sv->idle_lock);
 }
 
+/*
+ * A shared store recorded op, a RESERVE, after its connection closed: the
+ * client never learnt that it stands, so its tool never ran. Left alone,
+ * the entry would turn uncertain here when the owner is swept, and the
+ * identity with it on every instance, for a call that did not happen.
+ * Release it in the store instead, then here (finish(), as a client's
+ * RELEASE); the connection, and with it the owner, stays until then, so
+ * that no sweep turns the entry uncertain meanwhile. Should the release
+ * fail, the store may hold the row: the entry is settled, to turn
+ * uncertain as it would have. Returns false if no release could be sent.
+ */
+static bool give_back(struct conn *c, const struct store_op *op)
+{
+	struct store *s = c->loop->sv->store;
+	struct store_op *rel = calloc(1, sizeof(*rel));
+
+	if (rel == NULL)
+		return false;
+	rel->type = WIRE_RELEASE;
+	rel->req.op = CARMY_STORE_RELEASE;
+	rel->entry = op->entry;
+	rel->abandoned = true;
+	if (store_prepare(s, rel, c->owner, op->rec.exec) != 0) {
+		free(rel);
+		return false;
+	}
+	log_info("owner %u (pid %d) went away before its reservation of entry "
+		 "%u was answered: releasing it", c->owner, (int)c->pid,
+		 op->entry);
+	hold(c, rel);
+	store_submit(s, rel, false);
+	return true;
+}
+
 /* Reply to every answered request, oldest first. */
 void req_answered(struct loop *l)
 {
@@ -902,6 +937,10 @@ static void finish(struct store_op *op)
 		if (rc == 0)
 			conn_wake_waiters(c->loop->sv, false, op->entry, 0);
 		told = rc == 0 && ack(c, op->rec.exec, true);
+	} else if (rc == 0 && type == WIRE_RESERVE && !op->taken &&
+		   c->closing && s->shared && give_back(c, op)) {
+		/* Its client is gone and never heard it stands: released
+		 * in the store, then given back here (below). */
 	} else if (rc == 0 && type == WIRE_RESERVE && !op->taken) {
 		store_settle(s, op);	/* it stands: callers may name it */
 		told = ack(c, op->rec.exec, true);
@@ -926,6 +965,10 @@ static void finish(struct store_op *op)
 	} else if (rc != 0) {
 		if (type == WIRE_RESOLVE)
 			store_resolve_done(s, op->entry);
+		if (type == WIRE_RESERVE && s->shared)
+			store_reserve_failed(s, op, c->owner);
+		if (op->abandoned)
+			store_keep_uncertain(s, op);
 		log_warn("owner %u: the store failed a %s: %s", c->owner,
 			 type == WIRE_RESERVE ? "reservation" :
 			 type == WIRE_COMPLETE ? "completion" :

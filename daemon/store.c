@@ -86,6 +86,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	s->started_ns = clock_real_ns();
 	pthread_mutex_init(&s->lock, NULL);
 	rc = shm_geometry(cfg->capacity, cfg->max_result, &geo);
 	if (rc != 0) {
@@ -639,6 +640,45 @@ void store_settle(struct store *s, const struct store_op *op)
 	shm_settle_pending(&s->view, op->entry, op->rec.exec);
 }
 
+/*
+ * A shared store failed op, a client's RESERVE (it is answered
+ * STORE_FAILED): the store holds no row of it (a commit whose answer was
+ * lost, the store withdraws itself: docs/postgresql.md). The entry goes
+ * back now, still owner's and this execution's
+ * (the client gives back too, and finds it gone). Kept running, it would
+ * turn uncertain here once its owner is swept, while every other instance
+ * may run the identity. Except a reservation claimed before this carmyd
+ * began: it may have reached the previous carmyd's store, and its client
+ * keeps it after a failed resend (libclient, confirm_reserve()), to turn
+ * uncertain here where it can be resolved: it counts as confirmed.
+ */
+void store_reserve_failed(struct store *s, const struct store_op *op,
+			  uint32_t owner)
+{
+	struct shm_view *v = &s->view;
+
+	pthread_mutex_lock(&s->lock);
+	if (op->entry < v->geo.capacity &&
+	    uatomic_read(&shm_entry_at(v, op->entry)->en_started_ns) <=
+		    s->started_ns) {
+		shm_settle_pending(v, op->entry, op->rec.exec);
+	} else {
+		shm_withdraw_pending(v, op->entry, op->rec.exec);
+		(void)shm_release_as(v, op->entry, owner, op->rec.exec);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A shared store could not release op's reservation, which it may hold:
+ * its entry counts as confirmed, to turn uncertain here when its owner is
+ * swept, as the store's row reads everywhere. */
+void store_keep_uncertain(struct store *s, const struct store_op *op)
+{
+	pthread_mutex_lock(&s->lock);
+	shm_settle_pending(&s->view, op->entry, op->rec.exec);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* A shared store has recorded op, a RELEASE: give the entry back. */
 int store_release_shared(struct store *s, const struct store_op *op,
 			 uint32_t owner)
@@ -646,6 +686,9 @@ int store_release_shared(struct store *s, const struct store_op *op,
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
+	/* Not pending but for a reservation whose client went away before
+	 * its answer (request.c, give_back()). */
+	shm_withdraw_pending(&s->view, op->entry, op->rec.exec);
 	rc = shm_release_as(&s->view, op->entry, owner, op->rec.exec);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
@@ -741,16 +784,21 @@ void store_sweep_dead(struct store *s, const char *why)
 
 static void sweep_dead(struct store *s, const char *why)
 {
+	/* A shared store: a running entry it never confirmed is given back
+	 * (shm/sweep.c, unconfirmed()); the others know nothing of it. */
 	const struct shm_sweep_ops ops = { dead_owner, pid_gone, s };
 	struct shm_sweep_stats st = { 0 };
 
-	shm_sweep(&s->view, &ops, &st);
-	if (st.uncertain || st.freed || st.settled || st.orphaned)
-		log_info("%s: %u running entr%s now uncertain, %u unfinished "
+	shm_sweep_since(&s->view, &ops, s->shared ? s->started_ns : 0, &st);
+	if (st.uncertain || st.freed || st.settled || st.orphaned ||
+	    st.given_back)
+		log_info("%s: %u running entr%s now uncertain, %u never "
+			 "confirmed by the store given back, %u unfinished "
 			 "claim%s given back, %u held until their process "
 			 "exits, %u settled", why, st.uncertain,
-			 st.uncertain == 1 ? "y" : "ies", st.freed,
-			 st.freed == 1 ? "" : "s", st.orphaned, st.settled);
+			 st.uncertain == 1 ? "y" : "ies", st.given_back,
+			 st.freed, st.freed == 1 ? "" : "s", st.orphaned,
+			 st.settled);
 }
 
 /* Free what tombstones can be freed. Clients count the tombstones they make
@@ -931,6 +979,7 @@ struct restore_ctx {
 	uint32_t cursor;
 	uint32_t completed, uncertain, skipped;
 	int rc;
+	uint8_t *recorded;	/* shared: a bit an entry the store holds */
 };
 
 /*
@@ -944,10 +993,29 @@ struct restore_ctx {
 static int backend_load(struct store *s, bool fresh)
 {
 	struct restore_ctx ctx = { .s = s, .fresh = fresh };
-	int rc = s->ops->load(s->st, restore_one, &ctx);
+	uint32_t back = 0;
+	int rc;
 
+	if (s->shared) {
+		ctx.recorded = calloc(s->view.geo.capacity / 8 + 1, 1);
+		if (ctx.recorded == NULL)
+			return -ENOMEM;
+	}
+	rc = s->ops->load(s->st, restore_one, &ctx);
 	if (rc == 0)
 		rc = ctx.rc;
+	/* What the segment holds of ours that the store never recorded
+	 * (shm_give_back_unrecorded()): the store gives the identity to
+	 * any instance, so it must not stay running or uncertain here. */
+	for (uint32_t e = 0; rc == 0 && s->shared && e < s->view.geo.capacity;
+	     e++)
+		if (!(ctx.recorded[e / 8] & (1u << (e % 8))) &&
+		    shm_give_back_unrecorded(&s->view, e))
+			back++;
+	free(ctx.recorded);
+	if (back != 0)
+		log_info("store: %u reservation%s the store never recorded "
+			 "given back", back, back == 1 ? "" : "s");
 	if (rc != 0) {
 		log_error("cannot load the store into the segment: %s%s",
 			  carmy_errname(rc),
@@ -990,6 +1058,14 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 		return 0;
 	rc = shm_key_init(&k, v->seed, r->part[0], r->len[0], r->part[1],
 			  r->len[1], r->part[2], r->len[2]);
+	if (rc == 0 && ctx->recorded != NULL) {
+		struct shm_found f;
+
+		if (shm_lookup(v, &k, &f) &&
+		    memcmp(f.exec, r->exec, SHM_EXEC_LEN) == 0)
+			ctx->recorded[f.entry / 8] |=
+				(uint8_t)(1u << (f.entry % 8));
+	}
 	if (rc == 0 && (rs.status < CARMY_STATUS_COMPLETED ||
 			rs.status > CARMY_STATUS_CANCELLED) && rs.completed)
 		rc = CARMY_ECORRUPT;

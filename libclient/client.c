@@ -640,8 +640,9 @@ EXPORT int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
  * A reservation f just made in the segment, for a durable store: have
  * carmyd record it. Returns 0 once it stands; LOOK_AGAIN when a shared
  * store held the identity completed already (carmyd gave f back and put
- * that execution in its place); or the answer, r filled, when it holds it
- * running elsewhere (CARMY_EUNCERTAIN, CARMY_ECONFLICT: carmyd gave f
+ * that execution in its place), or when f was given back before carmyd
+ * looked at it (CARMY_ENOT_RESERVED); or the answer, r filled, when it
+ * holds it running elsewhere (CARMY_EUNCERTAIN, CARMY_ECONFLICT: carmyd gave f
  * back); or an error: not recorded, so not reserved, and the tool must not
  * run; f is given back unless it was sent again (below).
  *
@@ -682,6 +683,12 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 	}
 	if (rc > 0)
 		rc = CARMY_EPROTOCOL;
+	/* Not ours any more: carmyd gave f back before it looked at it (a
+	 * carmyd that restarted found that its store never recorded f, and
+	 * this is f sent again). Nothing ran: look again. */
+	if (rc == CARMY_ENOT_RESERVED && c->shared &&
+	    shm_state_as(&c->view, f->entry, f->exec) != SHM_RUNNING)
+		return LOOK_AGAIN;
 	/* Sent again and refused (the store failed, timed out): the first
 	 * one may still stand in the store. f is kept, running and
 	 * pending, to turn uncertain here (where it can be resolved) when

@@ -592,6 +592,7 @@ void shm_bell_set(const struct shm_view *v, uint32_t bell, bool awake);
 struct shm_sweep_stats {
 	uint32_t uncertain;	/* running entries turned uncertain */
 	uint32_t freed;		/* unpublished claims given back */
+	uint32_t given_back;	/* running, never confirmed: given back */
 	uint32_t orphaned;	/* unpublished claims of processes still alive */
 	uint32_t settled;	/* already final, ticket made LIVE */
 };
@@ -616,6 +617,9 @@ bool shm_completed_as(const struct shm_view *v, uint32_t entry,
 		      const void *data, size_t len);
 void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 	       struct shm_sweep_stats *st);
+void shm_sweep_since(const struct shm_view *v, const struct shm_sweep_ops *ops,
+		     uint64_t unconfirmed_since_ns, struct shm_sweep_stats *st);
+bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e);
 uint32_t shm_reclaim(struct shm_view *v);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);

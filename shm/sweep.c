@@ -146,19 +146,42 @@ bool shm_completed_as(const struct shm_view *v, uint32_t e,
 }
 
 /*
+ * Was running entry e, of a dead owner, never confirmed by the store
+ * (since_ns not 0: a shared store, and carmyd began then)? Its en_pending
+ * is not 0 (1 or 2: the store has not answered; 3: being given back) and
+ * it was claimed after this carmyd began: carmyd settles en_pending before it
+ * tells a client its reservation stands, and keeps an owner registered
+ * while a request of its is with the store, so no client ran its tool and
+ * the store holds no row of it. Made uncertain, it would stay so here
+ * alone, while the store lets another instance run the identity. One
+ * claimed earlier may have reached a previous carmyd's store: uncertain,
+ * as ever. Both words are the client's own to write: one that writes them
+ * harms only its own calls.
+ */
+static bool unconfirmed(const struct shm_view *v, uint32_t e,
+			uint64_t since_ns)
+{
+	const struct shm_entry *en = shm_entry_at(v, e);
+
+	return since_ns != 0 && shm_load(&en->en_pending) != 0 &&
+	       shm_load(&en->en_started_ns) > since_ns;
+}
+
+/*
  * Settle ticket e, seen as t, of a dead owner (or one already SWEEPING).
  * The ticket is first moved from the owner's id to SWEEPING with a CAS
  * (keeping the claimer's pid); only then is the bucket looked at. A client
  * publishing concurrently re-reads its ticket after its own CAS, so either
  * we see its bucket or it sees our SWEEPING and withdraws.
- *   published RUNNING  -> UNCERTAIN, ticket LIVE
+ *   published RUNNING  -> UNCERTAIN, ticket LIVE; or, never confirmed by
+ *                         a shared store (unconfirmed()), TOMB, ticket FREE
  *   published final    -> ticket LIVE (a completion or sweep that crashed
  *                         half way)
  *   not published      -> FREE if the claimer's process is gone (the tool
  *                         never ran), else ORPHAN until it is
  */
 static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
-			 const struct shm_sweep_ops *ops,
+			 const struct shm_sweep_ops *ops, uint64_t since_ns,
 			 struct shm_sweep_stats *st)
 {
 	uint64_t sw = shm_ticket(SHM_TICKET_SWEEPING, SHM_T_PID(t));
@@ -191,6 +214,18 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
 			st->settled++;
 			return;
 		}
+		if (unconfirmed(v, e, since_ns)) {
+			/* Callers waiting for its store's answer look
+			 * again, and find the identity free. */
+			shm_withdraw_pending(v, e, NULL);
+			if (shm_cas(&v->buckets[b], w,
+				    shm_next(w, SHM_TOMB)) != w)
+				continue;
+			shm_store(&v->tickets[e], SHM_TICKET_FREE);
+			(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
+			st->given_back++;
+			return;
+		}
 		/* The owner's release may race this CAS; then look again. */
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_UNCERTAIN)) == w) {
 			shm_store(&v->tickets[e], SHM_TICKET_LIVE);
@@ -204,6 +239,42 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
 }
 
 /*
+ * carmyd, at start-up with a shared store, once the store's executions of
+ * this instance are loaded: entry e, whose execution the store does not
+ * hold. If it is published RUNNING or UNCERTAIN with en_pending not 0, its
+ * reservation was never confirmed (a sweep leaves en_pending as it found
+ * it: 3 if it was pending), so no client ran its tool, and the store's
+ * withholding it is final: the previous carmyd's session is gone. Give it
+ * back (TOMB, ticket FREE), as the store lets any instance run the
+ * identity. Its client, if it comes back, finds it gone and looks again.
+ * Returns true if it was given back.
+ */
+bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e)
+{
+	uint32_t b;
+	uint64_t w;
+
+	if (e >= v->geo.capacity)
+		return false;
+	for (;;) {
+		unsigned st;
+
+		if (!published_at(v, e, &b, &w))
+			return false;
+		st = SHM_W_STATE(w);
+		if ((st != SHM_RUNNING && st != SHM_UNCERTAIN) ||
+		    shm_load(&shm_entry_at(v, e)->en_pending) == 0)
+			return false;
+		shm_withdraw_pending(v, e, NULL);
+		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w)
+			break;
+	}
+	shm_store(&v->tickets[e], SHM_TICKET_FREE);
+	(void)shm_add_return(&shm_header(v)->sh_tombs, 1);
+	return true;
+}
+
+/*
  * Sweep every ticket held by an owner that ops declares dead, settle
  * tickets a crashed carmyd left SWEEPING (carmyd sweeps from one thread, so
  * any SWEEPING seen here is such a leftover), and free ORPHANs whose
@@ -212,13 +283,22 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
 void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 	       struct shm_sweep_stats *st)
 {
+	shm_sweep_since(v, ops, 0, st);
+}
+
+/* shm_sweep(), for a shared store: a running entry it never confirmed,
+ * claimed after unconfirmed_since_ns (CLOCK_REALTIME, when carmyd began),
+ * is given back rather than made uncertain (unconfirmed()). */
+void shm_sweep_since(const struct shm_view *v, const struct shm_sweep_ops *ops,
+		     uint64_t unconfirmed_since_ns, struct shm_sweep_stats *st)
+{
 	for (uint32_t e = 0; e < v->geo.capacity; e++) {
 		uint64_t t = shm_load(&v->tickets[e]);
 		uint32_t what = SHM_T_WHAT(t);
 
 		if (what == SHM_TICKET_SWEEPING ||
 		    (what >= SHM_OWNER_MIN && ops->owner_dead(what, ops->arg)))
-			sweep_ticket(v, e, t, ops, st);
+			sweep_ticket(v, e, t, ops, unconfirmed_since_ns, st);
 		else if (what == SHM_TICKET_ORPHAN &&
 			 ops->pid_gone(SHM_T_PID(t), ops->arg))
 			settle_orphan(v, e, t, st);

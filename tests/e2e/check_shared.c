@@ -456,9 +456,11 @@ static void refuse(const char *name, const char *rid)
  * (hold_lock(); its process is returned). */
 static pid_t hold_commits(const char *name, const char *rid, long key)
 {
-	char then[64];
+	char then[128];
 
-	snprintf(then, sizeof(then), "PERFORM pg_advisory_xact_lock(%ld)", key);
+	/* As long as the test holds it: not the store's lock_timeout. */
+	snprintf(then, sizeof(then), "PERFORM set_config('lock_timeout', '0', "
+		 "true); PERFORM pg_advisory_xact_lock(%ld)", key);
 	trigger_on(name, rid, "AFTER", then, "NULL");
 	return hold_lock(key);
 }
@@ -625,6 +627,179 @@ START_TEST(test_a_reservation_the_store_refuses_is_answered_and_given_back)
 }
 END_TEST
 
+/* A client on a begins call, whose commit a trigger holds up (on lock
+ * key: hold_commits()), and is killed while it waits for the answer. The
+ * holder's process is returned. */
+static pid_t begin_held_then_killed(const char *name,
+				    const struct carmy_call *call, long key)
+{
+	pid_t holder, pid;
+	int up[2];
+	char rid[64];
+
+	snprintf(rid, sizeof(rid), "%.*s", (int)call->request_id_len,
+		 (const char *)call->request_id);
+	holder = hold_commits(name, rid, key);
+	pid = client_on_a(call, false, up);
+	await_held_commit(key);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
+	close(up[0]);
+	return holder;
+}
+
+/* The identity, given back on a, runs once through b (polled: until a
+ * has given it back, the store's row holds it) and replays alike through
+ * both. */
+static void runs_on_b_and_replays(const struct carmy_call *call,
+				  const char *rid)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	int rc = e2e_poll_begin(cb, call, &r, CARMY_RESERVED, -1, 20000, NULL);
+
+	ck_assert_msg(rc == CARMY_RESERVED, "b: %s (state %d)",
+		      carmy_errname(rc), r.state);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b",
+					1), 0);
+	carmy_reservation_clear(&r);
+	replays_on(ca, rid, "b", exec);
+	replays_on(cb, rid, "b", exec);
+}
+
+/*
+ * A client is killed while it waits for the answer to its reservation
+ * (its commit held up by a trigger until then). It never learnt that the
+ * reservation stands, so its tool never ran: carmyd releases it in the
+ * store and gives its entry back, rather than leave it to turn uncertain
+ * here while the store's row holds it everywhere for a call that never
+ * happened. The identity then runs once, through the other instance, and
+ * replays alike through both.
+ */
+START_TEST(test_a_begin_killed_before_its_answer_is_given_back)
+{
+	static char logdir[64], logpath[96];
+	const char *opts_log[] = { "--capacity", "1024", "--max-result", "1K",
+				   "--store", spec_a, "--log-file", logpath,
+				   "--log-level", "info", NULL };
+	long key = (long)getpid() + 1;
+	struct carmy_call call;
+	char rid[32];
+	pid_t holder;
+
+	strcpy(logdir, "/tmp/carmy-shared.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(logdir));
+	snprintf(logpath, sizeof(logpath), "%s/carmyd.log", logdir);
+	carmy_close(ca);
+	e2e_stop(&a);
+	e2e_start(&a, opts_log);
+	ca = e2e_connect(&a);
+
+	snprintf(rid, sizeof(rid), "killed-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	holder = begin_held_then_killed("hold4", &call, key);
+	/* carmyd has seen it go before the store answers. */
+	ck_assert_msg(e2e_await_logged(logpath, "with a request at the store",
+				       0, HARNESS_WAIT_MS),
+		      "carmyd never saw the client go");
+	release_lock(key, holder);
+	drop_trigger("hold4");
+	runs_on_b_and_replays(&call, rid);
+	ck_assert_int_ge(e2e_logged(logpath, "went away before its "
+					     "reservation"), 1);
+	unlink(logpath);
+	rmdir(logdir);
+}
+END_TEST
+
+/*
+ * carmyd dies while the store's commit of a reservation waits, and the
+ * commit never happens (its session is ended); the client is gone too.
+ * The carmyd that comes back on the segment finds the reservation there,
+ * never confirmed, and not in the store: it gives it back, rather than
+ * let it turn uncertain here while the other instance runs the identity
+ * and replays its result. Both then replay that one result.
+ */
+START_TEST(test_a_reservation_the_store_never_recorded_is_given_back_at_load)
+{
+	long key = (long)getpid() + 2;
+	struct carmy_call call;
+	char rid[32], cmd[200], n[32];
+	pid_t holder;
+
+	snprintf(rid, sizeof(rid), "unrecorded-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	holder = begin_held_then_killed("hold5", &call, key);
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	/* The commit's session ends before it can commit. */
+	snprintf(cmd, sizeof(cmd), "SELECT count(pg_terminate_backend(pid)) "
+		 "FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+		 "AND objid = %ld", key);
+	psql(cmd, n, sizeof(n));
+	ck_assert_str_eq(n, "1");
+	release_lock(key, holder);
+	drop_trigger("hold5");
+	e2e_restart(&a, opts_a);
+	ca = e2e_connect(&a);
+	runs_on_b_and_replays(&call, rid);
+}
+END_TEST
+
+static uint64_t raw_exec(void *arg, uint8_t out[SHM_EXEC_LEN])
+{
+	struct timespec ts;
+
+	memcpy(out, arg, SHM_EXEC_LEN);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A client dies between its claim in a's segment and its RESERVE (played
+ * here by a claim written straight into the segment, pending as a durable
+ * store's client makes it, for an owner id nobody holds). The store never
+ * heard of it: a's sweep gives it back, rather than turn it uncertain on
+ * a alone while b runs the identity. Both then replay b's result.
+ */
+START_TEST(test_a_claim_the_store_never_heard_of_is_given_back_by_the_sweep)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	char rid[32], hex[CARMY_EXECUTION_ID_LEN + 1] = "exec_";
+	const char *const execs[] = { hex };
+	uint32_t cursor = 0;
+	struct shm_claim claim = { .pid = (uint32_t)getpid(), .fp = fp,
+				   .make_exec = raw_exec, .arg = exec,
+				   .cursor = &cursor, .pending = true };
+	struct carmy_call call;
+	struct shm_view v;
+	struct shm_found f;
+	struct shm_key k;
+
+	snprintf(rid, sizeof(rid), "unsent-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	memset(fp, 0x5a, sizeof(fp));
+	for (int i = 0; i < SHM_EXEC_LEN; i++) {
+		exec[i] = (uint8_t)(0xc0 + i);
+		snprintf(hex + 5 + 2 * i, 3, "%02x", exec[i]);
+	}
+	ck_assert_int_eq(shm_map(a.segment, true, &v), 0);
+	claim.owner = shm_header(&v)->sh_next_owner + 1000;
+	ck_assert_int_eq(shm_key_init(&k, v.seed, principal, strlen(principal),
+				      "s", 1, rid, strlen(rid)), 0);
+	ck_assert_int_eq(shm_reserve(&v, &k, &claim, &f), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(e2e_exec_state(&v, hex), SHM_RUNNING);
+	/* The sweep of owners nobody holds runs every second. */
+	ck_assert_msg(e2e_await_gone(&v, execs, 1, 20000),
+		      "the claim is still in a's table, as %u",
+		      e2e_exec_state(&v, hex));
+	shm_unmap(&v);
+	runs_on_b_and_replays(&call, rid);
+}
+END_TEST
+
 /* A racing process: waits for the start, then begins every identity once,
  * completing the ones it reserved with its own number as the result. */
 static void racer(const char *socket, int go, int out, int me)
@@ -742,6 +917,11 @@ int main(void)
 	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);
 	tcase_add_test(tc, test_retention_deletes_the_row_and_keeps_what_runs);
 	tcase_add_test(tc, test_racing_instances_run_each_identity_once);
+	tcase_add_test(tc, test_a_begin_killed_before_its_answer_is_given_back);
+	tcase_add_test(tc,
+		test_a_reservation_the_store_never_recorded_is_given_back_at_load);
+	tcase_add_test(tc,
+		test_a_claim_the_store_never_heard_of_is_given_back_by_the_sweep);
 	tcase_add_test(tc, test_a_reservation_whose_answer_was_lost_is_sent_again);
 	tcase_add_test(tc,
 		       test_a_reservation_the_store_refuses_is_answered_and_given_back);

@@ -650,6 +650,64 @@ START_TEST(test_sweep_turns_running_uncertain_and_frees_unpublished)
 }
 END_TEST
 
+/* With a shared store, a dead owner's running entry that the store never
+ * confirmed (en_pending not 0), claimed since carmyd began, is given back:
+ * nobody was told it stands, and the store holds no row of it. One it
+ * confirmed, or one claimed before carmyd began (a previous carmyd's store
+ * may hold it), turns uncertain; so does every one without a shared store. */
+START_TEST(test_sweep_gives_back_what_was_never_confirmed)
+{
+	static const char *const rid[] = { "unconf", "waited", "conf", "old",
+					   "going" };
+	static const uint32_t pending[] = { 1, 2, 0, 1, 3 };
+	static const uint64_t started[] = { 200, 300, 200, 50, 200 };
+	struct shm_sweep_stats st = { 0 };
+	struct shm_found f[5], g;
+
+	for (int i = 0; i < 5; i++) {
+		struct shm_entry *en;
+
+		ck_assert_int_eq(reserve(rid[i], OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+		en = shm_entry_at(&view, f[i].entry);
+		en->en_pending = pending[i];
+		en->en_started_ns = started[i];
+	}
+	ck_assert_int_eq(reserve("alive", OWNER_B, 1, &g), SHM_OUT_RESERVED);
+	shm_entry_at(&view, g.entry)->en_started_ns = 200;
+	shm_entry_at(&view, g.entry)->en_pending = 1;
+	shm_sweep_since(&view, &sweep_a, 100, &st);
+	ck_assert_uint_eq(st.given_back, 3);
+	ck_assert_uint_eq(st.uncertain, 2);
+	for (int i = 0; i < 5; i++) {
+		bool back = pending[i] != 0 && started[i] > 100;
+
+		ck_assert_int_eq(shm_state_as(&view, f[i].entry, f[i].exec),
+				 back ? SHM_FREE : SHM_UNCERTAIN);
+		if (back) {
+			ck_assert_uint_eq(view.tickets[f[i].entry],
+					  SHM_TICKET_FREE);
+			ck_assert_uint_eq(shm_entry_at(&view, f[i].entry)->
+						  en_pending, 3);
+		}
+	}
+	/* The identity given back is free again; a live owner's pending
+	 * entry is left alone. */
+	ck_assert_int_eq(reserve("unconf", OWNER_B, 1, &g), SHM_OUT_RESERVED);
+	ck_assert_int_eq(reserve("alive", OWNER_A, 1, &g), SHM_OUT_FOUND);
+	ck_assert_uint_eq(g.state, SHM_RUNNING);
+	/* Without a shared store, a pending entry turns uncertain. */
+	memset(&st, 0, sizeof(st));
+	ck_assert_int_eq(reserve("mem", OWNER_A, 1, &g), SHM_OUT_RESERVED);
+	shm_entry_at(&view, g.entry)->en_pending = 1;
+	shm_entry_at(&view, g.entry)->en_started_ns = 200;
+	shm_sweep(&view, &sweep_a, &st);
+	ck_assert_uint_eq(st.given_back, 0);
+	ck_assert_uint_eq(st.uncertain, 1);
+	ck_assert_int_eq(shm_state_as(&view, g.entry, g.exec), SHM_UNCERTAIN);
+}
+END_TEST
+
 START_TEST(test_bucket_left_blocked_is_busy_until_unblocked)
 {
 	struct shm_found f;
@@ -1261,6 +1319,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_restore_alive_puts_back_only_a_scribbled_word);
 	tcase_add_test(tc, test_blocked_buckets_nobody_holds_become_tombstones);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
+	tcase_add_test(tc, test_sweep_gives_back_what_was_never_confirmed);
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
