@@ -40,6 +40,7 @@
 #endif
 
 #include "common/clock.h"
+#include "common/execid.h"
 #include "common/log.h"
 #include "daemon/carmyd.h"
 #include "stores/journal/journal.h"
@@ -67,6 +68,12 @@ static int backend_open(struct store *s, const char *spec);
 static uint64_t store_identity(const char *spec);
 static int backend_load(struct store *s, bool fresh);
 static int restore_one(void *arg, const struct carmy_store_record *r);
+struct restore_ctx;
+static bool never_told(const struct shm_view *v, const struct shm_key *k,
+		       const uint8_t *exec);
+static void remember_untold(struct restore_ctx *ctx,
+			    const struct carmy_store_record *r);
+static void release_untold(struct store *s, const struct restore_ctx *ctx);
 static void take_call(struct store *s, uint32_t e,
 		      struct carmy_store_record *rec, uint8_t *buf);
 static void keep_call(struct carmy_store_record *rec, uint8_t *buf);
@@ -980,6 +987,18 @@ struct restore_ctx {
 	uint32_t completed, uncertain, skipped;
 	int rc;
 	uint8_t *recorded;	/* shared: a bit an entry the store holds */
+	/* shared, an existing segment: running executions of ours the
+	 * store holds and no client was told stand (never_told()) */
+	struct untold *untold;
+	size_t nuntold, untold_cap;
+};
+
+/* A running execution of ours the store holds and no client was told
+ * stands: its identity and execution id, to release it once loaded. */
+struct untold {
+	uint8_t exec[SHM_EXEC_LEN];
+	uint16_t len[3];
+	uint8_t id[3 * CARMY_STORE_ID_MAX];
 };
 
 /*
@@ -1004,6 +1023,9 @@ static int backend_load(struct store *s, bool fresh)
 	rc = s->ops->load(s->st, restore_one, &ctx);
 	if (rc == 0)
 		rc = ctx.rc;
+	if (rc == 0)
+		release_untold(s, &ctx);
+	free(ctx.untold);
 	/* What the segment holds of ours that the store never recorded
 	 * (shm_give_back_unrecorded()): the store gives the identity to
 	 * any instance, so it must not stay running or uncertain here. */
@@ -1066,6 +1088,9 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 			ctx->recorded[f.entry / 8] |=
 				(uint8_t)(1u << (f.entry % 8));
 	}
+	if (rc == 0 && ctx->recorded != NULL && !ctx->fresh && !rs.completed &&
+	    never_told(v, &k, r->exec))
+		remember_untold(ctx, r);
 	if (rc == 0 && (rs.status < CARMY_STATUS_COMPLETED ||
 			rs.status > CARMY_STATUS_CANCELLED) && rs.completed)
 		rc = CARMY_ECORRUPT;
@@ -1083,6 +1108,140 @@ static int restore_one(void *arg, const struct carmy_store_record *r)
 	else
 		ctx->uncertain++;
 	return 0;
+}
+
+/*
+ * A shared store holds execution exec of ours, of identity k, running: was
+ * no client ever told that it stands? So when the segment (an existing
+ * one, loaded from this store before) does not hold it, or holds it
+ * unconfirmed (en_pending not 0): carmyd settles en_pending before it
+ * tells a client, and gives an entry back in the store before the
+ * segment. Such a row is a RESERVE whose answer was lost and was answered
+ * failed (the store was to withdraw it, and the carmyd that remembered to
+ * died first), or one whose client went away: its tool never ran. A client
+ * may write its own entry's words: one that does harms only its own calls.
+ */
+static bool never_told(const struct shm_view *v, const struct shm_key *k,
+		       const uint8_t *exec)
+{
+	struct shm_found f;
+
+	if (!shm_lookup(v, k, &f) || memcmp(f.exec, exec, SHM_EXEC_LEN) != 0)
+		return true;
+	return (f.state == SHM_RUNNING || f.state == SHM_UNCERTAIN) &&
+	       uatomic_read(&shm_entry_at(v, f.entry)->en_pending) != 0;
+}
+
+/* Keep r, never_told(), to release once loaded; without the memory for
+ * it, r stays uncertain here, as the store's row reads everywhere. */
+static void remember_untold(struct restore_ctx *ctx,
+			    const struct carmy_store_record *r)
+{
+	struct untold *u;
+
+	if (ctx->nuntold == ctx->untold_cap) {
+		size_t cap = ctx->untold_cap ? 2 * ctx->untold_cap : 16;
+		struct untold *more = realloc(ctx->untold, cap * sizeof(*more));
+
+		if (more == NULL)
+			return;
+		ctx->untold = more;
+		ctx->untold_cap = cap;
+	}
+	u = &ctx->untold[ctx->nuntold];
+	for (int i = 0; i < 3; i++) {
+		if (r->len[i] == 0 || r->len[i] > CARMY_STORE_ID_MAX)
+			return;
+		u->len[i] = r->len[i];
+		memcpy(u->id + i * CARMY_STORE_ID_MAX, r->part[i], r->len[i]);
+	}
+	memcpy(u->exec, r->exec, SHM_EXEC_LEN);
+	ctx->nuntold++;
+}
+
+/* One request to the store, waited for: at start-up, before any client's. */
+struct sync_req {
+	struct carmy_store_req req;	/* first: done() gets it */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int rc;
+};
+
+static void sync_done(struct carmy_store_req *req, int rc)
+{
+	struct sync_req *sr = (struct sync_req *)req;
+
+	pthread_mutex_lock(&sr->lock);
+	sr->rc = rc;
+	sr->done = true;
+	pthread_cond_signal(&sr->cond);
+	pthread_mutex_unlock(&sr->lock);
+}
+
+static int release_sync(struct store *s, const struct untold *u)
+{
+	struct carmy_store_record rec = { .state = CARMY_STORE_RUNNING };
+	struct sync_req sr = {
+		.req = { .op = CARMY_STORE_RELEASE, .rec = &rec,
+			 .done = sync_done },
+		.lock = PTHREAD_MUTEX_INITIALIZER,
+		.cond = PTHREAD_COND_INITIALIZER,
+	};
+
+	for (int i = 0; i < 3; i++) {
+		rec.part[i] = u->id + i * CARMY_STORE_ID_MAX;
+		rec.len[i] = u->len[i];
+	}
+	memcpy(rec.exec, u->exec, SHM_EXEC_LEN);
+	s->ops->submit(s->st, &sr.req);
+	pthread_mutex_lock(&sr.lock);
+	while (!sr.done)
+		pthread_cond_wait(&sr.cond, &sr.lock);
+	pthread_mutex_unlock(&sr.lock);
+	pthread_mutex_destroy(&sr.lock);
+	pthread_cond_destroy(&sr.cond);
+	return sr.rc;
+}
+
+/*
+ * Release in the store each execution of ours no client was told stands
+ * (never_told()), then give its entry back here: the identity is free on
+ * every instance, as its tool never ran. One the store fails to release
+ * stays uncertain here, as its row reads everywhere.
+ */
+static void release_untold(struct store *s, const struct restore_ctx *ctx)
+{
+	struct shm_view *v = &s->view;
+	uint32_t freed = 0;
+
+	for (size_t i = 0; i < ctx->nuntold; i++) {
+		const struct untold *u = &ctx->untold[i];
+		char text[EXECID_TEXT_LEN + 1];
+		struct shm_found f;
+		struct shm_key k;
+		int rc = release_sync(s, u);
+
+		execid_format(text, u->exec);
+		if (rc != 0) {
+			log_warn("store: cannot release %s, which no client "
+				 "was told stands: it stays uncertain: %s",
+				 text, strerror(-rc));
+			continue;
+		}
+		if (shm_key_init(&k, v->seed, u->id, u->len[0],
+				 u->id + CARMY_STORE_ID_MAX, u->len[1],
+				 u->id + 2 * CARMY_STORE_ID_MAX,
+				 u->len[2]) == 0 &&
+		    shm_lookup(v, &k, &f))
+			(void)shm_give_back_as(v, f.entry, u->exec);
+		log_info("store: released %s, which no client was told "
+			 "stands (its tool never ran)", text);
+		freed++;
+	}
+	if (freed != 0)
+		log_info("store: %u reservation%s no client was told of "
+			 "released", freed, freed == 1 ? "" : "s");
 }
 
 /* ------------------------------------------------------------ calls */

@@ -620,6 +620,8 @@ void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 void shm_sweep_since(const struct shm_view *v, const struct shm_sweep_ops *ops,
 		     uint64_t unconfirmed_since_ns, struct shm_sweep_stats *st);
 bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e);
+bool shm_give_back_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec);
 uint32_t shm_reclaim(struct shm_view *v);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);

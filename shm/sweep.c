@@ -21,6 +21,8 @@ static uint32_t reclaim_without_free(struct shm_view *v);
 static void compact(struct shm_view *v);
 static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
 			  struct shm_sweep_stats *st);
+static bool give_back(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec);
 static void seq_open(struct shm_view *v);
 static void seq_close(struct shm_view *v);
 
@@ -251,19 +253,41 @@ static void sweep_ticket(const struct shm_view *v, uint32_t e, uint64_t t,
  */
 bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e)
 {
+	return give_back(v, e, NULL);
+}
+
+/*
+ * carmyd, at start-up with a shared store: entry e, published RUNNING or
+ * UNCERTAIN as execution exec, whose reservation the store has just
+ * released (no client was told it stands). Give it back (TOMB, ticket
+ * FREE), whatever its en_pending. Returns true if it was given back.
+ */
+bool shm_give_back_as(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec)
+{
+	return give_back(v, e, exec);
+}
+
+/* Both of the above: exec NULL for an entry with en_pending not 0. */
+static bool give_back(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec)
+{
 	uint32_t b;
 	uint64_t w;
 
 	if (e >= v->geo.capacity)
 		return false;
 	for (;;) {
+		const struct shm_entry *en = shm_entry_at(v, e);
 		unsigned st;
 
 		if (!published_at(v, e, &b, &w))
 			return false;
 		st = SHM_W_STATE(w);
 		if ((st != SHM_RUNNING && st != SHM_UNCERTAIN) ||
-		    shm_load(&shm_entry_at(v, e)->en_pending) == 0)
+		    (exec == NULL && shm_load(&en->en_pending) == 0) ||
+		    (exec != NULL &&
+		     memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0))
 			return false;
 		shm_withdraw_pending(v, e, NULL);
 		if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_TOMB)) == w)

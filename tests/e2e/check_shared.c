@@ -69,6 +69,8 @@ static void setup(void)
 static pid_t held_pid;	/* hold_lock()'s session, until released */
 static long held_key;
 static void release_lock(long key, pid_t holder);
+static void runs_on_b_and_replays(const struct carmy_call *call,
+				  const char *rid);
 
 static void teardown(void)
 {
@@ -557,21 +559,21 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 END_TEST
 
 /*
- * As above, but the reservation sent again is refused (a trigger raises
- * for it by the time carmyd is back). The first may stand in the store, and
- * does: the client must keep its entry rather than give it back, so that
- * the call turns uncertain here when the client goes, where an operator
- * can settle it, instead of being held by the store with no instance able
- * to. Settled as not committed, it is free everywhere.
+ * As above, but the client's reservation is refused when it comes again
+ * (a trigger raises for it by the time carmyd is back). The first one
+ * stands in the store, unconfirmed in the segment: no client was told of
+ * it, so the carmyd that comes back releases it in the store and gives it
+ * back, and the client, finding it gone, begins again and is refused. Its
+ * tool never ran: the identity is free everywhere, and runs once, through
+ * b.
  */
-START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
+START_TEST(test_a_reservation_whose_commit_stood_untold_is_released_at_load)
 {
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1];
 	long key = (long)getpid();
 	struct carmy_call call;
 	struct seen got;
 	pid_t holder, pid;
+	char rid[32];
 	int up[2];
 
 	snprintf(rid, sizeof(rid), "refused-again-%d", (int)getpid());
@@ -579,7 +581,7 @@ START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 	holder = hold_commits("hold2", rid, key);
 	pid = client_on_a(&call, false, up);
 	kill_a_mid_commit(key, holder);
-	/* Waits for the first commit (its lock), then refuses the resend. */
+	/* Waits for the first commit (its lock), then refuses the next. */
 	refuse("refuse2", rid);
 	e2e_restart(&a, opts_a);
 	ca = e2e_connect(&a);
@@ -588,19 +590,7 @@ START_TEST(test_a_reservation_sent_again_and_refused_is_kept_uncertain)
 		      carmy_errname(got.rc));
 	drop_trigger("refuse2");
 	drop_trigger("hold2");
-
-	/* Kept, then swept uncertain when the client went: interrupted
-	 * here, held by the same execution in the store. */
-	ck_assert_int_eq(e2e_poll_begin(ca, &call, &r, CARMY_EUNCERTAIN,
-					CARMY_STATE_INTERRUPTED, 10000, NULL),
-			 CARMY_EUNCERTAIN);
-	strcpy(exec, r.execution_id);
-	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_EUNCERTAIN);
-	ck_assert_str_eq(r.execution_id, exec);
-	ck_assert_int_eq(carmy_resolve(ca, &call, exec, 0, 0, NULL, 0), 0);
-	ck_assert_int_eq(carmy_begin(cb, &call, &r), CARMY_RESERVED);
-	ck_assert_str_ne(r.execution_id, exec);
-	ck_assert_int_eq(carmy_release(cb, &r), 0);
+	runs_on_b_and_replays(&call, rid);
 }
 END_TEST
 
@@ -899,6 +889,64 @@ START_TEST(test_racing_instances_run_each_identity_once)
 }
 END_TEST
 
+/*
+ * A reservation on a whose commit's answer is lost (the store gives up on
+ * a server silent for a second, timeout=1, while a trigger holds the
+ * commit) is answered STORE_FAILED, and its entry given back; the store
+ * is to withdraw the row should the commit stand, but carmyd a is killed
+ * first, and the commit then goes through. Its tool never ran: the
+ * carmyd that comes back releases the row rather than load it uncertain,
+ * so the identity runs once, through b, and replays alike through both.
+ */
+START_TEST(test_a_reservation_answered_failed_whose_commit_stood_is_freed_after_a_restart)
+{
+	static char spec_t[1100];
+	const char *opts_t[] = { "--capacity", "1024", "--max-result", "1K",
+				 "--store", spec_t, NULL };
+	long key = (long)getpid() + 3;
+	struct carmy_call call;
+	char rid[32], cmd[200], n[32];
+	struct seen got;
+	pid_t holder, pid;
+	int up[2];
+
+	snprintf(spec_t, sizeof(spec_t), "%.*s timeout=1 %s",
+		 (int)strcspn(spec_a, " "), spec_a,
+		 spec_a + strcspn(spec_a, " ") + 1);
+	carmy_close(ca);
+	e2e_stop(&a);
+	e2e_start(&a, opts_t);
+	ca = e2e_connect(&a);
+
+	snprintf(rid, sizeof(rid), "withdrawn-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	holder = hold_commits("hold6", rid, key);
+	pid = client_on_a(&call, false, up);
+	got = client_report(pid, up);
+	ck_assert_msg(got.rc == CARMY_ESTORE, "begin: %s",
+		      carmy_errname(got.rc));
+	carmy_close(ca);
+	ca = NULL;
+	e2e_kill9(&a);
+	release_lock(key, holder);
+	drop_trigger("hold6");
+	/* The commit stood, as a's running execution. */
+	snprintf(cmd, sizeof(cmd), "SELECT count(*) FROM carmy_executions "
+		 "WHERE request_id = convert_to('%s', 'UTF8') AND state = 1",
+		 rid);
+	for (uint64_t t0 = harness_now_ns();;) {
+		psql(cmd, n, sizeof(n));
+		if (strcmp(n, "1") == 0)
+			break;
+		ck_assert_msg(e2e_ms_since(t0) < 20000,
+			      "the held commit never stood");
+	}
+	e2e_restart(&a, opts_t);
+	ca = e2e_connect(&a);
+	runs_on_b_and_replays(&call, rid);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shared");
@@ -926,7 +974,9 @@ int main(void)
 	tcase_add_test(tc,
 		       test_a_reservation_the_store_refuses_is_answered_and_given_back);
 	tcase_add_test(tc,
-		       test_a_reservation_sent_again_and_refused_is_kept_uncertain);
+		test_a_reservation_whose_commit_stood_untold_is_released_at_load);
+	tcase_add_test(tc,
+		test_a_reservation_answered_failed_whose_commit_stood_is_freed_after_a_restart);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

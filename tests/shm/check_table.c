@@ -708,6 +708,41 @@ START_TEST(test_sweep_gives_back_what_was_never_confirmed)
 }
 END_TEST
 
+/* carmyd's load gives back an entry whose reservation the store has just
+ * released: running or uncertain, whatever its en_pending, only as the
+ * execution named; a completed one, or another execution's, stays. */
+START_TEST(test_give_back_as_frees_only_that_running_execution)
+{
+	static const uint8_t other[SHM_EXEC_LEN] = { 0x5a };
+	struct shm_sweep_stats st = { 0 };
+	struct shm_found run, unc, done, g;
+
+	ck_assert_int_eq(reserve("run", OWNER_B, 1, &run), SHM_OUT_RESERVED);
+	ck_assert_int_eq(reserve("unc", OWNER_A, 1, &unc), SHM_OUT_RESERVED);
+	ck_assert_int_eq(reserve("done", OWNER_B, 1, &done), SHM_OUT_RESERVED);
+	ck_assert_int_eq(shm_record_result(&view, done.entry, OWNER_B,
+					   done.exec, 0, 0, NULL, 0, 1), 0);
+	shm_entry_at(&view, run.entry)->en_pending = 0;
+	shm_sweep(&view, &sweep_a, &st);
+	ck_assert_uint_eq(st.uncertain, 1);
+	ck_assert_int_eq(shm_state_as(&view, unc.entry, unc.exec),
+			 SHM_UNCERTAIN);
+
+	ck_assert(!shm_give_back_as(&view, run.entry, other));
+	ck_assert(!shm_give_back_as(&view, done.entry, done.exec));
+	ck_assert(shm_give_back_as(&view, run.entry, run.exec));
+	ck_assert(shm_give_back_as(&view, unc.entry, unc.exec));
+	ck_assert(!shm_give_back_as(&view, unc.entry, unc.exec));
+	ck_assert_int_eq(shm_state_as(&view, run.entry, run.exec), SHM_FREE);
+	ck_assert_uint_eq(view.tickets[run.entry], SHM_TICKET_FREE);
+	ck_assert_int_eq(shm_state_as(&view, done.entry, done.exec),
+			 SHM_COMPLETED);
+	ck_assert_int_eq(reserve("run", OWNER_A, 1, &g), SHM_OUT_RESERVED);
+	ck_assert_int_eq(reserve("unc", OWNER_B, 1, &g), SHM_OUT_RESERVED);
+	ck_assert(!shm_give_back_as(&view, view.geo.capacity, run.exec));
+}
+END_TEST
+
 START_TEST(test_bucket_left_blocked_is_busy_until_unblocked)
 {
 	struct shm_found f;
@@ -1320,6 +1355,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_blocked_buckets_nobody_holds_become_tombstones);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
 	tcase_add_test(tc, test_sweep_gives_back_what_was_never_confirmed);
+	tcase_add_test(tc, test_give_back_as_frees_only_that_running_execution);
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
