@@ -101,6 +101,8 @@ unsigned long owners_count(void);
  * store_* function that looks at or writes the segment's entries takes
  * s->lock (each says so), so carmyd's own writes to the segment are made
  * one at a time whichever event loop asks. */
+struct owed;			/* store.c */
+
 struct store {
 	pthread_mutex_t lock;
 	struct shm_view view;
@@ -132,6 +134,12 @@ struct store {
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
 	uint32_t resolving[16];
 	unsigned nresolving;
+	/* Releases a shared store failed, though they may have committed:
+	 * their entries stay pending, and each is sent again every second
+	 * until the store records one (store_owe_release()). */
+	struct owed *owed;
+	unsigned owed_sent;		/* ... of them with the store now */
+	pthread_cond_t owed_back;	/* signalled as each comes back */
 };
 /* Open the store named by cfg->store and create, or validate and adopt,
  * the segment cfg->shm_name; load into it what the store holds, sweep the
@@ -192,9 +200,10 @@ struct store_op {
 	 * it is ours), or taken_rc if it could not be copied. */
 	bool taken;
 	int taken_rc;
-	/* RELEASE carmyd sent itself: the client went away before the
-	 * answer to its RESERVE (request.c, give_back()). */
-	bool abandoned;
+	/* RELEASE to a shared store of an execution the segment no longer
+	 * publishes (given back meanwhile: a restart, or a release the
+	 * store recorded late): the store alone forgets it. */
+	bool gone;
 	struct carmy_store_record standing;
 	uint8_t standing_call[SHM_TOOL_KEEP + SHM_ARGS_KEEP];
 };
@@ -202,12 +211,19 @@ struct store_op {
  * the answer: see store.c. Take s->lock. */
 void store_reserve_failed(struct store *s, const struct store_op *op,
 			  uint32_t owner);
-void store_keep_uncertain(struct store *s, const struct store_op *op);
+/* A shared store failed op, a RELEASE (or a RESERVE claimed before this
+ * carmyd began), though it may have committed: its entry stays pending,
+ * and carmyd sends the release again every second until the store records
+ * it, then gives the entry back. Takes s->lock. */
+void store_owe_release(struct store *s, const struct store_op *op);
 /* Check that owner holds op->entry running as exec (for a RELEASE to a
  * store that is not shared: that the table no longer publishes it), and
  * copy into op->rec what the store records (for a RESERVE, the whole
- * entry and its call). Takes s->lock. Returns 0, CARMY_ENOT_RESERVED, or
- * CARMY_ECORRUPT for an identity the segment holds garbled. */
+ * entry and its call). A RELEASE to a shared store marks the entry
+ * pending until the store answers, or, if the segment no longer publishes
+ * exec at all, sets op->gone. Takes s->lock. Returns 0,
+ * CARMY_ENOT_RESERVED, or CARMY_ECORRUPT for an identity the segment holds
+ * garbled. */
 int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		  const uint8_t exec[SHM_EXEC_LEN]);
 /* An operator's RESOLVE: find k's entry, UNCERTAIN as execution exec with

@@ -852,8 +852,8 @@ static void hold(struct conn *c, struct store_op *op)
  * Release it in the store instead, then here (finish(), as a client's
  * RELEASE); the connection, and with it the owner, stays until then, so
  * that no sweep turns the entry uncertain meanwhile. Should the release
- * fail, the store may hold the row: the entry is settled, to turn
- * uncertain as it would have. Returns false if no release could be sent.
+ * fail, carmyd sends it again until the store records it
+ * (store_owe_release()). Returns false if no release could be sent.
  */
 static bool give_back(struct conn *c, const struct store_op *op)
 {
@@ -865,7 +865,6 @@ static bool give_back(struct conn *c, const struct store_op *op)
 	rel->type = WIRE_RELEASE;
 	rel->req.op = CARMY_STORE_RELEASE;
 	rel->entry = op->entry;
-	rel->abandoned = true;
 	if (store_prepare(s, rel, c->owner, op->rec.exec) != 0) {
 		free(rel);
 		return false;
@@ -954,7 +953,7 @@ static void finish(struct store_op *op)
 			  "execution: %s", c->owner, op->entry,
 			  carmy_errname(rc));
 	} else if (rc == 0 && type == WIRE_RELEASE) {
-		if (s->shared)
+		if (s->shared && !op->gone)
 			rc = store_release_shared(s, op, c->owner);
 		told_of_release(c->loop->sv, op->entry);
 	} else if (rc == 0 && type == WIRE_RESOLVE) {
@@ -967,8 +966,10 @@ static void finish(struct store_op *op)
 			store_resolve_done(s, op->entry);
 		if (type == WIRE_RESERVE && s->shared)
 			store_reserve_failed(s, op, c->owner);
-		if (op->abandoned)
-			store_keep_uncertain(s, op);
+		/* It may have committed: the identity may be free in the
+		 * store already, so the entry is not left standing here. */
+		if (type == WIRE_RELEASE && s->shared && !op->gone)
+			store_owe_release(s, op);
 		log_warn("owner %u: the store failed a %s: %s", c->owner,
 			 type == WIRE_RESERVE ? "reservation" :
 			 type == WIRE_COMPLETE ? "completion" :

@@ -59,6 +59,7 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg);
 static int vet_segment(struct store *s, const struct carmyd_config *cfg,
 		       const struct stat *st);
 static void recover(struct store *s, uint32_t grace_ms);
+static void forget_owed(struct store *s);
 static uint64_t proc_start_ns(uint32_t pid);
 static void check(struct store *s);
 static void check_header(struct store *s);
@@ -95,6 +96,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	s->fd = -1;
 	s->started_ns = clock_real_ns();
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->owed_back, NULL);
 	rc = shm_geometry(cfg->capacity, cfg->max_result, &geo);
 	if (rc != 0) {
 		log_error("capacity %u with max-result %u is out of range",
@@ -173,6 +175,10 @@ void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 		pthread_join(s->populater, NULL);
 	}
 	s->populating = false;
+	/* A store closes once every request it was given is answered. The
+	 * releases still owed stay pending in the segment: the next carmyd
+	 * settles them at load. */
+	forget_owed(s);
 	if (s->ops != NULL)
 		s->ops->close(s->st);
 	s->ops = NULL;
@@ -298,15 +304,23 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		return held ? CARMY_ENOT_RESERVED : 0;
 	}
 	pthread_mutex_lock(&s->lock);
-	if (!shm_owns(&s->view, op->entry, owner, &b, &w)) {
+	if (!shm_owns(&s->view, op->entry, owner, &b, &w) ||
+	    memcmp(shm_entry_at(&s->view, op->entry)->en_exec, exec,
+		   SHM_EXEC_LEN) != 0) {
+		/* A release sent again after its entry was given back (by a
+		 * restarted carmyd that found it released in the store, or
+		 * once a release the store failed went through): the store
+		 * is told again, and nothing here is touched. */
+		op->gone = op->req.op == CARMY_STORE_RELEASE &&
+			   !shm_published_as(&s->view, op->entry, exec);
 		pthread_mutex_unlock(&s->lock);
-		return CARMY_ENOT_RESERVED;
+		return op->gone ? 0 : CARMY_ENOT_RESERVED;
 	}
+	/* Until the store answers, a call finding it waits (the store may
+	 * let another instance have the identity from its commit on). */
+	if (op->req.op == CARMY_STORE_RELEASE)
+		(void)shm_mark_pending(&s->view, op->entry, exec);
 	en = shm_entry_at(&s->view, op->entry);
-	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0) {
-		pthread_mutex_unlock(&s->lock);
-		return CARMY_ENOT_RESERVED;
-	}
 	if (op->req.op == CARMY_STORE_RESERVE) {
 		for (int i = 0; i < 3; i++) {
 			uint16_t len = uatomic_read(&en->en_len[i]);
@@ -655,35 +669,150 @@ void store_settle(struct store *s, const struct store_op *op)
  * (the client gives back too, and finds it gone). Kept running, it would
  * turn uncertain here once its owner is swept, while every other instance
  * may run the identity. Except a reservation claimed before this carmyd
- * began: it may have reached the previous carmyd's store, and its client
- * keeps it after a failed resend (libclient, confirm_reserve()), to turn
- * uncertain here where it can be resolved: it counts as confirmed.
+ * began: it may have reached the previous carmyd's store, whose
+ * withdrawal died with it, and its client keeps it after a failed resend
+ * (libclient, confirm_reserve()). Its tool never ran (the client was
+ * never told it stands): carmyd releases it in the store, then gives it
+ * back, as for a release the store failed.
  */
 void store_reserve_failed(struct store *s, const struct store_op *op,
 			  uint32_t owner)
 {
 	struct shm_view *v = &s->view;
+	bool earlier;
 
 	pthread_mutex_lock(&s->lock);
-	if (op->entry < v->geo.capacity &&
-	    uatomic_read(&shm_entry_at(v, op->entry)->en_started_ns) <=
-		    s->started_ns) {
-		shm_settle_pending(v, op->entry, op->rec.exec);
-	} else {
+	earlier = op->entry < v->geo.capacity &&
+		  uatomic_read(&shm_entry_at(v, op->entry)->en_started_ns) <=
+			  s->started_ns;
+	if (!earlier) {
 		shm_withdraw_pending(v, op->entry, op->rec.exec);
 		(void)shm_release_as(v, op->entry, owner, op->rec.exec);
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (earlier)
+		store_owe_release(s, op);
 }
 
-/* A shared store could not release op's reservation, which it may hold:
- * its entry counts as confirmed, to turn uncertain here when its owner is
- * swept, as the store's row reads everywhere. */
-void store_keep_uncertain(struct store *s, const struct store_op *op)
+/* A release carmyd owes a shared store (store_owe_release()): sent again
+ * every second (store_tick()) until the store records it. */
+struct owed {
+	struct carmy_store_req req;	/* first: done() gets it */
+	struct carmy_store_record rec;	/* the execution id alone */
+	struct store *s;
+	struct owed *next;		/* s->owed, under s->lock */
+	struct owed *send;		/* store_tick()'s, to send now */
+	uint32_t entry;
+	bool sent;			/* with the store now */
+};
+
+static void owed_done(struct carmy_store_req *req, int rc);
+
+void store_owe_release(struct store *s, const struct store_op *op)
+{
+	struct owed *o = calloc(1, sizeof(*o));
+	char text[EXECID_TEXT_LEN + 1];
+
+	execid_format(text, op->rec.exec);
+	pthread_mutex_lock(&s->lock);
+	for (struct owed *p = s->owed; p != NULL; p = p->next)
+		if (memcmp(p->rec.exec, op->rec.exec, SHM_EXEC_LEN) == 0) {
+			pthread_mutex_unlock(&s->lock);
+			free(o);
+			return;	/* owed already */
+		}
+	if (o == NULL) {
+		/* It may stand in the store: counted as confirmed, it turns
+		 * uncertain here when its owner is swept, as the store's row
+		 * reads everywhere. */
+		shm_settle_pending(&s->view, op->entry, op->rec.exec);
+		pthread_mutex_unlock(&s->lock);
+		log_warn("store: out of memory to send the release of %s "
+			 "again: if it stays uncertain, resolve it as not "
+			 "committed", text);
+		return;
+	}
+	o->s = s;
+	o->entry = op->entry;
+	o->rec.state = CARMY_STORE_RUNNING;
+	memcpy(o->rec.exec, op->rec.exec, SHM_EXEC_LEN);
+	o->req.op = CARMY_STORE_RELEASE;
+	o->req.rec = &o->rec;
+	o->req.done = owed_done;
+	o->req.cookie = o;
+	o->next = s->owed;
+	s->owed = o;
+	pthread_mutex_unlock(&s->lock);
+	log_info("store: the release of %s failed and may have committed: "
+		 "sent again every second until the store records it", text);
+}
+
+/* The store's answer to an owed release (on its thread): recorded, the
+ * entry goes back, whoever holds it, if it is still that execution's
+ * (running, or uncertain once its owner was swept); failed, it is sent
+ * again at the next second. */
+static void owed_done(struct carmy_store_req *req, int rc)
+{
+	struct owed *o = req->cookie, **pp;
+	struct store *s = o->s;
+	char text[EXECID_TEXT_LEN + 1];
+
+	pthread_mutex_lock(&s->lock);
+	o->sent = false;
+	s->owed_sent--;
+	if (rc == 0) {
+		shm_withdraw_pending(&s->view, o->entry, o->rec.exec);
+		(void)shm_give_back_as(&s->view, o->entry, o->rec.exec);
+		for (pp = &s->owed; *pp != o; pp = &(*pp)->next)
+			;
+		*pp = o->next;
+	}
+	pthread_cond_broadcast(&s->owed_back);
+	pthread_mutex_unlock(&s->lock);
+	if (rc == 0) {
+		execid_format(text, o->rec.exec);
+		log_info("store: the release of %s is recorded", text);
+		free(o);
+	}
+}
+
+/* At close: wait for the owed releases with the store now, then let
+ * every one go. */
+static void forget_owed(struct store *s)
 {
 	pthread_mutex_lock(&s->lock);
-	shm_settle_pending(&s->view, op->entry, op->rec.exec);
+	while (s->owed_sent != 0)
+		pthread_cond_wait(&s->owed_back, &s->lock);
 	pthread_mutex_unlock(&s->lock);
+	while (s->owed != NULL) {
+		struct owed *next = s->owed->next;
+
+		free(s->owed);
+		s->owed = next;
+	}
+}
+
+/* Every second: send again each owed release not with the store now.
+ * After s->lock is let go: a store may answer within submit(). */
+static void send_owed(struct store *s)
+{
+	struct owed *list = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	for (struct owed *o = s->owed; o != NULL; o = o->next)
+		if (!o->sent) {
+			o->sent = true;
+			s->owed_sent++;
+			o->send = list;
+			list = o;
+		}
+	pthread_mutex_unlock(&s->lock);
+	while (list != NULL) {
+		struct owed *next = list->send;
+
+		s->ops->submit(s->st, &list->req);
+		list = next;
+	}
 }
 
 /* A shared store has recorded op, a RELEASE: give the entry back. */
@@ -841,9 +970,12 @@ static uint32_t reclaim(struct store *s)
 }
 
 /* Every 100 ms: reclaim if clients have released anything. Every second:
- * check the header, settle orphaned tickets, reclaim regardless. */
+ * check the header, settle orphaned tickets, reclaim regardless, and send
+ * the owed releases again. */
 void store_tick(struct store *s)
 {
+	bool owed;
+
 	pthread_mutex_lock(&s->lock);
 	if (s->grace_until_ns != 0 && clock_mono_ns() >= s->grace_until_ns) {
 		s->grace_until_ns = 0;
@@ -856,7 +988,10 @@ void store_tick(struct store *s)
 	} else if (uatomic_read(&shm_header(&s->view)->sh_tombs) != 0) {
 		reclaim(s);
 	}
+	owed = s->ticks % 10 == 0 && s->owed != NULL;
 	pthread_mutex_unlock(&s->lock);
+	if (owed)
+		send_owed(s);
 }
 
 /* ------------------------------------------------------------ stores */

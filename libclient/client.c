@@ -691,9 +691,10 @@ static int confirm_reserve(carmy_t *c, const struct shm_found *f,
 		return LOOK_AGAIN;
 	/* Sent again and refused (the store failed, timed out): the first
 	 * one may still stand in the store. f is kept, running and
-	 * pending, to turn uncertain here (where it can be resolved) when
-	 * this handle closes; given back, the store's record of it would
-	 * hold the identity everywhere with nothing here to settle it. */
+	 * pending, for carmyd to give back once it has released it in the
+	 * store (store_owe_release()); given back now, the store's record
+	 * of it could hold the identity everywhere with nothing here to
+	 * settle it. */
 	if (rc != 0 && resent)
 		return rc;
 	if (rc != 0) {

@@ -249,9 +249,9 @@ struct shm_entry {
 	uint32_t en_resolved_pid;
 	uint8_t en_ident[3 * CARMY_ID_MAX];
 	/* Not 0 while a durable store has not yet answered this
-	 * reservation (a futex word: see shm_settle_pending): a call that
-	 * finds it RUNNING waits to learn whether it stands before it names
-	 * its execution id. */
+	 * reservation, or a shared store its release (a futex word: see
+	 * shm_settle_pending): a call that finds it RUNNING waits to learn
+	 * whether it stands before it names its execution id. */
 	uint32_t en_pending;
 } __attribute__((aligned(64)));
 
@@ -532,6 +532,8 @@ void shm_settle_pending(const struct shm_view *v, uint32_t entry,
 			const uint8_t *exec);
 void shm_withdraw_pending(const struct shm_view *v, uint32_t entry,
 			  const uint8_t *exec);
+bool shm_mark_pending(const struct shm_view *v, uint32_t entry,
+		      const uint8_t *exec);
 int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
 bool shm_settled(const struct shm_view *v, uint32_t entry,

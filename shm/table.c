@@ -599,7 +599,7 @@ int shm_release_as(const struct shm_view *v, uint32_t entry, uint32_t owner,
 
 /*
  * en_pending is a futex word: 1 while a durable store has not answered the
- * reservation, 2 once a caller waits for that answer, then 0 (it stands)
+ * reservation (or a shared store its release: shm_mark_pending()), 2 once a caller waits for that answer, then 0 (it stands)
  * or 3 (withdrawn: refused, given back, or swept: look again). A waiter
  * moves 1 to 2 before it sleeps, so the one who ends it makes a system
  * call only if somebody sleeps. Whoever ends it does so while the entry is
@@ -629,6 +629,27 @@ void shm_settle_pending(const struct shm_view *v, uint32_t e,
 			const uint8_t *exec)
 {
 	end_pending(v, e, exec, 0);
+}
+
+/*
+ * Entry e, running as execution exec and settled, is about to be released
+ * in a shared store: pending again (1) until the store answers, so that a
+ * call finding it waits to learn whether it is still held rather than
+ * name an execution the store may already have let go (another instance
+ * may run the identity from that commit on). carmyd only, under its lock,
+ * on an entry its owner has handed it for the release. True if marked.
+ */
+bool shm_mark_pending(const struct shm_view *v, uint32_t e,
+		      const uint8_t *exec)
+{
+	struct shm_entry *en;
+
+	if (e >= v->geo.capacity)
+		return false;
+	en = shm_entry_at(v, e);
+	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0)
+		return false;
+	return shm_cas(&en->en_pending, 0, 1) == 0;
 }
 
 /* Entry e, execution exec (NULL: whatever it is), is about to be given

@@ -415,22 +415,24 @@ static void await_held_commit(long key)
 }
 
 /* Have a trigger named name_PID on the table (function of the same name),
- * whose body is plpgsql run for rows of request id rid only. when is
- * BEFORE or a deferred constraint trigger's AFTER. */
+ * whose body is plpgsql run for rows of request id rid only, on event
+ * (INSERT: a reservation; DELETE: a release). when is BEFORE or a
+ * deferred constraint trigger's AFTER. */
 static void trigger_on(const char *name, const char *rid, const char *when,
-		       const char *then, const char *ret)
+		       const char *event, const char *then, const char *ret)
 {
+	const char *row = strcmp(event, "DELETE") == 0 ? "OLD" : "NEW";
 	char cmd[1024];
 
 	snprintf(cmd, sizeof(cmd),
 		 "CREATE FUNCTION %s_%d() RETURNS trigger LANGUAGE plpgsql "
-		 "AS $$ BEGIN IF NEW.request_id = convert_to('%s', 'UTF8') "
+		 "AS $$ BEGIN IF %s.request_id = convert_to('%s', 'UTF8') "
 		 "THEN %s; END IF; RETURN %s; END $$; "
-		 "CREATE %s %s_%d %s INSERT ON carmy_executions %s"
+		 "CREATE %s %s_%d %s %s ON carmy_executions %s"
 		 "FOR EACH ROW EXECUTE FUNCTION %s_%d()", name, (int)getpid(),
-		 rid, then, ret,
+		 row, rid, then, ret,
 		 strcmp(when, "BEFORE") == 0 ? "TRIGGER" : "CONSTRAINT TRIGGER",
-		 name, (int)getpid(), when,
+		 name, (int)getpid(), when, event,
 		 strcmp(when, "BEFORE") == 0 ? "" :
 					       "DEFERRABLE INITIALLY DEFERRED ",
 		 name, (int)getpid());
@@ -449,28 +451,40 @@ static void drop_trigger(const char *name)
 /* Every reservation of rid is refused from now on (a trigger raises). */
 static void refuse(const char *name, const char *rid)
 {
-	trigger_on(name, rid, "BEFORE",
+	trigger_on(name, rid, "BEFORE", "INSERT",
 		   "RAISE EXCEPTION 'refused by the test'", "NEW");
 }
 
-/* The commit of a reservation of rid waits, in a deferred trigger, on
- * advisory lock key, which a session of the test holds from now on
- * (hold_lock(); its process is returned). */
-static pid_t hold_commits(const char *name, const char *rid, long key)
+/* The commit of each event (INSERT: a reservation, DELETE: a release) of
+ * rid waits, in a deferred trigger, on advisory lock key, which a session
+ * of the test holds from now on (hold_lock(); its process is returned). */
+static pid_t hold_commits_of(const char *name, const char *rid,
+			     const char *event, long key)
 {
 	char then[128];
 
 	/* As long as the test holds it: not the store's lock_timeout. */
 	snprintf(then, sizeof(then), "PERFORM set_config('lock_timeout', '0', "
 		 "true); PERFORM pg_advisory_xact_lock(%ld)", key);
-	trigger_on(name, rid, "AFTER", then, "NULL");
+	trigger_on(name, rid, "AFTER", event, then, "NULL");
 	return hold_lock(key);
 }
 
-/* A client process on a: begins call (and if it is reserved, completes it
- * with "late" when complete) and reports what it saw on up[1]. Its carmyd
- * dies while it waits for the answer, so it looks at the socket often. */
-static pid_t client_on_a(const struct carmy_call *call, bool complete,
+static pid_t hold_commits(const char *name, const char *rid, long key)
+{
+	return hold_commits_of(name, rid, "INSERT", key);
+}
+
+/* What client_on_a()'s process does once its begin is reserved. */
+enum then { THEN_STOP, THEN_COMPLETE, THEN_RELEASE };
+
+/* A client process on a: begins call and, if it is reserved, completes it
+ * with "late" or releases it, as then says; reports what it saw on up[1]:
+ * the begin's answer (-9999 if the completion failed), or with
+ * THEN_RELEASE the release's (-9998 if the begin was not reserved). Its
+ * carmyd dies while it waits for an answer, so it looks at the socket
+ * often. */
+static pid_t client_on_a(const struct carmy_call *call, enum then then,
 			 int up[2])
 {
 	pid_t pid;
@@ -491,9 +505,12 @@ static pid_t client_on_a(const struct carmy_call *call, bool complete,
 			_exit(2);
 		got.rc = carmy_begin(c, call, &r);
 		memcpy(got.exec, r.execution_id, sizeof(got.exec));
-		if (complete && got.rc == CARMY_RESERVED &&
+		if (then == THEN_COMPLETE && got.rc == CARMY_RESERVED &&
 		    carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "late", 4) != 0)
 			got.rc = -9999;
+		if (then == THEN_RELEASE)
+			got.rc = got.rc == CARMY_RESERVED ?
+					 carmy_release(c, &r) : -9998;
 		if (write(up[1], &got, sizeof(got)) != (ssize_t)sizeof(got))
 			_exit(3);
 		carmy_close(c);
@@ -545,7 +562,7 @@ START_TEST(test_a_reservation_whose_answer_was_lost_is_sent_again)
 	snprintf(rid, sizeof(rid), "held-%d", (int)getpid());
 	call = call_of(rid, NULL);
 	holder = hold_commits("hold", rid, key);
-	pid = client_on_a(&call, true, up);
+	pid = client_on_a(&call, THEN_COMPLETE, up);
 	kill_a_mid_commit(key, holder);
 	e2e_restart(&a, opts_a);
 	ca = e2e_connect(&a);
@@ -579,7 +596,7 @@ START_TEST(test_a_reservation_whose_commit_stood_untold_is_released_at_load)
 	snprintf(rid, sizeof(rid), "refused-again-%d", (int)getpid());
 	call = call_of(rid, NULL);
 	holder = hold_commits("hold2", rid, key);
-	pid = client_on_a(&call, false, up);
+	pid = client_on_a(&call, THEN_STOP, up);
 	kill_a_mid_commit(key, holder);
 	/* Waits for the first commit (its lock), then refuses the next. */
 	refuse("refuse2", rid);
@@ -630,7 +647,7 @@ static pid_t begin_held_then_killed(const char *name,
 	snprintf(rid, sizeof(rid), "%.*s", (int)call->request_id_len,
 		 (const char *)call->request_id);
 	holder = hold_commits(name, rid, key);
-	pid = client_on_a(call, false, up);
+	pid = client_on_a(call, THEN_STOP, up);
 	await_held_commit(key);
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS), SIGKILL);
@@ -898,6 +915,19 @@ END_TEST
  * carmyd that comes back releases the row rather than load it uncertain,
  * so the identity runs once, through b, and replays alike through both.
  */
+/* a again, with the store's timeout=1 (into spec, which opts names):
+ * a commit that waits longer is taken for lost. */
+static void restart_a_with_timeout(char *spec, size_t size,
+				   const char *const *opts)
+{
+	snprintf(spec, size, "%.*s timeout=1 %s", (int)strcspn(spec_a, " "),
+		 spec_a, spec_a + strcspn(spec_a, " ") + 1);
+	carmy_close(ca);
+	e2e_stop(&a);
+	e2e_start(&a, opts);
+	ca = e2e_connect(&a);
+}
+
 START_TEST(test_a_reservation_answered_failed_whose_commit_stood_is_freed_after_a_restart)
 {
 	static char spec_t[1100];
@@ -910,18 +940,12 @@ START_TEST(test_a_reservation_answered_failed_whose_commit_stood_is_freed_after_
 	pid_t holder, pid;
 	int up[2];
 
-	snprintf(spec_t, sizeof(spec_t), "%.*s timeout=1 %s",
-		 (int)strcspn(spec_a, " "), spec_a,
-		 spec_a + strcspn(spec_a, " ") + 1);
-	carmy_close(ca);
-	e2e_stop(&a);
-	e2e_start(&a, opts_t);
-	ca = e2e_connect(&a);
+	restart_a_with_timeout(spec_t, sizeof(spec_t), opts_t);
 
 	snprintf(rid, sizeof(rid), "withdrawn-%d", (int)getpid());
 	call = call_of(rid, NULL);
 	holder = hold_commits("hold6", rid, key);
-	pid = client_on_a(&call, false, up);
+	pid = client_on_a(&call, THEN_STOP, up);
 	got = client_report(pid, up);
 	ck_assert_msg(got.rc == CARMY_ESTORE, "begin: %s",
 		      carmy_errname(got.rc));
@@ -944,6 +968,111 @@ START_TEST(test_a_reservation_answered_failed_whose_commit_stood_is_freed_after_
 	e2e_restart(&a, opts_t);
 	ca = e2e_connect(&a);
 	runs_on_b_and_replays(&call, rid);
+}
+END_TEST
+
+/*
+ * A release whose commit went through after the store had given up on it
+ * (its commit held past the store's timeout=1): the client is answered
+ * STORE_FAILED, and the identity may already be free in the store, where
+ * b runs it. a must not keep the execution standing (uncertain here
+ * alone, for ever, while b replays its result): it keeps it pending,
+ * sends the release again until the store records it, then gives the
+ * entry back, and a replays b's result. The release a client tries again
+ * then finds nothing to release.
+ */
+START_TEST(test_a_release_answered_failed_whose_commit_stood_is_sent_until_recorded)
+{
+	static char spec_t[1100];
+	const char *opts_t[] = { "--capacity", "1024", "--max-result", "1K",
+				 "--store", spec_t, NULL };
+	struct carmy_reservation held = CARMY_RESERVATION_INIT;
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	long key = (long)getpid() + 4;
+	char rid[32], exec[CARMY_EXECUTION_ID_LEN + 1];
+	struct carmy_call call;
+	pid_t holder;
+	int rc;
+
+	restart_a_with_timeout(spec_t, sizeof(spec_t), opts_t);
+	snprintf(rid, sizeof(rid), "released-late-%d", (int)getpid());
+	call = call_of(rid, NULL);
+	ck_assert_int_eq(carmy_begin(ca, &call, &held), CARMY_RESERVED);
+	holder = hold_commits_of("hold7", rid, "DELETE", key);
+	rc = carmy_release(ca, &held);
+	ck_assert_msg(rc == CARMY_ESTORE, "release: %s", carmy_errname(rc));
+	/* The held commit goes through: the identity is free in the store. */
+	release_lock(key, holder);
+	drop_trigger("hold7");
+	rc = e2e_poll_begin(cb, &call, &r, CARMY_RESERVED, -1, 20000, NULL);
+	ck_assert_msg(rc == CARMY_RESERVED, "b: %s", carmy_errname(rc));
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_complete(cb, &r, CARMY_STATUS_COMPLETED, "b", 1),
+			 0);
+	carmy_reservation_clear(&r);
+	/* a's entry waits for the release sent again; then a replays. */
+	rc = e2e_poll_begin(ca, &call, &r, CARMY_REPLAY, -1, 30000, NULL);
+	ck_assert_msg(rc == CARMY_REPLAY, "a: %s (state %d)",
+		      carmy_errname(rc), r.state);
+	ck_assert_str_eq(r.execution_id, exec);
+	carmy_reservation_clear(&r);
+	replays_on(cb, rid, "b", exec);
+	ck_assert_int_eq(carmy_release(ca, &held), CARMY_ENOT_RESERVED);
+	carmy_reservation_clear(&held);
+}
+END_TEST
+
+/*
+ * carmyd a dies while the store's commit of a release waits (a trigger
+ * holds it); the commit then goes through. The carmyd that comes back
+ * finds the entry pending a release and the store without it: it gives
+ * it back, rather than keep the execution standing here (uncertain once
+ * its owner is swept) while the identity is free everywhere else. With
+ * kill_client, the client dies too and never sends its release again;
+ * without, it sends it to the carmyd that comes back, which answers it
+ * released. Either way the identity runs once, through b, and replays
+ * through both.
+ */
+static void release_stood_while_a_died(const char *name, long key,
+				       bool kill_client)
+{
+	struct carmy_call call;
+	struct seen got;
+	pid_t holder, pid;
+	char rid[48];
+	int up[2];
+
+	snprintf(rid, sizeof(rid), "%s-%d", name, (int)getpid());
+	call = call_of(rid, NULL);
+	holder = hold_commits_of(name, rid, "DELETE", key);
+	pid = client_on_a(&call, THEN_RELEASE, up);
+	kill_a_mid_commit(key, holder);
+	if (kill_client) {
+		ck_assert_int_eq(kill(pid, SIGKILL), 0);
+		ck_assert_int_eq(harness_waitpid(pid, HARNESS_WAIT_MS),
+				 SIGKILL);
+		close(up[0]);
+	}
+	drop_trigger(name);
+	e2e_restart(&a, opts_a);
+	ca = e2e_connect(&a);
+	if (!kill_client) {
+		got = client_report(pid, up);
+		ck_assert_msg(got.rc == 0, "release: %s",
+			      carmy_errname(got.rc));
+	}
+	runs_on_b_and_replays(&call, rid);
+}
+
+START_TEST(test_a_release_whose_carmyd_died_is_given_back_at_load)
+{
+	release_stood_while_a_died("relkill", (long)getpid() + 5, true);
+}
+END_TEST
+
+START_TEST(test_a_release_sent_again_after_a_restart_is_answered_released)
+{
+	release_stood_while_a_died("relagain", (long)getpid() + 6, false);
 }
 END_TEST
 
@@ -977,6 +1106,11 @@ int main(void)
 		test_a_reservation_whose_commit_stood_untold_is_released_at_load);
 	tcase_add_test(tc,
 		test_a_reservation_answered_failed_whose_commit_stood_is_freed_after_a_restart);
+	tcase_add_test(tc,
+		test_a_release_answered_failed_whose_commit_stood_is_sent_until_recorded);
+	tcase_add_test(tc, test_a_release_whose_carmyd_died_is_given_back_at_load);
+	tcase_add_test(tc,
+		test_a_release_sent_again_after_a_restart_is_answered_released);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
