@@ -20,7 +20,7 @@
 #   make soak-shared [SOAK_SECONDS=600] [SOAK_WORKERS=12] [SOAK_IDS=200]
 #                    [SOAK_KILL_MS=10] [SOAK_CARMYD_MS=2000]
 #                    [SOAK_PG_MS=5000] [SOAK_FLOORS=1000,20,5]
-#                    [SOAK_TODO=stale,lagging] [SOAK_ARGS=...]
+#                    [SOAK_TODO=KIND,...] [SOAK_ARGS=...]
 #
 # It prints its counts (cycles, worker kills, carmyd kills, PostgreSQL
 # crashes, STORE_FAILED answers, double executions, lost acknowledged
