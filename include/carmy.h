@@ -540,9 +540,13 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  *                        (carmyd did not come back within
  *                        CARMY_RECONNECT_MS, or its store failed); after a
  *                        reboot the execution is then uncertain, never run
- *                        twice. With a shared store, the entry is still
- *                        r's here, while the store may or may not have
- *                        forgotten it (other carmyds may then run it).
+ *                        twice. With a shared store, the store may or
+ *                        may not have forgotten it (other carmyds may
+ *                        then run it): carmyd sends the release again
+ *                        until the store records it, then frees the
+ *                        entry (a release called again meanwhile goes
+ *                        through too; one called after answers
+ *                        CARMY_ENOT_RESERVED).
  *   CARMY_EPROTOCOL      with a shared store: carmyd's answer was
  *                        malformed; the entry is still r's here.
  *   CARMY_EFORKED        c was connected by another process, whose forked
