@@ -706,13 +706,30 @@ static void posting_del(struct conn *c)
 
 /* ------------------------------------------------------------ waiters */
 
+/* Loops owed a wake-up by this thread's answers that said more follow
+ * (CARMY_STORE_ANSWERS_FOLLOW): at most one each, so --threads bounds it. */
+#define TO_WAKE_MAX 64
+static __thread struct loop *to_wake[TO_WAKE_MAX];
+static __thread unsigned nto_wake;
+
+static void wake_loop(struct loop *l)
+{
+	uint64_t one = 1;
+
+	if (write(l->done_fd, &one, sizeof(one)) < 0) {
+		/* Only at the counter's limit: the loop is woken. */
+	}
+}
+
 /*
  * The store's answer, on whatever thread the store calls it: queue it for
  * the connection's loop and wake that loop. Only the answer that finds the
- * queue empty writes the eventfd: the others join a queue the loop has
- * been told of and has not taken yet (req_answered() reads the eventfd before
- * it takes the queue), so a batch of a group commit costs a loop one
- * wake-up, not one per client.
+ * queue empty owes the eventfd a write: the others join a queue the loop
+ * has been told of and has not taken yet (req_answered() reads the eventfd
+ * before it takes the queue). An answer the store says more follow after
+ * holds its write until the last of them on this thread, which writes for
+ * every loop owed one: a run of a group commit costs a loop one wake-up,
+ * not one per client, even while the loop takes its queue as it fills.
  */
 void conn_store_done(struct carmy_store_req *req, int rc)
 {
@@ -720,8 +737,7 @@ void conn_store_done(struct carmy_store_req *req, int rc)
 	struct conn *c = op->conn;
 	struct loop *l = c->loop;
 	struct server *sv = l->sv;
-	uint64_t one = 1;
-	bool first;
+	bool first, later = req->flags & CARMY_STORE_ANSWERS_FOLLOW;
 
 	op->rc = rc;
 	pthread_mutex_lock(&l->done_lock);
@@ -729,8 +745,19 @@ void conn_store_done(struct carmy_store_req *req, int rc)
 	op->next = l->done;
 	l->done = op;
 	pthread_mutex_unlock(&l->done_lock);
-	if (first && write(l->done_fd, &one, sizeof(one)) < 0) {
-		/* Only at the counter's limit: the loop is woken. */
+	if (first) {
+		unsigned i = 0;
+
+		while (i < nto_wake && to_wake[i] != l)
+			i++;
+		if (i == nto_wake && later && nto_wake < TO_WAKE_MAX)
+			to_wake[nto_wake++] = l;
+		else if (i == nto_wake)
+			wake_loop(l);
+	}
+	if (!later) {
+		while (nto_wake > 0)
+			wake_loop(to_wake[--nto_wake]);
 	}
 	pthread_mutex_lock(&sv->idle_lock);
 	if (--sv->inflight == 0)

@@ -226,6 +226,16 @@ struct carmy_store_req {
 #define CARMY_STORE_MORE 1u
 
 /*
+ * The store's hint in req->flags, set just before it calls req->done():
+ * on this thread, another done() of the same callback (req->done) without
+ * this flag follows soon, as when one commit settles many requests. carmyd
+ * may then hold the wake-up this answer owes until that one, and wake a
+ * thread once for the lot. A store that cannot promise that one follows
+ * clears it. A store may ignore it.
+ */
+#define CARMY_STORE_ANSWERS_FOLLOW 2u
+
+/*
  * each - carmyd's callback: one execution load() hands over.
  *
  * Parameters:

@@ -195,6 +195,10 @@ struct pg_store {
 	size_t nhold;
 	uint64_t hold_retry_ms;	/* their next run, with nothing queued */
 	bool closing;		/* the last batch: nothing more is held */
+	/* An answer not yet given (worker.c, deliver()): the next one says
+	 * whether more follow, or the end of the run gives it. */
+	struct carmy_store_req *due;
+	int due_rc;
 	char why[256];		/* the last failure, for stderr */
 };
 

@@ -299,7 +299,31 @@ static void withdrawn(struct pg_store *s)
 	s->nwd = 0;
 }
 
-static void answer(struct slot *sl)
+/*
+ * Give the answer due, if any, then make req's (NULL: none) the one due.
+ * A run settles its requests together: each done() but the last of a run
+ * to one callback carries CARMY_STORE_ANSWERS_FOLLOW, so that carmyd
+ * wakes the loops it answers once a run, not once a request. The answer
+ * due is given when the next is known, at the latest at the end of the
+ * run (deliver(s, NULL, 0)), before the worker waits again.
+ */
+static void deliver(struct pg_store *s, struct carmy_store_req *req, int rc)
+{
+	struct carmy_store_req *due = s->due;
+	int due_rc = s->due_rc;
+
+	s->due = req;
+	s->due_rc = rc;
+	if (due == NULL)
+		return;
+	if (req != NULL && req->done == due->done)
+		due->flags |= CARMY_STORE_ANSWERS_FOLLOW;
+	else
+		due->flags &= ~CARMY_STORE_ANSWERS_FOLLOW;
+	due->done(due, due_rc);	/* due may be gone after this */
+}
+
+static void answer(struct pg_store *s, struct slot *sl)
 {
 	struct carmy_store_req *req = sl->req;
 
@@ -307,7 +331,7 @@ static void answer(struct slot *sl)
 		req->taken(req, &sl->standing);
 	sl->kept = false;
 	sl->answered = true;
-	req->done(req, sl->rc);	/* req may be gone after this */
+	deliver(s, req, sl->rc);
 }
 
 /* The store's own copy of a COMPLETE whose request was answered failed
@@ -408,7 +432,7 @@ static bool hold(struct pg_store *s, struct slot *sl, int rc)
 		       "until the database takes it", s->instance, exec_text,
 		       pg_answer_ms);
 		sl->rc = rc;
-		answer(sl);
+		answer(s, sl);
 		until = UINT64_MAX;
 	}
 	s->hold[s->nhold].req = req;
@@ -429,7 +453,7 @@ static bool fail(struct pg_store *s, struct slot *sl, int rc)
 	if (hold(s, sl, rc))
 		return false;
 	sl->rc = rc;
-	answer(sl);
+	answer(s, sl);
 	return true;
 }
 
@@ -450,9 +474,10 @@ static size_t answer_settled(struct pg_store *s, size_t n)
 				 "changing hands under a reservation");
 			left++;
 		} else {
-			answer(sl);
+			answer(s, sl);
 		}
 	}
+	deliver(s, NULL, 0);
 	pg_drop_held(s);
 	return left;
 }
@@ -527,12 +552,15 @@ static void run_batch(struct pg_store *s, size_t n)
 			break;
 		}
 	}
-	if (left == 0)
+	if (left == 0) {
+		deliver(s, NULL, 0);
 		return;
+	}
 	left = 0;
 	for (size_t i = 0; i < n; i++)
 		if (!s->slots[i].answered && fail(s, &s->slots[i], rc))
 			left++;
+	deliver(s, NULL, 0);
 	if (!said && left > 0)
 		pg_say("instance %s: failed %zu requests (%s): %s", s->instance,
 		       left, strerror(-rc), s->why);

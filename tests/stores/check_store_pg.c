@@ -235,6 +235,10 @@ struct waiter {
 	int rc;
 	int ntaken;
 	bool taken_after_done;
+	/* done()'s CARMY_STORE_ANSWERS_FOLLOW, and its place among every
+	 * answer of the test (from 1) */
+	bool follow;
+	unsigned seq;
 	struct carmy_store_record standing;	/* points into the below */
 	uint8_t part[3][CARMY_STORE_ID_MAX];
 	uint8_t result[RESULT_CAP];
@@ -260,12 +264,16 @@ static long rows_of_exec(PGconn *c, const uint8_t exec[16])
 	return n;
 }
 
+static unsigned answers;	/* done() calls, as on_done() numbers them */
+
 static void on_done(struct carmy_store_req *req, int rc)
 {
 	struct waiter *w = req->cookie;
 	long visible = w->check ? rows_of_exec(w->check, w->rec.exec) : 0;
 
 	pthread_mutex_lock(&w->lock);
+	w->follow = req->flags & CARMY_STORE_ANSWERS_FOLLOW;
+	w->seq = __atomic_add_fetch(&answers, 1, __ATOMIC_RELAXED);
 	w->visible = visible;
 	w->rc = rc;
 	w->done = true;
@@ -1062,6 +1070,7 @@ START_TEST(test_requests_submitted_together_commit_together)
 	struct waiter *w = calloc(GROUP_N, sizeof(*w));
 	struct ex *x = calloc(GROUP_N, sizeof(*x));	/* w[i] points in */
 	char id[32];
+	int ends = 0;	/* answers saying none follow */
 
 	ck_assert_ptr_nonnull(w);
 	ck_assert_ptr_nonnull(x);
@@ -1082,8 +1091,22 @@ START_TEST(test_requests_submitted_together_commit_together)
 	for (int i = 0; i < GROUP_N; i++) {
 		ck_assert_int_eq(wait_done(&w[i]), 0);
 		ck_assert_int_eq(w[i].ntaken, 0);
+	}
+	/* Answered a batch at a time (two at most: the first may have gone
+	 * before the rest came), each answer but a batch's last saying more
+	 * follow (carmyd then wakes a loop once for them all); the very
+	 * last says none do. */
+	for (int i = 0; i < GROUP_N; i++) {
+		bool last = true;
+
+		for (int k = 0; k < GROUP_N; k++)
+			last &= w[k].seq <= w[i].seq;
+		ck_assert_msg(!last || !w[i].follow, "the last answer says "
+			      "more follow");
+		ends += !w[i].follow;
 		waiter_destroy(&w[i]);
 	}
+	ck_assert_int_le(ends, 2);
 	free(x);
 	free(w);
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions"),
