@@ -577,21 +577,25 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 			 * that reservation stands: wait for it (a while) and
 			 * look again, rather than name an execution that a
 			 * shared store may yet refuse. */
-			if (f.state == SHM_RUNNING && durable) {
+			/* Pending when seen: once it ends the entry may be
+			 * another state (a result a store's answer brought)
+			 * or gone, so look again rather than answer with f. A
+			 * reservation the store had answered is named at
+			 * once, without carmyd. */
+			if (f.state == SHM_RUNNING && durable && f.pending) {
 				uint64_t now;
 
-				/* A reservation the store has answered is
-				 * named at once, without carmyd. */
-				if (try && !shm_settled(&c->view, f.entry,
-							f.exec))
+				if (try)
 					return -EAGAIN;
 				now = mono_ms();
 				if (pending_until == 0)
 					pending_until = now + PENDING_WAIT_MS;
-				if (now < pending_until &&
-				    shm_wait_pending(&c->view, f.entry, f.exec,
-						     (int)(pending_until - now)))
+				if (now < pending_until) {
+					(void)shm_wait_pending(&c->view,
+						f.entry, f.exec,
+						(int)(pending_until - now));
 					continue;
+				}
 			}
 			/* Found from the raw print alone, unless asked: with
 			 * an early fingerprint this cannot tell, and counts a

@@ -411,6 +411,10 @@ struct shm_found {
 	uint64_t word;		/* the bucket word seen */
 	unsigned state;		/* SHM_RUNNING / COMPLETED / UNCERTAIN */
 	bool same_fp;
+	/* en_pending said a durable store had yet to answer (or the entry
+	 * was being given back) when the entry was seen as state: a RUNNING
+	 * entry seen so is not to be named; look again once it ends. */
+	bool pending;
 	uint8_t exec[SHM_EXEC_LEN];
 };
 
@@ -536,8 +540,6 @@ bool shm_mark_pending(const struct shm_view *v, uint32_t entry,
 		      const uint8_t *exec);
 int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
-bool shm_settled(const struct shm_view *v, uint32_t entry,
-		 const uint8_t *exec);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
 int shm_restore(const struct shm_view *v, const struct shm_key *k,

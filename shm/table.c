@@ -42,6 +42,7 @@ static void result_fill(const struct shm_view *v, uint32_t e,
 			const struct shm_restored *r, size_t len);
 
 /* A claim that says nothing of its call. */
+static bool pending_word(uint32_t p);
 static const struct shm_summary no_call;
 
 /* One part of the identity's hashed form: its length, 2 bytes big-endian,
@@ -185,6 +186,7 @@ restart:
 			out->word = nw;
 			out->state = SHM_RUNNING;
 			out->same_fp = true;
+			out->pending = c->pending;
 			memcpy(out->exec, shm_entry_at(v, ticket)->en_exec,
 			       SHM_EXEC_LEN);
 			return SHM_OUT_RESERVED;
@@ -212,6 +214,7 @@ restart:
 		out->same_fp = raw_same || (c->fp != NULL &&
 			memcmp(en->en_fingerprint, c->fp, SHM_FP_LEN) == 0);
 		memcpy(out->exec, en->en_exec, SHM_EXEC_LEN);
+		out->pending = pending_word(shm_load(&en->en_pending));
 		shm_rmb();
 		if (shm_load(&v->buckets[b]) != w)
 			goto restart;	/* changed under us: look again */
@@ -386,6 +389,8 @@ bool shm_lookup(const struct shm_view *v, const struct shm_key *k,
 		out->state = st;
 		out->same_fp = false;
 		memcpy(out->exec, shm_entry_at(v, e)->en_exec, SHM_EXEC_LEN);
+		out->pending = pending_word(
+			shm_load(&shm_entry_at(v, e)->en_pending));
 		return true;
 	}
 	return false;
@@ -597,6 +602,14 @@ int shm_release_as(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	return 0;
 }
 
+/* An en_pending value a writer makes while a store has yet to answer (1,
+ * 2) or the entry is being given back (3); any other a client may have
+ * scribbled counts as settled. */
+static bool pending_word(uint32_t p)
+{
+	return p == 1 || p == 2 || p == 3;
+}
+
 /*
  * en_pending is a futex word: 1 while a durable store has not answered the
  * reservation (or a shared store its release: shm_mark_pending()), 2 once a caller waits for that answer, then 0 (it stands)
@@ -661,26 +674,6 @@ void shm_withdraw_pending(const struct shm_view *v, uint32_t e,
 }
 
 /*
- * A call found entry e RUNNING as execution exec: true if its reservation
- * stands (a durable store answered it, or it never waited for one), as
- * shm_wait_pending() would answer 0; false while it is pending, withdrawn
- * or another execution's: look again (or ask carmyd). No system call.
- */
-bool shm_settled(const struct shm_view *v, uint32_t e, const uint8_t *exec)
-{
-	struct shm_entry *en;
-	uint32_t p;
-
-	if (e >= v->geo.capacity)
-		return true;
-	en = shm_entry_at(v, e);
-	p = shm_load(&en->en_pending);
-	shm_rmb();
-	return memcmp(en->en_exec, exec, SHM_EXEC_LEN) == 0 && p != 1 &&
-	       p != 2 && p != 3;
-}
-
-/*
  * A call found entry e RUNNING as execution exec: if a durable store has
  * not answered its reservation yet, wait for the answer, up to timeout_ms.
  * Until then the entry may yet be given back (a shared store found the
@@ -688,7 +681,9 @@ bool shm_settled(const struct shm_view *v, uint32_t e, const uint8_t *exec)
  * would name a call that never ran. Returns 0 if it is not pending: answer
  * now; or 1 once it was and is no longer, or timeout_ms passed, or the
  * entry is another execution's already: look at the table again. A value
- * no writer makes (a hostile client's) counts as not pending.
+ * no writer makes (a hostile client's) counts as not pending. 0 says how
+ * the word is now: a caller that saw the entry pending (shm_found.pending)
+ * looks again either way, as its state may have moved on meanwhile.
  */
 int shm_wait_pending(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		     int timeout_ms)

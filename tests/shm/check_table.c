@@ -1127,6 +1127,52 @@ START_TEST(test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone)
 }
 END_TEST
 
+/* What a look at a running entry says of its en_pending, read with the
+ * state it saw: pending while a durable store has yet to answer (and
+ * again while a shared store's release of it is on its way), not once
+ * settled, nor for a value no writer makes. A caller that saw it pending
+ * looks again rather than name it (libclient, begin). */
+static bool found_pending(const char *rid)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	static uint32_t cursor;
+	struct shm_claim c = { .owner = OWNER_A, .pid = 1, .fp = fp,
+			       .make_exec = make_exec, .arg = exec,
+			       .cursor = &cursor };
+	struct shm_found f, g;
+	struct shm_key k;
+
+	memset(fp, 1, sizeof(fp));
+	memset(exec, 0, sizeof(exec));
+	key(&k, rid);
+	ck_assert_int_eq(shm_reserve(&view, &k, &c, &f), SHM_OUT_FOUND);
+	ck_assert_uint_eq(f.state, SHM_RUNNING);
+	ck_assert(shm_lookup(&view, &k, &g));
+	ck_assert_int_eq(g.pending, f.pending);
+	return f.pending;
+}
+
+START_TEST(test_a_look_says_whether_the_entry_was_pending)
+{
+	struct shm_entry *en;
+	struct shm_found f;
+
+	reserve_pending("w", &f);
+	ck_assert(f.pending);
+	en = shm_entry_at(&view, f.entry);
+	ck_assert(found_pending("w"));
+	shm_settle_pending(&view, f.entry, f.exec);
+	ck_assert(!found_pending("w"));
+	ck_assert(shm_mark_pending(&view, f.entry, f.exec));
+	ck_assert(found_pending("w"));
+	ck_assert(!shm_mark_pending(&view, f.entry, f.exec));	/* once */
+	__atomic_store_n(&en->en_pending, 7, __ATOMIC_RELEASE);
+	ck_assert(!found_pending("w"));
+	__atomic_store_n(&en->en_pending, 3, __ATOMIC_RELEASE);
+	ck_assert(found_pending("w"));
+}
+END_TEST
+
 struct ack_waiter {
 	uint32_t slot;
 	const uint8_t *exec;
@@ -1367,6 +1413,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_a_pending_entry_given_back_sends_late_waiters_back);
 	tcase_add_test(tc,
 		       test_settling_wakes_waiters_and_odd_words_do_not_hold_anyone);
+	tcase_add_test(tc, test_a_look_says_whether_the_entry_was_pending);
 	tcase_add_test(tc,
 		       test_an_ack_wakes_its_client_and_says_where_the_answer_is);
 	tcase_add_test(tc, test_a_posted_request_is_taken_whole_or_taken_back);
