@@ -573,13 +573,12 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 			asked = true;
 			continue;
 		case SHM_OUT_FOUND:
-			/* Running, but the store has not yet said whether
-			 * that reservation stands: wait for it (a while) and
-			 * look again, rather than name an execution that a
-			 * shared store may yet refuse. */
-			/* Pending when seen: once it ends the entry may be
-			 * another state (a result a store's answer brought)
-			 * or gone, so look again rather than answer with f. A
+			/* Running, but the store had not yet said whether
+			 * that reservation stands when we saw it: wait for
+			 * it (a while), then look again rather than name an
+			 * execution that a shared store may yet refuse; nor
+			 * answer with f, as the entry may since hold another
+			 * state (a result the store's answer brought). A
 			 * reservation the store had answered is named at
 			 * once, without carmyd. */
 			if (f.state == SHM_RUNNING && durable && f.pending) {

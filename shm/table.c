@@ -41,8 +41,9 @@ static bool entry_matches(const struct shm_view *v, uint32_t e, uint32_t b,
 static void result_fill(const struct shm_view *v, uint32_t e,
 			const struct shm_restored *r, size_t len);
 
-/* A claim that says nothing of its call. */
 static bool pending_word(uint32_t p);
+
+/* A claim that says nothing of its call. */
 static const struct shm_summary no_call;
 
 /* One part of the identity's hashed form: its length, 2 bytes big-endian,
@@ -612,8 +613,9 @@ static bool pending_word(uint32_t p)
 
 /*
  * en_pending is a futex word: 1 while a durable store has not answered the
- * reservation (or a shared store its release: shm_mark_pending()), 2 once a caller waits for that answer, then 0 (it stands)
- * or 3 (withdrawn: refused, given back, or swept: look again). A waiter
+ * reservation (or a shared store its release: shm_mark_pending()), 2 once
+ * a caller waits for that answer, then 0 (it stands) or 3 (withdrawn:
+ * refused, given back, or swept: look again). A waiter
  * moves 1 to 2 before it sleeps, so the one who ends it makes a system
  * call only if somebody sleeps. Whoever ends it does so while the entry is
  * still that execution's, before giving it back: a waiter that comes late
