@@ -217,10 +217,62 @@ const struct carmy_store_ops carmy_store_plugin = {
 
 /* ---------------------------------------------------------------- API */
 
+/* A worker's arrays, lock and queue; no connection yet. */
+static int worker_init(struct pg_store *s, unsigned i)
+{
+	struct pg_worker *w = &s->w[i];
+
+	w->store = s;
+	w->instance = s->instance;
+	w->index = i;
+	w->tail = &w->head;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->wake, NULL);
+	w->slots = calloc(BATCH_MAX, sizeof(*w->slots));
+	w->order = calloc(BATCH_MAX, sizeof(*w->order));
+	w->wd = calloc(WITHDRAW_MAX, sizeof(*w->wd));
+	w->live = calloc(BATCH_MAX, sizeof(*w->live));
+	w->steps = calloc(BATCH_MAX, sizeof(*w->steps));
+	w->held = calloc(BATCH_MAX, sizeof(*w->held));
+	if (w->slots == NULL || w->order == NULL || w->wd == NULL ||
+	    w->live == NULL || w->steps == NULL || w->held == NULL)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Worker 0's connection: the name, the schema, a new generation (before
+ * load(), which runs on it); then each other worker's. */
+static int connect_all(struct pg_store *s, const char *conninfo, char *err,
+		       size_t errlen)
+{
+	struct pg_worker *w0 = &s->w[0];
+	int rc = pg_connect_db(w0, conninfo, err, errlen);
+
+	if (rc == 0)
+		rc = pg_setup_session(w0->conn, err, errlen);
+	if (rc == 0)
+		rc = pg_take_name(w0, NAME_WAIT_OPEN, true, err, errlen);
+	if (rc == 0)
+		rc = pg_create_schema(w0->conn, err, errlen);
+	if (rc == 0)
+		rc = pg_new_generation(w0, err, errlen);
+	if (rc == 0)
+		rc = pg_prepare_all(w0->conn, err, errlen);
+	for (unsigned i = 1; i < s->nworkers && rc == 0; i++) {
+		rc = pg_connect_db(&s->w[i], conninfo, err, errlen);
+		if (rc == 0)
+			rc = pg_setup_session(s->w[i].conn, err, errlen);
+		if (rc == 0)
+			rc = pg_prepare_all(s->w[i].conn, err, errlen);
+	}
+	return rc;
+}
+
 static int pg_open(const char *args, void **store, char *err, size_t errlen)
 {
 	struct pg_store *s;
 	const char *conninfo;
+	unsigned n = CONNECTIONS_DEFAULT;
 	int rc;
 
 	*store = NULL;
@@ -229,45 +281,39 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	s->tail = &s->head;
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->wake, NULL);
-	rc = pg_parse_args(args ? args : "", s->instance, &conninfo, err,
+	rc = pg_parse_args(args ? args : "", s->instance, &n, &conninfo, err,
 			   errlen);
-	if (rc == 0)
-		rc = pg_connect_db(s, conninfo, err, errlen);
-	if (rc == 0)
-		rc = pg_setup_session(s->conn, err, errlen);
-	if (rc == 0)
-		rc = pg_take_name(s, NAME_WAIT_OPEN, true, err, errlen);
-	if (rc == 0)
-		rc = pg_create_schema(s->conn, err, errlen);
-	if (rc == 0)
-		rc = pg_prepare_all(s->conn, err, errlen);
-	if (rc == 0) {
-		s->slots = calloc(BATCH_MAX, sizeof(*s->slots));
-		s->order = calloc(BATCH_MAX, sizeof(*s->order));
-		s->wd = calloc(WITHDRAW_MAX, sizeof(*s->wd));
-		s->live = calloc(BATCH_MAX, sizeof(*s->live));
-		s->steps = calloc(BATCH_MAX, sizeof(*s->steps));
-		s->held = calloc(BATCH_MAX, sizeof(*s->held));
-		if (s->slots == NULL || s->order == NULL || s->wd == NULL ||
-		    s->live == NULL || s->steps == NULL || s->held == NULL) {
+	if (rc != 0) {
+		free(s);
+		return rc;
+	}
+	s->fence_key = pg_fence_key(s->instance);
+	s->w = calloc(n, sizeof(*s->w));
+	if (s->w == NULL) {
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	s->nworkers = n;
+	for (unsigned i = 0; i < n; i++)
+		if (worker_init(s, i) != 0 && rc == 0) {
 			snprintf(err, errlen, "out of memory");
 			rc = -ENOMEM;
 		}
-	}
-	if (rc == 0) {
+	if (rc == 0)
+		rc = connect_all(s, conninfo, err, errlen);
+	for (unsigned i = 0; i < n && rc == 0; i++) {
+		struct pg_worker *w = &s->w[i];
 		int e;
 
-		s->session = s->named = true;
-		e = pthread_create(&s->worker, NULL, pg_worker, s);
+		w->session = w->named = true;
+		e = pthread_create(&w->thread, NULL, pg_work, w);
 		if (e != 0) {
 			snprintf(err, errlen, "cannot start the PostgreSQL "
 				 "store's thread: %s", strerror(e));
 			rc = -e;
 		}
-		s->started = e == 0;
+		w->started = e == 0;
 	}
 	if (rc != 0) {
 		pg_close(s);
@@ -298,7 +344,7 @@ static int load_end(PGconn *c, int rc)
 static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 {
 	struct pg_store *s = store;
-	PGconn *c = s->conn;
+	PGconn *c = s->w[0].conn;
 	const char *params[1] = { s->instance };
 	PGresult *r;
 	int rc = 0;
@@ -365,52 +411,101 @@ static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 	return load_end(c, rc);
 }
 
+/* FNV-1a, 64 bits, of n bytes, from h. */
+static uint64_t fnv(uint64_t h, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 1099511628211u;
+	}
+	return h;
+}
+
+/* The worker that writes req: a RESERVE by its identity's hash, every
+ * other request (which carries only the exec id) by its exec id's (the
+ * top of this file, "Several connections"). */
+static struct pg_worker *route(struct pg_store *s,
+			       const struct carmy_store_req *req)
+{
+	const struct carmy_store_record *r = req->rec;
+	uint64_t h = 14695981039346656037u;
+
+	if (s->nworkers == 1)
+		return &s->w[0];
+	if (req->op == CARMY_STORE_RESERVE) {
+		for (int k = 0; k < 3; k++) {
+			uint8_t len[2] = { (uint8_t)(r->len[k] >> 8),
+					   (uint8_t)r->len[k] };
+
+			h = fnv(h, len, 2);
+			h = fnv(h, r->part[k], r->len[k]);
+		}
+	} else {
+		h = fnv(h, r->exec, 16);
+	}
+	return &s->w[h % s->nworkers];
+}
+
 static void pg_submit(void *store, struct carmy_store_req *req)
 {
-	struct pg_store *s = store;
+	struct pg_worker *w;
 	int rc = check_req(req);
 
 	if (rc != 0) {
 		req->done(req, rc);
 		return;
 	}
+	w = route(store, req);
 	req->next = NULL;
-	pthread_mutex_lock(&s->lock);
-	*s->tail = req;
-	s->tail = &req->next;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_lock(&w->lock);
+	*w->tail = req;
+	w->tail = &req->next;
+	pthread_mutex_unlock(&w->lock);
 	/* After the unlock: woken under it, the worker would wait for the
 	 * lock at once (a second sleep and wake-up a request). */
-	pthread_cond_signal(&s->wake);
+	pthread_cond_signal(&w->wake);
 }
 
 /* Nothing is in flight (carmyd waits), but a queue left over would still
- * be written and answered by the worker before it stops. */
+ * be written and answered by its worker before it stops. Every worker is
+ * told at once, so that their last batches run together; worker 0's
+ * connection, and with its session the name, goes last. */
 static void pg_close(void *store)
 {
 	struct pg_store *s = store;
 
 	if (s == NULL)
 		return;
-	if (s->started) {
-		pthread_mutex_lock(&s->lock);
-		s->stopping = true;
-		pthread_cond_signal(&s->wake);
-		pthread_mutex_unlock(&s->lock);
-		pthread_join(s->worker, NULL);
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		struct pg_worker *w = &s->w[i];
+
+		if (!w->started)
+			continue;
+		pthread_mutex_lock(&w->lock);
+		w->stopping = true;
+		pthread_cond_signal(&w->wake);
+		pthread_mutex_unlock(&w->lock);
 	}
-	PQfinish(s->conn);	/* and with the session, the name */
-	for (size_t i = 0; i < s->nwd; i++)
-		free(s->wd[i].id);
-	free(s->wd);
-	pg_free_arrays(s);
-	free(s->held);
-	free(s->steps);
-	free(s->live);
-	free(s->order);
-	free(s->slots);
-	pthread_cond_destroy(&s->wake);
-	pthread_mutex_destroy(&s->lock);
+	for (unsigned i = s->nworkers; i-- > 0;) {
+		struct pg_worker *w = &s->w[i];
+
+		if (w->started)
+			pthread_join(w->thread, NULL);
+		PQfinish(w->conn);
+		if (w->wd != NULL)
+			for (size_t k = 0; k < w->nwd; k++)
+				free(w->wd[k].id);
+		free(w->wd);
+		pg_free_arrays(w);
+		free(w->held);
+		free(w->steps);
+		free(w->live);
+		free(w->order);
+		free(w->slots);
+		pthread_cond_destroy(&w->wake);
+		pthread_mutex_destroy(&w->lock);
+	}
+	free(s->w);
 	free(s);
 }
 
