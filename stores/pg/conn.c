@@ -1,10 +1,11 @@
 /*
  * conn.c - the PostgreSQL store's connection, made ready for requests:
  * the arguments, the connection and its defaults, the session's bounds,
- * the schema, the prepared statements, and the instance's name held as
- * a session advisory lock. The connection is non-blocking: every wait on
- * the server, sending included, is wait.c's, and bounded. At open (store_pg.c) and after every reconnect
- * (worker.c). Why each is as it is: the top of store_pg.c.
+ * the schema, the prepared statements, the instance's name held as a
+ * session advisory lock (worker 0's), and the instance's generation. The
+ * connection is non-blocking: every wait on the server, sending included,
+ * is wait.c's, and bounded. At open (store_pg.c) and after every
+ * reconnect (worker.c). Why each is as it is: the top of store_pg.c.
  */
 #include <errno.h>
 #include <inttypes.h>

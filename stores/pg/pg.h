@@ -1,23 +1,24 @@
 /*
  * pg.h - what the files of the PostgreSQL store share, and nothing else:
- * struct pg_store, a batch's slots, the statements' table and the
- * functions one file calls in another. Private to the plugin: not
- * installed, and nothing here is exported from carmy_store_pg.so (the
- * declarations are hidden), whose one symbol is carmy_store_plugin.
+ * struct pg_store and its workers' struct pg_worker, a batch's slots,
+ * the statements' table and the functions one file calls in another.
+ * Private to the plugin: not installed, and nothing here is exported from
+ * carmy_store_pg.so (the declarations are hidden), whose one symbol is
+ * carmy_store_plugin.
  * What the store does, and why, is told at the top of store_pg.c.
  *
  * The files, from the top; each uses only files below it:
  *
  *   store_pg.c   carmy_store_plugin: open, load, submit, close
- *   worker.c     the thread that writes batches: order, runs, answers,
- *                withdrawals, backoff
+ *   worker.c     a worker: the thread that writes one connection's
+ *                batches: order, runs, answers, withdrawals, backoff
  *   send.c       a batch's statements, sent in one pipeline: a
  *                set-based statement for each group of RESERVEs and of
  *                settles, one statement for each other request
  *   read.c       their answers, read back to the sync
  *   conn.c       a connection made ready: arguments, connect, session,
  *                schema, the prepared statements (pg_stmts), the
- *                instance's name
+ *                instance's name and generation
  *   rows.c       what each statement found, and the rows load() reads
  *   util.c       lines on stderr, libpq's messages, hex
  */
@@ -68,7 +69,7 @@
 
 /* connections=: workers, each with its own connection. */
 #define CONNECTIONS_MAX 16
-#define CONNECTIONS_DEFAULT 4
+#define CONNECTIONS_DEFAULT 1
 /* The fence's SQLSTATE (conn.c: carmy_fence()), a class of its own. */
 #define FENCE_STATE "CY001"
 

@@ -1,8 +1,9 @@
 /*
  * read.c - one run of a batch, its answers read back in the order sent, up
  * to and including the sync: each command's outcome, what a failure means
- * for the run (RETRY, WAITED, LOST or -EIO), and each statement's rows
- * handed to pg_judge() or, for a set-based one, pg_judge_set() (rows.c).
+ * for the run (FENCED, RETRY, WAITED, LOST or -EIO), and each statement's
+ * rows handed to pg_judge() or, for a set-based one, pg_judge_set()
+ * (rows.c).
  * The run committed if every statement succeeded and the sync came with
  * nothing before it (a commit that fails at the sync says so first).
  */
@@ -42,8 +43,9 @@ static PGresult *next_result(PGconn *c)
 	return r;
 }
 
-/* Why a command failed: RETRY or WAITED for what a rerun resolves, else
- * -EIO with the server's words in s->why. */
+/* Why a command failed: FENCED (the fence: superseded), RETRY or WAITED
+ * for what a rerun resolves, else -EIO with the server's words in
+ * s->why. */
 static int failure(struct pg_worker *s, const PGresult *r)
 {
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -126,18 +128,21 @@ static int read_step(struct pg_worker *s, const struct step *st)
 	return rc;
 }
 
-/* The fence's, the withdrawals', then the steps' answers, then the sync:
- * with nothing before it, the implicit transaction committed; an error
- * there is the commit's own (a failure as any statement's). */
+/* The fence's (several connections), the withdrawals', then the steps'
+ * answers, then the sync: with nothing before it, the implicit
+ * transaction committed; an error there is the commit's own (a failure
+ * as any statement's). */
 int pg_read_batch(struct pg_worker *s)
 {
 	PGconn *c = s->conn;
 	PGresult *r;
-	int rc;
+	int rc = 0;
 
-	r = next_result(c);
-	rc = command(s, r);
-	PQclear(r);
+	if (s->store->nworkers > 1) {
+		r = next_result(c);
+		rc = command(s, r);
+		PQclear(r);
+	}
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd) && rc == 0; i++) {
 		r = next_result(c);
 		rc = command(s, r);

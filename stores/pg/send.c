@@ -406,7 +406,9 @@ static void make_steps(struct pg_worker *s, size_t n)
 }
 
 /* The fence (conn.c: carmy_fence()): the batch commits only while this
- * store's generation is the instance's. */
+ * store's generation is the instance's. With one connection there is
+ * none: it holds the name whenever it runs a batch (store_pg.c,
+ * Fencing). */
 static bool send_fence(struct pg_worker *s)
 {
 	uint8_t key[8], gen[8];
@@ -421,17 +423,18 @@ static bool send_fence(struct pg_worker *s)
 				   fmt, 1);
 }
 
-/* The fence, the withdrawals, the unanswered slots' statements (s->steps)
- * and the sync that commits them: queued, then flushed by the sync. 0; LOST (the
- * connection is reset after); -ENOMEM with a failing statement queued
- * before the sync, so that nothing commits (read to the sync). */
+/* The fence (several connections), the withdrawals, the unanswered
+ * slots' statements (s->steps) and the sync that commits them: queued,
+ * then flushed by the sync. 0; LOST (the connection is reset after);
+ * -ENOMEM with a failing statement queued before the sync, so that
+ * nothing commits (read to the sync). */
 int pg_send_batch(struct pg_worker *s, size_t n)
 {
 	PGconn *c = s->conn;
 	int rc = 0;
 
 	make_steps(s, n);
-	if (!send_fence(s))
+	if (s->store->nworkers > 1 && !send_fence(s))
 		return LOST;
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd); i++)
 		if (!send_withdraw(c, &s->wd[i], s->instance))

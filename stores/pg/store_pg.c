@@ -3,7 +3,8 @@
  * stores") through which several carmyds, on one host or many, record into
  * one database and reserve every identity once between them.
  *
- *   carmyd --store plugin:PKGLIBDIR/carmy_store_pg.so:[instance=NAME ]CONNINFO
+ *   carmyd --store plugin:PKGLIBDIR/carmy_store_pg.so:[instance=NAME ]
+ *         [timeout=SECONDS ][connections=N ]CONNINFO
  *
  * CONNINFO is any libpq connection string, keywords or URI
  * ("host=db dbname=carmy user=carmyd", "postgresql://db/carmy"). Under it
@@ -16,18 +17,23 @@
  * fallback_application_name=carmyd; the string overrides any of them.
  * Point it at a primary (target_session_attrs=read-write with several
  * hosts), directly or through a pooler in session mode: statements are
- * prepared, and the instance's name held, once per connection.
+ * prepared, and the instance's name held, once per connection. N (1 to
+ * 16, default 1) is how many connections the store writes through
+ * ("Several connections" below); SECONDS, how long a server may stay
+ * silent (wait.c).
  *
  * NAME is this carmyd among those sharing the database, 1 to 64 bytes of
  * [A-Za-z0-9._-], the host name by default. load() selects on it, and only
  * the instance that made an execution completes, releases or resolves it,
  * so two carmyds sharing one database must not share a name (two on one
  * host: give both one): each would take the other's running executions
- * for interrupted ones. The store enforces it: each connection holds a
- * session advisory lock keyed on the name (a 64-bit hash of it), taken at
- * open, where another carmyd of the name makes open fail, and taken again
- * after every reconnect before any request runs; while another session
- * holds it, every request fails (-EBUSY). A holder busy with a statement
+ * for interrupted ones. The store enforces it: worker 0's connection
+ * holds a session advisory lock keyed on the name (a 64-bit hash of it),
+ * taken at open, where another carmyd of the name makes open fail, and
+ * taken again after every reconnect before any request runs on it; while
+ * another session holds it, its requests fail (-EBUSY). The other
+ * connections hold no lock: the fence below keeps them in step. A holder
+ * busy with a statement
  * may be the backend of a carmyd that died (kill -9 mid-batch) and has not
  * noticed yet, and one idle at open the backend of a carmyd that just
  * stopped, still exiting: open waits up to 10 s for the name to be let go
@@ -37,8 +43,33 @@
  * carmyd that comes back after a reboot must keep its name to find its
  * executions again.
  *
+ * Fencing. With several connections, one of them may be lost (a
+ * failover, pg_terminate_backend) and a second carmyd of the name take
+ * the name meanwhile, while this one's other connections are still up.
+ * So each open takes a new generation of the name: after taking the
+ * name, before load(), in one transaction it takes the name's fence key
+ * (a second advisory key, pg_fence_key()) exclusive and adds one to the
+ * name's row of carmy_instances (name, gen), keeping the new value; and
+ * every batch, on every connection, starts with carmy_fence(key, name,
+ * gen), which takes the key shared until the batch's commit and raises
+ * FENCE_STATE unless the row still holds this open's generation (read
+ * after the lock: a new snapshot in READ COMMITTED). The exclusive lock
+ * waits for every batch in flight of an earlier generation to end, and
+ * every batch after it finds the new generation: no batch of a
+ * superseded carmyd commits after its successor's load(). A batch that
+ * fails its fence rolls back; the store then fails every request of
+ * every connection (-EBUSY) for good, says so once, and lets go of the
+ * name. Advisory locks taken in a transaction write no WAL, unlike a row
+ * lock (SELECT ... FOR SHARE) would, at every batch. With one connection
+ * (connections=1) batches run no fence (0.02 ms of the backend's a
+ * batch, measured with pgbench: 7% of a one-request batch's time):
+ * the connection holds the name whenever it runs a batch, so no batch of it
+ * commits while a successor runs. It can still commit after a successor
+ * that has stopped since, as every carmyd could with one connection.
+ *
  * The schema, created at open if absent (under an advisory lock, in one
- * transaction, so that instances starting together do not race on it):
+ * transaction, so that instances starting together do not race on it),
+ * with carmy_instances and carmy_fence() above:
  *
  *   carmy_executions (principal, session, request_id: bytea, the primary
  *     key; exec bytea UNIQUE; instance text; fingerprint, rawprint bytea;
@@ -82,8 +113,9 @@
  *             purges the copy it replayed of another's result, and with it
  *             the record (carmy_store.h).
  *
- * Group commit. One thread owns the connection. submit() queues and
- * returns; the thread takes everything queued as one batch and sends it in
+ * Group commit. One thread (a worker) owns each connection. submit()
+ * queues on one worker and returns; the worker takes everything queued
+ * on it as one batch and sends it in
  * one pipeline (libpq pipeline mode): the statements and a sync, which the
  * server runs as one transaction (the protocol's implicit one, READ
  * COMMITTED and writable by the session's defaults) and commits at the
@@ -116,8 +148,36 @@
  * transaction that could still have failed, and carmyd must not act on a
  * reservation whose outcome the store has not settled.
  *
+ * Several connections. One connection runs one batch at a time, a
+ * round trip, its statements and a WAL flush (about 1 ms); N workers,
+ * each as above with its own connection, queue, withdrawals, held
+ * COMPLETEs and backoff, run N batches at once, whose commits the server
+ * overlaps. That pays where the server's flushes are what a connection
+ * waits for; where its CPUs are (bench-shared on two CPUs shared with the
+ * server and the clients), the smaller batches of several connections
+ * cost more than one connection's: so one by default (docs/performance.md
+ * has the figures). submit() routes a RESERVE to the worker of its identity's
+ * hash, and every other request (which carries only the exec id) to the
+ * worker of its exec id's hash. That keeps each order a worker relies on
+ * within one worker: a RESERVE answered failed that may have committed is
+ * withdrawn at the head of its worker's next transaction, which is the
+ * worker any later RESERVE of that identity goes to, so the withdrawal
+ * still comes first; two RESERVEs of one identity meet in one worker's
+ * set, in order; a held COMPLETE runs at the head of its worker's next
+ * batch, the worker any later RELEASE, RESOLVE or PURGE of that exec id
+ * goes to. What no longer shares a worker is a request that frees an
+ * identity (RELEASE, RESOLVE not committed, PURGE: by exec id) and a
+ * later RESERVE of that identity (by identity), which plan() keeps in
+ * order within a batch; carmyd never has both in flight: the entry stays
+ * pending until a RELEASE or RESOLVE is answered, a PURGE's caller waits
+ * for its answer (carmy_store.h, "Shared stores"), and an answer comes
+ * after the commit, which the RESERVE's transaction then sees. A COMPLETE
+ * follows its RESERVE's answer likewise. Two workers of one instance hold
+ * disjoint identities, so they never wait on each other's inserts; the
+ * rows their other statements touch are by exec id, disjoint too.
+ *
  * Waits are bounded. A RESERVE waits for any uncommitted insert or delete
- * of its identity, and the one worker with it: an operator's open
+ * of its identity, and the worker with it: an operator's open
  * transaction, or another instance frozen mid-batch, would stall every
  * request of this one. So each session sets lock_timeout 2s,
  * statement_timeout 30s and idle_in_transaction_session_timeout 60s (the
@@ -174,11 +234,12 @@
  * RESERVE that finds one standing fails -EBADMSG.
  *
  * This file is the plugin's entry: carmy_store_plugin, open, load, submit
- * and close. The worker and what it calls live in the files below it,
- * listed in pg.h: worker.c (batches: their order, runs and answers, the
- * withdrawals, the backoff), send.c and read.c (one run's pipeline),
- * conn.c (the connection, its session, the schema, the statements and the
- * instance's name), rows.c (what the statements found) and util.c.
+ * (and its routing) and close. The workers and what they call live in the
+ * files below it, listed in pg.h: worker.c (batches: their order, runs
+ * and answers, the withdrawals, the backoff), send.c and read.c (one
+ * run's pipeline), conn.c (the connection, its session, the schema, the
+ * statements, the instance's name and generation), rows.c (what the
+ * statements found) and util.c.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -1,11 +1,12 @@
 /*
- * worker.c - the PostgreSQL store's thread: it takes what submit()
- * queued, up to BATCH_MAX requests, puts their statements in an order
- * every instance shares, runs them as one transaction (send.c, read.c)
- * until each is answered, reconnects with a backoff when the connection
- * is gone, withdraws the RESERVEs that failed but may have committed, and
- * sends again the COMPLETEs whose commit's answer was lost until the
- * database takes them. Why: the top of store_pg.c.
+ * worker.c - a thread of the PostgreSQL store, one a connection: it takes
+ * what submit() queued on it, up to BATCH_MAX requests, puts their
+ * statements in an order every instance shares, runs them as one
+ * transaction (send.c, read.c) until each is answered, reconnects with a
+ * backoff when the connection is gone, withdraws the RESERVEs that failed
+ * but may have committed, and sends again the COMPLETEs whose commit's
+ * answer was lost until the database takes them. Why: the top of
+ * store_pg.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -147,6 +148,17 @@ void *pg_work(void *arg)
 }
 
 
+/* Fenced: the name goes (worker 0's), for the next carmyd of it, and is
+ * never taken again. */
+static void let_go_name(struct pg_worker *s)
+{
+	if (!s->named || s->index != 0)
+		return;
+	s->named = false;
+	if (s->session && PQstatus(s->conn) == CONNECTION_OK)
+		PQclear(pg_exec(s->conn, "SELECT pg_advisory_unlock_all()"));
+}
+
 /*
  * The connection, working, set up and holding the instance's name, for a
  * batch: 0, or why not (s->why says more). After a failed reconnect,
@@ -160,6 +172,7 @@ static int ready(struct pg_worker *s)
 	int rc = 0;
 
 	if (__atomic_load_n(&s->store->fenced, __ATOMIC_ACQUIRE)) {
+		let_go_name(s);
 		snprintf(s->why, sizeof(s->why), "instance %s was opened "
 			 "again elsewhere", s->instance);
 		return FENCED;
@@ -495,11 +508,7 @@ static size_t answer_settled(struct pg_worker *s, size_t n)
  * Every worker fails its requests from then on (-EBUSY); said once. */
 static void fenced(struct pg_worker *s)
 {
-	/* The name goes too (worker 0), for the next carmyd of it. */
-	if (s->named && s->index == 0) {
-		PQclear(pg_exec(s->conn, "SELECT pg_advisory_unlock_all()"));
-		s->named = false;
-	}
+	let_go_name(s);
 	if (!__atomic_exchange_n(&s->store->fenced, true, __ATOMIC_ACQ_REL))
 		pg_say("instance %s: another carmyd opened this instance "
 		       "since (%s): failing every request from now on",

@@ -1695,6 +1695,22 @@ START_TEST(test_an_exec_id_held_under_another_identity_fails_that_reserve_alone)
 }
 END_TEST
 
+/* a (twin, application twin-a) loses its connections, and another
+ * carmyd opens as twin meanwhile (returned): a reserve of a new x (id) on
+ * a fails, and writes nothing. */
+static void *take_twin(void *a, struct ex *x, const char *id)
+{
+	void *b;
+
+	terminate("twin-a");
+	b = open_as("twin", "");
+	make_ex(x, "p", id);
+	ck_assert_int_eq(reserve(a, x, NULL), -EBUSY);
+	ck_assert_int_eq(reserve(a, x, NULL), -EBUSY);
+	ck_assert_int_eq(rows_of_exec(db, x->exec), 0);
+	return b;
+}
+
 START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
 {
 	char args[1024];
@@ -1709,16 +1725,19 @@ START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
 	b = open_as("twin", "");	/* free once a has gone */
 	ops->close(b);
 
-	/* a's connections are lost and another carmyd takes the name before
-	 * a is back: a runs no request again, even once the name is free
-	 * (b has since loaded the instance's executions as its own). */
-	a = open_as("twin", "application_name=twin-a");
-	terminate("twin-a");
-	b = open_as("twin", "");
-	make_ex(&x, "p", "twin");
-	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
-	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
-	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	/* With one connection: a's connection is lost and another carmyd
+	 * takes the name before a is back: a runs no request until the
+	 * name is free again. */
+	a = open_one("twin", "application_name=twin-a");
+	b = take_twin(a, &x, "twin");
+	ops->close(b);
+	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
+	ops->close(a);
+
+	/* With several, fenced: a runs no request again, even once the name
+	 * is free (b has loaded the instance's executions as its own). */
+	a = open_n("twin", 2, "application_name=twin-a");
+	b = take_twin(a, &x, "twin-2");
 	ops->close(b);
 	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
 	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
