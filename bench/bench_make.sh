@@ -19,7 +19,9 @@
 # figure that many times, Carmy's and then the peers' in each round, and
 # the median round quoted. PG_BINDIR overrides where PostgreSQL's server
 # programs are found. CARMYD_ARGS adds options to carmyd's command line
-# (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'.
+# (split on blanks), e.g. CARMYD_ARGS='--spin-us 0'; PG_STORE_ARGS to the
+# PostgreSQL store's arguments, before the connection string, e.g.
+# PG_STORE_ARGS='connections=8'.
 set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
 store=${7:-memory} rounds=${8:-1}
@@ -118,7 +120,7 @@ elif [ "$store" = pg ]; then
 		echo "make bench-shared: needs PostgreSQL running and $plugin (libpq)" >&2
 		exit 1
 	fi
-	store_args=(--store "plugin:$plugin:instance=bench $pg_conninfo")
+	store_args=(--store "plugin:$plugin:instance=bench ${PG_STORE_ARGS:+$PG_STORE_ARGS }$pg_conninfo")
 	only=(--only msgpack-rt,cycle)
 fi
 mkfifo "$tmp/ready" || exit 1

@@ -79,9 +79,11 @@ EXTRA_DIST += bench/bench_restart.sh
 # make bench-shared: the same cycle through a carmyd whose store is
 # PostgreSQL itself (the PostgreSQL store, as one of several instances
 # would run), against PostgreSQL alone on the same cluster.
+# PG_STORE_ARGS: the store's arguments, e.g. PG_STORE_ARGS=connections=4.
 .PHONY: bench-shared
 bench-shared: all
-	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/bench/bench_make.sh $(builddir) \
+	CARMYD_ARGS='$(CARMYD_ARGS)' PG_STORE_ARGS='$(PG_STORE_ARGS)' \
+	bash $(top_srcdir)/bench/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_JOURNAL_OPS) $(CARMY_BENCH_JOURNAL_PROCS) \
 		$(CARMY_BENCH_JOURNAL_OPS) no $(CARMY_BENCH_PG) pg \
 		$(CARMY_BENCH_JOURNAL_ROUNDS)

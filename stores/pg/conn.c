@@ -1,10 +1,11 @@
 /*
  * conn.c - the PostgreSQL store's connection, made ready for requests:
  * the arguments, the connection and its defaults, the session's bounds,
- * the schema, the prepared statements, and the instance's name held as
- * a session advisory lock. The connection is non-blocking: every wait on
- * the server, sending included, is wait.c's, and bounded. At open (store_pg.c) and after every reconnect
- * (worker.c). Why each is as it is: the top of store_pg.c.
+ * the schema, the prepared statements, the instance's name held as a
+ * session advisory lock (worker 0's), and the instance's generation. The
+ * connection is non-blocking: every wait on the server, sending included,
+ * is wait.c's, and bounded. At open (store_pg.c) and after every
+ * reconnect (worker.c). Why each is as it is: the top of store_pg.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -56,6 +57,27 @@ static const char *const schema_sql[] = {
 	" ADD COLUMN IF NOT EXISTS args bytea,"
 	" ADD COLUMN IF NOT EXISTS args_len bigint,"
 	" ADD COLUMN IF NOT EXISTS result_format smallint",
+	/* Each instance's generation: open() adds one (pg_new_generation())
+	 * and every batch checks it (carmy_fence()). */
+	"CREATE TABLE IF NOT EXISTS carmy_instances ("
+	" name text PRIMARY KEY,"
+	" gen bigint NOT NULL)",
+	/* The fence, a batch's first statement: k, the instance's fence key
+	 * (pg_fence_key()), taken shared until the transaction ends, so that
+	 * a new generation waits for every batch in flight; then n's
+	 * generation must still be g, read after the lock (a volatile
+	 * function's statements each take a new snapshot in READ
+	 * COMMITTED). Else FENCE_STATE, and the whole batch rolls back. */
+	"CREATE OR REPLACE FUNCTION carmy_fence(k bigint, n text, g bigint)"
+	" RETURNS void LANGUAGE plpgsql VOLATILE AS $f$"
+	" BEGIN"
+	" PERFORM pg_advisory_xact_lock_shared(k);"
+	" IF NOT EXISTS (SELECT 1 FROM carmy_instances AS i"
+	" WHERE i.name = n AND i.gen = g) THEN"
+	" RAISE EXCEPTION 'instance % was opened again: generation % is"
+	" superseded', n, g USING ERRCODE = '" FENCE_STATE "';"
+	" END IF;"
+	" END $f$",
 	"COMMIT",
 };
 
@@ -220,6 +242,8 @@ const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_SETTLES] = { "carmy_settles", SETTLES_SQL, 9, { BYTEAARRAYOID,
 	  INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BYTEAARRAYOID,
 	  INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID } },
+	[ST_FENCE] = { "carmy_fence", "SELECT carmy_fence($1, $2, $3)", 3, {
+	  INT8OID, TEXTOID, INT8OID } },
 };
 
 static bool name_ok(const char *p, size_t n)
@@ -252,10 +276,29 @@ static int parse_timeout(const char *v, size_t n, char *err, size_t errlen)
 	return 0;
 }
 
-/* ARGS: [instance=NAME ][timeout=SECONDS ]CONNINFO, the first two in
- * either order; each value ends at the first space. */
-int pg_parse_args(const char *args, char *instance, const char **conninfo,
-		  char *err, size_t errlen)
+/* connections=N: 1 to CONNECTIONS_MAX workers. */
+static int parse_connections(const char *v, size_t n, unsigned *out,
+			     char *err, size_t errlen)
+{
+	unsigned long k = 0;
+	size_t i;
+
+	for (i = 0; i < n && i < 3 && v[i] >= '0' && v[i] <= '9'; i++)
+		k = k * 10 + (unsigned long)(v[i] - '0');
+	if (i == 0 || i != n || k < 1 || k > CONNECTIONS_MAX) {
+		snprintf(err, errlen, "connections=\"%.*s\" is not a number "
+			 "of connections from 1 to %d", n > 20 ? 20 : (int)n,
+			 v, CONNECTIONS_MAX);
+		return -EINVAL;
+	}
+	*out = (unsigned)k;
+	return 0;
+}
+
+/* ARGS: [instance=NAME ][timeout=SECONDS ][connections=N ]CONNINFO, the
+ * first three in any order; each value ends at the first space. */
+int pg_parse_args(const char *args, char *instance, unsigned *connections,
+		  const char **conninfo, char *err, size_t errlen)
 {
 	char host[256];
 	bool named = false;
@@ -264,7 +307,13 @@ int pg_parse_args(const char *args, char *instance, const char **conninfo,
 	for (;;) {
 		const char *v;
 
-		if (strncmp(args, "timeout=", 8) == 0) {
+		if (strncmp(args, "connections=", 12) == 0) {
+			v = args + 12;
+			n = strcspn(v, " ");
+			if (parse_connections(v, n, connections, err,
+					      errlen) != 0)
+				return -EINVAL;
+		} else if (strncmp(args, "timeout=", 8) == 0) {
 			v = args + 8;
 			n = strcspn(v, " ");
 			if (parse_timeout(v, n, err, errlen) != 0)
@@ -316,7 +365,7 @@ static void no_notices(void *arg, const char *msg)
 
 /* Connect, with defaults that conninfo overrides (it is expanded where
  * dbname stands, after them). Refuse a server without ON CONFLICT. */
-int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
+int pg_connect_db(struct pg_worker *s, const char *conninfo, char *err,
 		  size_t errlen)
 {
 	static const char *const keys[] = { "connect_timeout",
@@ -379,7 +428,8 @@ static int exec_ok(PGconn *c, const char *sql, const char *doing, char *err,
 
 /* CREATE ... IF NOT EXISTS still races with itself (two creators both
  * find the table absent): the advisory lock makes them take turns. It is
- * not run at all once the table, its index and its last column exist:
+ * not run at all once the tables, the index, the last column and the
+ * fence exist:
  * CREATE INDEX IF NOT EXISTS and ALTER TABLE take a lock on the table even
  * then, which waits for every instance's writes in flight and holds up
  * those behind it. */
@@ -391,7 +441,10 @@ int pg_create_schema(PGconn *c, char *err, size_t errlen)
 			     " IS NOT NULL AND EXISTS (SELECT 1 FROM"
 			     " pg_attribute WHERE attrelid ="
 			     " to_regclass('carmy_executions') AND attname ="
-			     " 'result_format' AND NOT attisdropped)");
+			     " 'result_format' AND NOT attisdropped) AND"
+			     " to_regclass('carmy_instances') IS NOT NULL AND"
+			     " to_regprocedure('carmy_fence(bigint,text,bigint)')"
+			     " IS NOT NULL");
 	bool exists = PQresultStatus(r) == PGRES_TUPLES_OK &&
 		      PQntuples(r) == 1 && PQnfields(r) == 1 &&
 		      strcmp(PQgetvalue(r, 0, 0), "t") == 0;
@@ -456,7 +509,7 @@ int pg_prepare_all(PGconn *c, char *err, size_t errlen)
 }
 
 /* A new connection, set up: 0, or why not in err. */
-int pg_reconnect(struct pg_store *s, char *err, size_t errlen)
+int pg_reconnect(struct pg_worker *s, char *err, size_t errlen)
 {
 	PQreset(s->conn);
 	if (PQstatus(s->conn) != CONNECTION_OK) {
@@ -493,7 +546,7 @@ static uint64_t name_hash(const char *name)
 
 /* The lock's one statement outside a pipeline: 0, -EBUSY (its holder
  * would not let go of it in time), or -EIO with a sentence in err. */
-static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
+static int name_sql(struct pg_worker *s, const char *sql, PGresult **out,
 		    char *err, size_t errlen)
 {
 	PGresult *r = pg_exec(s->conn, sql);
@@ -533,7 +586,7 @@ static int name_sql(struct pg_store *s, const char *sql, PGresult **out,
  * holder is told by the key as pg_locks shows it: high half in classid,
  * low half in objid, objsubid 1.
  */
-int pg_take_name(struct pg_store *s, const char *wait, bool at_open,
+int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
 		 char *err, size_t errlen)
 {
 	uint64_t h = name_hash(s->instance);
@@ -577,5 +630,81 @@ int pg_take_name(struct pg_store *s, const char *wait, bool at_open,
 		snprintf(err, errlen, "another carmyd is running as instance "
 			 "%s on this database (give each its own "
 			 "instance=NAME)", s->instance);
+	return rc;
+}
+
+/* The fence's advisory lock key: the name's, with a second seed, so that
+ * it is not the name's own lock. */
+int64_t pg_fence_key(const char *instance)
+{
+	uint64_t h = name_hash(instance) ^ 0x43617266656e6365u; /* "Carfence" */
+
+	h *= 1099511628211u;
+	return (int64_t)h;
+}
+
+/*
+ * A new generation of the instance, held in s->store->gen: in one
+ * transaction, the fence's key taken exclusive, which waits for every
+ * batch in flight of any carmyd of the name (each holds it shared to its
+ * commit), then the name's row given gen + 1 (1 for a new name). Every
+ * batch that starts after the commit finds the new value: one of an
+ * earlier generation fails its fence. At open, with the name held,
+ * before load(). 0, -EBUSY (a batch held the key past NAME_WAIT_OPEN), or
+ * -EIO with a sentence in err.
+ */
+int pg_new_generation(struct pg_worker *s, char *err, size_t errlen)
+{
+	struct pg_store *st = s->store;
+	char sql[256], msg[256];
+	PGresult *r;
+	const char *state;
+	int rc = exec_ok(s->conn, "BEGIN", "cannot begin a new generation",
+			 err, errlen);
+
+	if (rc == 0)
+		rc = exec_ok(s->conn, "SET LOCAL lock_timeout = "
+			     NAME_WAIT_OPEN, "cannot bound the generation's "
+			     "wait", err, errlen);
+	if (rc == 0) {
+		snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%"
+			 PRId64 ")", st->fence_key);
+		r = pg_exec(s->conn, sql);
+		state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			rc = state != NULL && strcmp(state, "55P03") == 0 ?
+			     -EBUSY : -EIO;
+			snprintf(err, errlen, "cannot fence the earlier "
+				 "generations of instance %s: %s",
+				 st->instance, pg_pq_error(r ?
+				 PQresultErrorMessage(r) :
+				 PQerrorMessage(s->conn), msg, sizeof(msg)));
+		}
+		PQclear(r);
+	}
+	if (rc == 0) {
+		/* The name is [A-Za-z0-9._-] (name_ok()): a literal. */
+		snprintf(sql, sizeof(sql), "INSERT INTO carmy_instances (name, "
+			 "gen) VALUES ('%s', 1) ON CONFLICT (name) DO UPDATE "
+			 "SET gen = carmy_instances.gen + 1 RETURNING gen",
+			 st->instance);
+		r = pg_exec(s->conn, sql);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
+		    PQntuples(r) != 1 || PQnfields(r) != 1 ||
+		    sscanf(PQgetvalue(r, 0, 0), "%" SCNd64, &st->gen) != 1) {
+			snprintf(err, errlen, "cannot take a new generation of "
+				 "instance %s: %s", st->instance,
+				 pg_pq_error(r ? PQresultErrorMessage(r) :
+					     PQerrorMessage(s->conn), msg,
+					     sizeof(msg)));
+			rc = -EIO;
+		}
+		PQclear(r);
+	}
+	if (rc == 0)
+		rc = exec_ok(s->conn, "COMMIT", "cannot commit a new "
+			     "generation", err, errlen);
+	if (rc != 0 && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+		PQclear(pg_exec(s->conn, "ROLLBACK"));
 	return rc;
 }

@@ -1,23 +1,24 @@
 /*
  * pg.h - what the files of the PostgreSQL store share, and nothing else:
- * struct pg_store, a batch's slots, the statements' table and the
- * functions one file calls in another. Private to the plugin: not
- * installed, and nothing here is exported from carmy_store_pg.so (the
- * declarations are hidden), whose one symbol is carmy_store_plugin.
+ * struct pg_store and its workers' struct pg_worker, a batch's slots,
+ * the statements' table and the functions one file calls in another.
+ * Private to the plugin: not installed, and nothing here is exported from
+ * carmy_store_pg.so (the declarations are hidden), whose one symbol is
+ * carmy_store_plugin.
  * What the store does, and why, is told at the top of store_pg.c.
  *
  * The files, from the top; each uses only files below it:
  *
  *   store_pg.c   carmy_store_plugin: open, load, submit, close
- *   worker.c     the thread that writes batches: order, runs, answers,
- *                withdrawals, backoff
+ *   worker.c     a worker: the thread that writes one connection's
+ *                batches: order, runs, answers, withdrawals, backoff
  *   send.c       a batch's statements, sent in one pipeline: a
  *                set-based statement for each group of RESERVEs and of
  *                settles, one statement for each other request
  *   read.c       their answers, read back to the sync
  *   conn.c       a connection made ready: arguments, connect, session,
  *                schema, the prepared statements (pg_stmts), the
- *                instance's name
+ *                instance's name and generation
  *   rows.c       what each statement found, and the rows load() reads
  *   util.c       lines on stderr, libpq's messages, hex
  */
@@ -64,6 +65,13 @@
 #define LOST (-ENOTCONN)	/* connection gone: reconnect, run again */
 #define RETRY (-EAGAIN)		/* rolled back by a conflict: again */
 #define WAITED (-ETIMEDOUT)	/* a statement timed out: see culprit */
+#define FENCED (-EBUSY)		/* the fence failed: superseded */
+
+/* connections=: workers, each with its own connection. */
+#define CONNECTIONS_MAX 16
+#define CONNECTIONS_DEFAULT 1
+/* The fence's SQLSTATE (conn.c: carmy_fence()), a class of its own. */
+#define FENCE_STATE "CY001"
 
 /* The columns of a record, as load() and RESERVE read them back. */
 #define ROW_COLS "principal, session, request_id, exec, fingerprint, " \
@@ -98,6 +106,7 @@ struct pg_stmt {
 enum {
 	ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW,
 	ST_RESERVES, ST_SETTLES,	/* set-based: arrays, one row each */
+	ST_FENCE,			/* each batch's first */
 	ST_COUNT
 };
 extern const struct pg_stmt pg_stmts[ST_COUNT];
@@ -113,7 +122,7 @@ struct slot {
 					 * unknown: may have committed */
 	bool kept;			/* RESERVE taken: standing holds the
 					 * row, pointing into a result in
-					 * pg_store.held */
+					 * pg_worker.held */
 	uint64_t until_ms;		/* a held COMPLETE: answered failed
 					 * from then on (CLOCK_MONOTONIC) */
 	int kind;			/* send.c's grouping kind, noted while
@@ -124,7 +133,7 @@ struct slot {
 
 /* One statement of a run: a set-based one for count >= SET_MIN slots
  * (RESERVEs or settles), else the one slot's own. sl points into
- * pg_store.live. */
+ * pg_worker.live. */
 struct step {
 	struct slot **sl;
 	uint32_t count;
@@ -155,18 +164,24 @@ struct held {
 	uint64_t until_ms;
 };
 
-struct pg_store {
+/* One worker: a thread and its connection, writing the batches of the
+ * requests routed to it (store_pg.c: route()) as the store's one worker
+ * would, with its own queue, withdrawals and held COMPLETEs. */
+struct pg_worker {
+	struct pg_store *store;
+	const char *instance;	/* store->instance */
+	unsigned index;		/* 0: holds the name, serves load() */
 	PGconn *conn;		/* the worker's; open's, load's, close's */
-	char instance[INSTANCE_MAX + 1];
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	struct carmy_store_req *head, **tail;	/* queued, under lock */
 	bool stopping;				/* under lock */
 	bool started;
-	pthread_t worker;
+	pthread_t thread;
 	/* The worker's own: */
 	bool session;		/* connected, session set up */
-	bool named;		/* and holding the name */
+	bool named;		/* and holding the name (worker 0; the
+				 * others have no name to hold) */
 	int down;		/* 0, or why requests fail (said on stderr) */
 	uint64_t retry_ms;	/* no reconnect before (CLOCK_MONOTONIC) */
 	unsigned backoff_ms;	/* the interval that led to it */
@@ -202,16 +217,31 @@ struct pg_store {
 	char why[256];		/* the last failure, for stderr */
 };
 
-/* worker.c: the thread; arg is the struct pg_store. */
-void *pg_worker(void *arg);
+/* The store: the instance, its generation, and its workers. */
+struct pg_store {
+	char instance[INSTANCE_MAX + 1];
+	/* The fence's key (conn.c: pg_fence_key()) and this open's
+	 * generation of the instance (carmy_instances.gen), which every
+	 * batch checks before it writes. */
+	int64_t fence_key;
+	int64_t gen;
+	/* A successor took the instance's generation: every worker fails
+	 * its requests from then on (__atomic, any worker sets it). */
+	bool fenced;
+	unsigned nworkers;	/* connections= */
+	struct pg_worker *w;	/* nworkers */
+};
+
+/* worker.c: a worker's thread; arg is its struct pg_worker. */
+void *pg_work(void *arg);
 
 /* send.c, read.c: one run of a batch, in pipeline mode. pg_send_batch
  * returns 0, LOST or -ENOMEM (the sync sent: pg_read_to_sync(s, rc)
  * then). */
-int pg_send_batch(struct pg_store *s, size_t n);
-void pg_free_arrays(struct pg_store *s);
-int pg_read_batch(struct pg_store *s);
-int pg_read_to_sync(struct pg_store *s, int rc);
+int pg_send_batch(struct pg_worker *s, size_t n);
+void pg_free_arrays(struct pg_worker *s);
+int pg_read_batch(struct pg_worker *s);
+int pg_read_to_sync(struct pg_worker *s, int rc);
 
 /* wait.c: PQgetResult() and PQexec() with every wait, for the answer and
  * for the socket to take what libpq holds to send (the connection is
@@ -223,21 +253,23 @@ PGresult *pg_get_result(PGconn *c);
 PGresult *pg_exec(PGconn *c, const char *sql);
 
 /* conn.c */
-int pg_parse_args(const char *args, char *instance, const char **conninfo,
-		  char *err, size_t errlen);
-int pg_connect_db(struct pg_store *s, const char *conninfo, char *err,
+int pg_parse_args(const char *args, char *instance, unsigned *connections,
+		  const char **conninfo, char *err, size_t errlen);
+int pg_connect_db(struct pg_worker *s, const char *conninfo, char *err,
 		  size_t errlen);
-int pg_reconnect(struct pg_store *s, char *err, size_t errlen);
+int pg_reconnect(struct pg_worker *s, char *err, size_t errlen);
 int pg_create_schema(PGconn *c, char *err, size_t errlen);
 int pg_setup_session(PGconn *c, char *err, size_t errlen);
 int pg_prepare_all(PGconn *c, char *err, size_t errlen);
-int pg_take_name(struct pg_store *s, const char *wait, bool at_open,
+int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
 		 char *err, size_t errlen);
+int64_t pg_fence_key(const char *instance);
+int pg_new_generation(struct pg_worker *s, char *err, size_t errlen);
 
 /* rows.c */
-int pg_judge(struct pg_store *s, struct slot *sl, PGresult *r);
-int pg_judge_set(struct pg_store *s, const struct step *st, PGresult *r);
-void pg_drop_held(struct pg_store *s);
+int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r);
+int pg_judge_set(struct pg_worker *s, const struct step *st, PGresult *r);
+void pg_drop_held(struct pg_worker *s);
 int pg_decode_row(const PGresult *r, int row, int base,
 		  struct carmy_store_record *rec);
 

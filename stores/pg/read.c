@@ -1,8 +1,9 @@
 /*
  * read.c - one run of a batch, its answers read back in the order sent, up
  * to and including the sync: each command's outcome, what a failure means
- * for the run (RETRY, WAITED, LOST or -EIO), and each statement's rows
- * handed to pg_judge() or, for a set-based one, pg_judge_set() (rows.c).
+ * for the run (FENCED, RETRY, WAITED, LOST or -EIO), and each statement's
+ * rows handed to pg_judge() or, for a set-based one, pg_judge_set()
+ * (rows.c).
  * The run committed if every statement succeeded and the sync came with
  * nothing before it (a commit that fails at the sync says so first).
  */
@@ -42,14 +43,17 @@ static PGresult *next_result(PGconn *c)
 	return r;
 }
 
-/* Why a command failed: RETRY or WAITED for what a rerun resolves, else
- * -EIO with the server's words in s->why. */
-static int failure(struct pg_store *s, const PGresult *r)
+/* Why a command failed: FENCED (the fence: superseded), RETRY or WAITED
+ * for what a rerun resolves, else -EIO with the server's words in
+ * s->why. */
+static int failure(struct pg_worker *s, const PGresult *r)
 {
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
 
 	pg_pq_error(PQresultErrorMessage(r), s->why, sizeof(s->why));
+	if (state != NULL && strcmp(state, FENCE_STATE) == 0)
+		return FENCED;
 	if (state != NULL && (strcmp(state, "40P01") == 0 ||
 			      strcmp(state, "40001") == 0))
 		return RETRY;
@@ -82,7 +86,7 @@ static int to_sync(PGconn *c, int rc)
 }
 
 /* One command's answer: rc 0 and the result, or why it failed. */
-static int command(struct pg_store *s, PGresult *r)
+static int command(struct pg_worker *s, PGresult *r)
 {
 	ExecStatusType st = PQresultStatus(r);
 
@@ -96,15 +100,15 @@ static int command(struct pg_store *s, PGresult *r)
 	return -EIO;
 }
 
-int pg_read_to_sync(struct pg_store *s, int rc)
+int pg_read_to_sync(struct pg_worker *s, int rc)
 {
 	return to_sync(s->conn, rc);
 }
 
 /* A statement of s->steps answered: judged, or why the run fails. A
  * set-based one that timed out cannot name its culprit: the batch runs
- * singly from then on (pg_store.single). */
-static int read_step(struct pg_store *s, const struct step *st)
+ * singly from then on (pg_worker.single). */
+static int read_step(struct pg_worker *s, const struct step *st)
 {
 	PGresult *r = next_result(s->conn);
 	int rc = command(s, r);
@@ -124,15 +128,21 @@ static int read_step(struct pg_store *s, const struct step *st)
 	return rc;
 }
 
-/* The withdrawals', then the steps' answers, then the sync: with nothing
- * before it, the implicit transaction committed; an error there is the
- * commit's own (a failure as any statement's). */
-int pg_read_batch(struct pg_store *s)
+/* The fence's (several connections), the withdrawals', then the steps'
+ * answers, then the sync: with nothing before it, the implicit
+ * transaction committed; an error there is the commit's own (a failure
+ * as any statement's). */
+int pg_read_batch(struct pg_worker *s)
 {
 	PGconn *c = s->conn;
 	PGresult *r;
 	int rc = 0;
 
+	if (s->store->nworkers > 1) {
+		r = next_result(c);
+		rc = command(s, r);
+		PQclear(r);
+	}
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd) && rc == 0; i++) {
 		r = next_result(c);
 		rc = command(s, r);

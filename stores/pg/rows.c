@@ -244,7 +244,7 @@ static bool judge_row(struct slot *sl, const PGresult *r, int row, int base)
 }
 
 /* r kept for the slots that point into it, or cleared. */
-static void keep_or_clear(struct pg_store *s, PGresult *r, bool keep)
+static void keep_or_clear(struct pg_worker *s, PGresult *r, bool keep)
 {
 	if (keep)
 		s->held[s->nheld++] = r;	/* at most one a step */
@@ -254,7 +254,7 @@ static void keep_or_clear(struct pg_store *s, PGresult *r, bool keep)
 
 /* What sl's statement found: sl->rc and sl->again, tentatively. Takes r.
  * Returns 0, or -EIO if r is not the shape its statement has. */
-int pg_judge(struct pg_store *s, struct slot *sl, PGresult *r)
+int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r)
 {
 	const struct carmy_store_req *req = sl->req;
 
@@ -275,7 +275,7 @@ int pg_judge(struct pg_store *s, struct slot *sl, PGresult *r)
 /* What a set-based statement found for each slot of st: one row a slot,
  * in their order, its ordinal first (from 1). Takes r. Returns 0, or -EIO
  * if r is not that shape. */
-int pg_judge_set(struct pg_store *s, const struct step *st, PGresult *r)
+int pg_judge_set(struct pg_worker *s, const struct step *st, PGresult *r)
 {
 	bool keep = false;
 	int64_t i;
@@ -300,7 +300,7 @@ int pg_judge_set(struct pg_store *s, const struct step *st, PGresult *r)
 }
 
 /* The results kept for answered or forgotten slots. */
-void pg_drop_held(struct pg_store *s)
+void pg_drop_held(struct pg_worker *s)
 {
 	for (size_t i = 0; i < s->nheld; i++)
 		PQclear(s->held[i]);

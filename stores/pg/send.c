@@ -10,7 +10,7 @@
  * as one set-based statement (conn.c: ST_RESERVES, ST_SETTLES) whose
  * parameters are arrays, an element a request; a group under SET_MIN,
  * every other request, and every request once the batch runs singly
- * (pg_store.single), as a statement of its own. The statements sent are
+ * (pg_worker.single), as a statement of its own. The statements sent are
  * listed in s->steps for read.c. Every value is a bound parameter, bytea
  * and integers in binary.
  */
@@ -211,7 +211,7 @@ static bool arr_int(struct pg_arr *a, uint64_t v, int size)
 	return arr_put(a, b, (uint32_t)size);
 }
 
-void pg_free_arrays(struct pg_store *s)
+void pg_free_arrays(struct pg_worker *s)
 {
 	for (int k = 0; k < RESERVE_COLS; k++) {
 		free(s->arr[k].p);
@@ -221,7 +221,7 @@ void pg_free_arrays(struct pg_store *s)
 }
 
 /* The arrays' headers, after making room for them. */
-static bool arrs_start(struct pg_store *s, const uint32_t *oids, int n)
+static bool arrs_start(struct pg_worker *s, const uint32_t *oids, int n)
 {
 	for (int k = 0; k < n; k++) {
 		s->arr[k].len = 0;
@@ -232,7 +232,7 @@ static bool arrs_start(struct pg_store *s, const uint32_t *oids, int n)
 	return true;
 }
 
-static int send_arrays(struct pg_store *s, int st, int narr)
+static int send_arrays(struct pg_worker *s, int st, int narr)
 {
 	const char *v[RESERVE_COLS + 1];
 	int len[RESERVE_COLS + 1], fmt[RESERVE_COLS + 1];
@@ -250,7 +250,7 @@ static int send_arrays(struct pg_store *s, int st, int narr)
 }
 
 /* ST_RESERVES for a group: 0, LOST or -ENOMEM. */
-static int send_reserves(struct pg_store *s, const struct step *st)
+static int send_reserves(struct pg_worker *s, const struct step *st)
 {
 	static const uint32_t oids[RESERVE_COLS] = { BYTEAOID, BYTEAOID,
 		BYTEAOID, BYTEAOID, BYTEAOID, BYTEAOID, INT8OID, INT8OID,
@@ -282,7 +282,7 @@ static int send_reserves(struct pg_store *s, const struct step *st)
 
 /* ST_SETTLES for a group: 0, LOST or -ENOMEM. COMPLETE's resolved_*
  * are NULL. */
-static int send_settles(struct pg_store *s, const struct step *st)
+static int send_settles(struct pg_worker *s, const struct step *st)
 {
 	static const uint32_t oids[8] = { BYTEAOID, INT8OID, INT4OID,
 		INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID };
@@ -340,7 +340,7 @@ static size_t weight(const struct carmy_store_req *req)
 
 /* Groups under SET_MIN become a statement a request, in place (from the
  * end, as the steps only grow in number); the others set-based. */
-static void split_small(struct pg_store *s)
+static void split_small(struct pg_worker *s)
 {
 	size_t total = 0, to;
 
@@ -365,7 +365,7 @@ static void split_small(struct pg_store *s)
 /* s->live and s->steps for this run: the unanswered slots in s->order,
  * consecutive ones of a kind grouped (never across a request that may
  * free an identity, answered or not), up to SET_BYTES_MAX a group. */
-static void make_steps(struct pg_store *s, size_t n)
+static void make_steps(struct pg_worker *s, size_t n)
 {
 	size_t nlive = 0, bytes = 0;
 	struct step *open = NULL;
@@ -405,16 +405,37 @@ static void make_steps(struct pg_store *s, size_t n)
 	split_small(s);
 }
 
-/* The withdrawals, the unanswered slots' statements (s->steps) and the
- * sync that commits them: queued, then flushed by the sync. 0; LOST (the
- * connection is reset after); -ENOMEM with a failing statement queued
- * before the sync, so that nothing commits (read to the sync). */
-int pg_send_batch(struct pg_store *s, size_t n)
+/* The fence (conn.c: carmy_fence()): the batch commits only while this
+ * store's generation is the instance's. With one connection there is
+ * none: it holds the name whenever it runs a batch (store_pg.c,
+ * Fencing). */
+static bool send_fence(struct pg_worker *s)
+{
+	uint8_t key[8], gen[8];
+	const char *v[3] = { (const char *)key, s->instance,
+			     (const char *)gen };
+	int len[3] = { 8, (int)strlen(s->instance), 8 };
+	int fmt[3] = { 1, 1, 1 };
+
+	put_be(key, (uint64_t)s->store->fence_key, 8);
+	put_be(gen, (uint64_t)s->store->gen, 8);
+	return PQsendQueryPrepared(s->conn, pg_stmts[ST_FENCE].name, 3, v, len,
+				   fmt, 1);
+}
+
+/* The fence (several connections), the withdrawals, the unanswered
+ * slots' statements (s->steps) and the sync that commits them: queued,
+ * then flushed by the sync. 0; LOST (the connection is reset after);
+ * -ENOMEM with a failing statement queued before the sync, so that
+ * nothing commits (read to the sync). */
+int pg_send_batch(struct pg_worker *s, size_t n)
 {
 	PGconn *c = s->conn;
 	int rc = 0;
 
 	make_steps(s, n);
+	if (s->store->nworkers > 1 && !send_fence(s))
+		return LOST;
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd); i++)
 		if (!send_withdraw(c, &s->wd[i], s->instance))
 			return LOST;

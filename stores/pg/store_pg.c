@@ -3,7 +3,8 @@
  * stores") through which several carmyds, on one host or many, record into
  * one database and reserve every identity once between them.
  *
- *   carmyd --store plugin:PKGLIBDIR/carmy_store_pg.so:[instance=NAME ]CONNINFO
+ *   carmyd --store plugin:PKGLIBDIR/carmy_store_pg.so:[instance=NAME ]
+ *         [timeout=SECONDS ][connections=N ]CONNINFO
  *
  * CONNINFO is any libpq connection string, keywords or URI
  * ("host=db dbname=carmy user=carmyd", "postgresql://db/carmy"). Under it
@@ -16,18 +17,23 @@
  * fallback_application_name=carmyd; the string overrides any of them.
  * Point it at a primary (target_session_attrs=read-write with several
  * hosts), directly or through a pooler in session mode: statements are
- * prepared, and the instance's name held, once per connection.
+ * prepared, and the instance's name held, once per connection. N (1 to
+ * 16, default 1) is how many connections the store writes through
+ * ("Several connections" below); SECONDS, how long a server may stay
+ * silent (wait.c).
  *
  * NAME is this carmyd among those sharing the database, 1 to 64 bytes of
  * [A-Za-z0-9._-], the host name by default. load() selects on it, and only
  * the instance that made an execution completes, releases or resolves it,
  * so two carmyds sharing one database must not share a name (two on one
  * host: give both one): each would take the other's running executions
- * for interrupted ones. The store enforces it: each connection holds a
- * session advisory lock keyed on the name (a 64-bit hash of it), taken at
- * open, where another carmyd of the name makes open fail, and taken again
- * after every reconnect before any request runs; while another session
- * holds it, every request fails (-EBUSY). A holder busy with a statement
+ * for interrupted ones. The store enforces it: worker 0's connection
+ * holds a session advisory lock keyed on the name (a 64-bit hash of it),
+ * taken at open, where another carmyd of the name makes open fail, and
+ * taken again after every reconnect before any request runs on it; while
+ * another session holds it, its requests fail (-EBUSY). The other
+ * connections hold no lock: the fence below keeps them in step. A holder
+ * busy with a statement
  * may be the backend of a carmyd that died (kill -9 mid-batch) and has not
  * noticed yet, and one idle at open the backend of a carmyd that just
  * stopped, still exiting: open waits up to 10 s for the name to be let go
@@ -37,8 +43,33 @@
  * carmyd that comes back after a reboot must keep its name to find its
  * executions again.
  *
+ * Fencing. With several connections, one of them may be lost (a
+ * failover, pg_terminate_backend) and a second carmyd of the name take
+ * the name meanwhile, while this one's other connections are still up.
+ * So each open takes a new generation of the name: after taking the
+ * name, before load(), in one transaction it takes the name's fence key
+ * (a second advisory key, pg_fence_key()) exclusive and adds one to the
+ * name's row of carmy_instances (name, gen), keeping the new value; and
+ * every batch, on every connection, starts with carmy_fence(key, name,
+ * gen), which takes the key shared until the batch's commit and raises
+ * FENCE_STATE unless the row still holds this open's generation (read
+ * after the lock: a new snapshot in READ COMMITTED). The exclusive lock
+ * waits for every batch in flight of an earlier generation to end, and
+ * every batch after it finds the new generation: no batch of a
+ * superseded carmyd commits after its successor's load(). A batch that
+ * fails its fence rolls back; the store then fails every request of
+ * every connection (-EBUSY) for good, says so once, and lets go of the
+ * name. Advisory locks taken in a transaction write no WAL, unlike a row
+ * lock (SELECT ... FOR SHARE) would, at every batch. With one connection
+ * (connections=1) batches run no fence (0.02 ms of the backend's a
+ * batch, measured with pgbench: 7% of a one-request batch's time):
+ * the connection holds the name whenever it runs a batch, so no batch of it
+ * commits while a successor runs. It can still commit after a successor
+ * that has stopped since, as every carmyd could with one connection.
+ *
  * The schema, created at open if absent (under an advisory lock, in one
- * transaction, so that instances starting together do not race on it):
+ * transaction, so that instances starting together do not race on it),
+ * with carmy_instances and carmy_fence() above:
  *
  *   carmy_executions (principal, session, request_id: bytea, the primary
  *     key; exec bytea UNIQUE; instance text; fingerprint, rawprint bytea;
@@ -82,8 +113,9 @@
  *             purges the copy it replayed of another's result, and with it
  *             the record (carmy_store.h).
  *
- * Group commit. One thread owns the connection. submit() queues and
- * returns; the thread takes everything queued as one batch and sends it in
+ * Group commit. One thread (a worker) owns each connection. submit()
+ * queues on one worker and returns; the worker takes everything queued
+ * on it as one batch and sends it in
  * one pipeline (libpq pipeline mode): the statements and a sync, which the
  * server runs as one transaction (the protocol's implicit one, READ
  * COMMITTED and writable by the session's defaults) and commits at the
@@ -116,8 +148,36 @@
  * transaction that could still have failed, and carmyd must not act on a
  * reservation whose outcome the store has not settled.
  *
+ * Several connections. One connection runs one batch at a time, a
+ * round trip, its statements and a WAL flush (about 1 ms); N workers,
+ * each as above with its own connection, queue, withdrawals, held
+ * COMPLETEs and backoff, run N batches at once, whose commits the server
+ * overlaps. That pays where the server's flushes are what a connection
+ * waits for; where its CPUs are (bench-shared on two CPUs shared with the
+ * server and the clients), the smaller batches of several connections
+ * cost more than one connection's: so one by default (docs/performance.md
+ * has the figures). submit() routes a RESERVE to the worker of its identity's
+ * hash, and every other request (which carries only the exec id) to the
+ * worker of its exec id's hash. That keeps each order a worker relies on
+ * within one worker: a RESERVE answered failed that may have committed is
+ * withdrawn at the head of its worker's next transaction, which is the
+ * worker any later RESERVE of that identity goes to, so the withdrawal
+ * still comes first; two RESERVEs of one identity meet in one worker's
+ * set, in order; a held COMPLETE runs at the head of its worker's next
+ * batch, the worker any later RELEASE, RESOLVE or PURGE of that exec id
+ * goes to. What no longer shares a worker is a request that frees an
+ * identity (RELEASE, RESOLVE not committed, PURGE: by exec id) and a
+ * later RESERVE of that identity (by identity), which plan() keeps in
+ * order within a batch; carmyd never has both in flight: the entry stays
+ * pending until a RELEASE or RESOLVE is answered, a PURGE's caller waits
+ * for its answer (carmy_store.h, "Shared stores"), and an answer comes
+ * after the commit, which the RESERVE's transaction then sees. A COMPLETE
+ * follows its RESERVE's answer likewise. Two workers of one instance hold
+ * disjoint identities, so they never wait on each other's inserts; the
+ * rows their other statements touch are by exec id, disjoint too.
+ *
  * Waits are bounded. A RESERVE waits for any uncommitted insert or delete
- * of its identity, and the one worker with it: an operator's open
+ * of its identity, and the worker with it: an operator's open
  * transaction, or another instance frozen mid-batch, would stall every
  * request of this one. So each session sets lock_timeout 2s,
  * statement_timeout 30s and idle_in_transaction_session_timeout 60s (the
@@ -174,11 +234,12 @@
  * RESERVE that finds one standing fails -EBADMSG.
  *
  * This file is the plugin's entry: carmy_store_plugin, open, load, submit
- * and close. The worker and what it calls live in the files below it,
- * listed in pg.h: worker.c (batches: their order, runs and answers, the
- * withdrawals, the backoff), send.c and read.c (one run's pipeline),
- * conn.c (the connection, its session, the schema, the statements and the
- * instance's name), rows.c (what the statements found) and util.c.
+ * (and its routing) and close. The workers and what they call live in the
+ * files below it, listed in pg.h: worker.c (batches: their order, runs
+ * and answers, the withdrawals, the backoff), send.c and read.c (one
+ * run's pipeline), conn.c (the connection, its session, the schema, the
+ * statements, the instance's name and generation), rows.c (what the
+ * statements found) and util.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -217,10 +278,62 @@ const struct carmy_store_ops carmy_store_plugin = {
 
 /* ---------------------------------------------------------------- API */
 
+/* A worker's arrays, lock and queue; no connection yet. */
+static int worker_init(struct pg_store *s, unsigned i)
+{
+	struct pg_worker *w = &s->w[i];
+
+	w->store = s;
+	w->instance = s->instance;
+	w->index = i;
+	w->tail = &w->head;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->wake, NULL);
+	w->slots = calloc(BATCH_MAX, sizeof(*w->slots));
+	w->order = calloc(BATCH_MAX, sizeof(*w->order));
+	w->wd = calloc(WITHDRAW_MAX, sizeof(*w->wd));
+	w->live = calloc(BATCH_MAX, sizeof(*w->live));
+	w->steps = calloc(BATCH_MAX, sizeof(*w->steps));
+	w->held = calloc(BATCH_MAX, sizeof(*w->held));
+	if (w->slots == NULL || w->order == NULL || w->wd == NULL ||
+	    w->live == NULL || w->steps == NULL || w->held == NULL)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Worker 0's connection: the name, the schema, a new generation (before
+ * load(), which runs on it); then each other worker's. */
+static int connect_all(struct pg_store *s, const char *conninfo, char *err,
+		       size_t errlen)
+{
+	struct pg_worker *w0 = &s->w[0];
+	int rc = pg_connect_db(w0, conninfo, err, errlen);
+
+	if (rc == 0)
+		rc = pg_setup_session(w0->conn, err, errlen);
+	if (rc == 0)
+		rc = pg_take_name(w0, NAME_WAIT_OPEN, true, err, errlen);
+	if (rc == 0)
+		rc = pg_create_schema(w0->conn, err, errlen);
+	if (rc == 0)
+		rc = pg_new_generation(w0, err, errlen);
+	if (rc == 0)
+		rc = pg_prepare_all(w0->conn, err, errlen);
+	for (unsigned i = 1; i < s->nworkers && rc == 0; i++) {
+		rc = pg_connect_db(&s->w[i], conninfo, err, errlen);
+		if (rc == 0)
+			rc = pg_setup_session(s->w[i].conn, err, errlen);
+		if (rc == 0)
+			rc = pg_prepare_all(s->w[i].conn, err, errlen);
+	}
+	return rc;
+}
+
 static int pg_open(const char *args, void **store, char *err, size_t errlen)
 {
 	struct pg_store *s;
 	const char *conninfo;
+	unsigned n = CONNECTIONS_DEFAULT;
 	int rc;
 
 	*store = NULL;
@@ -229,45 +342,39 @@ static int pg_open(const char *args, void **store, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	s->tail = &s->head;
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->wake, NULL);
-	rc = pg_parse_args(args ? args : "", s->instance, &conninfo, err,
+	rc = pg_parse_args(args ? args : "", s->instance, &n, &conninfo, err,
 			   errlen);
-	if (rc == 0)
-		rc = pg_connect_db(s, conninfo, err, errlen);
-	if (rc == 0)
-		rc = pg_setup_session(s->conn, err, errlen);
-	if (rc == 0)
-		rc = pg_take_name(s, NAME_WAIT_OPEN, true, err, errlen);
-	if (rc == 0)
-		rc = pg_create_schema(s->conn, err, errlen);
-	if (rc == 0)
-		rc = pg_prepare_all(s->conn, err, errlen);
-	if (rc == 0) {
-		s->slots = calloc(BATCH_MAX, sizeof(*s->slots));
-		s->order = calloc(BATCH_MAX, sizeof(*s->order));
-		s->wd = calloc(WITHDRAW_MAX, sizeof(*s->wd));
-		s->live = calloc(BATCH_MAX, sizeof(*s->live));
-		s->steps = calloc(BATCH_MAX, sizeof(*s->steps));
-		s->held = calloc(BATCH_MAX, sizeof(*s->held));
-		if (s->slots == NULL || s->order == NULL || s->wd == NULL ||
-		    s->live == NULL || s->steps == NULL || s->held == NULL) {
+	if (rc != 0) {
+		free(s);
+		return rc;
+	}
+	s->fence_key = pg_fence_key(s->instance);
+	s->w = calloc(n, sizeof(*s->w));
+	if (s->w == NULL) {
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	s->nworkers = n;
+	for (unsigned i = 0; i < n; i++)
+		if (worker_init(s, i) != 0 && rc == 0) {
 			snprintf(err, errlen, "out of memory");
 			rc = -ENOMEM;
 		}
-	}
-	if (rc == 0) {
+	if (rc == 0)
+		rc = connect_all(s, conninfo, err, errlen);
+	for (unsigned i = 0; i < n && rc == 0; i++) {
+		struct pg_worker *w = &s->w[i];
 		int e;
 
-		s->session = s->named = true;
-		e = pthread_create(&s->worker, NULL, pg_worker, s);
+		w->session = w->named = true;
+		e = pthread_create(&w->thread, NULL, pg_work, w);
 		if (e != 0) {
 			snprintf(err, errlen, "cannot start the PostgreSQL "
 				 "store's thread: %s", strerror(e));
 			rc = -e;
 		}
-		s->started = e == 0;
+		w->started = e == 0;
 	}
 	if (rc != 0) {
 		pg_close(s);
@@ -298,7 +405,7 @@ static int load_end(PGconn *c, int rc)
 static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 {
 	struct pg_store *s = store;
-	PGconn *c = s->conn;
+	PGconn *c = s->w[0].conn;
 	const char *params[1] = { s->instance };
 	PGresult *r;
 	int rc = 0;
@@ -365,52 +472,101 @@ static int pg_load(void *store, carmy_store_each_fn each, void *arg)
 	return load_end(c, rc);
 }
 
+/* FNV-1a, 64 bits, of n bytes, from h. */
+static uint64_t fnv(uint64_t h, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 1099511628211u;
+	}
+	return h;
+}
+
+/* The worker that writes req: a RESERVE by its identity's hash, every
+ * other request (which carries only the exec id) by its exec id's (the
+ * top of this file, "Several connections"). */
+static struct pg_worker *route(struct pg_store *s,
+			       const struct carmy_store_req *req)
+{
+	const struct carmy_store_record *r = req->rec;
+	uint64_t h = 14695981039346656037u;
+
+	if (s->nworkers == 1)
+		return &s->w[0];
+	if (req->op == CARMY_STORE_RESERVE) {
+		for (int k = 0; k < 3; k++) {
+			uint8_t len[2] = { (uint8_t)(r->len[k] >> 8),
+					   (uint8_t)r->len[k] };
+
+			h = fnv(h, len, 2);
+			h = fnv(h, r->part[k], r->len[k]);
+		}
+	} else {
+		h = fnv(h, r->exec, 16);
+	}
+	return &s->w[h % s->nworkers];
+}
+
 static void pg_submit(void *store, struct carmy_store_req *req)
 {
-	struct pg_store *s = store;
+	struct pg_worker *w;
 	int rc = check_req(req);
 
 	if (rc != 0) {
 		req->done(req, rc);
 		return;
 	}
+	w = route(store, req);
 	req->next = NULL;
-	pthread_mutex_lock(&s->lock);
-	*s->tail = req;
-	s->tail = &req->next;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_lock(&w->lock);
+	*w->tail = req;
+	w->tail = &req->next;
+	pthread_mutex_unlock(&w->lock);
 	/* After the unlock: woken under it, the worker would wait for the
 	 * lock at once (a second sleep and wake-up a request). */
-	pthread_cond_signal(&s->wake);
+	pthread_cond_signal(&w->wake);
 }
 
 /* Nothing is in flight (carmyd waits), but a queue left over would still
- * be written and answered by the worker before it stops. */
+ * be written and answered by its worker before it stops. Every worker is
+ * told at once, so that their last batches run together; worker 0's
+ * connection, and with its session the name, goes last. */
 static void pg_close(void *store)
 {
 	struct pg_store *s = store;
 
 	if (s == NULL)
 		return;
-	if (s->started) {
-		pthread_mutex_lock(&s->lock);
-		s->stopping = true;
-		pthread_cond_signal(&s->wake);
-		pthread_mutex_unlock(&s->lock);
-		pthread_join(s->worker, NULL);
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		struct pg_worker *w = &s->w[i];
+
+		if (!w->started)
+			continue;
+		pthread_mutex_lock(&w->lock);
+		w->stopping = true;
+		pthread_cond_signal(&w->wake);
+		pthread_mutex_unlock(&w->lock);
 	}
-	PQfinish(s->conn);	/* and with the session, the name */
-	for (size_t i = 0; i < s->nwd; i++)
-		free(s->wd[i].id);
-	free(s->wd);
-	pg_free_arrays(s);
-	free(s->held);
-	free(s->steps);
-	free(s->live);
-	free(s->order);
-	free(s->slots);
-	pthread_cond_destroy(&s->wake);
-	pthread_mutex_destroy(&s->lock);
+	for (unsigned i = s->nworkers; i-- > 0;) {
+		struct pg_worker *w = &s->w[i];
+
+		if (w->started)
+			pthread_join(w->thread, NULL);
+		PQfinish(w->conn);
+		if (w->wd != NULL)
+			for (size_t k = 0; k < w->nwd; k++)
+				free(w->wd[k].id);
+		free(w->wd);
+		pg_free_arrays(w);
+		free(w->held);
+		free(w->steps);
+		free(w->live);
+		free(w->order);
+		free(w->slots);
+		pthread_cond_destroy(&w->wake);
+		pthread_mutex_destroy(&w->lock);
+	}
+	free(s->w);
 	free(s);
 }
 

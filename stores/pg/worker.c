@@ -1,11 +1,12 @@
 /*
- * worker.c - the PostgreSQL store's thread: it takes what submit()
- * queued, up to BATCH_MAX requests, puts their statements in an order
- * every instance shares, runs them as one transaction (send.c, read.c)
- * until each is answered, reconnects with a backoff when the connection
- * is gone, withdraws the RESERVEs that failed but may have committed, and
- * sends again the COMPLETEs whose commit's answer was lost until the
- * database takes them. Why: the top of store_pg.c.
+ * worker.c - a thread of the PostgreSQL store, one a connection: it takes
+ * what submit() queued on it, up to BATCH_MAX requests, puts their
+ * statements in an order every instance shares, runs them as one
+ * transaction (send.c, read.c) until each is answered, reconnects with a
+ * backoff when the connection is gone, withdraws the RESERVEs that failed
+ * but may have committed, and sends again the COMPLETEs whose commit's
+ * answer was lost until the database takes them. Why: the top of
+ * store_pg.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,9 +28,9 @@
 #define BACKOFF_MIN_MS 200	/* after a failed reconnect */
 #define BACKOFF_MAX_MS 2000
 
-static void plan(struct pg_store *s, size_t n);
-static void run_batch(struct pg_store *s, size_t n);
-static int run_once(struct pg_store *s, size_t n);
+static void plan(struct pg_worker *s, size_t n);
+static void run_batch(struct pg_worker *s, size_t n);
+static int run_once(struct pg_worker *s, size_t n);
 
 static uint64_t now_ms(void)
 {
@@ -38,7 +39,7 @@ static uint64_t now_ms(void)
 
 /* The held COMPLETEs into slots[0..), each still of unknown outcome: the
  * head of the next batch. Their number. */
-static size_t take_held(struct pg_store *s)
+static size_t take_held(struct pg_worker *s)
 {
 	size_t n = s->nhold;
 
@@ -54,7 +55,7 @@ static size_t take_held(struct pg_store *s)
 
 /* When the held COMPLETEs run again with nothing queued: after the
  * backoff, or when one of carmyd's is to be answered. */
-static uint64_t held_next_ms(const struct pg_store *s)
+static uint64_t held_next_ms(const struct pg_worker *s)
 {
 	uint64_t next = s->hold_retry_ms;
 
@@ -65,7 +66,7 @@ static uint64_t held_next_ms(const struct pg_store *s)
 }
 
 /* Under s->lock: wait for requests, or for the held ones' next run. */
-static void wait_for_work(struct pg_store *s)
+static void wait_for_work(struct pg_worker *s)
 {
 	uint64_t now = now_ms(), next;
 	struct timespec dl;
@@ -88,7 +89,7 @@ static void wait_for_work(struct pg_store *s)
 	pthread_cond_timedwait(&s->wake, &s->lock, &dl);
 }
 
-static bool held_due(const struct pg_store *s)
+static bool held_due(const struct pg_worker *s)
 {
 	return s->nhold > 0 && held_next_ms(s) <= now_ms();
 }
@@ -96,7 +97,7 @@ static bool held_due(const struct pg_store *s)
 /* At close: one last attempt at what is left to withdraw and the held
  * COMPLETEs, whatever the backoff, then name what stands for an operator
  * to resolve. */
-static void at_close(struct pg_store *s)
+static void at_close(struct pg_worker *s)
 {
 	char exec_text[EXECID_TEXT_LEN + 1];
 	size_t n;
@@ -116,9 +117,9 @@ static void at_close(struct pg_store *s)
 
 /* Take what is queued, up to BATCH_MAX after the held COMPLETEs, and
  * write it; until close. */
-void *pg_worker(void *arg)
+void *pg_work(void *arg)
 {
-	struct pg_store *s = arg;
+	struct pg_worker *s = arg;
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
@@ -147,18 +148,35 @@ void *pg_worker(void *arg)
 }
 
 
+/* Fenced: the name goes (worker 0's), for the next carmyd of it, and is
+ * never taken again. */
+static void let_go_name(struct pg_worker *s)
+{
+	if (!s->named || s->index != 0)
+		return;
+	s->named = false;
+	if (s->session && PQstatus(s->conn) == CONNECTION_OK)
+		PQclear(pg_exec(s->conn, "SELECT pg_advisory_unlock_all()"));
+}
+
 /*
  * The connection, working, set up and holding the instance's name, for a
  * batch: 0, or why not (s->why says more). After a failed reconnect,
  * batches fail at once until the backoff has passed: each attempt blocks
  * the worker up to connect_timeout.
  */
-static int ready(struct pg_store *s)
+static int ready(struct pg_worker *s)
 {
 	bool fresh = false;
 	char err[256];
 	int rc = 0;
 
+	if (__atomic_load_n(&s->store->fenced, __ATOMIC_ACQUIRE)) {
+		let_go_name(s);
+		snprintf(s->why, sizeof(s->why), "instance %s was opened "
+			 "again elsewhere", s->instance);
+		return FENCED;
+	}
 	if (!s->session || PQstatus(s->conn) != CONNECTION_OK) {
 		s->session = s->named = false;
 		if (s->down != 0 && clock_mono_ns() / 1000000 < s->retry_ms)
@@ -177,8 +195,10 @@ static int ready(struct pg_store *s)
 	/* Never a request without the name: another carmyd holding it
 	 * would take this one's running executions for interrupted ones.
 	 * Waited for on a new connection (this instance's old backend may
-	 * still be letting it go), only tried after that. */
-	if (rc == 0 && !s->named) {
+	 * still be letting it go), only tried after that. Worker 0 holds
+	 * it; the others' batches are fenced (carmy_fence()), as are
+	 * worker 0's. */
+	if (rc == 0 && !s->named && s->index == 0) {
 		rc = pg_take_name(s, fresh ? NAME_WAIT : NULL, false, err,
 				  sizeof(err));
 		if (rc == 0)
@@ -239,7 +259,7 @@ static int by_identity(const void *pa, const void *pb)
  * COMPLETE never meets a RESERVE of its batch: it settles an execution
  * whose reservation committed before, and its identity's RESERVEs are
  * answered from carmyd's segment meanwhile. */
-static void plan(struct pg_store *s, size_t n)
+static void plan(struct pg_worker *s, size_t n)
 {
 	size_t from = 0, k = 0;
 
@@ -267,7 +287,7 @@ static void plan(struct pg_store *s, size_t n)
 }
 
 /* Keep what it takes to delete the row a failed RESERVE may have left. */
-static void remember(struct pg_store *s, const struct carmy_store_record *r)
+static void remember(struct pg_worker *s, const struct carmy_store_record *r)
 {
 	struct withdrawal *w;
 	size_t len = (size_t)r->len[0] + r->len[1] + r->len[2], off = 0;
@@ -292,7 +312,7 @@ static void remember(struct pg_store *s, const struct carmy_store_record *r)
 }
 
 /* After a commit: the withdrawals it carried are done. */
-static void withdrawn(struct pg_store *s)
+static void withdrawn(struct pg_worker *s)
 {
 	for (size_t i = 0; i < s->nwd; i++)
 		free(s->wd[i].id);
@@ -307,7 +327,7 @@ static void withdrawn(struct pg_store *s)
  * due is given when the next is known, at the latest at the end of the
  * run (deliver(s, NULL, 0)), before the worker waits again.
  */
-static void deliver(struct pg_store *s, struct carmy_store_req *req, int rc)
+static void deliver(struct pg_worker *s, struct carmy_store_req *req, int rc)
 {
 	struct carmy_store_req *due = s->due;
 	int due_rc = s->due_rc;
@@ -323,7 +343,7 @@ static void deliver(struct pg_store *s, struct carmy_store_req *req, int rc)
 	due->done(due, due_rc);	/* due may be gone after this */
 }
 
-static void answer(struct pg_store *s, struct slot *sl)
+static void answer(struct pg_worker *s, struct slot *sl)
 {
 	struct carmy_store_req *req = sl->req;
 
@@ -339,7 +359,7 @@ static void answer(struct pg_store *s, struct slot *sl)
 struct kept {
 	struct carmy_store_req req;
 	struct carmy_store_record rec;
-	struct pg_store *s;
+	struct pg_worker *s;
 	uint8_t result[];
 };
 
@@ -365,7 +385,7 @@ static void kept_done(struct carmy_store_req *req, int rc)
 	free(k);
 }
 
-static struct carmy_store_req *kept_copy(struct pg_store *s,
+static struct carmy_store_req *kept_copy(struct pg_worker *s,
 					 const struct carmy_store_req *req)
 {
 	const struct carmy_store_record *r = req->rec;
@@ -398,13 +418,14 @@ static struct carmy_store_req *kept_copy(struct pg_store *s,
  * then answered with rc while a copy of it is held until the database
  * takes it. True if held.
  */
-static bool hold(struct pg_store *s, struct slot *sl, int rc)
+static bool hold(struct pg_worker *s, struct slot *sl, int rc)
 {
 	struct carmy_store_req *req = sl->req;
 	uint64_t now = now_ms(), until = sl->until_ms;
 	char exec_text[EXECID_TEXT_LEN + 1];
 
-	if (!sl->unsure || req->op != CARMY_STORE_COMPLETE || s->closing)
+	if (!sl->unsure || req->op != CARMY_STORE_COMPLETE || s->closing ||
+	    __atomic_load_n(&s->store->fenced, __ATOMIC_ACQUIRE))
 		return false;
 	/* A copy is sent again for want of a connection, not into a
 	 * database that fails its batch (it could be why). */
@@ -446,7 +467,7 @@ static bool hold(struct pg_store *s, struct slot *sl, int rc)
 /* Answer sl with a failure, no commit behind it: a RESERVE that may have
  * committed in an earlier run is to be withdrawn, a COMPLETE held. True
  * if answered (not held). */
-static bool fail(struct pg_store *s, struct slot *sl, int rc)
+static bool fail(struct pg_worker *s, struct slot *sl, int rc)
 {
 	if (sl->unsure && sl->req->op == CARMY_STORE_RESERVE)
 		remember(s, sl->req->rec);
@@ -459,7 +480,7 @@ static bool fail(struct pg_store *s, struct slot *sl, int rc)
 
 /* After a commit: answer what it settled, in order; count what must run
  * again. */
-static size_t answer_settled(struct pg_store *s, size_t n)
+static size_t answer_settled(struct pg_worker *s, size_t n)
 {
 	size_t left = 0;
 
@@ -482,8 +503,20 @@ static size_t answer_settled(struct pg_store *s, size_t n)
 	return left;
 }
 
+/* A batch failed its fence: a carmyd of this name took a new generation
+ * since this one's open, and may have loaded the instance's executions.
+ * Every worker fails its requests from then on (-EBUSY); said once. */
+static void fenced(struct pg_worker *s)
+{
+	let_go_name(s);
+	if (!__atomic_exchange_n(&s->store->fenced, true, __ATOMIC_ACQ_REL))
+		pg_say("instance %s: another carmyd opened this instance "
+		       "since (%s): failing every request from now on",
+		       s->instance, s->why);
+}
+
 /* After a rollback: forget what the run decided. */
-static void forget(struct pg_store *s, size_t n, bool lost)
+static void forget(struct pg_worker *s, size_t n, bool lost)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct slot *sl = &s->slots[i];
@@ -502,7 +535,7 @@ static void forget(struct pg_store *s, size_t n, bool lost)
  * one transaction per run, runs again after a conflict, a lost connection
  * or a RESERVE that must look again, at most TRIES_MAX runs in all.
  */
-static void run_batch(struct pg_store *s, size_t n)
+static void run_batch(struct pg_worker *s, size_t n)
 {
 	size_t left = n;
 	int rc = 0, tries = 0;
@@ -528,7 +561,11 @@ static void run_batch(struct pg_store *s, size_t n)
 			continue;
 		}
 		forget(s, n, rc == LOST);
-		if (rc == LOST) {
+		if (rc == FENCED) {
+			fenced(s);
+			said = true;
+			break;
+		} else if (rc == LOST) {
 			pg_say("instance %s: connection lost (%s): "
 			       "reconnecting to run the batch again",
 			       s->instance, s->why);
@@ -570,7 +607,7 @@ static void run_batch(struct pg_store *s, size_t n)
  * pipelined transaction. 0 once it committed (each slot's rc and again
  * say what it decided), else RETRY, WAITED, LOST or -EIO, with the
  * transaction rolled back or the connection to be reset. */
-static int run_once(struct pg_store *s, size_t n)
+static int run_once(struct pg_worker *s, size_t n)
 {
 	PGconn *c = s->conn;
 	int rc;

@@ -125,19 +125,39 @@ static void teardown(void)
 	db = NULL;
 }
 
-/* Open a store with ARGS "instance=NAME CONNINFO EXTRA"; it must work. */
-static void *open_as(const char *name, const char *extra)
+/* Open a store with ARGS "instance=NAME [connections=N ]CONNINFO EXTRA"
+ * (n 0: the store's default); it must work. */
+static void *open_n(const char *name, unsigned n, const char *extra)
 {
-	char args[1024], err[512] = "";
+	char args[1024], conns[32] = "", err[512] = "";
 	void *st = NULL;
 	int rc;
 
-	snprintf(args, sizeof(args), "instance=%s %s %s", name, conninfo,
-		 extra);
+	if (n > 0)
+		snprintf(conns, sizeof(conns), "connections=%u ", n);
+	snprintf(args, sizeof(args), "instance=%s %s%s %s", name, conns,
+		 conninfo, extra);
 	rc = ops->open(args, &st, err, sizeof(err));
 	ck_assert_msg(rc == 0, "open %s: %d %s", name, rc, err);
 	ck_assert_ptr_nonnull(st);
 	return st;
+}
+
+/* With the store's default number of connections, or
+ * CARMY_PG_CONNECTIONS's (to run the tests with another). */
+static void *open_as(const char *name, const char *extra)
+{
+	const char *n = getenv("CARMY_PG_CONNECTIONS");
+
+	return open_n(name, n != NULL ? (unsigned)atoi(n) : 0, extra);
+}
+
+/* With one connection: a test of one worker's batches (how it groups,
+ * orders, holds and runs again what is queued behind a request it is
+ * busy with), which several workers would share out between them. */
+static void *open_one(const char *name, const char *extra)
+{
+	return open_n(name, 1, extra);
 }
 
 /* One execution the test makes. */
@@ -232,6 +252,7 @@ struct waiter {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool done;
+	int ndone;		/* done() calls */
 	int rc;
 	int ntaken;
 	bool taken_after_done;
@@ -277,6 +298,7 @@ static void on_done(struct carmy_store_req *req, int rc)
 	w->visible = visible;
 	w->rc = rc;
 	w->done = true;
+	w->ndone++;
 	pthread_cond_broadcast(&w->cond);
 	pthread_mutex_unlock(&w->lock);
 }
@@ -1066,7 +1088,7 @@ END_TEST
 
 START_TEST(test_requests_submitted_together_commit_together)
 {
-	void *a = open_as("a", "");
+	void *a = open_one("a", "");
 	struct waiter *w = calloc(GROUP_N, sizeof(*w));
 	struct ex *x = calloc(GROUP_N, sizeof(*x));	/* w[i] points in */
 	char id[32];
@@ -1215,6 +1237,17 @@ static const char *const bad_timeouts[][2] = {
 	{ "timeout= instance=x", "timeout=\"\"" },
 };
 
+/* ARGS with a connections= the store must refuse, and what it says. */
+static const char *const bad_conns[][2] = {
+	{ "instance=x connections=0", "connections=\"0\" is not a number of "
+	  "connections from 1 to 16" },
+	{ "connections=17 instance=x", "connections=\"17\"" },
+	{ "instance=x connections=4x", "connections=\"4x\"" },
+	{ "instance=x connections=-1", "connections=\"-1\"" },
+	{ "connections= instance=x", "connections=\"\"" },
+	{ "instance=x connections=0016", "connections=\"0016\"" },
+};
+
 START_TEST(test_bad_args_are_refused_with_a_sentence)
 {
 	char args[1024], name[80];
@@ -1242,6 +1275,12 @@ START_TEST(test_bad_args_are_refused_with_a_sentence)
 		snprintf(args, sizeof(args), "%s %s", bad_timeouts[i][0],
 			 conninfo);
 		refused(args, -EINVAL, bad_timeouts[i][1]);
+	}
+	/* connections=: 1 to 16, anywhere before CONNINFO. */
+	for (size_t i = 0; i < sizeof(bad_conns) / sizeof(*bad_conns); i++) {
+		snprintf(args, sizeof(args), "%s %s", bad_conns[i][0],
+			 conninfo);
+		refused(args, -EINVAL, bad_conns[i][1]);
 	}
 	snprintf(args, sizeof(args), "timeout=7 instance=tmo %s", conninfo);
 	{
@@ -1320,20 +1359,26 @@ START_TEST(test_the_instance_is_the_host_name_by_default)
 }
 END_TEST
 
-/* End the backend of the one connection named app, and wait (5 s at
- * most) until it is gone. Its pid first: in one statement, nothing
- * orders the name's test before the termination. */
+/* End the backends of every connection named app (a store's workers
+ * each have one), and wait (5 s at most) until each is gone. Their pids
+ * first: in one statement, nothing orders the name's test before the
+ * termination. */
 static void terminate(const char *app)
 {
 	char q[256];
-	long pid;
+	PGresult *r;
 
 	snprintf(q, sizeof(q), "SELECT pid FROM pg_stat_activity WHERE "
 		 "application_name = '%s'", app);
-	pid = sql_long(db, q);
-	snprintf(q, sizeof(q), "SELECT pg_terminate_backend(%ld, 5000)::int",
-		 pid);
-	ck_assert_int_eq(sql_long(db, q), 1);
+	r = PQexec(db, q);
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0,
+		      "%s: %s", q, PQerrorMessage(db));
+	for (int i = 0; i < PQntuples(r); i++) {
+		snprintf(q, sizeof(q), "SELECT pg_terminate_backend(%s, "
+			 "5000)::int", PQgetvalue(r, i, 0));
+		ck_assert_int_eq(sql_long(db, q), 1);
+	}
+	PQclear(r);
 }
 
 START_TEST(test_a_lost_connection_is_reset_and_the_batch_run_again)
@@ -1449,7 +1494,7 @@ END_TEST
 
 START_TEST(test_a_reserve_waiting_on_an_uncommitted_insert_fails_alone)
 {
-	void *a = open_as("a", "application_name=uncommitted-test");
+	void *a = open_one("a", "application_name=uncommitted-test");
 	PGconn *other = db_connect("");
 	struct waiter hold, wx, wu;
 	struct ex h, x, u;
@@ -1485,7 +1530,7 @@ END_TEST
 
 START_TEST(test_a_request_waiting_on_a_row_lock_fails_alone)
 {
-	void *a = open_as("a", "options='-c lock_timeout=100' "
+	void *a = open_one("a", "options='-c lock_timeout=100' "
 			  "application_name=row-lock-test");
 	PGconn *other = db_connect("");
 	struct waiter hold, wx, wu;
@@ -1519,7 +1564,7 @@ END_TEST
 
 START_TEST(test_a_statement_timeout_fails_its_request_alone)
 {
-	void *a = open_as("a", "options='-c statement_timeout=2000' "
+	void *a = open_one("a", "options='-c statement_timeout=2000' "
 			  "application_name=slow-test");
 	struct waiter hold, wx, wu;
 	struct ex h, x, u;
@@ -1600,7 +1645,7 @@ END_TEST
 
 START_TEST(test_an_exec_id_held_under_another_identity_fails_that_reserve_alone)
 {
-	void *a = open_as("a", "application_name=exec-test");
+	void *a = open_one("a", "application_name=exec-test");
 	PGconn *other = db_connect("");
 	struct waiter hold, wy, wz, w;
 	struct ex h, x, y, z, e;
@@ -1650,6 +1695,22 @@ START_TEST(test_an_exec_id_held_under_another_identity_fails_that_reserve_alone)
 }
 END_TEST
 
+/* a (twin, application twin-a) loses its connections, and another
+ * carmyd opens as twin meanwhile (returned): a reserve of a new x (id) on
+ * a fails, and writes nothing. */
+static void *take_twin(void *a, struct ex *x, const char *id)
+{
+	void *b;
+
+	terminate("twin-a");
+	b = open_as("twin", "");
+	make_ex(x, "p", id);
+	ck_assert_int_eq(reserve(a, x, NULL), -EBUSY);
+	ck_assert_int_eq(reserve(a, x, NULL), -EBUSY);
+	ck_assert_int_eq(rows_of_exec(db, x->exec), 0);
+	return b;
+}
+
 START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
 {
 	char args[1024];
@@ -1664,18 +1725,144 @@ START_TEST(test_an_instance_name_is_held_by_one_carmyd_at_a_time)
 	b = open_as("twin", "");	/* free once a has gone */
 	ops->close(b);
 
-	/* a's connection is lost and another carmyd takes the name before
-	 * a is back: a runs no request until the name is free again. */
-	a = open_as("twin", "application_name=twin-a");
-	terminate("twin-a");
-	b = open_as("twin", "");
-	make_ex(&x, "p", "twin");
-	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
-	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
-	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	/* With one connection: a's connection is lost and another carmyd
+	 * takes the name before a is back: a runs no request until the
+	 * name is free again. */
+	a = open_one("twin", "application_name=twin-a");
+	b = take_twin(a, &x, "twin");
 	ops->close(b);
 	ck_assert_int_eq(reserve_when_back(a, &x, NULL), 0);
 	ops->close(a);
+
+	/* With several, fenced: a runs no request again, even once the name
+	 * is free (b has loaded the instance's executions as its own). */
+	a = open_n("twin", 2, "application_name=twin-a");
+	b = take_twin(a, &x, "twin-2");
+	ops->close(b);
+	ck_assert_int_eq(reserve(a, &x, NULL), -EBUSY);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ops->close(a);
+	a = open_as("twin", "");	/* a new open: a new generation */
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+/* The backend holding the name's session lock: worker 0's. */
+static long name_holder(const char *name);
+
+static long generation(const char *name)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT gen FROM carmy_instances WHERE name = "
+		 "'%s'", name);	/* the tests' names: no quote */
+	return sql_long(db, q);
+}
+
+static long backends_of(const char *app)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE "
+		 "application_name = '%s'", app);
+	return sql_long(db, q);
+}
+
+/* Several connections, one of them (worker 0's, with the name) lost:
+ * another carmyd of the name opens meanwhile, a new generation. The
+ * first one's other connections are still up, but none of their batches
+ * commits again: each fails its fence, and every request is answered
+ * -EBUSY, recording nothing. */
+START_TEST(test_a_superseded_instance_writes_nothing_on_any_connection)
+{
+	enum { N = 24 };
+	struct waiter w[N];
+	struct ex x[N];
+	char id[32], q[256];
+	long gen;
+	void *a, *b;
+
+	a = open_n("fenced", 4, "application_name=fence-a");
+	gen = generation("fenced");
+	ck_assert_int_eq(backends_of("fence-a"), 4);
+	snprintf(q, sizeof(q), "SELECT pg_terminate_backend(%ld, 5000)::int",
+		 name_holder("fenced"));
+	ck_assert_int_eq(sql_long(db, q), 1);
+	b = open_as("fenced", "");
+	ck_assert_int_eq(generation("fenced"), gen + 1);
+	ck_assert_int_eq(backends_of("fence-a"), 3);
+	/* Identities enough to reach every worker of a. */
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof(id), "fenced-%d", i);
+		make_ex(&x[i], "p", id);
+		waiter_init(&w[i], CARMY_STORE_RESERVE, &x[i]);
+		ops->submit(a, &w[i].req);
+	}
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(wait_done(&w[i]), -EBUSY);
+		ck_assert_int_eq(w[i].ntaken, 0);
+		waiter_destroy(&w[i]);
+		ck_assert_int_eq(rows_of_exec(db, x[i].exec), 0);
+	}
+	/* b works, and a stays fenced once b is gone. */
+	ck_assert_int_eq(reserve(b, &x[0], NULL), 0);
+	ck_assert_int_eq(op_wait(b, CARMY_STORE_RELEASE, &x[0], NULL), 0);
+	ops->close(b);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(reserve(a, &x[i], NULL), -EBUSY);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE instance = 'fenced'"), 0);
+	/* Nor does a, fenced, keep the name from the next carmyd. */
+	b = open_as("fenced", "");
+	ck_assert_int_eq(reserve(b, &x[1], NULL), 0);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+/* Each request goes to one connection, and is answered once: many
+ * identities, submitted together, all recorded, and settled, over
+ * connections= backends. */
+START_TEST(test_requests_spread_over_the_connections_are_each_answered_once)
+{
+	enum { N = 200 };
+	static const unsigned conns[] = { 1, 3, 16 };
+	static struct waiter w[N];
+	static struct ex x[N];
+	char id[32];
+
+	for (size_t c = 0; c < sizeof(conns) / sizeof(*conns); c++) {
+		void *a = open_n("spread", conns[c], "application_name="
+				 "spread-test");
+
+		ck_assert_int_eq(backends_of("spread-test"), conns[c]);
+		for (int i = 0; i < N; i++) {
+			snprintf(id, sizeof(id), "spread-%zu-%d", c, i);
+			make_ex(&x[i], "p", id);
+			waiter_init(&w[i], CARMY_STORE_RESERVE, &x[i]);
+			ops->submit(a, &w[i].req);
+		}
+		for (int i = 0; i < N; i++) {
+			ck_assert_int_eq(wait_done(&w[i]), 0);
+			waiter_destroy(&w[i]);
+			waiter_init(&w[i], CARMY_STORE_COMPLETE, &x[i]);
+			ops->submit(a, &w[i].req);
+		}
+		for (int i = 0; i < N; i++) {
+			ck_assert_int_eq(wait_done(&w[i]), 0);
+			ck_assert_int_eq(w[i].ndone, 1);
+			waiter_destroy(&w[i]);
+		}
+		ops->close(a);
+		/* closed: its backends exit, then the next open */
+		wait_until(db, "SELECT (count(*) = 0)::int FROM "
+			   "pg_stat_activity WHERE application_name = "
+			   "'spread-test'");
+	}
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
+			 "WHERE instance = 'spread' AND state = 2"),
+			 N * (long)(sizeof(conns) / sizeof(*conns)));
 }
 END_TEST
 
@@ -1707,6 +1894,18 @@ static int64_t name_key(const char *name)
 		h *= 1099511628211u;
 	}
 	return (int64_t)h;
+}
+
+static long name_holder(const char *name)
+{
+	uint64_t h = (uint64_t)name_key(name);
+	char q[512];
+
+	snprintf(q, sizeof(q), "SELECT pid FROM pg_locks WHERE locktype = "
+		 "'advisory' AND classid = %" PRIu32 " AND objid = %" PRIu32
+		 " AND objsubid = 1 AND granted", (uint32_t)(h >> 32),
+		 (uint32_t)h);
+	return sql_long(db, q);
 }
 
 /* A restart: the stopped carmyd's backend can still hold the name, idle,
@@ -2065,7 +2264,7 @@ START_TEST(test_a_server_that_stops_reading_fails_a_large_batch_in_bounded_time)
 	ck_assert_ptr_nonnull(big);
 	for (uint32_t i = 0; i < BIG_RESULT; i++)
 		big[i] = (uint8_t)(i * 7 + 1);
-	snprintf(args, sizeof(args), "instance=a timeout=2 %s "
+	snprintf(args, sizeof(args), "instance=a connections=1 timeout=2 %s "
 		 "connect_timeout=2 application_name=stall-test", conninfo);
 	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
 		      err);
@@ -2175,7 +2374,7 @@ START_TEST(test_batches_reserving_shared_identities_in_opposite_orders_do_not_de
 		snprintf(extra, sizeof(extra), "dbname=carmy_dl "
 			 "application_name=%s options='-c "
 			 "deadlock_timeout=10ms'", app[k]);
-		st[k] = open_as(k ? "b" : "a", extra);
+		st[k] = open_one(k ? "b" : "a", extra);
 	}
 	gate_w = db_connect("dbname=carmy_dl");
 	gate_p = db_connect("dbname=carmy_dl");
@@ -2284,7 +2483,7 @@ static void submit_batch(void *st, const char *app, struct waiter *w,
 START_TEST(test_one_batch_of_every_kind_answers_each_request_as_alone)
 {
 	enum { N = 15 };
-	void *a = open_as("a", "application_name=mixed-test");
+	void *a = open_one("a", "application_name=mixed-test");
 	void *b = open_as("b", "");
 	struct ex fresh0, fresh1, c1, c2, c2other, dup1, dup2, same, theirs,
 		  theirs_a, tdone, tdone_a, first, borrow, never, rel, relnew;
@@ -2396,7 +2595,7 @@ END_TEST
 START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
 {
 	enum { N = 10 };
-	void *a = open_as("a", "application_name=again-test");
+	void *a = open_one("a", "application_name=again-test");
 	struct ex ex[N], *x[N];
 	enum carmy_store_op op[N];
 	struct waiter w[2][N];
@@ -2479,7 +2678,7 @@ END_TEST
 START_TEST(test_a_batch_commits_as_one_at_its_end)
 {
 	/* lock_timeout of its own: x waits until the other session ends */
-	void *a = open_as("a", "application_name=atomic-test "
+	void *a = open_one("a", "application_name=atomic-test "
 			  "options='-c lock_timeout=600s'");
 	PGconn *other = db_connect("");
 	struct waiter hold, wx, wu;
@@ -2595,6 +2794,8 @@ int main(void)
 	tcase_add_test(tc, test_only_the_instance_that_made_an_execution_settles_it);
 	tcase_add_test(tc, test_an_exec_id_held_under_another_identity_fails_that_reserve_alone);
 	tcase_add_test(tc, test_an_instance_name_is_held_by_one_carmyd_at_a_time);
+	tcase_add_test(tc, test_a_superseded_instance_writes_nothing_on_any_connection);
+	tcase_add_test(tc, test_requests_spread_over_the_connections_are_each_answered_once);
 	tcase_add_test(tc, test_open_waits_for_a_name_let_go_meanwhile);
 	tcase_add_test(tc,
 		       test_open_does_not_wait_for_other_writers_once_the_table_exists);
