@@ -771,6 +771,80 @@ START_TEST(test_complete_is_idempotent_and_never_overwrites_a_result)
 }
 END_TEST
 
+/* Every page the store fills keeps room for its rows' settles: a row's
+ * completed version lands on its page, without an entry in any index (a
+ * heap-only update). Reserved all first, so that their pages are as full
+ * as inserts leave them when the settles come. */
+#define HOT_ROWS 400
+
+START_TEST(test_settles_update_in_place_on_pages_left_half_free)
+{
+	struct ex *xs = calloc(HOT_ROWS, sizeof(*xs));
+	void *a = open_as("a", "");
+	char q[256];
+
+	ck_assert_ptr_nonnull(xs);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM pg_class AS c,"
+				  " unnest(c.reloptions) AS o WHERE c.oid ="
+				  " 'carmy_executions'::regclass AND"
+				  " o = 'fillfactor=50'"), 1);
+	/* A settle finds room once the page's dead versions are pruned,
+	 * which a snapshot held meanwhile (autovacuum's) would prevent. */
+	sql(db, "ALTER TABLE carmy_executions SET (autovacuum_enabled = off)");
+	for (int i = 0; i < HOT_ROWS; i++) {
+		char id[32];
+
+		snprintf(id, sizeof(id), "hot-%d", i);
+		make_ex(&xs[i], "p", id);
+		ck_assert_int_eq(reserve(a, &xs[i], NULL), 0);
+	}
+	for (int i = 0; i < HOT_ROWS; i++)
+		ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &xs[i], NULL),
+				 0);
+	/* The store's backends report their counts by the time they exit,
+	 * at the latest. */
+	ops->close(a);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_user_tables"
+		 " WHERE relname = 'carmy_executions' AND n_tup_upd >= %d",
+		 HOT_ROWS);
+	wait_until(db, q);
+	ck_assert_int_eq(sql_long(db, "SELECT n_tup_upd - n_tup_hot_upd FROM"
+				  " pg_stat_user_tables WHERE relname ="
+				  " 'carmy_executions'"), 0);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions"
+				  " WHERE state = 2"), HOT_ROWS);
+	free(xs);
+}
+END_TEST
+
+/* A table made before the store set a fillfactor gets one at the next
+ * open; one an operator chose is left as it is. */
+START_TEST(test_open_sets_a_fillfactor_only_where_none_was_chosen)
+{
+	void *a = open_as("a", "");
+
+	ops->close(a);
+	sql(db, "ALTER TABLE carmy_executions RESET (fillfactor)");
+	a = open_as("a", "");
+	ops->close(a);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM pg_class AS c,"
+				  " unnest(c.reloptions) AS o WHERE c.oid ="
+				  " 'carmy_executions'::regclass AND"
+				  " o = 'fillfactor=50'"), 1);
+	sql(db, "ALTER TABLE carmy_executions SET (fillfactor = 80)");
+	a = open_as("a", "");
+	ops->close(a);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM pg_class AS c,"
+				  " unnest(c.reloptions) AS o WHERE c.oid ="
+				  " 'carmy_executions'::regclass AND"
+				  " o LIKE 'fillfactor=%'"), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM pg_class AS c,"
+				  " unnest(c.reloptions) AS o WHERE c.oid ="
+				  " 'carmy_executions'::regclass AND"
+				  " o = 'fillfactor=80'"), 1);
+}
+END_TEST
+
 START_TEST(test_release_frees_the_identity_and_may_name_nothing)
 {
 	void *a = open_as("a", ""), *b = open_as("b", "");
@@ -2773,6 +2847,8 @@ int main(void)
 	tcase_add_test(tc, test_reserve_of_a_held_identity_is_taken_running_then_completed);
 	tcase_add_test(tc, test_reserve_retried_with_its_own_exec_is_recorded_not_taken);
 	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
+	tcase_add_test(tc, test_settles_update_in_place_on_pages_left_half_free);
+	tcase_add_test(tc, test_open_sets_a_fillfactor_only_where_none_was_chosen);
 	tcase_add_test(tc, test_release_frees_the_identity_and_may_name_nothing);
 	tcase_add_test(tc, test_resolve_commits_a_result_or_frees_the_identity);
 	tcase_add_test(tc, test_purge_forgets_a_completed_execution_only);
