@@ -838,6 +838,11 @@ static void hold(struct conn *c, struct store_op *op)
 	op->req.done = conn_store_done;
 	op->req.cookie = op;
 	c->pending++;
+	if (op->type != WIRE_WAIT) {	/* a WAIT may take minutes */
+		c->loop->awaiting++;
+		c->loop->await_until = clock_mono_ns() +
+				       AWAIT_SPIN * 1000ull * sv->cfg->spin_us;
+	}
 	conn_arm(c);
 	pthread_mutex_lock(&sv->idle_lock);
 	sv->inflight++;
@@ -981,6 +986,8 @@ static void finish(struct store_op *op)
 	free((void *)op->standing.result);
 	free(op);
 	c->pending--;
+	if (type != WIRE_WAIT)
+		c->loop->awaiting--;
 	if (c->closing) {
 		if (c->pending == 0)
 			conn_drop(c, c->why);

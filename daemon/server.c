@@ -325,9 +325,13 @@ static int loop_run(struct loop *l)
 
 	for (;;) {
 		/* Spin, then block (--spin-us): while requests keep coming,
-		 * poll for the next rather than sleep, so that its reply
-		 * goes out without a wake-up; idle, sleep. */
-		int wait = spin && clock_mono_ns() < spin_until ? 0 : -1;
+		 * or the store's answers to this loop's are awaited (up to
+		 * AWAIT_SPIN times as long), poll for the next rather than
+		 * sleep, so that its reply goes out without a wake-up; idle,
+		 * sleep. */
+		uint64_t now = spin ? clock_mono_ns() : 0;
+		int wait = spin && (now < spin_until || (l->awaiting > 0 &&
+				    now < l->await_until)) ? 0 : -1;
 		int n;
 
 		/* Asleep, we look at no slot: clients send instead of
