@@ -30,6 +30,12 @@
  * statement ran 30% faster and wrote half the WAL records. The price:
  * pages hold half as many rows before their results arrive. */
 #define FILLFACTOR "50"
+/* Whether carmy_executions has a fillfactor, the store's or another (and
+ * while there is no such table: false). */
+#define HAS_FILLFACTOR \
+	"EXISTS (SELECT 1 FROM pg_class AS c, unnest(c.reloptions) AS o" \
+	" WHERE c.oid = to_regclass('carmy_executions')" \
+	" AND o LIKE 'fillfactor=%')"
 /* pg_advisory_xact_lock key of schema creation: "CarmyPgS" */
 #define SCHEMA_LOCK "4855287687794419539"
 
@@ -60,9 +66,7 @@ static const char *const schema_sql[] = {
 	/* A table made before the fillfactor was set gets it, for the pages
 	 * it fills from now on; one an operator set stays as it is. */
 	"DO $d$ BEGIN"
-	" IF NOT EXISTS (SELECT 1 FROM pg_class AS c, unnest(c.reloptions)"
-	" AS o WHERE c.oid = 'carmy_executions'::regclass"
-	" AND o LIKE 'fillfactor=%') THEN"
+	" IF NOT " HAS_FILLFACTOR " THEN"
 	" ALTER TABLE carmy_executions SET (fillfactor = " FILLFACTOR ");"
 	" END IF;"
 	" END $d$",
@@ -463,10 +467,7 @@ int pg_create_schema(PGconn *c, char *err, size_t errlen)
 			     " 'result_format' AND NOT attisdropped) AND"
 			     " to_regclass('carmy_instances') IS NOT NULL AND"
 			     " to_regprocedure('carmy_fence(bigint,text,bigint)')"
-			     " IS NOT NULL AND EXISTS (SELECT 1 FROM pg_class"
-			     " AS c, unnest(c.reloptions) AS o WHERE c.oid ="
-			     " to_regclass('carmy_executions') AND o LIKE"
-			     " 'fillfactor=%')");
+			     " IS NOT NULL AND " HAS_FILLFACTOR);
 	bool exists = PQresultStatus(r) == PGRES_TUPLES_OK &&
 		      PQntuples(r) == 1 && PQnfields(r) == 1 &&
 		      strcmp(PQgetvalue(r, 0, 0), "t") == 0;
