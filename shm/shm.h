@@ -520,27 +520,32 @@ static inline void shm_prefetch_home(const struct shm_view *v,
 				       (v->geo.nbuckets - 1)]);
 }
 
-/* Ask, for writing, for the lines a new reservation fills in the entry its
- * owner's cursor points at (the ticket it most likely claims next): the
+/* Ask, for writing, for the lines a new reservation fills in entry e: the
  * entry's head and identity, its pending word, and its call's head. Never
  * touched since carmyd zeroed them, they are not in any cache, and the CAS
- * that publishes the entry waits for every store before it. Like
- * shm_prefetch_home, for a client to issue before it fingerprints the
- * call; a hint, reading and writing nothing. */
+ * that publishes the entry waits for every store before it. A hint,
+ * reading and writing nothing. */
+static inline void shm_prefetch_entry(const struct shm_view *v, uint32_t e)
+{
+	const struct shm_entry *en = shm_entry_at(v, e);
+
+	__builtin_prefetch(en, 1);
+	__builtin_prefetch((const uint8_t *)en + 64, 1);
+	__builtin_prefetch((const uint8_t *)en + 128, 1);
+	__builtin_prefetch(&en->en_pending, 1);
+	__builtin_prefetch(shm_call_at(v, e), 1);
+}
+
+/* The same for the entry an owner's cursor points at, the ticket it most
+ * likely claims next. Like shm_prefetch_home, for a client to issue before
+ * it fingerprints the call. */
 static inline void shm_prefetch_claim(const struct shm_view *v,
 				      const uint32_t *cursor)
 {
 	uint32_t e = __atomic_load_n(cursor, __ATOMIC_RELAXED);
-	const uint8_t *en;
 
-	if (e >= v->geo.capacity)
-		return;
-	en = (const uint8_t *)shm_entry_at(v, e);
-	__builtin_prefetch(en, 1);
-	__builtin_prefetch(en + 64, 1);
-	__builtin_prefetch(en + 128, 1);
-	__builtin_prefetch(&shm_entry_at(v, e)->en_pending, 1);
-	__builtin_prefetch(shm_call_at(v, e), 1);
+	if (e < v->geo.capacity)
+		shm_prefetch_entry(v, e);
 }
 
 /* ---- table.c: keys, reserve, look up, release, results, the ack slots

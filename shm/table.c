@@ -986,12 +986,9 @@ static uint32_t ticket_claim(const struct shm_view *v,
 
 			shm_store(c->cursor, next);
 			/* This owner's next claim most likely takes the next
-			 * ticket: have its entry's first lines (identity
-			 * included) on their way by then. */
-			__builtin_prefetch(shm_entry_at(v, next), 1);
-			__builtin_prefetch((const uint8_t *)
-					   shm_entry_at(v, next) + 64, 1);
-			__builtin_prefetch(shm_call_at(v, next), 1);
+			 * ticket: have its entry's lines on their way by
+			 * then. */
+			shm_prefetch_entry(v, next);
 			return i;
 		}
 		if (++i == cap)
