@@ -7,9 +7,9 @@
  * from it until the store answers (on its own thread, to the connection's
  * loop: conn_store_done()), so replies keep their order. A client of a
  * durable store awaits a RESERVE's or COMPLETE's success in its ack slot
- * (shm_ack), anything else on the socket: a success the store answers
- * alone is told there by the store's thread (tell()), others by the loop
- * (finish()).
+ * (shm_ack), anything else on the socket: the last success of a shared
+ * store's run is told there by the store's thread (tell()), others by
+ * the loop (finish()).
  */
 #include <errno.h>
 #include <limits.h>
@@ -859,7 +859,8 @@ static void hold(struct conn *c, struct store_op *op)
  * it comes alone (tell()), and the client woken last, once the loop is on
  * its way to finish the request and read the client's next one. op may
  * be gone by then: the slot's next holder would be woken for nothing,
- * which it takes for a spurious wake-up.
+ * which it takes for a spurious wake-up. The segment is still mapped:
+ * carmyd unmaps it only once the store is closed, after its threads.
  */
 static void store_done(struct carmy_store_req *req, int rc)
 {
@@ -868,7 +869,8 @@ static void store_done(struct carmy_store_req *req, int rc)
 	const struct shm_view *v = &c->loop->sv->store->view;
 	uint32_t slot = UINT32_MAX;
 
-	if (!(req->flags & CARMY_STORE_ANSWERS_FOLLOW))
+	if (!(req->flags & CARMY_STORE_ANSWERS_FOLLOW) &&
+	    c->loop->sv->store->shared)
 		slot = tell(op, rc);
 	conn_store_done(req, rc);
 	if (slot != UINT32_MAX)
@@ -876,15 +878,18 @@ static void store_done(struct carmy_store_req *req, int rc)
 }
 
 /*
- * A success that comes alone (no answer of its run follows it) is written
- * to the segment and told in the client's slot on the store's thread,
- * rather than once the loop takes it: a wake-up of the loop fewer on the
- * answer's way back. The loop still finishes op (finish(): the waiters,
- * the connection's count, reading on). Answers that come in runs are told
- * by the loop, which wakes their clients while the store's thread goes
- * on with its next batch. A connection already closing is left to the
- * loop, which may give a reservation back, and so is one whose slot no
- * longer awaits the answer (the segment written, the client not told);
+ * A shared store's success no other answer of its run follows (a run of
+ * one, or a run's last) is written to the segment and told in the
+ * client's slot on the store's thread, rather than once the loop takes
+ * it: a wake-up of the loop fewer on the answer's way back. Not the
+ * journal's: it answers on the thread that writes its next batch, whose
+ * time is the journal's serial section (bench-journal was no faster at 1
+ * and 4 clients, and slower at 16). The loop still finishes op
+ * (finish(): the waiters, the connection's count, reading on). The rest of
+ * a run is told by the loop, which wakes those clients while the store's
+ * thread goes on with its next batch. A connection already closing is left
+ * to the loop, which may give a reservation back, and so is one whose slot
+ * no longer awaits the answer (the segment written, the client not told);
  * one that closes after this has been told, like a client that went away
  * right after reading its answer. Returns the slot whose sleeping client
  * is owed shm_ack_wake(), or UINT32_MAX.

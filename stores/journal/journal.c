@@ -926,10 +926,7 @@ static int write_flight(struct jnl *j, struct jflight *b, uint64_t floor)
  * never before every batch ahead is durable. A batch behind a failed one
  * fails with it (j->broken): its records follow ones that may not be on
  * the disk. Its slot is free before its requests are answered, so the
- * next batch can start meanwhile. Each answer but a batch's last says
- * more follow (CARMY_STORE_ANSWERS_FOLLOW): carmyd's loops tell a batch
- * of several, and this thread only a batch of one. Called and returns
- * with j->lock held.
+ * next batch can start meanwhile. Called and returns with j->lock held.
  */
 static void answer(struct jnl *j)
 {
@@ -960,10 +957,6 @@ static void answer(struct jnl *j)
 		while (reqs != NULL) {
 			struct carmy_store_req *next = reqs->next;
 
-			if (next != NULL && next->done == reqs->done)
-				reqs->flags |= CARMY_STORE_ANSWERS_FOLLOW;
-			else
-				reqs->flags &= ~CARMY_STORE_ANSWERS_FOLLOW;
 			reqs->done(reqs, rc);
 			reqs = next;
 		}
