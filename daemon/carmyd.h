@@ -194,6 +194,13 @@ struct store_op {
 	uint64_t word;		/* ... and as what */
 	uint64_t deadline_ns;	/* WAIT: CLOCK_MONOTONIC */
 	int rc;			/* what the store answered */
+	/* A success the store's thread wrote to the segment (early) and
+	 * told the client in its slot (told) as it answered (request.c);
+	 * told_rc is what a COMPLETE's write returned. finish() does the
+	 * rest. */
+	bool early;
+	bool told;
+	int told_rc;
 	struct store_op *next;	/* the server's, once done */
 	struct store_op *wnext;	/* WAIT: the list of waiters */
 	uint8_t ident[3 * CARMY_ID_MAX];

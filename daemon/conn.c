@@ -722,7 +722,8 @@ static void wake_loop(struct loop *l)
 }
 
 /*
- * The store's answer, on whatever thread the store calls it: queue it for
+ * The store's answer, on whatever thread the store calls it (through
+ * request.c's store_done() for a request a connection holds): queue it for
  * the connection's loop and wake that loop. Only the answer that finds the
  * queue empty owes the eventfd a write: the others join a queue the loop
  * has been told of and has not taken yet (req_answered() reads the eventfd

@@ -89,7 +89,8 @@ struct conn {
 	unsigned pending;
 	bool in_paused;		/* input came while pending: EPOLLIN is off */
 	uint32_t armed;		/* the events epoll has for fd */
-	bool closing;
+	/* Set by its loop, read by the store's thread too (request.c). */
+	atomic_bool closing;
 	char why[64];
 	struct store_op *waiting;	/* its WAIT, while registered */
 	uint32_t ack_slot;	/* its word in the segment, or UINT32_MAX */

@@ -231,7 +231,10 @@ struct carmy_store_req {
  * this flag follows soon, as when one commit settles many requests. carmyd
  * may then hold the wake-up this answer owes until that one, and wake a
  * thread once for the lot. A store that cannot promise that one follows
- * clears it. A store may ignore it.
+ * clears it. A store may ignore it. A shared store's success answered
+ * without it is told to its client within done(), on this thread (the
+ * segment's write and, if the client sleeps, a futex wake-up); those with
+ * it, by carmyd's loops.
  */
 #define CARMY_STORE_ANSWERS_FOLLOW 2u
 
