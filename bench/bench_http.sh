@@ -36,6 +36,7 @@ if [ ! -d "$npm_dir/node_modules/express-idempotency" ]; then
 		express@5 express-idempotency@1.0.6 >/dev/null
 fi
 
+. "$srcdir/bench/bench_lib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench-http.XXXXXX")
 pids=()
 cleanup() {
@@ -160,14 +161,7 @@ for ((r = 1; r <= rounds; r++)); do
 			v["gateway_new"] / v["express_new"]
 	}' "$tmp/figures"
 done
-awk '
-function median(a, n,    i, j, t) {
-	for (i = 2; i <= n; i++)
-		for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-			t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
-		}
-	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
+awk "$awk_median"'
 { v[$1, $2] = $3; if ($1 > n) n = $1 }
 END {
 	split("floor gateway_replays express_replays gateway_new express_new", names, " ")

@@ -26,77 +26,16 @@ set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
 store=${7:-memory} rounds=${8:-1}
 
+. "$(dirname "$0")/bench_lib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench.XXXXXX") || exit 1
-carmyd_pid= redis_pid= pg_pid=
 peers=() pg_conninfo=
-
-# SIGINT is PostgreSQL's fast shutdown; SIGTERM stops the other two.
-cleanup() {
-	for p in "$carmyd_pid" "$redis_pid"; do
-		[ -z "$p" ] || kill -TERM "$p" 2>/dev/null
-	done
-	[ -z "$pg_pid" ] || kill -INT "$pg_pid" 2>/dev/null
-	for p in "$carmyd_pid" "$redis_pid" "$pg_pid"; do
-		[ -z "$p" ] || wait "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 trap 'exit 130' HUP INT TERM
 
-# Poll CHECK (a readiness probe of the event itself) until it succeeds, the
-# process PID is gone, or SECONDS pass. Returns 0 once ready.
-wait_ready() {
-	local pid=$1 secs=$2 end
-	shift 2
-	end=$((SECONDS + secs))
-	while ! "$@" >/dev/null 2>&1; do
-		kill -0 "$pid" 2>/dev/null || return 1
-		[ "$SECONDS" -lt "$end" ] || return 1
-		sleep 0.05
-	done
-}
-
-# PostgreSQL with the server's defaults (fsync on, synchronous_commit on),
-# listening on a socket only. It refuses to run as root: then the cluster
-# belongs to nobody, and the temp directory is opened to it for traversal.
-pg_bindir=${PG_BINDIR:-}
-if [ -z "$pg_bindir" ]; then
-	for d in /usr/lib/postgresql/*/bin; do
-		[ -x "$d/postgres" ] && pg_bindir=$d
-	done
-fi
 if [ "$pg_built" != yes ]; then
 	echo "make bench: skipping PostgreSQL: carmy-bench was built without libpq"
-elif [ -z "$pg_bindir" ] || [ ! -x "$pg_bindir/postgres" ]; then
-	echo "make bench: skipping PostgreSQL: no server found in /usr/lib/postgresql/*/bin (set PG_BINDIR)"
-else
-	as=()
-	if [ "$(id -u)" -eq 0 ]; then
-		as=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
-		mkdir -p "$tmp/pg" && chown nobody:nogroup "$tmp/pg" &&
-			chmod 711 "$tmp"
-	else
-		mkdir -p "$tmp/pg"
-	fi
-	if (cd "$tmp/pg" && "${as[@]}" "$pg_bindir/initdb" -D "$tmp/pg/data" \
-		-U carmy --auth=trust -E UTF8 --locale=C) >"$tmp/pg.log" 2>&1; then
-		(cd "$tmp/pg" && exec "${as[@]}" "$pg_bindir/postgres" \
-			-D "$tmp/pg/data" -c listen_addresses= \
-			-c unix_socket_directories="$tmp/pg") >>"$tmp/pg.log" 2>&1 &
-		pg_pid=$!
-		if wait_ready "$pg_pid" 60 "$pg_bindir/pg_isready" -q -h "$tmp/pg" -U carmy; then
-			echo "postgres ready socket=$tmp/pg pid=$pg_pid"
-			pg_conninfo="host=$tmp/pg user=carmy dbname=postgres"
-			peers+=(--pg "$pg_conninfo" --pg-ops "$pg_ops")
-		else
-			echo "make bench: skipping PostgreSQL: postgres did not start:" >&2
-			cat "$tmp/pg.log" >&2
-		fi
-	else
-		echo "make bench: skipping PostgreSQL: initdb failed:" >&2
-		cat "$tmp/pg.log" >&2
-	fi
+elif pg_start "make bench: skipping PostgreSQL: "; then
+	peers+=(--pg "$pg_conninfo" --pg-ops "$pg_ops")
 fi
 
 # carmyd: a table big enough for the run; its ready line is the event.
@@ -123,26 +62,7 @@ elif [ "$store" = pg ]; then
 	store_args=(--store "plugin:$plugin:instance=bench ${PG_STORE_ARGS:+$PG_STORE_ARGS }$pg_conninfo")
 	only=(--only msgpack-rt,cycle)
 fi
-mkfifo "$tmp/ready" || exit 1
-"$builddir/daemon/carmyd" --foreground --transient \
-	--socket "$tmp/carmyd.sock" --capacity "$cap" --max-result 1K \
-	"${store_args[@]}" ${CARMYD_ARGS:-} >"$tmp/ready" 2>"$tmp/carmyd.log" &
-carmyd_pid=$!
-exec 3<"$tmp/ready"
-if ! read -r line <&3; then
-	echo "make bench: carmyd did not start:" >&2
-	cat "$tmp/carmyd.log" >&2
-	exit 1
-fi
-exec 3<&-
-echo "$line"
-# carmyd zeroes its new segment's pages on a thread of its own after it is
-# ready (1.6 GiB: about a second of CPU): measured meanwhile, the first
-# figures would share the CPUs with it. Its log says when that is over.
-if ! wait_ready "$carmyd_pid" 60 grep -q '^.* info: segment: ' "$tmp/carmyd.log"; then
-	echo "make bench: carmyd did not say its segment is ready; measuring anyway" >&2
-fi
-grep -o 'segment: .*' "$tmp/carmyd.log"
+carmyd_start "$builddir" "$cap" "${store_args[@]}" ${CARMYD_ARGS:-} || exit 1
 
 # Redis, persistence off: Carmy's table lives in memory (it outlives
 # carmyd, not the machine) and writes nothing to disk on any path, so the

@@ -26,7 +26,7 @@ CARMY_BENCH_PG = yes
 else
 CARMY_BENCH_PG = no
 endif
-EXTRA_DIST += bench/bench_make.sh
+EXTRA_DIST += bench/bench_make.sh bench/bench_lib.sh bench/bench_ab.sh
 
 # make bench: carmy-bench against a throwaway carmyd, redis-server and
 # PostgreSQL cluster (temp sockets; a table big enough for the run), stopped
@@ -104,3 +104,21 @@ bench-http: all
 	bash $(top_srcdir)/bench/bench_http.sh $(abs_top_builddir) \
 		$(abs_top_srcdir) $(CARMY_BENCH_HTTP_SECONDS) \
 		$(CARMY_BENCH_HTTP_ROUNDS)
+
+# make bench-ab BASE=DIR: this build against the build in DIR (say a
+# worktree of main), the cycle in short slices that take turns on one store;
+# see bench/bench_ab.sh. A change of a few percent shows in the sign count
+# of the pairs where two whole benchmark runs only show the machine's drift.
+CARMY_AB_STORE = pg
+CARMY_AB_PROCS = 1
+CARMY_AB_OPS = 1500
+CARMY_AB_PAIRS = 20
+.PHONY: bench-ab
+bench-ab: all
+	@if test -z '$(BASE)'; then \
+		echo 'make bench-ab: set BASE to the build directory to compare with, e.g. make bench-ab BASE=../main/_build' >&2; \
+		exit 2; \
+	fi
+	CARMYD_ARGS='$(CARMYD_ARGS)' PG_STORE_ARGS='$(PG_STORE_ARGS)' \
+	bash $(top_srcdir)/bench/bench_ab.sh '$(BASE)' $(builddir) \
+		$(CARMY_AB_STORE) $(CARMY_AB_PROCS) $(CARMY_AB_OPS) $(CARMY_AB_PAIRS)
