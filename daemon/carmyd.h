@@ -31,10 +31,11 @@
 /* --spin-us: how long an event loop keeps polling after its last event
  * before it sleeps (see main.c's usage), and its upper bound. */
 #define CARMYD_DEFAULT_SPIN_US 50
-/* A loop awaiting a durable store's answer polls for it up to this many
- * times --spin-us after the request: a commit takes longer than a client
- * takes to send its next request, and the answer then goes out without
- * the wake-up of a loop gone to sleep. */
+/* A loop awaiting the journal's answer polls for it up to this many times
+ * --spin-us after the request: a commit takes longer than a client takes
+ * to send its next request, and the answer then goes out without the
+ * wake-up of a loop gone to sleep. Not a shared store's (request.c:
+ * awaited()). */
 #define AWAIT_SPIN 20
 #define CARMYD_SPIN_US_MAX 10000
 /* A connection that has not said HELLO this long after it was accepted is

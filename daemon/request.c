@@ -831,6 +831,17 @@ static bool ack(struct conn *c, const uint8_t *exec, bool done)
 	return told != SHM_ACK_MISSED;
 }
 
+/* Whether c's loop polls for the answer to a request of this type rather
+ * than sleep (loop->awaiting): not for a WAIT, which may take minutes, nor
+ * for a shared store's requests, whose commits take a network round trip
+ * and a flush: the polling loop is the busy CPU beside the database's
+ * flush, and the answer is told on the store's thread (store_done()),
+ * which wakes the loop as it wakes the client. */
+static bool awaited(const struct server *sv, uint8_t type)
+{
+	return type != WIRE_WAIT && !sv->store->shared;
+}
+
 /* op is on its way (to the store, or waiting): its answer comes back to
  * c's loop through conn_store_done(). Until then c reads nothing more, and
  * shutdown waits for it. */
@@ -842,7 +853,7 @@ static void hold(struct conn *c, struct store_op *op)
 	op->req.done = store_done;
 	op->req.cookie = op;
 	c->pending++;
-	if (op->type != WIRE_WAIT) {	/* a WAIT may take minutes */
+	if (awaited(sv, op->type)) {
 		c->loop->awaiting++;
 		c->loop->await_until = clock_mono_ns() +
 				       AWAIT_SPIN * 1000ull * sv->cfg->spin_us;
@@ -1062,7 +1073,7 @@ static void finish(struct store_op *op)
 	free((void *)op->standing.result);
 	free(op);
 	c->pending--;
-	if (type != WIRE_WAIT)
+	if (awaited(c->loop->sv, type))
 		c->loop->awaiting--;
 	if (c->closing) {
 		if (c->pending == 0)
