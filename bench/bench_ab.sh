@@ -15,7 +15,9 @@
 # a fresh carmyd of its build (a fresh journal directory with journal) and
 # runs that build's carmy-bench (its libcarmy is part of what is measured)
 # with PROCS processes and OPS cycles each. CARMYD_ARGS adds options to both
-# carmyds; PG_STORE_ARGS to both PostgreSQL stores' arguments.
+# carmyds, PG_STORE_ARGS to both PostgreSQL stores' arguments;
+# BASE_CARMYD_ARGS and BASE_PG_STORE_ARGS, when set, take their place on the
+# base side: with BASE the same build, two settings are compared.
 #
 # Prints each pair (cycles a second, this/base) and then the medians, the
 # median of the pairs' ratios and in how many pairs this build was faster.
@@ -52,8 +54,11 @@ pg_conninfo=
 trap bench_cleanup EXIT
 trap 'exit 130' HUP INT TERM
 
-echo "base: $base"
-echo "this: $this"
+this_cargs=${CARMYD_ARGS:-} this_pargs=${PG_STORE_ARGS:-}
+base_cargs=${BASE_CARMYD_ARGS-$this_cargs}
+base_pargs=${BASE_PG_STORE_ARGS-$this_pargs}
+echo "base: $base${base_cargs:+ (carmyd $base_cargs)}${base_pargs:+ (store $base_pargs)}"
+echo "this: $this${this_cargs:+ (carmyd $this_cargs)}${this_pargs:+ (store $this_pargs)}"
 echo "store $store, $procs processes x $ops cycles a slice, $pairs pairs"
 if [ "$store" = pg ]; then
 	for b in "$base" "$this"; do
@@ -65,18 +70,18 @@ if [ "$store" = pg ]; then
 	pg_start "make bench-ab: " || exit 1
 fi
 
-# slice NAME BUILDDIR: one fresh carmyd of BUILDDIR and its carmy-bench;
-# sets fig to the cycles a second (empty if none came), the rest goes to
-# the log.
+# slice NAME BUILDDIR CARMYD_ARGS PG_STORE_ARGS: one fresh carmyd of
+# BUILDDIR and its carmy-bench; sets fig to the cycles a second (empty if
+# none came), the rest goes to the log.
 slice() {
-	local name=$1 b=$2 args=() json=
+	local name=$1 b=$2 cargs=$3 pargs=$4 args=()
 
 	fig=
 	case $store in
 	journal) args=(--store "journal:$tmp/journal.$name") ;;
-	pg) args=(--store "plugin:$b/stores/pg/.libs/carmy_store_pg.so:instance=ab$$.$name ${PG_STORE_ARGS:+$PG_STORE_ARGS }$pg_conninfo") ;;
+	pg) args=(--store "plugin:$b/stores/pg/.libs/carmy_store_pg.so:instance=ab$$.$name ${pargs:+$pargs }$pg_conninfo") ;;
 	esac
-	carmyd_start "$b" $((procs * ops + 1000)) "${args[@]}" ${CARMYD_ARGS:-} \
+	carmyd_start "$b" $((procs * ops + 1000)) "${args[@]}" $cargs \
 		>>"$tmp/log" || return 1
 	"$b/bench/carmy-bench" --socket "$tmp/carmyd.sock" --only cycle \
 		--procs "$procs" --ops "$ops" --json >"$tmp/json" 2>>"$tmp/log"
@@ -89,9 +94,11 @@ slice() {
 for ((i = 1; i <= pairs; i++)); do
 	ok=0
 	if ((i % 2)); then
-		slice "$i.base" "$base" && a=$fig && slice "$i.this" "$this" && t=$fig && ok=1
+		slice "$i.base" "$base" "$base_cargs" "$base_pargs" && a=$fig &&
+			slice "$i.this" "$this" "$this_cargs" "$this_pargs" && t=$fig && ok=1
 	else
-		slice "$i.this" "$this" && t=$fig && slice "$i.base" "$base" && a=$fig && ok=1
+		slice "$i.this" "$this" "$this_cargs" "$this_pargs" && t=$fig &&
+			slice "$i.base" "$base" "$base_cargs" "$base_pargs" && a=$fig && ok=1
 	fi
 	if [ "$ok" -ne 1 ]; then
 		echo "make bench-ab: pair $i did not give a figure:" >&2

@@ -109,6 +109,7 @@ bench-http: all
 # worktree of main), the cycle in short slices that take turns on one store;
 # see bench/bench_ab.sh. A change of a few percent shows in the sign count
 # of the pairs where two whole benchmark runs only show the machine's drift.
+# BASE=. with BASE_CARMYD_ARGS or BASE_PG_STORE_ARGS compares two settings.
 CARMY_AB_STORE = pg
 CARMY_AB_PROCS = 1
 CARMY_AB_OPS = 1500
