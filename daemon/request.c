@@ -831,8 +831,8 @@ static bool ack(struct conn *c, const uint8_t *exec, bool done)
 	return told != SHM_ACK_MISSED;
 }
 
-/* Whether c's loop polls for the answer to a request of this type rather
- * than sleep (loop->awaiting): not for a WAIT, which may take minutes, nor
+/* Whether a loop polls for the store's answer to a request of this type
+ * rather than sleep (loop->awaiting): not for a WAIT, which may take minutes, nor
  * for a shared store's requests, whose commits take a network round trip
  * and a flush: the polling loop is the busy CPU beside the database's
  * flush, and the answer is told on the store's thread (store_done()),

@@ -48,10 +48,10 @@ struct loop {
 	/* Events of the current epoll batch still to be handled after this
 	 * one: a request submitted then is marked CARMY_STORE_MORE. */
 	bool more;
-	/* This loop's requests the store has yet to answer, and until when
-	 * (CLOCK_MONOTONIC ns) the loop polls for their answers rather than
-	 * sleep: AWAIT_SPIN times --spin-us after the last was sent. The
-	 * loop's alone. */
+	/* This loop's requests the store has yet to answer whose answers it
+	 * polls for (request.c: awaited()), and until when (CLOCK_MONOTONIC
+	 * ns) it polls rather than sleep: AWAIT_SPIN times --spin-us after
+	 * the last was sent. The loop's alone. */
 	unsigned awaiting;
 	uint64_t await_until;
 	/* Its bell in the segment (shm_post), or UINT32_MAX: none, and the
