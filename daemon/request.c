@@ -5,11 +5,11 @@
  *
  * A request to a durable store holds its connection: nothing more is read
  * from it until the store answers (on its own thread, to the connection's
- * loop: conn_store_done()), so replies keep their order. A client of a
- * durable store awaits a RESERVE's or COMPLETE's success in its ack slot
- * (shm_ack), anything else on the socket: the last success of a shared
- * store's run is told there by the store's thread (tell()), others by
- * the loop (finish()).
+ * loop: conn_store_done()), so replies keep their order. A client awaits
+ * a RESERVE's or COMPLETE's success in its ack slot (shm_ack), anything
+ * else on the socket: the last success of a shared store's run is told
+ * there by the store's thread (tell()), others by the loop (finish(), or
+ * answer() for a store that is not durable).
  */
 #include <errno.h>
 #include <limits.h>
@@ -223,9 +223,9 @@ static bool greeted(struct conn *c, const char *why)
 
 /*
  * HELLO: check the client's protocol, layout and PID namespace, give it an
- * owner id (a new one, or its own back after a restart), an ack slot with a
- * durable store, and its loop's bell if it may post. Returns 0, DROPPED or
- * -ENOMEM.
+ * owner id (a new one, or its own back after a restart), an ack slot, and
+ * with a durable store its loop's bell if it may post. Returns 0, DROPPED
+ * or -ENOMEM.
  */
 static int on_hello(struct conn *c, const struct wire_msg *m)
 {
@@ -271,9 +271,9 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 		return DROPPED;
 	}
 	log_debug("owner %u is pid %d", c->owner, (int)c->pid);
-	if (s->durable)
-		c->ack_slot = conn_ack_take(sv, &c->ack_gen);
-	if (c->ack_slot < SHM_ACK_SLOTS && c->loop->bell < SHM_BELLS)
+	c->ack_slot = conn_ack_take(sv, &c->ack_gen);
+	if (s->durable && c->ack_slot < SHM_ACK_SLOTS &&
+	    c->loop->bell < SHM_BELLS)
 		conn_posting_add(c);
 	return wire_put_hello_ok(&c->out, c->owner, sv->cfg->shm_name,
 				 s->view.geo.max_result, s->epoch, flags,
@@ -285,8 +285,8 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 /*
  * COMPLETE: record an execution's result. A result larger than
  * --max-result is recorded as FAILED with RESULT_TOO_LARGE. A store that is
- * not durable has the segment as its record: written here, and answered.
- * Returns 0, DROPPED or -ENOMEM.
+ * not durable has the segment as its record: written here, and answered
+ * (a success in the client's ack slot). Returns 0, DROPPED or -ENOMEM.
  */
 static int on_complete(struct conn *c, const struct wire_msg *m)
 {
@@ -321,7 +321,7 @@ static int on_complete(struct conn *c, const struct wire_msg *m)
 	if (rc != 0)
 		log_debug("owner %u: completion of entry %u refused: %s",
 			  c->owner, m->u.complete.entry, carmy_errname(rc));
-	return wire_put_reply(&c->out, WIRE_COMPLETE, rc);
+	return answer(c, WIRE_COMPLETE, m->u.complete.exec, rc);
 }
 
 /*
@@ -798,17 +798,15 @@ static int to_store(struct conn *c, int type, enum carmy_store_op sop,
 }
 
 /*
- * Answer a RESERVE or COMPLETE at once, without the store. A durable
- * store's client awaits these in its ack slot (shm_ack): a success is told
- * there alone, anything else on the socket, and the slot says so. Other
- * requests, and every request to a store that is not durable, are answered
- * on the socket. Returns 0 or -ENOMEM, like the encoders.
+ * Answer a RESERVE or COMPLETE at once (or without the store). A client
+ * with an ack slot awaits these there (shm_ack): a success is told there
+ * alone, anything else on the socket, and the slot says so. Other
+ * requests are answered on the socket. Returns 0 or -ENOMEM, like the
+ * encoders.
  */
 static int answer(struct conn *c, int type, const uint8_t *exec, int rc)
 {
-	struct store *s = c->loop->sv->store;
-	bool quiet = s->durable &&
-		     (type == WIRE_RESERVE || type == WIRE_COMPLETE);
+	bool quiet = type == WIRE_RESERVE || type == WIRE_COMPLETE;
 
 	if (quiet && rc == 0 && ack(c, exec, true))
 		return 0;

@@ -176,8 +176,9 @@ struct carmy_reservation {
 
 /*
  * With the memory store, a request to carmyd (a completion, a release)
- * waits for its reply by polling the socket for up to this many
- * microseconds before it sleeps: the reply is usually a few microseconds
+ * waits for its answer by polling for up to this many microseconds (a
+ * completion's in its ack word in the segment, a release's on the
+ * socket) before it sleeps: the reply is usually a few microseconds
  * away, and a sleeping thread's wake-up costs tens of microseconds where an
  * idle CPU halts (virtual machines especially). A durable store's answer
  * waits for a flush, so then it sleeps at once (CARMY_ACK_CHECK_MS).
@@ -187,10 +188,10 @@ struct carmy_reservation {
 #define CARMY_SPIN_US 50
 
 /*
- * With a durable store, a reservation or completion that succeeds is told
- * in the segment, in a word of the handle's connection where the calling
- * thread sleeps (a futex),
- * not on the socket. A carmyd that died cannot say so there: the waiting
+ * A completion that succeeds (and with a durable store, a reservation) is
+ * told in the segment, in a word of the handle's connection where the
+ * calling thread sleeps (a futex) after any CARMY_SPIN_US, not on the
+ * socket. A carmyd that died cannot say so there: the waiting
  * thread looks at the socket every this many ms, and when it is closed the
  * call goes on as when carmyd goes away during any request (complete
  * reconnects and sends it again; see carmy_begin and carmy_complete).

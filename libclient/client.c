@@ -68,8 +68,9 @@ struct carmy {
 	int reconnect_ms;		/* how long complete/release try */
 	uint64_t spin_ns;		/* poll for a reply this long first */
 	int ack_check_ms;		/* see CARMY_ACK_CHECK_MS */
-	uint32_t ack_slot;		/* our word for durable answers, or
-					 * SHM_ACK_SLOTS and up: none */
+	uint32_t ack_slot;		/* our word for RESERVE and COMPLETE
+					 * answers, or SHM_ACK_SLOTS and up:
+					 * none */
 	uint32_t ack_last;		/* what we last saw in it (under io) */
 	uint32_t ack_gen;		/* its generation: its mark >> 2 */
 	uint32_t bell;			/* our carmyd loop's, or SHM_BELLS and
@@ -125,7 +126,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    const struct shm_post *post, struct wire_msg *reply);
 static void take_slot(carmy_t *c, const struct wire_msg *m);
 static int await_ack(carmy_t *c, const uint8_t *exec,
-		     const msgpack_sbuffer *sb, bool *posted);
+		     const msgpack_sbuffer *sb, bool *posted, uint64_t spin_ns);
 static bool wait_readable(int fd, int timeout_ms);
 static int request_msg(carmy_t *c, int type, msgpack_sbuffer *sb,
 		       int timeout_ms, struct wire_msg *reply);
@@ -1191,8 +1192,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	/* Read under io, which a reconnect holds: the carmyd this goes to
 	 * is the one that said whether its store is durable, and gave the
 	 * slot. */
-	if (!__atomic_load_n(&c->durable, __ATOMIC_RELAXED) ||
-	    c->ack_slot >= SHM_ACK_SLOTS)
+	if (c->ack_slot >= SHM_ACK_SLOTS)
 		exec = NULL;
 	/* Not ours any more (carmyd handed it on: it took this connection
 	 * for gone), or written over: start afresh on a new connection. */
@@ -1217,7 +1217,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 	rc = posted ? 0 : send_msg(c->fd, sb->data, sb->size);
 	for (;;) {
 		if (rc == 0 && exec != NULL) {
-			rc = await_ack(c, exec, sb, &posted);
+			rc = await_ack(c, exec, sb, &posted, spin);
 			if (rc == SHM_ACK_DONE) {
 				pthread_mutex_unlock(&c->io);
 				memset(reply, 0, sizeof(*reply));
@@ -1263,8 +1263,7 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 }
 
 /*
- * The answer to the RESERVE or COMPLETE naming exec just sent to a
- * durable store: SHM_ACK_DONE when our slot says it succeeded;
+ * The answer to the RESERVE or COMPLETE naming exec just sent: SHM_ACK_DONE when our slot says it succeeded;
  * SHM_ACK_SOCKET once something waits on the socket (a refusal, carmyd's
  * ERROR, or the end of the connection: recv_msg() takes it); or
  * CARMY_EDISCONNECTED when carmyd restarted, whose old connection says
@@ -1281,10 +1280,19 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
  * A request posted in the slot (*posted) that carmyd has not taken by
  * then is taken back and sent (sb), and *posted cleared: a bell that said
  * "awake" wrongly (written over) costs ack_check_ms, never the answer.
+ *
+ * The word is first looked at for up to spin_ns (a store that is not
+ * durable answers within microseconds), yielding the CPU between looks,
+ * as recv_msg() polls the socket: the loop that owes the answer may
+ * share this CPU.
  */
 static int await_ack(carmy_t *c, const uint8_t *exec,
-		     const msgpack_sbuffer *sb, bool *posted)
+		     const msgpack_sbuffer *sb, bool *posted, uint64_t spin_ns)
 {
+	for (uint64_t until = spin_ns ? clock_mono_ns() + spin_ns : 0;
+	     shm_ack_awaits(&c->view, c->ack_slot, exec) &&
+	     clock_mono_ns() < until;)
+		sched_yield();
 	for (;;) {
 		int ack = shm_ack_wait(&c->view, c->ack_slot, &c->ack_last,
 				       exec, c->ack_check_ms);

@@ -11,7 +11,7 @@
  *
  *   header     struct shm_header, 256 bytes
  *   stats      SHM_STATS_STRIPES x struct shm_stats   answers counted
- *   acks       SHM_ACK_SLOTS x struct shm_ack_slot   durable answers, and
+ *   acks       SHM_ACK_SLOTS x struct shm_ack_slot   answers told, and
  *                                                    reservations posted
  *   bells      SHM_BELLS x struct shm_bell        which loops are awake
  *   tickets    capacity x uint64_t        who holds each entry
@@ -323,10 +323,10 @@ struct shm_stats {
 
 /*
  * Where carmyd tells a connection's client the answer to a RESERVE or
- * COMPLETE it sent a durable store (a futex word: see shm_ack). carmyd
- * hands one slot to each such connection, for as long as it is open, so
- * nothing else writes it meanwhile; one past the last, a connection is
- * answered on its socket alone.
+ * COMPLETE it sent (a futex word: see shm_ack). carmyd hands one slot to
+ * each connection, for as long as it is open, so nothing else writes it
+ * meanwhile; one past the last, a connection is answered on its socket
+ * alone.
  */
 #define SHM_ACK_SLOTS 1024
 struct shm_ack_slot {

@@ -930,8 +930,9 @@ static int ack_tell(const struct shm_view *v, uint32_t slot,
 	return SHM_ACK_MISSED;
 }
 
-/* carmyd: does slot's word await the answer to a request naming exec?
- * A client posts a request only once its word awaits it (shm_post). */
+/* Does slot's word await the answer to a request naming exec? carmyd: a
+ * client posts a request only once its word awaits it (shm_post); the
+ * client: carmyd has not answered yet. */
 bool shm_ack_awaits(const struct shm_view *v, uint32_t slot,
 		    const uint8_t *exec)
 {

@@ -602,6 +602,69 @@ static uint32_t entry_of(const char *exec_id)
 }
 
 /*
+ * With the memory store too, a completion's success is told in the
+ * connection's ack slot alone (nothing comes on the socket: the refusal
+ * that follows is the next thing read), a refusal on the socket with the
+ * word saying so, and a success the slot does not await on the socket.
+ * The connection gets no bell: only a durable store's reservations are
+ * posted.
+ */
+START_TEST(test_memory_completion_is_told_in_the_ack_slot)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "mem-ack");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	uint8_t exec[SHM_EXEC_LEN];
+	struct shm_view v;
+	uint32_t last, e;
+	msgpack_sbuffer sb;
+	int fd;
+
+	ck_assert_int_eq(carmy_durable(c), 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "abc", 3),
+			 0);
+	e = entry_of(r.execution_id);
+	e2e_exec_bytes(r.execution_id, exec);
+
+	fd = raw_connect();
+	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
+	ck_assert_uint_lt(raw_slot, SHM_ACK_SLOTS);
+	ck_assert_uint_ge(raw_bell, SHM_BELLS);
+	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
+	last = v.acks[raw_slot].ak_word;	/* carmyd's mark */
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
+					   0, "abc", 3), 0);
+	ck_assert(shm_ack_expect(&v, raw_slot, &last, exec));
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, &last, exec, 20000),
+			 SHM_ACK_DONE);
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
+					   0, "abd", 3), 0);
+	ck_assert(shm_ack_expect(&v, raw_slot, &last, exec));
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, &last, exec, 20000),
+			 SHM_ACK_SOCKET);
+	ck_assert_int_ne(raw_reply(fd, WIRE_COMPLETE), 0);
+	/* Not awaited in the slot: even a success comes on the socket. */
+	sb.size = 0;
+	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
+					   0, "abc", 3), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_eq(raw_reply(fd, WIRE_COMPLETE), 0);
+	shm_unmap(&v);
+	msgpack_sbuffer_destroy(&sb);
+	close(fd);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/*
  * With the journal: a completion sent again (as after a reconnect) with
  * exactly the recorded result is answered 0, with another result refused;
  * a RELEASE for an execution still in the table (running here, another
@@ -833,6 +896,7 @@ int main(void)
 	tcase_add_test(tc, test_wait_ends_at_its_deadline_still_running);
 	tcase_add_test(tc, test_wait_keeps_its_deadline_with_carmyd_stalled);
 	tcase_add_test(tc, test_resolution_survives_a_reboot_with_the_journal);
+	tcase_add_test(tc, test_memory_completion_is_told_in_the_ack_slot);
 	tcase_add_test(tc, test_durable_requests_are_checked_against_the_table);
 	tcase_add_test(tc, test_a_peer_that_posts_and_hangs_up_harms_no_one);
 	tcase_add_test(tc, test_a_request_sent_behind_a_wait_is_answered_after_it);
