@@ -26,6 +26,12 @@ tests_e2e_check_capacity_SOURCES = tests/e2e/check_capacity.c $(E2E_SOURCES)
 tests_e2e_check_capacity_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_capacity_LDADD = $(TEST_LIBS)
 
+check_PROGRAMS += tests/e2e/check_prefault
+TESTS += tests/e2e/check_prefault
+tests_e2e_check_prefault_SOURCES = tests/e2e/check_prefault.c $(E2E_SOURCES)
+tests_e2e_check_prefault_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_prefault_LDADD = $(TEST_LIBS)
+
 check_PROGRAMS += tests/e2e/check_restart
 TESTS += tests/e2e/check_restart
 tests_e2e_check_restart_SOURCES = tests/e2e/check_restart.c $(E2E_SOURCES)
