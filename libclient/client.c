@@ -1265,9 +1265,10 @@ static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 }
 
 /*
- * The answer to the RESERVE or COMPLETE naming exec just sent: SHM_ACK_DONE when our slot says it succeeded;
- * SHM_ACK_SOCKET once something waits on the socket (a refusal, carmyd's
- * ERROR, or the end of the connection: recv_msg() takes it); or
+ * The answer to the RESERVE or COMPLETE naming exec just sent:
+ * SHM_ACK_DONE when our slot says it succeeded; SHM_ACK_SOCKET once
+ * something waits on the socket (a refusal, carmyd's ERROR, or the end of
+ * the connection: recv_msg() takes it); or
  * CARMY_EDISCONNECTED when carmyd restarted, whose old connection says
  * nothing more, or the word was written over (the answer may have been
  * there: a new connection starts afresh, and a completion is sent again).
