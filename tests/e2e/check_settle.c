@@ -602,34 +602,22 @@ static uint32_t entry_of(const char *exec_id)
 }
 
 /*
- * With the memory store too, a completion's success is told in the
- * connection's ack slot alone (nothing comes on the socket: the refusal
- * that follows is the next thing read), a refusal on the socket with the
- * word saying so, and a success the slot does not await on the socket.
- * The connection gets no bell: only a durable store's reservations are
- * posted.
+ * On a new raw connection (returned, its HELLO read): exec's completion
+ * in entry e, recorded with the result "abc", sent again with exactly
+ * that result is answered 0 in the connection's ack slot alone (nothing
+ * comes on the socket: the refusal that follows is the next thing read);
+ * with another result, refused on the socket, with the word saying so;
+ * and a success the slot does not await comes on the socket.
  */
-START_TEST(test_memory_completion_is_told_in_the_ack_slot)
+static int completions_answered_in_the_slot(uint32_t e, const uint8_t *exec)
 {
-	struct carmy_call call = E2E_CALL("p", "s", "mem-ack");
-	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	uint8_t exec[SHM_EXEC_LEN];
 	struct shm_view v;
-	uint32_t last, e;
 	msgpack_sbuffer sb;
-	int fd;
+	uint32_t last;
+	int fd = raw_connect();
 
-	ck_assert_int_eq(carmy_durable(c), 0);
-	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
-	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "abc", 3),
-			 0);
-	e = entry_of(r.execution_id);
-	e2e_exec_bytes(r.execution_id, exec);
-
-	fd = raw_connect();
 	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
 	ck_assert_uint_lt(raw_slot, SHM_ACK_SLOTS);
-	ck_assert_uint_ge(raw_bell, SHM_BELLS);
 	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
 	last = v.acks[raw_slot].ak_word;	/* carmyd's mark */
 	msgpack_sbuffer_init(&sb);
@@ -658,7 +646,28 @@ START_TEST(test_memory_completion_is_told_in_the_ack_slot)
 	ck_assert_int_eq(raw_reply(fd, WIRE_COMPLETE), 0);
 	shm_unmap(&v);
 	msgpack_sbuffer_destroy(&sb);
-	close(fd);
+	return fd;
+}
+
+/*
+ * With the memory store too, a completion's success is told in the
+ * connection's ack slot (completions_answered_in_the_slot()). The
+ * connection gets no bell: only a durable store's reservations are
+ * posted.
+ */
+START_TEST(test_memory_completion_is_told_in_the_ack_slot)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "mem-ack");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	uint8_t exec[SHM_EXEC_LEN];
+
+	ck_assert_int_eq(carmy_durable(c), 0);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "abc", 3),
+			 0);
+	e2e_exec_bytes(r.execution_id, exec);
+	close(completions_answered_in_the_slot(entry_of(r.execution_id), exec));
+	ck_assert_uint_ge(raw_bell, SHM_BELLS);
 	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_REPLAY);
 	carmy_reservation_clear(&r);
 }
@@ -666,13 +675,10 @@ END_TEST
 
 /*
  * With the journal: a completion sent again (as after a reconnect) with
- * exactly the recorded result is answered 0, with another result refused;
- * a RELEASE for an execution still in the table (running here, another
- * client's) is refused, so the journal cannot be made to forget it. The
- * success is told in the connection's ack slot alone (nothing comes on the
- * socket: the refusal that follows is the next thing read), the refusal on
- * the socket, with the word saying so; and a success the slot does not
- * await comes on the socket.
+ * exactly the recorded result is answered 0, with another result refused,
+ * each in the ack slot or on the socket as above; a RELEASE for an
+ * execution still in the table (running here, another client's) is
+ * refused, so the journal cannot be made to forget it.
  */
 START_TEST(test_durable_requests_are_checked_against_the_table)
 {
@@ -681,54 +687,20 @@ START_TEST(test_durable_requests_are_checked_against_the_table)
 	struct carmy_call held = E2E_CALL("p", "s", "held");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	uint8_t exec[SHM_EXEC_LEN];
-	struct shm_view v;
-	uint32_t last;
 	msgpack_sbuffer sb;
 	struct worker w;
-	uint32_t e;
 	int fd;
 
 	restart_with_journal(dir, spec);
 	ck_assert_int_eq(carmy_begin(c, &done, &r), CARMY_RESERVED);
 	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "abc", 3),
 			 0);
-	e = entry_of(r.execution_id);
 	e2e_exec_bytes(r.execution_id, exec);
-
-	fd = raw_connect();
-	ck_assert_int_eq(raw_reply(fd, WIRE_HELLO), 0);
-	ck_assert_uint_lt(raw_slot, SHM_ACK_SLOTS);
-	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
-	last = v.acks[raw_slot].ak_word;	/* carmyd's mark */
-	msgpack_sbuffer_init(&sb);
-	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
-					   0, "abc", 3), 0);
-	ck_assert(shm_ack_expect(&v, raw_slot, &last, exec));
-	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
-			 (ssize_t)sb.size);
-	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, &last, exec, 20000),
-			 SHM_ACK_DONE);
-	sb.size = 0;
-	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
-					   0, "abd", 3), 0);
-	ck_assert(shm_ack_expect(&v, raw_slot, &last, exec));
-	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
-			 (ssize_t)sb.size);
-	ck_assert_int_eq(shm_ack_wait(&v, raw_slot, &last, exec, 20000),
-			 SHM_ACK_SOCKET);
-	ck_assert_int_ne(raw_reply(fd, WIRE_COMPLETE), 0);
-	/* Not awaited in the slot: even a success comes on the socket. */
-	sb.size = 0;
-	ck_assert_int_eq(wire_put_complete(&sb, e, exec, CARMY_STATUS_COMPLETED,
-					   0, "abc", 3), 0);
-	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
-			 (ssize_t)sb.size);
-	ck_assert_int_eq(raw_reply(fd, WIRE_COMPLETE), 0);
-	shm_unmap(&v);
+	fd = completions_answered_in_the_slot(entry_of(r.execution_id), exec);
 
 	worker_start(&w, &held);
 	e2e_exec_bytes(w.exec, exec);
-	sb.size = 0;
+	msgpack_sbuffer_init(&sb);
 	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RELEASE, entry_of(w.exec),
 					  exec), 0);
 	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
