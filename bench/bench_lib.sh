@@ -48,8 +48,8 @@ wait_ready() {
 # listening on a socket only, in $tmp/pg. It refuses to run as root: then
 # the cluster belongs to nobody, and the temp directory is opened to it for
 # traversal. PG_BINDIR overrides where the server programs are found.
-# pg_start PREFIX: sets pg_pid and pg_conninfo; returns 1 when no cluster could be started,
-# having said why on stderr after the caller's PREFIX.
+# pg_start PREFIX: sets pg_pid and pg_conninfo; returns 1 when no cluster
+# could be started, having said why on stderr after the caller's PREFIX.
 pg_start() {
 	local why=$1 as=() d bindir=${PG_BINDIR:-}
 

@@ -205,6 +205,7 @@ struct pg_worker {
 	 * its row): the rest of this batch runs without them, and the next
 	 * batch tries them again. */
 	bool wd_waited, wd_held;
+	uint64_t wd_retry_ms;	/* their next run, with nothing queued */
 	struct held hold[HOLD_MAX];	/* run again at the head of the
 					 * next batch */
 	size_t nhold;

@@ -218,8 +218,10 @@
  * back). The store remembers such RESERVEs (up to WITHDRAW_MAX; beyond,
  * it says so on stderr) and deletes their rows (this identity, this exec,
  * this instance, still running) at the head of the next transaction it
- * runs, before any other request, forgetting them once that commits; at
- * close it makes one last attempt.
+ * runs, before any other request, forgetting them once that commits; with
+ * no request to carry them, they run alone after each backoff (a row left
+ * would hold its identity on every instance for as long as this one has
+ * nothing to write); at close it makes one last attempt.
  *
  * A COMPLETE of unknown outcome, then no connection, may have committed
  * too: answered failed, its instance would take the call for interrupted

@@ -53,29 +53,36 @@ static size_t take_held(struct pg_worker *s)
 	return n;
 }
 
-/* When the held COMPLETEs run again with nothing queued: after the
- * backoff, or when one of carmyd's is to be answered. */
-static uint64_t held_next_ms(const struct pg_worker *s)
+/*
+ * When a batch runs with nothing queued: the held COMPLETEs after the
+ * backoff, or when one of carmyd's is to be answered; the withdrawals
+ * after the backoff too. A withdrawal waits for no request to carry it:
+ * until it commits, every instance finds its identity held by an
+ * execution that never ran. UINT64_MAX: nothing to run.
+ */
+static uint64_t next_run_ms(const struct pg_worker *s)
 {
-	uint64_t next = s->hold_retry_ms;
+	uint64_t next = s->nhold > 0 ? s->hold_retry_ms : UINT64_MAX;
 
 	for (size_t i = 0; i < s->nhold; i++)
 		if (s->hold[i].until_ms < next)
 			next = s->hold[i].until_ms;
+	if (s->nwd > 0 && s->wd_retry_ms < next)
+		next = s->wd_retry_ms;
 	return next;
 }
 
-/* Under s->lock: wait for requests, or for the held ones' next run. */
+/* Under s->lock: wait for requests, or for the next run of what is held
+ * or left to withdraw. */
 static void wait_for_work(struct pg_worker *s)
 {
-	uint64_t now = now_ms(), next;
+	uint64_t now = now_ms(), next = next_run_ms(s);
 	struct timespec dl;
 
-	if (s->nhold == 0) {
+	if (next == UINT64_MAX) {
 		pthread_cond_wait(&s->wake, &s->lock);
 		return;
 	}
-	next = held_next_ms(s);
 	if (next <= now)
 		return;
 	/* s->wake runs on CLOCK_REALTIME: the same interval from now. */
@@ -89,9 +96,18 @@ static void wait_for_work(struct pg_worker *s)
 	pthread_cond_timedwait(&s->wake, &s->lock, &dl);
 }
 
-static bool held_due(const struct pg_worker *s)
+/* The next run of what failed for want of the database: not before the
+ * reconnect's backoff, nor sooner than its shortest interval. */
+static uint64_t after_backoff(const struct pg_worker *s)
 {
-	return s->nhold > 0 && held_next_ms(s) <= now_ms();
+	uint64_t soonest = now_ms() + BACKOFF_MIN_MS;
+
+	return s->retry_ms > soonest ? s->retry_ms : soonest;
+}
+
+static bool run_due(const struct pg_worker *s)
+{
+	return next_run_ms(s) <= now_ms();
 }
 
 /* At close: one last attempt at what is left to withdraw and the held
@@ -125,7 +141,7 @@ void *pg_work(void *arg)
 	for (;;) {
 		size_t n;
 
-		while (s->head == NULL && !s->stopping && !held_due(s))
+		while (s->head == NULL && !s->stopping && !run_due(s))
 			wait_for_work(s);
 		if (s->head == NULL && s->stopping)
 			break;
@@ -458,8 +474,7 @@ static bool hold(struct pg_worker *s, struct slot *sl, int rc)
 	}
 	s->hold[s->nhold].req = req;
 	s->hold[s->nhold++].until_ms = until;
-	s->hold_retry_ms = s->retry_ms > now + BACKOFF_MIN_MS ? s->retry_ms :
-			   now + BACKOFF_MIN_MS;
+	s->hold_retry_ms = after_backoff(s);
 	sl->answered = true;
 	return true;
 }
@@ -589,15 +604,18 @@ static void run_batch(struct pg_worker *s, size_t n)
 			break;
 		}
 	}
-	if (left == 0) {
-		deliver(s, NULL, 0);
-		return;
+	if (left > 0) {
+		left = 0;
+		for (size_t i = 0; i < n; i++)
+			if (!s->slots[i].answered &&
+			    fail(s, &s->slots[i], rc))
+				left++;
 	}
-	left = 0;
-	for (size_t i = 0; i < n; i++)
-		if (!s->slots[i].answered && fail(s, &s->slots[i], rc))
-			left++;
 	deliver(s, NULL, 0);
+	/* Left to withdraw (no connection, a lock waited on, a failed
+	 * run): again after the backoff, whether requests come or not. */
+	if (s->nwd > 0)
+		s->wd_retry_ms = after_backoff(s);
 	if (!said && left > 0)
 		pg_say("instance %s: failed %zu requests (%s): %s", s->instance,
 		       left, strerror(-rc), s->why);

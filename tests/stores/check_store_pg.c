@@ -2012,31 +2012,34 @@ START_TEST(test_open_waits_for_a_name_let_go_meanwhile)
 }
 END_TEST
 
-START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
+/*
+ * A RESERVE of identity ("p", id) on store *a (database carmy_lost) that
+ * commits while its answer is lost: a COMMIT flushed here that waits for a
+ * standby that never comes, its backend terminated meanwhile (the client
+ * is told nothing), and no new connection to be had, so it is answered
+ * failed. *lost is a connection to carmy_lost made before; the database
+ * takes no other until the caller allows it again (allow_lost()).
+ */
+static void lose_a_reservation_commit(void **a, struct ex *x, char *id,
+				      size_t idlen, PGconn **lost)
 {
 	time_t end = time(NULL) + WAIT_S;
-	struct waiter w, w2;
-	struct ex x, x2;
-	PGconn *lost;
-	void *a;
-	char id[32];
+	struct waiter w;
 
-	/* The lost answer: a COMMIT flushed here that waits for a standby
-	 * that never comes, its backend terminated meanwhile (the client is
-	 * told nothing), and no connection to be had after. */
 	sql(db, "SET synchronous_commit = local");	/* never waits */
 	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
 	sql(db, "CREATE DATABASE carmy_lost");
-	a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
+	*a = open_as("a", "dbname=carmy_lost application_name=lost-commit");
+	*lost = db_connect("dbname=carmy_lost");
 	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
 	sql(db, "SELECT pg_reload_conf()");
 	/* The server reads it in its own time: until then a RESERVE
 	 * commits without waiting, and the next one is tried. */
 	for (int i = 0;; i++) {
-		snprintf(id, sizeof(id), "lost-%d", i);
-		make_ex(&x, "p", id);
-		waiter_init(&w, CARMY_STORE_RESERVE, &x);
-		ops->submit(a, &w.req);
+		snprintf(id, idlen, "lost-%d", i);
+		make_ex(x, "p", id);
+		waiter_init(&w, CARMY_STORE_RESERVE, x);
+		ops->submit(*a, &w.req);
 		while (!is_done(&w) && sql_long(db, "SELECT count(*) FROM "
 				"pg_stat_activity WHERE application_name = "
 				"'lost-commit' AND wait_event = 'SyncRep'")
@@ -2053,12 +2056,27 @@ START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
 	waiter_destroy(&w);
 	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
 	sql(db, "SELECT pg_reload_conf()");
+}
+
+static void allow_lost(void)
+{
 	sql(db, "ALTER DATABASE carmy_lost ALLOW_CONNECTIONS true");
+}
+
+START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
+{
+	struct waiter w2;
+	struct ex x, x2;
+	PGconn *lost;
+	void *a;
+	char id[32];
+
+	lose_a_reservation_commit(&a, &x, id, sizeof(id), &lost);
 	/* It did commit, for an execution reported failed. */
-	lost = db_connect("dbname=carmy_lost");
 	ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
 	/* While another session holds that row, the withdrawal waits out
-	 * its lock timeout and is left for later: other requests go on. */
+	 * its lock timeout and is left for later: other requests go on.
+	 * (Held before the store can connect: it withdraws by itself.) */
 	{
 		const char *v[1] = { (const char *)x.exec };
 		int len[1] = { 16 }, fmt[1] = { 1 };
@@ -2071,6 +2089,7 @@ START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
 				 0);
 		ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
 		PQclear(r);
+		allow_lost();
 		make_ex(&u, "p", "unrelated-to-the-lost");
 		ck_assert_int_eq(reserve_when_back(a, &u, NULL), 0);
 		ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
@@ -2082,6 +2101,32 @@ START_TEST(test_a_reservation_whose_commit_answer_was_lost_is_withdrawn)
 	ck_assert_int_eq(w2.ntaken, 0);
 	ck_assert_int_eq(rows_of_exec(lost, x.exec), 0);
 	ck_assert_int_eq(rows_of_exec(lost, x2.exec), 1);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+END_TEST
+
+/* The withdrawal waits for no request to carry it: the row goes once the
+ * database is back, with nothing else sent. Kept, every instance would
+ * find the identity held, running, by an execution that never ran, for
+ * as long as this one had nothing else to write. */
+START_TEST(test_a_lost_reservation_is_withdrawn_without_another_request)
+{
+	time_t end;
+	PGconn *lost;
+	struct ex x;
+	void *a;
+	char id[32];
+
+	lose_a_reservation_commit(&a, &x, id, sizeof(id), &lost);
+	ck_assert_int_eq(rows_of_exec(lost, x.exec), 1);
+	allow_lost();
+	end = time(NULL) + WAIT_S;
+	while (rows_of_exec(lost, x.exec) != 0) {
+		ck_assert_msg(time(NULL) < end, "the row of %s stands", id);
+		usleep(10000);
+	}
 	PQfinish(lost);
 	ops->close(a);
 	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
@@ -2875,6 +2920,7 @@ int main(void)
 	tcase_add_test(tc,
 		       test_open_does_not_wait_for_other_writers_once_the_table_exists);
 	tcase_add_test(tc, test_a_reservation_whose_commit_answer_was_lost_is_withdrawn);
+	tcase_add_test(tc, test_a_lost_reservation_is_withdrawn_without_another_request);
 	tcase_add_test(tc, test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded);
 	tcase_add_test(tc, test_a_completion_answered_failed_after_the_timeout_keeps_its_one_result);
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
