@@ -458,6 +458,16 @@ static int read_effects(struct checker *ck)
 	return 0;
 }
 
+/* The final pass's log through carmyd inst. */
+static void final_path(const struct checker *ck, unsigned inst, char *path,
+		       size_t size)
+{
+	if (inst == 0)
+		snprintf(path, size, "%s/final.log", ck->cfg->dir);
+	else
+		snprintf(path, size, "%s/final%u.log", ck->cfg->dir, inst);
+}
+
 static int read_final(struct checker *ck, unsigned inst)
 {
 	char path[512], *line = NULL;
@@ -465,11 +475,7 @@ static int read_final(struct checker *ck, unsigned inst)
 	size_t cap = 0;
 	FILE *fp;
 
-	if (inst == 0)
-		snprintf(path, sizeof(path), "%s/final.log", ck->cfg->dir);
-	else
-		snprintf(path, sizeof(path), "%s/final%u.log", ck->cfg->dir,
-			 inst);
+	final_path(ck, inst, path, sizeof(path));
 	fp = fopen(path, "r");
 	if (fp == NULL)
 		return -1;
@@ -1051,6 +1057,24 @@ static void trace(struct checker *ck, enum soak_kind k, unsigned id)
 	}
 	if (fp != NULL)
 		fclose(fp);
+	for (unsigned i = 0; i < ck->cfg->ninst; i++) {
+		final_path(ck, i, path, sizeof(path));
+		fp = fopen(path, "r");
+		while (fp != NULL && getline(&line, &cap, fp) > 0) {
+			char exec[EXEC_SZ];
+			unsigned var;
+			int rc, state;
+
+			if (sscanf(line, "Q %llu %u %u %d %d %37s", &t0, &lid,
+				   &var, &rc, &state, exec) == 6 && lid == id)
+				add_tline(&v, &n, t0, "final pass, carmyd %u: "
+					  "var %u -> %s (%s, %s)", i, var,
+					  carmy_errname(rc),
+					  carmy_state_name(state), exec);
+		}
+		if (fp != NULL)
+			fclose(fp);
+	}
 	qsort(v, n, sizeof(*v), cmp_tline);
 	printf("# trace of the first %s: identity %u (times in ms from its "
 	       "first line)\n", soak_kind_names[k], id);

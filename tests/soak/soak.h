@@ -26,6 +26,9 @@
  * The final pass (final.log through carmyd 0, final1.log through carmyd 1
  * when there are two), one line per identity and variant:
  *   F id var rc state exec status code len hash
+ * after a line for each time it asked (again while a dead owner's entry
+ * still showed running, or the store failed):
+ *   Q t id var rc state exec        carmy_begin returned rc at t
  */
 #ifndef CARMY_TESTS_SOAK_H
 #define CARMY_TESTS_SOAK_H

@@ -20,7 +20,14 @@
  * database back from a crash, the store not yet reconnected). */
 #define STORE_MS 30000
 
-static int ask(carmy_t *c, const struct carmy_call *call,
+/* One question of the pass: its call, and the log its attempts go to. */
+struct question {
+	int fd;
+	unsigned id, var;
+	struct carmy_call call;
+};
+
+static int ask(carmy_t *c, const struct question *q,
 	       struct carmy_reservation *r, uint64_t settle);
 static int verify_one(const struct soak_cfg *cfg, struct soak_space *sp,
 		      unsigned inst);
@@ -61,10 +68,10 @@ static int verify_one(const struct soak_cfg *cfg, struct soak_space *sp,
 		used = cfg->max_ids;
 	for (unsigned id = 0; id < used; id++) {
 		for (unsigned var = 0; var < SOAK_VARIANTS; var++) {
-			struct carmy_call call;
+			struct question q = { .fd = fd, .id = id, .var = var };
 
-			soak_space_call(sp, id, var, &call);
-			rc = ask(c, &call, &r, settle);
+			soak_space_call(sp, id, var, &q.call);
+			rc = ask(c, &q, &r, settle);
 			soak_write_line(fd,
 				"F %u %u %d %d %s %d %d %zu %016llx\n",
 				id, var, rc, r.state,
@@ -88,16 +95,22 @@ static int verify_one(const struct soak_cfg *cfg, struct soak_space *sp,
 
 /* Begin, waiting (bounded) while the entry still shows a dead owner as
  * running, or the store (a database back from a crash) fails: its answer
- * then is the one to judge. */
-static int ask(carmy_t *c, const struct carmy_call *call,
+ * then is the one to judge. Each attempt is logged, for a trace to show
+ * when the pass asked and what it heard each time. */
+static int ask(carmy_t *c, const struct question *q,
 	       struct carmy_reservation *r, uint64_t settle)
 {
 	uint64_t store = harness_now_ns() + STORE_MS * 1000000ull;
 	unsigned us = 10;
 
 	for (;;) {
-		int rc = carmy_begin(c, call, r);
+		int rc = carmy_begin(c, &q->call, r);
 		uint64_t now = harness_now_ns();
+
+		soak_write_line(q->fd, "Q %llu %u %u %d %d %s\n",
+				(unsigned long long)now, q->id, q->var, rc,
+				r->state,
+				r->execution_id[0] ? r->execution_id : "-");
 
 		if (!((rc == CARMY_EUNCERTAIN || rc == CARMY_ECONFLICT) &&
 		      r->state == CARMY_STATE_RUNNING && now < settle) &&
