@@ -25,7 +25,9 @@
  * minutes to hours apart; a day still covers a job run again the next
  * morning, and is what Stripe keeps idempotency keys for. */
 #define CARMYD_DEFAULT_RETAIN_S 86400
-/* --threads: event loops. The default is one per online CPU, up to this. */
+/* --threads: event loops. The default is one per two online CPUs (rounded
+ * up), up to this: the clients are on the same host, and a loop polls
+ * after each event (--spin-us), so a loop per CPU leaves them none. */
 #define CARMYD_DEFAULT_THREADS_MAX 8
 #define CARMYD_THREADS_MAX 64
 /* --spin-us: how long an event loop keeps polling after its last event

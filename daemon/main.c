@@ -65,7 +65,7 @@ static const char usage[] =
 	"                       reservations before these turn uncertain\n"
 	"                       (default 10; 0: at once)\n"
 	"  --threads N          event loops serving connections, 1..64\n"
-	"                       (default: one per online CPU, at most 8)\n"
+	"                       (default: one per two online CPUs, at most 8)\n"
 	"  --spin-us N          after an event, a loop polls for the next one\n"
 	"                       this long before it sleeps, 0..10000 (default\n"
 	"                       50): a reply sooner than a wake-up, for a CPU\n"
@@ -365,7 +365,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		return -1;
 	}
 	if (cfg->threads == 0) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		long n = (sysconf(_SC_NPROCESSORS_ONLN) + 1) / 2;
 
 		cfg->threads = n < 1 ? 1 :
 			       n > CARMYD_DEFAULT_THREADS_MAX ?

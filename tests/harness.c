@@ -63,7 +63,7 @@ static int wait_ready(int fd, int timeout_ms)
 static int spawn(struct carmyd_proc *d, const char *const *extra)
 {
 	char prog[512];
-	const char *argv[32];
+	const char *argv[40];
 	int n = 0, p[2];
 	pid_t pid;
 
@@ -76,8 +76,18 @@ static int spawn(struct carmyd_proc *d, const char *const *extra)
 	argv[n++] = d->segment;
 	argv[n++] = "--log-level";
 	argv[n++] = getenv("CARMY_TEST_LOG") ? getenv("CARMY_TEST_LOG") : "warn";
-	for (int i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
+	/* Two event loops whatever the machine (the default on two CPUs is
+	 * one), so that connections on different loops are always tested;
+	 * a test's own --threads, later, wins. */
+	argv[n++] = "--threads";
+	argv[n++] = "2";
+	for (int i = 0; extra != NULL && extra[i] != NULL; i++) {
+		if (n == 39) {
+			fprintf(stderr, "harness: too many carmyd arguments\n");
+			return -1;
+		}
 		argv[n++] = extra[i];
+	}
 	argv[n] = NULL;
 	if (pipe2(p, O_CLOEXEC) != 0)
 		return -1;
