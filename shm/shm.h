@@ -238,6 +238,12 @@ struct shm_entry {
 	uint32_t en_result_len;
 	int32_t en_result_code;	/* 0, or CARMY_ERESULT_TOO_LARGE */
 	uint32_t en_pid;	/* of the reserving process, for operators */
+	/* Not 0 while a durable store has not yet answered this
+	 * reservation, or a shared store its release (a futex word: see
+	 * shm_settle_pending): a call that finds it RUNNING waits to learn
+	 * whether it stands before it names its execution id. In the
+	 * entry's first line, which a reserve writes anyway. */
+	uint32_t en_pending;
 	uint8_t en_fingerprint[SHM_FP_LEN];
 	uint8_t en_rawprint[SHM_FP_LEN];	/* of the bytes as first sent */
 	uint8_t en_exec[SHM_EXEC_LEN];
@@ -248,11 +254,6 @@ struct shm_entry {
 	uint32_t en_resolved_uid;
 	uint32_t en_resolved_pid;
 	uint8_t en_ident[3 * CARMY_ID_MAX];
-	/* Not 0 while a durable store has not yet answered this
-	 * reservation, or a shared store its release (a futex word: see
-	 * shm_settle_pending): a call that finds it RUNNING waits to learn
-	 * whether it stands before it names its execution id. */
-	uint32_t en_pending;
 } __attribute__((aligned(64)));
 
 /*
@@ -532,7 +533,6 @@ static inline void shm_prefetch_entry(const struct shm_view *v, uint32_t e)
 	__builtin_prefetch(en, 1);
 	__builtin_prefetch((const uint8_t *)en + 64, 1);
 	__builtin_prefetch((const uint8_t *)en + 128, 1);
-	__builtin_prefetch(&en->en_pending, 1);
 	__builtin_prefetch(shm_call_at(v, e), 1);
 }
 
