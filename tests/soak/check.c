@@ -1022,7 +1022,8 @@ static void trace_line(const char *file, unsigned inst, const char *line,
 /*
  * Print every line the logs hold about identity id, in time order: each
  * worker's lines (with the carmyd it called through), the effects, and
- * the final passes' answers. Answer codes are named.
+ * the final passes' questions (each carmy_begin() they made, retries
+ * included) and answers. Answer codes are named.
  */
 static void trace(struct checker *ck, enum soak_kind k, unsigned id)
 {
