@@ -82,7 +82,7 @@ static int spawn(struct carmyd_proc *d, const char *const *extra)
 	argv[n++] = "--threads";
 	argv[n++] = "2";
 	for (int i = 0; extra != NULL && extra[i] != NULL; i++) {
-		if (n == 39) {
+		if (n == (int)(sizeof(argv) / sizeof(argv[0])) - 1) {
 			fprintf(stderr, "harness: too many carmyd arguments\n");
 			return -1;
 		}
