@@ -1,13 +1,16 @@
 /*
  * bench_machine.c - the machine's side of a carmy-bench run: its CPU, load
- * and where its CPU time went while the figures were measured. Everything
- * here is read from /proc and uname(); anything missing is reported as
- * unknown, never guessed.
+ * and where its CPU time went while the figures were measured, read from
+ * /proc and uname(), and what a page of shared memory costs, measured.
+ * Anything missing is reported as unknown, never guessed.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench/bench_machine.h"
@@ -66,6 +69,7 @@ void bench_machine_start(struct bench_machine *m)
 	m->nproc = sysconf(_SC_NPROCESSORS_ONLN);
 	m->load1 = getloadavg(load, 1) == 1 ? load[0] : -1;
 	m->busy_pct = m->steal_pct = -1;
+	m->touch_us = m->fault_us = m->warm_us = -1;
 	if (read_cpu_time(m->t0) != 0)
 		m->t0[0] = m->t0[1] = m->t0[2] = UINT64_MAX;
 }
@@ -83,4 +87,78 @@ void bench_machine_end(struct bench_machine *m)
 		return;
 	m->busy_pct = 100.0 * (double)d[0] / (double)all;
 	m->steal_pct = 100.0 * (double)d[2] / (double)all;
+}
+
+/*
+ * Page costs. A shared mapping of PAGE_PROBES pages, like the segment's:
+ * the kernel's work on a page is a fault or MADV_POPULATE_WRITE, but under
+ * some hypervisors (shadow paging) the first access to a page by a process
+ * exits to the hypervisor as well, even after the kernel mapped it, and
+ * every process that touches the page pays it once. Each figure is the
+ * median of single writes, one a page, timed apart (a write, as a
+ * reserve's into its entry: a read fault would map its neighbours too).
+ */
+#define PAGE_PROBES 2048u
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median µs of one write a page over n pages from p. */
+static double write_pages(volatile uint8_t *p, size_t page, uint64_t *d,
+			  size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t0 = now_ns();
+
+		p[i * page] = 1;
+		d[i] = now_ns() - t0;
+	}
+	qsort(d, n, sizeof(*d), cmp_u64);
+	return (double)d[n / 2] / 1000.0;
+}
+
+void bench_machine_pages(struct bench_machine *m)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = PAGE_PROBES * page;
+	uint64_t *d = malloc(PAGE_PROBES * sizeof(*d));
+	int fd = memfd_create("carmy-bench-pages", MFD_CLOEXEC);
+	uint8_t *a = MAP_FAILED, *b = MAP_FAILED;
+
+	if (d == NULL || fd < 0 || ftruncate(fd, (off_t)len) != 0)
+		goto out;
+	a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (a == MAP_FAILED || b == MAP_FAILED)
+		goto out;
+	/* The pages exist once a is mapped ahead, as the segment's do (carmyd
+	 * zeroes them): b's first writes are faults that map them. */
+	if (madvise(a, len, MADV_POPULATE_WRITE) != 0)
+		goto out;
+	m->touch_us = write_pages(a, page, d, PAGE_PROBES);
+	m->warm_us = write_pages(a, page, d, PAGE_PROBES);
+	m->fault_us = write_pages(b, page, d, PAGE_PROBES);
+out:
+	if (a != MAP_FAILED)
+		munmap(a, len);
+	if (b != MAP_FAILED)
+		munmap(b, len);
+	if (fd >= 0)
+		close(fd);
+	free(d);
 }

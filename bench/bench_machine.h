@@ -5,7 +5,9 @@
  * to the floors (the same work without Carmy, measured in the same run),
  * the bench prints the CPU, the load when it started, and how the CPUs'
  * time went while it ran: busy (anyone's work, ours included), and stolen
- * by the hypervisor from this virtual machine.
+ * by the hypervisor from this virtual machine; and what a page of shared
+ * memory costs a process the first time it touches it, which some
+ * hypervisors make dear even when the kernel has mapped the page already.
  */
 #ifndef CARMY_BENCH_MACHINE_H
 #define CARMY_BENCH_MACHINE_H
@@ -20,10 +22,20 @@ struct bench_machine {
 	uint64_t t0[3];		/* /proc/stat jiffies: busy, idle, steal */
 	double busy_pct;	/* of all CPUs' time during the run; -1 unknown */
 	double steal_pct;	/* of all CPUs' time during the run; -1 unknown */
+	/* µs a page, the median of PAGE_PROBES (-1 unknown): the first read
+	 * of a shared page this process mapped ahead with
+	 * MADV_POPULATE_WRITE (as libcarmy maps entries before its reserves
+	 * write them), the first read of one it did not map (a page fault),
+	 * and a read of one it has read before. */
+	double touch_us, fault_us, warm_us;
 };
 
 /* Read what is known before the run and start the CPU time count. */
 void bench_machine_start(struct bench_machine *m);
+
+/* Measure the machine's page costs (touch_us, fault_us, warm_us): a few
+ * tens of milliseconds, before the figures. */
+void bench_machine_pages(struct bench_machine *m);
 
 /* Close the CPU time count: fills busy_pct and steal_pct. */
 void bench_machine_end(struct bench_machine *m);

@@ -154,7 +154,10 @@ static void carmy_figure(struct bench_figure *f, enum fig which,
 /* The machine, so that a reader can tell a busy or slow one from a slow
  * Carmy: busy time counts everyone's work, this bench's and carmyd's
  * included (all of it on P CPUs when the bench runs P processes), so
- * figures taken while it is well above that shared the CPUs. */
+ * figures taken while it is well above that shared the CPUs. Then what a
+ * page costs: a reserve writes into about a third of a page of entry and
+ * call it has never touched (mapped/op), so where the first touch of a
+ * mapped page is dear, that share of it is in every reserve's mean. */
 static void print_machine(const struct bench_machine *mc)
 {
 	printf("machine: %s, %ld CPUs, Linux %s; load %.2f at the start",
@@ -164,6 +167,11 @@ static void print_machine(const struct bench_machine *mc)
 		printf("; during the run the CPUs were %.0f%% busy and %.1f%% "
 		       "stolen by the hypervisor", mc->busy_pct, mc->steal_pct);
 	printf("\n");
+	if (mc->touch_us >= 0)
+		printf("pages: a write to a shared page costs %.2f µs the first "
+		       "time after it was mapped ahead, %.2f µs as a page "
+		       "fault, %.3f µs after that\n", mc->touch_us,
+		       mc->fault_us, mc->warm_us);
 }
 
 /* A figure's trapped page faults per op, or "n/a" when perf would not
@@ -290,6 +298,7 @@ int main(int argc, char **argv)
 	 * figure. */
 	rd.n = o.rounds;
 	bench_machine_start(&mc);
+	bench_machine_pages(&mc);
 	for (int k = 0; k < o.nprocs; k++) {
 		for (int r = 0; r < o.rounds; r++) {
 			if (carmy_round(&o, k, r, &cf, &di, &echo, &rd) != 0)
@@ -1335,8 +1344,10 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	json_str(mc->model);
 	printf(",\"kernel\":");
 	json_str(mc->kernel);
-	printf(",\"load1\":%.2f,\"busy_pct\":%.1f,\"steal_pct\":%.1f},",
-	       mc->load1, mc->busy_pct, mc->steal_pct);
+	printf(",\"load1\":%.2f,\"busy_pct\":%.1f,\"steal_pct\":%.1f,"
+	       "\"page_touch_us\":%.3f,\"page_fault_us\":%.3f,"
+	       "\"page_warm_us\":%.3f},", mc->load1, mc->busy_pct,
+	       mc->steal_pct, mc->touch_us, mc->fault_us, mc->warm_us);
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
 		       "\"buckets\":%u,"
