@@ -10,10 +10,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bench/bench_machine.h"
+#include "common/clock.h"
 
 static void read_model(char *buf, size_t size)
 {
@@ -90,7 +90,7 @@ void bench_machine_end(struct bench_machine *m)
 }
 
 /*
- * Page costs. A shared mapping of PAGE_PROBES pages, like the segment's:
+ * Page costs. A shared mapping of PAGES_BYTES, like the segment's:
  * the kernel's work on a page is a fault or MADV_POPULATE_WRITE, but under
  * some hypervisors (shadow paging) the first access to a page by a process
  * exits to the hypervisor as well, even after the kernel mapped it, and
@@ -98,19 +98,11 @@ void bench_machine_end(struct bench_machine *m)
  * median of single writes, one a page, timed apart (a write, as a
  * reserve's into its entry: a read fault would map its neighbours too).
  */
-#define PAGE_PROBES 2048u
+#define PAGES_BYTES ((size_t)8 << 20)
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -124,10 +116,10 @@ static double write_pages(volatile uint8_t *p, size_t page, uint64_t *d,
 			  size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = clock_mono_ns();
 
 		p[i * page] = 1;
-		d[i] = now_ns() - t0;
+		d[i] = clock_mono_ns() - t0;
 	}
 	qsort(d, n, sizeof(*d), cmp_u64);
 	return (double)d[n / 2] / 1000.0;
@@ -135,8 +127,9 @@ static double write_pages(volatile uint8_t *p, size_t page, uint64_t *d,
 
 void bench_machine_pages(struct bench_machine *m)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = PAGE_PROBES * page;
-	uint64_t *d = malloc(PAGE_PROBES * sizeof(*d));
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = PAGES_BYTES;
+	size_t n = page > 0 && page <= len ? len / page : 0;
+	uint64_t *d = n > 0 ? malloc(n * sizeof(*d)) : NULL;
 	int fd = memfd_create("carmy-bench-pages", MFD_CLOEXEC);
 	uint8_t *a = MAP_FAILED, *b = MAP_FAILED;
 
@@ -150,9 +143,9 @@ void bench_machine_pages(struct bench_machine *m)
 	 * zeroes them): b's first writes are faults that map them. */
 	if (madvise(a, len, MADV_POPULATE_WRITE) != 0)
 		goto out;
-	m->touch_us = write_pages(a, page, d, PAGE_PROBES);
-	m->warm_us = write_pages(a, page, d, PAGE_PROBES);
-	m->fault_us = write_pages(b, page, d, PAGE_PROBES);
+	m->touch_us = write_pages(a, page, d, n);
+	m->warm_us = write_pages(a, page, d, n);
+	m->fault_us = write_pages(b, page, d, n);
 out:
 	if (a != MAP_FAILED)
 		munmap(a, len);

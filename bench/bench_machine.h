@@ -22,11 +22,12 @@ struct bench_machine {
 	uint64_t t0[3];		/* /proc/stat jiffies: busy, idle, steal */
 	double busy_pct;	/* of all CPUs' time during the run; -1 unknown */
 	double steal_pct;	/* of all CPUs' time during the run; -1 unknown */
-	/* µs a page, the median of PAGE_PROBES (-1 unknown): the first read
-	 * of a shared page this process mapped ahead with
+	/* µs a page, the median over 8 MiB of pages (-1 unknown): the first
+	 * write to a shared page this process mapped ahead with
 	 * MADV_POPULATE_WRITE (as libcarmy maps entries before its reserves
-	 * write them), the first read of one it did not map (a page fault),
-	 * and a read of one it has read before. */
+	 * write them), the first write to one it did not map (a page fault),
+	 * and a write to one it has written before. Each holds the timer's
+	 * own cost, which is most of the last. */
 	double touch_us, fault_us, warm_us;
 };
 
