@@ -4,6 +4,7 @@
  * /proc and uname(), and what a page of shared memory costs, measured.
  * Anything missing is reported as unknown, never guessed.
  */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "bench/bench_machine.h"
 #include "common/clock.h"
+#include "common/hugepage.h"
 
 static void read_model(char *buf, size_t size)
 {
@@ -70,6 +72,7 @@ void bench_machine_start(struct bench_machine *m)
 	m->load1 = getloadavg(load, 1) == 1 ? load[0] : -1;
 	m->busy_pct = m->steal_pct = -1;
 	m->touch_us = m->fault_us = m->warm_us = -1;
+	m->shm_huge = -1;
 	if (read_cpu_time(m->t0) != 0)
 		m->t0[0] = m->t0[1] = m->t0[2] = UINT64_MAX;
 }
@@ -103,6 +106,9 @@ void bench_machine_end(struct bench_machine *m)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -125,6 +131,48 @@ static double write_pages(volatile uint8_t *p, size_t page, uint64_t *d,
 	return (double)d[n / 2] / 1000.0;
 }
 
+/*
+ * Whether /dev/shm gives a file huge pages: one of HUGE_PROBE_BYTES made
+ * as carmyd makes its segment (its size, then its pages allocated, mapped
+ * with MADV_HUGEPAGE, populated, collapsed where the mount says advise:
+ * daemon/store.c, populate()), then asked of this process's page table.
+ * Its name is ours alone (O_EXCL) and gone at once; 1, 0, or -1.
+ */
+#define HUGE_PROBE_BYTES ((size_t)4 << 20)
+
+static int probe_shm_huge(void)
+{
+	const size_t len = HUGE_PROBE_BYTES;
+	char name[64];
+	uint8_t *p;
+	int64_t huge;
+	int fd;
+
+	snprintf(name, sizeof(name), "/carmy-bench-huge-%ld", (long)getpid());
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	shm_unlink(name);
+	if (ftruncate(fd, (off_t)len) != 0 ||
+	    posix_fallocate(fd, 0, (off_t)len) != 0) {
+		close(fd);
+		return -1;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -1;
+	(void)madvise(p, len, MADV_HUGEPAGE);
+	if (madvise(p, len, MADV_POPULATE_WRITE) != 0) {
+		munmap(p, len);
+		return -1;
+	}
+	(void)madvise(p, len, MADV_COLLAPSE);
+	huge = hugepage_mapped(p);
+	munmap(p, len);
+	return huge < 0 ? -1 : huge > 0;
+}
+
 void bench_machine_pages(struct bench_machine *m)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = PAGES_BYTES;
@@ -133,6 +181,7 @@ void bench_machine_pages(struct bench_machine *m)
 	int fd = memfd_create("carmy-bench-pages", MFD_CLOEXEC);
 	uint8_t *a = MAP_FAILED, *b = MAP_FAILED;
 
+	m->shm_huge = probe_shm_huge();
 	if (d == NULL || fd < 0 || ftruncate(fd, (off_t)len) != 0)
 		goto out;
 	a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

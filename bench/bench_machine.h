@@ -7,7 +7,9 @@
  * time went while it ran: busy (anyone's work, ours included), and stolen
  * by the hypervisor from this virtual machine; and what a page of shared
  * memory costs a process the first time it touches it, which some
- * hypervisors make dear even when the kernel has mapped the page already.
+ * hypervisors make dear even when the kernel has mapped the page already,
+ * and whether /dev/shm gives the segment huge pages, which take that cost
+ * once per 2 MiB instead of per 4 KiB.
  */
 #ifndef CARMY_BENCH_MACHINE_H
 #define CARMY_BENCH_MACHINE_H
@@ -29,13 +31,17 @@ struct bench_machine {
 	 * and a write to one it has written before. Each holds the timer's
 	 * own cost, which is most of the last. */
 	double touch_us, fault_us, warm_us;
+	/* Whether a file in /dev/shm made as carmyd makes its segment is
+	 * mapped with huge pages: 1, 0, or -1 unknown (the probe failed). */
+	int shm_huge;
 };
 
 /* Read what is known before the run and start the CPU time count. */
 void bench_machine_start(struct bench_machine *m);
 
-/* Measure the machine's page costs (touch_us, fault_us, warm_us): a few
- * tens of milliseconds, before the figures. */
+/* Measure the machine's page costs (touch_us, fault_us, warm_us) and
+ * probe /dev/shm for huge pages (shm_huge): a few tens of milliseconds,
+ * before the figures. */
 void bench_machine_pages(struct bench_machine *m);
 
 /* Close the CPU time count: fills busy_pct and steal_pct. */

@@ -170,8 +170,11 @@ static void print_machine(const struct bench_machine *mc)
 	if (mc->touch_us >= 0)
 		printf("pages: a write to a shared page costs %.2f µs the first "
 		       "time after it was mapped ahead, %.2f µs as a page "
-		       "fault, %.3f µs after that\n", mc->touch_us,
-		       mc->fault_us, mc->warm_us);
+		       "fault, %.3f µs after that%s\n", mc->touch_us,
+		       mc->fault_us, mc->warm_us,
+		       mc->shm_huge == 1 ? "; /dev/shm gives huge pages" :
+		       mc->shm_huge == 0 ? "; /dev/shm gives no huge pages "
+					   "(carmyd(8), HUGE PAGES)" : "");
 }
 
 /* A figure's trapped page faults per op, or "n/a" when perf would not
@@ -1346,8 +1349,10 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	json_str(mc->kernel);
 	printf(",\"load1\":%.2f,\"busy_pct\":%.1f,\"steal_pct\":%.1f,"
 	       "\"page_touch_us\":%.3f,\"page_fault_us\":%.3f,"
-	       "\"page_warm_us\":%.3f},", mc->load1, mc->busy_pct,
-	       mc->steal_pct, mc->touch_us, mc->fault_us, mc->warm_us);
+	       "\"page_warm_us\":%.3f,\"shm_huge\":%s},", mc->load1,
+	       mc->busy_pct, mc->steal_pct, mc->touch_us, mc->fault_us,
+	       mc->warm_us, mc->shm_huge < 0 ? "null" :
+			    mc->shm_huge ? "true" : "false");
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
 		       "\"buckets\":%u,"

@@ -120,8 +120,9 @@ struct store {
 	bool durable;				/* ops->durable */
 	bool shared;				/* ops->shared */
 	uint32_t taken_cursor;	/* where store_taken() looks for a ticket */
-	bool populating;			/* a new segment's pages are */
-	pthread_t populater;			/* ... zeroed by this thread */
+	bool populating;			/* the segment's pages are */
+	bool populate_fresh;			/* (a new one's: zeroed) */
+	pthread_t populater;			/* ... mapped by this thread */
 	int populate_stop;			/* ... until this is set (atomic) */
 	int fd;
 	uint32_t next_owner;	/* private copy; mirrored in the header */
