@@ -5,12 +5,14 @@
  * Anything missing is reported as unknown, never guessed.
  */
 #include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench/bench_machine.h"
@@ -73,6 +75,7 @@ void bench_machine_start(struct bench_machine *m)
 	m->busy_pct = m->steal_pct = -1;
 	m->touch_us = m->fault_us = m->warm_us = -1;
 	m->shm_huge = -1;
+	m->switch_us = m->wake_us = -1;
 	if (read_cpu_time(m->t0) != 0)
 		m->t0[0] = m->t0[1] = m->t0[2] = UINT64_MAX;
 }
@@ -203,4 +206,97 @@ out:
 	if (fd >= 0)
 		close(fd);
 	free(d);
+}
+
+/*
+ * Handing the CPU over. A child echoes bytes back through two pipes; the
+ * parent times SWITCH_TRIPS round trips SWITCH_ROUNDS times, both pinned
+ * to cpu_a and cpu_b (the same CPU: each trip is two context switches;
+ * two CPUs: two wake-ups of a CPU whose process sleeps in read()). The
+ * parent's affinity is put back after.
+ */
+#define SWITCH_TRIPS 2000
+#define SWITCH_ROUNDS 5
+
+static int pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* µs one way between two processes on cpu_a and cpu_b, or -1. */
+static double ping_pong(int cpu_a, int cpu_b)
+{
+	int to[2] = { -1, -1 }, from[2] = { -1, -1 };
+	double means[SWITCH_ROUNDS], us = -1;
+	pid_t pid = -1;
+	char c = 0;
+	int r;
+
+	if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0)
+		goto out;
+	pid = fork();
+	if (pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		if (pin(cpu_b) != 0)
+			_exit(1);
+		while (read(to[0], &c, 1) == 1)
+			if (write(from[1], &c, 1) != 1)
+				break;
+		_exit(0);
+	}
+	if (pid < 0 || pin(cpu_a) != 0)
+		goto out;
+	close(to[0]);
+	close(from[1]);
+	to[0] = from[1] = -1;
+	for (r = 0; r < SWITCH_ROUNDS; r++) {
+		uint64_t t0 = clock_mono_ns();
+
+		for (int i = 0; i < SWITCH_TRIPS; i++)
+			if (write(to[1], &c, 1) != 1 || read(from[0], &c, 1) != 1)
+				goto out;
+		means[r] = (double)(clock_mono_ns() - t0) / 1000.0 /
+			   (2.0 * SWITCH_TRIPS);
+	}
+	qsort(means, SWITCH_ROUNDS, sizeof(means[0]), cmp_double);
+	us = means[SWITCH_ROUNDS / 2];
+out:
+	for (int i = 0; i < 2; i++) {
+		if (to[i] >= 0)
+			close(to[i]);
+		if (from[i] >= 0)
+			close(from[i]);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return us;
+}
+
+void bench_machine_switches(struct bench_machine *m)
+{
+	cpu_set_t mine;
+	int cpu[2], n = 0;
+
+	if (sched_getaffinity(0, sizeof(mine), &mine) != 0)
+		return;
+	for (int i = 0; i < CPU_SETSIZE && n < 2; i++)
+		if (CPU_ISSET(i, &mine))
+			cpu[n++] = i;
+	if (n >= 1)
+		m->switch_us = ping_pong(cpu[0], cpu[0]);
+	if (n >= 2)
+		m->wake_us = ping_pong(cpu[0], cpu[1]);
+	(void)sched_setaffinity(0, sizeof(mine), &mine);
 }
