@@ -1474,8 +1474,10 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		goto fail;
 	}
 	/* The size first: a /dev/shm mounted huge=within_size gives huge
-	 * pages only to what lies within the file's size, which
-	 * posix_fallocate() sets only once it has allocated. */
+	 * pages only to what lies within the file's size, and
+	 * posix_fallocate() sets the size once it has allocated. (Linux
+	 * 6.18 also counts the range being allocated; kernels that look at
+	 * the size alone would allocate 4 KiB pages.) */
 	rc = ftruncate(s->fd, (off_t)geo->size) != 0 ? errno : 0;
 	if (rc == 0)
 		rc = posix_fallocate(s->fd, 0, (off_t)geo->size);
