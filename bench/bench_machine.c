@@ -6,6 +6,7 @@
  */
 #include <fcntl.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,7 +214,9 @@ out:
  * parent times SWITCH_TRIPS round trips SWITCH_ROUNDS times, both pinned
  * to cpu_a and cpu_b (the same CPU: each trip is two context switches;
  * two CPUs: two wake-ups of a CPU whose process sleeps in read()). The
- * parent's affinity is put back after.
+ * child first says whether it could pin itself, and reads until the
+ * parent closes its pipe whatever happens, so the parent never writes to
+ * a pipe nobody reads (SIGPIPE). The parent's affinity is put back after.
  */
 #define SWITCH_TRIPS 2000
 #define SWITCH_ROUNDS 5
@@ -234,13 +237,24 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static void echo_child(int in, int out, int cpu)
+{
+	char c = pin(cpu) == 0 ? 0 : 1;
+	bool echo = write(out, &c, 1) == 1 && c == 0;
+
+	while (read(in, &c, 1) == 1)
+		if (echo && write(out, &c, 1) != 1)
+			echo = false;
+	_exit(0);
+}
+
 /* µs one way between two processes on cpu_a and cpu_b, or -1. */
 static double ping_pong(int cpu_a, int cpu_b)
 {
 	int to[2] = { -1, -1 }, from[2] = { -1, -1 };
 	double means[SWITCH_ROUNDS], us = -1;
 	pid_t pid = -1;
-	char c = 0;
+	char c = 1;
 	int r;
 
 	if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0)
@@ -249,18 +263,14 @@ static double ping_pong(int cpu_a, int cpu_b)
 	if (pid == 0) {
 		close(to[1]);
 		close(from[0]);
-		if (pin(cpu_b) != 0)
-			_exit(1);
-		while (read(to[0], &c, 1) == 1)
-			if (write(from[1], &c, 1) != 1)
-				break;
-		_exit(0);
+		echo_child(to[0], from[1], cpu_b);
 	}
-	if (pid < 0 || pin(cpu_a) != 0)
-		goto out;
 	close(to[0]);
 	close(from[1]);
 	to[0] = from[1] = -1;
+	if (pid < 0 || read(from[0], &c, 1) != 1 || c != 0 ||
+	    pin(cpu_a) != 0)
+		goto out;
 	for (r = 0; r < SWITCH_ROUNDS; r++) {
 		uint64_t t0 = clock_mono_ns();
 
@@ -275,7 +285,7 @@ static double ping_pong(int cpu_a, int cpu_b)
 out:
 	for (int i = 0; i < 2; i++) {
 		if (to[i] >= 0)
-			close(to[i]);
+			close(to[i]);	/* the child reads the end and exits */
 		if (from[i] >= 0)
 			close(from[i]);
 	}

@@ -35,8 +35,8 @@ struct bench_machine {
 	/* Whether a file in /dev/shm made as carmyd makes its segment is
 	 * mapped with huge pages: 1, 0, or -1 unknown (the probe failed). */
 	int shm_huge;
-	/* µs (-1 unknown): from one process to another through a pipe, half
-X
+	/* µs (-1 unknown): from one process to another through a pipe,
+	 * half a round trip, the median of five rounds' means: both
 	 * pinned to one CPU (a context switch between address spaces, the
 	 * system calls included), and each on a CPU of its own (the other
 	 * CPU woken from idle). What a cycle pays when a client and carmyd's

@@ -175,10 +175,14 @@ static void print_machine(const struct bench_machine *mc)
 		       mc->shm_huge == 1 ? "; /dev/shm gives huge pages" :
 		       mc->shm_huge == 0 ? "; /dev/shm gives no huge pages "
 					   "(carmyd(8), HUGE PAGES)" : "");
-	if (mc->switch_us >= 0)
+	if (mc->switch_us >= 0 && mc->wake_us >= 0)
 		printf("scheduling: handing the CPU to another process costs "
 		       "%.2f µs on the same CPU, %.2f µs to one on another "
 		       "CPU\n", mc->switch_us, mc->wake_us);
+	else if (mc->switch_us >= 0)
+		printf("scheduling: handing the CPU to another process costs "
+		       "%.2f µs on the same CPU (one CPU only)\n",
+		       mc->switch_us);
 }
 
 /* A figure's trapped page faults per op, or "n/a" when perf would not

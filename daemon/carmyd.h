@@ -157,7 +157,7 @@ struct store {
  * start. Returns 0 or a negative code (logged); store_close() undoes
  * whatever was done. */
 int store_open(struct store *s, const struct carmyd_config *cfg);
-/* Stop zeroing pages, close the store, let go of the liveness word
+/* Stop populating the segment, close the store, let go of the liveness word
  * (clients read "no carmyd" from then on) and unmap the segment; with
  * remove, unlink it too. main() only, once the event loops have stopped. */
 void store_close(struct store *s, const struct carmyd_config *cfg,

@@ -85,6 +85,7 @@ static void take_call(struct store *s, uint32_t e,
 static void keep_call(struct carmy_store_record *rec, uint8_t *buf);
 static struct shm_summary record_call(const struct carmy_store_record *r);
 static void *populate(void *arg);
+static void populate_end(struct store *s);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
 static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size);
@@ -156,8 +157,10 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			 "another --store): loading it all", cfg->shm_name);
 	recover(s, fresh ? 0 : cfg->grace_ms);
 	rc = backend_load(s, load_all);
-	if (rc != 0)
+	if (rc != 0) {
+		populate_end(s);
 		return rc;
+	}
 	s->store_id = id;
 	uatomic_set(&h->sh_store, id);
 	/* For operators: carmyctl status shows it. */
@@ -172,6 +175,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	if (rc != 0) {
 		log_error("cannot hold the segment's liveness word (a robust "
 			  "futex, set_robust_list(2)): %s", strerror(-rc));
+		populate_end(s);
 		return rc;
 	}
 	s->holding = true;
@@ -180,11 +184,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 {
-	if (s->populating) {
-		__atomic_store_n(&s->populate_stop, 1, __ATOMIC_RELAXED);
-		pthread_join(s->populater, NULL);
-	}
-	s->populating = false;
+	populate_end(s);
 	/* A store closes once every request it was given is answered. The
 	 * releases still owed stay pending in the segment: the next carmyd
 	 * settles them at load. */
@@ -1827,12 +1827,15 @@ static uint64_t proc_start_ns(uint32_t pid)
  * Each step is then made of huge pages where /dev/shm allows it:
  * MADV_COLLAPSE copies the step's 4 KiB pages into 2 MiB ones where it is
  * mounted huge=advise (the segment is madvise()d MADV_HUGEPAGE, but
- * posix_fallocate() allocated its pages without a mapping's advice); where
- * it is mounted huge=within_size or always the pages are huge already and
- * the call finds nothing to do; where huge=never (the default), or on a
- * kernel before 6.1, it fails at once and is not tried again. Huge pages
- * are every client's too, as the kernel maps a huge page whole: a process
- * then takes one first touch and one TLB entry per 2 MiB of the segment
+ * posix_fallocate() allocated its pages without a mapping's advice), and
+ * where it is mounted huge=within_size or always and the segment was made
+ * before (carmyd attaching to it); a new segment's pages are huge already
+ * there, and the call finds nothing to do. Where huge=never (the
+ * default) it fails at once on Linux 6.18, and is not tried again; older
+ * kernels may collapse whatever the mount says, and before 6.1 there is
+ * no such call. Huge pages are the clients' too, as the kernel maps a
+ * huge page whole into every mapping made while the mount allowed them
+ * (it then places the mapping on a 2 MiB boundary): a process then takes one first touch and one TLB entry per 2 MiB of the segment
  * instead of per 4 KiB (docs/segment.md, Huge pages).
  *
  * Then each page of the step is read once, here, ahead of the loops. Under
@@ -1866,6 +1869,16 @@ static bool read_pages(struct store *s, const uint8_t *p, size_t len,
 		(void)*(volatile const uint8_t *)(p + at);
 	}
 	return true;
+}
+
+/* Stop populate() where it is, and wait for it. */
+static void populate_end(struct store *s)
+{
+	if (!s->populating)
+		return;
+	__atomic_store_n(&s->populate_stop, 1, __ATOMIC_RELAXED);
+	pthread_join(s->populater, NULL);
+	s->populating = false;
 }
 
 /* ", N MiB of it in huge pages" for the log, or where to read why not. */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -223,6 +224,41 @@ static void expect_clause(const struct seg_line *l, int64_t pmd)
 
 /* ------------------------------------------------------------ /dev/shm */
 
+/*
+ * How often the kernel has wanted a huge page for a file or a collapse and
+ * found no 2 MiB piece of free memory (/proc/vmstat). carmyd takes huge
+ * pages as a best effort and runs on 4 KiB ones where there are none, so a
+ * test that finds this count moved cannot tell carmyd's part, and skips.
+ */
+static unsigned long long thp_fallbacks(void)
+{
+	static const char *const names[] = { "thp_file_fallback",
+		"thp_file_fallback_charge", "thp_collapse_alloc_failed" };
+	unsigned long long sum = 0, v;
+	char name[64];
+	FILE *f = fopen("/proc/vmstat", "r");
+
+	if (f == NULL)
+		return 0;
+	while (fscanf(f, "%63s %llu", name, &v) == 2)
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (strcmp(name, names[i]) == 0)
+				sum += v;
+	fclose(f);
+	return sum;
+}
+
+/* Is the running kernel at least major.minor? */
+static bool kernel_at_least(int major, int minor)
+{
+	struct utsname u;
+	int ma = 0, mi = 0;
+
+	if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &ma, &mi) != 2)
+		return false;
+	return ma > major || (ma == major && mi >= minor);
+}
+
 /* Does shmem_enabled (the kernel's word over every tmpfs) select mode,
  * "[force]" or "[deny]"? Then a mount's huge= says nothing. */
 static bool shmem_selects(const char *mode)
@@ -335,16 +371,24 @@ static void expect_replay(carmy_t *h, const struct carmy_call *call,
  * carmyd on a /dev/shm that gives huge pages: its log tells of some, as
  * many as its smaps, and a call recorded through them replays, through
  * this process's mapping of the segment, which holds huge pages too.
- * Returns the call's execution id in exec.
+ * Returns the call's execution id in exec; false, with a note, if the
+ * kernel ran short of 2 MiB pieces meanwhile (thp_fallbacks()).
  */
-static void expect_huge_and_replay(const struct carmy_call *call,
+static bool expect_huge_and_replay(const struct carmy_call *call,
 				   char exec[CARMY_EXECUTION_ID_LEN + 1])
 {
+	const unsigned long long fallbacks = thp_fallbacks();
 	struct seg_line l;
 	int64_t pmd;
 
 	e2e_start(&d, opts);
 	await_segment_line("zeroed", 1, &l);
+	if (thp_fallbacks() != fallbacks) {
+		e2e_note("skipped: the kernel found no free 2 MiB pieces for "
+			 "some huge pages (/proc/vmstat), so carmyd's are "
+			 "partly 4 KiB: %s", l.tail);
+		return false;
+	}
 	pmd = carmyd_pmd();
 	ck_assert_msg(pmd > 0, "carmyd has no huge pages on a tmpfs that "
 		      "gives them");
@@ -356,6 +400,7 @@ static void expect_huge_and_replay(const struct carmy_call *call,
 	e2e_note("this process maps %" PRId64 " MiB of the segment with huge "
 		 "pages", pmd >> 20);
 	ck_assert_int_gt(pmd, 0);
+	return true;
 }
 
 /* ------------------------------------------------------------ tests */
@@ -387,9 +432,8 @@ START_TEST(test_within_size_gives_huge_pages_across_a_restart)
 	struct seg_line l;
 	int64_t pmd;
 
-	if (!private_shm("within_size"))
+	if (!private_shm("within_size") || !expect_huge_and_replay(&call, exec))
 		return;
-	expect_huge_and_replay(&call, exec);
 	carmy_close(c);
 	c = NULL;
 
@@ -415,11 +459,14 @@ START_TEST(test_advise_collapses_to_huge_pages)
 
 	if (!private_shm("advise"))
 		return;
-	expect_huge_and_replay(&call, exec);
+	(void)expect_huge_and_replay(&call, exec);
 }
 END_TEST
 
-/* huge=never: 4 KiB pages, and the log says where to read why. */
+/* huge=never: 4 KiB pages, and the log says where to read why. Kernels
+ * before 6.18 may collapse pages whatever the mount says (where the
+ * mapping happens to sit on a 2 MiB boundary): there the log need only
+ * agree with the kernel. */
 START_TEST(test_never_says_4k_pages)
 {
 	struct seg_line l;
@@ -428,6 +475,12 @@ START_TEST(test_never_says_4k_pages)
 		return;
 	e2e_start(&d, opts);
 	await_segment_line("zeroed", 1, &l);
+	if (!kernel_at_least(6, 18)) {
+		e2e_note("before Linux 6.18 huge=never may not stop a "
+			 "collapse: the log is checked against smaps only");
+		expect_clause(&l, carmyd_pmd());
+		return;
+	}
 	ck_assert_int_eq(carmyd_pmd(), 0);
 	ck_assert_str_eq(l.tail, SMALL_PAGES);
 }
