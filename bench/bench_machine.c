@@ -4,16 +4,21 @@
  * /proc and uname(), and what a page of shared memory costs, measured.
  * Anything missing is reported as unknown, never guessed.
  */
+#include <fcntl.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench/bench_machine.h"
 #include "common/clock.h"
+#include "common/hugepage.h"
 
 static void read_model(char *buf, size_t size)
 {
@@ -70,6 +75,8 @@ void bench_machine_start(struct bench_machine *m)
 	m->load1 = getloadavg(load, 1) == 1 ? load[0] : -1;
 	m->busy_pct = m->steal_pct = -1;
 	m->touch_us = m->fault_us = m->warm_us = -1;
+	m->shm_huge = -1;
+	m->switch_us = m->wake_us = -1;
 	if (read_cpu_time(m->t0) != 0)
 		m->t0[0] = m->t0[1] = m->t0[2] = UINT64_MAX;
 }
@@ -103,6 +110,9 @@ void bench_machine_end(struct bench_machine *m)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -125,6 +135,48 @@ static double write_pages(volatile uint8_t *p, size_t page, uint64_t *d,
 	return (double)d[n / 2] / 1000.0;
 }
 
+/*
+ * Whether /dev/shm gives a file huge pages: one of HUGE_PROBE_BYTES made
+ * as carmyd makes its segment (its size, then its pages allocated, mapped
+ * with MADV_HUGEPAGE, populated, collapsed where the mount says advise:
+ * daemon/store.c, populate()), then asked of this process's page table.
+ * Its name is ours alone (O_EXCL) and gone at once; 1, 0, or -1.
+ */
+#define HUGE_PROBE_BYTES ((size_t)4 << 20)
+
+static int probe_shm_huge(void)
+{
+	const size_t len = HUGE_PROBE_BYTES;
+	char name[64];
+	uint8_t *p;
+	int64_t huge;
+	int fd;
+
+	snprintf(name, sizeof(name), "/carmy-bench-huge-%ld", (long)getpid());
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	shm_unlink(name);
+	if (ftruncate(fd, (off_t)len) != 0 ||
+	    posix_fallocate(fd, 0, (off_t)len) != 0) {
+		close(fd);
+		return -1;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -1;
+	(void)madvise(p, len, MADV_HUGEPAGE);
+	if (madvise(p, len, MADV_POPULATE_WRITE) != 0) {
+		munmap(p, len);
+		return -1;
+	}
+	(void)madvise(p, len, MADV_COLLAPSE);
+	huge = hugepage_mapped(p);
+	munmap(p, len);
+	return huge < 0 ? -1 : huge > 0;
+}
+
 void bench_machine_pages(struct bench_machine *m)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = PAGES_BYTES;
@@ -133,6 +185,7 @@ void bench_machine_pages(struct bench_machine *m)
 	int fd = memfd_create("carmy-bench-pages", MFD_CLOEXEC);
 	uint8_t *a = MAP_FAILED, *b = MAP_FAILED;
 
+	m->shm_huge = probe_shm_huge();
 	if (d == NULL || fd < 0 || ftruncate(fd, (off_t)len) != 0)
 		goto out;
 	a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -154,4 +207,106 @@ out:
 	if (fd >= 0)
 		close(fd);
 	free(d);
+}
+
+/*
+ * Handing the CPU over. A child echoes bytes back through two pipes; the
+ * parent times SWITCH_TRIPS round trips SWITCH_ROUNDS times, both pinned
+ * to cpu_a and cpu_b (the same CPU: each trip is two context switches;
+ * two CPUs: two wake-ups of a CPU whose process sleeps in read()). The
+ * child first says whether it could pin itself, and reads until the
+ * parent closes its pipe whatever happens, so the parent never writes to
+ * a pipe nobody reads (SIGPIPE). The parent's affinity is put back after.
+ */
+#define SWITCH_TRIPS 2000
+#define SWITCH_ROUNDS 5
+
+static int pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void echo_child(int in, int out, int cpu)
+{
+	char c = pin(cpu) == 0 ? 0 : 1;
+	bool echo = write(out, &c, 1) == 1 && c == 0;
+
+	while (read(in, &c, 1) == 1)
+		if (echo && write(out, &c, 1) != 1)
+			echo = false;
+	_exit(0);
+}
+
+/* µs one way between two processes on cpu_a and cpu_b, or -1. */
+static double ping_pong(int cpu_a, int cpu_b)
+{
+	int to[2] = { -1, -1 }, from[2] = { -1, -1 };
+	double means[SWITCH_ROUNDS], us = -1;
+	pid_t pid = -1;
+	char c = 1;
+	int r;
+
+	if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0)
+		goto out;
+	pid = fork();
+	if (pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		echo_child(to[0], from[1], cpu_b);
+	}
+	close(to[0]);
+	close(from[1]);
+	to[0] = from[1] = -1;
+	if (pid < 0 || read(from[0], &c, 1) != 1 || c != 0 ||
+	    pin(cpu_a) != 0)
+		goto out;
+	for (r = 0; r < SWITCH_ROUNDS; r++) {
+		uint64_t t0 = clock_mono_ns();
+
+		for (int i = 0; i < SWITCH_TRIPS; i++)
+			if (write(to[1], &c, 1) != 1 || read(from[0], &c, 1) != 1)
+				goto out;
+		means[r] = (double)(clock_mono_ns() - t0) / 1000.0 /
+			   (2.0 * SWITCH_TRIPS);
+	}
+	qsort(means, SWITCH_ROUNDS, sizeof(means[0]), cmp_double);
+	us = means[SWITCH_ROUNDS / 2];
+out:
+	for (int i = 0; i < 2; i++) {
+		if (to[i] >= 0)
+			close(to[i]);	/* the child reads the end and exits */
+		if (from[i] >= 0)
+			close(from[i]);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return us;
+}
+
+void bench_machine_switches(struct bench_machine *m)
+{
+	cpu_set_t mine;
+	int cpu[2], n = 0;
+
+	if (sched_getaffinity(0, sizeof(mine), &mine) != 0)
+		return;
+	for (int i = 0; i < CPU_SETSIZE && n < 2; i++)
+		if (CPU_ISSET(i, &mine))
+			cpu[n++] = i;
+	if (n >= 1)
+		m->switch_us = ping_pong(cpu[0], cpu[0]);
+	if (n >= 2)
+		m->wake_us = ping_pong(cpu[0], cpu[1]);
+	(void)sched_setaffinity(0, sizeof(mine), &mine);
 }

@@ -7,7 +7,10 @@
  * time went while it ran: busy (anyone's work, ours included), and stolen
  * by the hypervisor from this virtual machine; and what a page of shared
  * memory costs a process the first time it touches it, which some
- * hypervisors make dear even when the kernel has mapped the page already.
+ * hypervisors make dear even when the kernel has mapped the page already,
+ * and whether /dev/shm gives the segment huge pages, which take that cost
+ * once per 2 MiB instead of per 4 KiB; and what it costs to hand the CPU
+ * to another process, on the same CPU and on another.
  */
 #ifndef CARMY_BENCH_MACHINE_H
 #define CARMY_BENCH_MACHINE_H
@@ -29,14 +32,29 @@ struct bench_machine {
 	 * and a write to one it has written before. Each holds the timer's
 	 * own cost, which is most of the last. */
 	double touch_us, fault_us, warm_us;
+	/* Whether a file in /dev/shm made as carmyd makes its segment is
+	 * mapped with huge pages: 1, 0, or -1 unknown (the probe failed). */
+	int shm_huge;
+	/* µs (-1 unknown): from one process to another through a pipe,
+	 * half a round trip, the median of five rounds' means: both
+	 * pinned to one CPU (a context switch between address spaces, the
+	 * system calls included), and each on a CPU of its own (the other
+	 * CPU woken from idle). What a cycle pays when a client and carmyd's
+	 * loop take turns on a CPU, and when one wakes the other. */
+	double switch_us, wake_us;
 };
 
 /* Read what is known before the run and start the CPU time count. */
 void bench_machine_start(struct bench_machine *m);
 
-/* Measure the machine's page costs (touch_us, fault_us, warm_us): a few
- * tens of milliseconds, before the figures. */
+/* Measure the machine's page costs (touch_us, fault_us, warm_us) and
+ * probe /dev/shm for huge pages (shm_huge): a few tens of milliseconds,
+ * before the figures. */
 void bench_machine_pages(struct bench_machine *m);
+
+/* Measure what handing the CPU to another process costs (switch_us,
+ * wake_us): a few tenths of a second, before the figures. */
+void bench_machine_switches(struct bench_machine *m);
 
 /* Close the CPU time count: fills busy_pct and steal_pct. */
 void bench_machine_end(struct bench_machine *m);

@@ -170,8 +170,19 @@ static void print_machine(const struct bench_machine *mc)
 	if (mc->touch_us >= 0)
 		printf("pages: a write to a shared page costs %.2f µs the first "
 		       "time after it was mapped ahead, %.2f µs as a page "
-		       "fault, %.3f µs after that\n", mc->touch_us,
-		       mc->fault_us, mc->warm_us);
+		       "fault, %.3f µs after that%s\n", mc->touch_us,
+		       mc->fault_us, mc->warm_us,
+		       mc->shm_huge == 1 ? "; /dev/shm gives huge pages" :
+		       mc->shm_huge == 0 ? "; /dev/shm gives no huge pages "
+					   "(carmyd(8), HUGE PAGES)" : "");
+	if (mc->switch_us >= 0 && mc->wake_us >= 0)
+		printf("scheduling: handing the CPU to another process costs "
+		       "%.2f µs on the same CPU, %.2f µs to one on another "
+		       "CPU\n", mc->switch_us, mc->wake_us);
+	else if (mc->switch_us >= 0)
+		printf("scheduling: handing the CPU to another process costs "
+		       "%.2f µs on the same CPU (one CPU only)\n",
+		       mc->switch_us);
 }
 
 /* A figure's trapped page faults per op, or "n/a" when perf would not
@@ -299,6 +310,7 @@ int main(int argc, char **argv)
 	rd.n = o.rounds;
 	bench_machine_start(&mc);
 	bench_machine_pages(&mc);
+	bench_machine_switches(&mc);
 	for (int k = 0; k < o.nprocs; k++) {
 		for (int r = 0; r < o.rounds; r++) {
 			if (carmy_round(&o, k, r, &cf, &di, &echo, &rd) != 0)
@@ -1346,8 +1358,12 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	json_str(mc->kernel);
 	printf(",\"load1\":%.2f,\"busy_pct\":%.1f,\"steal_pct\":%.1f,"
 	       "\"page_touch_us\":%.3f,\"page_fault_us\":%.3f,"
-	       "\"page_warm_us\":%.3f},", mc->load1, mc->busy_pct,
-	       mc->steal_pct, mc->touch_us, mc->fault_us, mc->warm_us);
+	       "\"page_warm_us\":%.3f,\"shm_huge\":%s,"
+	       "\"switch_us\":%.3f,\"wake_us\":%.3f},", mc->load1,
+	       mc->busy_pct, mc->steal_pct, mc->touch_us, mc->fault_us,
+	       mc->warm_us, mc->shm_huge < 0 ? "null" :
+			    mc->shm_huge ? "true" : "false",
+	       mc->switch_us, mc->wake_us);
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
 		       "\"buckets\":%u,"

@@ -120,8 +120,9 @@ struct store {
 	bool durable;				/* ops->durable */
 	bool shared;				/* ops->shared */
 	uint32_t taken_cursor;	/* where store_taken() looks for a ticket */
-	bool populating;			/* a new segment's pages are */
-	pthread_t populater;			/* ... zeroed by this thread */
+	bool populating;			/* the segment's pages are */
+	bool populate_fresh;			/* (a new one's: zeroed) */
+	pthread_t populater;			/* ... mapped by this thread */
 	int populate_stop;			/* ... until this is set (atomic) */
 	int fd;
 	uint32_t next_owner;	/* private copy; mirrored in the header */
@@ -156,7 +157,7 @@ struct store {
  * start. Returns 0 or a negative code (logged); store_close() undoes
  * whatever was done. */
 int store_open(struct store *s, const struct carmyd_config *cfg);
-/* Stop zeroing pages, close the store, let go of the liveness word
+/* Stop populating the segment, close the store, let go of the liveness word
  * (clients read "no carmyd" from then on) and unmap the segment; with
  * remove, unlink it too. main() only, once the event loops have stopped. */
 void store_close(struct store *s, const struct carmyd_config *cfg,

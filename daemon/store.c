@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -38,9 +39,13 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25	/* Linux 6.1 */
+#endif
 
 #include "common/clock.h"
 #include "common/execid.h"
+#include "common/hugepage.h"
 #include "common/log.h"
 #include "daemon/carmyd.h"
 #include "stores/journal/journal.h"
@@ -80,6 +85,7 @@ static void take_call(struct store *s, uint32_t e,
 static void keep_call(struct carmy_store_record *rec, uint8_t *buf);
 static struct shm_summary record_call(const struct carmy_store_record *r);
 static void *populate(void *arg);
+static void populate_end(struct store *s);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
 static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size);
@@ -128,6 +134,11 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			  cfg->shm_name);
 		return -EBUSY;
 	}
+	/* Its pages mapped and read ahead of the loops (populate()), while
+	 * the store is restored into it and clients are served. */
+	s->populate_fresh = fresh;
+	if (pthread_create(&s->populater, NULL, populate, s) == 0)
+		s->populating = true;
 	/* A segment whose carmyd died or gave up while loading the store into
 	 * it (a kill, a --capacity too small for the journal) lacks some of
 	 * what the store holds, and an identity it lacks would run again; so
@@ -146,8 +157,10 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			 "another --store): loading it all", cfg->shm_name);
 	recover(s, fresh ? 0 : cfg->grace_ms);
 	rc = backend_load(s, load_all);
-	if (rc != 0)
+	if (rc != 0) {
+		populate_end(s);
 		return rc;
+	}
 	s->store_id = id;
 	uatomic_set(&h->sh_store, id);
 	/* For operators: carmyctl status shows it. */
@@ -162,6 +175,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 	if (rc != 0) {
 		log_error("cannot hold the segment's liveness word (a robust "
 			  "futex, set_robust_list(2)): %s", strerror(-rc));
+		populate_end(s);
 		return rc;
 	}
 	s->holding = true;
@@ -170,11 +184,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 {
-	if (s->populating) {
-		__atomic_store_n(&s->populate_stop, 1, __ATOMIC_RELAXED);
-		pthread_join(s->populater, NULL);
-	}
-	s->populating = false;
+	populate_end(s);
 	/* A store closes once every request it was given is answered. The
 	 * releases still owed stay pending in the segment: the next carmyd
 	 * settles them at load. */
@@ -1463,7 +1473,14 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 			  cfg->shm_name, strerror(errno));
 		goto fail;
 	}
-	rc = posix_fallocate(s->fd, 0, (off_t)geo->size);
+	/* The size first: a /dev/shm mounted huge=within_size gives huge
+	 * pages only to what lies within the file's size, and
+	 * posix_fallocate() sets the size once it has allocated. (Linux
+	 * 6.18 also counts the range being allocated; kernels that look at
+	 * the size alone would allocate 4 KiB pages.) */
+	rc = ftruncate(s->fd, (off_t)geo->size) != 0 ? errno : 0;
+	if (rc == 0)
+		rc = posix_fallocate(s->fd, 0, (off_t)geo->size);
 	if (rc != 0) {
 		log_error("cannot reserve %llu bytes for segment %s in /dev/shm: "
 			  "%s (lower --capacity or --max-result)",
@@ -1479,6 +1496,7 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		log_error("cannot map segment: %s", strerror(errno));
 		goto fail;
 	}
+	(void)madvise(base, geo->size, MADV_HUGEPAGE);	/* populate() */
 	if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
 		seed = clock_real_ns() ^ ((uint64_t)getpid() << 32);
 	shm_format(base, geo, seed, clock_real_ns());
@@ -1487,11 +1505,6 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		munmap(base, geo->size);
 		goto fail;
 	}
-	/* fallocate reserved the pages; have the kernel zero them now, on
-	 * another thread, rather than on the first touch of each inside some
-	 * client's reserve. */
-	if (pthread_create(&s->populater, NULL, populate, s) == 0)
-		s->populating = true;
 	log_info("created segment %s: capacity %u entries, max-result %u "
 		 "bytes, %llu bytes reserved", cfg->shm_name, geo->capacity,
 		 geo->max_result, (unsigned long long)geo->size);
@@ -1581,6 +1594,7 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 		log_error("cannot map segment: %s", strerror(errno));
 		return rc;
 	}
+	(void)madvise(base, (size_t)st.st_size, MADV_HUGEPAGE);
 	rc = shm_view_init(&s->view, base, (size_t)st.st_size);
 	if (rc == CARMY_ELAYOUT) {
 		munmap(base, (size_t)st.st_size);
@@ -1798,31 +1812,47 @@ static uint64_t proc_start_ns(uint32_t pid)
 }
 
 /*
- * Zero the pages of a new segment, at the kernel's pace, while the store is
- * restored into it and clients are already served: a big segment takes
- * most of a second (1.3 GB: 0.65 s), which a restart restoring a million
- * executions should not wait for. Pages touched first are skipped.
+ * Map the segment's pages into carmyd, at the kernel's pace, while the
+ * store is restored into it and clients are already served. A new
+ * segment's pages are allocated (posix_fallocate() in create_segment()) but
+ * not yet zeroed: a big one takes most of a second to zero (1.3 GB: 0.65 s
+ * in 4 KiB pages), which a restart restoring a million executions should
+ * not wait for. Pages touched first are skipped.
  *
  * In steps: each holds this process's mmap lock, and everything here that
  * maps memory (a thread's stack, a large malloc) waits for it: one call
  * over a 17 GB segment would keep carmyd from starting its event loops for
  * 14 s after its ready line. A step takes a few milliseconds to zero.
  *
+ * Each step is then made of huge pages where /dev/shm allows it:
+ * MADV_COLLAPSE copies the step's 4 KiB pages into 2 MiB ones where it is
+ * mounted huge=advise (the segment is madvise()d MADV_HUGEPAGE, but
+ * posix_fallocate() allocated its pages without a mapping's advice), and
+ * where it is mounted huge=within_size or always and the segment was made
+ * before (carmyd attaching to it); a new segment's pages are huge already
+ * there, and the call finds nothing to do. Where huge=never (the
+ * default) it fails at once on Linux 6.18, and is not tried again; older
+ * kernels may collapse whatever the mount says, and before 6.1 there is
+ * no such call. Huge pages are the clients' too, as the kernel maps a
+ * huge page whole into every mapping made while the mount allowed them
+ * (it then places the mapping on a 2 MiB boundary): a process then takes one first touch and one TLB entry per 2 MiB of the segment
+ * instead of per 4 KiB (docs/segment.md, Huge pages).
+ *
  * Then each page of the step is read once, here, ahead of the loops. Under
  * some hypervisors a page the kernel mapped is not yet the CPU's: the first
  * access to it by a process exits to the hypervisor, which maps it for that
- * process (on this project's VMs, 5 µs a page after MADV_POPULATE_WRITE,
- * against 10 µs for a page fault and 0.02 µs for a second touch:
- * docs/performance.md; a step's reads then take about 40 ms, so the stop
- * is looked at every READ_BATCH pages). Without the read, carmyd's loops
- * took that cost on their first completion into each page of entries and
- * results, a page every few completions. One read per page is enough for
- * the writes after it. A page a loop reaches first still costs it there,
- * and so does every page of a segment carmyd attaches to (a restart on a
- * surviving segment: attach_segment() starts no thread).
+ * process (on this project's VMs, 5 µs a 4 KiB page after
+ * MADV_POPULATE_WRITE, against 10 µs for a page fault and 0.02 µs for a
+ * second touch: docs/performance.md; a step's reads then take about 40 ms,
+ * so the stop is looked at every READ_BATCH pages). Without the read,
+ * carmyd's loops took that cost on their first completion into each page
+ * of entries and results, a page every few completions. One read per page
+ * is enough for the writes after it. A page a loop reaches first still
+ * costs it there.
  */
 #define POPULATE_STEP (32u << 20)
 #define READ_BATCH 1024u
+#define HUGE_WORTH (8u << 20)	/* the least segment told of huge pages */
 
 /* Read a byte of each page of len bytes at p; false once stopped. The
  * loops and the store's restore (backend_load()) may be writing the same
@@ -1841,13 +1871,39 @@ static bool read_pages(struct store *s, const uint8_t *p, size_t len,
 	return true;
 }
 
+/* Stop populate() where it is, and wait for it. */
+static void populate_end(struct store *s)
+{
+	if (!s->populating)
+		return;
+	__atomic_store_n(&s->populate_stop, 1, __ATOMIC_RELAXED);
+	pthread_join(s->populater, NULL);
+	s->populating = false;
+}
+
+/* ", N MiB of it in huge pages" for the log, or where to read why not. */
+static void huge_said(const struct store *s, char *buf, size_t len)
+{
+	const int64_t huge = hugepage_mapped(s->view.base);
+
+	if (huge > 0)
+		snprintf(buf, len, ", %" PRId64 " MiB of it in huge pages",
+			 huge >> 20);
+	else if (huge == 0 && s->view.mapped >= HUGE_WORTH)
+		snprintf(buf, len, ", in 4 KiB pages (carmyd(8), HUGE PAGES)");
+	else
+		buf[0] = '\0';
+}
+
 static void *populate(void *arg)
 {
 	struct store *s = arg;
 	uint8_t *base = s->view.base;
 	size_t size = s->view.mapped;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	bool collapse = true;
 	struct timespec t0, t1;
+	char huge[64];
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
@@ -1858,10 +1914,15 @@ static void *populate(void *arg)
 		if (__atomic_load_n(&s->populate_stop, __ATOMIC_RELAXED))
 			return NULL;
 		if (madvise(base + off, len, MADV_POPULATE_WRITE) != 0) {
-			log_info("segment: pages are zeroed on first use "
+			log_info("segment: pages are mapped on first use "
 				 "(MADV_POPULATE_WRITE: %s)", strerror(errno));
 			return NULL;
 		}
+		/* Best effort: memory too scattered for 2 MiB pieces (ENOMEM,
+		 * EAGAIN) leaves a step in 4 KiB pages; EINVAL is for good. */
+		if (collapse && madvise(base + off, len, MADV_COLLAPSE) != 0 &&
+		    errno == EINVAL)
+			collapse = false;
 		if (!read_pages(s, base + off, len, page))
 			return NULL;
 	}
@@ -1869,9 +1930,11 @@ static void *populate(void *arg)
 	 * CPU time from whatever runs, and a benchmark waits for this line
 	 * (bench/bench_make.sh). */
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	log_info("segment: %zu MiB zeroed and read in %.2f s", size >> 20,
+	huge_said(s, huge, sizeof(huge));
+	log_info("segment: %zu MiB %s and read in %.2f s%s", size >> 20,
+		 s->populate_fresh ? "zeroed" : "mapped",
 		 (double)(t1.tv_sec - t0.tv_sec) +
-			 (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+			 (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, huge);
 	return NULL;
 }
 

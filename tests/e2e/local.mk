@@ -32,6 +32,12 @@ tests_e2e_check_prefault_SOURCES = tests/e2e/check_prefault.c $(E2E_SOURCES)
 tests_e2e_check_prefault_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_prefault_LDADD = $(TEST_LIBS)
 
+check_PROGRAMS += tests/e2e/check_huge
+TESTS += tests/e2e/check_huge
+tests_e2e_check_huge_SOURCES = tests/e2e/check_huge.c $(E2E_SOURCES)
+tests_e2e_check_huge_CFLAGS = $(TEST_CFLAGS)
+tests_e2e_check_huge_LDADD = $(TEST_LIBS)
+
 check_PROGRAMS += tests/e2e/check_restart
 TESTS += tests/e2e/check_restart
 tests_e2e_check_restart_SOURCES = tests/e2e/check_restart.c $(E2E_SOURCES)
