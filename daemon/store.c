@@ -1489,8 +1489,7 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		rc = -rc;
 		goto fail;
 	}
-	base = mmap(NULL, geo->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd,
-		    0);
+	base = shm_mmap(s->fd, geo->size, true);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		log_error("cannot map segment: %s", strerror(errno));
@@ -1587,8 +1586,7 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 			  (long long)st.st_size);
 		return CARMY_ECORRUPT;
 	}
-	base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
-		    MAP_SHARED, s->fd, 0);
+	base = shm_mmap(s->fd, (size_t)st.st_size, true);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		log_error("cannot map segment: %s", strerror(errno));
