@@ -19,6 +19,7 @@
 #include "bench/bench_machine.h"
 #include "common/clock.h"
 #include "common/hugepage.h"
+#include "shm/shm.h"
 
 static void read_model(char *buf, size_t size)
 {
@@ -136,10 +137,11 @@ static double write_pages(volatile uint8_t *p, size_t page, uint64_t *d,
 }
 
 /*
- * Whether /dev/shm gives a file huge pages: one of HUGE_PROBE_BYTES made
- * as carmyd makes its segment (its size, then its pages allocated, mapped
- * with MADV_HUGEPAGE, populated, collapsed where the mount says advise:
- * daemon/store.c, populate()), then asked of this process's page table.
+ * Whether carmyd's segment can be in huge pages here: a file of
+ * HUGE_PROBE_BYTES in /dev/shm made as carmyd makes its segment (its size,
+ * then its pages allocated, mapped on a 2 MiB boundary with MADV_HUGEPAGE,
+ * populated, collapsed: daemon/store.c, populate()), then asked of this
+ * process's page table.
  * Its name is ours alone (O_EXCL) and gone at once; 1, 0, or -1.
  */
 #define HUGE_PROBE_BYTES ((size_t)4 << 20)
@@ -162,7 +164,7 @@ static int probe_shm_huge(void)
 		close(fd);
 		return -1;
 	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	p = shm_mmap(fd, len, true);
 	close(fd);
 	if (p == MAP_FAILED)
 		return -1;

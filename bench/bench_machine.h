@@ -32,8 +32,9 @@ struct bench_machine {
 	 * and a write to one it has written before. Each holds the timer's
 	 * own cost, which is most of the last. */
 	double touch_us, fault_us, warm_us;
-	/* Whether a file in /dev/shm made as carmyd makes its segment is
-	 * mapped with huge pages: 1, 0, or -1 unknown (the probe failed). */
+	/* Whether a file in /dev/shm made and mapped as carmyd makes and
+	 * maps its segment is mapped with huge pages: 1, 0, or -1 unknown
+	 * (the probe failed). */
 	int shm_huge;
 	/* µs (-1 unknown): from one process to another through a pipe,
 	 * half a round trip, the median of five rounds' means: both

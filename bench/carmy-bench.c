@@ -172,8 +172,8 @@ static void print_machine(const struct bench_machine *mc)
 		       "time after it was mapped ahead, %.2f µs as a page "
 		       "fault, %.3f µs after that%s\n", mc->touch_us,
 		       mc->fault_us, mc->warm_us,
-		       mc->shm_huge == 1 ? "; /dev/shm gives huge pages" :
-		       mc->shm_huge == 0 ? "; /dev/shm gives no huge pages "
+		       mc->shm_huge == 1 ? "; the segment can be in huge pages" :
+		       mc->shm_huge == 0 ? "; the segment cannot be in huge pages "
 					   "(carmyd(8), HUGE PAGES)" : "");
 	if (mc->switch_us >= 0 && mc->wake_us >= 0)
 		printf("scheduling: handing the CPU to another process costs "

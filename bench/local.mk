@@ -9,7 +9,7 @@ bench_carmy_bench_SOURCES = bench/carmy-bench.c \
 	bench/bench_machine.h bench/bench_machine.c \
 	bench/bench_peer.h bench/bench_peer.c
 bench_carmy_bench_CFLAGS = $(AM_CFLAGS) $(URCU_CFLAGS) $(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
-bench_carmy_bench_LDADD = libclient/libcarmy.la common/libcommon.la $(MSGPACK_LIBS) $(XXHASH_LIBS)
+bench_carmy_bench_LDADD = libclient/libcarmy.la shm/libshm.la common/libcommon.la $(MSGPACK_LIBS) $(XXHASH_LIBS)
 if HAVE_HIREDIS
 bench_carmy_bench_SOURCES += bench/bench_redis.c
 bench_carmy_bench_CFLAGS += $(HIREDIS_CFLAGS)

@@ -1489,8 +1489,7 @@ static int create_segment(struct store *s, const struct carmyd_config *cfg,
 		rc = -rc;
 		goto fail;
 	}
-	base = mmap(NULL, geo->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd,
-		    0);
+	base = shm_mmap(s->fd, geo->size, true);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		log_error("cannot map segment: %s", strerror(errno));
@@ -1587,8 +1586,7 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 			  (long long)st.st_size);
 		return CARMY_ECORRUPT;
 	}
-	base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
-		    MAP_SHARED, s->fd, 0);
+	base = shm_mmap(s->fd, (size_t)st.st_size, true);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		log_error("cannot map segment: %s", strerror(errno));
@@ -1824,19 +1822,20 @@ static uint64_t proc_start_ns(uint32_t pid)
  * over a 17 GB segment would keep carmyd from starting its event loops for
  * 14 s after its ready line. A step takes a few milliseconds to zero.
  *
- * Each step is then made of huge pages where /dev/shm allows it:
- * MADV_COLLAPSE copies the step's 4 KiB pages into 2 MiB ones where it is
- * mounted huge=advise (the segment is madvise()d MADV_HUGEPAGE, but
- * posix_fallocate() allocated its pages without a mapping's advice), and
- * where it is mounted huge=within_size or always and the segment was made
- * before (carmyd attaching to it); a new segment's pages are huge already
- * there, and the call finds nothing to do. Where huge=never (the
- * default) it fails at once on Linux 6.18, and is not tried again; older
- * kernels may collapse whatever the mount says, and before 6.1 there is
- * no such call. Huge pages are the clients' too, as the kernel maps a
- * huge page whole into every mapping made while the mount allowed them
- * (it then places the mapping on a 2 MiB boundary): a process then takes one first touch and one TLB entry per 2 MiB of the segment
- * instead of per 4 KiB (docs/segment.md, Huge pages).
+ * Each step is then made of huge pages where the kernel lets it:
+ * MADV_COLLAPSE copies the step's 4 KiB pages into 2 MiB ones. Where
+ * /dev/shm is mounted huge=within_size or always, a new segment's pages
+ * are huge as allocated and the call finds nothing to do; elsewhere
+ * (without huge=, most systems; huge=advise, whose advice does not reach
+ * posix_fallocate()) they are 4 KiB, and Linux 6.18 collapses them
+ * whatever the mount says, the mapping being on a 2 MiB boundary
+ * (shm_mmap()). A kernel that refuses (before 6.1; shmem_enabled deny)
+ * fails at once with EINVAL, and the call is not tried again; no 2 MiB
+ * piece of free memory (ENOMEM, EAGAIN) leaves that step in 4 KiB pages.
+ * Huge pages are the clients' too: libcarmy maps the segment on a 2 MiB
+ * boundary as well, and the kernel maps a huge page whole there, so a
+ * process takes one first touch and one TLB entry per 2 MiB of the
+ * segment instead of per 4 KiB (docs/segment.md, Huge pages).
  *
  * Then each page of the step is read once, here, ahead of the loops. Under
  * some hypervisors a page the kernel mapped is not yet the CPU's: the first

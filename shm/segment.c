@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -225,6 +226,50 @@ int shm_map(const char *name, bool writable, struct shm_view *v)
 }
 
 /*
+ * Map size bytes of the segment's file fd, shared, on a 2 MiB boundary:
+ * a huge page of the file can then be mapped whole, by one page-table
+ * entry, in this process. The kernel places a mapping so only where
+ * /dev/shm is mounted with huge=; elsewhere its pages are 4 KiB as they
+ * are allocated, and a boundary is what lets carmyd's MADV_COLLAPSE make
+ * them huge and every process map them so (docs/segment.md, Huge pages).
+ * Address space for size + 2 MiB is taken first and what lies outside
+ * the mapping given back. Returns the mapping, or MAP_FAILED with errno.
+ */
+#define SHM_HUGE_ALIGN ((uintptr_t)2 << 20)
+
+void *shm_mmap(int fd, size_t size, bool writable)
+{
+	const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+	uint8_t *room, *at, *base;
+	size_t len;
+
+	if (size > SIZE_MAX - SHM_HUGE_ALIGN) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	len = size + SHM_HUGE_ALIGN;
+	room = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+		    MAP_NORESERVE, -1, 0);
+	if (room == MAP_FAILED)
+		return mmap(NULL, size, prot, MAP_SHARED, fd, 0);
+	at = (uint8_t *)(((uintptr_t)room + SHM_HUGE_ALIGN - 1) &
+			 ~(SHM_HUGE_ALIGN - 1));
+	base = mmap(at, size, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (base == MAP_FAILED) {
+		int err = errno;
+
+		munmap(room, len);
+		errno = err;
+		return MAP_FAILED;
+	}
+	if (at > room)
+		munmap(room, (size_t)(at - room));
+	if (room + len > at + size)
+		munmap(at + size, (size_t)(room + len - (at + size)));
+	return base;
+}
+
+/*
  * shm_map(), with vet (if not NULL) asked about the file first: its fstat()
  * on the very descriptor that is then mapped, so a name swapped after the
  * look cannot be the one mapped; any code it returns is returned. A vetted
@@ -256,8 +301,7 @@ int shm_map_vetted(const char *name, bool writable,
 		close(fd);
 		return CARMY_ECORRUPT;
 	}
-	base = mmap(NULL, (size_t)st.st_size,
-		    PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	base = shm_mmap(fd, (size_t)st.st_size, writable);
 	rc = -errno;
 	close(fd);
 	if (base == MAP_FAILED)

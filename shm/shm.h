@@ -479,6 +479,7 @@ void shm_format(void *base, const struct shm_geometry *geo, uint64_t seed,
 		uint64_t now_ns);
 int shm_sane(const void *base, size_t mapped, struct shm_geometry *geo);
 int shm_view_init(struct shm_view *v, void *base, size_t mapped);
+void *shm_mmap(int fd, size_t size, bool writable);
 int shm_map(const char *name, bool writable, struct shm_view *v);
 int shm_map_vetted(const char *name, bool writable,
 		   int (*vet)(const struct stat *st, void *arg), void *arg,
