@@ -8,7 +8,7 @@
  * by the hypervisor from this virtual machine; and what a page of shared
  * memory costs a process the first time it touches it, which some
  * hypervisors make dear even when the kernel has mapped the page already,
- * and whether /dev/shm gives the segment huge pages, which take that cost
+ * and whether the segment can be in huge pages here, which take that cost
  * once per 2 MiB instead of per 4 KiB; and what it costs to hand the CPU
  * to another process, on the same CPU and on another.
  */

@@ -233,21 +233,25 @@ int shm_map(const char *name, bool writable, struct shm_view *v)
  * are allocated, and a boundary is what lets carmyd's MADV_COLLAPSE make
  * them huge and every process map them so (docs/segment.md, Huge pages).
  * Address space for size + 2 MiB is taken first and what lies outside
- * the mapping given back. Returns the mapping, or MAP_FAILED with errno.
+ * the mapping given back; where that cannot be done the kernel places the
+ * mapping. Returns the mapping, or MAP_FAILED with errno.
  */
 #define SHM_HUGE_ALIGN ((uintptr_t)2 << 20)
 
 void *shm_mmap(int fd, size_t size, bool writable)
 {
 	const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-	uint8_t *room, *at, *base;
-	size_t len;
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *room, *at, *end, *base;
+	size_t whole, len;
 
-	if (size > SIZE_MAX - SHM_HUGE_ALIGN) {
-		errno = ENOMEM;
-		return MAP_FAILED;
-	}
-	len = size + SHM_HUGE_ALIGN;
+	/* The mapping covers whole pages: the tail to give back starts at
+	 * the page after the last byte of the file mapped. */
+	if (size == 0 || page == 0 || (page & (page - 1)) != 0 ||
+	    size > SIZE_MAX - SHM_HUGE_ALIGN - page)
+		return mmap(NULL, size, prot, MAP_SHARED, fd, 0);
+	whole = (size + page - 1) & ~(page - 1);
+	len = whole + SHM_HUGE_ALIGN;
 	room = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
 		    MAP_NORESERVE, -1, 0);
 	if (room == MAP_FAILED)
@@ -256,16 +260,16 @@ void *shm_mmap(int fd, size_t size, bool writable)
 			 ~(SHM_HUGE_ALIGN - 1));
 	base = mmap(at, size, prot, MAP_SHARED | MAP_FIXED, fd, 0);
 	if (base == MAP_FAILED) {
-		int err = errno;
-
+		/* Splitting the room takes map entries (vm.max_map_count):
+		 * let the kernel place it instead. */
 		munmap(room, len);
-		errno = err;
-		return MAP_FAILED;
+		return mmap(NULL, size, prot, MAP_SHARED, fd, 0);
 	}
+	end = at + whole;
 	if (at > room)
 		munmap(room, (size_t)(at - room));
-	if (room + len > at + size)
-		munmap(at + size, (size_t)(room + len - (at + size)));
+	if (room + len > end)
+		munmap(end, (size_t)(room + len - end));
 	return base;
 }
 
