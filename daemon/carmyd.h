@@ -34,9 +34,9 @@
  * before it sleeps (see main.c's usage), and its upper bound. With the
  * journal the default is CARMYD_JOURNAL_SPIN_US: every answer of its
  * waits for a flush, far longer than a poll, and the CPU a polling loop
- * takes is the clients' (make bench-ab, journal, --spin-us 0 against 50:
- * 1.30x the cycles with 4 clients; 1, 16 and 64 clients within the
- * noise; docs/performance.md). */
+ * takes is the clients' (make bench-ab, the journal, --spin-us 0 against
+ * 50: 1.18x and 1.30x the cycles with 4 clients, 1.07x and 0.96x with
+ * 16, even with 1 and 64; docs/performance.md). */
 #define CARMYD_DEFAULT_SPIN_US 50
 #define CARMYD_JOURNAL_SPIN_US 0
 /* A loop awaiting the journal's answer polls for it up to this many times
