@@ -13,12 +13,10 @@
  * while the other loops are still completing. A worker reports a broken
  * answer through its exit status (the line that failed), never by asserting.
  */
-#include <ftw.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -233,15 +231,6 @@ START_TEST(test_bad_spin_values_are_refused)
 }
 END_TEST
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-		  struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 /* Start carmyd with extra options and its log in dir as log_name; check
  * that its ready line says it runs with --spin-us want. */
 static void expect_spin(const char *dir, const char *log_name,
@@ -283,7 +272,7 @@ START_TEST(test_the_default_spin_follows_the_store)
 	expect_spin(dir, "memory-0.log", memory_0, "0");
 	expect_spin(dir, "journal.log", journal, "0");
 	expect_spin(dir, "journal-7.log", journal_7, "7");
-	ck_assert_int_eq(nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS), 0);
+	e2e_rm_rf(dir);
 }
 END_TEST
 
