@@ -68,10 +68,10 @@ static const char usage[] =
 	"                       (default: one per two online CPUs, at most 8)\n"
 	"  --spin-us N          after an event, a loop polls for the next one\n"
 	"                       this long before it sleeps, 0..10000 (default\n"
-	"                       50): a reply sooner than a wake-up, for a CPU\n"
-	"                       while requests keep coming; 0 never polls.\n"
-	"                       Awaiting the journal's answer, up to 20 times\n"
-	"                       as long after the request\n"
+	"                       50, with the journal 0): a reply sooner than a\n"
+	"                       wake-up, for a CPU while requests keep coming;\n"
+	"                       0 never polls. Awaiting the journal's answer,\n"
+	"                       up to 20 times as long after the request\n"
 	"  --max-clients N      connections served at once; one more takes the\n"
 	"                       place of the oldest that has not said HELLO, or\n"
 	"                       is refused with TOO_MANY_CLIENTS (default: the\n"
@@ -167,11 +167,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
-		 "epoch %u, %u event loop%s, store %s, max-clients %u, "
-		 "retain %s", cfg.socket_path, cfg.shm_name,
+		 "epoch %u, %u event loop%s, spin-us %u, store %s, "
+		 "max-clients %u, retain %s", cfg.socket_path, cfg.shm_name,
 		 store.view.geo.capacity, store.view.geo.max_result,
 		 store.epoch, cfg.threads, cfg.threads == 1 ? "" : "s",
-		 cfg.store ? cfg.store : "memory", cfg.max_clients,
+		 cfg.spin_us, cfg.store ? cfg.store : "memory", cfg.max_clients,
 		 cfg.retain_ns == 0 ? "never" : age_format(age, cfg.retain_ns));
 	/* The socket listens: a client connecting from now on is served. */
 	server_notify_status(&store, "READY=1\n");
@@ -240,7 +240,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 	cfg->max_result = CARMYD_DEFAULT_MAX_RESULT;
 	cfg->grace_ms = CARMYD_DEFAULT_GRACE_S * 1000;
 	cfg->retain_ns = CARMYD_DEFAULT_RETAIN_S * 1000000000ull;
-	cfg->spin_us = CARMYD_DEFAULT_SPIN_US;
+	cfg->spin_us = UINT32_MAX;	/* not given: the store's default */
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case O_SOCKET:
@@ -364,6 +364,10 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		fprintf(stderr, "carmyd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
+	if (cfg->spin_us == UINT32_MAX)
+		cfg->spin_us = cfg->store != NULL &&
+			       strncmp(cfg->store, "journal:", 8) == 0 ?
+			       CARMYD_JOURNAL_SPIN_US : CARMYD_DEFAULT_SPIN_US;
 	if (cfg->threads == 0) {
 		long n = (sysconf(_SC_NPROCESSORS_ONLN) + 1) / 2;
 

@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -51,22 +50,6 @@ static const int statuses[] = { CARMY_STATUS_COMPLETED, CARMY_STATUS_FAILED,
 
 /* ------------------------------------------------------------ helpers */
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-		  struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	if (remove(path) != 0 && errno != ENOENT)
-		return -1;
-	return 0;
-}
-
-static void rm_rf(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* The end of a test that went well: its handle, carmyd and directory go. */
 static void finish(const char *dir)
 {
@@ -74,7 +57,7 @@ static void finish(const char *dir)
 	c = NULL;
 	e2e_stop(&d);
 	memset(&d, 0, sizeof(d));
-	rm_rf(dir);
+	e2e_rm_rf(dir);
 }
 
 /* A fresh directory under root; out gets its path. Unique, not numbered:
@@ -1284,7 +1267,7 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 				      "the whole journal restored only %d",
 				      known);
 		check_after_cut(cdir, dn, TORN_N, seen, at);
-		rm_rf(cdir);
+		e2e_rm_rf(cdir);
 	}
 	e2e_note("%d cuts checked in %.0f ms", ncuts, e2e_ms_since(t0));
 	/* Cut short instead (the file ends at the cut): no crash leaves
@@ -1304,11 +1287,11 @@ START_TEST(test_torn_journal_restores_a_clean_prefix)
 		write_file(cpath, orig, at, at);
 		journal_opts(opts, spec, sizeof(spec), cdir, "256", "1024");
 		expect_refusal(opts, 0, "damaged at byte");
-		rm_rf(cdir);
+		e2e_rm_rf(cdir);
 	}
 	free(cuts);
 	free(orig);
-	rm_rf(dir);
+	e2e_rm_rf(dir);
 }
 END_TEST
 
@@ -1413,7 +1396,7 @@ static void expect_refusal(const char *const *extra, int want_exit,
 	ck_assert_msg(access(sock, F_OK) != 0, "a refused carmyd left its "
 		      "socket %s", sock);
 	free(errlog);
-	rm_rf(sdir);
+	e2e_rm_rf(sdir);
 }
 
 START_TEST(test_damage_in_the_middle_is_refused_not_cut)
@@ -1458,7 +1441,7 @@ START_TEST(test_damage_in_the_middle_is_refused_not_cut)
 			      "a refused journal was changed");
 		free(after);
 		orig[flips[i]] ^= 0x5a;
-		rm_rf(cdir);
+		e2e_rm_rf(cdir);
 	}
 	/* Undamaged, the same journal starts, and everything replays. */
 	{
@@ -1472,10 +1455,10 @@ START_TEST(test_damage_in_the_middle_is_refused_not_cut)
 		write_file(cpath, orig, end, len);
 		ck_assert_int_eq(check_prefix(cdir, dn, TORN_N, seen, len),
 				 TORN_N);
-		rm_rf(cdir);
+		e2e_rm_rf(cdir);
 	}
 	free(orig);
-	rm_rf(dir);
+	e2e_rm_rf(dir);
 }
 END_TEST
 
@@ -2054,7 +2037,7 @@ START_TEST(test_one_loop_still_commits_in_groups)
 		 GROUP_CLIENTS, records, flushes);
 	ck_assert_uint_eq(records, 2ull * GROUP_CLIENTS * GROUP_CYCLES);
 	ck_assert_msg(flushes < records, "every flush held one record");
-	rm_rf(dir);
+	e2e_rm_rf(dir);
 }
 END_TEST
 
@@ -2102,6 +2085,6 @@ int main(void)
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	/* Whatever the tests left, failed or not. */
-	rm_rf(root);
+	e2e_rm_rf(root);
 	return failed != 0;
 }

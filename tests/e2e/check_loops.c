@@ -3,7 +3,8 @@
  * them complete, replay and die concurrently, and every answer is still
  * exactly the contract's. Again with polling off at both ends (carmyd
  * --spin-us 0, CARMY_SPIN_US=0), where every reply is a sleep and a
- * wake-up. Also: --threads and --spin-us are checked like every option.
+ * wake-up. Also: --threads and --spin-us are checked like every option,
+ * and --spin-us's default follows the store.
  *
  * Workers are real processes, each with its own connection (so carmyd hands
  * them to different loops). Each one reserves, completes and replays its own
@@ -230,6 +231,51 @@ START_TEST(test_bad_spin_values_are_refused)
 }
 END_TEST
 
+/* Start carmyd with extra options and its log in dir as log_name; check
+ * that its ready line says it runs with --spin-us want. */
+static void expect_spin(const char *dir, const char *log_name,
+			const char *const *extra, const char *want)
+{
+	char log[128], line[32];
+	const char *opts[16] = { "--capacity", "1024", "--max-result", "256",
+				 "--log-level", "info", "--log-file", log };
+	size_t n = 8;
+
+	snprintf(log, sizeof(log), "%s/%s", dir, log_name);
+	for (size_t i = 0; extra[i] != NULL; i++)
+		opts[n++] = extra[i];
+	opts[n] = NULL;
+	e2e_start(&d, opts);
+	ck_assert_msg(e2e_await_logged(log, "info: ready: ", 0,
+				       HARNESS_WAIT_MS),
+		      "no ready line in %s", log);
+	snprintf(line, sizeof(line), ", spin-us %s, ", want);
+	ck_assert_msg(e2e_logged(log, line) == 1,
+		      "carmyd %s did not say \"%s\"", log_name, line);
+	e2e_stop(&d);
+}
+
+/* A loop polls 50 µs after an event by default, and not at all with the
+ * journal, whose every answer waits for a flush; --spin-us has the last
+ * word with either store. */
+START_TEST(test_the_default_spin_follows_the_store)
+{
+	char dir[] = "/tmp/carmy-spin.XXXXXX", spec[64];
+	const char *memory[] = { NULL };
+	const char *memory_0[] = { "--spin-us", "0", NULL };
+	const char *journal[] = { "--store", spec, NULL };
+	const char *journal_7[] = { "--store", spec, "--spin-us", "7", NULL };
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(spec, sizeof(spec), "journal:%s/j", dir);
+	expect_spin(dir, "memory.log", memory, "50");
+	expect_spin(dir, "memory-0.log", memory_0, "0");
+	expect_spin(dir, "journal.log", journal, "0");
+	expect_spin(dir, "journal-7.log", journal_7, "7");
+	e2e_rm_rf(dir);
+}
+END_TEST
+
 static Suite *loops_suite(void)
 {
 	Suite *s = suite_create("loops");
@@ -245,6 +291,8 @@ static Suite *loops_suite(void)
 	tcase_add_checked_fixture(tn, setup_nospin, teardown);
 	tcase_add_test(tn, test_without_polling_every_answer_is_the_same);
 	suite_add_tcase(s, tn);
+	e2e_guard(to);
+	tcase_add_test(to, test_the_default_spin_follows_the_store);
 	tcase_add_test(to, test_bad_threads_values_are_refused);
 	tcase_add_test(to, test_bad_spin_values_are_refused);
 	suite_add_tcase(s, to);

@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,22 +48,13 @@ static void setup(void)
 	snprintf(spec, sizeof(spec), "journal:%s/j", tmpdir);
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag,
-		      struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 static void teardown(void)
 {
 	carmy_close(c);
 	c = NULL;
 	if (d.socket[0] != '\0')
 		e2e_stop(&d);
-	nftw(tmpdir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	e2e_rm_rf(tmpdir);
 }
 
 /* carmyd with --retain retain, --capacity capacity, its log (at debug

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -612,6 +614,24 @@ void e2e_post_awake(const struct shm_view *v, uint32_t slot, uint32_t bell,
 	if (tries > 1)
 		e2e_note("posted after %u tries (the loop went to sleep "
 			 "meanwhile)", tries);
+}
+
+/* ------------------------------------------------------------ files */
+
+static int rm_one(const char *path, const struct stat *st, int flag,
+		  struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	if (remove(path) != 0 && errno != ENOENT)
+		return -1;
+	return 0;
+}
+
+void e2e_rm_rf(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ------------------------------------------------------------ logs */

@@ -126,6 +126,10 @@ int e2e_poll_begin(carmy_t *c, const struct carmy_call *call,
 		   struct carmy_reservation *r, int want_rc, int want_state,
 		   int timeout_ms, uint64_t *seen_ns);
 
+/* Remove path and everything under it, whatever is there or not;
+ * symbolic links are removed, never followed. */
+void e2e_rm_rf(const char *path);
+
 /* How many lines of the log at path contain what? Asserts it exists. */
 int e2e_logged(const char *path, const char *what);
 
