@@ -265,6 +265,7 @@ START_TEST(test_the_default_spin_follows_the_store)
 	const char *memory_0[] = { "--spin-us", "0", NULL };
 	const char *journal[] = { "--store", spec, NULL };
 	const char *journal_7[] = { "--store", spec, "--spin-us", "7", NULL };
+	const char *journal_50[] = { "--spin-us", "50", "--store", spec, NULL };
 
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(spec, sizeof(spec), "journal:%s/j", dir);
@@ -272,6 +273,7 @@ START_TEST(test_the_default_spin_follows_the_store)
 	expect_spin(dir, "memory-0.log", memory_0, "0");
 	expect_spin(dir, "journal.log", journal, "0");
 	expect_spin(dir, "journal-7.log", journal_7, "7");
+	expect_spin(dir, "journal-50.log", journal_50, "50");
 	e2e_rm_rf(dir);
 }
 END_TEST

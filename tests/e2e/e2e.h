@@ -126,8 +126,9 @@ int e2e_poll_begin(carmy_t *c, const struct carmy_call *call,
 		   struct carmy_reservation *r, int want_rc, int want_state,
 		   int timeout_ms, uint64_t *seen_ns);
 
-/* Remove path and everything under it, whatever is there or not;
- * symbolic links are removed, never followed. */
+/* Remove path and everything under it, as far as this user may; what is
+ * gone already is no error, and symbolic links are removed, never
+ * followed. */
 void e2e_rm_rf(const char *path);
 
 /* How many lines of the log at path contain what? Asserts it exists. */

@@ -20,7 +20,10 @@
  * carmyd and every worker are killed with SIGKILL, the segment is removed
  * (a reboot takes shared memory with it) and carmyd starts afresh from the
  * journal alone. The checker's properties are the same: what was
- * acknowledged must come back from the journal.
+ * acknowledged must come back from the journal. Even rounds run carmyd's
+ * loops as a journal carmyd runs them by default (no polling), odd ones
+ * with --spin-us 50 (polling after each event and for the journal's
+ * answers, clients posting their reservations).
  *
  * With --pg, two carmyds (each its own socket and segment, instance
  * names of their own) record into one PostgreSQL database through the
@@ -442,11 +445,11 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 	 * and the entries of those that died are uncertain before the pass
 	 * judges them. */
 	char store[SOAK_MAX_INST][1024], so[512], principal[24];
-	const char *extra[SOAK_MAX_INST][9] = {
+	const char *extra[SOAK_MAX_INST][11] = {
 		{ "--capacity", cap, "--max-result", maxr, "--grace", "2",
-		  NULL, NULL, NULL },
+		  NULL, NULL, NULL, NULL, NULL },
 		{ "--capacity", cap, "--max-result", maxr, "--grace", "2",
-		  NULL, NULL, NULL },
+		  NULL, NULL, NULL, NULL, NULL },
 	};
 	unsigned ninst = o->pg != NULL ? 2 : 1;
 	struct run r = { .o = o, .sp = sp, .t = t };
@@ -497,6 +500,8 @@ static int run_round(const struct opts *o, struct soak_space *sp,
 		snprintf(store[0], sizeof(store[0]), "journal:%s/journal", dir);
 		extra[0][6] = "--store";
 		extra[0][7] = store[0];
+		extra[0][8] = round % 2 == 1 ? "--spin-us" : NULL;
+		extra[0][9] = "50";
 	}
 	/* On the shared database: instance names and a principal of this
 	 * round's own. */
@@ -602,9 +607,10 @@ stop:
 			printf("# %s: carmyd %u did not stop cleanly\n", name,
 			       i);
 	}
-	printf("# %s: round %u done: %" PRIu64 " worker kills, %" PRIu64
+	printf("# %s: round %u done%s: %" PRIu64 " worker kills, %" PRIu64
 	       " carmyd kills, %" PRIu64 " calls so far%s\n", name, round,
-	       t->kills, t->carmyd_kills, t->f.calls, ok ? "" : ", FAILED");
+	       extra[0][8] != NULL ? " (--spin-us 50)" : "", t->kills,
+	       t->carmyd_kills, t->f.calls, ok ? "" : ", FAILED");
 	/* Logs of a round with todo failures go too: their traces are in
 	 * the output. */
 	if (ok && !o->keep)
