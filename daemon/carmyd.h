@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/un.h>
 
@@ -156,6 +157,14 @@ struct store {
 	unsigned owed_sent;		/* ... of them with the store now */
 	pthread_cond_t owed_back;	/* signalled as each comes back */
 };
+/* The directory a --store journal:DIR spec names; NULL for any other
+ * store (and for no spec). */
+static inline const char *store_journal_dir(const char *spec)
+{
+	return spec != NULL && strncmp(spec, "journal:", 8) == 0 ? spec + 8
+								  : NULL;
+}
+
 /* Open the store named by cfg->store and create, or validate and adopt,
  * the segment cfg->shm_name; load into it what the store holds, sweep the
  * previous carmyd's owners (leaving them cfg->grace_ms to come back), and

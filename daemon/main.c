@@ -283,7 +283,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			break;
 		case O_STORE:
 			if (strcmp(optarg, "memory") != 0 &&
-			    strncmp(optarg, "journal:", 8) != 0 &&
+			    store_journal_dir(optarg) == NULL &&
 			    strncmp(optarg, "plugin:", 7) != 0) {
 				fprintf(stderr, "carmyd: --store: expected memory, "
 					"journal:DIR or plugin:PATH[:ARGS], not "
@@ -365,8 +365,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		return -1;
 	}
 	if (cfg->spin_us == UINT32_MAX)
-		cfg->spin_us = cfg->store != NULL &&
-			       strncmp(cfg->store, "journal:", 8) == 0 ?
+		cfg->spin_us = store_journal_dir(cfg->store) != NULL ?
 			       CARMYD_JOURNAL_SPIN_US : CARMYD_DEFAULT_SPIN_US;
 	if (cfg->threads == 0) {
 		long n = (sysconf(_SC_NPROCESSORS_ONLN) + 1) / 2;

@@ -1016,12 +1016,13 @@ void store_tick(struct store *s)
  */
 static uint64_t store_identity(const char *spec)
 {
+	const char *jdir = store_journal_dir(spec);
 	char dir[PATH_MAX], buf[PATH_MAX + 16];
 	struct stat st;
 	uint64_t h;
 
-	if (strncmp(spec, "journal:", 8) == 0 &&
-	    realpath(spec + 8, dir) != NULL && stat(dir, &st) == 0) {
+	if (jdir != NULL && realpath(jdir, dir) != NULL &&
+	    stat(dir, &st) == 0) {
 		snprintf(buf, sizeof(buf), "journal:%s", dir);
 	} else {
 		memset(&st, 0, sizeof(st));
@@ -1051,15 +1052,15 @@ static const char *missing_plugin_hint(const char *path)
 static int backend_open(struct store *s, const char *spec)
 {
 	const struct carmy_store_ops *ops;
-	const char *args = "";
+	const char *args = "", *jdir;
 	char err[512] = "", path[4096];
 	int rc;
 
 	if (strcmp(spec, "memory") == 0) {
 		ops = &memory_store_ops;
-	} else if (strncmp(spec, "journal:", 8) == 0) {
+	} else if ((jdir = store_journal_dir(spec)) != NULL) {
 		ops = &journal_store_ops;
-		args = spec + 8;
+		args = jdir;
 	} else if (strncmp(spec, "plugin:", 7) == 0) {
 		const char *colon = strchr(spec + 7, ':');
 		size_t n = colon ? (size_t)(colon - spec - 7) : strlen(spec + 7);

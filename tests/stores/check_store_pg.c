@@ -2167,22 +2167,70 @@ static long completed_with(PGconn *c, const uint8_t exec[16],
 	return rows;
 }
 
-/* Commits of the store's session wait for a standby that never comes
- * (once every backend has been told: this one has read it). */
+/*
+ * Commits wait for a standby that never comes. Reading the setting back is
+ * not enough: a backend waits only once the checkpointer, in its own time,
+ * has published that a standby is named. So a probe session commits a row
+ * (a commit waits only if it took an xid and wrote WAL) until it is seen
+ * waiting for the standby, and is then cancelled; from then on every
+ * backend's next commit waits. The callers' own session has
+ * synchronous_commit = local.
+ */
 static void standby_never_answers(void)
 {
 	time_t end = time(NULL) + WAIT_S;
+	PGconn *probe;
+	PGresult *r;
+	PGcancel *cancel;
+	char q[160], err[256];
+	bool waiting = false;
 
+	sql(db, "CREATE TABLE IF NOT EXISTS carmy_syncrep_probe (n int)");
+	probe = db_connect("application_name=carmy-syncrep-probe "
+			   "options='-c client_min_messages=error'");
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE "
+		 "pid = %d AND wait_event = 'SyncRep'", PQbackendPID(probe));
 	sql(db, "ALTER SYSTEM SET synchronous_standby_names = 'carmy_nobody'");
 	sql(db, "SELECT pg_reload_conf()");
-	while (sql_long(db, "SELECT count(*) WHERE current_setting("
-			"'synchronous_standby_names') = 'carmy_nobody'") == 0)
-		ck_assert_msg(time(NULL) < end, "the setting was not read");
+	while (!waiting) {
+		ck_assert_int_eq(PQsendQuery(probe, "INSERT INTO "
+					     "carmy_syncrep_probe VALUES (1)"),
+				 1);
+		for (;;) {
+			ck_assert_msg(time(NULL) < end, "no commit waited for "
+				      "the standby within %d s", WAIT_S);
+			ck_assert_int_eq(PQconsumeInput(probe), 1);
+			if (!PQisBusy(probe))
+				break;
+			if (sql_long(db, q) > 0) {
+				waiting = true;
+				break;
+			}
+			usleep(1000);
+		}
+		if (waiting)
+			break;
+		/* Committed without waiting: the flag is not out yet. */
+		while ((r = PQgetResult(probe)) != NULL) {
+			ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK,
+				      "probe: %s", PQerrorMessage(probe));
+			PQclear(r);
+		}
+	}
+	cancel = PQgetCancel(probe);
+	ck_assert_ptr_nonnull(cancel);
+	ck_assert_msg(PQcancel(cancel, err, sizeof(err)) == 1, "cancel: %s",
+		      err);
+	PQfreeCancel(cancel);
+	/* Committed here, the wait cancelled: answered with a warning. */
+	while ((r = PQgetResult(probe)) != NULL)
+		PQclear(r);
+	PQfinish(probe);
 }
 
-/* How many identities a lost-completion test reserves ahead: one for
- * each COMPLETE the store's backend may commit before it reads the
- * standby setting. */
+/* How many identities a lost-completion test reserves ahead, should a
+ * COMPLETE commit without waiting all the same; with the probe above the
+ * first one waits. */
 #define LOST_TRIES 8
 
 /* Reserve xs[0..LOST_TRIES), named after id, then make commits wait for a
@@ -2201,9 +2249,8 @@ static void reserve_then_stall_commits(void *a, struct ex *xs, const char *id)
 
 /*
  * Submit the COMPLETE of xs[0], xs[1]... into w until one is not answered
- * recorded at once: the server reads the standby setting in its own time
- * (each backend at its next command once signalled), and until the
- * store's backend has, a commit does not wait. With in_syncrep, "not at
+ * recorded at once (the first, once standby_never_answers() has seen a
+ * commit wait; the rest are there should one not). With in_syncrep, "not at
  * once" is its backend seen waiting for the standby, w still unanswered;
  * without, w answered with an error within BOUNDED_S (the store's
  * timeout= ran out).
