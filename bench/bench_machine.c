@@ -1,10 +1,13 @@
 /*
  * bench_machine.c - the machine's side of a carmy-bench run: its CPU, load
  * and where its CPU time went while the figures were measured, read from
- * /proc and uname(), and what a page of shared memory costs, measured.
+ * /proc and uname(), and what a page of shared memory costs, a switch
+ * between processes and a flush to the disk, measured.
  * Anything missing is reported as unknown, never guessed.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -78,6 +81,7 @@ void bench_machine_start(struct bench_machine *m)
 	m->touch_us = m->fault_us = m->warm_us = -1;
 	m->shm_huge = -1;
 	m->switch_us = m->wake_us = -1;
+	m->flush_us = m->flush_p90_us = -1;
 	if (read_cpu_time(m->t0) != 0)
 		m->t0[0] = m->t0[1] = m->t0[2] = UINT64_MAX;
 }
@@ -311,4 +315,69 @@ void bench_machine_switches(struct bench_machine *m)
 	if (n >= 2)
 		m->wake_us = ping_pong(cpu[0], cpu[1]);
 	(void)sched_setaffinity(0, sizeof(mine), &mine);
+}
+
+/*
+ * A flush. The file is written whole and flushed first, as the journal
+ * grows its file with zeros ahead of its records and PostgreSQL fills a
+ * WAL segment before it uses it, so that each timed fdatasync() writes
+ * data blocks only, no allocation or size change; the timed writes go to
+ * successive blocks, as records do.
+ */
+#define DISK_FILE ((size_t)1 << 20)
+#define DISK_BLOCK 4096u
+
+static int write_at(int fd, const uint8_t *p, size_t len, off_t off)
+{
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += n;
+	}
+	return 0;
+}
+
+int bench_machine_disk(struct bench_machine *m, const char *dir)
+{
+	static uint8_t block[65536];
+	uint64_t d[BENCH_DISK_FLUSHES];
+	char path[PATH_MAX];
+	int fd, rc = 0, n;
+
+	n = snprintf(path, sizeof(path), "%s/carmy-bench-flush.XXXXXX", dir);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -ENAMETOOLONG;
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (size_t off = 0; rc == 0 && off < DISK_FILE; off += sizeof(block))
+		rc = write_at(fd, block, sizeof(block), (off_t)off);
+	if (rc == 0 && fdatasync(fd) != 0)
+		rc = -errno;
+	memset(block, 0xa5, DISK_BLOCK);
+	for (int i = 0; rc == 0 && i < BENCH_DISK_FLUSHES; i++) {
+		uint64_t t0 = clock_mono_ns();
+
+		rc = write_at(fd, block, DISK_BLOCK,
+			      (off_t)((size_t)i * DISK_BLOCK % DISK_FILE));
+		if (rc == 0 && fdatasync(fd) != 0)
+			rc = -errno;
+		d[i] = clock_mono_ns() - t0;
+	}
+	close(fd);
+	if (unlink(path) != 0 && rc == 0)
+		rc = -errno;
+	if (rc != 0)
+		return rc;
+	qsort(d, BENCH_DISK_FLUSHES, sizeof(d[0]), cmp_u64);
+	m->flush_us = (double)d[BENCH_DISK_FLUSHES / 2] / 1000.0;
+	m->flush_p90_us = (double)d[BENCH_DISK_FLUSHES * 9 / 10] / 1000.0;
+	snprintf(m->flush_dir, sizeof(m->flush_dir), "%s", dir);
+	return 0;
 }

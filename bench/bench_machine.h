@@ -10,12 +10,15 @@
  * hypervisors make dear even when the kernel has mapped the page already,
  * and whether the segment can be in huge pages here, which take that cost
  * once per 2 MiB instead of per 4 KiB; and what it costs to hand the CPU
- * to another process, on the same CPU and on another.
+ * to another process, on the same CPU and on another; and, for the durable
+ * stores, what a flush to the disk costs, which bounds every commit.
  */
 #ifndef CARMY_BENCH_MACHINE_H
 #define CARMY_BENCH_MACHINE_H
 
 #include <stdint.h>
+
+#define BENCH_DISK_FLUSHES 200	/* timed by bench_machine_disk() */
 
 struct bench_machine {
 	char model[96];		/* /proc/cpuinfo's "model name", or "" */
@@ -43,6 +46,13 @@ struct bench_machine {
 	 * CPU woken from idle). What a cycle pays when a client and carmyd's
 	 * loop take turns on a CPU, and when one wakes the other. */
 	double switch_us, wake_us;
+	/* µs (-1 unknown): a 4 KiB write and fdatasync() into a file whose
+	 * blocks were written and flushed before, as the journal's records
+	 * and PostgreSQL's WAL are, the median and the 90th percentile of
+	 * BENCH_DISK_FLUSHES; and where (the directory asked for). What each of
+	 * their commits waits for at least, whatever the software. */
+	double flush_us, flush_p90_us;
+	char flush_dir[256];
 };
 
 /* Read what is known before the run and start the CPU time count. */
@@ -56,6 +66,11 @@ void bench_machine_pages(struct bench_machine *m);
 /* Measure what handing the CPU to another process costs (switch_us,
  * wake_us): a few tenths of a second, before the figures. */
 void bench_machine_switches(struct bench_machine *m);
+
+/* Measure a flush to the disk (flush_us, flush_p90_us) in dir, through a
+ * file of 1 MiB made there and removed: a tenth of a second on a disk of
+ * 0.5 ms a flush. 0, or -errno (nothing measured). */
+int bench_machine_disk(struct bench_machine *m, const char *dir);
 
 /* Close the CPU time count: fills busy_pct and steal_pct. */
 void bench_machine_end(struct bench_machine *m);

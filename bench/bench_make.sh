@@ -52,7 +52,7 @@ cap=$((ops * sum * rounds + 10000))
 store_args=() only=()
 if [ "$store" = journal ]; then
 	store_args=(--store "journal:$tmp/journal")
-	only=(--only msgpack-rt,cycle)
+	only=(--only msgpack-rt,cycle --disk "$tmp")
 elif [ "$store" = pg ]; then
 	plugin=$builddir/stores/pg/.libs/carmy_store_pg.so
 	if [ -z "$pg_conninfo" ] || [ ! -r "$plugin" ]; then
@@ -60,7 +60,7 @@ elif [ "$store" = pg ]; then
 		exit 1
 	fi
 	store_args=(--store "plugin:$plugin:instance=bench ${PG_STORE_ARGS:+$PG_STORE_ARGS }$pg_conninfo")
-	only=(--only msgpack-rt,cycle)
+	only=(--only msgpack-rt,cycle --disk "$tmp")
 fi
 carmyd_start "$builddir" "$cap" "${store_args[@]}" ${CARMYD_ARGS:-} || exit 1
 

@@ -82,6 +82,7 @@ struct opts {
 	int rounds;		/* of every figure, interleaved with the peers' */
 	const char *peer_where[PEER_COUNT];	/* NULL: not compared */
 	uint64_t peer_ops[PEER_COUNT];
+	const char *disk;	/* measure a flush there; NULL: do not */
 };
 
 /* The peers' figures, for every P, next to carmyd's: each the median
@@ -183,6 +184,12 @@ static void print_machine(const struct bench_machine *mc)
 		printf("scheduling: handing the CPU to another process costs "
 		       "%.2f µs on the same CPU (one CPU only)\n",
 		       mc->switch_us);
+	if (mc->flush_us >= 0)
+		printf("disk: a 4 KiB write and fdatasync() in %s take %.0f µs "
+		       "(the median of %d; 90%% within %.0f µs), what every "
+		       "commit of the journal or of PostgreSQL there waits for "
+		       "at least\n", mc->flush_dir, mc->flush_us, BENCH_DISK_FLUSHES,
+		       mc->flush_p90_us);
 }
 
 /* A figure's trapped page faults per op, or "n/a" when perf would not
@@ -311,6 +318,14 @@ int main(int argc, char **argv)
 	bench_machine_start(&mc);
 	bench_machine_pages(&mc);
 	bench_machine_switches(&mc);
+	if (o.disk != NULL) {
+		rc = bench_machine_disk(&mc, o.disk);
+		if (rc != 0) {
+			fprintf(stderr, "carmy-bench: --disk %s: cannot time a "
+				"flush there: %s\n", o.disk, strerror(-rc));
+			goto fail;
+		}
+	}
 	for (int k = 0; k < o.nprocs; k++) {
 		for (int r = 0; r < o.rounds; r++) {
 			if (carmy_round(&o, k, r, &cf, &di, &echo, &rd) != 0)
@@ -345,7 +360,8 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: carmy-bench [--socket PATH] [--procs 1,2] [--ops N]\n"
 		"                   [--replay-set K] [--only FIGURE,...]\n"
-		"                   [--echo-cpu N] [--rounds N] [--json]\n"
+		"                   [--echo-cpu N] [--rounds N] [--disk DIR]\n"
+		"                   [--json]\n"
 		"       carmy-bench --help | --version\n"
 		"\n"
 		"Measures a running carmyd (reserve, replay, reserve+complete\n"
@@ -367,6 +383,9 @@ static void usage(FILE *out)
 		"  --rounds N       run every figure N times (1 to %d, default 1),\n"
 		"                   each round Carmy's and then the peers', and\n"
 		"                   quote the round with the median ops/s\n"
+		"  --disk DIR       also time a 4 KiB write and fdatasync() into a\n"
+		"                   file made in DIR (and removed), what a durable\n"
+		"                   store's commit there waits for at least\n"
 		"  --json           print one JSON object instead of a table\n"
 		"  --redis SOCKET   run the same workload against the Redis\n"
 		"                   server on this Unix socket (SET NX, SET, GET)\n"
@@ -449,6 +468,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "pg", required_argument, NULL, 'P' },
 		{ "pg-ops", required_argument, NULL, 'N' },
 		{ "rounds", required_argument, NULL, 'r' },
+		{ "disk", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -549,6 +569,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'j':
 			o->json = true;
+			break;
+		case 'D':
+			if (optarg[0] == '\0') {
+				fprintf(stderr, "carmy-bench: --disk: expected "
+					"a directory\n");
+				return -1;
+			}
+			o->disk = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -1359,11 +1387,12 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 	printf(",\"load1\":%.2f,\"busy_pct\":%.1f,\"steal_pct\":%.1f,"
 	       "\"page_touch_us\":%.3f,\"page_fault_us\":%.3f,"
 	       "\"page_warm_us\":%.3f,\"shm_huge\":%s,"
-	       "\"switch_us\":%.3f,\"wake_us\":%.3f},", mc->load1,
+	       "\"switch_us\":%.3f,\"wake_us\":%.3f,"
+	       "\"flush_us\":%.1f,\"flush_p90_us\":%.1f},", mc->load1,
 	       mc->busy_pct, mc->steal_pct, mc->touch_us, mc->fault_us,
 	       mc->warm_us, mc->shm_huge < 0 ? "null" :
 			    mc->shm_huge ? "true" : "false",
-	       mc->switch_us, mc->wake_us);
+	       mc->switch_us, mc->wake_us, mc->flush_us, mc->flush_p90_us);
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
 		       "\"buckets\":%u,"
