@@ -81,7 +81,6 @@ void bench_machine_start(struct bench_machine *m)
 	m->touch_us = m->fault_us = m->warm_us = -1;
 	m->shm_huge = -1;
 	m->switch_us = m->wake_us = -1;
-	m->flush_us = m->flush_p90_us = -1;
 	if (read_cpu_time(m->t0) != 0)
 		m->t0[0] = m->t0[1] = m->t0[2] = UINT64_MAX;
 }
@@ -322,7 +321,9 @@ void bench_machine_switches(struct bench_machine *m)
  * grows its file with zeros ahead of its records and PostgreSQL fills a
  * WAL segment before it uses it, so that each timed fdatasync() writes
  * data blocks only, no allocation or size change; the timed writes go to
- * successive blocks, as records do.
+ * successive blocks, as records do. It is unlinked as soon as it is
+ * made, before that first flush: nothing is left behind, even by a run
+ * that is killed.
  */
 #define DISK_FILE ((size_t)1 << 20)
 #define DISK_BLOCK 4096u
@@ -343,10 +344,11 @@ static int write_at(int fd, const uint8_t *p, size_t len, off_t off)
 	return 0;
 }
 
-int bench_machine_disk(struct bench_machine *m, const char *dir)
+int bench_machine_disk(struct bench_disk *d, const char *dir)
 {
-	static uint8_t block[65536];
-	uint64_t d[BENCH_DISK_FLUSHES];
+	static const uint8_t zeros[65536];
+	static uint8_t block[DISK_BLOCK];
+	uint64_t t[BENCH_DISK_FLUSHES];
 	char path[PATH_MAX];
 	int fd, rc = 0, n;
 
@@ -356,28 +358,28 @@ int bench_machine_disk(struct bench_machine *m, const char *dir)
 	fd = mkostemp(path, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	for (size_t off = 0; rc == 0 && off < DISK_FILE; off += sizeof(block))
-		rc = write_at(fd, block, sizeof(block), (off_t)off);
+	if (unlink(path) != 0)
+		rc = -errno;
+	for (size_t off = 0; rc == 0 && off < DISK_FILE; off += sizeof(zeros))
+		rc = write_at(fd, zeros, sizeof(zeros), (off_t)off);
 	if (rc == 0 && fdatasync(fd) != 0)
 		rc = -errno;
-	memset(block, 0xa5, DISK_BLOCK);
+	memset(block, 0xa5, sizeof(block));
 	for (int i = 0; rc == 0 && i < BENCH_DISK_FLUSHES; i++) {
 		uint64_t t0 = clock_mono_ns();
 
-		rc = write_at(fd, block, DISK_BLOCK,
+		rc = write_at(fd, block, sizeof(block),
 			      (off_t)((size_t)i * DISK_BLOCK % DISK_FILE));
 		if (rc == 0 && fdatasync(fd) != 0)
 			rc = -errno;
-		d[i] = clock_mono_ns() - t0;
+		t[i] = clock_mono_ns() - t0;
 	}
 	close(fd);
-	if (unlink(path) != 0 && rc == 0)
-		rc = -errno;
 	if (rc != 0)
 		return rc;
-	qsort(d, BENCH_DISK_FLUSHES, sizeof(d[0]), cmp_u64);
-	m->flush_us = (double)d[BENCH_DISK_FLUSHES / 2] / 1000.0;
-	m->flush_p90_us = (double)d[BENCH_DISK_FLUSHES * 9 / 10] / 1000.0;
-	snprintf(m->flush_dir, sizeof(m->flush_dir), "%s", dir);
+	qsort(t, BENCH_DISK_FLUSHES, sizeof(t[0]), cmp_u64);
+	d->dir = dir;
+	d->flush_us = (double)t[BENCH_DISK_FLUSHES / 2] / 1000.0;
+	d->flush_p90_us = (double)t[BENCH_DISK_FLUSHES * 9 / 10] / 1000.0;
 	return 0;
 }

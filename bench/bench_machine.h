@@ -20,6 +20,17 @@
 
 #define BENCH_DISK_FLUSHES 200	/* timed by bench_machine_disk() */
 
+/* A flush to the disk, timed by bench_machine_disk(): a 4 KiB write and
+ * fdatasync() into a file whose blocks were written and flushed before,
+ * as the journal's records and PostgreSQL's WAL are, BENCH_DISK_FLUSHES
+ * times. What each of their commits waits for at least, whatever the
+ * software. */
+struct bench_disk {
+	const char *dir;	/* where: the caller's string */
+	double flush_us;	/* the median, µs */
+	double flush_p90_us;	/* the 90th percentile, µs */
+};
+
 struct bench_machine {
 	char model[96];		/* /proc/cpuinfo's "model name", or "" */
 	char kernel[65];	/* uname -r */
@@ -46,13 +57,7 @@ struct bench_machine {
 	 * CPU woken from idle). What a cycle pays when a client and carmyd's
 	 * loop take turns on a CPU, and when one wakes the other. */
 	double switch_us, wake_us;
-	/* µs (-1 unknown): a 4 KiB write and fdatasync() into a file whose
-	 * blocks were written and flushed before, as the journal's records
-	 * and PostgreSQL's WAL are, the median and the 90th percentile of
-	 * BENCH_DISK_FLUSHES; and where (the directory asked for). What each of
-	 * their commits waits for at least, whatever the software. */
-	double flush_us, flush_p90_us;
-	char flush_dir[256];
+	struct bench_disk disk;	/* dir NULL: not timed */
 };
 
 /* Read what is known before the run and start the CPU time count. */
@@ -67,10 +72,10 @@ void bench_machine_pages(struct bench_machine *m);
  * wake_us): a few tenths of a second, before the figures. */
 void bench_machine_switches(struct bench_machine *m);
 
-/* Measure a flush to the disk (flush_us, flush_p90_us) in dir, through a
- * file of 1 MiB made there and removed: a tenth of a second on a disk of
- * 0.5 ms a flush. 0, or -errno (nothing measured). */
-int bench_machine_disk(struct bench_machine *m, const char *dir);
+/* Time a flush to the disk in dir into d, through a file of 1 MiB made
+ * there (unlinked at once): a tenth of a second on a disk of 0.5 ms a
+ * flush. 0, or -errno (d untouched). */
+int bench_machine_disk(struct bench_disk *d, const char *dir);
 
 /* Close the CPU time count: fills busy_pct and steal_pct. */
 void bench_machine_end(struct bench_machine *m);

@@ -14,7 +14,9 @@
 # and only the reserve + complete cycle is measured: the durable against
 # the durable. With "pg", carmyd records into the same PostgreSQL through
 # the PostgreSQL store (stores/pg/), as one instance of several would, and
-# again only the cycle is measured. A store that is not installed, or that
+# again only the cycle is measured. With either, carmy-bench times a flush
+# to the temp directory's disk first (--disk), on which every commit of
+# both waits. A store that is not installed, or that
 # this carmy-bench was built without, is skipped with a word saying so. ROUNDS (default 1) is carmy-bench's --rounds: every
 # figure that many times, Carmy's and then the peers' in each round, and
 # the median round quoted. PG_BINDIR overrides where PostgreSQL's server
@@ -49,10 +51,10 @@ for p in ${procs//,/ }; do
 	sum=$((sum + p))
 done
 cap=$((ops * sum * rounds + 10000))
-store_args=() only=()
+store_args=() only=() disk=()
 if [ "$store" = journal ]; then
 	store_args=(--store "journal:$tmp/journal")
-	only=(--only msgpack-rt,cycle --disk "$tmp")
+	only=(--only msgpack-rt,cycle) disk=(--disk "$tmp")
 elif [ "$store" = pg ]; then
 	plugin=$builddir/stores/pg/.libs/carmy_store_pg.so
 	if [ -z "$pg_conninfo" ] || [ ! -r "$plugin" ]; then
@@ -60,7 +62,7 @@ elif [ "$store" = pg ]; then
 		exit 1
 	fi
 	store_args=(--store "plugin:$plugin:instance=bench ${PG_STORE_ARGS:+$PG_STORE_ARGS }$pg_conninfo")
-	only=(--only msgpack-rt,cycle --disk "$tmp")
+	only=(--only msgpack-rt,cycle) disk=(--disk "$tmp")
 fi
 carmyd_start "$builddir" "$cap" "${store_args[@]}" ${CARMYD_ARGS:-} || exit 1
 
@@ -91,5 +93,5 @@ fi
 
 "$builddir/bench/carmy-bench" --socket "$tmp/carmyd.sock" \
 	--procs "$procs" --ops "$ops" --rounds "$rounds" "${only[@]}" \
-	"${peers[@]}"
+	"${disk[@]}" "${peers[@]}"
 exit $?
