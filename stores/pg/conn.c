@@ -162,6 +162,20 @@ static const char *const schema_sql[] = {
 	ROW_COLS \
 	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
 	" ON e.principal = $1 AND e.session = $2 AND e.request_id = $3"
+/* A lone RESERVE's first form: the insert alone, its command tag saying
+ * whether it took (INSERT 0 1). Most identities are vacant, and for them
+ * this is all the server needs to do: none of RESERVE_SQL's reads, and no
+ * result columns to describe and send (docs/performance.md, "A lone
+ * reservation as a bare insert"). One that takes nothing (the identity or
+ * the exec id held, or this very RESERVE written before a lost answer)
+ * decides nothing: RESERVE_SQL runs for it in the next transaction, and
+ * tells those cases apart. */
+#define RESERVE_PLAIN_SQL \
+	"INSERT INTO carmy_executions (principal, session, request_id, exec," \
+	" instance, fingerprint, rawprint, pid, started_ns, tool, tool_len," \
+	" args, args_len, result_format, state)" \
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13," \
+	" $14, 1) ON CONFLICT DO NOTHING"
 /* COMPLETE, and RESOLVE as committed ($6..$8 NULL for COMPLETE). Columns:
  * updated, row found, its state, whether it holds exactly this result. */
 #define SETTLE_SQL \
@@ -250,6 +264,10 @@ const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 14, { BYTEAOID,
 	  BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID, BYTEAOID, BYTEAOID, INT8OID,
 	  INT8OID, BYTEAOID, INT4OID, BYTEAOID, INT8OID, INT2OID } },
+	[ST_RESERVE_PLAIN] = { "carmy_reserve_plain", RESERVE_PLAIN_SQL, 14,
+	  { BYTEAOID, BYTEAOID, BYTEAOID, BYTEAOID, TEXTOID, BYTEAOID,
+	  BYTEAOID, INT8OID, INT8OID, BYTEAOID, INT4OID, BYTEAOID, INT8OID,
+	  INT2OID } },
 	[ST_SETTLE] = { "carmy_settle", SETTLE_SQL, 9, { BYTEAOID, INT8OID,
 	  INT4OID, INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID, TEXTOID } },
 	[ST_RELEASE] = { "carmy_release", RELEASE_SQL, 2, { BYTEAOID,

@@ -187,7 +187,7 @@ static bool judge_reserve(struct slot *sl, const PGresult *r, int row,
 	} else if (!found && used) {
 		sl->rc = -EEXIST;	/* UNIQUE (exec), not the identity */
 	} else if (!found) {
-		sl->again = true;
+		sl->again = sl->full = true;
 	} else if ((sl->rc = pg_decode_row(r, row, base + 4,
 					   &sl->standing)) != 0) {
 		/* damage stands for the identity: nothing recorded */
@@ -253,11 +253,28 @@ static void keep_or_clear(struct pg_worker *s, PGresult *r, bool keep)
 }
 
 /* What sl's statement found: sl->rc and sl->again, tentatively. Takes r.
- * Returns 0, or -EIO if r is not the shape its statement has. */
+ * A lone RESERVE not yet sl->full ran RESERVE_PLAIN_SQL: taken, or
+ * RESERVE_SQL in the next transaction. Returns 0, or -EIO if r is not the
+ * shape its statement has. */
 int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r)
 {
 	const struct carmy_store_req *req = sl->req;
 
+	if (req->op == CARMY_STORE_RESERVE && !sl->full) {
+		const char *n = PQcmdTuples(r);
+
+		if (PQresultStatus(r) != PGRES_COMMAND_OK ||
+		    (strcmp(n, "1") != 0 && strcmp(n, "0") != 0)) {
+			PQclear(r);
+			return -EIO;
+		}
+		if (n[0] == '1')
+			sl->rc = 0;
+		else
+			sl->again = sl->full = true;
+		PQclear(r);
+		return 0;
+	}
 	if (req->op == CARMY_STORE_RESERVE || settles(req)) {
 		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
 		    PQntuples(r) != 1 || PQnfields(r) < 4) {

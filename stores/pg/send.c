@@ -31,8 +31,9 @@ static void put_be(uint8_t *out, uint64_t v, int size)
 		out[i] = (uint8_t)v;
 }
 
+/* RESERVE_PLAIN_SQL, or with full RESERVE_SQL (conn.c). */
 static int send_reserve(PGconn *c, const struct carmy_store_record *r,
-			const char *instance)
+			const char *instance, bool full)
 {
 	uint8_t pid[8], started[8], tool_len[4], args_len[8], format[2];
 	const char *v[14];
@@ -70,8 +71,9 @@ static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 	len[13] = 2;
 	for (int k = 0; k < 14; k++)
 		fmt[k] = 1;
-	return PQsendQueryPrepared(c, pg_stmts[ST_RESERVE].name, 14, v, len,
-				   fmt, 1);
+	int st = full ? ST_RESERVE : ST_RESERVE_PLAIN;
+
+	return PQsendQueryPrepared(c, pg_stmts[st].name, 14, v, len, fmt, 1);
 }
 
 /* COMPLETE, or RESOLVE as committed (resolved: with who settled it). */
@@ -129,14 +131,14 @@ static int send_withdraw(PGconn *c, const struct withdrawal *w,
 				   fmt, 1);
 }
 
-static int send_one(PGconn *c, const struct carmy_store_req *req,
-		    const char *instance)
+static int send_one(PGconn *c, const struct slot *sl, const char *instance)
 {
+	const struct carmy_store_req *req = sl->req;
 	const struct carmy_store_record *r = req->rec;
 
 	switch (req->op) {
 	case CARMY_STORE_RESERVE:
-		return send_reserve(c, r, instance);
+		return send_reserve(c, r, instance, sl->full);
 	case CARMY_STORE_COMPLETE:
 		return send_settle(c, r, false, instance);
 	case CARMY_STORE_RESOLVE:
@@ -443,7 +445,7 @@ int pg_send_batch(struct pg_worker *s, size_t n)
 		const struct step *st = &s->steps[i];
 
 		if (!st->set)
-			rc = send_one(c, st->sl[0]->req, s->instance) ? 0 :
+			rc = send_one(c, st->sl[0], s->instance) ? 0 :
 			     LOST;
 		else if (kind(st->sl[0]->req) == K_RESERVE)
 			rc = send_reserves(s, st);

@@ -98,7 +98,11 @@
  *             of the batch unaffected. Neither: the row that stopped the
  *             insert was committed after the statement's snapshot was
  *             taken (READ COMMITTED); the statement runs again, in the next
- *             transaction, which sees it.
+ *             transaction, which sees it. A RESERVE sent as a statement of
+ *             its own goes first as the bare insert (RESERVE_PLAIN_SQL
+ *             in conn.c), whose command tag says whether it took; one that
+ *             took nothing runs as the full statement in the next
+ *             transaction, which tells the cases above apart.
  *   COMPLETE  UPDATE ... SET state 2 and the result WHERE exec AND instance
  *             AND state 1. No row updated: fine if this instance's row
  *             already holds exactly this result (a batch run again),

@@ -506,8 +506,9 @@ static size_t answer_settled(struct pg_worker *s, size_t n)
 			continue;
 		if (sl->again) {
 			sl->again = false;
-			snprintf(s->why, sizeof(s->why), "an identity kept "
-				 "changing hands under a reservation");
+			snprintf(s->why, sizeof(s->why), "a reservation "
+				 "looked again at the row holding its "
+				 "identity");
 			left++;
 		} else {
 			answer(s, sl);

@@ -730,6 +730,72 @@ START_TEST(test_reserve_retried_with_its_own_exec_is_recorded_not_taken)
 }
 END_TEST
 
+/* A trigger that notes, for every row inserted into the table (or stopped
+ * by a conflict), its request_id and the statement that sent it, in the
+ * order sent: what the store asked of the database. */
+static void note_statements(void)
+{
+	sql(db, "DROP TABLE IF EXISTS carmy_test_sent");
+	sql(db, "CREATE TABLE carmy_test_sent (n serial, request_id bytea, "
+	    "query text)");
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sent() RETURNS trigger "
+	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_sent "
+	    "(request_id, query) VALUES (NEW.request_id, current_query()); "
+	    "RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_sent BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_sent()");
+}
+
+/* How many statements noted for request_id id were of the kind like
+ * (a LIKE pattern): the bare insert, or the full statement. */
+static long sent(const char *id, const char *like)
+{
+	char q[512];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM carmy_test_sent WHERE "
+		 "request_id = '%s' AND query LIKE '%s'", id, like);
+	return sql_long(db, q);
+}
+
+#define BARE "INSERT INTO carmy_executions %ON CONFLICT DO NOTHING"
+#define FULL "WITH ins AS (INSERT INTO carmy_executions %"
+
+/* A RESERVE of its own goes as the bare insert; only one that took
+ * nothing is sent again as the full statement, which tells it what
+ * stands. */
+START_TEST(test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex x, y;
+	struct waiter w;
+
+	note_statements();
+	make_ex(&x, "p", "lone");
+	make_ex(&y, "p", "lone");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_sent"),
+			 1);
+	ck_assert_int_eq(sent("lone", BARE), 1);
+
+	/* Held: the bare insert takes nothing, and the full statement, in
+	 * the next transaction, finds x standing. */
+	ck_assert_int_eq(reserve(b, &y, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_reserved_as(&w.standing, &x);
+	ck_assert_int_eq(rows_of_exec(db, y.exec), 0);
+	ck_assert_int_eq(sent("lone", BARE), 2);
+	ck_assert_int_eq(sent("lone", FULL), 1);
+	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_test_sent"),
+			 3);
+	ck_assert_int_eq(sql_long(db, "SELECT max(n) FROM carmy_test_sent "
+			 "WHERE query LIKE 'WITH ins AS%'"),
+			 sql_long(db, "SELECT max(n) FROM carmy_test_sent"));
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
 START_TEST(test_complete_is_idempotent_and_never_overwrites_a_result)
 {
 	void *a = open_as("a", "");
@@ -2756,19 +2822,26 @@ END_TEST
 /* A batch whose commit answer is lost runs again, whole, in a new
  * transaction: every statement then finds what its first run wrote. The
  * same batch submitted again is that second run, statement for
- * statement. */
-START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
+ * statement. n requests, RESERVEs and COMPLETEs in turn, named
+ * prefix-0 up, on a store whose one backend is named app; with note, the
+ * statements sent are noted (note_statements). */
+static void batch_twice(const char *app, const char *prefix, int n,
+			bool note)
 {
-	enum { N = 10 };
-	void *a = open_one("a", "application_name=again-test");
-	struct ex ex[N], *x[N];
-	enum carmy_store_op op[N];
-	struct waiter w[2][N];
-	char id[32];
+	char conn[128], id[32];
+	void *a;
+	struct ex ex[10], *x[10];
+	enum carmy_store_op op[10];
+	struct waiter w[2][10];
 
+	ck_assert_int_le(n, 10);
+	snprintf(conn, sizeof(conn), "application_name=%s", app);
+	a = open_one("a", conn);
 	sleepy_inserts();
-	for (int i = 0; i < N; i++) {
-		snprintf(id, sizeof(id), "again-%d", i);
+	if (note)
+		note_statements();
+	for (int i = 0; i < n; i++) {
+		snprintf(id, sizeof(id), "%s-%d", prefix, i);
 		make_ex(&ex[i], "g", id);
 		x[i] = &ex[i];
 		op[i] = i % 2 ? CARMY_STORE_COMPLETE : CARMY_STORE_RESERVE;
@@ -2776,8 +2849,8 @@ START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
 			ck_assert_int_eq(reserve(a, &ex[i], NULL), 0);
 	}
 	for (int run = 0; run < 2; run++) {
-		submit_batch(a, "again-test", w[run], op, x, N);
-		for (int i = 0; i < N; i++) {
+		submit_batch(a, app, w[run], op, x, n);
+		for (int i = 0; i < n; i++) {
 			ck_assert_msg(wait_done(&w[run][i]) == 0, "run %d, "
 				      "request %d: %d", run, i,
 				      w[run][i].rc);
@@ -2789,7 +2862,75 @@ START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
 		}
 	}
 	ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM carmy_executions "
-			 "WHERE principal = 'g'"), N);
+			 "WHERE principal = 'g'"), n);
+	ops->close(a);
+}
+
+/* Groups of SET_MIN or more: set-based statements. */
+START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
+{
+	batch_twice("again-test", "again", 10, false);
+}
+END_TEST
+
+/* Fewer: statements of their own, a RESERVE's bare insert then, in the
+ * second run, taking nothing, and its full statement finding its own
+ * row. */
+START_TEST(test_a_small_batch_run_again_after_its_commit_answers_the_same)
+{
+	batch_twice("small-again-test", "small", 4, true);
+	for (int i = 0; i < 4; i += 2) {
+		char id[32];
+
+		snprintf(id, sizeof(id), "small-%d", i);
+		ck_assert_int_eq(sent(id, BARE), 2);
+		ck_assert_int_eq(sent(id, FULL), 1);
+	}
+}
+END_TEST
+
+/* Two RESERVEs of one identity, each its own statement in one batch: the
+ * first recorded, the second told of it; one request twice: recorded
+ * once, both answered so. */
+START_TEST(test_twin_reserves_of_their_own_in_one_batch_answer_as_alone)
+{
+	void *a = open_one("a", "application_name=twins-test");
+	struct ex dup1, dup2, same;
+	struct waiter w[2];
+	const enum carmy_store_op op[2] = { CARMY_STORE_RESERVE,
+					    CARMY_STORE_RESERVE };
+	struct ex *const dups[2] = { &dup1, &dup2 }, *const twice[2] = {
+		&same, &same };
+
+	sleepy_inserts();
+	note_statements();
+	make_ex(&dup1, "t", "dup");
+	make_ex(&dup2, "t", "dup");
+	make_ex(&same, "t", "same");
+
+	submit_batch(a, "twins-test", w, op, dups, 2);
+	ck_assert_int_eq(wait_done(&w[0]), 0);
+	ck_assert_int_eq(wait_done(&w[1]), 0);
+	ck_assert_int_eq(w[0].ntaken, 0);
+	ck_assert_int_eq(w[1].ntaken, 1);
+	assert_reserved_as(&w[1].standing, &dup1);
+	ck_assert_int_eq(w[1].standing.state, CARMY_STORE_RUNNING);
+	ck_assert_int_eq(rows_as(&dup1, "a", CARMY_STORE_RUNNING), 1);
+	ck_assert_int_eq(rows_of_exec(db, dup2.exec), 0);
+	ck_assert_int_eq(sent("dup", BARE), 2);
+	ck_assert_int_eq(sent("dup", FULL), 1);
+	for (int i = 0; i < 2; i++)
+		waiter_destroy(&w[i]);
+
+	submit_batch(a, "twins-test", w, op, twice, 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(wait_done(&w[i]), 0);
+		ck_assert_int_eq(w[i].ntaken, 0);
+		waiter_destroy(&w[i]);
+	}
+	ck_assert_int_eq(rows_as(&same, "a", CARMY_STORE_RUNNING), 1);
+	ck_assert_int_eq(sent("same", BARE), 2);
+	ck_assert_int_eq(sent("same", FULL), 1);
 	ops->close(a);
 }
 END_TEST
@@ -2937,6 +3078,7 @@ int main(void)
 	tcase_add_test(tc, test_reserve_of_a_vacant_identity_is_recorded_before_done);
 	tcase_add_test(tc, test_reserve_of_a_held_identity_is_taken_running_then_completed);
 	tcase_add_test(tc, test_reserve_retried_with_its_own_exec_is_recorded_not_taken);
+	tcase_add_test(tc, test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held);
 	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
 	tcase_add_test(tc, test_settles_update_in_place_on_pages_left_half_free);
 	tcase_add_test(tc, test_open_sets_a_fillfactor_only_where_none_was_chosen);
@@ -2976,6 +3118,8 @@ int main(void)
 	tcase_add_test(tc, test_a_request_the_database_would_refuse_fails_alone);
 	tcase_add_test(tc, test_one_batch_of_every_kind_answers_each_request_as_alone);
 	tcase_add_test(tc, test_a_batch_run_again_after_its_commit_answers_the_same);
+	tcase_add_test(tc, test_a_small_batch_run_again_after_its_commit_answers_the_same);
+	tcase_add_test(tc, test_twin_reserves_of_their_own_in_one_batch_answer_as_alone);
 	tcase_add_test(tc, test_batches_of_two_instances_on_the_same_identities_record_each_once);
 	tcase_add_test(tc, test_a_batch_commits_as_one_at_its_end);
 	tcase_add_test(tc, test_batches_are_read_committed_and_writable_whatever_the_defaults);
