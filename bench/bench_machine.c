@@ -22,6 +22,7 @@
 #include "bench/bench_machine.h"
 #include "common/clock.h"
 #include "common/hugepage.h"
+#include "common/io.h"
 #include "shm/shm.h"
 
 static void read_model(char *buf, size_t size)
@@ -328,22 +329,6 @@ void bench_machine_switches(struct bench_machine *m)
 #define DISK_FILE ((size_t)1 << 20)
 #define DISK_BLOCK 4096u
 
-static int write_at(int fd, const uint8_t *p, size_t len, off_t off)
-{
-	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len, off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-		off += n;
-	}
-	return 0;
-}
-
 int bench_machine_disk(struct bench_disk *d, const char *dir)
 {
 	static const uint8_t zeros[65536];
@@ -361,15 +346,15 @@ int bench_machine_disk(struct bench_disk *d, const char *dir)
 	if (unlink(path) != 0)
 		rc = -errno;
 	for (size_t off = 0; rc == 0 && off < DISK_FILE; off += sizeof(zeros))
-		rc = write_at(fd, zeros, sizeof(zeros), (off_t)off);
+		rc = io_pwrite_all(fd, zeros, sizeof(zeros), off);
 	if (rc == 0 && fdatasync(fd) != 0)
 		rc = -errno;
 	memset(block, 0xa5, sizeof(block));
 	for (int i = 0; rc == 0 && i < BENCH_DISK_FLUSHES; i++) {
 		uint64_t t0 = clock_mono_ns();
 
-		rc = write_at(fd, block, sizeof(block),
-			      (off_t)((size_t)i * DISK_BLOCK % DISK_FILE));
+		rc = io_pwrite_all(fd, block, sizeof(block),
+				   (size_t)i * DISK_BLOCK % DISK_FILE);
 		if (rc == 0 && fdatasync(fd) != 0)
 			rc = -errno;
 		t[i] = clock_mono_ns() - t0;

@@ -36,3 +36,21 @@ int io_send_all(int fd, const void *buf, size_t len)
 {
 	return put_all(fd, buf, len, 1);
 }
+
+int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}

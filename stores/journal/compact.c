@@ -34,6 +34,7 @@
 
 #include "carmy_store.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "stores/journal/internal.h"
 #include "stores/journal/journal.h"
@@ -410,7 +411,7 @@ static int new_file(const struct jnl *j, struct jcompact *c)
 	c->end = c->size = HEAD_SIZE;
 	if (flock(c->fd, LOCK_EX | LOCK_NB) != 0)
 		return -errno;
-	return jnl_write_all(c->fd, &h, sizeof(h), 0);
+	return io_pwrite_all(c->fd, &h, sizeof(h), 0);
 }
 
 /*
@@ -438,7 +439,7 @@ static int rewrite_standing(struct jnl *j, struct jcompact *c, bool online)
 			continue;
 		rc = put_standing(c, map, &old->ex[i], &len);
 		if (rc == 0 && len >= JOURNAL_BATCH_MAX) {
-			rc = jnl_write_all(c->fd, c->buf, len, c->end);
+			rc = io_pwrite_all(c->fd, c->buf, len, c->end);
 			c->end += len;
 			len = 0;
 			if (rc == 0 && online && stop_asked(j))
@@ -446,7 +447,7 @@ static int rewrite_standing(struct jnl *j, struct jcompact *c, bool online)
 		}
 	}
 	if (rc == 0 && len > 0) {
-		rc = jnl_write_all(c->fd, c->buf, len, c->end);
+		rc = io_pwrite_all(c->fd, c->buf, len, c->end);
 		c->end += len;
 	}
 	munmap(map, (size_t)j->snap_end);
@@ -571,7 +572,7 @@ static int copy_delta(struct jnl *j, struct jcompact *c, uint64_t to)
 			rc = jnl_grow_file(c->fd, c->end, &c->size,
 					   len + JREC_TAIL_MIN);
 		if (rc == 0)
-			rc = jnl_write_all(c->fd, c->buf, len, c->end);
+			rc = io_pwrite_all(c->fd, c->buf, len, c->end);
 		/* Indexed once written: a RESERVE may need an earlier
 		 * identity read back from the new file. */
 		for (size_t k = 0; rc == 0 && k < len; k += rec_len(c->buf + k)) {

@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "common/clock.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "stores/journal/internal.h"
 
@@ -126,7 +127,7 @@ int jnl_create_file(struct jnl *j, char *err, size_t errlen)
 			   O_RDWR | O_CREAT | O_TRUNC, geteuid(), err, errlen);
 	if (fd < 0)
 		return fd;
-	rc = jnl_write_all(fd, first, sizeof(first), 0);
+	rc = io_pwrite_all(fd, first, sizeof(first), 0);
 	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
 	if (rc == 0 && renameat(j->dir_fd, JOURNAL_NEW, j->dir_fd,
@@ -223,25 +224,6 @@ void jnl_unmap_file(struct jnl *j)
 
 /* ---------------------------------------------------------------- I/O */
 
-int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Read exactly len bytes at off; a file that ends first is -EIO. */
 int jnl_read_all(int fd, void *buf, size_t len, uint64_t off)
 {
@@ -302,7 +284,7 @@ int jnl_grow_file(int fd, uint64_t end, uint64_t *size, uint64_t need)
 
 		if (n > sizeof(zeros))
 			n = sizeof(zeros);
-		rc = jnl_write_all(fd, zeros, n, at);
+		rc = io_pwrite_all(fd, zeros, n, at);
 		if (rc != 0)
 			return rc;
 		at += n;

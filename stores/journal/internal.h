@@ -338,8 +338,6 @@ void jnl_close_flights(struct jnl *j);
 int jnl_map_file(struct jnl *j);
 /* Drop j->map, if any: jnl_load(), jnl_close(), switch_to(), the upgrade */
 void jnl_unmap_file(struct jnl *j);
-/* pwrite() all of buf at off, 0 or -errno: every file that writes */
-int jnl_write_all(int fd, const void *buf, size_t len, uint64_t off);
 /* pread() len bytes at off, -EIO at EOF: same_ident(), read_records() */
 int jnl_read_all(int fd, void *buf, size_t len, uint64_t off);
 /* Grow *buf to need bytes, 0 or -ENOMEM: commit(), the compaction, the

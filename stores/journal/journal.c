@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "carmy_store.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "stores/journal/internal.h"
 #include "stores/journal/journal.h"
@@ -913,7 +914,7 @@ static int write_flight(struct jnl *j, struct jflight *b, uint64_t floor)
 			    n);
 		at += n;
 	}
-	rc = jnl_write_all(b->fd, b->buf, b->len, b->off);
+	rc = io_pwrite_all(b->fd, b->buf, b->len, b->off);
 	if (rc == 0 && fdatasync(b->fd) != 0)
 		rc = -errno;
 	return rc;

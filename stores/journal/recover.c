@@ -32,6 +32,7 @@
 
 #include "carmy.h"
 #include "carmy_store.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "stores/journal/internal.h"
 
@@ -446,7 +447,7 @@ static int zero_tail(const struct jnl *j, uint64_t off, uint64_t end)
 		for (uint64_t q = s; q < e;) {
 			size_t n = e - q > sizeof(zeros) ? sizeof(zeros) :
 							   (size_t)(e - q);
-			int rc = jnl_write_all(j->fd, zeros, n, q);
+			int rc = io_pwrite_all(j->fd, zeros, n, q);
 
 			if (rc != 0)
 				return rc;
@@ -484,7 +485,7 @@ int jnl_upgrade(struct jnl *j, char *err, size_t errlen)
 	jnl_make_head(&h);
 	rc = flock(fd, LOCK_EX | LOCK_NB) != 0 ? -errno : 0;
 	if (rc == 0)
-		rc = jnl_write_all(fd, &h, sizeof(h), 0);
+		rc = io_pwrite_all(fd, &h, sizeof(h), 0);
 	for (uint64_t off = HEAD_SIZE; rc == 0 && off < j->end;) {
 		struct jrec_head_v1 o;
 		struct jrec_head n;
@@ -506,7 +507,7 @@ int jnl_upgrade(struct jnl *j, char *err, size_t errlen)
 		len += n.jr_len;
 		off += o.jr_len;
 		if (len >= JOURNAL_BATCH_MAX || off >= j->end) {
-			rc = jnl_write_all(fd, buf, len, at);
+			rc = io_pwrite_all(fd, buf, len, at);
 			at += len;
 			len = 0;
 		}

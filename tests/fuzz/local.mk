@@ -53,7 +53,8 @@ FUZZ_JOURNAL_SRCS = $(top_srcdir)/stores/journal/file.c \
 	$(top_srcdir)/stores/journal/index.c \
 	$(top_srcdir)/stores/journal/recover.c \
 	$(top_srcdir)/stores/journal/compact.c \
-	$(top_srcdir)/stores/journal/journal.c $(top_srcdir)/common/log.c
+	$(top_srcdir)/stores/journal/journal.c $(top_srcdir)/common/log.c \
+	$(top_srcdir)/common/io.c
 # Makefile too: a change of FUZZ_* flags rebuilds the targets.
 FUZZ_DEPS = Makefile $(top_builddir)/config.h \
 	$(top_srcdir)/tests/fuzz/fuzz_common.h \
