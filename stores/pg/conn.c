@@ -188,6 +188,16 @@ static const char *const schema_sql[] = {
 	" e.status = $3 AND e.result_code = $4 AND e.result = $5" \
 	" FROM (VALUES (1)) AS one (x) LEFT JOIN carmy_executions AS e" \
 	" ON e.exec = $1 AND e.instance IS NOT DISTINCT FROM $9"
+/* A lone COMPLETE's or RESOLVE's first form: the update alone, its
+ * command tag saying whether it took (UPDATE 1). One that took nothing
+ * (this very settle written before a lost answer, or a row not this
+ * instance's running one) decides nothing: SETTLE_SQL runs for it in the
+ * next transaction. */
+#define SETTLE_PLAIN_SQL \
+	"UPDATE carmy_executions SET state = 2," \
+	" finished_ns = $2, status = $3, result_code = $4, result = $5," \
+	" resolved_ns = $6, resolved_uid = $7, resolved_pid = $8" \
+	" WHERE exec = $1 AND instance IS NOT DISTINCT FROM $9 AND state = 1"
 #define RELEASE_SQL \
 	"DELETE FROM carmy_executions WHERE exec = $1" \
 	" AND instance IS NOT DISTINCT FROM $2" \
@@ -270,6 +280,9 @@ const struct pg_stmt pg_stmts[ST_COUNT] = {
 	  INT2OID } },
 	[ST_SETTLE] = { "carmy_settle", SETTLE_SQL, 9, { BYTEAOID, INT8OID,
 	  INT4OID, INT4OID, BYTEAOID, INT8OID, INT8OID, INT8OID, TEXTOID } },
+	[ST_SETTLE_PLAIN] = { "carmy_settle_plain", SETTLE_PLAIN_SQL, 9, {
+	  BYTEAOID, INT8OID, INT4OID, INT4OID, BYTEAOID, INT8OID, INT8OID,
+	  INT8OID, TEXTOID } },
 	[ST_RELEASE] = { "carmy_release", RELEASE_SQL, 2, { BYTEAOID,
 	  TEXTOID } },
 	[ST_PURGE] = { "carmy_purge", PURGE_SQL, 1, { BYTEAOID } },

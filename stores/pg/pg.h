@@ -107,8 +107,9 @@ enum {
 	ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW,
 	ST_RESERVES, ST_SETTLES,	/* set-based: arrays, one row each */
 	ST_FENCE,			/* each batch's first */
-	ST_RESERVE_PLAIN,		/* a lone RESERVE's first: the insert
-					 * alone */
+	ST_RESERVE_PLAIN, ST_SETTLE_PLAIN,	/* a lone request's first:
+						 * the insert or update
+						 * alone */
 	ST_COUNT
 };
 extern const struct pg_stmt pg_stmts[ST_COUNT];
@@ -122,9 +123,10 @@ struct slot {
 	bool answered;
 	bool unsure;			/* a run of it ended, outcome
 					 * unknown: may have committed */
-	bool full;			/* RESERVE that took nothing, or must
-					 * look again: RESERVE_SQL from then
-					 * on, never the plain insert */
+	bool full;			/* RESERVE or settle that took nothing,
+					 * or must look again: RESERVE_SQL or
+					 * SETTLE_SQL from then on, never the
+					 * plain form */
 	bool kept;			/* RESERVE taken: standing holds the
 					 * row, pointing into a result in
 					 * pg_worker.held */

@@ -219,7 +219,7 @@ static void judge_settle(struct slot *sl, const PGresult *r, int row,
 	else if (get_int(r, row, base + 2, 2, INT16_MIN, INT16_MAX, &state))
 		sl->rc = -EBADMSG;
 	else if (state == CARMY_STORE_RUNNING)
-		sl->again = true;	/* completed after our snapshot */
+		sl->again = sl->full = true;	/* settled since the snapshot */
 	else if (state != CARMY_STORE_COMPLETED)
 		sl->rc = -EBADMSG;
 	else
@@ -253,14 +253,14 @@ static void keep_or_clear(struct pg_worker *s, PGresult *r, bool keep)
 }
 
 /* What sl's statement found: sl->rc and sl->again, tentatively. Takes r.
- * A lone RESERVE not yet sl->full ran RESERVE_PLAIN_SQL: taken, or
- * RESERVE_SQL in the next transaction. Returns 0, or -EIO if r is not the
- * shape its statement has. */
+ * A lone RESERVE or settle not yet sl->full ran its plain form: took, or
+ * the full statement in the next transaction. Returns 0, or -EIO if r is
+ * not the shape its statement has. */
 int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r)
 {
 	const struct carmy_store_req *req = sl->req;
 
-	if (req->op == CARMY_STORE_RESERVE && !sl->full) {
+	if ((req->op == CARMY_STORE_RESERVE || settles(req)) && !sl->full) {
 		const char *n = PQcmdTuples(r);
 
 		if (PQresultStatus(r) != PGRES_COMMAND_OK ||

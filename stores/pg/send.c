@@ -76,10 +76,12 @@ static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 	return PQsendQueryPrepared(c, pg_stmts[st].name, 14, v, len, fmt, 1);
 }
 
-/* COMPLETE, or RESOLVE as committed (resolved: with who settled it). */
+/* COMPLETE, or RESOLVE as committed (resolved: with who settled it):
+ * SETTLE_PLAIN_SQL, or with full SETTLE_SQL (conn.c). */
 static int send_settle(PGconn *c, const struct carmy_store_record *r,
-		       bool resolved, const char *instance)
+		       bool resolved, const char *instance, bool full)
 {
+	int st = full ? ST_SETTLE : ST_SETTLE_PLAIN;
 	uint8_t finished[8], status[4], code[4], rns[8], uid[8], pid[8];
 	const char *v[9] = { (const char *)r->exec, (const char *)finished,
 		(const char *)status, (const char *)code,
@@ -100,8 +102,7 @@ static int send_settle(PGconn *c, const struct carmy_store_record *r,
 		v[6] = (const char *)uid;
 		v[7] = (const char *)pid;
 	}
-	return PQsendQueryPrepared(c, pg_stmts[ST_SETTLE].name, 9, v, len, fmt,
-				   1);
+	return PQsendQueryPrepared(c, pg_stmts[st].name, 9, v, len, fmt, 1);
 }
 
 /* RELEASE (with instance) or PURGE (without). */
@@ -140,10 +141,10 @@ static int send_one(PGconn *c, const struct slot *sl, const char *instance)
 	case CARMY_STORE_RESERVE:
 		return send_reserve(c, r, instance, sl->full);
 	case CARMY_STORE_COMPLETE:
-		return send_settle(c, r, false, instance);
+		return send_settle(c, r, false, instance, sl->full);
 	case CARMY_STORE_RESOLVE:
 		if (r->state == CARMY_STORE_COMPLETED)
-			return send_settle(c, r, true, instance);
+			return send_settle(c, r, true, instance, sl->full);
 		return send_exec(c, ST_RELEASE, r->exec, instance);
 	case CARMY_STORE_RELEASE:
 		return send_exec(c, ST_RELEASE, r->exec, instance);

@@ -108,7 +108,9 @@
  *             already holds exactly this result (a batch run again),
  *             -ESTALE otherwise: a result is never overwritten, a released
  *             execution never resurrected, another instance's never
- *             touched.
+ *             touched. Sent as a statement of its own, it goes first as
+ *             the bare update (SETTLE_PLAIN_SQL), and as the full
+ *             statement in the next transaction if that took nothing.
  *   RESOLVE   committed: as COMPLETE, with the resolved_* fields; not
  *             committed: as RELEASE.
  *   RELEASE   DELETE WHERE exec AND instance AND state 1; 0 whether or not

@@ -506,9 +506,8 @@ static size_t answer_settled(struct pg_worker *s, size_t n)
 			continue;
 		if (sl->again) {
 			sl->again = false;
-			snprintf(s->why, sizeof(s->why), "a reservation "
-				 "looked again at the row holding its "
-				 "identity");
+			snprintf(s->why, sizeof(s->why), "a request took "
+				 "nothing and looked again at its row");
 			left++;
 		} else {
 			answer(s, sl);

@@ -730,9 +730,31 @@ START_TEST(test_reserve_retried_with_its_own_exec_is_recorded_not_taken)
 }
 END_TEST
 
-/* A trigger that notes, for every row inserted into the table (or stopped
- * by a conflict), its request_id and the statement that sent it, in the
- * order sent: what the store asked of the database. */
+/* Rows of exec x, instance inst, in state st. */
+static long rows_as(const struct ex *x, const char *inst, int st)
+{
+	const char *v[3] = { (const char *)x->exec, inst, NULL };
+	char state[8];
+	int len[3] = { 16, 0, 0 }, fmt[3] = { 1, 0, 0 };
+	PGresult *r;
+	long n;
+
+	snprintf(state, sizeof(state), "%d", st);
+	v[2] = state;
+	r = PQexecParams(db, "SELECT count(*) FROM carmy_executions WHERE "
+			 "exec = $1 AND instance = $2 AND state = $3::int", 3,
+			 NULL, v, len, fmt, 0);
+	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+	n = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return n;
+}
+
+/* Triggers that note, for every row inserted into the table (or stopped
+ * by a conflict), its request_id and the statement that sent it, and for
+ * every update statement (whether it updated a row or not) the statement,
+ * request_id NULL, in the order sent: what the store asked of the
+ * database. */
 static void note_statements(void)
 {
 	sql(db, "DROP TABLE IF EXISTS carmy_test_sent");
@@ -744,6 +766,22 @@ static void note_statements(void)
 	    "RETURN NEW; END $$");
 	sql(db, "CREATE TRIGGER carmy_test_sent BEFORE INSERT ON "
 	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION carmy_test_sent()");
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sent_update() RETURNS "
+	    "trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_sent "
+	    "(query) VALUES (current_query()); RETURN NULL; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_sent_update AFTER UPDATE ON "
+	    "carmy_executions FOR EACH STATEMENT EXECUTE FUNCTION "
+	    "carmy_test_sent_update()");
+}
+
+/* How many update statements noted were of the kind like. */
+static long sent_updates(const char *like)
+{
+	char q[512];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM carmy_test_sent WHERE "
+		 "request_id IS NULL AND query LIKE '%s'", like);
+	return sql_long(db, q);
 }
 
 /* How many statements noted for request_id id were of the kind like
@@ -759,6 +797,8 @@ static long sent(const char *id, const char *like)
 
 #define BARE "INSERT INTO carmy_executions %ON CONFLICT DO NOTHING"
 #define FULL "WITH ins AS (INSERT INTO carmy_executions %"
+#define BARE_UPDATE "UPDATE carmy_executions SET state = 2,%"
+#define FULL_UPDATE "WITH upd AS (UPDATE carmy_executions %"
 
 /* A RESERVE of its own goes as the bare insert; only one that took
  * nothing is sent again as the full statement, which tells it what
@@ -791,6 +831,44 @@ START_TEST(test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held)
 	ck_assert_int_eq(sql_long(db, "SELECT max(n) FROM carmy_test_sent "
 			 "WHERE query LIKE 'WITH ins AS%'"),
 			 sql_long(db, "SELECT max(n) FROM carmy_test_sent"));
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+/* A COMPLETE of its own goes as the bare update; one that took nothing
+ * (sent again after a lost answer, or with another result) is sent again
+ * as the full statement, which tells those apart. */
+START_TEST(test_a_lone_completion_is_a_bare_update_unless_it_took_nothing)
+{
+	void *a = open_as("a", ""), *b = open_as("b", "");
+	struct ex x, other, z;
+	struct waiter w;
+
+	note_statements();
+	make_ex(&x, "p", "settled");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_COMPLETED), 1);
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 1);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 0);
+
+	/* Its own result again, as after a lost answer: recorded. */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 2);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 1);
+
+	/* Another result: refused, the first kept. */
+	other = x;
+	other.result[0] ^= 1;
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &other, NULL),
+			 -ESTALE);
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 3);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 2);
+	make_ex(&z, "p", "settled");
+	ck_assert_int_eq(reserve(b, &z, &w), 0);
+	ck_assert_int_eq(w.ntaken, 1);
+	assert_completed_as(&w.standing, &x);
 	ops->close(b);
 	ops->close(a);
 }
@@ -1727,26 +1805,6 @@ START_TEST(test_a_statement_timeout_fails_its_request_alone)
 	ops->close(a);
 }
 END_TEST
-
-/* Rows of exec x, instance inst, in state st. */
-static long rows_as(const struct ex *x, const char *inst, int st)
-{
-	const char *v[3] = { (const char *)x->exec, inst, NULL };
-	char state[8];
-	int len[3] = { 16, 0, 0 }, fmt[3] = { 1, 0, 0 };
-	PGresult *r;
-	long n;
-
-	snprintf(state, sizeof(state), "%d", st);
-	v[2] = state;
-	r = PQexecParams(db, "SELECT count(*) FROM carmy_executions WHERE "
-			 "exec = $1 AND instance = $2 AND state = $3::int", 3,
-			 NULL, v, len, fmt, 0);
-	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-	n = atol(PQgetvalue(r, 0, 0));
-	PQclear(r);
-	return n;
-}
 
 START_TEST(test_only_the_instance_that_made_an_execution_settles_it)
 {
@@ -2873,9 +2931,9 @@ START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
 }
 END_TEST
 
-/* Fewer: statements of their own, a RESERVE's bare insert then, in the
- * second run, taking nothing, and its full statement finding its own
- * row. */
+/* Fewer: statements of their own, a RESERVE's bare insert or a
+ * COMPLETE's bare update then, in the second run, taking nothing, and its
+ * full statement finding its own row or result. */
 START_TEST(test_a_small_batch_run_again_after_its_commit_answers_the_same)
 {
 	batch_twice("small-again-test", "small", 4, true);
@@ -2886,6 +2944,8 @@ START_TEST(test_a_small_batch_run_again_after_its_commit_answers_the_same)
 		ck_assert_int_eq(sent(id, BARE), 2);
 		ck_assert_int_eq(sent(id, FULL), 1);
 	}
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 4);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 2);
 }
 END_TEST
 
@@ -3079,6 +3139,7 @@ int main(void)
 	tcase_add_test(tc, test_reserve_of_a_held_identity_is_taken_running_then_completed);
 	tcase_add_test(tc, test_reserve_retried_with_its_own_exec_is_recorded_not_taken);
 	tcase_add_test(tc, test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held);
+	tcase_add_test(tc, test_a_lone_completion_is_a_bare_update_unless_it_took_nothing);
 	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
 	tcase_add_test(tc, test_settles_update_in_place_on_pages_left_half_free);
 	tcase_add_test(tc, test_open_sets_a_fillfactor_only_where_none_was_chosen);
