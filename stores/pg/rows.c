@@ -219,7 +219,8 @@ static void judge_settle(struct slot *sl, const PGresult *r, int row,
 	else if (get_int(r, row, base + 2, 2, INT16_MIN, INT16_MAX, &state))
 		sl->rc = -EBADMSG;
 	else if (state == CARMY_STORE_RUNNING)
-		sl->again = sl->full = true;	/* settled since the snapshot */
+		/* settled or deleted since the snapshot */
+		sl->again = sl->full = true;
 	else if (state != CARMY_STORE_COMPLETED)
 		sl->rc = -EBADMSG;
 	else

@@ -37,7 +37,7 @@ static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 {
 	uint8_t pid[8], started[8], tool_len[4], args_len[8], format[2];
 	const char *v[14];
-	int len[14], fmt[14];
+	int len[14], fmt[14], st = full ? ST_RESERVE : ST_RESERVE_PLAIN;
 
 	put_be(pid, r->pid, 8);
 	put_be(started, r->started_ns, 8);
@@ -71,8 +71,6 @@ static int send_reserve(PGconn *c, const struct carmy_store_record *r,
 	len[13] = 2;
 	for (int k = 0; k < 14; k++)
 		fmt[k] = 1;
-	int st = full ? ST_RESERVE : ST_RESERVE_PLAIN;
-
 	return PQsendQueryPrepared(c, pg_stmts[st].name, 14, v, len, fmt, 1);
 }
 

@@ -125,8 +125,8 @@
  * one pipeline (libpq pipeline mode): the statements and a sync, which the
  * server runs as one transaction (the protocol's implicit one, READ
  * COMMITTED and writable by the session's defaults) and commits at the
- * sync, one round trip and one WAL flush for the lot, then it answers
- * every request. The batch is cut into runs at the requests that may free
+ * sync, one round trip and one WAL flush for the lot (one more if a lone
+ * request's bare statement took nothing), then it answers every request. The batch is cut into runs at the requests that may free
  * an identity (RELEASE, RESOLVE, PURGE), each of which goes after the run
  * before it; a run's RESERVEs go first, in the order of their identities,
  * then its COMPLETEs. Two instances reserving the same identities in one
@@ -207,7 +207,8 @@
  * Every statement above is written to be right either way: RESERVE
  * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
  * and PURGE delete what is there; the set-based forms judge each element
- * as its own statement would. Within one set, two RESERVEs of an identity
+ * as its own statement would; a bare form run twice takes nothing, and
+ * leaves the answer to the full form in the next transaction. Within one set, two RESERVEs of an identity
  * insert the first and send the second to look again in the next
  * transaction (where it is told of the first); two settles of an exec id
  * update with the first, and the second finds that result standing.

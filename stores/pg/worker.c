@@ -47,6 +47,7 @@ static size_t take_held(struct pg_worker *s)
 		memset(&s->slots[i], 0, sizeof(s->slots[i]));
 		s->slots[i].req = s->hold[i].req;
 		s->slots[i].unsure = true;
+		s->slots[i].full = true;	/* most likely committed */
 		s->slots[i].until_ms = s->hold[i].until_ms;
 	}
 	s->nhold = 0;
@@ -506,8 +507,8 @@ static size_t answer_settled(struct pg_worker *s, size_t n)
 			continue;
 		if (sl->again) {
 			sl->again = false;
-			snprintf(s->why, sizeof(s->why), "a request took "
-				 "nothing and looked again at its row");
+			snprintf(s->why, sizeof(s->why), "a row kept "
+				 "changing under a request that looked again");
 			left++;
 		} else {
 			answer(s, sl);
@@ -530,7 +531,9 @@ static void fenced(struct pg_worker *s)
 		       s->instance, s->why);
 }
 
-/* After a rollback: forget what the run decided. */
+/* After a rollback: forget what the run decided. A slot's full stays:
+ * the full form is right in any run. One whose run may have committed
+ * goes full: its bare form would most likely take nothing. */
 static void forget(struct pg_worker *s, size_t n, bool lost)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -540,7 +543,7 @@ static void forget(struct pg_worker *s, size_t n, bool lost)
 		sl->rc = 0;
 		sl->again = false;
 		if (lost && !sl->answered)
-			sl->unsure = true;
+			sl->unsure = sl->full = true;
 	}
 	pg_drop_held(s);
 }
@@ -548,7 +551,8 @@ static void forget(struct pg_worker *s, size_t n, bool lost)
 /*
  * Write slots[0..n), and what is left to withdraw, until each is answered:
  * one transaction per run, runs again after a conflict, a lost connection
- * or a RESERVE that must look again, at most TRIES_MAX runs in all.
+ * or a request that must look again (a bare statement that took nothing
+ * costs one), at most TRIES_MAX runs in all.
  */
 static void run_batch(struct pg_worker *s, size_t n)
 {

@@ -60,7 +60,7 @@ FUZZ_DEPS = Makefile $(top_builddir)/config.h \
 	$(top_srcdir)/tests/fuzz/fuzz_common.h \
 	$(top_srcdir)/shm/shm.h $(top_srcdir)/shm/atomic.h \
 	$(top_srcdir)/include/carmy.h $(top_srcdir)/libclient/wire.h \
-	$(top_srcdir)/libclient/canon.h
+	$(top_srcdir)/libclient/canon.h $(top_srcdir)/common/io.h
 
 FUZZ_TARGETS = wire segment journal
 FUZZ_BINS = tests/fuzz/fuzz_wire tests/fuzz/fuzz_segment \

@@ -473,15 +473,22 @@ static void insert_row(PGconn *c, const char *principal, const char *id,
 	PQclear(r);
 }
 
+/* The advisory lock key of gate_worker(). */
+#define GATE_KEY "7217"
+
 /* A trigger under which the insert of request_id "sleep-MS-..." sleeps MS
- * milliseconds, in whichever session makes it. */
+ * milliseconds, and that of "gate-..." waits, without a lock_timeout, for
+ * the advisory lock GATE_KEY, in whichever session makes it. */
 static void sleepy_inserts(void)
 {
 	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sleep() RETURNS "
 	    "trigger LANGUAGE plpgsql AS $$ BEGIN IF convert_from("
 	    "NEW.request_id, 'UTF8') LIKE 'sleep-%' THEN PERFORM pg_sleep("
 	    "split_part(convert_from(NEW.request_id, 'UTF8'), '-', 2)::int "
-	    "/ 1000.0); END IF; RETURN NEW; END $$");
+	    "/ 1000.0); ELSIF convert_from(NEW.request_id, 'UTF8') LIKE "
+	    "'gate-%' THEN PERFORM set_config('lock_timeout', '0', true); "
+	    "PERFORM pg_advisory_xact_lock_shared(" GATE_KEY "); END IF; "
+	    "RETURN NEW; END $$");
 	sql(db, "CREATE TRIGGER carmy_test_sleep BEFORE INSERT ON "
 	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION "
 	    "carmy_test_sleep()");
@@ -753,13 +760,14 @@ static long rows_as(const struct ex *x, const char *inst, int st)
 /* Triggers that note, for every row inserted into the table (or stopped
  * by a conflict), its request_id and the statement that sent it, and for
  * every update statement (whether it updated a row or not) the statement,
- * request_id NULL, in the order sent: what the store asked of the
- * database. */
+ * request_id NULL, in the order sent, each with its transaction: what
+ * the store asked of the database. */
 static void note_statements(void)
 {
 	sql(db, "DROP TABLE IF EXISTS carmy_test_sent");
 	sql(db, "CREATE TABLE carmy_test_sent (n serial, request_id bytea, "
-	    "query text)");
+	    "query text, xact bigint DEFAULT "
+	    "pg_current_xact_id()::text::bigint)");
 	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sent() RETURNS trigger "
 	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_sent "
 	    "(request_id, query) VALUES (NEW.request_id, current_query()); "
@@ -800,6 +808,29 @@ static long sent(const char *id, const char *like)
 #define BARE_UPDATE "UPDATE carmy_executions SET state = 2,%"
 #define FULL_UPDATE "WITH upd AS (UPDATE carmy_executions %"
 
+/* In how many transactions the statements noted that match where (an SQL
+ * condition on carmy_test_sent) ran. */
+static long xacts(const char *where)
+{
+	char q[512];
+
+	snprintf(q, sizeof(q), "SELECT count(DISTINCT xact) FROM "
+		 "carmy_test_sent WHERE %s", where);
+	return sql_long(db, q);
+}
+
+/* Whether every statement noted that matches later ran in a transaction
+ * after every one that matches earlier (both SQL conditions). */
+static bool xacts_after(const char *earlier, const char *later)
+{
+	char q[768];
+
+	snprintf(q, sizeof(q), "SELECT ((SELECT min(xact) FROM carmy_test_sent "
+		 "WHERE %s) > (SELECT max(xact) FROM carmy_test_sent WHERE %s))"
+		 "::int", later, earlier);
+	return sql_long(db, q) == 1;
+}
+
 /* A RESERVE of its own goes as the bare insert; only one that took
  * nothing is sent again as the full statement, which tells it what
  * stands. */
@@ -831,6 +862,9 @@ START_TEST(test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held)
 	ck_assert_int_eq(sql_long(db, "SELECT max(n) FROM carmy_test_sent "
 			 "WHERE query LIKE 'WITH ins AS%'"),
 			 sql_long(db, "SELECT max(n) FROM carmy_test_sent"));
+	ck_assert_int_eq(xacts("true"), 3);
+	ck_assert(xacts_after("query LIKE '" BARE "'", "query LIKE '" FULL
+			      "'"));
 	ops->close(b);
 	ops->close(a);
 }
@@ -857,6 +891,8 @@ START_TEST(test_a_lone_completion_is_a_bare_update_unless_it_took_nothing)
 	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
 	ck_assert_int_eq(sent_updates(BARE_UPDATE), 2);
 	ck_assert_int_eq(sent_updates(FULL_UPDATE), 1);
+	ck_assert(xacts_after("query LIKE '" BARE_UPDATE "'",
+			      "query LIKE '" FULL_UPDATE "'"));
 
 	/* Another result: refused, the first kept. */
 	other = x;
@@ -1031,11 +1067,20 @@ START_TEST(test_resolve_commits_a_result_or_frees_the_identity)
 	x1.status = CARMY_STATUS_TIMED_OUT;
 	ck_assert_int_eq(reserve(a, &x1, NULL), 0);
 	ck_assert_int_eq(reserve(a, &x2, NULL), 0);
+	note_statements();
+	/* Sent alone: the bare update, and the full statement only for one
+	 * that updated nothing. */
 	ck_assert_int_eq(resolve(a, &x1, true), 0);
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 1);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 0);
 	ck_assert_int_eq(resolve(a, &x1, true), 0);	/* again: its own */
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 2);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 1);
 	other = x1;
 	other.result[5] ^= 0x80;
 	ck_assert_int_eq(resolve(a, &other, true), -ESTALE);
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 3);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 2);
 	ck_assert_int_eq(resolve(a, &x2, false), 0);
 	ck_assert_int_eq(resolve(a, &x2, false), 0);
 
@@ -2751,20 +2796,33 @@ START_TEST(test_a_request_the_database_would_refuse_fails_alone)
 END_TEST
 
 /* The requests of one batch, submitted while st's worker is held (its
- * backend named app): they go as one transaction, each kind of a run as
- * one set-based statement. */
+ * backend named app) by a RESERVE whose insert waits for the advisory
+ * lock GATE_KEY (sleepy_inserts), which the test's connection holds
+ * until all are submitted: they go as one transaction however slow the
+ * machine, each kind of a run as one set-based statement from SET_MIN,
+ * else a statement each. */
 static void submit_batch(void *st, const char *app, struct waiter *w,
 			 const enum carmy_store_op *op, struct ex *const *x,
 			 int n)
 {
 	struct waiter hold;
 	struct ex h;
+	char id[64], q[256];
 
-	hold_worker(st, app, &hold, &h);
+	sql(db, "SELECT pg_advisory_lock(" GATE_KEY ")");
+	snprintf(id, sizeof(id), "gate-%u", exec_seq);
+	make_ex(&h, "hold", id);
+	waiter_init(&hold, CARMY_STORE_RESERVE, &h);
+	ops->submit(st, &hold.req);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE "
+		 "application_name = '%s' AND wait_event_type = 'Lock' AND "
+		 "wait_event = 'advisory'", app);
+	wait_until(db, q);
 	for (int i = 0; i < n; i++) {
 		waiter_init(&w[i], op[i], x[i]);
 		ops->submit(st, &w[i].req);
 	}
+	sql(db, "SELECT pg_advisory_unlock(" GATE_KEY ")");
 	ck_assert_int_eq(wait_done(&hold), 0);
 	waiter_destroy(&hold);
 }
@@ -2946,6 +3004,16 @@ START_TEST(test_a_small_batch_run_again_after_its_commit_answers_the_same)
 	}
 	ck_assert_int_eq(sent_updates(BARE_UPDATE), 4);
 	ck_assert_int_eq(sent_updates(FULL_UPDATE), 2);
+	/* Each run's bare statements in one transaction, the second's full
+	 * ones in the next. */
+	ck_assert_int_eq(xacts("(request_id IS NULL OR request_id IN "
+			       "('small-0', 'small-2')) AND (query LIKE '" BARE
+			       "' OR query LIKE '" BARE_UPDATE "')"), 2);
+	ck_assert_int_eq(xacts("query LIKE '" FULL "' OR query LIKE '"
+			       FULL_UPDATE "'"), 1);
+	ck_assert(xacts_after("query LIKE '" BARE "' OR query LIKE '"
+			      BARE_UPDATE "'", "query LIKE '" FULL
+			      "' OR query LIKE '" FULL_UPDATE "'"));
 }
 END_TEST
 
@@ -2979,6 +3047,10 @@ START_TEST(test_twin_reserves_of_their_own_in_one_batch_answer_as_alone)
 	ck_assert_int_eq(rows_of_exec(db, dup2.exec), 0);
 	ck_assert_int_eq(sent("dup", BARE), 2);
 	ck_assert_int_eq(sent("dup", FULL), 1);
+	ck_assert_int_eq(xacts("request_id = 'dup' AND query LIKE '" BARE "'"),
+			 1);
+	ck_assert(xacts_after("request_id = 'dup' AND query LIKE '" BARE "'",
+			      "request_id = 'dup' AND query LIKE '" FULL "'"));
 	for (int i = 0; i < 2; i++)
 		waiter_destroy(&w[i]);
 
@@ -2991,6 +3063,11 @@ START_TEST(test_twin_reserves_of_their_own_in_one_batch_answer_as_alone)
 	ck_assert_int_eq(rows_as(&same, "a", CARMY_STORE_RUNNING), 1);
 	ck_assert_int_eq(sent("same", BARE), 2);
 	ck_assert_int_eq(sent("same", FULL), 1);
+	ck_assert_int_eq(xacts("request_id = 'same' AND query LIKE '" BARE
+			       "'"), 1);
+	ck_assert(xacts_after("request_id = 'same' AND query LIKE '" BARE
+			      "'", "request_id = 'same' AND query LIKE '"
+			      FULL "'"));
 	ops->close(a);
 }
 END_TEST
