@@ -782,13 +782,14 @@ static void note_statements(void)
 	    "carmy_test_sent_update()");
 }
 
-/* How many update statements noted were of the kind like. */
-static long sent_updates(const char *like)
+/* What the statements noted that match where (an SQL condition on
+ * carmy_test_sent) come to: what, an aggregate of them. */
+static long noted(const char *what, const char *where)
 {
 	char q[512];
 
-	snprintf(q, sizeof(q), "SELECT count(*) FROM carmy_test_sent WHERE "
-		 "request_id IS NULL AND query LIKE '%s'", like);
+	snprintf(q, sizeof(q), "SELECT %s FROM carmy_test_sent WHERE %s", what,
+		 where);
 	return sql_long(db, q);
 }
 
@@ -796,28 +797,32 @@ static long sent_updates(const char *like)
  * (a LIKE pattern): the bare insert, or the full statement. */
 static long sent(const char *id, const char *like)
 {
-	char q[512];
+	char w[256];
 
-	snprintf(q, sizeof(q), "SELECT count(*) FROM carmy_test_sent WHERE "
-		 "request_id = '%s' AND query LIKE '%s'", id, like);
-	return sql_long(db, q);
+	snprintf(w, sizeof(w), "request_id = '%s' AND query LIKE '%s'", id,
+		 like);
+	return noted("count(*)", w);
+}
+
+/* How many update statements noted were of the kind like. */
+static long sent_updates(const char *like)
+{
+	char w[256];
+
+	snprintf(w, sizeof(w), "request_id IS NULL AND query LIKE '%s'", like);
+	return noted("count(*)", w);
+}
+
+/* In how many transactions the statements noted that match where ran. */
+static long xacts(const char *where)
+{
+	return noted("count(DISTINCT xact)", where);
 }
 
 #define BARE "INSERT INTO carmy_executions %ON CONFLICT DO NOTHING"
 #define FULL "WITH ins AS (INSERT INTO carmy_executions %"
 #define BARE_UPDATE "UPDATE carmy_executions SET state = 2,%"
 #define FULL_UPDATE "WITH upd AS (UPDATE carmy_executions %"
-
-/* In how many transactions the statements noted that match where (an SQL
- * condition on carmy_test_sent) ran. */
-static long xacts(const char *where)
-{
-	char q[512];
-
-	snprintf(q, sizeof(q), "SELECT count(DISTINCT xact) FROM "
-		 "carmy_test_sent WHERE %s", where);
-	return sql_long(db, q);
-}
 
 /* Whether every statement noted that matches later ran in a transaction
  * after every one that matches earlier (both SQL conditions). */
