@@ -167,9 +167,10 @@ static const char *const schema_sql[] = {
  * this is all the server needs to do: none of RESERVE_SQL's reads, and no
  * result columns to describe and send (docs/performance.md, "A lone
  * reservation as a bare insert"). One that takes nothing (the identity or
- * the exec id held, or this very RESERVE written before a lost answer)
- * decides nothing: RESERVE_SQL runs for it in the next transaction, and
- * tells those cases apart. */
+ * the exec id held, or this very RESERVE submitted again after a lost
+ * answer) decides nothing: RESERVE_SQL runs for it in the next
+ * transaction, and tells those cases apart. A RESERVE whose run may have
+ * committed goes as RESERVE_SQL at once (worker.c, forget()). */
 #define RESERVE_PLAIN_SQL \
 	"INSERT INTO carmy_executions (principal, session, request_id, exec," \
 	" instance, fingerprint, rawprint, pid, started_ns, tool, tool_len," \
@@ -190,9 +191,9 @@ static const char *const schema_sql[] = {
 	" ON e.exec = $1 AND e.instance IS NOT DISTINCT FROM $9"
 /* A lone COMPLETE's or RESOLVE's first form: the update alone, its
  * command tag saying whether it took (UPDATE 1). One that took nothing
- * (this very settle written before a lost answer, or a row not this
- * instance's running one) decides nothing: SETTLE_SQL runs for it in the
- * next transaction. */
+ * (this very settle submitted again after a lost answer, or a row not
+ * this instance's running one) decides nothing: SETTLE_SQL runs for it in
+ * the next transaction. */
 #define SETTLE_PLAIN_SQL \
 	"UPDATE carmy_executions SET state = 2," \
 	" finished_ns = $2, status = $3, result_code = $4, result = $5," \
