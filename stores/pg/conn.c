@@ -225,7 +225,7 @@ static const char *const schema_sql[] = {
  * together: of two elements of one identity the first is inserted and the
  * second, finding no row in the snapshot, looks again in the next
  * transaction; of two of one exec id, the second conflicts on it. */
-#define RESERVES_SQL \
+#define RESERVES_INS \
 	"WITH v AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]," \
 	" $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::int8[]," \
 	" $8::int8[], $9::bytea[], $10::int4[], $11::bytea[], $12::int8[]," \
@@ -239,10 +239,14 @@ static const char *const schema_sql[] = {
 	" v_fingerprint, v_rawprint, v_pid, v_started, v_tool, v_tool_len," \
 	" v_args, v_args_len, v_format, 1 FROM v ORDER BY v_i" \
 	" ON CONFLICT DO NOTHING RETURNING principal, session, request_id," \
-	" exec)" \
-	" SELECT v_i, EXISTS (SELECT 1 FROM ins WHERE ins.exec = v_exec AND" \
+	" exec)"
+#define RESERVES_MINE \
+	" EXISTS (SELECT 1 FROM ins WHERE ins.exec = v_exec AND" \
 	" ins.principal = v_principal AND ins.session = v_session AND" \
-	" ins.request_id = v_request_id), e.ctid IS NOT NULL," \
+	" ins.request_id = v_request_id)"
+#define RESERVES_SQL \
+	RESERVES_INS \
+	" SELECT v_i," RESERVES_MINE ", e.ctid IS NOT NULL," \
 	" e.instance = $14," \
 	" (SELECT 1 FROM carmy_executions AS o WHERE o.exec = v_exec LIMIT 1)" \
 	" IS NOT NULL, " \
@@ -250,9 +254,14 @@ static const char *const schema_sql[] = {
 	" FROM v LEFT JOIN carmy_executions AS e ON e.principal = v_principal" \
 	" AND e.session = v_session AND e.request_id = v_request_id" \
 	" ORDER BY v_i"
+/* The bare form, as a lone RESERVE's: the ordinals of the elements
+ * inserted, in order; the others look again in the next transaction, as
+ * RESERVES_SQL or RESERVE_SQL. */
+#define RESERVES_PLAIN_SQL \
+	RESERVES_INS " SELECT v_i FROM v WHERE" RESERVES_MINE " ORDER BY v_i"
 /* SETTLES updates each row once, for the first element naming its exec
  * id (the others look again, and find the result standing). */
-#define SETTLES_SQL \
+#define SETTLES_UPD \
 	"WITH v AS (SELECT * FROM unnest($1::bytea[], $2::int8[]," \
 	" $3::int4[], $4::int4[], $5::bytea[], $6::int8[], $7::int8[]," \
 	" $8::int8[]) WITH ORDINALITY AS v (v_exec, v_finished, v_status," \
@@ -264,12 +273,16 @@ static const char *const schema_sql[] = {
 	" FROM (SELECT DISTINCT ON (v_exec) * FROM v ORDER BY v_exec, v_i)" \
 	" AS d WHERE t.exec = d.v_exec AND t.instance IS NOT DISTINCT FROM $9" \
 	" AND t.state = 1" \
-	" RETURNING d.v_i)" \
+	" RETURNING d.v_i)"
+#define SETTLES_SQL \
+	SETTLES_UPD \
 	" SELECT v.v_i, EXISTS (SELECT 1 FROM upd WHERE upd.v_i = v.v_i)," \
 	" e.ctid IS NOT NULL, e.state, e.status = v_status AND" \
 	" e.result_code = v_code AND e.result = v_result" \
 	" FROM v LEFT JOIN carmy_executions AS e ON e.exec = v_exec AND" \
 	" e.instance IS NOT DISTINCT FROM $9 ORDER BY v.v_i"
+/* The bare form: the ordinals of the elements that updated, in order. */
+#define SETTLES_PLAIN_SQL SETTLES_UPD " SELECT v_i FROM upd ORDER BY v_i"
 
 const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_RESERVE] = { "carmy_reserve", RESERVE_SQL, 14, { BYTEAOID,
@@ -297,6 +310,14 @@ const struct pg_stmt pg_stmts[ST_COUNT] = {
 	[ST_SETTLES] = { "carmy_settles", SETTLES_SQL, 9, { BYTEAARRAYOID,
 	  INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BYTEAARRAYOID,
 	  INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID } },
+	[ST_RESERVES_PLAIN] = { "carmy_reserves_plain", RESERVES_PLAIN_SQL,
+	  14, { BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+	  BYTEAARRAYOID, BYTEAARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+	  BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID, INT8ARRAYOID,
+	  INT2ARRAYOID, TEXTOID } },
+	[ST_SETTLES_PLAIN] = { "carmy_settles_plain", SETTLES_PLAIN_SQL, 9, {
+	  BYTEAARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
+	  BYTEAARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID } },
 	[ST_FENCE] = { "carmy_fence", "SELECT carmy_fence($1, $2, $3)", 3, {
 	  INT8OID, TEXTOID, INT8OID } },
 };

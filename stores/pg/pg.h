@@ -107,9 +107,9 @@ enum {
 	ST_RESERVE, ST_SETTLE, ST_RELEASE, ST_PURGE, ST_WITHDRAW,
 	ST_RESERVES, ST_SETTLES,	/* set-based: arrays, one row each */
 	ST_FENCE,			/* each batch's first */
-	ST_RESERVE_PLAIN, ST_SETTLE_PLAIN,	/* a lone request's first:
-						 * the insert or update
-						 * alone */
+	/* The bare forms, sent first: the insert or the update alone. */
+	ST_RESERVE_PLAIN, ST_SETTLE_PLAIN, ST_RESERVES_PLAIN,
+	ST_SETTLES_PLAIN,
 	ST_COUNT
 };
 extern const struct pg_stmt pg_stmts[ST_COUNT];
@@ -145,6 +145,7 @@ struct step {
 	struct slot **sl;
 	uint32_t count;
 	bool set;
+	bool plain;			/* set: its bare form (no slot full) */
 };
 
 /* A parameter array, built in PostgreSQL's binary array format. */

@@ -290,13 +290,50 @@ int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r)
 	return 0;
 }
 
+/* A bare set-based statement: the ordinals (from 1) of the slots whose
+ * insert or update took, ascending; every other slot looks again, as
+ * its full statement, in the next transaction. Takes r. */
+static int judge_plain_set(const struct step *st, PGresult *r)
+{
+	int n = PQntuples(r);
+	int64_t i, last = 0;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || n > (int)st->count ||
+	    PQnfields(r) != 1) {
+		PQclear(r);
+		return -EIO;
+	}
+	/* (On -EIO the run fails; a slot left full is sent full, which is
+	 * right in any run.) */
+	for (uint32_t k = 0; k < st->count; k++)
+		st->sl[k]->again = st->sl[k]->full = true;
+	for (int row = 0; row < n; row++) {
+		struct slot *sl;
+
+		if (get_int(r, row, 0, 8, last + 1, st->count, &i) != 0) {
+			PQclear(r);
+			return -EIO;
+		}
+		last = i;
+		sl = st->sl[i - 1];
+		sl->again = sl->full = false;
+		sl->rc = 0;
+	}
+	PQclear(r);
+	return 0;
+}
+
 /* What a set-based statement found for each slot of st: one row a slot,
- * in their order, its ordinal first (from 1). Takes r. Returns 0, or -EIO
- * if r is not that shape. */
+ * in their order, its ordinal first (from 1); for a bare one,
+ * judge_plain_set(). Takes r. Returns 0, or -EIO if r is not that
+ * shape. */
 int pg_judge_set(struct pg_worker *s, const struct step *st, PGresult *r)
 {
 	bool keep = false;
 	int64_t i;
+
+	if (st->plain)
+		return judge_plain_set(st, r);
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK ||
 	    PQntuples(r) != (int)st->count || PQnfields(r) < 5) {

@@ -250,7 +250,7 @@ static int send_arrays(struct pg_worker *s, int st, int narr)
 				   len, fmt, 1) ? 0 : LOST;
 }
 
-/* ST_RESERVES for a group: 0, LOST or -ENOMEM. */
+/* ST_RESERVES, or its bare form, for a group: 0, LOST or -ENOMEM. */
 static int send_reserves(struct pg_worker *s, const struct step *st)
 {
 	static const uint32_t oids[RESERVE_COLS] = { BYTEAOID, BYTEAOID,
@@ -278,11 +278,14 @@ static int send_reserves(struct pg_worker *s, const struct step *st)
 		     arr_int(&a[11], r->args_len, 8) &&
 		     arr_int(&a[12], r->result_format, 2);
 	}
-	return ok ? send_arrays(s, ST_RESERVES, RESERVE_COLS) : -ENOMEM;
+	if (!ok)
+		return -ENOMEM;
+	return send_arrays(s, st->plain ? ST_RESERVES_PLAIN : ST_RESERVES,
+			   RESERVE_COLS);
 }
 
-/* ST_SETTLES for a group: 0, LOST or -ENOMEM. COMPLETE's resolved_*
- * are NULL. */
+/* ST_SETTLES, or its bare form, for a group: 0, LOST or -ENOMEM.
+ * COMPLETE's resolved_* are NULL. */
 static int send_settles(struct pg_worker *s, const struct step *st)
 {
 	static const uint32_t oids[8] = { BYTEAOID, INT8OID, INT4OID,
@@ -310,7 +313,9 @@ static int send_settles(struct pg_worker *s, const struct step *st)
 			     arr_put(&a[6], NULL, 0) &&
 			     arr_put(&a[7], NULL, 0);
 	}
-	return ok ? send_arrays(s, ST_SETTLES, 8) : -ENOMEM;
+	if (!ok)
+		return -ENOMEM;
+	return send_arrays(s, st->plain ? ST_SETTLES_PLAIN : ST_SETTLES, 8);
 }
 
 /* ------------------------------------------------------------ steps */
@@ -340,7 +345,8 @@ static size_t weight(const struct carmy_store_req *req)
 }
 
 /* Groups under SET_MIN become a statement a request, in place (from the
- * end, as the steps only grow in number); the others set-based. */
+ * end, as the steps only grow in number); the others set-based, in their
+ * bare form unless a slot of theirs must be sent full. */
 static void split_small(struct pg_worker *s)
 {
 	size_t total = 0, to;
@@ -352,7 +358,9 @@ static void split_small(struct pg_worker *s)
 		struct step st = s->steps[i];
 
 		if (st.count >= SET_MIN) {
-			st.set = true;
+			st.set = st.plain = true;
+			for (uint32_t k = 0; k < st.count; k++)
+				st.plain &= !st.sl[k]->full;
 			s->steps[--to] = st;
 			continue;
 		}

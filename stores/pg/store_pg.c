@@ -139,7 +139,11 @@
  * judged as the request's own statement's would be): one statement to
  * plan and run, not one a request, in the one backend that serves the
  * connection. A group of fewer than SET_MIN (4), and every other
- * request, goes as its own statement (the forms above). While a batch
+ * request, goes as its own statement (the forms above). Like a lone
+ * request, a group goes first in its bare form (RESERVES_PLAIN_SQL,
+ * SETTLES_PLAIN_SQL: the insert or update alone, the ordinals that took
+ * back); those that took nothing look again in the next transaction, in
+ * the full form. While a batch
  * waits for its flush the next one queues up, so throughput grows with
  * concurrency. The connection is non-blocking: libpq keeps what the
  * socket will not take, and wait.c sends it, reading the server's answers
