@@ -45,7 +45,8 @@
 #define SET_BYTES_MAX (16u << 20)
 /* Requests a set-based statement takes at least: below, a statement each
  * costs less (the set's own work, about 0.3 ms, is that of three or four
- * requests' statements). */
+ * requests' statements). Measured again with the bare forms: 2 and 8
+ * were no faster (docs/performance.md). */
 #define SET_MIN 4
 #define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
 #define HOLD_MAX 256		/* COMPLETEs held at once (worker.c) */
