@@ -214,11 +214,12 @@ static const char *const schema_sql[] = {
 /*
  * The set-based forms: one statement for a group of a batch's RESERVEs,
  * or of its settles, each column an array with one element a request
- * ($14, $9: the instance), and one row a request out, in their order
- * (column 0: the element's ordinal), the per-request statement's columns
- * after it. v holds the elements, read once (a CTE named twice is
- * materialised); every read of the table sees the statement's snapshot,
- * as one request's statement does.
+ * ($14, $9: the instance). The full forms send one row a request out, in
+ * their order (column 0: the element's ordinal), the per-request
+ * statement's columns after it; v holds the elements, read once (a CTE
+ * named twice is materialised); every read of the table sees the
+ * statement's snapshot, as one request's statement does. The bare forms
+ * send only the ordinals of the elements that took.
  *
  * RESERVES inserts in the elements' order (the worker sorts them by
  * identity) and tells an element's own insert by its identity and exec id

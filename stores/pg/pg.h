@@ -45,8 +45,8 @@
 #define SET_BYTES_MAX (16u << 20)
 /* Requests a set-based statement takes at least: below, a statement each
  * costs less (the set's own work, about 0.3 ms, is that of three or four
- * requests' statements). Measured again with the bare forms: 2 and 8
- * were no faster (docs/performance.md). */
+ * requests' statements). Measured again with the bare forms: 2 slower,
+ * 8 not clearly faster (docs/performance.md). */
 #define SET_MIN 4
 #define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
 #define HOLD_MAX 256		/* COMPLETEs held at once (worker.c) */
@@ -124,10 +124,10 @@ struct slot {
 	bool answered;
 	bool unsure;			/* a run of it ended, outcome
 					 * unknown: may have committed */
-	bool full;			/* RESERVE or settle that took nothing,
-					 * or must look again: RESERVE_SQL or
-					 * SETTLE_SQL from then on, never the
-					 * plain form */
+	bool full;			/* took nothing, or must look again:
+					 * the full forms from then on (one
+					 * full slot sends its whole group
+					 * full), never the bare ones */
 	bool kept;			/* RESERVE taken: standing holds the
 					 * row, pointing into a result in
 					 * pg_worker.held */

@@ -303,8 +303,8 @@ static int judge_plain_set(const struct step *st, PGresult *r)
 		PQclear(r);
 		return -EIO;
 	}
-	/* (On -EIO the run fails; a slot left full is sent full, which is
-	 * right in any run.) */
+	/* (A slot left full by an -EIO below is sent full, if ever again,
+	 * which is right in any run.) */
 	for (uint32_t k = 0; k < st->count; k++)
 		st->sl[k]->again = st->sl[k]->full = true;
 	for (int row = 0; row < n; row++) {

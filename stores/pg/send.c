@@ -10,9 +10,11 @@
  * as one set-based statement (conn.c: ST_RESERVES, ST_SETTLES) whose
  * parameters are arrays, an element a request; a group under SET_MIN,
  * every other request, and every request once the batch runs singly
- * (pg_worker.single), as a statement of its own. The statements sent are
- * listed in s->steps for read.c. Every value is a bound parameter, bytea
- * and integers in binary.
+ * (pg_worker.single), as a statement of its own. A RESERVE or settle,
+ * alone or in a group, goes in its bare form (the ST_*_PLAIN statements;
+ * step.plain for a group) until a run finds it took nothing (slot.full).
+ * The statements sent are listed in s->steps for read.c. Every value is
+ * a bound parameter, bytea and integers in binary.
  */
 #include <errno.h>
 #include <stdbool.h>

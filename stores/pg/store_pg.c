@@ -125,9 +125,10 @@
  * one pipeline (libpq pipeline mode): the statements and a sync, which the
  * server runs as one transaction (the protocol's implicit one, READ
  * COMMITTED and writable by the session's defaults) and commits at the
- * sync, one round trip and one WAL flush for the lot (one more if a lone
- * request's bare statement took nothing), then it answers every request. The batch is cut into runs at the requests that may free
- * an identity (RELEASE, RESOLVE, PURGE), each of which goes after the run
+ * sync, one round trip and one WAL flush for the lot (one more round trip
+ * if a bare statement took nothing), then it answers every request. The
+ * batch is cut into runs at the requests that may free an identity
+ * (RELEASE, RESOLVE, PURGE), each of which goes after the run
  * before it; a run's RESERVEs go first, in the order of their identities,
  * then its COMPLETEs. Two instances reserving the same identities in one
  * batch each then insert them in one order and do not deadlock on them (a
@@ -143,13 +144,13 @@
  * request, a group goes first in its bare form (RESERVES_PLAIN_SQL,
  * SETTLES_PLAIN_SQL: the insert or update alone, the ordinals that took
  * back); those that took nothing look again in the next transaction, in
- * the full form. While a batch
- * waits for its flush the next one queues up, so throughput grows with
- * concurrency. The connection is non-blocking: libpq keeps what the
- * socket will not take, and wait.c sends it, reading the server's answers
- * meanwhile (so a pipeline longer than both socket buffers cannot
- * deadlock), for no longer than the server stays silent up to the
- * store's timeout (a stopped server would hold a blocking send for ever).
+ * the full forms. While a batch waits for its flush the next one queues
+ * up, so throughput grows with concurrency. The connection is
+ * non-blocking: libpq keeps what the socket will not take, and wait.c
+ * sends it, reading the server's answers meanwhile (so a pipeline longer
+ * than both socket buffers cannot deadlock), for no longer than the
+ * server stays silent up to the store's timeout (a stopped server would
+ * hold a blocking send for ever).
  *
  * A request is answered only after its transaction has committed, with
  * synchronous_commit set on for the session (a database default of off
@@ -212,10 +213,11 @@
  * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
  * and PURGE delete what is there; the set-based forms judge each element
  * as its own statement would; a bare form run twice takes nothing, and
- * leaves the answer to the full form in the next transaction. Within one set, two RESERVEs of an identity
- * insert the first and send the second to look again in the next
- * transaction (where it is told of the first); two settles of an exec id
- * update with the first, and the second finds that result standing.
+ * leaves the answer to the full form in the next transaction. Within one
+ * set, two RESERVEs of an identity insert the first and send the second
+ * to look again in the next transaction (where it is told of the first);
+ * two settles of an exec id update with the first, and the second finds
+ * that result standing.
  *
  * A server that cannot be reached fails the batch (-ECONNREFUSED): the
  * store keeps answering failures until it can record, and never pretends.

@@ -3005,6 +3005,7 @@ START_TEST(test_a_batch_run_again_after_its_commit_answers_the_same)
 	}
 	ck_assert_int_eq(sent_updates(BARE_SET), 2);
 	ck_assert_int_eq(sent_updates(FULL_SET), 1);
+	ck_assert_int_eq(xacts("query LIKE '" BARE_SET "'"), 2);
 	ck_assert(xacts_after("query LIKE '" BARE_SET "'", "query LIKE '"
 			      FULL_SET "'"));
 }
