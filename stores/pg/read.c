@@ -3,7 +3,9 @@
  * to and including the sync: each command's outcome, what a failure means
  * for the run (FENCED, RETRY, WAITED, LOST or -EIO), and each statement's
  * rows handed to pg_judge() or, for a set-based one, pg_judge_set()
- * (rows.c).
+ * (rows.c). An answer out of step with what was sent (rows of another
+ * shape, a result of another kind) is LOST: the server ran what it
+ * received and may commit it, so the run may have committed.
  * The run committed if every statement succeeded and the sync came with
  * nothing before it (a commit that fails at the sync says so first).
  */
@@ -96,8 +98,9 @@ static int command(struct pg_worker *s, PGresult *r)
 		return 0;
 	if (st == PGRES_FATAL_ERROR)
 		return failure(s, r);
+	/* Out of step with what was sent: the server may yet commit. */
 	snprintf(s->why, sizeof(s->why), "unexpected %s", PQresStatus(st));
-	return -EIO;
+	return LOST;
 }
 
 int pg_read_to_sync(struct pg_worker *s, int rc)
@@ -121,11 +124,14 @@ static int read_step(struct pg_worker *s, const struct step *st)
 			s->culprit = st->sl[0];
 		return rc;
 	}
-	rc = st->set ? pg_judge_set(s, st, r) : pg_judge(s, st->sl[0], r);
-	if (rc != 0)
-		snprintf(s->why, sizeof(s->why), "a statement answered rows "
-			 "of an unexpected shape");
-	return rc;
+	if ((st->set ? pg_judge_set(s, st, r) : pg_judge(s, st->sl[0], r))
+	    == 0)
+		return 0;
+	/* The server ran the statement and may commit it at the sync: as
+	 * after a lost connection, the run may have committed. */
+	snprintf(s->why, sizeof(s->why), "a statement answered rows of an "
+		 "unexpected shape");
+	return LOST;
 }
 
 /* The fence's (several connections), the withdrawals', then the steps'

@@ -585,8 +585,8 @@ static void run_batch(struct pg_worker *s, size_t n)
 			said = true;
 			break;
 		} else if (rc == LOST) {
-			pg_say("instance %s: connection lost (%s): "
-			       "reconnecting to run the batch again",
+			pg_say("instance %s: connection lost or out of step "
+			       "(%s): reconnecting to run the batch again",
 			       s->instance, s->why);
 			s->session = false;
 		} else if (rc == WAITED && s->wd_waited) {
@@ -636,6 +636,7 @@ static int run_once(struct pg_worker *s, size_t n)
 
 	s->culprit = NULL;
 	s->wd_waited = false;
+	s->why[0] = '\0';
 	if (PQenterPipelineMode(c)) {
 		rc = pg_send_batch(s, n);
 		if (rc == 0)
@@ -646,7 +647,10 @@ static int run_once(struct pg_worker *s, size_t n)
 		rc = LOST;
 	}
 	if (rc == LOST || !PQexitPipelineMode(c)) {
-		pg_pq_error(PQerrorMessage(c), s->why, sizeof(s->why));
+		/* libpq's words, unless the run has its own (an answer out
+		 * of step, the server's FATAL) */
+		if (rc != LOST || s->why[0] == '\0')
+			pg_pq_error(PQerrorMessage(c), s->why, sizeof(s->why));
 		return LOST;
 	}
 	/* The sync ends the run's transaction; one still open (a server out
