@@ -168,21 +168,25 @@ int pg_decode_row(const PGresult *r, int row, int base,
 }
 
 /* RESERVE, row row of r, its columns from base: inserted, its own row,
- * taken, an exec id another identity holds, or look again. True when
+ * taken, an exec id another identity holds, or look again. sl->kept when
  * taken: sl->standing points into r, which must be kept. Its own: this
  * exec and this instance; a row of another instance with req's exec id (a
- * client named it) is a row like any other. */
-static bool judge_reserve(struct slot *sl, const PGresult *r, int row,
-			  int base)
+ * client named it) is a row like any other. -EIO if the statement's own
+ * flags are not booleans: an answer out of step with the statement (a
+ * standing row this store would not have written is -EBADMSG, its
+ * answer). */
+static int judge_reserve(struct slot *sl, const PGresult *r, int row,
+			 int base)
 {
 	int64_t inserted, found, mine, used;
 
+	sl->kept = false;
 	if (get_int(r, row, base, 1, 0, 1, &inserted) ||
 	    get_int(r, row, base + 1, 1, 0, 1, &found) ||
 	    get_opt_int(r, row, base + 2, 1, 0, 1, &mine) ||
-	    get_int(r, row, base + 3, 1, 0, 1, &used)) {
-		sl->rc = -EBADMSG;
-	} else if (inserted) {
+	    get_int(r, row, base + 3, 1, 0, 1, &used))
+		return -EIO;
+	if (inserted) {
 		sl->rc = 0;
 	} else if (!found && used) {
 		sl->rc = -EEXIST;	/* UNIQUE (exec), not the identity */
@@ -199,20 +203,21 @@ static bool judge_reserve(struct slot *sl, const PGresult *r, int row,
 	} else {
 		sl->kept = true;
 	}
-	return sl->kept;
+	return 0;
 }
 
 /* COMPLETE, RESOLVE as committed, row row of r, its columns from base:
- * updated, already holding exactly this result, stale, or look again. */
-static void judge_settle(struct slot *sl, const PGresult *r, int row,
-			 int base)
+ * updated, already holding exactly this result, stale, or look again.
+ * -EIO if the statement's flags are not booleans, as judge_reserve(). */
+static int judge_settle(struct slot *sl, const PGresult *r, int row,
+			int base)
 {
 	int64_t updated, found, state, same;
 
 	if (get_int(r, row, base, 1, 0, 1, &updated) ||
 	    get_int(r, row, base + 1, 1, 0, 1, &found))
-		sl->rc = -EBADMSG;
-	else if (updated)
+		return -EIO;
+	if (updated)
 		sl->rc = 0;
 	else if (!found)
 		sl->rc = -ESTALE;
@@ -226,6 +231,7 @@ static void judge_settle(struct slot *sl, const PGresult *r, int row,
 	else
 		sl->rc = get_opt_int(r, row, base + 3, 1, 0, 1, &same) == 0 &&
 			 same ? 0 : -ESTALE;
+	return 0;
 }
 
 static bool settles(const struct carmy_store_req *req)
@@ -235,13 +241,13 @@ static bool settles(const struct carmy_store_req *req)
 		req->rec->state == CARMY_STORE_COMPLETED);
 }
 
-/* Row row of r, columns from base, for sl: true if sl keeps r. */
-static bool judge_row(struct slot *sl, const PGresult *r, int row, int base)
+/* Row row of r, columns from base, for sl (sl->kept if it keeps r): 0,
+ * or -EIO for an answer out of step. */
+static int judge_row(struct slot *sl, const PGresult *r, int row, int base)
 {
 	if (sl->req->op == CARMY_STORE_RESERVE)
 		return judge_reserve(sl, r, row, base);
-	judge_settle(sl, r, row, base);
-	return false;
+	return judge_settle(sl, r, row, base);
 }
 
 /* r kept for the slots that point into it, or cleared. */
@@ -278,11 +284,12 @@ int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r)
 	}
 	if (req->op == CARMY_STORE_RESERVE || settles(req)) {
 		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
-		    PQntuples(r) != 1 || PQnfields(r) < 4) {
+		    PQntuples(r) != 1 || PQnfields(r) < 4 ||
+		    judge_row(sl, r, 0, 0) != 0) {
 			PQclear(r);
 			return -EIO;
 		}
-		keep_or_clear(s, r, judge_row(sl, r, 0, 0));
+		keep_or_clear(s, r, sl->kept);
 		return 0;
 	}
 	sl->rc = 0;	/* a DELETE: there or not, it is gone */
@@ -347,9 +354,15 @@ int pg_judge_set(struct pg_worker *s, const struct step *st, PGresult *r)
 			return -EIO;
 		}
 	}
-	for (uint32_t k = 0; k < st->count; k++)
-		if (judge_row(st->sl[k], r, (int)k, 1))
-			keep = true;
+	/* (On -EIO the run is taken as lost, and forget() lets go the
+	 * slots that kept r before it.) */
+	for (uint32_t k = 0; k < st->count; k++) {
+		if (judge_row(st->sl[k], r, (int)k, 1) != 0) {
+			PQclear(r);
+			return -EIO;
+		}
+		keep |= st->sl[k]->kept;
+	}
 	keep_or_clear(s, r, keep);
 	return 0;
 }

@@ -61,27 +61,54 @@ static PGconn *db;		/* the test's own connection */
 
 /* ------------------------------------------------------------ helpers */
 
-/* Fault injection: the plugin's PQcmdTuples() is this one (the program
- * exports it, -Wl,--export-dynamic-symbol, and comes first in the lookup
- * order). While skewed_tags is above 0, a command tag's row count reads
- * "2", which no statement of the store answers: the server ran the
- * statement, and its answer is out of step with what the store sent. */
-static int skewed_tags;
+/* Fault injection: the plugin's PQcmdTuples() and PQgetisnull() are
+ * these (the program exports them, -Wl,--export-dynamic-symbol, and comes
+ * first in the lookup order). While skewed_tags is above 0, a command
+ * tag's row count reads "2"; while skewed_nulls is, column 0 of a row
+ * reads NULL: answers no statement of the store gives, read after the
+ * server ran the statement. Each skew is taken once. */
+static int skewed_tags, skewed_nulls;
+
+static bool take_skew(int *left)
+{
+	int n = __atomic_load_n(left, __ATOMIC_ACQUIRE);
+
+	while (n > 0)
+		if (__atomic_compare_exchange_n(left, &n, n - 1, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return true;
+	return false;
+}
+
+/* libpq's own f, found after this program. */
+static void *next_fn(const char *f)
+{
+	void *p = dlsym(RTLD_NEXT, f);
+
+	ck_assert_msg(p != NULL, "dlsym(%s): %s", f, dlerror());
+	return p;
+}
 
 char *PQcmdTuples(PGresult *res)
 {
 	static char two[] = "2";
 	char *(*real)(PGresult *);
-	int left = __atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE);
 
-	while (left > 0)
-		if (__atomic_compare_exchange_n(&skewed_tags, &left, left - 1,
-						false, __ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE))
-			return two;
-	*(void **)&real = dlsym(RTLD_NEXT, "PQcmdTuples");
-	ck_assert_msg(real != NULL, "dlsym(PQcmdTuples): %s", dlerror());
+	if (take_skew(&skewed_tags))
+		return two;
+	*(void **)&real = next_fn("PQcmdTuples");
 	return real(res);
+}
+
+int PQgetisnull(const PGresult *res, int row, int col)
+{
+	int (*real)(const PGresult *, int, int);
+
+	if (col == 0 && take_skew(&skewed_nulls))
+		return 1;
+	*(void **)&real = next_fn("PQgetisnull");
+	return real(res, row, col);
 }
 
 static PGconn *db_connect(const char *extra)
@@ -942,12 +969,13 @@ START_TEST(test_a_lone_completion_is_a_bare_update_unless_it_took_nothing)
 END_TEST
 
 /* An answer of a shape no statement has (a bare statement's row count
- * neither 0 nor 1) comes after the server ran the statement, which may
- * commit: the run is taken as one whose connection was lost, and each
- * request runs again, on a new connection, as its full statement, which
- * finds what the first run left. Answered as if nothing had gone wrong,
- * never failed while its row stands. */
-START_TEST(test_an_answer_out_of_step_is_taken_as_a_lost_connection)
+ * neither 0 nor 1, a NULL where the full statement sends a boolean) comes
+ * after the server ran the statement, which may commit: the run is taken
+ * as one whose connection was lost, and each request runs again, on a
+ * new connection, as its full statement, which finds what the first run
+ * left. Answered as if nothing had gone wrong, never failed while its
+ * row stands. */
+START_TEST(test_answers_out_of_step_are_taken_as_a_lost_connection)
 {
 	void *a = open_as("a", ""), *b = open_as("b", "");
 	struct ex x, y;
@@ -973,9 +1001,13 @@ START_TEST(test_an_answer_out_of_step_is_taken_as_a_lost_connection)
 	ck_assert(xacts_after("query LIKE '" BARE_UPDATE "'",
 			      "query LIKE '" FULL_UPDATE "'"));
 
-	/* Through another instance: the result stands, once. */
+	/* Through another instance, its full statement's first flag read
+	 * as NULL: the result stands, once. */
 	make_ex(&y, "p", "skewed");
+	__atomic_store_n(&skewed_nulls, 1, __ATOMIC_RELEASE);
 	ck_assert_int_eq(reserve(b, &y, &w), 0);
+	ck_assert_int_eq(__atomic_load_n(&skewed_nulls, __ATOMIC_ACQUIRE), 0);
+	ck_assert_int_eq(sent("skewed", FULL), 3);
 	ck_assert_int_eq(w.ntaken, 1);
 	assert_completed_as(&w.standing, &x);
 	ck_assert_int_eq(rows_of_exec(db, y.exec), 0);
@@ -3305,7 +3337,7 @@ int main(void)
 	tcase_add_test(tc, test_reserve_retried_with_its_own_exec_is_recorded_not_taken);
 	tcase_add_test(tc, test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held);
 	tcase_add_test(tc, test_a_lone_completion_is_a_bare_update_unless_it_took_nothing);
-	tcase_add_test(tc, test_an_answer_out_of_step_is_taken_as_a_lost_connection);
+	tcase_add_test(tc, test_answers_out_of_step_are_taken_as_a_lost_connection);
 	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
 	tcase_add_test(tc, test_settles_update_in_place_on_pages_left_half_free);
 	tcase_add_test(tc, test_open_sets_a_fillfactor_only_where_none_was_chosen);
