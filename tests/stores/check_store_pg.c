@@ -2980,6 +2980,7 @@ START_TEST(test_one_batch_of_every_kind_answers_each_request_as_alone)
 	ck_assert_int_eq(reserve(b, &tdone, NULL), 0);
 	ck_assert_int_eq(op_wait(b, CARMY_STORE_COMPLETE, &tdone, NULL), 0);
 
+	note_statements();
 	submit_batch(a, "mixed-test", w, op, x, N);
 	for (int i = 0; i < N; i++)
 		ck_assert_msg(!w[i].taken_after_done, "request %d: taken() "
@@ -3023,6 +3024,33 @@ START_TEST(test_one_batch_of_every_kind_answers_each_request_as_alone)
 	ck_assert_int_eq(wait_done(&w[6]), 0);
 	ck_assert_int_eq(wait_done(&w[7]), -ESTALE);
 	ck_assert_int_eq(wait_done(&w[11]), -ESTALE);
+	for (int i = 0; i < N; i++)
+		(void)wait_done(&w[i]);
+	/* Every request answered, what was sent: before the RELEASE, the 8
+	 * reservations as one bare set and the 4 completions as another;
+	 * after it, 2 lone bare inserts; then, in a later transaction, what
+	 * took nothing, in full: 4 reservations as a set, 2 completions
+	 * alone (under SET_MIN). */
+	ck_assert_int_eq(sent("fresh-0", BARE_SET), 1);
+	ck_assert_int_eq(sent("same", BARE_SET), 2);
+	ck_assert_int_eq(sent("dup", BARE_SET), 2);
+	ck_assert_int_eq(sent("fresh-1", BARE), 1);
+	ck_assert_int_eq(sent("released", BARE), 1);
+	ck_assert_int_eq(sent_updates(BARE_SET), 1);
+	ck_assert_int_eq(sent_updates(BARE_UPDATE), 0);
+	ck_assert_int_eq(noted("count(*)", "query NOT LIKE '" BARE_SET "' AND "
+			       "query NOT LIKE '" BARE "'"), 6);
+	ck_assert_int_eq(sent("dup", FULL_SET), 1);
+	ck_assert_int_eq(sent("theirs", FULL_SET), 1);
+	ck_assert_int_eq(sent("theirs-done", FULL_SET), 1);
+	ck_assert_int_eq(sent("borrow", FULL_SET), 1);
+	ck_assert_int_eq(sent_updates(FULL_UPDATE), 2);
+	ck_assert_int_eq(xacts("(query LIKE '" BARE_SET "' OR query LIKE '"
+			       BARE "') AND coalesce(encode(request_id, "
+			       "'escape'), '') NOT LIKE 'gate-%'"), 1);
+	ck_assert(xacts_after("query LIKE '" BARE_SET "'",
+			      "query NOT LIKE '" BARE_SET "' AND query NOT "
+			      "LIKE '" BARE "'"));
 	ck_assert_int_eq(rows_as(&c1, "a", CARMY_STORE_COMPLETED), 1);
 	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &c2, NULL), 0);
 	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &c2other, NULL),
