@@ -64,6 +64,10 @@
 
 /* Internal outcomes of one run of a batch, besides 0 and -errno. */
 #define LOST (-ENOTCONN)	/* connection gone: reconnect, run again */
+/* An answer out of step with what was sent, read up to the sync on a
+ * connection still working: the server ran the statements and may have
+ * committed them; run again, each request as one that may have. */
+#define ASKEW (-EPROTO)
 #define RETRY (-EAGAIN)		/* rolled back by a conflict: again */
 #define WAITED (-ETIMEDOUT)	/* a statement timed out: see culprit */
 #define FENCED (-EBUSY)		/* the fence failed: superseded */

@@ -1,11 +1,12 @@
 /*
  * read.c - one run of a batch, its answers read back in the order sent, up
  * to and including the sync: each command's outcome, what a failure means
- * for the run (FENCED, RETRY, WAITED, LOST or -EIO), and each statement's
- * rows handed to pg_judge() or, for a set-based one, pg_judge_set()
- * (rows.c). An answer out of step with what was sent (rows of another
- * shape, a result of another kind) is LOST: the server ran what it
- * received and may commit it, so the run may have committed.
+ * for the run (FENCED, RETRY, WAITED, ASKEW, LOST or -EIO), and each
+ * statement's rows handed to pg_judge() or, for a set-based one,
+ * pg_judge_set() (rows.c). An answer out of step with what was sent (rows of another
+ * shape, a result of another kind, an error libpq made of an answer) is
+ * ASKEW: the server ran what it received and may commit it at the sync,
+ * so the run may have committed.
  * The run committed if every statement succeeded and the sync came with
  * nothing before it (a commit that fails at the sync says so first).
  */
@@ -26,16 +27,20 @@ static PGresult *get_result(PGconn *c)
 }
 
 /* The result of the next command in the pipeline, having read the NULL
- * that ends it; the sync's; or NULL: the connection is gone or the
- * answers do not match what was sent. */
-static PGresult *next_result(PGconn *c)
+ * that ends it; the sync's; or NULL: the connection is gone (s->why
+ * left to libpq) or the answers do not match what was sent (said in
+ * s->why). */
+static PGresult *next_result(struct pg_worker *s)
 {
+	PGconn *c = s->conn;
 	PGresult *r = get_result(c), *end;
 
 	if (r != NULL && PQresultStatus(r) != PGRES_PIPELINE_SYNC &&
 	    (end = get_result(c)) != NULL) {
 		PQclear(end);
 		PQclear(r);
+		snprintf(s->why, sizeof(s->why), "a command answered with "
+			 "more than one result");
 		return NULL;
 	}
 	if (PQstatus(c) != CONNECTION_OK) {
@@ -46,7 +51,9 @@ static PGresult *next_result(PGconn *c)
 }
 
 /* Why a command failed: FENCED (the fence: superseded), RETRY or WAITED
- * for what a rerun resolves, else -EIO with the server's words in
+ * for what a rerun resolves, ASKEW for an error libpq made of the answer
+ * (out of memory for it, a malformed message: the server sent it as a
+ * success, so the run may commit), else -EIO with the server's words in
  * s->why. */
 static int failure(struct pg_worker *s, const PGresult *r)
 {
@@ -54,6 +61,9 @@ static int failure(struct pg_worker *s, const PGresult *r)
 	const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
 
 	pg_pq_error(PQresultErrorMessage(r), s->why, sizeof(s->why));
+	/* Every error the server sends has a severity (field S). */
+	if (PQresultErrorField(r, PG_DIAG_SEVERITY) == NULL)
+		return ASKEW;
 	if (state != NULL && strcmp(state, FENCE_STATE) == 0)
 		return FENCED;
 	if (state != NULL && (strcmp(state, "40P01") == 0 ||
@@ -70,20 +80,27 @@ static int failure(struct pg_worker *s, const PGresult *r)
 	return -EIO;
 }
 
-/* Read up to and including the sync. rc: the run's outcome so far. */
-static int to_sync(PGconn *c, int rc)
+/* Read up to and including the sync. rc: the run's outcome so far. A
+ * connection lost meanwhile is the outcome, and its reason libpq's. */
+static int to_sync(struct pg_worker *s, int rc)
 {
 	for (;;) {
-		PGresult *r = next_result(c);
+		PGresult *r = next_result(s);
 		ExecStatusType st = PQresultStatus(r);
 
 		PQclear(r);
-		if (r == NULL)
+		if (r == NULL) {
+			if (rc != LOST && PQstatus(s->conn) != CONNECTION_OK)
+				s->why[0] = '\0';
 			return LOST;
+		}
 		if (st == PGRES_PIPELINE_SYNC)
 			return rc;
-		if (rc == 0)
-			rc = LOST;	/* more answers than commands */
+		if (rc == 0) {
+			snprintf(s->why, sizeof(s->why), "more answers than "
+				 "commands");
+			rc = LOST;
+		}
 	}
 }
 
@@ -100,12 +117,12 @@ static int command(struct pg_worker *s, PGresult *r)
 		return failure(s, r);
 	/* Out of step with what was sent: the server may yet commit. */
 	snprintf(s->why, sizeof(s->why), "unexpected %s", PQresStatus(st));
-	return LOST;
+	return ASKEW;
 }
 
 int pg_read_to_sync(struct pg_worker *s, int rc)
 {
-	return to_sync(s->conn, rc);
+	return to_sync(s, rc);
 }
 
 /* A statement of s->steps answered: judged, or why the run fails. A
@@ -113,7 +130,7 @@ int pg_read_to_sync(struct pg_worker *s, int rc)
  * singly from then on (pg_worker.single). */
 static int read_step(struct pg_worker *s, const struct step *st)
 {
-	PGresult *r = next_result(s->conn);
+	PGresult *r = next_result(s);
 	int rc = command(s, r);
 
 	if (rc != 0) {
@@ -124,14 +141,13 @@ static int read_step(struct pg_worker *s, const struct step *st)
 			s->culprit = st->sl[0];
 		return rc;
 	}
-	if ((st->set ? pg_judge_set(s, st, r) : pg_judge(s, st->sl[0], r))
-	    == 0)
+	rc = st->set ? pg_judge_set(s, st, r) : pg_judge(s, st->sl[0], r);
+	if (rc == 0)
 		return 0;
-	/* The server ran the statement and may commit it at the sync: as
-	 * after a lost connection, the run may have committed. */
-	snprintf(s->why, sizeof(s->why), "a statement answered rows of an "
-		 "unexpected shape");
-	return LOST;
+	/* The server ran the statement and may commit it at the sync. */
+	snprintf(s->why, sizeof(s->why), "a statement's answer was not of "
+		 "the shape it sends");
+	return ASKEW;
 }
 
 /* The fence's (several connections), the withdrawals', then the steps'
@@ -140,17 +156,16 @@ static int read_step(struct pg_worker *s, const struct step *st)
  * as any statement's). */
 int pg_read_batch(struct pg_worker *s)
 {
-	PGconn *c = s->conn;
 	PGresult *r;
 	int rc = 0;
 
 	if (s->store->nworkers > 1) {
-		r = next_result(c);
+		r = next_result(s);
 		rc = command(s, r);
 		PQclear(r);
 	}
 	for (size_t i = 0; i < (s->wd_held ? 0 : s->nwd) && rc == 0; i++) {
-		r = next_result(c);
+		r = next_result(s);
 		rc = command(s, r);
 		PQclear(r);
 		s->wd_waited = rc == WAITED;
@@ -158,8 +173,8 @@ int pg_read_batch(struct pg_worker *s)
 	for (size_t i = 0; i < s->nsteps && rc == 0; i++)
 		rc = read_step(s, &s->steps[i]);
 	if (rc != 0)
-		return to_sync(c, rc);
-	r = next_result(c);
+		return to_sync(s, rc);
+	r = next_result(s);
 	if (r == NULL)
 		return LOST;
 	if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
@@ -173,5 +188,5 @@ int pg_read_batch(struct pg_worker *s)
 		rc = LOST;	/* out of step with what was sent */
 	}
 	PQclear(r);
-	return to_sync(c, rc);
+	return to_sync(s, rc);
 }

@@ -354,10 +354,11 @@ int pg_judge_set(struct pg_worker *s, const struct step *st, PGresult *r)
 			return -EIO;
 		}
 	}
-	/* (On -EIO the run is taken as lost, and forget() lets go the
-	 * slots that kept r before it.) */
 	for (uint32_t k = 0; k < st->count; k++) {
 		if (judge_row(st->sl[k], r, (int)k, 1) != 0) {
+			/* none may point into r now */
+			for (uint32_t j = 0; j < k; j++)
+				st->sl[j]->kept = false;
 			PQclear(r);
 			return -EIO;
 		}

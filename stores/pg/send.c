@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -465,6 +466,8 @@ int pg_send_batch(struct pg_worker *s, size_t n)
 		/* What was queued must not commit at the sync: a statement
 		 * that fails (division by zero) rolls it all back. */
 		s->nsteps = 0;
+		snprintf(s->why, sizeof(s->why), "out of memory for a "
+			 "set-based statement's arrays");
 		return PQsendQueryParams(c, "SELECT 1 / 0", 0, NULL, NULL,
 					 NULL, NULL, 1) &&
 		       PQpipelineSync(c) ? -ENOMEM : LOST;

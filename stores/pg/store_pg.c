@@ -208,7 +208,11 @@
  * Why a batch may run twice. A deadlock or serialization failure rolls
  * the batch back: it runs again, as does a timeout at the commit (up
  * to TRIES_MAX runs in all). A connection lost with the sync sent leaves
- * its outcome unknown: the store reconnects and runs the batch again.
+ * its outcome unknown: the store reconnects and runs the batch again. So
+ * does an answer out of step with what was sent (rows of a shape no
+ * statement here sends, an error libpq made of an answer), read up to
+ * the sync: the server may have committed; the batch runs again on the
+ * same connection, each request as its full statement.
  * Every statement above is written to be right either way: RESERVE
  * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
  * and PURGE delete what is there; the set-based forms judge each element

@@ -531,10 +531,11 @@ static void fenced(struct pg_worker *s)
 		       s->instance, s->why);
 }
 
-/* After a rollback: forget what the run decided. A slot's full stays:
- * the full form is right in any run. One whose run may have committed
- * goes full: its bare form would most likely take nothing. */
-static void forget(struct pg_worker *s, size_t n, bool lost)
+/* After a rollback, or a run that may have committed (unsure): forget
+ * what the run decided. A slot's full stays: the full form is right in
+ * any run. One whose run may have committed goes full: its bare form
+ * would most likely take nothing. */
+static void forget(struct pg_worker *s, size_t n, bool unsure)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct slot *sl = &s->slots[i];
@@ -542,7 +543,7 @@ static void forget(struct pg_worker *s, size_t n, bool lost)
 		sl->kept = false;
 		sl->rc = 0;
 		sl->again = false;
-		if (lost && !sl->answered)
+		if (unsure && !sl->answered)
 			sl->unsure = sl->full = true;
 	}
 	pg_drop_held(s);
@@ -579,16 +580,20 @@ static void run_batch(struct pg_worker *s, size_t n)
 			left = answer_settled(s, n);
 			continue;
 		}
-		forget(s, n, rc == LOST);
+		forget(s, n, rc == LOST || rc == ASKEW);
 		if (rc == FENCED) {
 			fenced(s);
 			said = true;
 			break;
 		} else if (rc == LOST) {
-			pg_say("instance %s: connection lost or out of step "
-			       "(%s): reconnecting to run the batch again",
+			pg_say("instance %s: connection lost (%s): "
+			       "reconnecting to run the batch again",
 			       s->instance, s->why);
 			s->session = false;
+		} else if (rc == ASKEW) {
+			pg_say("instance %s: an answer out of step with what "
+			       "was sent (%s): running the batch again, as one "
+			       "that may have committed", s->instance, s->why);
 		} else if (rc == WAITED && s->wd_waited) {
 			pg_say("instance %s: a withdrawal waited on a lock "
 			       "(%s): left for the next batch", s->instance,
@@ -604,7 +609,7 @@ static void run_batch(struct pg_worker *s, size_t n)
 			       s->instance, s->why);
 			(void)fail(s, s->culprit, -EAGAIN);
 			left--;
-		} else if (rc != RETRY && rc != WAITED) {
+		} else if (rc != RETRY && rc != WAITED && rc != ASKEW) {
 			break;
 		}
 	}
@@ -627,8 +632,9 @@ static void run_batch(struct pg_worker *s, size_t n)
 
 /* One run: what is left to withdraw and the unanswered slots as one
  * pipelined transaction. 0 once it committed (each slot's rc and again
- * say what it decided), else RETRY, WAITED, LOST or -EIO, with the
- * transaction rolled back or the connection to be reset. */
+ * say what it decided), else RETRY, WAITED, ASKEW (may have committed),
+ * LOST or -EIO, with the transaction rolled back or the connection to be
+ * reset. */
 static int run_once(struct pg_worker *s, size_t n)
 {
 	PGconn *c = s->conn;
@@ -654,12 +660,20 @@ static int run_once(struct pg_worker *s, size_t n)
 		return LOST;
 	}
 	/* The sync ends the run's transaction; one still open (a server out
-	 * of step with the protocol) is rolled back here. */
+	 * of step with the protocol) is rolled back here, and the run is
+	 * not taken as committed. */
 	if (PQtransactionStatus(c) != PQTRANS_IDLE) {
 		PGresult *r = pg_exec(c, "ROLLBACK");
 
-		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			snprintf(s->why, sizeof(s->why), "cannot roll back "
+				 "a transaction left open after the sync");
 			rc = LOST;
+		} else if (rc == 0) {
+			snprintf(s->why, sizeof(s->why), "a transaction left "
+				 "open after the sync");
+			rc = ASKEW;
+		}
 		PQclear(r);
 	}
 	return rc;

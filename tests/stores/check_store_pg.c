@@ -64,10 +64,12 @@ static PGconn *db;		/* the test's own connection */
 /* Fault injection: the plugin's PQcmdTuples() and PQgetisnull() are
  * these (the program exports them, -Wl,--export-dynamic-symbol, and comes
  * first in the lookup order). While skewed_tags is above 0, a command
- * tag's row count reads "2"; while skewed_nulls is, column 0 of a row
- * reads NULL: answers no statement of the store gives, read after the
- * server ran the statement. Each skew is taken once. */
-static int skewed_tags, skewed_nulls;
+ * tag's row count reads "2"; while skewed_nulls is, the column
+ * (skewed_row, skewed_col) of a result reads NULL: answers no statement
+ * of the store gives, read after the server ran the statement. Each skew
+ * is taken once; setup() clears them. Only the store reads these while
+ * a skew is set: the test waits for its answer meanwhile. */
+static int skewed_tags, skewed_nulls, skewed_row, skewed_col;
 
 static bool take_skew(int *left)
 {
@@ -81,34 +83,56 @@ static bool take_skew(int *left)
 	return false;
 }
 
-/* libpq's own f, found after this program. */
-static void *next_fn(const char *f)
+/* libpq's own f, found after this program, looked up once into *fn. */
+static void *next_fn(void **fn, const char *f)
 {
-	void *p = dlsym(RTLD_NEXT, f);
+	void *p = __atomic_load_n(fn, __ATOMIC_ACQUIRE);
 
-	ck_assert_msg(p != NULL, "dlsym(%s): %s", f, dlerror());
+	if (p == NULL) {
+		p = dlsym(RTLD_NEXT, f);
+		ck_assert_msg(p != NULL, "dlsym(%s): %s", f, dlerror());
+		__atomic_store_n(fn, p, __ATOMIC_RELEASE);
+	}
 	return p;
 }
 
 char *PQcmdTuples(PGresult *res)
 {
 	static char two[] = "2";
+	static void *fn;
 	char *(*real)(PGresult *);
 
 	if (take_skew(&skewed_tags))
 		return two;
-	*(void **)&real = next_fn("PQcmdTuples");
+	*(void **)&real = next_fn(&fn, "PQcmdTuples");
 	return real(res);
 }
 
 int PQgetisnull(const PGresult *res, int row, int col)
 {
+	static void *fn;
 	int (*real)(const PGresult *, int, int);
 
-	if (col == 0 && take_skew(&skewed_nulls))
+	if (row == __atomic_load_n(&skewed_row, __ATOMIC_ACQUIRE) &&
+	    col == __atomic_load_n(&skewed_col, __ATOMIC_ACQUIRE) &&
+	    take_skew(&skewed_nulls))
 		return 1;
-	*(void **)&real = next_fn("PQgetisnull");
+	*(void **)&real = next_fn(&fn, "PQgetisnull");
 	return real(res, row, col);
+}
+
+/* The next read of column col of row row of a result is NULL. */
+static void skew_null_at(int row, int col)
+{
+	__atomic_store_n(&skewed_row, row, __ATOMIC_RELEASE);
+	__atomic_store_n(&skewed_col, col, __ATOMIC_RELEASE);
+	__atomic_store_n(&skewed_nulls, 1, __ATOMIC_RELEASE);
+}
+
+static int skews_left(void)
+{
+	return __atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE) +
+	       __atomic_load_n(&skewed_nulls, __ATOMIC_ACQUIRE);
 }
 
 static PGconn *db_connect(const char *extra)
@@ -151,6 +175,8 @@ static long sql_long(PGconn *c, const char *q)
 
 static void setup(void)
 {
+	__atomic_store_n(&skewed_tags, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&skewed_nulls, 0, __ATOMIC_RELEASE);
 	conninfo = getenv("PG_CONNINFO");
 	ck_assert_msg(conninfo != NULL && conninfo[0] != '\0',
 		      "PG_CONNINFO is not set: run tests/stores/store_pg.test");
@@ -810,14 +836,15 @@ static long rows_as(const struct ex *x, const char *inst, int st)
 /* Triggers that note, for every row inserted into the table (or stopped
  * by a conflict), its request_id and the statement that sent it, and for
  * every update statement (whether it updated a row or not) the statement,
- * request_id NULL, in the order sent, each with its transaction: what
- * the store asked of the database. */
+ * request_id NULL, in the order sent, each with its transaction and its
+ * backend: what the store asked of the database. */
 static void note_statements(void)
 {
 	sql(db, "DROP TABLE IF EXISTS carmy_test_sent");
 	sql(db, "CREATE TABLE carmy_test_sent (n serial, request_id bytea, "
 	    "query text, xact bigint DEFAULT "
-	    "pg_current_xact_id()::text::bigint)");
+	    "pg_current_xact_id()::text::bigint, pid int DEFAULT "
+	    "pg_backend_pid())");
 	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_sent() RETURNS trigger "
 	    "LANGUAGE plpgsql AS $$ BEGIN INSERT INTO carmy_test_sent "
 	    "(request_id, query) VALUES (NEW.request_id, current_query()); "
@@ -971,13 +998,13 @@ END_TEST
 /* An answer of a shape no statement has (a bare statement's row count
  * neither 0 nor 1, a NULL where the full statement sends a boolean) comes
  * after the server ran the statement, which may commit: the run is taken
- * as one whose connection was lost, and each request runs again, on a
- * new connection, as its full statement, which finds what the first run
- * left. Answered as if nothing had gone wrong, never failed while its
- * row stands. */
-START_TEST(test_answers_out_of_step_are_taken_as_a_lost_connection)
+ * as one that may have committed, and each request runs again, on the
+ * same connection (it is in step again at the sync), as its full
+ * statement, which finds what the first run left. Answered as if nothing
+ * had gone wrong, never failed while its row stands. */
+START_TEST(test_answers_out_of_step_are_taken_as_may_have_committed)
 {
-	void *a = open_as("a", ""), *b = open_as("b", "");
+	void *a = open_one("a", ""), *b = open_one("b", "");
 	struct ex x, y;
 	struct waiter w;
 
@@ -985,7 +1012,7 @@ START_TEST(test_answers_out_of_step_are_taken_as_a_lost_connection)
 	make_ex(&x, "p", "skewed");
 	__atomic_store_n(&skewed_tags, 1, __ATOMIC_RELEASE);
 	ck_assert_int_eq(reserve(a, &x, NULL), 0);
-	ck_assert_int_eq(__atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE), 0);
+	ck_assert_int_eq(skews_left(), 0);
 	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_RUNNING), 1);
 	ck_assert_int_eq(sent("skewed", BARE), 1);
 	ck_assert_int_eq(sent("skewed", FULL), 1);
@@ -994,7 +1021,7 @@ START_TEST(test_answers_out_of_step_are_taken_as_a_lost_connection)
 
 	__atomic_store_n(&skewed_tags, 1, __ATOMIC_RELEASE);
 	ck_assert_int_eq(op_wait(a, CARMY_STORE_COMPLETE, &x, NULL), 0);
-	ck_assert_int_eq(__atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE), 0);
+	ck_assert_int_eq(skews_left(), 0);
 	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_COMPLETED), 1);
 	ck_assert_int_eq(sent_updates(BARE_UPDATE), 1);
 	ck_assert_int_eq(sent_updates(FULL_UPDATE), 1);
@@ -1004,13 +1031,15 @@ START_TEST(test_answers_out_of_step_are_taken_as_a_lost_connection)
 	/* Through another instance, its full statement's first flag read
 	 * as NULL: the result stands, once. */
 	make_ex(&y, "p", "skewed");
-	__atomic_store_n(&skewed_nulls, 1, __ATOMIC_RELEASE);
+	skew_null_at(0, 0);
 	ck_assert_int_eq(reserve(b, &y, &w), 0);
-	ck_assert_int_eq(__atomic_load_n(&skewed_nulls, __ATOMIC_ACQUIRE), 0);
+	ck_assert_int_eq(skews_left(), 0);
 	ck_assert_int_eq(sent("skewed", FULL), 3);
 	ck_assert_int_eq(w.ntaken, 1);
 	assert_completed_as(&w.standing, &x);
 	ck_assert_int_eq(rows_of_exec(db, y.exec), 0);
+	/* Each instance's statements on its one backend: no reconnect. */
+	ck_assert_int_eq(noted("count(DISTINCT pid)", "true"), 2);
 	ops->close(b);
 	ops->close(a);
 }
@@ -2933,6 +2962,52 @@ static void submit_batch(void *st, const char *app, struct waiter *w,
 	waiter_destroy(&hold);
 }
 
+/* A set-based statement's answer out of step after some of its rows
+ * were judged, each taking the row standing (kept: pointing into the
+ * answer): they let go of it, and the batch runs again in full. (Under
+ * ASan a slot left pointing into the freed answer is caught when it is
+ * answered.) */
+START_TEST(test_a_set_answer_out_of_step_keeps_nothing_of_it)
+{
+	enum { N = 4 };
+	void *a = open_one("a", "application_name=askew-set");
+	void *b = open_as("b", "");
+	struct ex theirs[N], mine[N], *x[N];
+	enum carmy_store_op op[N];
+	struct waiter w[N];
+	char id[32];
+
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof(id), "askew-%d", i);
+		make_ex(&theirs[i], "s", id);
+		make_ex(&mine[i], "s", id);
+		ck_assert_int_eq(reserve(b, &theirs[i], NULL), 0);
+		x[i] = &mine[i];
+		op[i] = CARMY_STORE_RESERVE;
+	}
+	sleepy_inserts();
+	note_statements();
+	/* The full set's third row, its first flag (after the ordinal):
+	 * the rows before it were judged taken. */
+	skew_null_at(2, 1);
+	submit_batch(a, "askew-set", w, op, x, N);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(wait_done(&w[i]), 0);
+		ck_assert_msg(!w[i].taken_after_done, "taken() after done()");
+		ck_assert_int_eq(w[i].ntaken, 1);
+		assert_reserved_as(&w[i].standing, &theirs[i]);
+		ck_assert_int_eq(rows_of_exec(db, mine[i].exec), 0);
+		snprintf(id, sizeof(id), "askew-%d", i);
+		ck_assert_int_eq(sent(id, BARE_SET), 1);
+		ck_assert_int_eq(sent(id, FULL_SET), 2);
+		waiter_destroy(&w[i]);
+	}
+	ck_assert_int_eq(skews_left(), 0);
+	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
 START_TEST(test_one_batch_of_every_kind_answers_each_request_as_alone)
 {
 	enum { N = 15 };
@@ -3365,7 +3440,8 @@ int main(void)
 	tcase_add_test(tc, test_reserve_retried_with_its_own_exec_is_recorded_not_taken);
 	tcase_add_test(tc, test_a_lone_reserve_is_a_bare_insert_unless_its_identity_is_held);
 	tcase_add_test(tc, test_a_lone_completion_is_a_bare_update_unless_it_took_nothing);
-	tcase_add_test(tc, test_answers_out_of_step_are_taken_as_a_lost_connection);
+	tcase_add_test(tc, test_answers_out_of_step_are_taken_as_may_have_committed);
+	tcase_add_test(tc, test_a_set_answer_out_of_step_keeps_nothing_of_it);
 	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
 	tcase_add_test(tc, test_settles_update_in_place_on_pages_left_half_free);
 	tcase_add_test(tc, test_open_sets_a_fillfactor_only_where_none_was_chosen);
