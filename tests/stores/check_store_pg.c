@@ -587,18 +587,24 @@ static void hold_worker(void *st, const char *app, struct waiter *w,
 	wait_until(db, q);
 }
 
-/* A RESOLVE of x: as committed with x's result, by uid 1001 pid 777, or
- * as not committed. */
+/* A RESOLVE's record: as committed with its result, by uid 1001 pid 777,
+ * or as not committed. */
+static void as_resolved(struct carmy_store_record *rec, bool committed)
+{
+	rec->state = committed ? CARMY_STORE_COMPLETED : 0;
+	rec->resolved_ns = 1700000000123456789ull;
+	rec->resolved_uid = 1001;
+	rec->resolved_pid = 777;
+}
+
+/* A RESOLVE of x (as_resolved()). */
 static int resolve(void *st, const struct ex *x, bool committed)
 {
 	struct waiter w;
 	int rc;
 
 	waiter_init(&w, CARMY_STORE_RESOLVE, x);
-	w.rec.state = committed ? CARMY_STORE_COMPLETED : 0;
-	w.rec.resolved_ns = 1700000000123456789ull;
-	w.rec.resolved_uid = 1001;
-	w.rec.resolved_pid = 777;
+	as_resolved(&w.rec, committed);
 	ops->submit(st, &w.req);
 	rc = wait_done(&w);
 	waiter_destroy(&w);
@@ -2955,6 +2961,8 @@ static void submit_batch(void *st, const char *app, struct waiter *w,
 	wait_until(db, q);
 	for (int i = 0; i < n; i++) {
 		waiter_init(&w[i], op[i], x[i]);
+		if (op[i] == CARMY_STORE_RESOLVE)
+			as_resolved(&w[i].rec, true);
 		ops->submit(st, &w[i].req);
 	}
 	sql(db, "SELECT pg_advisory_unlock(" GATE_KEY ")");
@@ -3004,6 +3012,51 @@ START_TEST(test_a_set_answer_out_of_step_keeps_nothing_of_it)
 	}
 	ck_assert_int_eq(skews_left(), 0);
 	ops->close(b);
+	ops->close(a);
+}
+END_TEST
+
+/* Resolutions as committed, a batch of them: one bare set-based update
+ * gives each row its result and who resolved it; the same batch again
+ * takes nothing bare, and the full set, in a later transaction, finds
+ * each one's own result. */
+START_TEST(test_resolutions_in_a_batch_settle_as_one_set)
+{
+	enum { N = 4 };
+	void *a = open_one("a", "application_name=resolve-set");
+	struct ex x[N], *px[N];
+	enum carmy_store_op op[N];
+	struct waiter w[N];
+	char id[32];
+
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof(id), "resolved-%d", i);
+		make_ex(&x[i], "r", id);
+		ck_assert_int_eq(reserve(a, &x[i], NULL), 0);
+		px[i] = &x[i];
+		op[i] = CARMY_STORE_RESOLVE;
+	}
+	sleepy_inserts();
+	note_statements();
+	for (int run = 0; run < 2; run++) {
+		submit_batch(a, "resolve-set", w, op, px, N);
+		for (int i = 0; i < N; i++) {
+			ck_assert_msg(wait_done(&w[i]) == 0, "run %d, request "
+				      "%d: %d", run, i, w[i].rc);
+			ck_assert_int_eq(rows_as(&x[i], "a",
+						 CARMY_STORE_COMPLETED), 1);
+			waiter_destroy(&w[i]);
+		}
+		ck_assert_int_eq(sql_long(db, "SELECT count(*) FROM "
+				 "carmy_executions WHERE principal = 'r' AND "
+				 "resolved_ns = 1700000000123456789 AND "
+				 "resolved_uid = 1001 AND resolved_pid = 777"),
+				 N);
+		ck_assert_int_eq(sent_updates(BARE_SET), run + 1);
+		ck_assert_int_eq(sent_updates(FULL_SET), run);
+	}
+	ck_assert(xacts_after("query LIKE '" BARE_SET "'",
+			      "query LIKE '" FULL_SET "'"));
 	ops->close(a);
 }
 END_TEST
@@ -3479,6 +3532,7 @@ int main(void)
 	tcase_add_test(tc, test_a_server_that_stops_reading_fails_a_large_batch_in_bounded_time);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);
 	tcase_add_test(tc, test_a_request_the_database_would_refuse_fails_alone);
+	tcase_add_test(tc, test_resolutions_in_a_batch_settle_as_one_set);
 	tcase_add_test(tc, test_one_batch_of_every_kind_answers_each_request_as_alone);
 	tcase_add_test(tc, test_a_batch_run_again_after_its_commit_answers_the_same);
 	tcase_add_test(tc, test_a_small_batch_run_again_after_its_commit_answers_the_same);
