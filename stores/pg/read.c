@@ -3,10 +3,13 @@
  * to and including the sync: each command's outcome, what a failure means
  * for the run (FENCED, RETRY, WAITED, ASKEW, LOST or -EIO), and each
  * statement's rows handed to pg_judge() or, for a set-based one,
- * pg_judge_set() (rows.c). An answer out of step with what was sent (rows of another
- * shape, a result of another kind, an error libpq made of an answer) is
- * ASKEW: the server ran what it received and may commit it at the sync,
- * so the run may have committed.
+ * pg_judge_set() (rows.c). An answer out of step with what was sent
+ * (rows of another shape, a result of another kind, an error libpq made
+ * of an answer) is ASKEW when the sync still comes: the server ran what
+ * it received and may commit it there, so the run may have committed.
+ * Answers that lose count of the commands (two results for one, one
+ * before the sync, none where one is owed) are LOST: the connection is
+ * reset.
  * The run committed if every statement succeeded and the sync came with
  * nothing before it (a commit that fails at the sync says so first).
  */
@@ -28,7 +31,7 @@ static PGresult *get_result(PGconn *c)
 
 /* The result of the next command in the pipeline, having read the NULL
  * that ends it; the sync's; or NULL: the connection is gone (s->why
- * left to libpq) or the answers do not match what was sent (said in
+ * left to libpq) or the answers do not match the commands sent (said in
  * s->why). */
 static PGresult *next_result(struct pg_worker *s)
 {
@@ -47,13 +50,16 @@ static PGresult *next_result(struct pg_worker *s)
 		PQclear(r);
 		return NULL;
 	}
+	if (r == NULL)
+		snprintf(s->why, sizeof(s->why), "the answers ended before "
+			 "the sync");
 	return r;
 }
 
 /* Why a command failed: FENCED (the fence: superseded), RETRY or WAITED
- * for what a rerun resolves, ASKEW for an error libpq made of the answer
- * (out of memory for it, a malformed message: the server sent it as a
- * success, so the run may commit), else -EIO with the server's words in
+ * for what a rerun resolves, ASKEW for an error libpq made itself (out of
+ * memory for the answer, a malformed message: the server may have sent a
+ * success, and the run may commit), else -EIO with the server's words in
  * s->why. */
 static int failure(struct pg_worker *s, const PGresult *r)
 {
@@ -80,8 +86,9 @@ static int failure(struct pg_worker *s, const PGresult *r)
 	return -EIO;
 }
 
-/* Read up to and including the sync. rc: the run's outcome so far. A
- * connection lost meanwhile is the outcome, and its reason libpq's. */
+/* After a failure rc, read up to and including the sync, passing over
+ * the answers before it: rc, or LOST if the connection went meanwhile
+ * (its reason libpq's). */
 static int to_sync(struct pg_worker *s, int rc)
 {
 	for (;;) {
@@ -96,11 +103,6 @@ static int to_sync(struct pg_worker *s, int rc)
 		}
 		if (st == PGRES_PIPELINE_SYNC)
 			return rc;
-		if (rc == 0) {
-			snprintf(s->why, sizeof(s->why), "more answers than "
-				 "commands");
-			rc = LOST;
-		}
 	}
 }
 

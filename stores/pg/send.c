@@ -466,11 +466,12 @@ int pg_send_batch(struct pg_worker *s, size_t n)
 		/* What was queued must not commit at the sync: a statement
 		 * that fails (division by zero) rolls it all back. */
 		s->nsteps = 0;
+		if (!PQsendQueryParams(c, "SELECT 1 / 0", 0, NULL, NULL, NULL,
+				       NULL, 1) || !PQpipelineSync(c))
+			return LOST;
 		snprintf(s->why, sizeof(s->why), "out of memory for a "
 			 "set-based statement's arrays");
-		return PQsendQueryParams(c, "SELECT 1 / 0", 0, NULL, NULL,
-					 NULL, NULL, 1) &&
-		       PQpipelineSync(c) ? -ENOMEM : LOST;
+		return -ENOMEM;
 	}
 	if (rc != 0 || !PQpipelineSync(c))
 		return LOST;

@@ -208,11 +208,11 @@
  * Why a batch may run twice. A deadlock or serialization failure rolls
  * the batch back: it runs again, as does a timeout at the commit (up
  * to TRIES_MAX runs in all). A connection lost with the sync sent leaves
- * its outcome unknown: the store reconnects and runs the batch again. So
- * does an answer out of step with what was sent (rows of a shape no
- * statement here sends, an error libpq made of an answer), read up to
- * the sync: the server may have committed; the batch runs again on the
- * same connection, each request as its full statement.
+ * its outcome unknown: the store reconnects and runs the batch again. An
+ * answer out of step with what was sent (rows of a shape no statement
+ * here sends, an error libpq made of an answer), read up to the sync,
+ * leaves it unknown too: the batch runs again on the same connection,
+ * each request as its full statement (ASKEW_MAX runs at most).
  * Every statement above is written to be right either way: RESERVE
  * recognises its own exec, COMPLETE and RESOLVE their own result, RELEASE
  * and PURGE delete what is there; the set-based forms judge each element
@@ -229,24 +229,26 @@
  * the batches that follow are failed at once, without trying, for a
  * backoff interval (200 ms, doubling to 2 s) before the next attempt.
  *
- * An outcome unknown, then no connection: a RESERVE answered with a
- * failure may still have committed, and its row would hold the identity
- * everywhere for an execution that never ran (its client gave the entry
- * back). The store remembers such RESERVEs (up to WITHDRAW_MAX; beyond,
- * it says so on stderr) and deletes their rows (this identity, this exec,
- * this instance, still running) at the head of the next transaction it
- * runs, before any other request, forgetting them once that commits; with
- * no request to carry them, they run alone after each backoff (a row left
- * would hold its identity on every instance for as long as this one has
- * nothing to write); at close it makes one last attempt.
+ * An outcome unknown, then no connection (or answers out of step every
+ * time): a RESERVE answered with a failure may still have committed, and
+ * its row would hold the identity everywhere for an execution that never
+ * ran (its client gave the entry back). The store remembers such RESERVEs
+ * (up to WITHDRAW_MAX; beyond, it says so on stderr) and deletes their
+ * rows (this identity, this exec, this instance, still running) at the
+ * head of the next transaction it runs, before any other request,
+ * forgetting them once that commits; with no request to carry them, they
+ * run alone after each backoff (a row left would hold its identity on
+ * every instance for as long as this one has nothing to write); at close
+ * it makes one last attempt.
  *
- * A COMPLETE of unknown outcome, then no connection, may have committed
- * too: answered failed, its instance would take the call for interrupted
- * while the others replay its result. So it is held, unanswered, and runs
- * again at the head of each batch (after each backoff when nothing else
- * is queued) until the database answers; carmyd's request is held up to
- * the store's timeout, then answered failed while the store's own copy is
- * sent until the database takes it (worker.c: hold()).
+ * A COMPLETE of unknown outcome, then no connection (or answers out of
+ * step), may have committed too: answered failed, its instance would take
+ * the call for interrupted while the others replay its result. So it is
+ * held, unanswered, and runs again at the head of each batch (after each
+ * backoff when nothing else is queued) until the database answers;
+ * carmyd's request is held up to the store's timeout, then answered failed
+ * while the store's own copy is sent until the database takes it
+ * (worker.c: hold()).
  *
  * Every value read back is untrusted: a row that is not what this store
  * writes (lengths, states, ranges) fails load() with -EBADMSG, and a

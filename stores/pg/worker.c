@@ -25,6 +25,7 @@
 #include "stores/pg/pg.h"
 
 #define TRIES_MAX 20		/* runs of one batch before -EAGAIN */
+#define ASKEW_MAX 2		/* runs out of step before -EIO */
 #define BACKOFF_MIN_MS 200	/* after a failed reconnect */
 #define BACKOFF_MAX_MS 2000
 
@@ -429,11 +430,11 @@ static struct carmy_store_req *kept_copy(struct pg_worker *s,
 
 /*
  * A COMPLETE that may have committed and cannot run again now (no
- * connection) is held, unanswered, to run again at the head of the next
- * batch: its answer is then what the database says. carmyd's request is
- * held up to the store's timeout (pg_answer_ms, from its first failure),
- * then answered with rc while a copy of it is held until the database
- * takes it. True if held.
+ * connection, answers out of step) is held, unanswered, to run again at
+ * the head of the next batch: its answer is then what the database says.
+ * carmyd's request is held up to the store's timeout (pg_answer_ms, from
+ * its first failure), then answered with rc while a copy of it is held
+ * until the database takes it. True if held.
  */
 static bool hold(struct pg_worker *s, struct slot *sl, int rc)
 {
@@ -551,14 +552,16 @@ static void forget(struct pg_worker *s, size_t n, bool unsure)
 
 /*
  * Write slots[0..n), and what is left to withdraw, until each is answered:
- * one transaction per run, runs again after a conflict, a lost connection
- * or a request that must look again (a bare statement that took nothing
- * costs one), at most TRIES_MAX runs in all.
+ * one transaction per run, runs again after a conflict, a lost connection,
+ * an answer out of step (up to ASKEW_MAX runs that end so: one that is
+ * every time fails the batch, as one the database refused) or a request
+ * that must look again (a bare statement that took nothing costs one), at
+ * most TRIES_MAX runs in all.
  */
 static void run_batch(struct pg_worker *s, size_t n)
 {
 	size_t left = n;
-	int rc = 0, tries = 0;
+	int rc = 0, tries = 0, askew = 0;
 	bool said = false;
 
 	s->wd_held = false;
@@ -590,6 +593,9 @@ static void run_batch(struct pg_worker *s, size_t n)
 			       "reconnecting to run the batch again",
 			       s->instance, s->why);
 			s->session = false;
+		} else if (rc == ASKEW && ++askew == ASKEW_MAX) {
+			rc = -EIO;	/* s->why: this run's */
+			break;
 		} else if (rc == ASKEW) {
 			pg_say("instance %s: an answer out of step with what "
 			       "was sent (%s): running the batch again, as one "
