@@ -615,7 +615,7 @@ static void run_batch(struct pg_worker *s, size_t n)
 			       s->instance, s->why);
 			(void)fail(s, s->culprit, -EAGAIN);
 			left--;
-		} else if (rc != RETRY && rc != WAITED && rc != ASKEW) {
+		} else if (rc != RETRY && rc != WAITED) {
 			break;
 		}
 	}
