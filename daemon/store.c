@@ -285,6 +285,54 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 }
 
 /*
+ * May a RELEASE of exec at entry e, sent by a client that gave the entry
+ * back itself, go to the store? Under s->lock. Only if e is in the table,
+ * still carries exec (the copy left when it was freed), is published as
+ * nothing, and the identity in that copy is published as no entry of
+ * exec either: a RELEASE naming another entry would otherwise have the
+ * store forget an execution that still runs or stands somewhere (another
+ * owner's, perhaps), whose identity would be free after the next load.
+ * An entry reused since its release fails the check: the store keeps the
+ * execution, which the next load makes uncertain (never run twice).
+ * Checked on copies a segment writer could forge, like everything in the
+ * segment: this stops a client's mistake, not a writer of the table.
+ */
+static bool released_here(struct store *s, uint32_t e, const uint8_t *exec)
+{
+	const struct shm_view *v = &s->view;
+	const struct shm_entry *en;
+	uint8_t ident[sizeof(en->en_ident)];
+	const uint8_t *part[3];
+	uint16_t len[3];
+	struct shm_found f;
+	struct shm_key k;
+	size_t off = 0;
+
+	if (e >= v->geo.capacity)
+		return false;
+	en = shm_entry_at(v, e);
+	/* The identity first, then the exec id: a claim that reused the
+	 * entry meanwhile has changed the exec id by then. */
+	for (int i = 0; i < 3; i++) {
+		len[i] = uatomic_read(&en->en_len[i]);
+		if (len[i] == 0 || len[i] > CARMY_ID_MAX)
+			return false;
+		memcpy(ident + off, en->en_ident + off, len[i]);
+		part[i] = ident + off;
+		off += len[i];
+	}
+	cmm_smp_rmb();
+	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0 ||
+	    shm_published_as(v, e, exec))
+		return false;
+	if (shm_key_init(&k, v->seed, part[0], len[0], part[1], len[1],
+			 part[2], len[2]) != 0)
+		return false;
+	return !shm_lookup(v, &k, &f) ||
+	       memcmp(f.exec, exec, SHM_EXEC_LEN) != 0;
+}
+
+/*
  * Check that owner holds entry, running with this exec id, and copy into
  * op->rec what the store needs to record it: for a reservation the whole
  * entry (identity, fingerprints, pid, start), for the others the exec id.
@@ -306,12 +354,12 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		/* The client released in the table first. A RELEASE for an
 		 * execution still published there (running, uncertain or
 		 * completed: anyone's) would let the store forget it: no. */
-		bool held;
+		bool gone;
 
 		pthread_mutex_lock(&s->lock);
-		held = shm_published_as(&s->view, op->entry, exec);
+		gone = released_here(s, op->entry, exec);
 		pthread_mutex_unlock(&s->lock);
-		return held ? CARMY_ENOT_RESERVED : 0;
+		return gone ? 0 : CARMY_ENOT_RESERVED;
 	}
 	pthread_mutex_lock(&s->lock);
 	if (!shm_owns(&s->view, op->entry, owner, &b, &w) ||
@@ -322,7 +370,7 @@ int store_prepare(struct store *s, struct store_op *op, uint32_t owner,
 		 * once a release the store failed went through): the store
 		 * is told again, and nothing here is touched. */
 		op->gone = op->req.op == CARMY_STORE_RELEASE &&
-			   !shm_published_as(&s->view, op->entry, exec);
+			   released_here(s, op->entry, exec);
 		pthread_mutex_unlock(&s->lock);
 		return op->gone ? 0 : CARMY_ENOT_RESERVED;
 	}

@@ -520,6 +520,54 @@ START_TEST(test_release_cut_off_by_a_restart_reaches_the_journal)
 }
 END_TEST
 
+/* A RELEASE that names a running execution with an entry that is not its
+ * own (out of the table, past its capacity, or one another call left when
+ * it was released) is refused, and the journal keeps the execution: after
+ * a reboot it is interrupted, not free to run again. Its own entry, where
+ * it still runs, is refused too. */
+START_TEST(test_a_release_naming_another_entry_forgets_nothing)
+{
+	struct carmy_call victim = E2E_CALL("p", "s", "victim");
+	struct carmy_call other = E2E_CALL("p", "s", "released-before");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation o = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160];
+	uint8_t exec[SHM_EXEC_LEN];
+	const char *opts[16];
+	uint32_t freed;
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &other, &o), CARMY_RESERVED);
+	freed = resv_entry(&o);
+	ck_assert_int_eq(carmy_release(c, &o), 0);
+	ck_assert_int_eq(carmy_begin(c, &victim, &r), CARMY_RESERVED);
+	ck_assert_uint_ne(resv_entry(&r), freed);
+	e2e_exec_bytes(r.execution_id, exec);
+
+	ck_assert_int_eq(e2e_raw_release(d.socket, UINT32_MAX, exec), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(e2e_raw_release(d.socket, 64, exec), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(e2e_raw_release(d.socket, freed, exec), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(e2e_raw_release(d.socket, resv_entry(&r), exec),
+			 CARMY_ENOT_RESERVED);
+
+	e2e_kill9(&d);
+	lose_segment(&d);
+	e2e_restart(&d, opts);
+	carmy_close(c);
+	c = e2e_connect(&d);
+	expect_interrupted(c, "victim", r.execution_id);
+	/* The release made by its owner stands. */
+	ck_assert_int_eq(carmy_begin(c, &other, &o), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &o), 0);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&o);
+	finish(dir);
+}
+END_TEST
+
 /* A plain restart keeps the segment: carmyd then has both, and what it
  * serves afterwards must be recorded in the journal as well, so that a
  * later reboot agrees with what clients saw. */
@@ -2052,6 +2100,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_acknowledged_results_survive_a_reboot_posted);
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
 	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
+	tcase_add_test(tc, test_a_release_naming_another_entry_forgets_nothing);
 	tcase_add_test(tc, test_a_segment_left_half_loaded_is_loaded_again);
 	tcase_add_test(tc, test_a_segment_loaded_from_another_store_is_loaded_again);
 	tcase_add_test(tc, test_acknowledged_steps_survive_a_reboot_under_load);

@@ -25,6 +25,7 @@
 
 #include <check.h>
 
+#include "libclient/reservation.h"
 #include "tests/e2e/e2e.h"
 
 #define RACERS 6	/* processes, half on each instance */
@@ -194,6 +195,39 @@ START_TEST(test_running_elsewhere_is_uncertain_and_a_release_frees_it)
 					2), 0);
 	replays_on(cb, "rel", "ok", held.execution_id);
 	carmy_reservation_clear(&held);
+}
+END_TEST
+
+/* A RELEASE that names a's running execution with an entry not its own
+ * (out of the table, or one another call left when it was released) is
+ * refused, and the row stays: b still finds the call running, not free to
+ * run a second time. */
+START_TEST(test_a_release_naming_another_entry_frees_nothing)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation o = CARMY_RESERVATION_INIT;
+	struct carmy_call call = call_of("victim", NULL);
+	struct carmy_call before = call_of("released-before", NULL);
+	uint8_t exec[SHM_EXEC_LEN];
+	uint32_t freed;
+
+	ck_assert_int_eq(carmy_begin(ca, &before, &o), CARMY_RESERVED);
+	freed = resv_entry(&o);
+	ck_assert_int_eq(carmy_release(ca, &o), 0);
+	ck_assert_int_eq(carmy_begin(ca, &call, &r), CARMY_RESERVED);
+	ck_assert_uint_ne(resv_entry(&r), freed);
+	e2e_exec_bytes(r.execution_id, exec);
+	ck_assert_int_eq(e2e_raw_release(a.socket, UINT32_MAX, exec),
+			 CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(e2e_raw_release(a.socket, freed, exec),
+			 CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(carmy_begin(cb, &call, &o), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(o.state, CARMY_STATE_RUNNING);
+	ck_assert_str_eq(o.execution_id, r.execution_id);
+	ck_assert_int_eq(carmy_complete(ca, &r, CARMY_STATUS_COMPLETED, "once",
+					4), 0);
+	replays_on(cb, "victim", "once", r.execution_id);
+	carmy_reservation_clear(&o);
 }
 END_TEST
 
@@ -1089,6 +1123,7 @@ int main(void)
 	tcase_add_test(tc, test_a_result_replays_through_the_other_instance);
 	tcase_add_test(tc,
 		       test_running_elsewhere_is_uncertain_and_a_release_frees_it);
+	tcase_add_test(tc, test_a_release_naming_another_entry_frees_nothing);
 	tcase_add_test(tc,
 		       test_a_killed_owner_is_uncertain_everywhere_until_resolved);
 	tcase_add_test(tc, test_an_instance_rebooted_gets_its_own_back);

@@ -13,13 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <check.h>
 
+#include "libclient/wire.h"
 #include "tests/e2e/e2e.h"
 
 #define GUARD_SLOTS 64
@@ -659,4 +662,50 @@ bool e2e_await_logged(const char *path, const char *what, int n, int ms)
 		poll(NULL, 0, 2);	/* between looks at the event */
 	}
 	return true;
+}
+
+/* One whole message from fd into *m. Returns 0 or -1. */
+static int raw_read(int fd, uint8_t *buf, size_t cap, struct wire_msg *m)
+{
+	size_t have = 0;
+	long n = 0;
+
+	while (n == 0 && have < cap) {
+		if (e2e_read_full(fd, buf + have, 1, HARNESS_WAIT_MS) != 0)
+			return -1;
+		n = wire_scan(buf, ++have, cap);
+		if (n < 0)
+			return -1;
+	}
+	return n > 0 && wire_decode(buf, have, 0, m) == 0 ? 0 : -1;
+}
+
+int e2e_raw_release(const char *path, uint32_t entry,
+		    const uint8_t exec[SHM_EXEC_LEN])
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	msgpack_sbuffer sb;
+	struct wire_msg m;
+	uint8_t buf[512];
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	strcpy(sa.sun_path, path);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	msgpack_sbuffer_init(&sb);
+	ck_assert_int_eq(wire_put_hello(&sb, shm_layout_signature(), 0, 0), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	ck_assert_int_eq(raw_read(fd, buf, sizeof(buf), &m), 0);
+	ck_assert_int_eq(m.type, WIRE_HELLO);
+	msgpack_sbuffer_clear(&sb);
+	ck_assert_int_eq(wire_put_reserve(&sb, WIRE_RELEASE, entry, exec), 0);
+	ck_assert_int_eq(send(fd, sb.data, sb.size, MSG_NOSIGNAL),
+			 (ssize_t)sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	ck_assert_int_eq(raw_read(fd, buf, sizeof(buf), &m), 0);
+	ck_assert_int_eq(m.type, WIRE_RELEASE);
+	close(fd);
+	return m.u.reply.code;
 }

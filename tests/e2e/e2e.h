@@ -143,6 +143,11 @@ bool e2e_await_logged(const char *path, const char *what, int n, int ms);
  * or error. */
 int e2e_read_full(int fd, void *buf, size_t n, int timeout_ms);
 
+/* A RELEASE of exec at entry sent by hand on a connection of its own to
+ * carmyd at path, after a HELLO as a new owner: carmyd's answer code. */
+int e2e_raw_release(const char *path, uint32_t entry,
+		    const uint8_t exec[SHM_EXEC_LEN]);
+
 /* Run carmyctl --socket d->socket with args (NULL-terminated, at most 12),
  * as uid, gid and the n groups when uid is not (uid_t)-1 (a forked child
  * becomes them: root only), trusting carmyd's uid. Returns its exit
