@@ -454,6 +454,20 @@ static bool safe_step(const struct stat *st, uid_t uid, uid_t *other)
 	       ((st->st_mode & 022) == 0 || (st->st_mode & S_ISVTX) != 0);
 }
 
+/* fsync() the directory dirfd (opened O_PATH) names. 0 or -errno. */
+static int flush_dir_at(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 /*
  * Walk path (absolute) from /, one component at a time, never through a
  * name that another user could have changed: each directory on the way
@@ -507,10 +521,19 @@ static int walk_dir(const char *dir, const char *path, bool create,
 				break;	/* "/" itself, after links */
 			continue;
 		}
-		if (last && create && mkdirat(fd, name, 0700) == 0)
+		if (last && create && mkdirat(fd, name, 0700) == 0) {
+			/* Its name, in the directory above, on the disk
+			 * before any record is acknowledged in it. */
+			rc = flush_dir_at(fd);
+			if (rc != 0) {
+				snprintf(err, errlen, "cannot flush the "
+					 "directory above journal directory "
+					 "%s: %s", dir, strerror(-rc));
+				goto fail;
+			}
 			log_info("created journal directory %s (mode 0700)",
 				 dir);
-		else if (last && create && errno != EEXIST) {
+		} else if (last && create && errno != EEXIST) {
 			rc = -errno;
 			snprintf(err, errlen, "cannot create journal directory "
 				 "%s: %s", dir, strerror(errno));

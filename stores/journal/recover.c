@@ -85,6 +85,17 @@ int jnl_recover(struct jnl *j, char *err, size_t errlen)
 		rc = cut_tail(j, bits, first, err, errlen);
 	if (rc != 0)
 		return rc;
+	/* What was read may be a killed carmyd's last batch, written and
+	 * never flushed: in the page cache, not yet on the disk. Flushed
+	 * before anything read is loaded or answered, or a result served
+	 * from it could be lost to a power cut after all. (A format 1 file
+	 * is rewritten into a flushed new one.) */
+	if (!j->readonly && j->version != 1 && fdatasync(j->fd) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot flush journal %s: %s", j->path,
+			 strerror(errno));
+		return rc;
+	}
 	if (!j->readonly && j->version != 1)
 		log_info("journal %s: %llu records, %u executions standing",
 			 j->path, (unsigned long long)j->nrec, j->ix.live);

@@ -212,6 +212,7 @@ static int fsync_fails;		/* errno for the next fsync(), or 0 */
 static uint64_t enospc_from = UINT64_MAX;	/* see __wrap_pwrite() */
 static uint64_t fsynced_size;	/* of the last regular file fsync()ed */
 static const char *crash_into;	/* see __wrap_fdatasync() */
+static int fdatasync_fails;	/* errno for the next fdatasync(), or 0 */
 
 int __real_fsync(int fd);
 int __wrap_fsync(int fd);
@@ -308,9 +309,16 @@ static int gate_leave(bool held, int rc)
 
 int __wrap_fdatasync(int fd)
 {
-	bool held = gate_enter();
-	const char *to = __atomic_exchange_n(&crash_into, NULL,
-					     __ATOMIC_SEQ_CST);
+	int e = __atomic_exchange_n(&fdatasync_fails, 0, __ATOMIC_SEQ_CST);
+	bool held;
+	const char *to;
+
+	if (e != 0) {
+		errno = e;
+		return -1;
+	}
+	held = gate_enter();
+	to = __atomic_exchange_n(&crash_into, NULL, __ATOMIC_SEQ_CST);
 
 	if (to != NULL) {
 		uint64_t n = __atomic_load_n(&fsynced_size, __ATOMIC_SEQ_CST);
@@ -623,6 +631,57 @@ START_TEST(test_acknowledged_records_come_back_after_reopen)
 		}
 	}
 	ck_assert_int_eq(s.n, 24 - 8);	/* 8 released: 0, 3, ..., 21 */
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* What recovery read may be a killed carmyd's last batch, written and
+ * never flushed (in the page cache, not on the disk): the journal is
+ * flushed before anything is loaded from it, and one that cannot be is
+ * refused, not served. */
+START_TEST(test_what_recovery_read_is_flushed_before_it_is_loaded)
+{
+	char *dir = temp_dir();
+	char err[512] = "";
+	struct ex xs[4];
+	struct seen s = { 0 };
+	void *st = NULL;
+
+	build(dir, xs, 4);
+	__atomic_store_n(&fdatasync_fails, EIO, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(journal_store_ops.open(dir, &st, err, sizeof(err)),
+			 -EIO);
+	ck_assert_ptr_null(st);
+	ck_assert_int_eq(__atomic_load_n(&fdatasync_fails, __ATOMIC_SEQ_CST),
+			 0);
+	ck_assert_msg(strstr(err, "cannot flush journal") != NULL, "%s", err);
+	st = open_journal(dir);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 4 - 2);	/* 0 and 3 released */
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* A journal directory made at open is flushed in the directory above it
+ * before anything is written there: one whose name cannot be flushed is
+ * refused, since every record in it could vanish with it. */
+START_TEST(test_a_new_journal_directory_is_flushed_in_its_parent)
+{
+	char *dir = temp_dir();
+	char sub[256], err[512] = "";
+	void *st = NULL;
+
+	snprintf(sub, sizeof(sub), "%s/new", dir);
+	__atomic_store_n(&fsync_fails, EIO, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(journal_store_ops.open(sub, &st, err, sizeof(err)),
+			 -EIO);
+	ck_assert_ptr_null(st);
+	ck_assert_int_eq(__atomic_load_n(&fsync_fails, __ATOMIC_SEQ_CST), 0);
+	ck_assert_msg(strstr(err, "cannot flush the directory above") != NULL,
+		      "%s", err);
 	rm_rf(dir);
 	free(dir);
 }
@@ -3829,6 +3888,9 @@ int main(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_acknowledged_records_come_back_after_reopen);
+	tcase_add_test(tc,
+		       test_what_recovery_read_is_flushed_before_it_is_loaded);
+	tcase_add_test(tc, test_a_new_journal_directory_is_flushed_in_its_parent);
 	tcase_add_test(tc, test_a_request_with_more_behind_it_is_left_to_the_writer);
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
