@@ -100,7 +100,8 @@ int owners_init(void);
 void owners_fini(void);
 /* Register owner id as alive, held by conn (the server's connection):
  * a new id from store_new_owner(), or one store_resume() gives back.
- * Any RCU-registered thread. Returns 0 or -ENOMEM. */
+ * Any RCU-registered thread. Returns 0, -ENOMEM, or -EEXIST if id is
+ * registered already (held by another connection: never two). */
 int owners_add(uint32_t id, void *conn);
 /* Unregister id (its connection is gone): the next sweep finds it dead.
  * Its node is freed after a grace period. Any RCU-registered thread. */

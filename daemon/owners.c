@@ -70,6 +70,7 @@ void owners_fini(void)
 int owners_add(uint32_t id, void *conn)
 {
 	struct owner_node *o = calloc(1, sizeof(*o));
+	struct cds_lfht_node *n;
 
 	if (o == NULL)
 		return -ENOMEM;
@@ -77,8 +78,12 @@ int owners_add(uint32_t id, void *conn)
 	o->conn = conn;
 	cds_lfht_node_init(&o->node);
 	rcu_read_lock();
-	cds_lfht_add(table, hash_id(id), &o->node);
+	n = cds_lfht_add_unique(table, hash_id(id), match_id, &id, &o->node);
 	rcu_read_unlock();
+	if (n != &o->node) {
+		free(o);
+		return -EEXIST;
+	}
 	return 0;
 }
 

@@ -261,7 +261,7 @@ int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn)
 			rc = -EPERM;
 	}
 	if (rc == 0 && owners_add(owner, conn) != 0)
-		rc = -EPERM;	/* taken back already */
+		rc = -EPERM;	/* taken back already (-EEXIST) */
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }

@@ -409,13 +409,13 @@ static uint32_t owner_of(const struct carmyd_proc *p, pid_t pid)
 	return owner;
 }
 
-/* HELLO asking for owner back, from this process; the reply's flags. */
-static uint32_t ask_back(const char *path, uint32_t owner)
+/* HELLO asking for owner back (0: a new one), from this process, on a
+ * connection left open; its reply in *m. Returns the connection. */
+static int hello_as(const char *path, uint32_t owner, struct wire_msg *m)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	msgpack_sbuffer sb;
 	uint8_t buf[512];
-	struct wire_msg m;
 	size_t have = 0;
 	long n = 0;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -437,11 +437,44 @@ static uint32_t ask_back(const char *path, uint32_t owner)
 		n = wire_scan(buf, have, sizeof(buf));
 		ck_assert_int_ge(n, 0);
 	}
-	ck_assert_int_eq(wire_decode(buf, have, 0, &m), 0);
-	ck_assert_int_eq(m.type, WIRE_HELLO);
-	close(fd);
+	ck_assert_int_eq(wire_decode(buf, have, 0, m), 0);
+	ck_assert_int_eq(m->type, WIRE_HELLO);
+	return fd;
+}
+
+/* HELLO asking for owner back, from this process; the reply's flags. */
+static uint32_t ask_back(const char *path, uint32_t owner)
+{
+	struct wire_msg m;
+
+	close(hello_as(path, owner, &m));
 	return m.u.hello_ok.flags;
 }
+
+/* An owner id of the previous carmyd that holds nothing is given back
+ * once: while that connection lives, a second HELLO asking for it gets a
+ * new id. Two connections never act as one owner (one could complete the
+ * other's calls, and the first to hang up would not make the other's
+ * uncertain). */
+START_TEST(test_an_owner_id_is_given_back_to_one_connection)
+{
+	struct wire_msg m;
+	uint32_t owner;
+	int fd;
+
+	fd = hello_as(d.socket, 0, &m);
+	owner = m.u.hello_ok.owner;
+	ck_assert_uint_ge(owner, SHM_OWNER_MIN);
+	e2e_kill9(&d);
+	close(fd);
+	e2e_restart(&d, opts_long_grace);
+	fd = hello_as(d.socket, owner, &m);
+	ck_assert_uint_ne(m.u.hello_ok.flags & WIRE_F_RESUMED, 0);
+	ck_assert_uint_eq(m.u.hello_ok.owner, owner);
+	ck_assert_uint_eq(ask_back(d.socket, owner) & WIRE_F_RESUMED, 0);
+	close(fd);
+}
+END_TEST
 
 /* Another process cannot take a reservation's owner id back: carmyd gives
  * it only to the pid on its tickets. */
@@ -487,6 +520,7 @@ static Suite *restart_suite(void)
 	tcase_add_test(tc, test_owner_back_within_grace_completes_its_call);
 	tcase_add_test(tc, test_owner_not_back_is_uncertain_once_grace_ends);
 	tcase_add_test(tc, test_only_the_same_process_gets_its_owner_back);
+	tcase_add_test(tc, test_an_owner_id_is_given_back_to_one_connection);
 	suite_add_tcase(s, tc);
 	return s;
 }
