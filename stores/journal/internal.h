@@ -34,6 +34,9 @@
 #define JOURNAL_MAGIC "CARMYJNL"
 #define JOURNAL_FILE "journal"
 #define JOURNAL_NEW "journal.new"
+/* Left by a run whose write or flush failed: the next open rewrites the
+ * journal before it trusts what it reads (journal.c, after_failure()). */
+#define JOURNAL_FAILED "journal.failed"
 #define JOURNAL_V1 "journal.v1"	/* a format 1 file, kept once upgraded */
 #define JOURNAL_VERSION JOURNAL_VERSION_NOW
 #define JOURNAL_BATCH_MAX (4u << 20)	/* bytes per pwrite, about */

@@ -87,6 +87,8 @@ static void settle(struct jnl *j, const struct jflight *b);
 static void token_free(struct jnl *j);
 static void index_batch(struct jnl *j, const struct jflight *b);
 static void fail_closed(struct jnl *j, int rc);
+static void mark_failed(struct jnl *j);
+static int after_failure(struct jnl *j, char *err, size_t errlen);
 static int flight_env(void);
 static struct jnl *new_store(void);
 static int open_journal(struct jnl *j, uid_t uid, char *err, size_t errlen);
@@ -125,7 +127,10 @@ static int jnl_open(const char *args, void **store, char *err, size_t errlen)
 	 * anything is appended to it. */
 	if (rc == 0 && j->version == 1)
 		rc = jnl_upgrade(j, err, errlen);
-	if (rc == 0 && jnl_needs_compaction(j))
+	if (rc == 0 && faccessat(j->dir_fd, JOURNAL_FAILED, F_OK,
+				 AT_SYMLINK_NOFOLLOW) == 0)
+		rc = after_failure(j, err, errlen);
+	else if (rc == 0 && jnl_needs_compaction(j))
 		rc = compact_at_open(j, err, errlen);
 	if (rc != 0) {
 		jnl_close(j);
@@ -821,8 +826,10 @@ static void write_batch(struct jnl *j)
 		pthread_mutex_unlock(&j->lock);
 		rc = write_flight(j, b, floor);
 		pthread_mutex_lock(&j->lock);
-		if (rc != 0)
+		if (rc != 0) {
 			fail_closed(j, rc);
+			mark_failed(j);
+		}
 		b->rc = rc;
 	}
 	b->flushed = true;
@@ -889,8 +896,10 @@ static int grow(struct jnl *j, struct jflight *b, size_t len)
 	j->flushing = false;
 	if (rc == 0)
 		j->size = size;
-	else if (rc != -ENOSPC)
+	else if (rc != -ENOSPC) {
 		fail_closed(j, rc);
+		mark_failed(j);
+	}
 	token_free(j);
 	return rc;
 }
@@ -1018,6 +1027,57 @@ static void fail_closed(struct jnl *j, int rc)
 	log_error("journal %s: %s: refusing every reservation and completion "
 		  "from now on", j->path, strerror(-rc));
 	__atomic_store_n(&j->broken, rc, __ATOMIC_RELEASE);
+}
+
+/*
+ * A write or flush of the journal failed: say so to the next open, in
+ * DIR/journal.failed. After a failed write-back the kernel may mark the
+ * pages clean though they never reached the disk, so a carmyd started
+ * without a reboot would read them, through the page cache, as records on
+ * the disk. Best effort (the disk is failing): said in the log if not.
+ */
+static void mark_failed(struct jnl *j)
+{
+	int fd = openat(j->dir_fd, JOURNAL_FAILED, O_WRONLY | O_CREAT |
+			O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0 || fsync(fd) != 0 || fsync(j->dir_fd) != 0)
+		log_error("journal %s: cannot leave %s for the next start "
+			  "(%s): reboot before carmyd starts on this journal "
+			  "again, so that it reads only what is on the disk",
+			  j->path, JOURNAL_FAILED, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * At open, after recovery, when an earlier run's write or flush failed
+ * (mark_failed()): what was read may hold records the disk does not, so
+ * the journal is rewritten whole into a new file, flushed and renamed over
+ * it (a compaction) before anything in it is loaded; then the mark goes.
+ * Refused if that cannot be done: serving those records could answer from
+ * a result a power cut would take back.
+ */
+static int after_failure(struct jnl *j, char *err, size_t errlen)
+{
+	bool renamed = false;
+	int rc;
+
+	log_warn("journal %s: a write or flush failed in an earlier run "
+		 "(%s): rewriting the journal before it is used", j->path,
+		 JOURNAL_FAILED);
+	rc = jnl_compact_at_start(j, &renamed);
+	if (rc == 0 && !renamed)
+		rc = -ENOSPC;	/* no room for the copy */
+	if (rc == 0 && (unlinkat(j->dir_fd, JOURNAL_FAILED, 0) != 0 ||
+			fsync(j->dir_fd) != 0))
+		rc = -errno;
+	if (rc != 0)
+		snprintf(err, errlen, "journal %s: a write or flush failed in "
+			 "an earlier run, and the journal cannot be rewritten "
+			 "before it is used: %s (see %s in docs/journal.md)",
+			 j->path, strerror(-rc), JOURNAL_FAILED);
+	return rc;
 }
 
 /*

@@ -665,6 +665,48 @@ START_TEST(test_what_recovery_read_is_flushed_before_it_is_loaded)
 }
 END_TEST
 
+/* A write or flush that fails leaves journal.failed: the pages it wrote may
+ * be marked clean without being on the disk, so the next open rewrites the
+ * journal into a new file before it loads anything, and takes the mark
+ * away. The failed batch's reservation, read back, stands (it may have
+ * reached the disk). */
+START_TEST(test_a_failed_flush_has_the_next_open_rewrite_the_journal)
+{
+	char *dir = temp_dir();
+	char mark[256], path[256];
+	struct stat before, after;
+	struct seen s = { 0 };
+	struct ex xs[4], x;
+	void *st;
+	int k;
+
+	build(dir, xs, 4);
+	snprintf(mark, sizeof(mark), "%s/journal.failed", dir);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	st = open_journal_as_is(dir);
+	make_ex(&x, 100, CARMY_STATUS_COMPLETED);
+	__atomic_store_n(&fdatasync_fails, EIO, __ATOMIC_SEQ_CST);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &x), -EIO);
+	ck_assert_int_eq(submit_wait(st, CARMY_STORE_RESERVE, &xs[0]), -EIO);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(access(mark, F_OK), 0);
+	ck_assert_int_eq(stat(path, &before), 0);
+
+	st = open_journal_as_is(dir);
+	ck_assert_int_eq(stat(path, &after), 0);
+	ck_assert_uint_ne(after.st_ino, before.st_ino);
+	ck_assert_int_ne(access(mark, F_OK), 0);
+	ck_assert_int_eq(journal_store_ops.load(st, collect, &s), 0);
+	journal_store_ops.close(st);
+	ck_assert_int_eq(s.n, 4 - 2 + 1);
+	k = find(&s, x.id);
+	ck_assert_int_ge(k, 0);
+	ck_assert_int_eq(s.e[k].state, CARMY_STORE_RUNNING);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 /* A journal directory made at open is flushed in the directory above it
  * before anything is written there: one whose name cannot be flushed is
  * refused, since every record in it could vanish with it. */
@@ -3891,6 +3933,8 @@ int main(void)
 	tcase_add_test(tc,
 		       test_what_recovery_read_is_flushed_before_it_is_loaded);
 	tcase_add_test(tc, test_a_new_journal_directory_is_flushed_in_its_parent);
+	tcase_add_test(tc,
+		       test_a_failed_flush_has_the_next_open_rewrite_the_journal);
 	tcase_add_test(tc, test_a_request_with_more_behind_it_is_left_to_the_writer);
 	tcase_add_test(tc, test_later_reservation_of_an_identity_stands);
 	tcase_add_test(tc, test_resolve_and_purge_records_come_back);
