@@ -22,6 +22,7 @@ import json
 import json.decoder
 import os
 import threading
+import time
 
 import msgpack
 
@@ -206,23 +207,81 @@ def _wait_ms(wait):
     return max(1, int(wait * 1000)) if wait > 0 else 0
 
 
-def _failure(exc, dumps):
-    """The bytes recorded for a call whose tool raised exc."""
-    return dumps({"type": type(exc).__qualname__, "message": str(exc)})
+# The recorded message of an exception whose text cannot be serialised
+# (its __str__ raises, or the serializer refuses the text: a lone
+# surrogate for msgpack), and the start of the one recorded for a result
+# that cannot be.
+_UNSERIALISABLE_MESSAGE = "the exception's message could not be serialised"
+_UNSERIALISABLE_RESULT = "the tool's result could not be serialised"
 
 
-def _error_outcome(exc, dumps):
+def _failure(exc, dumps, message=None):
+    """The bytes recorded for a call whose tool raised exc: its type's
+    name and message (``message``, a result's, if given, instead of
+    str(exc)). They cannot fail to serialise: a message the serializer
+    refuses gives way to a fixed one, then the type's name to
+    "Exception"."""
+    name = type(exc).__qualname__
+    fixed = _UNSERIALISABLE_MESSAGE
+    try:
+        if message is None:
+            return dumps({"type": name, "message": str(exc)})
+        fixed = _UNSERIALISABLE_RESULT
+        return dumps({"type": name, "message": message})
+    except Exception:  # noqa: BLE001 - anything: fall back
+        pass
+    try:
+        return dumps({"type": name, "message": fixed})
+    except Exception:  # noqa: BLE001 - a type name it refuses
+        return dumps({"type": "Exception", "message": fixed})
+
+
+def _error_outcome(exc, dumps, message=None):
     """The status and bytes recorded for a call whose tool raised exc:
     cancelled for KeyboardInterrupt and asyncio.CancelledError, else
     failed."""
     status = (_carmy.STATUS_CANCELLED if isinstance(exc, _CANCELS)
               else _carmy.STATUS_FAILED)
-    return status, _failure(exc, dumps)
+    return status, _failure(exc, dumps, message)
 
 
-def _finish_error(r, exc, dumps):
-    """Record exc (raised by the tool) as the call's outcome."""
-    r.complete(*_error_outcome(exc, dumps))
+def _result_failure(exc):
+    """The recorded message of a result whose serialising raised exc."""
+    try:
+        return "%s: %s" % (_UNSERIALISABLE_RESULT, exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return _UNSERIALISABLE_RESULT
+
+
+# A completion that carmyd's durable store could not record (STORE_FAILED:
+# the reservation stays live, and the same completion answers once it is
+# recorded) is sent again after each of these pauses, in seconds: about
+# 10 s in all, as long as libcarmy waits for a carmyd that restarts
+# (CARMY_RECONNECT_MS).
+_STORE_RETRY_S = (0.01, 0.03, 0.1, 0.3, 1.0, 2.0, 2.0, 2.0, 2.0)
+
+
+def _complete(r, status, data):
+    """r.complete(status, data), sent again while the store fails. What
+    still fails is raised, with the execution id: if the reservation is
+    still live, the entry stays running until the client closes, then it
+    is interrupted (see ExecutionUncertain)."""
+    for pause in _STORE_RETRY_S + (None,):
+        try:
+            r.complete(status, data)
+            return
+        except CarmyError as e:
+            if e.code != "STORE_FAILED" or pause is None or not r.live:
+                if e.execution_id is None:
+                    e.execution_id = r.execution_id
+                raise
+        time.sleep(pause)
+
+
+def _finish_error(r, exc, dumps, message=None):
+    """Record exc (raised by the tool, or by serialising its result: then
+    with message) as the call's outcome."""
+    _complete(r, *_error_outcome(exc, dumps, message))
 
 
 def _replay(r, loads):
@@ -293,16 +352,17 @@ class Call:
         return None if self._r is None else self._r.execution_id
 
     def complete(self, result, status="completed"):
-        """Record result (serialised now: TypeError leaves the reservation
-        live) with status "completed", "failed", "timed_out" or
-        "cancelled"."""
+        """Record result (serialised now: what the serializer raises
+        leaves the reservation live) with status "completed", "failed",
+        "timed_out" or "cancelled". A store that fails (STORE_FAILED) is
+        tried again as the decorator does."""
         if self._r is None or self._done:
             raise CarmyError("the call is not reserved", "NOT_RESERVED")
         if status not in _STATUS:
             raise ValueError("unknown status %r" % (status,))
         data = self._dumps(result)
         self._done = True
-        self._r.complete(_STATUS[status], data)
+        _complete(self._r, _STATUS[status], data)
         self.result = result
         self.status = status
 
@@ -584,6 +644,21 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
     TypeError before anything is reserved. With ``wait=SECONDS``, a call
     running elsewhere is waited for (its result replayed) instead of
     raising ExecutionUncertain. Works on ``async def`` functions too.
+
+    Once the function has run, its outcome is recorded whatever the
+    serializer refuses. A return value that cannot be serialised (whatever
+    the serializer raises: TypeError, OverflowError, RecursionError...)
+    is recorded as failed, with that exception's type and the message
+    "the tool's result could not be serialised: " and its text; the
+    exception propagates, and a retry raises ToolFailed. An exception
+    whose text cannot be serialised (its __str__ raises, msgpack refuses
+    a lone surrogate) is recorded with its type and the fixed message
+    "the exception's message could not be serialised". A completion
+    carmyd's durable store fails (CarmyError STORE_FAILED) is sent again
+    for about 10 s; if it still fails, that CarmyError, with the
+    execution id, is raised instead of the value or the tool's exception
+    (which is its __context__), and the execution stays running until the
+    client closes, then is interrupted: reconcile it.
     """
     dumps, loads = _serializer(serializer)
     wait_ms = _wait_ms(wait)
@@ -620,13 +695,15 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
 
 
 def _record(r, value, dumps):
-    """Record value as the call's result, and return it."""
+    """Record value as the call's result, and return it. A value that
+    cannot be serialised (whatever dumps raises) is recorded as failed,
+    and what dumps raised propagates."""
     try:
         data = dumps(value)
-    except (TypeError, ValueError) as e:
-        _finish_error(r, e, dumps)
+    except BaseException as e:
+        _finish_error(r, e, dumps, _result_failure(e))
         raise
-    r.complete(_carmy.STATUS_COMPLETED, data)
+    _complete(r, _carmy.STATUS_COMPLETED, data)
     return value
 
 
@@ -700,10 +777,10 @@ async def _async_begin(handle, name, rid, packed, wait_ms):
                            wait_ms, on_cancel=_release_abandoned)
 
 
-async def _async_finish(r, exc, dumps):
-    """Record exc (raised by the tool, cancellations included) off the
-    loop."""
-    await _off_loop("io", r.complete, *_error_outcome(exc, dumps))
+async def _async_finish(r, exc, dumps, message=None):
+    """Record exc (raised by the tool, cancellations included, or by
+    serialising its result: then with message) off the loop."""
+    await _off_loop("io", _complete, r, *_error_outcome(exc, dumps, message))
 
 
 def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
@@ -721,10 +798,10 @@ def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
             raise
         try:
             data = dumps(value)
-        except (TypeError, ValueError) as e:
-            await _async_finish(r, e, dumps)
+        except BaseException as e:
+            await _async_finish(r, e, dumps, _result_failure(e))
             raise
-        await _off_loop("io", r.complete, _carmy.STATUS_COMPLETED, data)
+        await _off_loop("io", _complete, r, _carmy.STATUS_COMPLETED, data)
         return value
 
     return wrapper

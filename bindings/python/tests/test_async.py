@@ -59,6 +59,70 @@ def test_async_exception_replays_as_tool_failed(client, marker):
     assert lines(marker) == [b"ran"]
 
 
+async def _await(value):
+    return value
+
+
+class Opaque(Exception):
+    """An exception with no text to record: its __str__ raises."""
+
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def _nested(depth):
+    v = []
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+async def _raise(exc):
+    raise exc
+
+
+# As test_decorator.UNSERIALISABLE, for async def tools.
+UNSERIALISABLE = {
+    "int_msgpack_cannot_pack": (
+        "msgpack", lambda: _await(2 ** 70), OverflowError, "OverflowError"),
+    "result_too_deep_for_json": (
+        "json", lambda: _await(_nested(100000)), RecursionError,
+        "RecursionError"),
+    "exception_whose_str_raises": (
+        "json", lambda: _raise(Opaque()), Opaque, "Opaque"),
+    "surrogate_message_with_msgpack": (
+        "msgpack", lambda: _raise(ValueError("\udc80")), ValueError,
+        "ValueError"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSERIALISABLE))
+def test_async_unserialisable_outcome_is_recorded_and_replays(
+        client, marker, case):
+    serializer, body, first, kind = UNSERIALISABLE[case]
+
+    @carmy.idempotent(client, tool=case, serializer=serializer)
+    async def f(*, request_id):
+        append(marker, "ran")
+        return await body()
+
+    async def main():
+        with pytest.raises(first):
+            await f(request_id="u1")
+        got = []
+        for _ in range(2):
+            with pytest.raises(carmy.ToolFailed) as e:
+                await f(request_id="u1")
+            got.append((e.value.type, e.value.status,
+                        e.value.execution_id))
+        return got
+    got = asyncio.run(main())
+    assert got[0] == got[1]
+    assert got[0][:2] == (kind, "failed")
+    assert got[0][2].startswith("exec_")
+    assert lines(marker) == [b"ran"]
+
+
 def test_memory_store_replays_stay_on_the_loop(client, monkeypatch):
     """With carmyd's memory store a begin (a replay too) runs in place;
     only the completion, which carmyd answers, goes to a carmy thread."""

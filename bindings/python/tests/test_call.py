@@ -128,3 +128,15 @@ def test_the_spec_rows_through_the_with_form(client, marker):
         assert e.value.state == "running"
         held.complete({"charged": 5})
     assert lines(marker) == [b"charged 10"]
+
+
+def test_an_exception_msgpack_cannot_pack_records_a_fixed_message(client):
+    with pytest.raises(ValueError):
+        with client.call("t", None, request_id="sur",
+                         serializer="msgpack"):
+            raise ValueError("\udc80")
+    with client.call("t", None, request_id="sur",
+                     serializer="msgpack") as call:
+        assert call.replayed and call.status == "failed"
+        assert call.result == {"type": "ValueError",
+                               "message": carmy._UNSERIALISABLE_MESSAGE}

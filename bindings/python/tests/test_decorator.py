@@ -155,6 +155,115 @@ def test_unserialisable_result_is_recorded_failed(client, marker):
     assert lines(marker) == [b"ran"]
 
 
+class Opaque(Exception):
+    """An exception with no text to record: its __str__ raises."""
+
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def nested(depth):
+    """A list depth deep: more than the json encoder recurses into."""
+    v = []
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+def raise_(exc):
+    raise exc
+
+
+# Outcomes the serializer cannot record, each as (serializer, the tool's
+# body, what the first call raises, the recorded type, the recorded
+# message or its start).
+UNSERIALISABLE = {
+    "int_msgpack_cannot_pack": (
+        "msgpack", lambda: 2 ** 70, OverflowError, "OverflowError",
+        carmy._UNSERIALISABLE_RESULT + ": "),
+    "result_too_deep_for_json": (
+        "json", lambda: nested(100000), RecursionError, "RecursionError",
+        carmy._UNSERIALISABLE_RESULT + ": "),
+    "exception_whose_str_raises": (
+        "json", lambda: raise_(Opaque()), Opaque, "Opaque",
+        carmy._UNSERIALISABLE_MESSAGE),
+    "surrogate_message_with_msgpack": (
+        "msgpack", lambda: raise_(ValueError("\udc80")), ValueError,
+        "ValueError", carmy._UNSERIALISABLE_MESSAGE),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSERIALISABLE))
+def test_unserialisable_outcome_is_recorded_and_replays(client, marker,
+                                                        case):
+    """Once the body ran the call is recorded, whatever the serializer
+    refuses: a retry replays the failure (one execution id), never
+    ExecutionUncertain."""
+    serializer, body, first, kind, message = UNSERIALISABLE[case]
+
+    @carmy.idempotent(client, tool=case, serializer=serializer)
+    def f(*, request_id):
+        append(marker, "ran")
+        return body()
+    with pytest.raises(first):
+        f(request_id="u1")
+    ids = set()
+    for _ in range(2):
+        with pytest.raises(carmy.ToolFailed) as e:
+            f(request_id="u1")
+        assert (e.value.type, e.value.status) == (kind, "failed")
+        assert e.value.message.startswith(message)
+        ids.add(e.value.execution_id)
+    with client.call(case, {}, request_id="u1",
+                     serializer=serializer) as call:
+        assert call.replayed and call.status == "failed"
+        ids.add(call.execution_id)
+    assert len(ids) == 1 and ids.pop().startswith("exec_")
+    assert lines(marker) == [b"ran"]
+
+
+class StoreFailing:
+    """A stand-in for a Reservation whose store fails the first ``fails``
+    completions (carmyd's STORE_FAILED: the reservation stays live)."""
+
+    execution_id = "exec_" + "0" * 32
+
+    def __init__(self, fails):
+        self.fails = fails
+        self.live = True
+        self.sent = []
+
+    def complete(self, status, data):
+        self.sent.append((status, data))
+        if len(self.sent) <= self.fails:
+            raise carmy.CarmyError("store failed", "STORE_FAILED")
+        self.live = False
+
+
+def test_a_completion_the_store_fails_is_sent_again(monkeypatch):
+    monkeypatch.setattr(carmy, "_STORE_RETRY_S", (0, 0, 0))
+    r = StoreFailing(3)
+    assert carmy._record(r, {"a": 1}, carmy._json_dumps) == {"a": 1}
+    assert r.sent == [(carmy._carmy.STATUS_COMPLETED, b'{"a":1}')] * 4
+    assert not r.live
+
+
+def test_a_store_that_keeps_failing_raises_store_failed(monkeypatch):
+    """After the retries, the caller gets STORE_FAILED with the execution
+    id (the tool's exception as its context)."""
+    monkeypatch.setattr(carmy, "_STORE_RETRY_S", (0, 0, 0))
+    r = StoreFailing(99)
+    with pytest.raises(carmy.CarmyError) as e:
+        try:
+            raise ValueError("no stock")
+        except ValueError as exc:
+            carmy._finish_error(r, exc, carmy._json_dumps)
+    assert e.value.code == "STORE_FAILED"
+    assert e.value.execution_id == r.execution_id
+    assert isinstance(e.value.__context__, ValueError)
+    assert len(r.sent) == 4 and r.live
+
+
 def test_msgpack_serializer(client):
     @carmy.idempotent(client, tool="m", serializer="msgpack")
     def m(*, request_id):
