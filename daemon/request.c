@@ -232,6 +232,7 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 	struct server *sv = c->loop->sv;
 	struct store *s = sv->store;
 	uint32_t flags;
+	int rc;
 
 	if (c->owner != 0) {
 		conn_fail(c, CARMY_EPROTOCOL, "second HELLO");
@@ -264,10 +265,13 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 		flags |= WIRE_F_RESUMED;
 		log_info("owner %u (pid %d) is back from epoch %u", c->owner,
 			 (int)c->pid, m->u.hello.epoch);
-	} else if (store_new_owner(s, &c->owner) != 0 ||
-		   owners_add(c->owner, c) != 0) {
+	} else if ((rc = store_new_owner(s, &c->owner)) != 0 ||
+		   (rc = owners_add(c->owner, c)) != 0) {
 		c->owner = 0;
-		conn_fail(c, -ENOMEM, "cannot register owner");
+		conn_fail(c, -ENOMEM, rc == -EOVERFLOW ?
+			  "every owner id of this carmyd's epoch is handed "
+			  "out (about 4 billion connections): restart carmyd" :
+			  "cannot register owner");
 		return DROPPED;
 	}
 	log_debug("owner %u is pid %d", c->owner, (int)c->pid);
