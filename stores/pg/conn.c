@@ -2,10 +2,11 @@
  * conn.c - the PostgreSQL store's connection, made ready for requests:
  * the arguments, the connection and its defaults, the session's bounds,
  * the schema, the prepared statements, the instance's name held as a
- * session advisory lock (worker 0's), and the instance's generation. The
- * connection is non-blocking: every wait on the server, sending included,
- * is wait.c's, and bounded. At open (store_pg.c) and after every
- * reconnect (worker.c). Why each is as it is: the top of store_pg.c.
+ * session advisory lock (worker 0's) and each other connection's lock,
+ * and the instance's generation. The connection is non-blocking: every
+ * wait on the server, sending included, is wait.c's, and bounded. At open
+ * (store_pg.c) and after every reconnect (worker.c). Why each is as it
+ * is: the top of store_pg.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -561,14 +562,17 @@ int pg_setup_session(PGconn *c, char *err, size_t errlen)
 	return rc;
 }
 
-/* The statements, once the table is there. */
+/* The statements, once the table is there. Each waits for its answer
+ * as every statement does (wait.c): a server silent past the store's
+ * timeout fails it, and the open or the reconnect with it. */
 int pg_prepare_all(PGconn *c, char *err, size_t errlen)
 {
 	int rc = 0;
 
 	for (size_t i = 0; i < ST_COUNT && rc == 0; i++) {
-		PGresult *r = PQprepare(c, pg_stmts[i].name, pg_stmts[i].sql,
-					pg_stmts[i].nparams, pg_stmts[i].types);
+		PGresult *r = pg_prepare(c, pg_stmts[i].name, pg_stmts[i].sql,
+					 pg_stmts[i].nparams,
+					 pg_stmts[i].types);
 		char msg[256];
 
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -619,9 +623,9 @@ static uint64_t name_hash(const char *name)
 	return h;
 }
 
-/* The lock's one statement outside a pipeline: 0, -EBUSY (its holder
+/* A lock's one statement outside a pipeline: 0, -EBUSY (its holder
  * would not let go of it in time), or -EIO with a sentence in err. */
-static int name_sql(struct pg_worker *s, const char *sql, PGresult **out,
+static int lock_sql(struct pg_worker *s, const char *sql, PGresult **out,
 		    char *err, size_t errlen)
 {
 	PGresult *r = pg_exec(s->conn, sql);
@@ -634,7 +638,7 @@ static int name_sql(struct pg_worker *s, const char *sql, PGresult **out,
 		rc = state != NULL && strcmp(state, "55P03") == 0 ? -EBUSY :
 		     -EIO;
 		if (rc == -EIO)
-			snprintf(err, errlen, "cannot take the advisory lock "
+			snprintf(err, errlen, "cannot take an advisory lock "
 				 "of instance %s: %s", s->instance,
 				 pg_pq_error(r ? PQresultErrorMessage(r) :
 					     PQerrorMessage(s->conn), msg,
@@ -650,21 +654,18 @@ static int name_sql(struct pg_worker *s, const char *sql, PGresult **out,
 }
 
 /*
- * Hold the instance's name for this session: 0, -EBUSY (with the sentence
- * in err) while another session holds it, -EIO if the server would not
- * say. After a reconnect, a holder that sits idle is a live carmyd:
- * refused at once. One in the middle of something may be the backend of a
- * carmyd that died, to notice only at the end of its statement; at open,
- * an idle one may be the backend of a carmyd that just stopped, still
- * exiting: those are waited for up to wait (an interval literal; a session
- * lock taken in a transaction outlives it), unless wait is NULL. The
- * holder is told by the key as pg_locks shows it: high half in classid,
- * low half in objid, objsubid 1.
+ * Hold the session advisory lock h for this session: 0, -EBUSY while
+ * another session holds it, -EIO (with a sentence in err) if the server
+ * would not say. A holder that sits idle is refused at once unless
+ * wait_idle; one in the middle of something (or, with wait_idle, any) is
+ * waited for up to wait (an interval literal; a session lock taken in a
+ * transaction outlives it), unless wait is NULL. The holder is told by
+ * the key as pg_locks shows it: high half in classid, low half in objid,
+ * objsubid 1.
  */
-int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
-		 char *err, size_t errlen)
+static int take_lock(struct pg_worker *s, uint64_t h, const char *wait,
+		     bool wait_idle, char *err, size_t errlen)
 {
-	uint64_t h = name_hash(s->instance);
 	char sql[640];
 	PGresult *r = NULL;
 	bool got, idle;
@@ -678,33 +679,88 @@ int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
 		 " l.objid = %" PRIu32 " AND l.objsubid = 1 AND l.granted AND"
 		 " a.state = 'idle')", (int64_t)h, (uint32_t)(h >> 32),
 		 (uint32_t)h);
-	rc = name_sql(s, sql, &r, err, errlen);
+	rc = lock_sql(s, sql, &r, err, errlen);
 	if (rc == 0 && (PQresultStatus(r) != PGRES_TUPLES_OK ||
 			PQntuples(r) != 1 || PQnfields(r) != 2)) {
-		snprintf(err, errlen, "cannot take the advisory lock of "
+		snprintf(err, errlen, "cannot take an advisory lock of "
 			 "instance %s: unexpected answer", s->instance);
 		rc = -EIO;
 	}
 	if (rc == 0) {
 		got = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 		idle = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
-		/* At open, even an idle holder is waited for: the backend
-		 * of a carmyd that just stopped (a restart) can still look
-		 * idle while it exits. */
-		if (!got && ((idle && !at_open) || wait == NULL)) {
+		if (!got && ((idle && !wait_idle) || wait == NULL)) {
 			rc = -EBUSY;
 		} else if (!got) {
 			snprintf(sql, sizeof(sql), "BEGIN; SET LOCAL "
 				 "lock_timeout = %s; SELECT pg_advisory_lock("
 				 "%" PRId64 "); COMMIT", wait, (int64_t)h);
-			rc = name_sql(s, sql, NULL, err, errlen);
+			rc = lock_sql(s, sql, NULL, err, errlen);
 		}
 	}
 	PQclear(r);
+	return rc;
+}
+
+/*
+ * Hold the instance's name for this session (worker 0's): 0, -EBUSY
+ * (with the sentence in err) while another session holds it, -EIO if the
+ * server would not say. After a reconnect, a holder that sits idle is a
+ * live carmyd: refused at once. One in the middle of something may be
+ * the backend of a carmyd that died, to notice only at the end of its
+ * statement; at open, an idle one may be the backend of a carmyd that
+ * just stopped (a restart), still exiting though it looks idle: those
+ * are waited for up to wait, unless wait is NULL.
+ */
+int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
+		 char *err, size_t errlen)
+{
+	int rc = take_lock(s, name_hash(s->instance), wait, at_open, err,
+			   errlen);
+
 	if (rc == -EBUSY)
 		snprintf(err, errlen, "another carmyd is running as instance "
 			 "%s on this database (give each its own "
 			 "instance=NAME)", s->instance);
+	return rc;
+}
+
+/* The key of worker s's connection lock: the name's hash, with a seed of
+ * its own, this open's generation and the worker's index. */
+static uint64_t conn_key(const struct pg_worker *s)
+{
+	uint64_t h = name_hash(s->instance) ^ 0x436172436f6e6e00u; /* "CarConn" */
+	uint64_t gen = (uint64_t)s->store->gen;
+
+	for (int i = 0; i < 8; i++) {
+		h ^= (uint8_t)(gen >> (8 * i));
+		h *= 1099511628211u;
+	}
+	for (int i = 0; i < 4; i++) {
+		h ^= (uint8_t)(s->index >> (8 * i));
+		h *= 1099511628211u;
+	}
+	return h;
+}
+
+/*
+ * Hold worker s's connection lock (the workers but 0, which holds the
+ * name): 0, -EBUSY (with the sentence in err) while another session
+ * holds it, -EIO if the server would not say. Its key is this open's
+ * and this worker's alone, so the one holder it can meet is the backend
+ * of the worker's own previous connection, which lets it go as it exits:
+ * idle or busy, it is waited for up to wait, unless wait is NULL.
+ */
+int pg_take_conn_lock(struct pg_worker *s, const char *wait, char *err,
+		      size_t errlen)
+{
+	int rc = take_lock(s, conn_key(s), wait, true, err, errlen);
+
+	if (rc == -EBUSY)
+		snprintf(err, errlen, "the backend of connection %u's "
+			 "previous session has not ended (a transaction of it "
+			 "may yet commit): its requests wait for it",
+			 s->index);
 	return rc;
 }
 

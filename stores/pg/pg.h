@@ -51,10 +51,11 @@
 #define WITHDRAW_MAX 1024	/* RESERVEs remembered to withdraw */
 #define HOLD_MAX 256		/* COMPLETEs held at once (worker.c) */
 /* How long open waits for the instance's name, and the first try after a
- * reconnect (which holds up the worker): the backend of a carmyd that
- * stopped or died lets it go as it exits, once it has noticed, at the end
- * of the statement it was running (a kill -9 in the middle of a batch),
- * and so does the backend of this one's lost connection. */
+ * reconnect (which holds up the worker) for the name or the connection's
+ * lock: the backend of a carmyd that stopped or died lets it go as it
+ * exits, once it has noticed, at the end of the statement it was running
+ * (a kill -9 in the middle of a batch), and so does the backend of this
+ * one's lost connection. */
 #define NAME_WAIT_OPEN "'10s'"
 #define NAME_WAIT "'2s'"
 /* How long a server may stay silent while it owes an answer before it is
@@ -135,6 +136,13 @@ struct slot {
 	bool kept;			/* RESERVE taken: standing holds the
 					 * row, pointing into a result in
 					 * pg_worker.held */
+	bool alone;			/* the store's copy of a COMPLETE
+					 * (worker.c: hold()): a statement of
+					 * its own, never in a set, so that a
+					 * failure names it or not */
+	bool blamed;			/* a statement that carried it failed,
+					 * or was answered out of step, in a
+					 * run of this batch (read.c) */
 	uint64_t until_ms;		/* a held COMPLETE: answered failed
 					 * from then on (CLOCK_MONOTONIC) */
 	int kind;			/* send.c's grouping kind, noted while
@@ -193,8 +201,10 @@ struct pg_worker {
 	pthread_t thread;
 	/* The worker's own: */
 	bool session;		/* connected, session set up */
-	bool named;		/* and holding the name (worker 0; the
-				 * others have no name to hold) */
+	bool named;		/* and holding its lock: the instance's
+				 * name (worker 0), or the connection's
+				 * own (the others: conn.c,
+				 * pg_take_conn_lock()) */
 	int down;		/* 0, or why requests fail (said on stderr) */
 	uint64_t retry_ms;	/* no reconnect before (CLOCK_MONOTONIC) */
 	unsigned backoff_ms;	/* the interval that led to it */
@@ -257,14 +267,16 @@ void pg_free_arrays(struct pg_worker *s);
 int pg_read_batch(struct pg_worker *s);
 int pg_read_to_sync(struct pg_worker *s, int rc);
 
-/* wait.c: PQgetResult() and PQexec() with every wait, for the answer and
- * for the socket to take what libpq holds to send (the connection is
- * non-blocking), bounded by pg_answer_ms of silence (timeout= in the
- * ARGS; one for the process). */
+/* wait.c: PQgetResult(), PQexec() and PQprepare() with every wait, for
+ * the answer and for the socket to take what libpq holds to send (the
+ * connection is non-blocking), bounded by pg_answer_ms of silence
+ * (timeout= in the ARGS; one for the process). */
 extern unsigned pg_answer_ms;
 void pg_await(PGconn *c);
 PGresult *pg_get_result(PGconn *c);
 PGresult *pg_exec(PGconn *c, const char *sql);
+PGresult *pg_prepare(PGconn *c, const char *name, const char *sql,
+		     int nparams, const Oid *types);
 
 /* conn.c */
 int pg_parse_args(const char *args, char *instance, unsigned *connections,
@@ -277,6 +289,8 @@ int pg_setup_session(PGconn *c, char *err, size_t errlen);
 int pg_prepare_all(PGconn *c, char *err, size_t errlen);
 int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
 		 char *err, size_t errlen);
+int pg_take_conn_lock(struct pg_worker *s, const char *wait, char *err,
+		      size_t errlen);
 int64_t pg_fence_key(const char *instance);
 int pg_new_generation(struct pg_worker *s, char *err, size_t errlen);
 

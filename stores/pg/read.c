@@ -13,7 +13,9 @@
  * The run committed if every statement succeeded and the sync came with
  * nothing before it (a commit that fails at the sync says so first).
  */
+#include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -127,6 +129,14 @@ int pg_read_to_sync(struct pg_worker *s, int rc)
 	return to_sync(s, rc);
 }
 
+/* Every slot st carried: its statement failed, or was answered out of
+ * step (slot.blamed). */
+static void blame(const struct step *st)
+{
+	for (uint32_t k = 0; k < st->count; k++)
+		st->sl[k]->blamed = true;
+}
+
 /* A statement of s->steps answered: judged, or why the run fails. A
  * set-based one that timed out cannot name its culprit: the batch runs
  * singly from then on (pg_worker.single). */
@@ -141,12 +151,15 @@ static int read_step(struct pg_worker *s, const struct step *st)
 			s->single = true;
 		else if (rc == WAITED)
 			s->culprit = st->sl[0];
+		else if (rc == -EIO || rc == ASKEW)
+			blame(st);
 		return rc;
 	}
 	rc = st->set ? pg_judge_set(s, st, r) : pg_judge(s, st->sl[0], r);
 	if (rc == 0)
 		return 0;
 	/* The server ran the statement and may commit it at the sync. */
+	blame(st);
 	snprintf(s->why, sizeof(s->why), "a statement's answer was not of "
 		 "the shape it sends");
 	return ASKEW;

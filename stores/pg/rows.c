@@ -170,15 +170,18 @@ int pg_decode_row(const PGresult *r, int row, int base,
 /* RESERVE, row row of r, its columns from base: inserted, its own row,
  * taken, an exec id another identity holds, or look again. sl->kept when
  * taken: sl->standing points into r, which must be kept. Its own: this
- * exec and this instance; a row of another instance with req's exec id (a
- * client named it) is a row like any other. -EIO if the statement's own
- * flags are not booleans: an answer out of step with the statement (a
- * standing row this store would not have written is -EBADMSG, its
- * answer). */
+ * exec and this instance, told before the rest of the row is read (a
+ * RESERVE run again after its commit was lost recorded that row, and is
+ * answered so, whatever else the row reads); a row of another instance
+ * with req's exec id (a client named it) is a row like any other. -EIO if
+ * the statement's own flags are not booleans: an answer out of step with
+ * the statement (a standing row this store would not have written is
+ * -EBADMSG, its answer). */
 static int judge_reserve(struct slot *sl, const PGresult *r, int row,
 			 int base)
 {
 	int64_t inserted, found, mine, used;
+	uint8_t exec[16];
 
 	sl->kept = false;
 	if (get_int(r, row, base, 1, 0, 1, &inserted) ||
@@ -192,12 +195,12 @@ static int judge_reserve(struct slot *sl, const PGresult *r, int row,
 		sl->rc = -EEXIST;	/* UNIQUE (exec), not the identity */
 	} else if (!found) {
 		sl->again = sl->full = true;
+	} else if (mine && get_id16(r, row, base + 4 + C_EXEC, exec) == 0 &&
+		   memcmp(exec, sl->req->rec->exec, 16) == 0) {
+		sl->rc = 0;
 	} else if ((sl->rc = pg_decode_row(r, row, base + 4,
 					   &sl->standing)) != 0) {
 		/* damage stands for the identity: nothing recorded */
-	} else if (mine &&
-		   memcmp(sl->standing.exec, sl->req->rec->exec, 16) == 0) {
-		sl->rc = 0;
 	} else if (sl->req->taken == NULL) {
 		sl->rc = -EEXIST;
 	} else {
@@ -239,6 +242,15 @@ static bool settles(const struct carmy_store_req *req)
 	return req->op == CARMY_STORE_COMPLETE ||
 	       (req->op == CARMY_STORE_RESOLVE &&
 		req->rec->state == CARMY_STORE_COMPLETED);
+}
+
+/* The columns of req's full statement's answer (conn.c: RESERVE_SQL,
+ * SETTLE_SQL), a set-based one's after its ordinal: the four flags, and
+ * for a RESERVE the standing row's ROW_COLS. Any other number is an
+ * answer out of step, not a row to read. */
+static int full_cols(const struct carmy_store_req *req)
+{
+	return req->op == CARMY_STORE_RESERVE ? 4 + C_NCOLS : 4;
 }
 
 /* Row row of r, columns from base, for sl (sl->kept if it keeps r): 0,
@@ -284,7 +296,7 @@ int pg_judge(struct pg_worker *s, struct slot *sl, PGresult *r)
 	}
 	if (req->op == CARMY_STORE_RESERVE || settles(req)) {
 		if (PQresultStatus(r) != PGRES_TUPLES_OK ||
-		    PQntuples(r) != 1 || PQnfields(r) < 4 ||
+		    PQntuples(r) != 1 || PQnfields(r) != full_cols(req) ||
 		    judge_row(sl, r, 0, 0) != 0) {
 			PQclear(r);
 			return -EIO;
@@ -343,7 +355,8 @@ int pg_judge_set(struct pg_worker *s, const struct step *st, PGresult *r)
 		return judge_plain_set(st, r);
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK ||
-	    PQntuples(r) != (int)st->count || PQnfields(r) < 5) {
+	    PQntuples(r) != (int)st->count ||
+	    PQnfields(r) != 1 + full_cols(st->sl[0]->req)) {
 		PQclear(r);
 		return -EIO;
 	}

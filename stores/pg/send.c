@@ -9,10 +9,11 @@
  * RESERVEs, and consecutive settles (COMPLETE, RESOLVE as committed), go
  * as one set-based statement (conn.c: ST_RESERVES, ST_SETTLES) whose
  * parameters are arrays, an element a request; a group under SET_MIN,
- * every other request, and every request once the batch runs singly
- * (pg_worker.single), as a statement of its own. A RESERVE or settle,
- * alone or in a group, goes in its bare form (the ST_*_PLAIN statements;
- * step.plain for a group) until a run finds it took nothing (slot.full).
+ * every other request, the store's copy of a COMPLETE (slot.alone), and
+ * every request once the batch runs singly (pg_worker.single), as a
+ * statement of its own. A RESERVE or settle, alone or in a group, goes in
+ * its bare form (the ST_*_PLAIN statements; step.plain for a group) until
+ * a run finds it took nothing (slot.full).
  * The statements sent are listed in s->steps for read.c. Every value is
  * a bound parameter, bytea and integers in binary.
  */
@@ -400,7 +401,7 @@ static void make_steps(struct pg_worker *s, size_t n)
 		w = weight(sl->req);
 		s->live[nlive] = sl;
 		if (open != NULL && k == open_kind && !s->single &&
-		    bytes + w <= SET_BYTES_MAX) {
+		    !sl->alone && bytes + w <= SET_BYTES_MAX) {
 			open->count++;
 			bytes += w;
 		} else {
@@ -409,7 +410,7 @@ static void make_steps(struct pg_worker *s, size_t n)
 			open->count = 1;
 			open_kind = k;
 			bytes = w;
-			if (k == K_OTHER)
+			if (k == K_OTHER || sl->alone)
 				open = NULL;
 		}
 		nlive++;

@@ -32,14 +32,13 @@
  * taken at open, where another carmyd of the name makes open fail, and
  * taken again after every reconnect before any request runs on it; while
  * another session holds it, its requests fail (-EBUSY). The other
- * connections hold no lock: the fence below keeps them in step. A holder
- * busy with a statement
- * may be the backend of a carmyd that died (kill -9 mid-batch) and has not
- * noticed yet, and one idle at open the backend of a carmyd that just
- * stopped, still exiting: open waits up to 10 s for the name to be let go
- * (a live carmyd holding it costs a second one 10 s, then a refusal); the
- * first try after a reconnect waits 2 s for a busy holder and refuses an
- * idle one, a live carmyd, at once. A
+ * connections do not hold the name: the fence below keeps them in step.
+ * A holder busy with a statement may be the backend of a carmyd that died
+ * (kill -9 mid-batch) and has not noticed yet, and one idle at open the
+ * backend of a carmyd that just stopped, still exiting: open waits up to
+ * 10 s for the name to be let go (a live carmyd holding it costs a second
+ * one 10 s, then a refusal); the first try after a reconnect waits 2 s
+ * for a busy holder and refuses an idle one, a live carmyd, at once. A
  * carmyd that comes back after a reboot must keep its name to find its
  * executions again.
  *
@@ -187,6 +186,20 @@
  * disjoint identities, so they never wait on each other's inserts; the
  * rows their other statements touch are by exec id, disjoint too.
  *
+ * A lost connection's backend may outlive it: a transaction of it
+ * stalled in its commit (waiting for a synchronous standby, or for its
+ * flush) can still commit after the worker has reconnected, and a
+ * withdrawal run on the new connection meanwhile would find no row, be
+ * forgotten, and leave the row that lands after it running for good. So
+ * each connection holds a session advisory lock, which its backend lets
+ * go only as it exits, and a worker runs nothing on a new connection
+ * before it holds that lock again: worker 0's is the name (above), each
+ * other's a key of its own (conn.c: pg_take_conn_lock(), from the name,
+ * this open's generation and the worker's index: no other open of the
+ * name meets it). The first try waits NAME_WAIT for the old backend;
+ * then the worker's requests fail (-EBUSY) until it has gone, each batch
+ * trying again.
+ *
  * Waits are bounded. A RESERVE waits for any uncommitted insert or delete
  * of its identity, and the worker with it: an operator's open
  * transaction, or another instance frozen mid-batch, would stall every
@@ -225,9 +238,12 @@
  *
  * A server that cannot be reached fails the batch (-ECONNREFUSED): the
  * store keeps answering failures until it can record, and never pretends.
- * A reconnect blocks the worker up to connect_timeout, so after one fails
- * the batches that follow are failed at once, without trying, for a
- * backoff interval (200 ms, doubling to 2 s) before the next attempt.
+ * A reconnect blocks the worker up to connect_timeout, and each statement
+ * that sets the new session up (its settings, its prepared statements)
+ * up to the store's timeout of silence, as every statement (wait.c), so
+ * after one fails the batches that follow are failed at once, without
+ * trying, for a backoff interval (200 ms, doubling to 2 s) before the
+ * next attempt.
  *
  * An outcome unknown, then no connection (or answers out of step every
  * time): a RESERVE answered with a failure may still have committed, and
@@ -248,11 +264,19 @@
  * backoff when nothing else is queued) until the database answers;
  * carmyd's request is held up to the store's timeout, then answered failed
  * while the store's own copy is sent until the database takes it
- * (worker.c: hold()).
+ * (worker.c: hold()): a batch failed by another request's statement
+ * holds it again; only its own statement, refused or answered out of
+ * step by a working database, ends it, said on stderr. The copy goes as
+ * a statement of its own, never in a set, so that a failure names it or
+ * not.
  *
  * Every value read back is untrusted: a row that is not what this store
  * writes (lengths, states, ranges) fails load() with -EBADMSG, and a
- * RESERVE that finds one standing fails -EBADMSG.
+ * RESERVE that finds one standing fails -EBADMSG; but a RESERVE run again
+ * that finds its own row (its exec id and this instance, read before the
+ * rest) is recorded, whatever else the row reads: its reservation stands.
+ * An answer with more or fewer columns than its statement sends is an
+ * answer out of step, not a row to read.
  *
  * This file is the plugin's entry: carmy_store_plugin, open, load, submit
  * (and its routing) and close. The workers and what they call live in the
@@ -269,6 +293,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -299,17 +324,23 @@ const struct carmy_store_ops carmy_store_plugin = {
 
 /* ---------------------------------------------------------------- API */
 
-/* A worker's arrays, lock and queue; no connection yet. */
+/* A worker's arrays, lock and queue; no connection yet. Its timed
+ * waits (worker.c: wait_for_work()) are on CLOCK_MONOTONIC, which no
+ * step of the wall clock moves. */
 static int worker_init(struct pg_store *s, unsigned i)
 {
 	struct pg_worker *w = &s->w[i];
+	pthread_condattr_t attr;
 
 	w->store = s;
 	w->instance = s->instance;
 	w->index = i;
 	w->tail = &w->head;
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->wake, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->wake, &attr);
+	pthread_condattr_destroy(&attr);
 	w->slots = calloc(BATCH_MAX, sizeof(*w->slots));
 	w->order = calloc(BATCH_MAX, sizeof(*w->order));
 	w->wd = calloc(WITHDRAW_MAX, sizeof(*w->wd));
@@ -323,7 +354,8 @@ static int worker_init(struct pg_store *s, unsigned i)
 }
 
 /* Worker 0's connection: the name, the schema, a new generation (before
- * load(), which runs on it); then each other worker's. */
+ * load(), which runs on it); then each other worker's, with its lock
+ * (its key is this generation's: nobody holds it yet). */
 static int connect_all(struct pg_store *s, const char *conninfo, char *err,
 		       size_t errlen)
 {
@@ -346,6 +378,8 @@ static int connect_all(struct pg_store *s, const char *conninfo, char *err,
 			rc = pg_setup_session(s->w[i].conn, err, errlen);
 		if (rc == 0)
 			rc = pg_prepare_all(s->w[i].conn, err, errlen);
+		if (rc == 0)
+			rc = pg_take_conn_lock(&s->w[i], NULL, err, errlen);
 	}
 	return rc;
 }

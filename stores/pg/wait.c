@@ -110,13 +110,12 @@ PGresult *pg_get_result(PGconn *c)
 	return PQgetResult(c);
 }
 
-PGresult *pg_exec(PGconn *c, const char *sql)
+/* The results of the command just sent, as PQexec() would give them:
+ * the last result, but the first failure stands. */
+static PGresult *last_result(PGconn *c)
 {
 	PGresult *last = NULL, *r;
 
-	if (!PQsendQuery(c, sql))
-		return NULL;	/* PQerrorMessage() says why */
-	/* As PQexec(): the last result, but the first failure stands. */
 	while ((r = pg_get_result(c)) != NULL) {
 		if (last != NULL && PQresultStatus(last) == PGRES_FATAL_ERROR) {
 			PQclear(r);
@@ -126,4 +125,19 @@ PGresult *pg_exec(PGconn *c, const char *sql)
 		last = r;
 	}
 	return last;
+}
+
+PGresult *pg_exec(PGconn *c, const char *sql)
+{
+	if (!PQsendQuery(c, sql))
+		return NULL;	/* PQerrorMessage() says why */
+	return last_result(c);
+}
+
+PGresult *pg_prepare(PGconn *c, const char *name, const char *sql,
+		     int nparams, const Oid *types)
+{
+	if (!PQsendPrepare(c, name, sql, nparams, types))
+		return NULL;	/* PQerrorMessage() says why */
+	return last_result(c);
 }

@@ -50,6 +50,7 @@ static size_t take_held(struct pg_worker *s)
 		s->slots[i].unsure = true;
 		s->slots[i].full = true;	/* most likely committed */
 		s->slots[i].until_ms = s->hold[i].until_ms;
+		s->slots[i].alone = s->hold[i].until_ms == UINT64_MAX;
 	}
 	s->nhold = 0;
 	return n;
@@ -87,14 +88,10 @@ static void wait_for_work(struct pg_worker *s)
 	}
 	if (next <= now)
 		return;
-	/* s->wake runs on CLOCK_REALTIME: the same interval from now. */
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += (time_t)((next - now) / 1000u);
-	dl.tv_nsec += (long)((next - now) % 1000u) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	/* s->wake runs on CLOCK_MONOTONIC (store_pg.c: worker_init()), as
+	 * next does: a step of the wall clock moves neither. */
+	dl.tv_sec = (time_t)(next / 1000u);
+	dl.tv_nsec = (long)(next % 1000u) * 1000000L;
 	pthread_cond_timedwait(&s->wake, &s->lock, &dl);
 }
 
@@ -178,10 +175,11 @@ static void let_go_name(struct pg_worker *s)
 }
 
 /*
- * The connection, working, set up and holding the instance's name, for a
- * batch: 0, or why not (s->why says more). After a failed reconnect,
- * batches fail at once until the backoff has passed: each attempt blocks
- * the worker up to connect_timeout.
+ * The connection, working, set up and holding its lock (the instance's
+ * name, or the connection's), for a batch: 0, or why not (s->why says
+ * more). After a failed reconnect, batches fail at once until the backoff
+ * has passed: each attempt blocks the worker up to connect_timeout, and
+ * each statement of its setup up to the store's timeout (wait.c).
  */
 static int ready(struct pg_worker *s)
 {
@@ -212,13 +210,20 @@ static int ready(struct pg_worker *s)
 	}
 	/* Never a request without the name: another carmyd holding it
 	 * would take this one's running executions for interrupted ones.
-	 * Waited for on a new connection (this instance's old backend may
-	 * still be letting it go), only tried after that. Worker 0 holds
-	 * it; the others' batches are fenced (carmy_fence()), as are
-	 * worker 0's. */
-	if (rc == 0 && !s->named && s->index == 0) {
-		rc = pg_take_name(s, fresh ? NAME_WAIT : NULL, false, err,
-				  sizeof(err));
+	 * Worker 0 holds it; the others' batches are fenced (carmy_fence()),
+	 * as are worker 0's. Nor on a new connection while the backend of
+	 * the old one lives: a transaction of it stalled in its commit
+	 * could commit after this connection's withdrawal found nothing to
+	 * delete. Worker 0's old backend holds the name, each other's its
+	 * connection's lock, until it exits. Either is waited for on a new
+	 * connection (the old backend may still be letting it go), only
+	 * tried after that. */
+	if (rc == 0 && !s->named) {
+		rc = s->index == 0 ?
+		     pg_take_name(s, fresh ? NAME_WAIT : NULL, false, err,
+				  sizeof(err)) :
+		     pg_take_conn_lock(s, fresh ? NAME_WAIT : NULL, err,
+				       sizeof(err));
 		if (rc == 0)
 			s->named = true;
 		else if (rc != -EBUSY)
@@ -445,9 +450,13 @@ static bool hold(struct pg_worker *s, struct slot *sl, int rc)
 	if (!sl->unsure || req->op != CARMY_STORE_COMPLETE || s->closing ||
 	    __atomic_load_n(&s->store->fenced, __ATOMIC_ACQUIRE))
 		return false;
-	/* A copy is sent again for want of a connection, not into a
-	 * database that fails its batch (it could be why). */
-	if (req->done == kept_done && rc == -EIO && s->session)
+	/* A copy is sent again for want of a connection, and after a batch
+	 * that failed for another request's sake; not once a database that
+	 * works has failed its own statement or answered it out of step
+	 * (it could be why, and would fail every batch it rides in). It
+	 * goes as a statement of its own (slot.alone): a failure names it
+	 * or not. */
+	if (req->done == kept_done && rc == -EIO && s->session && sl->blamed)
 		return false;
 	execid_format(exec_text, req->rec->exec);
 	if (s->nhold == HOLD_MAX) {

@@ -61,15 +61,17 @@ static PGconn *db;		/* the test's own connection */
 
 /* ------------------------------------------------------------ helpers */
 
-/* Fault injection: the plugin's PQcmdTuples() and PQgetisnull() are
- * these (the program exports them, -Wl,--export-dynamic-symbol, and comes
- * first in the lookup order). While skewed_tags is above 0, a command
- * tag's row count reads "2"; while skewed_nulls is, the column
- * (skewed_row, skewed_col) of a result reads NULL: answers no statement
- * of the store gives, read after the server ran the statement. Each skew
- * is taken once; setup() clears them. Only the store reads these while
- * a skew is set: the test waits for its answer meanwhile. */
-static int skewed_tags, skewed_nulls, skewed_row, skewed_col;
+/* Fault injection: the plugin's PQcmdTuples(), PQgetisnull() and
+ * PQnfields() are these (the program exports them,
+ * -Wl,--export-dynamic-symbol, and comes first in the lookup order).
+ * While skewed_tags is above 0, a command tag's row count reads "2";
+ * while skewed_nulls is, the column (skewed_row, skewed_col) of a result
+ * reads NULL; while skewed_fields is, a result has one column more than
+ * it has: answers no statement of the store gives, read after the server
+ * ran the statement. Each skew is taken once; setup() clears them. Only
+ * the store reads these while a skew is set: the test waits for its
+ * answer meanwhile. */
+static int skewed_tags, skewed_nulls, skewed_row, skewed_col, skewed_fields;
 
 static bool take_skew(int *left)
 {
@@ -121,6 +123,15 @@ int PQgetisnull(const PGresult *res, int row, int col)
 	return real(res, row, col);
 }
 
+int PQnfields(const PGresult *res)
+{
+	static void *fn;
+	int (*real)(const PGresult *);
+
+	*(void **)&real = next_fn(&fn, "PQnfields");
+	return real(res) + take_skew(&skewed_fields);
+}
+
 /* The next read of column col of row row of a result is NULL. */
 static void skew_null_at(int row, int col)
 {
@@ -132,7 +143,8 @@ static void skew_null_at(int row, int col)
 static int skews_left(void)
 {
 	return __atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE) +
-	       __atomic_load_n(&skewed_nulls, __ATOMIC_ACQUIRE);
+	       __atomic_load_n(&skewed_nulls, __ATOMIC_ACQUIRE) +
+	       __atomic_load_n(&skewed_fields, __ATOMIC_ACQUIRE);
 }
 
 static PGconn *db_connect(const char *extra)
@@ -177,6 +189,7 @@ static void setup(void)
 {
 	__atomic_store_n(&skewed_tags, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&skewed_nulls, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&skewed_fields, 0, __ATOMIC_RELEASE);
 	conninfo = getenv("PG_CONNINFO");
 	ck_assert_msg(conninfo != NULL && conninfo[0] != '\0',
 		      "PG_CONNINFO is not set: run tests/stores/store_pg.test");
@@ -1076,6 +1089,52 @@ START_TEST(test_answers_out_of_step_every_time_fail_the_batch)
 }
 END_TEST
 
+/* A reservation run again after a run that may have committed (its
+ * answer out of step) finds its own row: recorded, told by its exec id
+ * and instance before the rest of the row is read. A column of that row
+ * read back damaged (NULL, here: its principal, after the statement's
+ * four flags) does not answer it failed while its row stands. */
+START_TEST(test_a_reservation_run_again_knows_its_own_row_whatever_else_it_reads)
+{
+	void *a = open_one("a", "");
+	struct ex x;
+
+	make_ex(&x, "p", "own-damaged");
+	__atomic_store_n(&skewed_tags, 1, __ATOMIC_RELEASE);
+	skew_null_at(0, 4);
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ck_assert_int_eq(__atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE), 0);
+	__atomic_store_n(&skewed_nulls, 0, __ATOMIC_RELEASE);
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_RUNNING), 1);
+	ops->close(a);
+}
+END_TEST
+
+/* A full statement's answer with a column more than the statement sends
+ * is out of step, not a row to read: a reservation answered so on every
+ * run fails as a batch out of step every time does, and its row, which
+ * its first run committed, is withdrawn at the head of the next
+ * transaction. (Two skews: as many reads of the width as the answer
+ * gets.) */
+START_TEST(test_an_answer_of_another_width_is_out_of_step)
+{
+	void *a = open_one("a", "");
+	struct ex x, u;
+
+	make_ex(&x, "p", "wide");
+	__atomic_store_n(&skewed_tags, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&skewed_fields, 2, __ATOMIC_RELEASE);
+	ck_assert_int_eq(reserve(a, &x, NULL), -EIO);
+	ck_assert_int_eq(__atomic_load_n(&skewed_tags, __ATOMIC_ACQUIRE), 0);
+	__atomic_store_n(&skewed_fields, 0, __ATOMIC_RELEASE);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 1);
+	make_ex(&u, "p", "after-wide");
+	ck_assert_int_eq(reserve(a, &u, NULL), 0);
+	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
+	ops->close(a);
+}
+END_TEST
+
 START_TEST(test_complete_is_idempotent_and_never_overwrites_a_result)
 {
 	void *a = open_as("a", "");
@@ -1861,6 +1920,81 @@ START_TEST(test_a_table_locked_throughout_fails_requests_until_it_is_free)
 	ck_assert_int_eq(rows_of_exec(db, x.exec), 0);
 	make_ex(&x, "p", "locked");
 	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	ops->close(a);
+}
+END_TEST
+
+/* An open in a thread of its own, to be waited for with a deadline. */
+struct opening {
+	const char *args;
+	void *st;
+	int rc;
+	char err[512];
+};
+
+static void *opening_thread(void *arg)
+{
+	struct opening *o = arg;
+
+	o->rc = ops->open(o->args, &o->st, o->err, sizeof(o->err));
+	return NULL;
+}
+
+/* A server that does not answer while a connection's statements are
+ * prepared (here: each waits on a table locked throughout, the session
+ * with no lock_timeout or statement_timeout to end the wait) costs the
+ * open, or the reconnect, the store's timeout=, not the worker for ever:
+ * the open fails, the request fails, and the store is back once the
+ * server answers. */
+START_TEST(test_prepares_without_an_answer_fail_open_and_reconnect_in_bounded_time)
+{
+	struct opening o = { 0 };
+	char args[1024], err[512] = "";
+	struct timespec dl;
+	struct waiter w;
+	void *a = NULL;
+	time_t end;
+	struct ex x;
+	pthread_t t;
+	int rc;
+
+	snprintf(args, sizeof(args), "instance=a connections=1 timeout=1 %s "
+		 "options='-c lock_timeout=0 -c statement_timeout=0' "
+		 "application_name=prepare-test", conninfo);
+	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
+		      err);
+	make_ex(&x, "p", "before-the-lock");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	sql(db, "BEGIN");
+	sql(db, "LOCK TABLE carmy_executions IN ACCESS EXCLUSIVE MODE");
+
+	/* The worker's reconnect: */
+	terminate("prepare-test");
+	make_ex(&x, "p", "under-the-lock");
+	waiter_init(&w, CARMY_STORE_RESERVE, &x);
+	ops->submit(a, &w.req);
+	ck_assert_int_eq(wait_within(&w, BOUNDED_S), -EIO);
+	waiter_destroy(&w);
+
+	/* An open: */
+	o.args = args;
+	args[strlen("instance=")] = 'b';
+	ck_assert_int_eq(pthread_create(&t, NULL, opening_thread, &o), 0);
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += BOUNDED_S;
+	ck_assert_msg(pthread_timedjoin_np(t, NULL, &dl) == 0, "the open "
+		      "did not return within %d s", BOUNDED_S);
+	ck_assert_msg(o.rc == -EIO, "open: %d %s", o.rc, o.err);
+	ck_assert_ptr_null(o.st);
+
+	sql(db, "COMMIT");
+	end = time(NULL) + WAIT_S;
+	make_ex(&x, "p", "after-the-lock");
+	while ((rc = reserve(a, &x, NULL)) == -EIO)
+		ck_assert_msg(time(NULL) < end, "still -EIO after %d s",
+			      WAIT_S);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(rows_as(&x, "a", CARMY_STORE_RUNNING), 1);
 	ops->close(a);
 }
 END_TEST
@@ -2715,6 +2849,191 @@ START_TEST(test_a_completion_answered_failed_after_the_timeout_keeps_its_one_res
 }
 END_TEST
 
+/* What the completion of the test below rides with, for its done(). */
+static struct {
+	void *st;
+	PGconn *c;
+	const struct ex *x;
+	struct ex refused_ex;
+	struct waiter w, refused;
+} ride;
+
+/* The completion's done(), on the store's thread: answered failed, the
+ * store now keeps a copy of it, to run at the head of the next batch. Its
+ * row is set back to running (as if its commit had never landed), and a
+ * request whose statement the database refuses is queued: that next
+ * batch is the copy and it. */
+static void on_copied(struct carmy_store_req *req, int rc)
+{
+	const char *v[1] = { (const char *)ride.x->exec };
+	int len[1] = { 16 }, fmt[1] = { 1 };
+	PGresult *r;
+
+	if (rc != 0) {
+		__atomic_store_n(&skewed_nulls, 0, __ATOMIC_RELEASE);
+		r = PQexecParams(ride.c, "UPDATE carmy_executions SET state "
+				 "= 1, finished_ns = NULL, status = NULL, "
+				 "result_code = NULL, result = NULL WHERE exec "
+				 "= $1", 1, NULL, v, len, fmt, 0);
+		ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+		PQclear(r);
+		waiter_init(&ride.refused, CARMY_STORE_RESERVE,
+			    &ride.refused_ex);
+		ops->submit(ride.st, &ride.refused.req);
+	}
+	on_done(req, rc);
+}
+
+/* A completion out of step on every run up to the store's timeout= is
+ * answered failed, and the store sends its own copy until the database
+ * takes it: a batch that fails for another request's sake (an insert a
+ * trigger refuses) does not drop the copy, which runs again after the
+ * backoff and is recorded. */
+START_TEST(test_a_kept_completion_outlives_a_batch_another_request_failed)
+{
+	char args[1024], err[512] = "";
+	time_t end = time(NULL) + WAIT_S;
+	struct ex x;
+	void *a = NULL;
+
+	snprintf(args, sizeof(args), "instance=a connections=1 timeout=1 %s",
+		 conninfo);
+	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
+		      err);
+	sql(db, "CREATE OR REPLACE FUNCTION carmy_test_refuse() RETURNS "
+	    "trigger LANGUAGE plpgsql AS $$ BEGIN IF convert_from("
+	    "NEW.request_id, 'UTF8') LIKE 'refused-%' THEN RAISE EXCEPTION "
+	    "'refused'; END IF; RETURN NEW; END $$");
+	sql(db, "CREATE TRIGGER carmy_test_refuse BEFORE INSERT ON "
+	    "carmy_executions FOR EACH ROW EXECUTE FUNCTION "
+	    "carmy_test_refuse()");
+	make_ex(&x, "p", "kept");
+	ck_assert_int_eq(reserve(a, &x, NULL), 0);
+	make_ex(&ride.refused_ex, "p", "refused-1");
+	ride.st = a;
+	ride.c = db_connect("");
+	ride.x = &x;
+	waiter_init(&ride.w, CARMY_STORE_COMPLETE, &x);
+	ride.w.req.done = on_copied;
+	/* Out of step on every run: the bare update's row count, then the
+	 * full statement's first flag (until on_copied()). */
+	__atomic_store_n(&skewed_tags, 1, __ATOMIC_RELEASE);
+	skew_null_at(0, 0);
+	__atomic_store_n(&skewed_nulls, INT32_MAX, __ATOMIC_RELEASE);
+	ops->submit(a, &ride.w.req);
+	ck_assert_int_eq(wait_done(&ride.w), -EIO);
+	ck_assert_int_eq(wait_done(&ride.refused), -EIO);
+	while (completed_with(db, x.exec, x.result, x.result_len) != 1) {
+		ck_assert_msg(time(NULL) < end, "the completion is not "
+			      "recorded after %d s", WAIT_S);
+		usleep(10000);
+	}
+	waiter_destroy(&ride.refused);
+	waiter_destroy(&ride.w);
+	PQfinish(ride.c);
+	ops->close(a);
+}
+END_TEST
+
+/* FNV-1a, 64 bits, of n bytes, from h: the store's routing hash. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= ((const uint8_t *)p)[i];
+		h *= 1099511628211u;
+	}
+	return h;
+}
+
+/* The worker, of n, that a RESERVE of x goes to (store_pg.c: route(): by
+ * its identity, each part's length in two bytes, big-endian, then its
+ * bytes), and the one any other request of x goes to (by its exec id). */
+static unsigned reserve_worker(const struct ex *x, unsigned n)
+{
+	const char *part[3] = { x->principal, "session", x->id };
+	uint64_t h = 14695981039346656037u;
+
+	for (int k = 0; k < 3; k++) {
+		size_t len = strlen(part[k]);
+		uint8_t b[2] = { (uint8_t)(len >> 8), (uint8_t)len };
+
+		h = fnv(h, b, 2);
+		h = fnv(h, part[k], len);
+	}
+	return (unsigned)(h % n);
+}
+
+static unsigned exec_worker(const struct ex *x, unsigned n)
+{
+	return (unsigned)(fnv(14695981039346656037u, x->exec, 16) % n);
+}
+
+/* With several connections, one lost while its transaction waits in its
+ * commit (for a synchronous standby that never answers, past the store's
+ * timeout=) is replaced, but nothing runs on the new one while the old
+ * backend lives: the reservation, reported failed, is withdrawn only once
+ * that transaction has ended, so that the row it commits then does not
+ * stand for good (a withdrawal run before would find nothing, and be
+ * forgotten). On worker 1: worker 0's old backend holds the name. */
+START_TEST(test_a_new_connection_runs_nothing_while_the_old_backend_lives)
+{
+	char args[1024], err[512] = "", id[32], q[160];
+	time_t end;
+	struct waiter w;
+	struct ex x, other;
+	PGconn *lost;
+	void *a = NULL;
+
+	sql(db, "SET synchronous_commit = local");	/* never waits */
+	sql(db, "DROP DATABASE IF EXISTS carmy_lost WITH (FORCE)");
+	sql(db, "CREATE DATABASE carmy_lost");
+	/* timeout= past the 2 s a new connection waits for its lock */
+	snprintf(args, sizeof(args), "instance=a connections=2 timeout=3 %s "
+		 "dbname=carmy_lost application_name=old-backend", conninfo);
+	ck_assert_msg(ops->open(args, &a, err, sizeof(err)) == 0, "open: %s",
+		      err);
+	lost = db_connect("dbname=carmy_lost");
+	for (int i = 0;; i++) {
+		snprintf(id, sizeof(id), "stalled-%d", i);
+		make_ex(&x, "p", id);
+		if (reserve_worker(&x, 2) == 1)
+			break;
+	}
+	do
+		make_ex(&other, "p", "released");
+	while (exec_worker(&other, 2) != 1);
+
+	standby_never_answers();
+	waiter_init(&w, CARMY_STORE_RESERVE, &x);
+	ops->submit(a, &w.req);
+	ck_assert_int_eq(wait_within(&w, BOUNDED_S), -EBUSY);
+	waiter_destroy(&w);
+	/* Still nothing on worker 1's new connection (a release that
+	 * deletes nothing commits without a standby): */
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &other, NULL),
+			 -EBUSY);
+
+	/* The old backend ends once its commit does: the row stands, and
+	 * only then goes. */
+	snprintf(q, sizeof(q), "SELECT (count(*) = 0)::int FROM "
+		 "pg_stat_activity WHERE pid = %ld", sql_long(db, "SELECT pid "
+		 "FROM pg_stat_activity WHERE datname = 'carmy_lost' AND "
+		 "wait_event = 'SyncRep'"));
+	sql(db, "ALTER SYSTEM RESET synchronous_standby_names");
+	sql(db, "SELECT pg_reload_conf()");
+	wait_until(db, q);
+	end = time(NULL) + WAIT_S;
+	while (rows_of_exec(lost, x.exec) != 0) {
+		ck_assert_msg(time(NULL) < end, "the row of %s stands", id);
+		usleep(10000);
+	}
+	ck_assert_int_eq(op_wait(a, CARMY_STORE_RELEASE, &other, NULL), 0);
+	PQfinish(lost);
+	ops->close(a);
+	sql(db, "DROP DATABASE carmy_lost WITH (FORCE)");
+}
+END_TEST
+
 /* The stopped server's processes, SIGCONT'd by teardown should a test
  * fail while they are stopped. */
 static pid_t stopped[2];
@@ -3520,6 +3839,8 @@ int main(void)
 	tcase_add_test(tc, test_answers_out_of_step_are_taken_as_may_have_committed);
 	tcase_add_test(tc, test_a_set_answer_out_of_step_keeps_nothing_of_it);
 	tcase_add_test(tc, test_answers_out_of_step_every_time_fail_the_batch);
+	tcase_add_test(tc, test_a_reservation_run_again_knows_its_own_row_whatever_else_it_reads);
+	tcase_add_test(tc, test_an_answer_of_another_width_is_out_of_step);
 	tcase_add_test(tc, test_complete_is_idempotent_and_never_overwrites_a_result);
 	tcase_add_test(tc, test_settles_update_in_place_on_pages_left_half_free);
 	tcase_add_test(tc, test_open_sets_a_fillfactor_only_where_none_was_chosen);
@@ -3537,6 +3858,7 @@ int main(void)
 	tcase_add_test(tc, test_a_lost_connection_is_reset_and_the_batch_run_again);
 	tcase_add_test(tc, test_an_unreachable_database_fails_requests_until_it_is_back);
 	tcase_add_test(tc, test_a_table_locked_throughout_fails_requests_until_it_is_free);
+	tcase_add_test(tc, test_prepares_without_an_answer_fail_open_and_reconnect_in_bounded_time);
 	tcase_add_test(tc, test_each_session_bounds_its_waits_unless_it_has_bounds_of_its_own);
 	tcase_add_test(tc, test_a_reserve_waiting_on_an_uncommitted_insert_fails_alone);
 	tcase_add_test(tc, test_a_request_waiting_on_a_row_lock_fails_alone);
@@ -3553,6 +3875,8 @@ int main(void)
 	tcase_add_test(tc, test_a_lost_reservation_is_withdrawn_without_another_request);
 	tcase_add_test(tc, test_a_completion_whose_commit_answer_was_lost_is_sent_until_recorded);
 	tcase_add_test(tc, test_a_completion_answered_failed_after_the_timeout_keeps_its_one_result);
+	tcase_add_test(tc, test_a_kept_completion_outlives_a_batch_another_request_failed);
+	tcase_add_test(tc, test_a_new_connection_runs_nothing_while_the_old_backend_lives);
 	tcase_add_test(tc, test_an_unreachable_server_fails_requests_without_a_wait_each);
 	tcase_add_test(tc, test_a_server_that_stops_reading_fails_a_large_batch_in_bounded_time);
 	tcase_add_test(tc, test_batches_reserving_shared_identities_in_opposite_orders_do_not_deadlock);

@@ -18,11 +18,12 @@ check_PROGRAMS += tests/stores/check_store_pg
 tests_stores_check_store_pg_SOURCES = tests/stores/check_store_pg.c
 tests_stores_check_store_pg_CFLAGS = $(TEST_CFLAGS) $(LIBPQ_CFLAGS) -pthread
 tests_stores_check_store_pg_LDADD = $(CHECK_LIBS) $(LIBPQ_LIBS) -ldl -lpthread
-# Fault injection: the plugin's PQcmdTuples() and PQgetisnull() are the
-# test's own.
+# Fault injection: the plugin's PQcmdTuples(), PQgetisnull() and
+# PQnfields() are the test's own.
 tests_stores_check_store_pg_LDFLAGS = \
 	-Wl,--export-dynamic-symbol=PQcmdTuples \
-	-Wl,--export-dynamic-symbol=PQgetisnull
+	-Wl,--export-dynamic-symbol=PQgetisnull \
+	-Wl,--export-dynamic-symbol=PQnfields
 TESTS += tests/stores/store_pg.test
 dist_check_SCRIPTS += tests/stores/store_pg.test
 endif
