@@ -139,6 +139,27 @@ static bool string_array(json_t *v, bool names)
 	return true;
 }
 
+/*
+ * The second of two names of arr equal but for case, or NULL. Each
+ * fingerprint header is one key of the call's metadata, a map, which
+ * libcarmy refuses with a key twice: a tool listing a header twice could
+ * never be called.
+ */
+static const char *repeated_name(json_t *arr)
+{
+	size_t n = json_array_size(arr);
+
+	for (size_t i = 1; i < n; i++) {
+		const char *s = json_string_value(json_array_get(arr, i));
+
+		for (size_t k = 0; k < i; k++)
+			if (strcasecmp(s, json_string_value(
+						  json_array_get(arr, k))) == 0)
+				return s;
+	}
+	return NULL;
+}
+
 static bool url_ok(const char *u)
 {
 	size_t n = u != NULL ? strlen(u) : 0;
@@ -161,7 +182,7 @@ static int tool_load(const char *path, const char *name, json_t *o,
 		"fingerprint_headers", "url",
 	};
 	json_t *desc, *schema, *timeout, *cmd, *fph, *url, *v;
-	const char *key;
+	const char *key, *dup;
 	double secs;
 
 	if (!name_ok(name, strlen(name), GW_TOOL_NAME_MAX)) {
@@ -221,6 +242,12 @@ static int tool_load(const char *path, const char *name, json_t *o,
 	if (fph != NULL && !string_array(fph, true)) {
 		fail(err, err_len, "%s: tool %s: \"fingerprint_headers\" must "
 		     "be an array of header names", path, name);
+		return -1;
+	}
+	if (fph != NULL && (dup = repeated_name(fph)) != NULL) {
+		fail(err, err_len, "%s: tool %s: \"fingerprint_headers\" names "
+		     "the header %s twice (header names are case-insensitive)",
+		     path, name, dup);
 		return -1;
 	}
 	t->timeout_ms = GW_TIMEOUT_DEFAULT_MS;

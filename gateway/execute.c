@@ -45,9 +45,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <msgpack.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
 
@@ -155,8 +157,14 @@ static int pack_args(json_t *args, struct gw_call *c)
 	return rc;
 }
 
-/* The tool's fingerprint headers, a map of name to value (nil: absent). */
-static int pack_meta(const struct gw_request *rq, struct gw_call *c)
+/*
+ * The tool's fingerprint headers, a map of name to value (nil: absent).
+ * -EEXIST, with *twice the header's name, if the request gives one of
+ * them more than once: which value would count is anyone's guess, and
+ * the first alone would make "a" then "b" replay a call made with "a".
+ */
+static int pack_meta(const struct gw_request *rq, struct gw_call *c,
+		     const char **twice)
 {
 	const struct gw_tool *t = c->tool;
 	struct out o = { NULL, 0, 0 };
@@ -169,8 +177,14 @@ static int pack_meta(const struct gw_request *rq, struct gw_call *c)
 	if (msgpack_pack_map(&pk, t->n_fp_headers) != 0)
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < t->n_fp_headers; i++) {
-		const char *v = rq->header(rq->hcls, t->fp_headers[i]);
+		unsigned n = 0;
+		const char *v = rq->header(rq->hcls, t->fp_headers[i], &n);
 
+		if (n > 1) {
+			*twice = t->fp_headers[i];
+			rc = -EEXIST;
+			break;
+		}
 		rc = pack_str(&pk, t->fp_headers[i], strlen(t->fp_headers[i]));
 		if (rc == 0 && v == NULL && msgpack_pack_nil(&pk) != 0)
 			rc = -ENOMEM;
@@ -316,8 +330,9 @@ static int build(const struct gw_request *rq, struct gw_call *c,
 		 struct gw_answer *a)
 {
 	json_t *root, *tool, *args, *rid, *empty = NULL;
+	const char *twice = NULL;
 	json_error_t je;
-	char msg[256];
+	char msg[512];
 	int rc = -1;
 
 	/* Strict: one value and nothing after it, UTF-8 only, no \u0000,
@@ -359,7 +374,16 @@ static int build(const struct gw_request *rq, struct gw_call *c,
 	/* Kept for the tool's standard input (or its upstream's body),
 	 * written out only if it runs (args_json()). */
 	c->args = json_incref(args);
-	if (pack_meta(rq, c) != 0) {
+	switch (pack_meta(rq, c, &twice)) {
+	case 0:
+		break;
+	case -EEXIST:
+		snprintf(msg, sizeof(msg), "A header that names the call (%s, "
+			 "a fingerprint header of tool %s) is given twice.",
+			 twice, c->tool->name);
+		gw_answer_error(a, "INVALID_REQUEST", msg, NULL, NULL);
+		goto out;
+	default:
 		gw_answer_error(a, "INTERNAL", "Out of memory.", NULL, NULL);
 		goto out;
 	}
@@ -374,15 +398,97 @@ out:
 
 /* ------------------------------------------------------------ running */
 
+void gw_run_init(struct gateway *gw)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&gw->run_lock, NULL);
+	pthread_cond_init(&gw->run_idle, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&gw->stop_wake, &ca);
+	pthread_condattr_destroy(&ca);
+	gw->running = gw->executions = gw->requests = 0;
+	gw->stopping = false;
+}
+
+/* Under run_lock: wake gw_wait_idle() if nothing is left. */
+static void idle_check(struct gateway *gw)
+{
+	if (gw->running == 0 && gw->requests == 0)
+		pthread_cond_broadcast(&gw->run_idle);
+}
+
 void gw_running_add(struct gateway *gw, int d, bool execution)
 {
 	pthread_mutex_lock(&gw->run_lock);
 	gw->running = (unsigned)((int)gw->running + d);
 	if (execution)
 		gw->executions = (unsigned)((int)gw->executions + d);
-	if (gw->running == 0)
-		pthread_cond_broadcast(&gw->run_idle);
+	idle_check(gw);
 	pthread_mutex_unlock(&gw->run_lock);
+}
+
+/*
+ * The request is counted and stopping read under one lock: a request
+ * that finds the gateway not stopping is counted before gw_stop() can
+ * return, so gw_wait_idle() waits for its answer, and every request
+ * routed after gw_stop() is refused without being suspended.
+ * libmicrohttpd's daemons must not be stopped with a connection
+ * suspended, nor before an answer queued is sent.
+ */
+bool gw_request_begin(struct gateway *gw)
+{
+	bool serve;
+
+	pthread_mutex_lock(&gw->run_lock);
+	gw->requests++;
+	serve = !gw->stopping;
+	pthread_mutex_unlock(&gw->run_lock);
+	return serve;
+}
+
+void gw_request_end(struct gateway *gw)
+{
+	pthread_mutex_lock(&gw->run_lock);
+	gw->requests--;
+	idle_check(gw);
+	pthread_mutex_unlock(&gw->run_lock);
+}
+
+void gw_stop(struct gateway *gw)
+{
+	pthread_mutex_lock(&gw->run_lock);
+	gw->stopping = true;
+	pthread_cond_broadcast(&gw->stop_wake);
+	pthread_mutex_unlock(&gw->run_lock);
+}
+
+void gw_wait_idle(struct gateway *gw)
+{
+	pthread_mutex_lock(&gw->run_lock);
+	while (gw->running > 0 || gw->requests > 0)
+		pthread_cond_wait(&gw->run_idle, &gw->run_lock);
+	pthread_mutex_unlock(&gw->run_lock);
+}
+
+bool gw_stop_sleep(struct gateway *gw, unsigned ms)
+{
+	uint64_t until = clock_mono_ns() + (uint64_t)ms * 1000000u;
+	struct timespec ts = {
+		.tv_sec = (time_t)(until / 1000000000u),
+		.tv_nsec = (long)(until % 1000000000u),
+	};
+	bool stopping;
+	int rc = 0;
+
+	pthread_mutex_lock(&gw->run_lock);
+	while (!gw->stopping && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&gw->stop_wake, &gw->run_lock,
+					    &ts);
+	stopping = gw->stopping;
+	pthread_mutex_unlock(&gw->run_lock);
+	return stopping;
 }
 
 bool gw_slot_take(struct gateway *gw, bool force)
@@ -427,6 +533,7 @@ static void exec_free(struct gw_exec *x)
 	gw_handle_put(&x->gw->carmyd, x->waiter);
 	carmy_reservation_clear(&x->r);
 	gw_call_free(&x->call);
+	free(x->owed);
 	free(x);
 }
 
@@ -558,10 +665,22 @@ static void *exec_thread(void *p)
 		gw_url_run(x);
 	else if (run)
 		gw_command_run(x);
-	exec_free(x);
-	/* Free before the answer goes: its client's next call finds it. */
-	gw_slot_put(gw);
-	done(arg);
+	if (x->owed == NULL) {
+		exec_free(x);
+		/* Free before the answer goes: its client's next call finds
+		 * it. */
+		gw_slot_put(gw);
+		done(arg);
+	} else {
+		/* Its result is not recorded yet: the call is answered so,
+		 * and this thread, with the call's slot and handle, goes
+		 * on recording it. */
+		x->answer = NULL;	/* the request's, gone once answered */
+		done(arg);
+		gw_exec_record_owed(x);
+		exec_free(x);
+		gw_slot_put(gw);
+	}
 	gw_running_add(gw, -1, true);
 	return NULL;
 }

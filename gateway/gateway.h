@@ -53,6 +53,13 @@
 /* The descriptors one such call may hold (a command's pipes and its
  * watcher's, or an upstream's socket), kept free of connections. */
 #define GW_FDS_PER_RUN 8u
+/* A result the durable store could not record (CARMY_ESTORE) is sent
+ * again, the wait doubling from GW_RECORD_RETRY_MS to at most
+ * GW_RECORD_RETRY_MAX_MS, for GW_RECORD_WAIT_MS before the call is
+ * answered; then in the background until recorded (record.c). */
+#define GW_RECORD_RETRY_MS 50u
+#define GW_RECORD_RETRY_MAX_MS 2000u
+#define GW_RECORD_WAIT_MS 10000u
 
 /* ------------------------------------------------------------ config.c */
 
@@ -225,11 +232,18 @@ struct gateway {
 	char **env;		/* commands' environment, without CARMY_* */
 	size_t n_env;
 	/* Threads answering suspended connections (executions, health
-	 * probes, scrapes); stop waits for 0. */
+	 * probes, scrapes), and requests routed whose answer is not sent
+	 * yet (http.c); stop waits for both to be 0. */
 	pthread_mutex_t run_lock;
 	pthread_cond_t run_idle;
 	unsigned running;
 	unsigned executions;	/* ... of them, executions */
+	unsigned requests;
+	/* SIGTERM came: requests routed from now on are refused (http.c),
+	 * and a result still being recorded in the background is given
+	 * up. Set under run_lock, with stop_wake broadcast. */
+	bool stopping;
+	pthread_cond_t stop_wake;	/* CLOCK_MONOTONIC */
 	/* The calls holding a thread of their own (gw_slot_take), and the
 	 * most there may be (--max-running). */
 	unsigned slots;
@@ -311,18 +325,25 @@ struct gw_exec {
 	struct gw_answer *answer;	/* where the answer goes */
 	void (*done)(void *arg);
 	void *arg;
+	/* A result still to record once the call is answered (record.c):
+	 * its bytes (malloc'd), their length and CARMY_STATUS_*. */
+	char *owed;
+	size_t owed_len;
+	int owed_status;
 };
 
 /* execute.c. A POST /agent/execute, read whole: the principal
  * authenticated (NULL: none), the headers that name the call (NULL:
- * absent), and header() reads any other request header. */
+ * absent), and header() reads any other request header: its first value
+ * (NULL: absent), and into *n (unless n is NULL) how many times the
+ * request gives it. */
 struct gw_request {
 	struct gateway *gw;
 	const char *principal;
 	const char *session;	/* Carmy-Session */
 	const char *key;	/* Idempotency-Key */
 	const char *prefer;	/* Prefer */
-	const char *(*header)(void *hcls, const char *name);
+	const char *(*header)(void *hcls, const char *name, unsigned *n);
 	void *hcls;
 	const char *body;
 	size_t len;
@@ -337,19 +358,42 @@ struct gw_request {
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
+/* The counters the gateway stops on, and its stopping flag. */
+void gw_run_init(struct gateway *gw);
 /* Count a thread that will answer a suspended connection (d 1), or one
  * that has (d -1): the gateway stops only once none runs. execution: one
  * of POST /agent/execute (counted in /metrics). */
 void gw_running_add(struct gateway *gw, int d, bool execution);
+/* Count a request routed (http.c) until its answer is sent (end): the
+ * gateway stops only once none is counted. begin counts it whatever;
+ * it returns false once the gateway stops, and the request is then to
+ * be refused, at once. */
+bool gw_request_begin(struct gateway *gw);
+void gw_request_end(struct gateway *gw);
+/* SIGTERM: no request routed from now on is served (gw_request_begin),
+ * and a wait of gw_stop_sleep() ends. */
+void gw_stop(struct gateway *gw);
+/* Until every request counted is answered and every thread counted has
+ * ended; after gw_stop(), that takes a bounded time. */
+void gw_wait_idle(struct gateway *gw);
+/* Sleep ms, or less if the gateway stops: true once it stops. */
+bool gw_stop_sleep(struct gateway *gw, unsigned ms);
 /* One of the --max-running slots: true if taken, false if all are (with
  * force, taken even then). Lock-free; any thread. */
 bool gw_slot_take(struct gateway *gw, bool force);
 void gw_slot_put(struct gateway *gw);
 
-/* record.c. Record x's answer (when it has a reservation) as status; if
- * that fails the answer becomes the error that says so (the identity is
- * now uncertain). */
+/* record.c. Record x's answer (when it has a reservation) as status. A
+ * store that cannot record it now (CARMY_ESTORE) is asked again for
+ * GW_RECORD_WAIT_MS; if it still has not, the answer becomes
+ * EXECUTION_UNCERTAIN (running) and x->owed holds the result, for
+ * gw_exec_record_owed() once that answer is sent. Any other failure
+ * makes the answer the error that says so. */
 void gw_exec_record(struct gw_exec *x, int status);
+/* x->owed, asked again until the store records it, carmyd gives up the
+ * handle, or the gateway stops (the call then turns interrupted). Does
+ * not touch x->answer. */
+void gw_exec_record_owed(struct gw_exec *x);
 /* The tool provably did not run (why): release the reservation, and
  * answer so. */
 void gw_exec_not_started(struct gw_exec *x, const char *why);

@@ -17,9 +17,18 @@
  * up to --max-running only (execute.c).
  *
  * A connection is suspended before the execution's thread starts, so that
- * the resume can never come first. The gateway stops its daemons only once
- * no execution runs (main.c), since libmicrohttpd must not be stopped with
- * a connection suspended.
+ * the resume can never come first.
+ *
+ * Stopping: libmicrohttpd must not be stopped with a connection suspended
+ * (it aborts), and stopping it closes every connection, answers half sent
+ * or not. So every request is counted from when it is routed until its
+ * answer is sent (on_completed()), and once SIGTERM has come a request
+ * routed is refused at once, 503 DAEMON_UNAVAILABLE with nothing reserved
+ * and "Connection: close", never suspended: a keep-alive connection's
+ * next request is its last, and new connections are no longer accepted
+ * (gw_listener_quiesce()). The daemons are stopped once no request is
+ * counted and no thread of ours runs (main.c), in a time bounded by the
+ * tools' timeouts and --request-timeout.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -52,6 +61,8 @@ struct req {
 	char *body;
 	size_t len, cap;
 	bool too_large;
+	bool counted;		/* in gw->requests until on_completed() */
+	bool refused;		/* ... after the gateway began to stop */
 	bool started;		/* suspended while its tool runs */
 	int route;		/* enum gw_route, for the metrics */
 	uint64_t t0;		/* when its headers were in, ns */
@@ -103,6 +114,9 @@ static enum MHD_Result send_answer(struct req *q, const char *allow)
 					"Bearer");
 	if (allow != NULL)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (q->refused)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION,
+					"close");
 	ret = MHD_queue_response(q->conn, a->status, resp);
 	MHD_destroy_response(resp);
 	gw_metrics_count(&q->l->gw->stats, q->route, a->status,
@@ -117,13 +131,61 @@ static enum MHD_Result send_error(struct req *q, const char *code,
 	return send_answer(q, allow);
 }
 
+/* Count q until its answer is sent (see the top): false once the gateway
+ * stops, and q is then to be answered at once. */
+static bool admit(struct req *q)
+{
+	if (!q->counted) {
+		q->counted = true;
+		q->refused = !gw_request_begin(q->l->gw);
+	}
+	return !q->refused;
+}
+
+static enum MHD_Result send_stopping(struct req *q)
+{
+	return send_error(q, "DAEMON_UNAVAILABLE", "The gateway is stopping; "
+			  "nothing ran and nothing was reserved for this "
+			  "request. Send it again after Retry-After (to "
+			  "another gateway, or to this one once it is "
+			  "back).", NULL);
+}
+
 /* ------------------------------------------------------------ identity */
 
-static const char *header(void *hcls, const char *name)
+/* One header looked for: its first value and how many it has. */
+struct lookup {
+	const char *name;
+	size_t len;
+	const char *v;
+	unsigned n;
+};
+
+static enum MHD_Result look_one(void *cls, enum MHD_ValueKind kind,
+				const char *key, size_t key_size,
+				const char *value, size_t value_size)
+{
+	struct lookup *l = cls;
+
+	(void)kind;
+	(void)value_size;
+	if (key_size == l->len && strcasecmp(key, l->name) == 0) {
+		if (l->n == 0)
+			l->v = value;
+		l->n++;
+	}
+	return MHD_YES;
+}
+
+static const char *header(void *hcls, const char *name, unsigned *n)
 {
 	struct req *q = hcls;
+	struct lookup l = { name, strlen(name), NULL, 0 };
 
-	return MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
+	MHD_get_connection_values_n(q->conn, MHD_HEADER_KIND, look_one, &l);
+	if (n != NULL)
+		*n = l.n;
+	return l.v;
 }
 
 /* The headers that name a call, each found (its first value) and counted
@@ -336,7 +398,7 @@ static bool host_ok(const char *h)
 /* GET /.well-known/agent: where the contract is served. */
 static enum MHD_Result well_known(struct req *q)
 {
-	const char *host = header(q, MHD_HTTP_HEADER_HOST);
+	const char *host = header(q, MHD_HTTP_HEADER_HOST, NULL);
 	char exec[300] = "/agent/execute", list[300] = "/agent/tools";
 
 	if (host_ok(host)) {
@@ -361,8 +423,14 @@ static enum MHD_Result route(struct req *q, const char *url,
 	char buf[32];
 	struct named h;
 
-	if (strcmp(url, "/agent/execute") == 0) {
-		q->route = GW_R_EXECUTE;
+	q->route = strcmp(url, "/agent/execute") == 0 ? GW_R_EXECUTE :
+		   strcmp(url, "/healthz") == 0 ? GW_R_HEALTHZ :
+		   strcmp(url, "/agent/tools") == 0 ? GW_R_TOOLS :
+		   strcmp(url, "/.well-known/agent") == 0 ? GW_R_WELL_KNOWN :
+		   strcmp(url, "/metrics") == 0 ? GW_R_METRICS : GW_R_OTHER;
+	if (!admit(q))
+		return send_stopping(q);
+	if (q->route == GW_R_EXECUTE) {
 		if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
 			return send_error(q, "METHOD_NOT_ALLOWED",
 					  "Use POST.", "POST");
@@ -372,10 +440,6 @@ static enum MHD_Result route(struct req *q, const char *url,
 					  NULL);
 		return execute(q);
 	}
-	q->route = strcmp(url, "/healthz") == 0 ? GW_R_HEALTHZ :
-		   strcmp(url, "/agent/tools") == 0 ? GW_R_TOOLS :
-		   strcmp(url, "/.well-known/agent") == 0 ? GW_R_WELL_KNOWN :
-		   strcmp(url, "/metrics") == 0 ? GW_R_METRICS : GW_R_OTHER;
 	if (q->route == GW_R_OTHER)
 		return send_error(q, "NOT_FOUND", "No such path: POST "
 				  "/agent/execute runs a tool.", NULL);
@@ -449,14 +513,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		q->route = GW_R_OTHER;
 		q->t0 = now_ns();
 		*con_cls = q;
-		if (headers_too_large(conn))
+		/* Answered here: counted too, whether the gateway stops
+		 * or not (they are refused either way). */
+		if (headers_too_large(conn)) {
+			admit(q);
 			return send_error(q, "HEADERS_TOO_LARGE", "The request "
 					  "line and headers are larger than "
 					  "16 KiB.", NULL);
-		if (declared_too_large(conn))
+		}
+		if (declared_too_large(conn)) {
+			admit(q);
 			return send_error(q, "PAYLOAD_TOO_LARGE",
 					  "The body is larger than 1 MiB.",
 					  NULL);
+		}
 		return MHD_YES;
 	}
 	if (q->started)
@@ -478,10 +548,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 	return route(q, url, method);
 }
 
+/* q's answer is sent, or its connection ended. */
 static void on_completed(void *cls, struct MHD_Connection *conn,
 			 void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	struct req *q = *con_cls;
+	struct gateway *gw;
+	bool counted;
 
 	(void)cls;
 	(void)conn;
@@ -489,14 +562,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
 	if (q == NULL)
 		return;
 	*con_cls = NULL;
+	gw = q->l->gw;
+	counted = q->counted;
 	if (q->started && !q->ready) {
-		/* Its execution's thread will still write here. */
+		/* Its execution's thread will still write here (and the
+		 * gateway waits for that thread before it stops). */
 		log_error("a connection ended while its tool ran");
-		return;
+	} else {
+		free(q->body);
+		gw_answer_free(&q->ans);
+		free(q);
 	}
-	free(q->body);
-	gw_answer_free(&q->ans);
-	free(q);
+	if (counted)
+		gw_request_end(gw);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)

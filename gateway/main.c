@@ -8,9 +8,10 @@
  *
  * Every option and both files are checked before anything is served; a
  * mistake stops the gateway with one line naming it (exit 64, or 1 when a
- * socket cannot be opened). SIGTERM and SIGINT stop it: it stops accepting,
+ * socket cannot be opened). SIGTERM and SIGINT stop it: it stops accepting
+ * connections, answers any further request on those open 503 (http.c),
  * waits for the executions running (each ends by its tool's timeout at the
- * latest) and exits 0.
+ * latest) and for every answer to be sent, and exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -565,8 +566,9 @@ static void announce(const struct opts *o, const struct gw_listener *ls,
 		close(ready_fd);
 }
 
-/* Until SIGTERM or SIGINT; SIGHUP is logged and ignored. */
-static void serve(const sigset_t *sigs)
+/* Until SIGTERM or SIGINT, which it returns; SIGHUP is logged and
+ * ignored. */
+static int serve(const sigset_t *sigs)
 {
 	int sig = 0;
 
@@ -579,17 +581,9 @@ static void serve(const sigset_t *sigs)
 			log_info("SIGHUP: nothing to reload; restart to read "
 				 "the files again");
 	}
-	log_info("stopping (signal %d): waiting for running tools", sig);
 	if (service_notify("STOPPING=1") < 0)
 		log_debug("cannot tell the service manager we stop");
-}
-
-static void wait_idle(struct gateway *gw)
-{
-	pthread_mutex_lock(&gw->run_lock);
-	while (gw->running > 0)
-		pthread_cond_wait(&gw->run_idle, &gw->run_lock);
-	pthread_mutex_unlock(&gw->run_lock);
+	return sig;
 }
 
 int main(int argc, char **argv)
@@ -597,7 +591,7 @@ int main(int argc, char **argv)
 	static struct gw_listener ls[LISTEN_MAX];
 	static struct gateway gw;
 	char err[512];
-	int status, ready_fd = -1, rc;
+	int status, ready_fd = -1, rc, sig = 0;
 	unsigned limit;
 	sigset_t sigs;
 	struct opts o;
@@ -645,8 +639,7 @@ int main(int argc, char **argv)
 		log_error("cannot set up libcurl");
 		return 1;
 	}
-	pthread_mutex_init(&gw.run_lock, NULL);
-	pthread_cond_init(&gw.run_idle, NULL);
+	gw_run_init(&gw);
 	gw.max_running = o.max_running;
 	gw_http_init(&gw);
 	gw_carmyd_init(&gw.carmyd, o.socket);
@@ -664,16 +657,21 @@ int main(int argc, char **argv)
 	}
 	if (i == o.n_listen) {
 		announce(&o, ls, ready_fd);
-		serve(&sigs);
+		sig = serve(&sigs);
 		status = 0;
 	} else {
 		status = 1;
 	}
+	gw_stop(&gw);
 	for (size_t k = 0; k < i; k++)
 		gw_listener_quiesce(&ls[k]);
+	if (sig != 0)
+		log_info("stopping (signal %d): no new connections, further "
+			 "requests refused 503; waiting for the running calls",
+			 sig);
 	gw_flight_stop(&gw.health);
 	gw_flight_stop(&gw.scrape);
-	wait_idle(&gw);
+	gw_wait_idle(&gw);
 	for (size_t k = 0; k < i; k++)
 		gw_listener_stop(&ls[k]);
 	close_listeners(&o, ls);

@@ -2,15 +2,80 @@
  * record.c - the end of an execution whose tool ran, or provably did not:
  * its answer recorded in carmyd as the execution's result (the bytes every
  * replay sends), or its reservation given back.
+ *
+ * A durable store may fail to record a result (CARMY_ESTORE: the
+ * journal's disk is full, the PostgreSQL server is away) while carmyd
+ * keeps the reservation live: completing it again with the same bytes
+ * answers 0 once the store has them. Until then the identity is running
+ * to everyone, and stays so while the gateway's connection lives. So the
+ * result is sent again, GW_RECORD_RETRY_MS after the failure, then twice
+ * as long each time, GW_RECORD_RETRY_MAX_MS at most between two tries:
+ *
+ *   - for GW_RECORD_WAIT_MS, before the call is answered: recorded by
+ *     then, it is answered as any other;
+ *   - then the call is answered EXECUTION_UNCERTAIN (running), whose
+ *     retries replay the result once recorded, and its thread goes on in
+ *     the background until the store records it, carmyd gives up the
+ *     handle (CARMY_EDISCONNECTED: carmyd makes the call interrupted) or
+ *     the gateway stops (its connection to carmyd closes, and the call
+ *     turns interrupted: carmyctl resolve settles it).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
+
+/* ms of CLOCK_MONOTONIC; no signal is delivered to this thread. */
+static void nap(unsigned ms)
+{
+	struct timespec ts = {
+		.tv_sec = ms / 1000,
+		.tv_nsec = (long)(ms % 1000) * 1000000,
+	};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+		;
+}
+
+/*
+ * Complete x's reservation with buf again while the store fails: until
+ * deadline (ns, CLOCK_MONOTONIC), or with deadline 0 until the gateway
+ * stops (then once more, at once). *tries counts the completions sent.
+ * Returns the last one's answer.
+ */
+static int again(struct gw_exec *x, int status, const char *buf, size_t len,
+		 uint64_t deadline, unsigned *tries)
+{
+	unsigned ms = GW_RECORD_RETRY_MS;
+	bool last = false;
+	int rc = CARMY_ESTORE;
+
+	while (rc == CARMY_ESTORE && !last) {
+		if (deadline != 0) {
+			uint64_t now = clock_mono_ns(), left;
+
+			if (now >= deadline)
+				break;
+			left = (deadline - now) / 1000000u + 1;
+			nap(ms < left ? ms : (unsigned)left);
+		} else {
+			last = gw_stop_sleep(x->gw, ms);
+		}
+		rc = carmy_complete(x->h->c, &x->r, status, buf, len);
+		(*tries)++;
+		ms = ms >= GW_RECORD_RETRY_MAX_MS / 2 ? GW_RECORD_RETRY_MAX_MS :
+							 ms * 2;
+	}
+	return rc;
+}
 
 void gw_exec_record(struct gw_exec *x, int status)
 {
 	struct gw_answer *a = x->answer;
+	unsigned tries = 1;
 	carmy_t *c;
 	char msg[256];
 	int rc;
@@ -23,10 +88,42 @@ void gw_exec_record(struct gw_exec *x, int status)
 		gw_answer_too_large(a, x->execution_id);
 	}
 	rc = carmy_complete(c, &x->r, status, a->body, a->len);
+	if (rc == CARMY_ESTORE) {
+		log_warn("execution %s: the store could not record its result "
+			 "(STORE_FAILED): sending it again", x->execution_id);
+		rc = again(x, status, a->body, a->len,
+			   clock_mono_ns() +
+				   (uint64_t)GW_RECORD_WAIT_MS * 1000000u,
+			   &tries);
+		if (rc == 0)
+			log_info("execution %s: its result is recorded, at "
+				 "try %u", x->execution_id, tries);
+	}
 	if (rc == 0)
 		return;
 	if (rc == CARMY_ERESULT_TOO_LARGE) {
 		gw_answer_too_large(a, x->execution_id);
+		return;
+	}
+	if (rc == CARMY_ESTORE) {
+		/* The result moves to x, its answer to what is true now. */
+		log_warn("execution %s: its result is still not recorded after "
+			 "%u tries: answered EXECUTION_UNCERTAIN (running), "
+			 "and sent again in the background", x->execution_id,
+			 tries);
+		x->owed = a->body;
+		x->owed_len = a->len;
+		x->owed_status = status;
+		a->body = NULL;
+		a->len = 0;
+		gw_answer_error(a, "EXECUTION_UNCERTAIN", "The tool ran, but "
+				"carmyd's store could not record its result "
+				"(STORE_FAILED). The gateway goes on sending "
+				"it: send this request again later (Prefer: "
+				"wait=N waits for it) to get the result. "
+				"Should the gateway stop first, the call "
+				"turns interrupted.", x->execution_id,
+				"running");
 		return;
 	}
 	if (rc == CARMY_EDISCONNECTED)
@@ -37,6 +134,27 @@ void gw_exec_record(struct gw_exec *x, int status)
 		 "be recorded (%s): this request_id now reports "
 		 "EXECUTION_UNCERTAIN.", carmy_errname(rc));
 	gw_answer_error(a, "INTERNAL", msg, x->execution_id, "interrupted");
+}
+
+void gw_exec_record_owed(struct gw_exec *x)
+{
+	unsigned tries = 0;
+	int rc;
+
+	rc = again(x, x->owed_status, x->owed, x->owed_len, 0, &tries);
+	if (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE) {
+		log_info("execution %s: its result is recorded, %u tries after "
+			 "its call was answered", x->execution_id, tries);
+		return;
+	}
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&x->gw->carmyd, x->h);
+	log_error("execution %s: its result was never recorded (%s): its "
+		  "calls answer EXECUTION_UNCERTAIN (interrupted) once %s",
+		  x->execution_id, carmy_errname(rc),
+		  rc == CARMY_EDISCONNECTED ? "carmyd has swept this gateway's "
+					      "connection" :
+					      "the gateway has stopped");
 }
 
 void gw_exec_not_started(struct gw_exec *x, const char *why)

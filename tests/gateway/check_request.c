@@ -36,12 +36,14 @@ static uint64_t next(void)
 	return rng;
 }
 
-static const char *header(void *hcls, const char *name)
+/* X-A: v, once; or, with hcls not NULL, as many times as *hcls. */
+static const char *header(void *hcls, const char *name, unsigned *n)
 {
-	(void)hcls;
-	if (strcasecmp(name, "X-A") == 0)
-		return "v";
-	return NULL;
+	bool a = strcasecmp(name, "X-A") == 0;
+
+	if (n != NULL)
+		*n = !a ? 0 : hcls != NULL ? *(unsigned *)hcls : 1;
+	return a ? "v" : NULL;
 }
 
 static void setup(void)
@@ -64,8 +66,7 @@ static void setup(void)
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/none.sock", dir);
 	gw_carmyd_init(&gw.carmyd, strdup(path));
-	pthread_mutex_init(&gw.run_lock, NULL);
-	pthread_cond_init(&gw.run_idle, NULL);
+	gw_run_init(&gw);
 	gw.max_running = 4;
 }
 
@@ -382,6 +383,53 @@ START_TEST(test_full_gateway_refuses_overloaded)
 }
 END_TEST
 
+/* A fingerprint header given twice: 400, naming it, before anything is
+ * reserved or a slot taken; once, the call goes on. */
+START_TEST(test_repeated_fingerprint_header_refused)
+{
+	const char *body = "{\"tool\":\"t\",\"request_id\":\"k\"}";
+	unsigned times = 2;
+	struct gw_request rq = {
+		.gw = &gw, .principal = "p", .header = header, .hcls = &times,
+		.body = body, .len = strlen(body),
+	};
+	struct gw_answer a = { 0 };
+	struct gw_exec *x = NULL;
+
+	ck_assert_int_eq(gw_execute(&rq, &a, on_done, NULL, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert_msg(strstr(a.body, "x-a") != NULL, "%s", a.body);
+	expect_code(&a, 400, "INVALID_REQUEST");
+	ck_assert_uint_eq(gw.slots, 0);
+	times = 1;
+	gw.carmyd.last_fail_ns = 0;
+	execute(&rq, &a);
+	expect_code(&a, 503, "DAEMON_UNAVAILABLE");
+}
+END_TEST
+
+/* A tools file naming one fingerprint header twice (in any case) is
+ * refused, with the tool and the header named. */
+START_TEST(test_tools_file_repeated_fingerprint_header_refused)
+{
+	struct gw_tools t;
+	char path[256], err[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/twice.json", dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("{\"tools\": {\"t2\": {\"command\": [\"/bin/true\"], "
+	      "\"fingerprint_headers\": [\"X-Tenant\", \"X-B\", "
+	      "\"x-tenant\"]}}}", f);
+	fclose(f);
+	ck_assert_int_eq(gw_tools_load(path, &t, err, sizeof(err)), -1);
+	unlink(path);
+	ck_assert_msg(strstr(err, "tool t2") != NULL &&
+		      strstr(err, "x-tenant twice") != NULL, "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gateway_request");
@@ -394,6 +442,8 @@ int main(void)
 	tcase_add_test(tc, test_mutated_bodies);
 	tcase_add_test(tc, test_tokens_compare_whole);
 	tcase_add_test(tc, test_full_gateway_refuses_overloaded);
+	tcase_add_test(tc, test_repeated_fingerprint_header_refused);
+	tcase_add_test(tc, test_tools_file_repeated_fingerprint_header_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
