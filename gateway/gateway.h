@@ -10,7 +10,9 @@
  *   handle.c   the connection to carmyd, shared by every request
  *   http.c     libmicrohttpd's callbacks: bodies, identity, routing
  *   execute.c  POST /agent/execute: validation, fingerprint, reservation,
- *              and the --max-running slots of the calls given a thread
+ *              and the thread of a call
+ *   run.c      what runs (requests, calls, --max-running slots) and the
+ *              stop the gateway waits on
  *   flight.c   GET /healthz and /metrics: one thread each, shared by the
  *              requests that come while it works
  *   answer.c   every body the gateway sends, and its status code
@@ -358,7 +360,8 @@ struct gw_request {
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
-/* The counters the gateway stops on, and its stopping flag. */
+
+/* run.c. The counters the gateway stops on, and its stopping flag. */
 void gw_run_init(struct gateway *gw);
 /* Count a thread that will answer a suspended connection (d 1), or one
  * that has (d -1): the gateway stops only once none runs. execution: one

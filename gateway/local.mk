@@ -5,8 +5,8 @@
 bin_PROGRAMS += gateway/carmy-gateway
 gateway_carmy_gateway_SOURCES = gateway/gateway.h gateway/main.c \
 	gateway/config.c gateway/handle.c gateway/http.c gateway/execute.c \
-	gateway/answer.c gateway/record.c gateway/command.c gateway/upstream.c \
-	gateway/metrics.c gateway/flight.c \
+	gateway/run.c gateway/answer.c gateway/record.c gateway/command.c \
+	gateway/upstream.c gateway/metrics.c gateway/flight.c \
 	tools/supervise.h tools/supervise.c tools/json.h tools/json.c
 gateway_carmy_gateway_CFLAGS = $(AM_CFLAGS) $(MHD_CFLAGS) $(JANSSON_CFLAGS) \
 	$(CURL_CFLAGS) $(MSGPACK_CFLAGS) -pthread

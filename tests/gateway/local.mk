@@ -7,7 +7,7 @@ check_PROGRAMS += tests/gateway/check_request
 TESTS += tests/gateway/check_request
 tests_gateway_check_request_SOURCES = tests/gateway/check_request.c \
 	gateway/gateway.h gateway/config.c gateway/handle.c \
-	gateway/execute.c gateway/answer.c gateway/record.c \
+	gateway/execute.c gateway/run.c gateway/answer.c gateway/record.c \
 	gateway/command.c gateway/upstream.c \
 	tools/supervise.h tools/supervise.c tools/json.h tools/json.c
 tests_gateway_check_request_CFLAGS = $(TEST_CFLAGS) $(MHD_CFLAGS) \
