@@ -293,40 +293,30 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
  * store forget an execution that still runs or stands somewhere (another
  * owner's, perhaps), whose identity would be free after the next load.
  * An entry reused since its release fails the check: the store keeps the
- * execution, which the next load makes uncertain (never run twice).
+ * execution, which the next load makes uncertain (never run twice), and
+ * the client's release says STORE_FAILED.
  * Checked on copies a segment writer could forge, like everything in the
  * segment: this stops a client's mistake, not a writer of the table.
  */
 static bool released_here(struct store *s, uint32_t e, const uint8_t *exec)
 {
 	const struct shm_view *v = &s->view;
-	const struct shm_entry *en;
-	uint8_t ident[sizeof(en->en_ident)];
-	const uint8_t *part[3];
-	uint16_t len[3];
+	uint8_t ident[3 * CARMY_ID_MAX];
 	struct shm_found f;
 	struct shm_key k;
-	size_t off = 0;
 
-	if (e >= v->geo.capacity)
+	/* The identity, the exec id, then the ticket: a claim takes the
+	 * ticket before it writes the entry, so a ticket still free after
+	 * both were read means no claim was writing them meanwhile (one
+	 * that came and went has changed the exec id). */
+	if (shm_entry_key(v, e, ident, &k) != 0)
 		return false;
-	en = shm_entry_at(v, e);
-	/* The identity first, then the exec id: a claim that reused the
-	 * entry meanwhile has changed the exec id by then. */
-	for (int i = 0; i < 3; i++) {
-		len[i] = uatomic_read(&en->en_len[i]);
-		if (len[i] == 0 || len[i] > CARMY_ID_MAX)
-			return false;
-		memcpy(ident + off, en->en_ident + off, len[i]);
-		part[i] = ident + off;
-		off += len[i];
-	}
 	cmm_smp_rmb();
-	if (memcmp(en->en_exec, exec, SHM_EXEC_LEN) != 0 ||
+	if (memcmp(shm_entry_at(v, e)->en_exec, exec, SHM_EXEC_LEN) != 0 ||
 	    shm_published_as(v, e, exec))
 		return false;
-	if (shm_key_init(&k, v->seed, part[0], len[0], part[1], len[1],
-			 part[2], len[2]) != 0)
+	cmm_smp_rmb();
+	if (uatomic_read(&v->tickets[e]) != SHM_TICKET_FREE)
 		return false;
 	return !shm_lookup(v, &k, &f) ||
 	       memcmp(f.exec, exec, SHM_EXEC_LEN) != 0;

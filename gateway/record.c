@@ -149,12 +149,15 @@ void gw_exec_record_owed(struct gw_exec *x)
 	}
 	if (rc == CARMY_EDISCONNECTED)
 		gw_handle_retire(&x->gw->carmyd, x->h);
-	log_error("execution %s: its result was never recorded (%s): its "
-		  "calls answer EXECUTION_UNCERTAIN (interrupted) once %s",
+	log_error("execution %s: its result was never recorded (%s): %s",
 		  x->execution_id, carmy_errname(rc),
-		  rc == CARMY_EDISCONNECTED ? "carmyd has swept this gateway's "
-					      "connection" :
-					      "the gateway has stopped");
+		  rc == CARMY_EDISCONNECTED ? "its calls answer "
+		  "EXECUTION_UNCERTAIN (interrupted) once carmyd has swept "
+		  "this gateway's connection" :
+		  rc == CARMY_ESTORE ? "its calls answer EXECUTION_UNCERTAIN "
+		  "(interrupted) once the gateway has stopped" :
+		  "carmyd refused it; its calls answer EXECUTION_UNCERTAIN: "
+		  "settle it with carmyctl resolve once the gateway stops");
 }
 
 void gw_exec_not_started(struct gw_exec *x, const char *why)

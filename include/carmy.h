@@ -539,7 +539,9 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  *   CARMY_ESTORE         with a durable store: the identity was freed on
  *                        this host but the store could not record it
  *                        (carmyd did not come back within
- *                        CARMY_RECONNECT_MS, or its store failed); after a
+ *                        CARMY_RECONNECT_MS, its store failed, or, rarely,
+ *                        another call took the freed entry before carmyd
+ *                        could check it was this one's); after a
  *                        reboot the execution is then uncertain, never run
  *                        twice. With a shared store, the store may or
  *                        may not have forgotten it (other carmyds may

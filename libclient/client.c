@@ -840,8 +840,8 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	 * already; the store hears of it too, or after a reboot it would be
 	 * uncertain instead of free (never run twice either way). If the
 	 * connection broke (carmyd restarting?), tell the one that comes
-	 * back: a RELEASE needs no owner, only an entry no longer published
-	 * with this execution id. */
+	 * back: a RELEASE needs no owner, only the entry given back, still
+	 * holding this execution id (daemon/store.c: released_here()). */
 	rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0)
 		rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);

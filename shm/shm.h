@@ -656,6 +656,8 @@ bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e);
 bool shm_give_back_as(const struct shm_view *v, uint32_t e,
 		      const uint8_t *exec);
 uint32_t shm_reclaim(struct shm_view *v);
+int shm_entry_key(const struct shm_view *v, uint32_t e,
+		  uint8_t id[3 * CARMY_ID_MAX], struct shm_key *k);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
 uint32_t shm_unblock_scribbled(const struct shm_view *v);

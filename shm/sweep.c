@@ -8,6 +8,7 @@
  * CAS. Indexes read from the segment (en_bucket) are bounds-checked against
  * carmyd's private geometry before use.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "shm/atomic.h"
@@ -627,6 +628,31 @@ void shm_repair_moves(struct shm_view *v)
 }
 
 /*
+ * Entry e's identity, copied once into id (the key's parts point into it),
+ * as key k under the segment's seed. 0, or -EINVAL if e is out of the
+ * table or its lengths are not an identity's (a free or scribbled entry).
+ */
+int shm_entry_key(const struct shm_view *v, uint32_t e,
+		  uint8_t id[3 * CARMY_ID_MAX], struct shm_key *k)
+{
+	const struct shm_entry *en;
+	size_t len[3], total = 0;
+
+	if (e >= v->geo.capacity)
+		return -EINVAL;
+	en = shm_entry_at(v, e);
+	for (int i = 0; i < 3; i++) {
+		len[i] = shm_load(&en->en_len[i]);
+		if (len[i] == 0 || len[i] > CARMY_ID_MAX)
+			return -EINVAL;
+		total += len[i];
+	}
+	memcpy(id, en->en_ident, total);	/* one snapshot, then hash it */
+	return shm_key_init(k, v->seed, id, len[0], id + len[0], len[1],
+			    id + len[0] + len[1], len[2]);
+}
+
+/*
  * The home bucket of the live entry a bucket word names, recomputed from
  * the entry's identity with the segment's seed. False if the entry index,
  * the lengths or the tag do not agree with the word (a scribbled entry):
@@ -635,23 +661,9 @@ void shm_repair_moves(struct shm_view *v)
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home)
 {
 	uint8_t id[3 * CARMY_ID_MAX];
-	const struct shm_entry *en;
 	struct shm_key k;
-	uint32_t e = SHM_W_ENTRY(w);
-	size_t len[3], total = 0;
 
-	if (e >= v->geo.capacity)
-		return false;
-	en = shm_entry_at(v, e);
-	for (int i = 0; i < 3; i++) {
-		len[i] = shm_load(&en->en_len[i]);
-		if (len[i] == 0 || len[i] > CARMY_ID_MAX)
-			return false;
-		total += len[i];
-	}
-	memcpy(id, en->en_ident, total);	/* one snapshot, then hash it */
-	if (shm_key_init(&k, v->seed, id, len[0], id + len[0], len[1],
-			 id + len[0] + len[1], len[2]) != 0 ||
+	if (shm_entry_key(v, SHM_W_ENTRY(w), id, &k) != 0 ||
 	    ((uint32_t)(k.hash >> 40) & 0xffffff) != SHM_W_TAG(w))
 		return false;
 	*home = (uint32_t)k.hash & (v->geo.nbuckets - 1);

@@ -528,9 +528,11 @@ static int walk_dir(const char *dir, const char *path, bool create,
 		}
 		if (last && create && mkdirat(fd, name, 0700) == 0) {
 			/* Its name, in the directory above, on the disk
-			 * before any record is acknowledged in it. */
+			 * before any record is acknowledged in it; if not,
+			 * it goes, to be made (and flushed) again. */
 			rc = flush_dir_at(fd);
 			if (rc != 0) {
+				(void)unlinkat(fd, name, AT_REMOVEDIR);
 				snprintf(err, errlen, "cannot flush the "
 					 "directory above journal directory "
 					 "%s: %s", dir, strerror(-rc));

@@ -729,7 +729,8 @@ int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
  * its own, this open's generation and the worker's index. */
 static uint64_t conn_key(const struct pg_worker *s)
 {
-	uint64_t h = name_hash(s->instance) ^ 0x436172436f6e6e00u; /* "CarConn" */
+	/* "CarConn" */
+	uint64_t h = name_hash(s->instance) ^ 0x436172436f6e6e00u;
 	uint64_t gen = (uint64_t)s->store->gen;
 
 	for (int i = 0; i < 8; i++) {

@@ -700,7 +700,7 @@ def _record(r, value, dumps):
     and what dumps raised propagates."""
     try:
         data = dumps(value)
-    except BaseException as e:
+    except Exception as e:  # noqa: BLE001 - whatever the serializer raises
         _finish_error(r, e, dumps, _result_failure(e))
         raise
     _complete(r, _carmy.STATUS_COMPLETED, data)
@@ -798,7 +798,7 @@ def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
             raise
         try:
             data = dumps(value)
-        except BaseException as e:
+        except Exception as e:  # noqa: BLE001 - whatever it raises
             await _async_finish(r, e, dumps, _result_failure(e))
             raise
         await _off_loop("io", _complete, r, _carmy.STATUS_COMPLETED, data)
