@@ -131,9 +131,9 @@ static const char *const schema_sql[] = {
  * hash of the whole table). Each statement is then one index probe a
  * request.
  */
-#define BOUNDS_SQL \
+#define BOUNDS_FMT \
 	"SELECT set_config(d.name, d.value, false) FROM (VALUES" \
-	" ('lock_timeout', '2s'), ('statement_timeout', '30s')," \
+	" ('lock_timeout', '%ums'), ('statement_timeout', '%ums')," \
 	" ('idle_in_transaction_session_timeout', '60s')," \
 	" ('tcp_keepalives_idle', '30'), ('tcp_keepalives_interval', '10')," \
 	" ('tcp_keepalives_count', '3'), ('tcp_user_timeout', '30000'))" \
@@ -556,9 +556,15 @@ int pg_setup_session(PGconn *c, char *err, size_t errlen)
 			     "cannot set the session's transactions", err,
 			     errlen);
 
-	if (rc == 0)
-		rc = exec_ok(c, BOUNDS_SQL, "cannot bound the session's waits",
-			     err, errlen);
+	if (rc == 0) {
+		char sql[sizeof(BOUNDS_FMT) + 16];
+
+		snprintf(sql, sizeof(sql), BOUNDS_FMT,
+			 pg_server_wait_ms(LOCK_TIMEOUT_MS, true),
+			 pg_server_wait_ms(STATEMENT_TIMEOUT_MS, false));
+		rc = exec_ok(c, sql, "cannot bound the session's waits", err,
+			     errlen);
+	}
 	return rc;
 }
 
@@ -658,12 +664,13 @@ static int lock_sql(struct pg_worker *s, const char *sql, PGresult **out,
  * another session holds it, -EIO (with a sentence in err) if the server
  * would not say. A holder that sits idle is refused at once unless
  * wait_idle; one in the middle of something (or, with wait_idle, any) is
- * waited for up to wait (an interval literal; a session lock taken in a
- * transaction outlives it), unless wait is NULL. The holder is told by
+ * waited for up to wait_ms, within the store's timeout (a session lock
+ * taken in a transaction outlives it), unless wait_ms is 0. The holder
+ * is told by
  * the key as pg_locks shows it: high half in classid, low half in objid,
  * objsubid 1.
  */
-static int take_lock(struct pg_worker *s, uint64_t h, const char *wait,
+static int take_lock(struct pg_worker *s, uint64_t h, unsigned wait_ms,
 		     bool wait_idle, char *err, size_t errlen)
 {
 	char sql[640];
@@ -689,12 +696,13 @@ static int take_lock(struct pg_worker *s, uint64_t h, const char *wait,
 	if (rc == 0) {
 		got = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 		idle = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
-		if (!got && ((idle && !wait_idle) || wait == NULL)) {
+		if (!got && ((idle && !wait_idle) || wait_ms == 0)) {
 			rc = -EBUSY;
 		} else if (!got) {
 			snprintf(sql, sizeof(sql), "BEGIN; SET LOCAL "
-				 "lock_timeout = %s; SELECT pg_advisory_lock("
-				 "%" PRId64 "); COMMIT", wait, (int64_t)h);
+				 "lock_timeout = '%ums'; SELECT "
+				 "pg_advisory_lock(%" PRId64 "); COMMIT",
+				 pg_server_wait_ms(wait_ms, true), (int64_t)h);
 			rc = lock_sql(s, sql, NULL, err, errlen);
 		}
 	}
@@ -710,12 +718,12 @@ static int take_lock(struct pg_worker *s, uint64_t h, const char *wait,
  * the backend of a carmyd that died, to notice only at the end of its
  * statement; at open, an idle one may be the backend of a carmyd that
  * just stopped (a restart), still exiting though it looks idle: those
- * are waited for up to wait, unless wait is NULL.
+ * are waited for up to wait_ms, unless it is 0.
  */
-int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
+int pg_take_name(struct pg_worker *s, unsigned wait_ms, bool at_open,
 		 char *err, size_t errlen)
 {
-	int rc = take_lock(s, name_hash(s->instance), wait, at_open, err,
+	int rc = take_lock(s, name_hash(s->instance), wait_ms, at_open, err,
 			   errlen);
 
 	if (rc == -EBUSY)
@@ -750,12 +758,12 @@ static uint64_t conn_key(const struct pg_worker *s)
  * holds it, -EIO if the server would not say. Its key is this open's
  * and this worker's alone, so the one holder it can meet is the backend
  * of the worker's own previous connection, which lets it go as it exits:
- * idle or busy, it is waited for up to wait, unless wait is NULL.
+ * idle or busy, it is waited for up to wait_ms, unless it is 0.
  */
-int pg_take_conn_lock(struct pg_worker *s, const char *wait, char *err,
+int pg_take_conn_lock(struct pg_worker *s, unsigned wait_ms, char *err,
 		      size_t errlen)
 {
-	int rc = take_lock(s, conn_key(s), wait, true, err, errlen);
+	int rc = take_lock(s, conn_key(s), wait_ms, true, err, errlen);
 
 	if (rc == -EBUSY)
 		snprintf(err, errlen, "the backend of connection %u's "
@@ -782,7 +790,7 @@ int64_t pg_fence_key(const char *instance)
  * commit), then the name's row given gen + 1 (1 for a new name). Every
  * batch that starts after the commit finds the new value: one of an
  * earlier generation fails its fence. At open, with the name held,
- * before load(). 0, -EBUSY (a batch held the key past NAME_WAIT_OPEN), or
+ * before load(). 0, -EBUSY (a batch held the key past NAME_WAIT_OPEN_MS), or
  * -EIO with a sentence in err.
  */
 int pg_new_generation(struct pg_worker *s, char *err, size_t errlen)
@@ -794,10 +802,12 @@ int pg_new_generation(struct pg_worker *s, char *err, size_t errlen)
 	int rc = exec_ok(s->conn, "BEGIN", "cannot begin a new generation",
 			 err, errlen);
 
-	if (rc == 0)
-		rc = exec_ok(s->conn, "SET LOCAL lock_timeout = "
-			     NAME_WAIT_OPEN, "cannot bound the generation's "
+	if (rc == 0) {
+		snprintf(sql, sizeof(sql), "SET LOCAL lock_timeout = '%ums'",
+			 pg_server_wait_ms(NAME_WAIT_OPEN_MS, true));
+		rc = exec_ok(s->conn, sql, "cannot bound the generation's "
 			     "wait", err, errlen);
+	}
 	if (rc == 0) {
 		snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%"
 			 PRId64 ")", st->fence_key);

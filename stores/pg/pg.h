@@ -56,8 +56,11 @@
  * exits, once it has noticed, at the end of the statement it was running
  * (a kill -9 in the middle of a batch), and so does the backend of this
  * one's lost connection. */
-#define NAME_WAIT_OPEN "'10s'"
-#define NAME_WAIT "'2s'"
+#define NAME_WAIT_OPEN_MS 10000u
+#define NAME_WAIT_MS 2000u
+/* The session's lock_timeout and statement_timeout, where it has none. */
+#define LOCK_TIMEOUT_MS 2000u
+#define STATEMENT_TIMEOUT_MS 30000u
 /* How long a server may stay silent while it owes an answer before it is
  * taken for gone (wait.c): past statement_timeout (30 s), the longest a
  * working server takes to answer one of the store's statements. */
@@ -270,8 +273,10 @@ int pg_read_to_sync(struct pg_worker *s, int rc);
 /* wait.c: PQgetResult(), PQexec() and PQprepare() with every wait, for
  * the answer and for the socket to take what libpq holds to send (the
  * connection is non-blocking), bounded by pg_answer_ms of silence
- * (timeout= in the ARGS; one for the process). */
+ * (timeout= in the ARGS; one for the process); pg_server_wait_ms(), a
+ * wait the store asks of the server: ms or less, within that silence. */
 extern unsigned pg_answer_ms;
+unsigned pg_server_wait_ms(unsigned ms, bool lock);
 void pg_await(PGconn *c);
 PGresult *pg_get_result(PGconn *c);
 PGresult *pg_exec(PGconn *c, const char *sql);
@@ -287,9 +292,9 @@ int pg_reconnect(struct pg_worker *s, char *err, size_t errlen);
 int pg_create_schema(PGconn *c, char *err, size_t errlen);
 int pg_setup_session(PGconn *c, char *err, size_t errlen);
 int pg_prepare_all(PGconn *c, char *err, size_t errlen);
-int pg_take_name(struct pg_worker *s, const char *wait, bool at_open,
+int pg_take_name(struct pg_worker *s, unsigned wait_ms, bool at_open,
 		 char *err, size_t errlen);
-int pg_take_conn_lock(struct pg_worker *s, const char *wait, char *err,
+int pg_take_conn_lock(struct pg_worker *s, unsigned wait_ms, char *err,
 		      size_t errlen);
 int64_t pg_fence_key(const char *instance);
 int pg_new_generation(struct pg_worker *s, char *err, size_t errlen);

@@ -196,7 +196,7 @@
  * before it holds that lock again: worker 0's is the name (above), each
  * other's a key of its own (conn.c: pg_take_conn_lock(), from the name,
  * this open's generation and the worker's index: no other open of the
- * name meets it). The first try waits NAME_WAIT for the old backend;
+ * name meets it). The first try waits NAME_WAIT_MS for the old backend;
  * then the worker's requests fail (-EBUSY) until it has gone, each batch
  * trying again.
  *
@@ -210,7 +210,11 @@
  * tcp_user_timeout like the client's, so that the server drops a
  * connection of ours that died silently, and the locks it held, within
  * about a minute; each only where the session has no value of its own
- * (CONNINFO's options, the role's, the database's). A statement that
+ * (CONNINFO's options, the role's, the database's). Every wait the
+ * store asks of the server (these two, and its own waits for a lock) is
+ * kept a quarter short of timeout= (pg_server_wait_ms()): a short
+ * timeout= shortens them, so that the server says it waited in vain
+ * before its silence reads as a server gone. A statement that
  * times out (lock_not_available, query_canceled) fails its request alone
  * (-EAGAIN): the batch is rolled back and runs again without it, since
  * waiting once more would hold up every other request as long again. A
@@ -365,7 +369,7 @@ static int connect_all(struct pg_store *s, const char *conninfo, char *err,
 	if (rc == 0)
 		rc = pg_setup_session(w0->conn, err, errlen);
 	if (rc == 0)
-		rc = pg_take_name(w0, NAME_WAIT_OPEN, true, err, errlen);
+		rc = pg_take_name(w0, NAME_WAIT_OPEN_MS, true, err, errlen);
 	if (rc == 0)
 		rc = pg_create_schema(w0->conn, err, errlen);
 	if (rc == 0)
@@ -379,7 +383,7 @@ static int connect_all(struct pg_store *s, const char *conninfo, char *err,
 		if (rc == 0)
 			rc = pg_prepare_all(s->w[i].conn, err, errlen);
 		if (rc == 0)
-			rc = pg_take_conn_lock(&s->w[i], NULL, err, errlen);
+			rc = pg_take_conn_lock(&s->w[i], 0, err, errlen);
 	}
 	return rc;
 }

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #include <libpq-fe.h>
@@ -35,6 +36,23 @@
 #define AWAIT_SLICE_MS 50u
 
 unsigned pg_answer_ms = ANSWER_MS_DEFAULT;
+
+/*
+ * A wait the store asks of the server itself, ms at most and within the
+ * store's timeout: the server answers that it waited in vain (a sentence
+ * the store can act on) before the store takes its silence for a server
+ * gone. A statement's (statement_timeout) ends a quarter short of
+ * pg_answer_ms, a lock's (lock_timeout) at half, so that a lock waited
+ * for in vain is told as such, not as a statement too long. With the
+ * default timeout= (40 s) every wait is its own.
+ */
+unsigned pg_server_wait_ms(unsigned ms, bool lock)
+{
+	unsigned most = lock ? pg_answer_ms / 2 :
+			pg_answer_ms - pg_answer_ms / 4;
+
+	return ms < most ? ms : most;
+}
 
 /* Poll fd for events up to end, in slices: -1 (poll failed), 0 or
  * the revents; *now updated, *end pushed back if the server moved. */

@@ -220,9 +220,9 @@ static int ready(struct pg_worker *s)
 	 * tried after that. */
 	if (rc == 0 && !s->named) {
 		rc = s->index == 0 ?
-		     pg_take_name(s, fresh ? NAME_WAIT : NULL, false, err,
+		     pg_take_name(s, fresh ? NAME_WAIT_MS : 0, false, err,
 				  sizeof(err)) :
-		     pg_take_conn_lock(s, fresh ? NAME_WAIT : NULL, err,
+		     pg_take_conn_lock(s, fresh ? NAME_WAIT_MS : 0, err,
 				       sizeof(err));
 		if (rc == 0)
 			s->named = true;
