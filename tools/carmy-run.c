@@ -25,31 +25,37 @@
  *          TOO_MANY_CLIENTS: it serves all it may (--max-clients)
  *   70     any other internal or system error (PROTOCOL_ERROR,
  *          SEGMENT_LAYOUT_MISMATCH, SEGMENT_CORRUPT, DISCONNECTED, out of
- *          memory...)
+ *          memory...); after COMMAND ran, its result unrecorded
+ *          (DISCONNECTED: uncertain, what it did printed) or carmy-run's
+ *          own output unwritten (recorded: a retry prints it)
  *   71     IDEMPOTENCY_CONFLICT: the identity was used for another call
  *   72     EXECUTION_UNCERTAIN: the identity is running or was interrupted
  *   73     IDEMPOTENCY_CAPACITY: carmyd's table is full
- *   74     RESULT_TOO_LARGE: the output exceeded carmyd's --max-result;
- *          recorded as failed, and replayed as this error
+ *   74     RESULT_TOO_LARGE: the exit code and output exceeded carmyd's
+ *          --max-result; recorded as failed, and replayed as this error
  *   75     STORE_FAILED: carmyd's durable store could not record the
- *          reservation (COMMAND did not run) or the result (it did: the
- *          identity reports EXECUTION_UNCERTAIN)
+ *          reservation (COMMAND did not run) or the result, sent again
+ *          for STORE_RETRY_MS (it ran: the identity reports
+ *          EXECUTION_UNCERTAIN, and what it did is printed)
  *   77     DAEMON_UNTRUSTED: the carmyd found, its socket's directory or
  *          its segment belongs to a user not trusted (sysexits' EX_NOPERM;
  *          the message says which path, uid or mode)
  *   124    COMMAND timed out, in this run or replayed
- *   126    COMMAND is not executable  \  nothing ran and the reservation
- *   127    COMMAND was not found      /  was released: retrying may run it
- * COMMAND did not run for 64-69, 71-73, 77, 126 and 127; for 70 it did not run
- * unless the error came after it started, and the identity then reports
- * EXECUTION_UNCERTAIN. A COMMAND that exits with one of these statuses
- * itself is told apart by --json, whose errors are objects with "error".
+ *   126    COMMAND cannot be run  \  nothing ran and the reservation was
+ *   127    COMMAND was not found  /  released: retrying may run it
+ *   128+N  also CANCELLED: signal N came before COMMAND started
+ * COMMAND did not run for 64-69, 71-73, 77, 126, 127 and CANCELLED; for 70
+ * and 75 it did not run unless the error came after it started. A COMMAND
+ * that exits with one of these statuses itself is told apart by --json,
+ * whose errors are objects with "error".
  *
  * Signals. While COMMAND runs, SIGINT, SIGTERM and SIGHUP cancel the call:
  * COMMAND and everything it started are killed, and the call is recorded
  * as cancelled with the output so far (exit 128+N), then replayed as such,
- * as a timeout is: the effect may have committed. One that carmy-run was
- * started with ignored (nohup; SIGINT in a non-interactive shell's
+ * as a timeout is: the effect may have committed. They are blocked from
+ * before the reservation on: one that comes before COMMAND starts (or
+ * during --wait) cancels the call with nothing run, the reservation given
+ * back. One that carmy-run was started with ignored (nohup; SIGINT in a non-interactive shell's
  * background job) stays ignored, by carmy-run and by COMMAND: it cancels
  * nothing. Anything else that kills carmy-run (SIGKILL) closes its
  * connection, which carmyd takes as a dead owner, so the entry becomes
@@ -108,6 +114,11 @@ enum {
 #define NSEC 1000000000ull
 /* Largest single read, so that its count always fits an int. */
 #define READ_MAX (1u << 20)
+/* How long a result the durable store failed to record is sent again. */
+#define STORE_RETRY_MS 10000u
+/* The longest slice of a --wait, between two looks for a cancelling
+ * signal (blocked while the wait may reserve). */
+#define WAIT_SLICE_MS 250u
 
 /* The signals that cancel a run (SIGINT, SIGTERM, SIGHUP, those not
  * ignored when we started), blocked and read from a signalfd, and the mask
@@ -152,6 +163,7 @@ enum run_outcome {
 	RUN_NOT_STARTED,	/* a system error before COMMAND could start */
 	RUN_EXEC_FAILED,	/* exec failed: COMMAND provably did not run */
 	RUN_LOST,		/* COMMAND started, then we lost track of it */
+	RUN_CANCELLED,		/* a cancelling signal came before it started */
 };
 
 static const char usage_text[] =
@@ -162,8 +174,9 @@ static const char usage_text[] =
 	"identity replays the recorded standard output and exit status instead.\n"
 	"\n"
 	"  --socket PATH        carmyd's socket (default: $CARMY_SOCKET, else\n"
-	"                       $XDG_RUNTIME_DIR/carmy/carmyd.sock, else\n"
-	"                       /tmp/carmy-$UID/carmyd.sock)\n"
+	"                       your own carmyd's, $XDG_RUNTIME_DIR/carmy/\n"
+	"                       carmyd.sock or /tmp/carmy-$UID/carmyd.sock,\n"
+	"                       if there, else /run/carmy/carmyd.sock)\n"
 	"  --principal P        the identity of the call: who acts, in which\n"
 	"  --session S          session, and the caller's id for this request;\n"
 	"  --request-id R       1 to 256 bytes each\n"
@@ -207,12 +220,16 @@ static const char usage_text[] =
 	"  124    COMMAND timed out, in this run or replayed\n"
 	"  128+N  also: cancelled by signal N (INT, TERM, HUP) while it ran,\n"
 	"         in this run or replayed\n"
-	"  126    COMMAND is not executable (nothing ran, reservation released)\n"
+	"  126    COMMAND cannot be run (nothing ran, reservation released)\n"
 	"  127    COMMAND was not found (nothing ran, reservation released)\n"
-	"On an error COMMAND does not run, except for an internal error (70) after\n"
-	"it started, which leaves the identity EXECUTION_UNCERTAIN. COMMAND's own\n"
-	"status may be any of these numbers too: --json tells them apart (an\n"
-	"error is an object with \"error\").\n";
+	"  128+N  also CANCELLED: signal N came before COMMAND started (nothing\n"
+	"         ran, reservation released)\n"
+	"On an error COMMAND does not run, except for an error after it started\n"
+	"(70, 75): if its result could not be recorded, the identity is\n"
+	"EXECUTION_UNCERTAIN, and its output and exit code are printed for an\n"
+	"operator's carmyctl resolve. COMMAND's own status may be any of these\n"
+	"numbers too: --json tells them apart (an error is an object with\n"
+	"\"error\").\n";
 
 static int parse_opts(int argc, char **argv, struct opts *o);
 static int set_once(const char **dst, const char *val, const char *name,
@@ -225,7 +242,12 @@ static int pack_args(const struct opts *o, msgpack_sbuffer *sb);
 static int pack_meta(const struct opts *o, msgpack_sbuffer *sb);
 static void fill_call(const struct opts *o, const msgpack_sbuffer *args,
 		      const msgpack_sbuffer *meta, struct carmy_call *call);
+static const char *sig_name(int sig);
 static void cancel_block(struct cancelling *k);
+static int cancel_pending(const struct cancelling *k);
+static int wait_running(carmy_t *c, const struct carmy_call *call,
+			struct carmy_reservation *r, uint64_t wait_ns,
+			const struct cancelling *k, int *sig);
 static int run_reserved(carmy_t *c, const struct opts *o,
 			struct carmy_reservation *r,
 			const struct cancelling *k);
@@ -244,6 +266,9 @@ static int report(const struct opts *o, int exit_status, const char *code,
 		  const char *msg, const char *exec_id, const char *state);
 static int report_code(const struct opts *o, int code,
 		       const struct carmy_reservation *r, const char *why);
+static int report_unrecorded(const struct opts *o, int code,
+			     const struct carmy_reservation *r,
+			     const struct capture *cap);
 static void name_socket(const struct opts *o, int code, char *why,
 			size_t len);
 static int exit_for(int code);
@@ -257,7 +282,7 @@ int main(int argc, char **argv)
 	struct opts o;
 	carmy_t *c = NULL;
 	char why[8192] = "";	/* what to say instead of carmy_strerror() */
-	int rc, status;
+	int rc, status, sig = 0;
 
 	status = parse_opts(argc, argv, &o);
 	if (status >= 0) {
@@ -293,19 +318,17 @@ int main(int argc, char **argv)
 		rc = carmy_set_result_format(c, CARMY_FORMAT_EXIT_OUTPUT);
 	if (rc == 0) {
 		fill_call(&o, &args, &meta, &call);
-		/* Rounded up: --wait 0.0005 waits, for a millisecond. A
-		 * wait stays interruptible (^C ends it, nothing reserved);
-		 * a begin is quick, and with the cancelling signals blocked
-		 * before it none can kill us between the reservation and
-		 * COMMAND's start (the call would be left uncertain). */
-		if (o.wait_ns > 0) {
-			rc = carmy_wait(c, &call, &r,
-					(int)((o.wait_ns + 999999) / 1000000));
-			cancel_block(&k);
-		} else {
-			cancel_block(&k);
+		/* The cancelling signals are blocked before the reservation:
+		 * none can kill us between it and COMMAND's start (the call
+		 * would be left uncertain though nothing ran). One that
+		 * comes meanwhile is read before COMMAND starts, and the
+		 * reservation given back (run_reserved()); a wait is made
+		 * in slices, and one ends it. */
+		cancel_block(&k);
+		if (o.wait_ns > 0)
+			rc = wait_running(c, &call, &r, o.wait_ns, &k, &sig);
+		else
 			rc = carmy_begin(c, &call, &r);
-		}
 		/* carmyd gone since, or full: the handle tried to connect
 		 * again, to the same socket. */
 		if (rc == CARMY_EUNAVAILABLE || rc == CARMY_ETOO_MANY_CLIENTS)
@@ -315,6 +338,17 @@ int main(int argc, char **argv)
 	switch (rc) {
 	case CARMY_RESERVED:
 		status = run_reserved(c, &o, &r, &k);
+		break;
+	case CARMY_EUNCERTAIN:
+		if (sig == 0) {
+			status = report_code(&o, rc, &r, why);
+			break;
+		}
+		snprintf(why, sizeof(why), "Cancelled by %s while waiting "
+			 "for the running execution; nothing ran here.",
+			 sig_name(sig));
+		status = report(&o, 128 + sig, "CANCELLED", why,
+				r.execution_id, carmy_state_name(r.state));
 		break;
 	case CARMY_REPLAY:
 		status = replay(&o, &r);
@@ -669,7 +703,7 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 {
 	struct capture cap = { 0 };
 	enum run_outcome out;
-	char msg[512];
+	char msg[512], why[256];
 	int err = 0, rc, status;
 
 	cap.keep = carmy_max_result(c) + 1;
@@ -678,7 +712,9 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 	cap.cap = cap.keep < 4096 ? cap.keep : 4096;
 	cap.len = HEAD_LEN;
 	cap.buf = malloc(cap.cap);
-	if (cap.buf == NULL) {
+	if ((err = cancel_pending(k)) != 0) {
+		out = RUN_CANCELLED;	/* err: the signal */
+	} else if (cap.buf == NULL) {
 		out = RUN_NOT_STARTED;
 		err = ENOMEM;
 	} else {
@@ -690,14 +726,20 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 		break;
 	case RUN_NOT_STARTED:
 	case RUN_EXEC_FAILED:
+	case RUN_CANCELLED:
 		free(cap.buf);
+		if (out == RUN_CANCELLED)
+			snprintf(why, sizeof(why), "cancelled by %s",
+				 sig_name(err));
+		else
+			snprintf(why, sizeof(why), "%s", strerror(err));
 		rc = carmy_release(c, r);
 		if (rc == CARMY_ESTORE) {
 			snprintf(msg, sizeof(msg),
 				 "COMMAND did not run (%s) and its reservation "
 				 "was released on this host, but carmyd's store "
 				 "did not record the release: after a reboot "
-				 "the call would be uncertain.", strerror(err));
+				 "the call would be uncertain.", why);
 			return report(o, exit_for(rc), carmy_errname(rc), msg,
 				      r->execution_id, NULL);
 		}
@@ -705,9 +747,16 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 			snprintf(msg, sizeof(msg),
 				 "%s COMMAND did not run (%s), but its "
 				 "reservation could not be released.",
-				 carmy_strerror(rc), strerror(err));
+				 carmy_strerror(rc), why);
 			return report(o, exit_for(rc), carmy_errname(rc), msg,
 				      r->execution_id, NULL);
+		}
+		if (out == RUN_CANCELLED) {
+			snprintf(msg, sizeof(msg), "Cancelled by %s before "
+				 "COMMAND started; nothing ran and the "
+				 "reservation was released.", sig_name(err));
+			return report(o, 128 + err, "CANCELLED", msg, NULL,
+				      NULL);
 		}
 		if (out == RUN_NOT_STARTED)
 			return report(o, EXIT_INTERNAL, carmy_errname(-err),
@@ -715,7 +764,9 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 		snprintf(msg, sizeof(msg),
 			 "cannot run '%s': %s; nothing ran and the "
 			 "reservation was released.", o->cmd[0], strerror(err));
-		if (err == EACCES)
+		/* As a shell: 127 if there is no such file, 126 if there is
+		 * one that cannot be run (mode, busy, format, size...). */
+		if (err != ENOENT && err != ENOTDIR)
 			return report(o, EXIT_NOT_EXECUTABLE,
 				      "COMMAND_NOT_EXECUTABLE", msg, NULL,
 				      NULL);
@@ -734,17 +785,24 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 
 	runfmt_put_head(cap.buf, cap.exit_code);
 	rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
+	/* A durable store that failed (its database restarting, say) keeps
+	 * the reservation live: the same result is sent again for a while,
+	 * and recorded once. */
+	for (unsigned ms = 100, spent = 0;
+	     rc == CARMY_ESTORE && spent < STORE_RETRY_MS; spent += ms) {
+		struct timespec nap = { 0, (long)ms * 1000000 };
+
+		while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
+			;
+		ms = ms * 2 > 1000 ? 1000 : ms * 2;
+		rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
+	}
 	if (rc == 0)
 		status = print_result(o, r->execution_id, cap.status, false,
 				      cap.exit_code, cap.buf + HEAD_LEN,
 				      cap.len - HEAD_LEN);
-	else if (rc == CARMY_ERESULT_TOO_LARGE)
-		status = report(o, EXIT_TOO_LARGE, carmy_errname(rc),
-				carmy_strerror(rc), r->execution_id,
-				carmy_state_name(CARMY_STATE_COMPLETED));
 	else
-		status = report(o, exit_for(rc), carmy_errname(rc),
-				carmy_strerror(rc), r->execution_id, NULL);
+		status = report_unrecorded(o, rc, r, &cap);
 	free(cap.buf);
 	return status;
 }
@@ -818,6 +876,67 @@ static void cancel_block(struct cancelling *k)
 	k->sfd = signalfd(-1, &k->set, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (k->sfd < 0)
 		sigprocmask(SIG_SETMASK, &k->old, NULL);
+}
+
+/* The cancelling signal that came while they were blocked, read and
+ * consumed: 0 if none (or without a signalfd, when they kill us). */
+static int cancel_pending(const struct cancelling *k)
+{
+	struct signalfd_siginfo si;
+
+	if (k->sfd < 0 || read(k->sfd, &si, sizeof(si)) != sizeof(si))
+		return 0;
+	return (int)si.ssi_signo;
+}
+
+static const char *sig_name(int sig)
+{
+	switch (sig) {
+	case SIGINT:
+		return "SIGINT";
+	case SIGTERM:
+		return "SIGTERM";
+	case SIGHUP:
+		return "SIGHUP";
+	default:
+		return "a signal";
+	}
+}
+
+/*
+ * carmy_wait() for up to wait_ns, with the cancelling signals blocked: it
+ * may reserve at its end, and a signal must not kill us then. So it waits
+ * in slices of WAIT_SLICE_MS, and a signal that came during one ends the
+ * wait after it (*sig, nothing reserved). Returns what carmy_wait()
+ * returns.
+ */
+static int wait_running(carmy_t *c, const struct carmy_call *call,
+			struct carmy_reservation *r, uint64_t wait_ns,
+			const struct cancelling *k, int *sig)
+{
+	struct timespec t;
+	uint64_t end, now;
+	int rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	now = (uint64_t)t.tv_sec * NSEC + (uint64_t)t.tv_nsec;
+	end = now + wait_ns;
+	for (;;) {
+		/* Rounded up: --wait 0.0005 waits, for a millisecond. */
+		uint64_t ms = (end - now + 999999) / 1000000;
+
+		if (k->sfd >= 0 && ms > WAIT_SLICE_MS)
+			ms = WAIT_SLICE_MS;
+		rc = carmy_wait(c, call, r, (int)ms);
+		if (rc != CARMY_EUNCERTAIN || r->state != CARMY_STATE_RUNNING)
+			return rc;
+		if ((*sig = cancel_pending(k)) != 0)
+			return rc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		now = (uint64_t)t.tv_sec * NSEC + (uint64_t)t.tv_nsec;
+		if (now >= end)
+			return rc;
+	}
 }
 
 /*
@@ -1003,6 +1122,11 @@ static int print_result(const struct opts *o, const char *exec_id,
 {
 	int rc = 0;
 
+	/* A reader gone is a write error (EPIPE), said as such: killed by
+	 * SIGPIPE we would exit as if COMMAND had been. COMMAND has ended,
+	 * or never ran here: it does not inherit this. */
+	signal(SIGPIPE, SIG_IGN);
+
 	if (o->json) {
 		fputs("{\"execution_id\":", stdout);
 		json_put_str(stdout, exec_id);
@@ -1030,6 +1154,7 @@ static int print_result(const struct opts *o, const char *exec_id,
 static int report(const struct opts *o, int exit_status, const char *code,
 		  const char *msg, const char *exec_id, const char *state)
 {
+	signal(SIGPIPE, SIG_IGN);	/* as in print_result() */
 	if (exec_id != NULL && exec_id[0] == '\0')
 		exec_id = NULL;
 	if (o->json) {
@@ -1046,8 +1171,11 @@ static int report(const struct opts *o, int exit_status, const char *code,
 			json_put_str(stdout, state);
 		}
 		fputs("}}\n", stdout);
-		fflush(stdout);
-		return exit_status;
+		if (fflush(stdout) == 0 && !ferror(stdout))
+			return exit_status;
+		/* Said where it can still be read. */
+		fprintf(stderr, "carmy-run: cannot write standard output: "
+			"%s\n", strerror(errno));
 	}
 	fprintf(stderr, "carmy-run: %s: %s", code, msg);
 	if (exec_id != NULL && state != NULL)
@@ -1077,6 +1205,69 @@ static int report_code(const struct opts *o, int code,
 		      why[0] != '\0' ? why : carmy_strerror(code),
 		      entry ? r->execution_id : NULL,
 		      entry ? carmy_state_name(r->state) : NULL);
+}
+
+/*
+ * COMMAND ran, and its result was not recorded as it ended (code, from
+ * carmy_complete()): what it did is said, with the exit code and the
+ * output, for an operator to resolve the call by (carmyctl resolve). Over
+ * --max-result, the call is recorded as failed with that code: its exit
+ * code is said, its output, cut short, is not.
+ */
+static int report_unrecorded(const struct opts *o, int code,
+			     const struct carmy_reservation *r,
+			     const struct capture *cap)
+{
+	bool large = code == CARMY_ERESULT_TOO_LARGE;
+	const void *out = cap->buf + HEAD_LEN;
+	size_t len = cap->len - HEAD_LEN;
+	char msg[1024];
+
+	if (large)
+		snprintf(msg, sizeof(msg), "%s COMMAND ran and exited %d; "
+			 "its output was over carmyd's --max-result, so the "
+			 "call is recorded as failed with this error, and "
+			 "replayed as such.", carmy_strerror(code),
+			 cap->exit_code);
+	else
+		snprintf(msg, sizeof(msg), "%s COMMAND ran and exited %d, "
+			 "and its result is not recorded: the identity "
+			 "reports EXECUTION_UNCERTAIN until it is resolved "
+			 "(carmyctl resolve %s --committed --exit-code %d "
+			 "--stdout-file FILE, with the output %s, or "
+			 "--not-committed).", carmy_strerror(code),
+			 cap->exit_code, r->execution_id, cap->exit_code,
+			 o->json ? "in \"stdout\"" : "on standard output");
+	signal(SIGPIPE, SIG_IGN);
+	if (!o->json) {
+		if (!large && io_write_all(STDOUT_FILENO, out, len) != 0)
+			fprintf(stderr, "carmy-run: cannot write standard "
+				"output: %s\n", strerror(errno));
+		return report(o, exit_for(code), carmy_errname(code), msg,
+			      r->execution_id, large ?
+			      carmy_state_name(CARMY_STATE_COMPLETED) : NULL);
+	}
+	fputs("{\"error\":{\"code\":", stdout);
+	json_put_str(stdout, carmy_errname(code));
+	fputs(",\"message\":", stdout);
+	json_put_str(stdout, msg);
+	fputs(",\"execution_id\":", stdout);
+	json_put_str(stdout, r->execution_id);
+	if (large) {
+		fputs(",\"state\":", stdout);
+		json_put_str(stdout, carmy_state_name(CARMY_STATE_COMPLETED));
+	}
+	printf(",\"exit_code\":%d", cap->exit_code);
+	if (!large) {
+		fputs(",\"stdout\":", stdout);
+		json_put_bytes(stdout, out, len);
+	}
+	fputs("}}\n", stdout);
+	if (fflush(stdout) != 0 || ferror(stdout))
+		fprintf(stderr, "carmy-run: %s: %s (cannot write standard "
+			"output: %s)\n", carmy_errname(code), msg,
+			strerror(errno));
+	return exit_for(code);
 }
 
 /*
