@@ -166,6 +166,10 @@ static inline const char *store_journal_dir(const char *spec)
 								  : NULL;
 }
 
+/* spec (a --store's, or its ARGS) as the log shows it, into buf: a
+ * password in it becomes ***. */
+const char *store_spec_shown(const char *spec, char *buf, size_t size);
+
 /* Open the store named by cfg->store and create, or validate and adopt,
  * the segment cfg->shm_name; load into it what the store holds, sweep the
  * previous carmyd's owners (leaving them cfg->grace_ms to come back), and

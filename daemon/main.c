@@ -99,6 +99,7 @@ static bool only_ours(int fd, const char *base);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
 static int listen_on(const struct carmyd_config *cfg);
+static int open_log(const char *path);
 
 int main(int argc, char **argv)
 {
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
 	struct retain retain;
 	sigset_t sigs;
 	int rc, lock_fd, lfd, ready_fd = -1;
-	char age[AGE_TEXT_MAX];
+	char age[AGE_TEXT_MAX], shown[1024];
 
 	rc = parse_args(argc, argv, &cfg);
 	if (rc != 0)
@@ -124,17 +125,8 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 
-	if (cfg.log_file != NULL) {
-		int fd = open(cfg.log_file,
-			      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-
-		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
-			fprintf(stderr, "carmyd: cannot open log file %s: %s\n",
-				cfg.log_file, strerror(errno));
-			return 1;
-		}
-		close(fd);
-	}
+	if (cfg.log_file != NULL && open_log(cfg.log_file) != 0)
+		return 1;
 	log_detect_journal();
 	/* Daemonize before liburcu starts any thread: fork() after call_rcu
 	 * threads exist can hang the child. */
@@ -171,7 +163,8 @@ int main(int argc, char **argv)
 		 "max-clients %u, retain %s", cfg.socket_path, cfg.shm_name,
 		 store.view.geo.capacity, store.view.geo.max_result,
 		 store.epoch, cfg.threads, cfg.threads == 1 ? "" : "s",
-		 cfg.spin_us, cfg.store ? cfg.store : "memory", cfg.max_clients,
+		 cfg.spin_us, store_spec_shown(cfg.store ? cfg.store : "memory",
+					  shown, sizeof(shown)), cfg.max_clients,
 		 cfg.retain_ns == 0 ? "never" : age_format(age, cfg.retain_ns));
 	/* The socket listens: a client connecting from now on is served. */
 	server_notify_status(&store, "READY=1\n");
@@ -762,4 +755,42 @@ static int listen_on(const struct carmyd_config *cfg)
 		return -1;
 	}
 	return fd;
+}
+
+/*
+ * --log-file: appended to, never through a symbolic link, and only if it
+ * is a regular file of carmyd's own user: in a shared directory, another
+ * user could otherwise have carmyd write its log (which names principals,
+ * sessions and requests) into a file of theirs, or into one it may write
+ * but should not. Becomes standard error. 0, or 1 with a line said.
+ */
+static int open_log(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
+			    O_NOFOLLOW | O_NOCTTY, 0600);
+	struct stat st;
+
+	if (fd < 0) {
+		fprintf(stderr, "carmyd: cannot open log file %s: %s%s\n",
+			path, strerror(errno), errno == ELOOP ?
+			" (a symbolic link: give the file itself)" : "");
+		return 1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid()) {
+		fprintf(stderr, "carmyd: refusing log file %s: %s\n", path,
+			!S_ISREG(st.st_mode) ? "not a regular file" :
+			"it belongs to another user (give a file of carmyd's "
+			"own user)");
+		close(fd);
+		return 1;
+	}
+	if (dup2(fd, STDERR_FILENO) < 0) {
+		fprintf(stderr, "carmyd: cannot open log file %s: %s\n", path,
+			strerror(errno));
+		close(fd);
+		return 1;
+	}
+	close(fd);
+	return 0;
 }

@@ -1091,7 +1091,7 @@ static int backend_open(struct store *s, const char *spec)
 {
 	const struct carmy_store_ops *ops;
 	const char *args = "", *jdir;
-	char err[512] = "", path[4096];
+	char err[512] = "", path[4096], shown[1024];
 	int rc;
 
 	if (strcmp(spec, "memory") == 0) {
@@ -1160,8 +1160,67 @@ static int backend_open(struct store *s, const char *spec)
 	s->durable = ops->durable != 0 || ops->shared != 0;
 	s->shared = ops->shared != 0;
 	log_info("store: %s%s%s", ops->name ? ops->name : "plugin",
-		 args[0] ? " " : "", args);
+		 args[0] ? " " : "", store_spec_shown(args, shown,
+						       sizeof(shown)));
 	return 0;
+}
+
+/*
+ * A store's spec (or its ARGS) as the log shows it: a password in it (a PostgreSQL
+ * connection string's password=VALUE, quoted or not, or a URI's
+ * user:PASSWORD@) becomes ***, since the log may be read by more people
+ * than the database's credentials are for. Cut short to fit buf.
+ */
+const char *store_spec_shown(const char *spec, char *buf, size_t size)
+{
+	const char *p = spec, *uri = strstr(spec, "://");
+	size_t n = 0;
+
+	while (*p != '\0' && n + 1 < size) {
+		bool key = strncmp(p, "password=", 9) == 0 &&
+			   (p == spec || p[-1] == ' ' || p[-1] == '\t' ||
+			    p[-1] == ':' || p[-1] == '?' || p[-1] == '&');
+		const char *at;
+
+		if (key || (uri != NULL && p == uri + 3)) {
+			/* A URI's authority: user[:password]@host... */
+			at = key ? NULL : strpbrk(p, "@/ ");
+			if (!key && (at == NULL || *at != '@' ||
+				     memchr(p, ':', (size_t)(at - p)) == NULL)) {
+				buf[n++] = *p++;
+				continue;
+			}
+			if (key) {
+				n += (size_t)snprintf(buf + n, size - n,
+						      "password=***");
+				p += 9;
+				if (*p == '\'') {
+					for (p++; *p != '\0' && *p != '\'';
+					     p++)
+						if (*p == '\\' && p[1] != '\0')
+							p++;
+					if (*p == '\'')
+						p++;
+				} else {
+					p += strcspn(p, " \t&");
+				}
+			} else {
+				const char *colon = memchr(p, ':',
+							   (size_t)(at - p));
+
+				n += (size_t)snprintf(buf + n, size - n,
+						      "%.*s:***",
+						      (int)(colon - p), p);
+				p = at;
+			}
+			if (n >= size)
+				n = size - 1;
+			continue;
+		}
+		buf[n++] = *p++;
+	}
+	buf[n] = '\0';
+	return buf;
 }
 
 struct restore_ctx {

@@ -554,6 +554,35 @@ START_TEST(test_a_missing_pg_plugin_names_its_package)
 }
 END_TEST
 
+/* A password in the store's spec (a PostgreSQL connection string's) is
+ * not written to the log: the ready line shows it as ***. The text store
+ * takes the whole ARGS as its file's name, so it opens with one. */
+START_TEST(test_a_password_in_the_store_spec_is_not_logged)
+{
+	char log[128], so[256], pw[600], text[64];
+	const char *const args[] = { "--store", pw, "--log-file", log,
+				     "--log-level", "info", NULL };
+	struct carmyd_proc x;
+
+	harness_path("examples/.libs/carmy_store_text.so", so, sizeof(so));
+	/* The file's name is the ARGS: its directories made first. */
+	snprintf(pw, sizeof(pw), "%s/store password=hunter2 postgresql:",
+		 dir);
+	ck_assert_int_eq(mkdir(pw, 0700), 0);
+	snprintf(pw, sizeof(pw), "plugin:%s:%s/store password=hunter2 "
+		 "postgresql://u:s3cret@db", so, dir);
+	snprintf(log, sizeof(log), "%s/carmyd.log", dir);
+	e2e_start(&x, args);
+	e2e_stop(&x);
+	ck_assert_int_eq(e2e_logged(log, "ready: "), 1);
+	snprintf(text, sizeof(text), "/store password=*** "
+		 "postgresql://u:***@db, max-clients");
+	ck_assert_int_eq(e2e_logged(log, text), 1);
+	ck_assert_int_eq(e2e_logged(log, "hunter2"), 0);
+	ck_assert_int_eq(e2e_logged(log, "s3cret"), 0);
+}
+END_TEST
+
 /* Not a plugin: a path that is not there, and a shared object that does
  * not export carmy_store_plugin. carmyd exits without serving. */
 START_TEST(test_what_is_not_a_plugin_is_refused)
@@ -594,6 +623,7 @@ int main(void)
 	tcase_add_test(tc, test_a_damaged_line_stops_carmyd);
 	tcase_add_test(tc, test_what_is_not_a_plugin_is_refused);
 	tcase_add_test(tc, test_a_missing_pg_plugin_names_its_package);
+	tcase_add_test(tc, test_a_password_in_the_store_spec_is_not_logged);
 	tcase_add_test(tc, test_a_call_comes_back_from_the_plugin);
 	tcase_add_test(tc, test_a_plugin_of_abi_2_is_refused);
 	suite_add_tcase(s, tc);

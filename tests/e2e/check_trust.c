@@ -1091,6 +1091,42 @@ END_TEST
  * group, or closed to --group's group, carmyd refuses it, says what to do,
  * and leaves it exactly as it was. Not open, it is used as it is.
  */
+/* --log-file: never through a symbolic link (another user's file behind
+ * it gets nothing), never a file of another user's; carmyd's own is
+ * appended to. */
+START_TEST(test_a_log_file_not_carmyds_own_is_refused)
+{
+	static char log[160];
+	static const char *const opts[] = { "--log-file", log, "--log-level",
+					    "info", NULL };
+	char theirs[128];
+	struct carmyd_proc d;
+	struct stat st;
+
+	path_in(theirs, sizeof(theirs), base, "theirs.log");
+	ck_assert_int_eq(close(open(theirs, O_WRONLY | O_CREAT, 0666)), 0);
+	path_in(log, sizeof(log), base, "carmyd.log");
+	ck_assert_int_eq(symlink(theirs, log), 0);
+	ck_assert_int_ne(try_start(&d, opts), 0);
+	ck_assert_int_eq(stat(theirs, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_int_eq(unlink(log), 0);
+	if (need_root("a log file of another uid")) {
+		ck_assert_int_eq(close(open(log, O_WRONLY | O_CREAT, 0666)),
+				 0);
+		ck_assert_int_eq(chown(log, STRANGER, (gid_t)-1), 0);
+		ck_assert_int_ne(try_start(&d, opts), 0);
+		ck_assert_int_eq(stat(log, &st), 0);
+		ck_assert_int_eq(st.st_size, 0);
+		ck_assert_int_eq(unlink(log), 0);
+	}
+	e2e_start(&d, opts);
+	e2e_stop(&d);
+	ck_assert_int_eq(stat(log, &st), 0);
+	ck_assert_int_gt(st.st_size, 0);
+}
+END_TEST
+
 START_TEST(test_shared_directory_is_refused_and_left_as_it_was)
 {
 	static char sock[160], log[160];
@@ -1167,6 +1203,7 @@ static Suite *trust_suite(void)
 	tcase_add_test(tc, test_group_member_connects_from_a_thread_with_a_small_stack);
 	tcase_add_test(tc, test_existing_socket_directory_is_opened_to_the_group);
 	tcase_add_test(tc, test_shared_directory_is_refused_and_left_as_it_was);
+	tcase_add_test(tc, test_a_log_file_not_carmyds_own_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
