@@ -1166,10 +1166,10 @@ static int backend_open(struct store *s, const char *spec)
 }
 
 /*
- * A store's spec (or its ARGS) as the log shows it: a password in it (a PostgreSQL
- * connection string's password=VALUE, quoted or not, or a URI's
- * user:PASSWORD@) becomes ***, since the log may be read by more people
- * than the database's credentials are for. Cut short to fit buf.
+ * A store's spec (or its ARGS) as the log shows it: a password in it (a
+ * PostgreSQL connection string's password=VALUE, quoted or not, or a
+ * URI's user:PASSWORD@) becomes ***, since the log may be read by more
+ * people than the database's credentials are for. Cut short to fit buf.
  */
 const char *store_spec_shown(const char *spec, char *buf, size_t size)
 {
