@@ -193,9 +193,12 @@ int trust_segment(const struct trust *t, const struct stat *st, uid_t want,
 		return untrusted(why, size, "segment %s has mode %04o: anyone "
 				 "can write in it", name, mode);
 	/* carmyd --group shares it with a group, all of whose members are
-	 * its clients and can write it: one we chose to be in. */
+	 * its clients and can write it: one we chose to be in. Root need
+	 * not be in it: it may write the segment anyway, and reads the
+	 * group's table as the operator it is (carmyctl), whoever else can
+	 * write it. */
 	if ((mode & S_IWGRP) != 0 && st->st_uid != t->tr_uids[0] &&
-	    !in_group(st->st_gid))
+	    t->tr_uids[0] != 0 && !in_group(st->st_gid))
 		return untrusted(why, size, "segment %s has mode %04o and "
 				 "group %u, which we are not in: others can "
 				 "write in it", name, mode,

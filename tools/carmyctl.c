@@ -5,14 +5,16 @@
  *
  * Reading commands (status, list, show, metrics) map carmyd's segment
  * read-only and change nothing; they work while carmyd is down when given
- * --segment. Changing commands (resolve, release, purge, forget) ask
- * carmyd, which records who asked (uid and pid) and when. journal-check reads a journal
- * directory offline. Tables for people; --json for scripts. See README,
- * "carmyctl".
+ * --segment. Changing commands (resolve, release, purge, forget) and wait
+ * ask the carmyd at the socket, which records who asked (uid and pid) and
+ * when; they refuse --segment, which names a table but not the carmyd that
+ * owns it. journal-check reads a journal directory offline. Tables for
+ * people; --json for scripts. See README, "carmyctl".
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -43,6 +45,7 @@
 
 #define EXIT_USAGE 64
 #define EXIT_FAIL 1
+#define EXIT_IO 74		/* standard output not written (EX_IOERR) */
 #define EXIT_UNTRUSTED 77	/* DAEMON_UNTRUSTED (sysexits' EX_NOPERM) */
 #define REPLY_MAX 512
 #define ASK_LOST (-1)	/* ask(): a WAIT's connection (or a redial's) is gone */
@@ -67,7 +70,8 @@ static const char usage[] =
 	"                               entries, one a line, with each call's\n"
 	"                               tool and arguments (cut to fit); S is\n"
 	"                               running, uncertain or completed; AGE\n"
-	"                               like 90s, 200ms, 15m, 2h, 7d\n"
+	"                               like 90s, 200ms, 15m, 2h, 7d, since\n"
+	"                               the call started (the AGE column)\n"
 	"  show EXECUTION_ID            one entry, with its call (tool,\n"
 	"                               arguments as JSON, result format)\n"
 	"                               and its result\n"
@@ -108,7 +112,9 @@ static const char usage[] =
 	"\n"
 	"  --socket PATH    carmyd's socket (default: $CARMY_SOCKET, else\n"
 	"                   libcarmy's default path)\n"
-	"  --segment NAME   read this segment directly (carmyd may be down)\n"
+	"  --segment NAME   read this segment directly (carmyd may be down);\n"
+	"                   refused by wait and the changing commands, which\n"
+	"                   ask the carmyd at the socket\n"
 	"  --json           one JSON object (list: an array) on standard output\n"
 	"  -h, --help       print this help and exit\n"
 	"  --version        print the version and exit\n"
@@ -119,7 +125,8 @@ static const char usage[] =
 	"Exit status: 0 done; 1 the request was refused or failed (its code\n"
 	"name on standard error: NOT_FOUND for an execution the table does\n"
 	"not hold, NOT_COMPLETED for one forget cannot take); 64 usage error;\n"
-	"69 carmyd unavailable (or full: TOO_MANY_CLIENTS); 77\n"
+	"69 carmyd unavailable (or full: TOO_MANY_CLIENTS); 74 standard\n"
+	"output could not be written; 77\n"
 	"DAEMON_UNTRUSTED: carmyd, its socket's directory or its segment\n"
 	"belongs to a user not trusted (see $CARMY_TRUSTED_USERS).\n";
 
@@ -193,6 +200,7 @@ static bool find_exec(const struct shm_view *v, const char *id,
 		      struct row *r);
 static int look_up(struct ctl *x, const char *cmd, const char *id,
 		   bool carmyd, struct row *r);
+static int asks_carmyd(const struct ctl *x, const char *cmd);
 static size_t args_columns(void);
 static int read_upto(const char *path, uint8_t *buf, size_t room, size_t *n);
 static int parse_state(const char *s);
@@ -205,6 +213,7 @@ static int not_completed(const char *id, unsigned state);
 static int bad_option(const char *cmd, int o, char **argv);
 static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
 		      const char *what, bool json);
+static int flush_stdout(int rc);
 static int usage_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 
@@ -229,6 +238,11 @@ int main(int argc, char **argv)
 	while ((o = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
+			/* An empty PATH names no socket. */
+			if (optarg[0] == '\0')
+				return usage_error("carmyctl: --socket needs a "
+						   "path, not an empty one%s",
+						   "");
 			x.socket = optarg;
 			break;
 		case 'g':
@@ -239,10 +253,10 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			fputs(usage, stdout);
-			return 0;
+			return flush_stdout(0);
 		case 'V':
 			printf("carmyctl %s\n", PACKAGE_VERSION);
-			return 0;
+			return flush_stdout(0);
 		default:
 			return bad_option(NULL, o, argv);
 		}
@@ -292,9 +306,7 @@ int main(int argc, char **argv)
 		shm_unmap(&x.view);
 	if (x.fd >= 0)
 		close(x.fd);
-	if (fflush(stdout) != 0 && rc == 0)
-		rc = EXIT_FAIL;
-	return rc;
+	return flush_stdout(rc);
 }
 
 /* ------------------------------------------------------------ reading */
@@ -637,7 +649,7 @@ static void put_call_json(const struct row *r)
 	int rc = MPJSON_WHOLE;
 
 	printf(",\"tool\":");
-	json_put_bytes(stdout, cl->cl_data, tk);
+	text_put_json_bytes(stdout, cl->cl_data, tk);
 	printf(",\"tool_len\":%u,\"tool_truncated\":%s", cl->cl_tool_len,
 	       tk < cl->cl_tool_len ? "true" : "false");
 	if (cl->cl_args_len == 0) {
@@ -646,10 +658,11 @@ static void put_call_json(const struct row *r)
 		rc = args_text(r, &text, &n);
 		if (rc == MPJSON_WHOLE) {
 			printf(",\"args\":");
-			fwrite(text, 1, n, stdout);
+			text_put_json(stdout, text, n, 0);
 		} else {
 			printf(",\"args_prefix\":");
-			json_put_bytes(stdout, text, rc == -ENOMEM ? 0 : n);
+			text_put_json_bytes(stdout, text,
+					    rc == -ENOMEM ? 0 : n);
 		}
 		free(text);
 	}
@@ -749,9 +762,12 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 	}
 	printf("%s{\"execution_id\":\"%s\",\"state\":\"%s\"", first ? "" : ",",
 	       r->exec, state_name(r->state));
+	/* Anybody's bytes, as are a call's and its result: in JSON
+	 * strings that show plainly on a terminal too
+	 * (text_put_json_bytes()). */
 	for (int i = 0; i < 3; i++) {
 		printf(",\"%s\":", names[i]);
-		json_put_bytes(stdout, r->part[i], r->len[i]);
+		text_put_json_bytes(stdout, r->part[i], r->len[i]);
 	}
 	put_call_json(r);
 	printf(",\"pid\":%u,\"started_ns\":%llu", r->pid,
@@ -773,11 +789,12 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		int code;
 
 		printf(",\"result\":");
-		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
-			       r->result_len);
+		text_put_json_bytes(stdout,
+				    shm_result_area(&x->view, r->entry),
+				    r->result_len);
 		if (exit_output(x, r, &code, &out, &len)) {
 			printf(",\"exit_code\":%d,\"stdout\":", code);
-			json_put_bytes(stdout, out, len);
+			text_put_json_bytes(stdout, out, len);
 		}
 	}
 	printf("}");
@@ -913,7 +930,9 @@ static int cmd_show(struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
-/* One entry in full, as show prints it. */
+/* One entry in full, as show prints it: for a person, the tool's output
+ * (or result) as a JSON string in which nothing can drive the terminal or
+ * turn the text around (text_put_json_bytes()). */
 static void show_row(const struct ctl *x, const struct row *r)
 {
 	const uint8_t *out;
@@ -925,12 +944,13 @@ static void show_row(const struct ctl *x, const struct row *r)
 		printf("\n");
 	} else if (exit_output(x, r, &code, &out, &len)) {
 		printf("exit code     %d\noutput        ", code);
-		json_put_bytes(stdout, out, len);
+		text_put_json_bytes(stdout, out, len);
 		printf("\n");
 	} else if (r->state == SHM_COMPLETED) {
 		printf("result bytes  ");
-		json_put_bytes(stdout, shm_result_area(&x->view, r->entry),
-			       r->result_len);
+		text_put_json_bytes(stdout,
+				    shm_result_area(&x->view, r->entry),
+				    r->result_len);
 		printf("\n");
 	}
 }
@@ -1099,7 +1119,8 @@ struct verdict {
 
 static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
 			struct verdict *v);
-static int check_verdict(const struct verdict *v, const char *id);
+static int check_verdict(const struct verdict *v, const char *id,
+			 const char *cmd);
 static int fits_format(const struct verdict *v, const struct row *r);
 static int verdict_result(const struct ctl *x, const struct verdict *v,
 			  uint8_t **buf, size_t *len);
@@ -1117,6 +1138,8 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	int rc, code;
 
 	rc = resolve_opts(x, argc, argv, release, &v);
+	if (rc == 0)
+		rc = asks_carmyd(x, what);
 	if (rc != 0)
 		return rc;
 	id = argv[optind];
@@ -1256,11 +1279,13 @@ static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
 	/* As carmy-run records a run: a non-zero exit code failed. */
 	if (!status && v->exit_code > 0)
 		v->status = CARMY_STATUS_FAILED;
-	return check_verdict(v, argv[optind]);
+	return check_verdict(v, argv[optind], release ? "release" : "resolve");
 }
 
-/* The result options of a verdict agree, and its EXECUTION_ID is one. */
-static int check_verdict(const struct verdict *v, const char *id)
+/* The result options of a verdict agree, and its EXECUTION_ID is one (cmd:
+ * resolve or release, as the usage error names it). */
+static int check_verdict(const struct verdict *v, const char *id,
+			 const char *cmd)
 {
 	uint8_t exec[SHM_EXEC_LEN];
 
@@ -1275,9 +1300,8 @@ static int check_verdict(const struct verdict *v, const char *id)
 				   "or --exit-code (an exit code and output), "
 				   "not both%s", "");
 	if (execid_parse(id, exec) != 0)
-		return usage_error("carmyctl resolve: an EXECUTION_ID is "
-				   "exec_ and 32 hex digits (lower case)%s",
-				   "");
+		return usage_error("carmyctl %s: an EXECUTION_ID is exec_ and "
+				   "32 hex digits (lower case)", cmd);
 	return 0;
 }
 
@@ -1392,7 +1416,9 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 	if (!have || optind != argc)
 		return usage_error("carmyctl purge: --older-than AGE is "
 				   "needed%s", "");
-	rc = attach(x);
+	rc = asks_carmyd(x, "purge");
+	if (rc == 0)
+		rc = attach(x);
 	if (rc != 0)
 		return rc;
 	msgpack_sbuffer_init(&sb);
@@ -1576,16 +1602,31 @@ static int map_segment(struct ctl *x)
 static int dial_hello(struct ctl *x, bool quiet)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dflt[PATH_MAX];
+	const char *path = x->socket, *env = getenv("CARMY_SOCKET");
 	msgpack_sbuffer sb;
 	int code, rc;
 
-	if (x->socket == NULL) {
-		if (carmy_default_socket(x->path, sizeof(x->path)) < 0)
-			return fail("socket", -ENAMETOOLONG);
-	} else if (snprintf(x->path, sizeof(x->path), "%s", x->socket) >=
-		   (int)sizeof(x->path)) {
-		return fail("socket", -ENAMETOOLONG);
+	/* The default in full, to be named if it is too long too. */
+	if (path == NULL) {
+		rc = carmy_default_socket(dflt, sizeof(dflt));
+		if (rc < 0)
+			return fail("socket", rc);
+		path = dflt;
 	}
+	if (strlen(path) >= sizeof(x->path)) {
+		if (x->socket != NULL)
+			return usage_error("carmyctl: --socket %s: a socket "
+					   "path is at most %zu bytes", path,
+					   sizeof(x->path) - 1);
+		fprintf(stderr, "carmyctl: socket %s (%s): a socket path is "
+			"at most %zu bytes\n", path,
+			env != NULL && env[0] != '\0' ? "$CARMY_SOCKET" :
+							"the default",
+			sizeof(x->path) - 1);
+		return EXIT_FAIL;
+	}
+	strcpy(x->path, path);
 	strcpy(sa.sun_path, x->path);
 	rc = trusting(x);
 	if (rc != 0)
@@ -1796,9 +1837,8 @@ static bool find_exec(const struct shm_view *v, const char *id,
 /*
  * The execution id for cmd, in the table: parsed (a usage error if it is
  * not one), the segment mapped (with carmyd, the segment must be its own:
- * --segment is a usage error), and the entry read into r (NOT_FOUND if
- * the table does not hold it). Returns 0, or an exit status after saying
- * why.
+ * asks_carmyd()), and the entry read into r (NOT_FOUND if the table does
+ * not hold it). Returns 0, or an exit status after saying why.
  */
 static int look_up(struct ctl *x, const char *cmd, const char *id,
 		   bool carmyd, struct row *r)
@@ -1809,13 +1849,28 @@ static int look_up(struct ctl *x, const char *cmd, const char *id,
 	if (execid_parse(id, exec) != 0)
 		return usage_error("carmyctl %s: an EXECUTION_ID is exec_ and "
 				   "32 hex digits (lower case)", cmd);
-	if (carmyd && x->segment != NULL)
-		return usage_error("carmyctl %s: asks carmyd (--socket), not a "
-				   "segment", cmd);
-	rc = attach(x);
+	rc = carmyd ? asks_carmyd(x, cmd) : 0;
+	if (rc == 0)
+		rc = attach(x);
 	if (rc != 0)
 		return rc;
 	return find_exec(&x->view, id, r) ? 0 : not_found(x, cmd, id);
+}
+
+/*
+ * cmd asks the carmyd at the socket, and looks at that carmyd's own table.
+ * --segment names a table but not the carmyd that owns it: with another
+ * carmyd at the socket, the entry looked at in one table would be acted on
+ * by the other. So it is a usage error. Returns 0, or EXIT_USAGE after
+ * saying why.
+ */
+static int asks_carmyd(const struct ctl *x, const char *cmd)
+{
+	if (x->segment == NULL)
+		return 0;
+	return usage_error("carmyctl %s: asks carmyd, not a segment: give "
+			   "--socket PATH of the carmyd that owns %s, not "
+			   "--segment", cmd, x->segment);
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -1964,6 +2019,24 @@ static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
 	if (what != NULL && optind + 1 != argc)
 		return usage_error("carmyctl %s: one %s", cmd, what);
 	return 0;
+}
+
+/*
+ * Standard output written out: rc, or, if it could not all be written (a
+ * full disk), EXIT_IO after saying so. A command that failed already keeps
+ * its own status.
+ */
+static int flush_stdout(int rc)
+{
+	bool lost = ferror(stdout) != 0;	/* an earlier write failed */
+
+	errno = 0;
+	if (fflush(stdout) == 0 && !lost)
+		return rc;
+	/* errno is the failed write's if it was this flush's. */
+	fprintf(stderr, "carmyctl: cannot write standard output%s%s\n",
+		errno != 0 ? ": " : "", errno != 0 ? strerror(errno) : "");
+	return rc != 0 ? rc : EXIT_IO;
 }
 
 static int usage_error(const char *fmt, ...)

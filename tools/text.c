@@ -7,7 +7,8 @@
  * would hide what follows it. So what is not plainly text is written as
  * \xNN, which also makes two identities that differ only there look
  * different. A call's arguments, shown as JSON, keep JSON's own escapes
- * (\uXXXX) for the code points that would hide or turn text around.
+ * (\uXXXX) for the code points that would hide or turn text around, and
+ * so do a tool's output and result, in JSON strings.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,6 +41,29 @@ size_t text_put_clipped(FILE *f, const void *buf, size_t len, size_t max)
 size_t text_put_json(FILE *f, const void *buf, size_t len, size_t max)
 {
 	return put(f, buf, len, max, true);
+}
+
+void text_put_json_bytes(FILE *f, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	size_t i = 0;
+
+	putc('"', f);
+	while (i < len) {
+		char out[64];
+		size_t c;
+
+		/* one() takes JSON text, where these start or end
+		 * something: in bytes they are escaped. */
+		if (p[i] == '"' || p[i] == '\\') {
+			putc('\\', f);
+			putc(p[i++], f);
+			continue;
+		}
+		i += one(p + i, len - i, true, out, &c);
+		fputs(out, f);
+	}
+	putc('"', f);
 }
 
 /* Write the n bytes at p as text_put_bytes() (json: text_put_json())

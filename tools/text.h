@@ -34,4 +34,12 @@ size_t text_put_clipped(FILE *f, const void *buf, size_t len, size_t max);
  */
 size_t text_put_json(FILE *f, const void *buf, size_t len, size_t max);
 
+/*
+ * len bytes at buf as one JSON string, quotes included, of the value
+ * json_put_bytes() gives them, but that the code points text_put_bytes()
+ * escapes (C1 controls, the invisible and direction-changing ones) are
+ * written as \uXXXX too: valid JSON that shows plainly on a terminal.
+ */
+void text_put_json_bytes(FILE *f, const void *buf, size_t len);
+
 #endif /* TOOLS_TEXT_H */

@@ -467,6 +467,11 @@ START_TEST(test_carmyd_of_a_trusted_user_serves_its_group)
 	connect_as(vuid, vgid, &g, 1, NULL, sock, &o);
 	ck_assert_msg(o.rc == CARMY_EUNTRUSTED, "connect: %s",
 		      carmy_errname(o.rc));
+	/* Root, an operator (carmyctl), trusting A: served though not in
+	 * the group. */
+	connect_as(0, 0, NULL, 0, "carmy-test-t2", sock, &o);
+	ck_assert_msg(o.rc == 0, "connect as root: %s: %s",
+		      carmy_errname(o.rc), o.detail);
 
 	path_in(marker, sizeof(marker), base, "ran");
 	ck_assert_int_eq(carmy_run_as(vuid, vgid, &g, 1, "carmy-test-t2", sock,
