@@ -69,6 +69,7 @@ struct carmyd_config {
 	uint32_t max_result;
 	uint32_t threads;	/* event loops; 0 until resolved */
 	uint32_t spin_us;	/* --spin-us: poll this long before sleeping */
+	bool shm_named;		/* --segment given: shm_name is the user's */
 	bool capacity_set;	/* given on the command line */
 	bool max_result_set;
 	bool foreground;

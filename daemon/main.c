@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -98,6 +100,7 @@ static int size_clients(struct carmyd_config *cfg);
 static bool only_ours(int fd, const char *base);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
+static int pick_segment(struct carmyd_config *cfg, int lock_fd);
 static int listen_on(const struct carmyd_config *cfg);
 static int open_log(const char *path);
 
@@ -136,7 +139,7 @@ int main(int argc, char **argv)
 	if (make_dirs(&cfg) != 0)
 		return 1;
 	lock_fd = take_lock(&cfg);
-	if (lock_fd < 0)
+	if (lock_fd < 0 || pick_segment(&cfg, lock_fd) != 0)
 		return 1;
 	rcu_register_thread();
 	if (owners_init() != 0) {
@@ -392,6 +395,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 			return -1;
 		}
 		strcpy(cfg->shm_name, seg);
+		cfg->shm_named = true;
 	} else {
 		/* One segment per socket path and user. */
 		snprintf(cfg->shm_name, sizeof(cfg->shm_name),
@@ -713,6 +717,74 @@ static int take_lock(const struct carmyd_config *cfg)
 		return -1;
 	}
 	return fd;
+}
+
+/*
+ * The segment's name, unless --segment gave it: /carmy.UID.HASH of the
+ * socket's path. Anyone can make a file of that name in /dev/shm first,
+ * and its sticky bit keeps carmyd from removing another user's: carmyd
+ * would never start. So a name held by a file that is not carmyd's user's
+ * is passed over for one with a random part, kept in the lock file (in
+ * the socket's directory, carmyd's own), where the next start finds it
+ * and with it the same segment. Clients learn the name from carmyd.
+ * 0, or -1 after saying why.
+ */
+static int pick_segment(struct carmyd_config *cfg, int lock_fd)
+{
+	char kept[sizeof(cfg->shm_name) + 1];
+	size_t base = strlen(cfg->shm_name);
+	uint8_t r[8];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	if (cfg->shm_named)
+		return 0;
+	n = pread(lock_fd, kept, sizeof(kept) - 1, 0);
+	if (n > 0) {
+		kept[n] = '\0';
+		kept[strcspn(kept, "\n")] = '\0';
+		/* Ours, written below: the default name, a dot, 16 hex. */
+		if (strlen(kept) == base + 17 &&
+		    strncmp(kept, cfg->shm_name, base) == 0 &&
+		    kept[base] == '.' &&
+		    strspn(kept + base + 1, "0123456789abcdef") == 16) {
+			memcpy(cfg->shm_name, kept, base + 18);
+			return 0;
+		}
+	}
+	fd = shm_open(cfg->shm_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid()) {
+		close(fd);
+		return 0;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		log_error("segment %s is another user's, and no name can be "
+			  "drawn to replace it: %s", cfg->shm_name,
+			  strerror(errno));
+		return -1;
+	}
+	n = snprintf(kept, sizeof(kept), "%s.%02x%02x%02x%02x%02x%02x%02x"
+		     "%02x\n", cfg->shm_name, r[0], r[1], r[2], r[3], r[4], r[5],
+		     r[6], r[7]);
+	if (ftruncate(lock_fd, 0) != 0 ||
+	    pwrite(lock_fd, kept, (size_t)n, 0) != n || fsync(lock_fd) != 0) {
+		log_error("cannot keep a segment name in the lock file: %s",
+			  strerror(errno));
+		return -1;
+	}
+	log_warn("segment %s is held by a file carmyd's user does not own "
+		 "(another user made it first, or it is left from carmyd run "
+		 "as another user): using %.*s instead. Root can remove "
+		 "/dev/shm%s", cfg->shm_name, (int)(n - 1), kept,
+		 cfg->shm_name);
+	memcpy(cfg->shm_name, kept, (size_t)n - 1);
+	cfg->shm_name[n - 1] = '\0';
+	return 0;
 }
 
 /*
