@@ -5,9 +5,12 @@
 # lintian (no error), apt-get install ./*.deb, every program's --version
 # and a program built against libcarmy-dev agree with debian/changelog;
 # carmyd started as the packaged user with the packaged unit's command line
-# serves carmy-run and carmyctl; apt-get purge leaves none of the packages'
-# files, nor what carmyd made at run time. The carmy user stays (Debian
-# policy). DEB_BUILD_OPTIONS passes through (nocheck: no make check).
+# serves carmy-run and carmyctl; apt-get remove keeps its journal and its
+# segment, and apt-get purge then leaves none of the packages' files, nor
+# what carmyd made at run time. The carmy user stays (Debian policy).
+# Before installing, the built postinst and prerm are run with stubs for
+# the helpers they call: what they start, restart and enable.
+# DEB_BUILD_OPTIONS passes through (nocheck: no make check).
 #
 # usage: check_deb.sh TARBALL
 set -euo pipefail
@@ -58,6 +61,84 @@ else
 	fail "lintian: no error"
 fi
 sed 's/^/# /' "$work/lintian.log"
+
+# --- maintainer scripts --------------------------------------------------
+# What carmy's and carmy-gateway's postinst and prerm ask of systemd at an
+# install, an upgrade and a removal: each script runs with the helpers it
+# calls replaced by stubs that write down their arguments, and with its
+# test for a running systemd (/run/systemd/system) pointed at a directory
+# of ours. An upgrade restarts the services and never stops or restarts a
+# socket (connections queued on it would be dropped); the gateway's units
+# are not enabled at install (its tools file is not there yet).
+stubs=$work/stubs calls=$work/calls
+mkdir -p "$stubs" "$work/systemd-running"
+for tool in deb-systemd-invoke deb-systemd-helper systemctl \
+	    systemd-sysusers systemd-tmpfiles; do
+	# As at a first install: no unit was installed before, and
+	# was-enabled is true of a unit never seen (deb-systemd-helper(1)).
+	cat > "$stubs/$tool" <<-EOF
+	#!/bin/sh
+	echo "$tool \$*" >> "\$CALLS"
+	case "\$*" in *debian-installed*) exit 1 ;; esac
+	exit 0
+	EOF
+	chmod +x "$stubs/$tool"
+done
+# maint PKG SCRIPT ARGS...: the helpers' calls, one a line, of PKG's
+# SCRIPT run with ARGS.
+maint() {
+	local pkg=$1 script=$2 ctrl=$work/ctrl/$1
+	shift 2
+	# Called as out=$(maint ...) || fail: set -e does not hold in here.
+	[ -d "$ctrl" ] || {
+		mkdir -p "$work/ctrl" &&
+		dpkg-deb -e "$(echo "$work/${pkg}_${version}"_*.deb)" "$ctrl"
+	} || return
+	[ -f "$ctrl/$script" ] || return 0
+	sed "s|/run/systemd/system|$work/systemd-running|g" "$ctrl/$script" \
+		> "$work/script" || return
+	: > "$calls"
+	CALLS=$calls PATH=$stubs:$PATH sh "$work/script" "$@" >&2 || return
+	cat "$calls"
+}
+# invokes OUT ACTION UNIT: OUT has deb-systemd-invoke ACTION for UNIT.
+invokes() {
+	grep -qE "^deb-systemd-invoke $2( \S+)* $3( |$)" <<<"$1"
+}
+wrong=
+for pkg in carmy carmy-gateway; do
+	unit=carmyd; [ "$pkg" = carmy ] || unit=$pkg
+	out=$(maint "$pkg" postinst configure) || fail "$pkg.postinst configure"
+	if [ "$pkg" = carmy ]; then
+		for u in "$unit.socket" "$unit.service"; do
+			grep -qx "deb-systemd-helper enable $u" <<<"$out" ||
+				wrong="$wrong; install does not enable $u"
+			invokes "$out" start "$u" ||
+				wrong="$wrong; install does not start $u"
+		done
+	elif grep -q "^deb-systemd-helper enable" <<<"$out"; then
+		wrong="$wrong; install enables the gateway's units"
+	fi
+	out=$(maint "$pkg" postinst configure 0.0.1) ||
+		fail "$pkg.postinst configure 0.0.1"
+	invokes "$out" '(try-)?restart' "$unit.service" ||
+		wrong="$wrong; an upgrade does not restart $unit.service"
+	bad=$(grep -E '^deb-systemd-invoke (stop|(try-)?restart|reload) .*\.socket' \
+		<<<"$out" || true)
+	[ -z "$bad" ] ||
+		wrong="$wrong; an upgrade stops or restarts a socket: $bad"
+	out=$(maint "$pkg" prerm upgrade 9999) || fail "$pkg.prerm upgrade"
+	if grep -q "^deb-systemd-invoke stop" <<<"$out"; then
+		wrong="$wrong; $pkg.prerm stops units at an upgrade"
+	fi
+	out=$(maint "$pkg" prerm remove) || fail "$pkg.prerm remove"
+	for u in "$unit.socket" "$unit.service"; do
+		invokes "$out" stop "$u" ||
+			wrong="$wrong; removing $pkg does not stop $u"
+	done
+done
+[ -z "$wrong" ] || fail "maintainer scripts:${wrong#;}"
+ok "maintainer scripts: an upgrade restarts the services, never a socket; the gateway's units are not enabled at install"
 
 # --- install -------------------------------------------------------------
 dpkg -s carmy >/dev/null 2>&1 && apt-get purge -y -qq "${pkgs[@]}" >/dev/null
@@ -204,8 +285,17 @@ fi
 carmyd_pid=
 ok "carmyd stops on SIGTERM"
 
-# --- purge ---------------------------------------------------------------
+# --- remove, then purge --------------------------------------------------
 uid=$(id -u "$user")
+apt-get remove -y -qq "${pkgs[@]}" >/dev/null
+# remove keeps carmyd's data: the journal, and the segment carmyd made
+# (docs/operations.md, "Removing the package").
+gone=
+for f in /var/lib/carmy/journal /dev/shm/carmy."$uid".*; do
+	[ -e "$f" ] || gone="$gone $f"
+done
+[ -z "$gone" ] || fail "apt-get remove keeps the journal and the segment:$gone"
+ok "apt-get remove keeps the journal and the segment"
 apt-get purge -y -qq "${pkgs[@]}" >/dev/null
 installed=
 ok "apt-get purge"

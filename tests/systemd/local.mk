@@ -1,4 +1,5 @@
-# tests/systemd: the units (systemd-analyze verify), socket activation
+# tests/systemd: the units (systemd-analyze verify, and security --offline
+# for each service's exposure), socket activation
 # (systemd-socket-activate) and the readiness protocol, with real carmyd,
 # carmy-gateway and clients.
 TESTS += tests/systemd/systemd.test
