@@ -145,6 +145,8 @@ struct store {
 	bool holding;		/* ... taken */
 	uint32_t alive_fixes;	/* checks in a row that found sh_alive not ours */
 	uint32_t bucket_fixes;	/* ... that found buckets BLOCKED by nobody */
+	char shm_name[64];	/* the segment's name, for the log */
+	bool unlinked;		/* ... said to be gone from /dev/shm */
 	uint64_t last_reclaim_ns;
 	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */

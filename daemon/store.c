@@ -68,6 +68,7 @@ static void forget_owed(struct store *s);
 static uint64_t proc_start_ns(uint32_t pid);
 static void check(struct store *s);
 static void check_header(struct store *s);
+static void check_linked(struct store *s);
 static void sweep_dead(struct store *s, const char *why);
 static uint32_t reclaim(struct store *s);
 static int backend_open(struct store *s, const char *spec);
@@ -100,6 +101,7 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	snprintf(s->shm_name, sizeof(s->shm_name), "%s", cfg->shm_name);
 	s->started_ns = clock_real_ns();
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->owed_back, NULL);
@@ -922,6 +924,29 @@ static void check(struct store *s)
 		s->bucket_fixes = 0;
 	}
 	check_header(s);
+	check_linked(s);
+}
+
+/*
+ * Is the segment still in /dev/shm? An operator's rm, or systemd-logind
+ * at its user's last logout (RemoveIPC=, on by default, for a user's own
+ * carmyd), takes its name away: the clients connected go on with it, but
+ * a new one cannot map it and is refused, and once carmyd stops, what
+ * only it held is gone. Nothing can put the name back; it is said, once.
+ */
+static void check_linked(struct store *s)
+{
+	struct stat st;
+
+	if (s->unlinked || fstat(s->fd, &st) != 0 || st.st_nlink != 0)
+		return;
+	s->unlinked = true;
+	log_error("segment %s was removed from /dev/shm (by hand, or by "
+		  "systemd-logind's RemoveIPC= at its user's last logout: "
+		  "run a user's carmyd with lingering on): new clients "
+		  "cannot connect. Restart carmyd%s", s->shm_name,
+		  s->durable ? ", which loads its store into a new segment" :
+		  ": the memory store's results are lost with it");
 }
 
 /*

@@ -1289,7 +1289,14 @@ static void name_socket(const struct opts *o, int code, char *why,
 		(void)carmy_default_socket(dflt, sizeof(dflt));
 		path = dflt;
 	}
-	snprintf(why, len, "socket %s: %s", path, carmy_strerror(code));
+	/* carmyd answered, and its segment could not be found. */
+	if (code == -ENOENT)
+		snprintf(why, len, "socket %s: the segment carmyd named is not "
+			 "in /dev/shm (removed while carmyd ran? its log says): "
+			 "restart carmyd", path);
+	else
+		snprintf(why, len, "socket %s: %s", path,
+			 carmy_strerror(code));
 }
 
 static int exit_for(int code)
