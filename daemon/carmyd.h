@@ -208,6 +208,13 @@ bool store_peer_pid_usable(pid_t pid);
 int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 		   const uint8_t *exec, int status, int code,
 		   const void *data, size_t len);
+/* Turn entry, held by owner as execution exec and running, uncertain
+ * (interrupted), as if owner had died: its client lost track of what the
+ * tool did. Nothing goes to a durable store, which holds it as running
+ * and loads it uncertain, as a dead owner's. Takes s->lock. Returns 0 or
+ * a CARMY_E* code from shm_abandon(). */
+int store_abandon(struct store *s, uint32_t entry, uint32_t owner,
+		  const uint8_t *exec);
 /* Durable stores: a reservation or completion on its way to the store. The
  * record's identity points into ident. */
 struct store_op {

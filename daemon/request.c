@@ -44,6 +44,7 @@ static int on_release(struct conn *c, const struct wire_msg *m);
 static int on_reclaim(struct conn *c);
 static int on_purge(struct conn *c, const struct wire_msg *m);
 static int on_forget(struct conn *c, const struct wire_msg *m);
+static int on_abandon(struct conn *c, const struct wire_msg *m);
 static int on_resolve(struct conn *c, const struct wire_msg *m);
 static int on_wait(struct conn *c, const struct wire_msg *m);
 static bool greeted(struct conn *c, const char *why);
@@ -199,6 +200,9 @@ static int on_request(struct conn *c, const struct wire_msg *m)
 	case WIRE_RELEASE:
 		rc = on_release(c, m);
 		break;
+	case WIRE_ABANDON:
+		rc = on_abandon(c, m);
+		break;
 	default:
 		conn_fail(c, CARMY_EPROTOCOL, "unknown message type");
 		return -1;
@@ -256,7 +260,7 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 		return DROPPED;
 	}
 	flags = (s->durable ? WIRE_F_DURABLE : 0) |
-		(s->shared ? WIRE_F_SHARED : 0);
+		(s->shared ? WIRE_F_SHARED : 0) | WIRE_F_ABANDON;
 	/* A client of the previous carmyd, back for its owner id (and the
 	 * reservations it holds); else a new id. */
 	if (m->u.hello.owner != 0 &&
@@ -362,6 +366,29 @@ static int on_release(struct conn *c, const struct wire_msg *m)
 	}
 	return to_store(c, WIRE_RELEASE, CARMY_STORE_RELEASE, m, 0, 0, NULL,
 			0);
+}
+
+/*
+ * ABANDON: the client lost track of one of its executions (a tool whose
+ * end it cannot know): the entry becomes uncertain now, as at its death,
+ * for an operator to resolve, and its waiters are told. Returns 0,
+ * DROPPED or -ENOMEM.
+ */
+static int on_abandon(struct conn *c, const struct wire_msg *m)
+{
+	struct server *sv = c->loop->sv;
+	int rc;
+
+	if (!greeted(c, "ABANDON before HELLO"))
+		return DROPPED;
+	rc = store_abandon(sv->store, m->u.reserve.entry, c->owner,
+			   m->u.reserve.exec);
+	if (rc == 0) {
+		log_info("owner %u (pid %d) lost track of entry %u: uncertain",
+			 c->owner, (int)c->pid, m->u.reserve.entry);
+		conn_wake_waiters(sv, false, m->u.reserve.entry, 0);
+	}
+	return wire_put_reply(&c->out, WIRE_ABANDON, rc);
 }
 
 /* RECLAIM: a client found the index full of released entries'

@@ -286,6 +286,17 @@ int store_complete(struct store *s, uint32_t entry, uint32_t owner,
 	return rc;
 }
 
+int store_abandon(struct store *s, uint32_t entry, uint32_t owner,
+		  const uint8_t *exec)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = shm_abandon(&s->view, entry, owner, exec);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
 /*
  * May a RELEASE of exec at entry e, sent by a client that gave the entry
  * back itself, go to the store? Under s->lock. Only if e is in the table,

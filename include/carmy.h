@@ -567,6 +567,41 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 int carmy_release(carmy_t *c, struct carmy_reservation *r);
 
 /*
+ * carmy_abandon - give up a reserved call whose outcome is not known.
+ *
+ * For a caller that lost track of the tool it started (the process that
+ * ran it vanished, an upstream that took the request closed without an
+ * answer): its effect may or may not have happened, so it must neither be
+ * completed (a made-up result) nor released (the tool could run twice).
+ * The execution becomes uncertain now, as if this process had died:
+ * begin() answers CARMY_EUNCERTAIN (CARMY_STATE_INTERRUPTED) for its
+ * identity, waiters are told, and an operator settles it with
+ * carmy_resolve() (carmyctl resolve). With a durable store nothing more is
+ * recorded: the store holds it as running, which a restart loads as
+ * interrupted.
+ *
+ * Parameters:
+ *   c  the handle r was reserved on.
+ *   r  a reservation carmy_begin() or carmy_wait() answered CARMY_RESERVED.
+ * Returns:
+ *   0                    uncertain; r is no longer a live reservation.
+ *   CARMY_ENOT_RESERVED  r is not a live reservation of this handle.
+ *   CARMY_ENOT_OWNER     carmyd found the entry held by another connection.
+ *   CARMY_EDISCONNECTED  carmyd went away and did not give this handle its
+ *                        reservations back: the entry is uncertain, as
+ *                        every one of this handle's (r is no longer live).
+ *   CARMY_EFORKED        as carmy_complete().
+ *   -ENOTSUP             the carmyd serving c predates this call: nothing
+ *                        was done (closing the handle makes every call it
+ *                        still runs uncertain).
+ *   -EINVAL              c or r is NULL.
+ * Threads:
+ *   safe, as carmy_complete(), with the same rule: one r, one call at a
+ *   time; and only in the process that connected c.
+ */
+int carmy_abandon(carmy_t *c, struct carmy_reservation *r);
+
+/*
  * carmy_wait - carmy_begin(), waiting out an execution that is running.
  *
  * Where carmy_begin() would answer CARMY_EUNCERTAIN for a RUNNING

@@ -64,6 +64,7 @@ struct carmy {
 	uint32_t epoch;			/* carmyd's start count (atomic) */
 	bool durable;			/* confirm reservations with carmyd */
 	bool shared;			/* ... whose store other carmyds share */
+	bool abandon;			/* carmyd takes ABANDON (relaxed) */
 	int dead;			/* carmyd declared us gone */
 	int reconnect_ms;		/* how long complete/release try */
 	uint64_t spin_ns;		/* poll for a reply this long first */
@@ -349,6 +350,9 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 			 (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0,
 			 __ATOMIC_RELAXED);
 	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
+	__atomic_store_n(&c->abandon,
+			 (m.u.hello_ok.flags & WIRE_F_ABANDON) != 0,
+			 __ATOMIC_RELAXED);
 	take_slot(c, &m);
 	prefault_index(c);
 	/* Owners start their ticket searches far apart. */
@@ -849,6 +853,38 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	return rc == 0 ? 0 : CARMY_ESTORE;
 }
 
+EXPORT int carmy_abandon(carmy_t *c, struct carmy_reservation *r)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+	uint32_t b;
+	uint64_t w;
+	int rc;
+
+	if (c == NULL || r == NULL)
+		return -EINVAL;
+	if (forked(c))
+		return CARMY_EFORKED;
+	rc = owned(c, r, &b, &w);
+	if (rc != 0)
+		return rc;
+	if (!__atomic_load_n(&c->abandon, __ATOMIC_RELAXED))
+		return -ENOTSUP;	/* an older carmyd */
+	/* Ours while running: nobody else writes it. */
+	memcpy(exec, shm_entry_at(&c->view, resv_entry(r))->en_exec,
+	       sizeof(exec));
+	rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
+	/* The connection broke (carmyd restarting?): with our owner id back,
+	 * say it again; without it, carmyd has made the entry uncertain
+	 * already, as our owner's. */
+	if (rc == CARMY_EDISCONNECTED &&
+	    reconnect(c, c->reconnect_ms) == 0 &&
+	    uatomic_read(&c->owner) == resv_owner(r))
+		rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
+	if (rc == 0 || rc == CARMY_EDISCONNECTED)
+		resv_done(r);
+	return rc;
+}
+
 EXPORT int carmy_wait(carmy_t *c, const struct carmy_call *call,
 		      struct carmy_reservation *r, int timeout_ms)
 {
@@ -1096,6 +1132,10 @@ static int reconnect(carmy_t *c, int wait_ms)
 						 __ATOMIC_RELAXED);
 				c->shared = (m.u.hello_ok.flags &
 					     WIRE_F_SHARED) != 0;
+				__atomic_store_n(&c->abandon,
+						 (m.u.hello_ok.flags &
+						  WIRE_F_ABANDON) != 0,
+						 __ATOMIC_RELAXED);
 				take_slot(c, &m);
 				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
 				uatomic_set(&c->dead, 0);

@@ -250,6 +250,7 @@ static int decode_from_client(const msgpack_object *a, uint32_t n,
 	case WIRE_RESERVE:
 	case WIRE_RELEASE:
 	case WIRE_FORGET:
+	case WIRE_ABANDON:
 		if (n != 3 || get_uint(&a[1], UINT32_MAX, &e) != 0 ||
 		    a[2].type != MSGPACK_OBJECT_BIN || a[2].via.bin.size != 16)
 			return CARMY_EPROTOCOL;
@@ -353,6 +354,7 @@ static int decode_from_daemon(const msgpack_object *a, uint32_t n,
 	case WIRE_WAIT:
 	case WIRE_PURGE:
 	case WIRE_FORGET:
+	case WIRE_ABANDON:
 	case WIRE_RESEND:
 	case WIRE_ERROR:
 		if (n != 2 || get_int(&a[1], &m->u.reply.code) != 0)

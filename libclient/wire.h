@@ -21,6 +21,9 @@
  *                              running, or the time is up
  *     PURGE     [8, older_than_ms]  forget completed entries that old
  *     FORGET    [10, entry, exec(bin 16)]  forget that completed execution
+ *     ABANDON   [11, entry, exec(bin 16)]  I lost track of this execution
+ *               of mine: make it uncertain (only to a carmyd whose HELLO
+ *               reply carries WIRE_F_ABANDON)
  *
  *   carmyd -> client (one reply per request, in order, but for the
  *   successes below)
@@ -41,6 +44,7 @@
  *     PURGE     [8, code]   >= 0: how many were forgotten
  *     FORGET    [10, code]  0; -ENOENT: entry does not hold exec; -EBUSY:
  *                           it is running or uncertain, not completed
+ *     ABANDON   [11, code]  0, CARMY_ENOT_OWNER or CARMY_ENOT_RESERVED
  *     RESEND    [9, 0]      the request posted in the slot was not whole
  *                           (torn by another writer): send it instead
  *     ERROR     [0, code]   carmyd closes the connection after it; code
@@ -87,6 +91,7 @@
 #define WIRE_F_DURABLE 1u	/* confirm reservations and releases */
 #define WIRE_F_RESUMED 2u	/* the owner id asked for was given back */
 #define WIRE_F_SHARED 4u	/* its store is shared with other carmyds */
+#define WIRE_F_ABANDON 8u	/* it takes ABANDON */
 /* Bytes a message needs beyond its result: a RESOLVE, the largest, carries
  * the identity (three parts of up to CARMY_ID_MAX bytes) too. */
 #define WIRE_OVERHEAD (3 * (CARMY_ID_MAX + 5) + 128)
@@ -103,6 +108,7 @@ enum wire_type {
 	WIRE_PURGE = 8,
 	WIRE_RESEND = 9,	/* carmyd -> client only */
 	WIRE_FORGET = 10,
+	WIRE_ABANDON = 11,
 };
 
 /* One decoded message, either direction. Pointers refer into the buffer

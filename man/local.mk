@@ -28,6 +28,7 @@ man_generated = \
 	man/carmy_resolve.3 \
 	man/carmy_store.3
 man_links = \
+	man/carmy_abandon.3 \
 	man/carmy_close.3 \
 	man/carmy_default_socket.3 \
 	man/carmy_durable.3 \

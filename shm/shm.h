@@ -641,6 +641,8 @@ int shm_record_result(const struct shm_view *v, uint32_t entry,
 		      int result_code, const void *data, size_t len,
 		      uint64_t now_ns);
 bool shm_purge(const struct shm_view *v, uint32_t e, const uint8_t *exec);
+int shm_abandon(const struct shm_view *v, uint32_t e, uint32_t owner,
+		const uint8_t *exec);
 bool shm_completed_before(const struct shm_view *v, uint32_t e,
 			  uint64_t before_ns, uint8_t exec[SHM_EXEC_LEN]);
 unsigned shm_state_as(const struct shm_view *v, uint32_t e,

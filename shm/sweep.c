@@ -70,6 +70,36 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
 	return 0;
 }
 
+/*
+ * Turn entry e, RUNNING as execution exec under owner's ticket, UNCERTAIN,
+ * as a sweep turns a dead owner's: its owner has lost track of what the
+ * tool did (carmy_abandon()). The bucket first, with a CAS, then the
+ * ticket LIVE; a crash between the two leaves an UNCERTAIN bucket with an
+ * owner's ticket, which the next sweep settles to LIVE. Returns 0,
+ * CARMY_ENOT_OWNER or CARMY_ENOT_RESERVED, as shm_record_result().
+ */
+int shm_abandon(const struct shm_view *v, uint32_t e, uint32_t owner,
+		const uint8_t *exec)
+{
+	uint32_t b;
+	uint64_t w, t;
+
+	if (e >= v->geo.capacity)
+		return CARMY_ENOT_RESERVED;
+	t = shm_load(&v->tickets[e]);
+	if (SHM_T_WHAT(t) != owner)
+		return CARMY_ENOT_OWNER;
+	if (!published_at(v, e, &b, &w) || SHM_W_STATE(w) != SHM_RUNNING ||
+	    memcmp(shm_entry_at(v, e)->en_exec, exec, SHM_EXEC_LEN) != 0)
+		return CARMY_ENOT_RESERVED;
+	if (shm_cas(&v->buckets[b], w, shm_next(w, SHM_UNCERTAIN)) != w)
+		return CARMY_ENOT_RESERVED;	/* released meanwhile */
+	shm_cas(&v->tickets[e], t, SHM_TICKET_LIVE);
+	/* Callers waiting for its store's answer: none will come now. */
+	shm_withdraw_pending(v, e, NULL);
+	return 0;
+}
+
 /* carmyd, for a purge (an operator's, or its retention), under the store
  * lock: forget entry e if it is still COMPLETED as execution exec. The
  * bucket turns TOMB, then the ticket FREE, as in a release; a replay

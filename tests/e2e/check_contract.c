@@ -976,6 +976,69 @@ START_TEST(test_connect_without_carmyd_is_unavailable)
 }
 END_TEST
 
+/* A carmy_wait() of a call on another handle, on a thread of its own. */
+struct waited {
+	carmy_t *h;
+	struct carmy_call call;
+	struct carmy_reservation r;
+	int rc;
+};
+
+static void *wait_for(void *arg)
+{
+	struct waited *w = arg;
+
+	w->rc = carmy_wait(w->h, &w->call, &w->r, 60000);
+	return NULL;
+}
+
+/* A call its client lost track of (carmy_abandon()): uncertain at once
+ * (interrupted), for every client and a waiter, until an operator
+ * resolves it; neither completed nor freed. */
+START_TEST(test_an_abandoned_call_is_uncertain_until_resolved)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "abandoned");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation o = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+	struct waited w = { .call = E2E_CALL("p", "s", "waited"),
+			    .r = CARMY_RESERVATION_INIT };
+	carmy_t *other = e2e_connect(&d);
+	pthread_t t;
+
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_abandon(c, &r), 0);
+	ck_assert_int_eq(carmy_abandon(c, &r), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(carmy_complete(c, &r, CARMY_STATUS_COMPLETED, "x", 1),
+			 CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &r), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(carmy_begin(other, &call, &o), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(o.state, CARMY_STATE_INTERRUPTED);
+	ck_assert_str_eq(o.execution_id, exec);
+	ck_assert_int_eq(carmy_resolve(other, &call, exec, 1,
+				       CARMY_STATUS_COMPLETED, "done", 4), 0);
+	ck_assert_int_eq(carmy_begin(other, &call, &o), CARMY_REPLAY);
+	ck_assert_str_eq(o.execution_id, exec);
+	ck_assert_int_eq(carmy_abandon(other, &o), CARMY_ENOT_RESERVED);
+
+	/* A waiter of the running call is told: interrupted, not a replay
+	 * or a second run. */
+	ck_assert_int_eq(carmy_begin(c, &w.call, &r), CARMY_RESERVED);
+	w.h = other;
+	ck_assert_int_eq(pthread_create(&t, NULL, wait_for, &w), 0);
+	ck_assert_int_eq(carmy_abandon(c, &r), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(w.rc, CARMY_EUNCERTAIN);
+	ck_assert_int_eq(w.r.state, CARMY_STATE_INTERRUPTED);
+	ck_assert_str_eq(w.r.execution_id, r.execution_id);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&o);
+	carmy_reservation_clear(&w.r);
+	carmy_close(other);
+}
+END_TEST
+
 static Suite *contract_suite(void)
 {
 	Suite *s = suite_create("contract");
@@ -998,6 +1061,7 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_same_call_while_running_is_uncertain);
 	tcase_add_test(tc, test_conflict_reports_existing_entry_in_every_state);
 	tcase_add_test(tc, test_timeouts_cancellations_and_failures_replay_as_recorded);
+	tcase_add_test(tc, test_an_abandoned_call_is_uncertain_until_resolved);
 	tcase_add_test(tc, test_release_frees_the_identity_and_only_once);
 	tcase_add_test(tc, test_release_churn_gives_room_back_at_once);
 	tcase_add_test(tc, test_table_full_of_released_buckets_recovers);

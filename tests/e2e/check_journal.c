@@ -568,6 +568,39 @@ START_TEST(test_a_release_naming_another_entry_forgets_nothing)
 }
 END_TEST
 
+/* An abandoned call (its client lost track of the tool) is uncertain at
+ * once, and stays so across a restart on the kept segment and a reboot
+ * from the journal alone: never free, never run again. */
+START_TEST(test_an_abandoned_call_stays_uncertain_across_reboots)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "abandoned");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
+	const char *opts[16];
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	ck_assert_int_eq(carmy_abandon(c, &r), 0);
+	expect_interrupted(c, "abandoned", exec);
+	e2e_stop(&d);
+	e2e_restart(&d, opts);
+	carmy_close(c);
+	c = e2e_connect(&d);
+	expect_interrupted(c, "abandoned", exec);
+	e2e_kill9(&d);
+	lose_segment(&d);
+	e2e_restart(&d, opts);
+	carmy_close(c);
+	c = e2e_connect(&d);
+	expect_interrupted(c, "abandoned", exec);
+	finish(dir);
+}
+END_TEST
+
 /* A plain restart keeps the segment: carmyd then has both, and what it
  * serves afterwards must be recorded in the journal as well, so that a
  * later reboot agrees with what clients saw. */
@@ -2101,6 +2134,7 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_restart_on_the_kept_segment_then_reboot_agree);
 	tcase_add_test(tc, test_release_cut_off_by_a_restart_reaches_the_journal);
 	tcase_add_test(tc, test_a_release_naming_another_entry_forgets_nothing);
+	tcase_add_test(tc, test_an_abandoned_call_stays_uncertain_across_reboots);
 	tcase_add_test(tc, test_a_segment_left_half_loaded_is_loaded_again);
 	tcase_add_test(tc, test_a_segment_loaded_from_another_store_is_loaded_again);
 	tcase_add_test(tc, test_acknowledged_steps_survive_a_reboot_under_load);
