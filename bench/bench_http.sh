@@ -80,6 +80,8 @@ cat >"$tmp/tools.json" <<TOOLS
 {"tools": {"create_order": {"command": ["$tmp/create_order"]},
            "up": {"url": "http://127.0.0.1:$floor/upstream"}}}
 TOOLS
+# The gateway refuses a tools file group or others may write (umask 002).
+chmod 644 "$tmp/tools.json"
 echo '{"tokens": {"bench-token": "bench"}}' >"$tmp/tokens.json"
 chmod 600 "$tmp/tokens.json"
 start gateway '^carmy-gateway ready listen=([^ ,]+)' "$builddir/gateway/carmy-gateway" \

@@ -38,7 +38,9 @@ static const struct kind kinds[] = {
 	{ "IDEMPOTENCY_CONFLICT", 409, "idempotency", false, false },
 	/* Running: retry later and get its replay. Interrupted: reconcile. */
 	{ "EXECUTION_UNCERTAIN", 409, "idempotency", true, false },
-	{ "IDEMPOTENCY_CAPACITY", 503, "capacity", true, true },
+	/* The store is full, and stays so until an operator purges it or
+	 * its retention frees entries: no retry succeeds soon. */
+	{ "IDEMPOTENCY_CAPACITY", 503, "capacity", true, false },
 	{ "DAEMON_UNAVAILABLE", 503, "unavailable", true, true },
 	/* Every --max-running slot taken; nothing was reserved. */
 	{ "OVERLOADED", 503, "capacity", true, true },
@@ -139,7 +141,8 @@ void gw_answer_error(struct gw_answer *a, const char *code,
 		if (exec_id != NULL && state != NULL)
 			json_object_set_new(o, "state", str(state));
 	}
-	a->retry_after = k->http == 503;
+	/* Retry-After only where a retry soon may succeed. */
+	a->retry_after = k->http == 503 && k->retryable;
 	if (finish(a, k->http, o) != 0)
 		a->status = 500;	/* an empty body says enough */
 }
@@ -209,13 +212,18 @@ int gw_answer_output(struct gw_answer *a, const char *exec_id,
 
 /* What carmyd keeps of a result too large to record is its status
  * (failed) and code, so its answer is rebuilt from those alone, the same
- * on the first answer and every replay. */
+ * on the first answer and every replay. The tool ran to its end: the
+ * message says so, lest the agent run it again under a new request_id. */
 void gw_answer_too_large(struct gw_answer *a, const char *exec_id)
 {
 	if (gw_answer_execution(a, exec_id, CARMY_STATUS_FAILED, NULL,
 				"RESULT_TOO_LARGE",
-				"The tool's answer is larger than carmyd "
-				"records (its --max-result).") != 0)
+				"The tool ran and its effect happened, but its "
+				"answer is larger than carmyd records (its "
+				"--max-result), so the answer is lost. Do not "
+				"send this call again under a new request_id: "
+				"that would run the tool again. Look for its "
+				"effect instead.") != 0)
 		a->status = 500;
 }
 

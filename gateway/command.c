@@ -321,14 +321,6 @@ static int answer(struct gw_exec *x, struct run *r, int *status)
 	char msg[MSG_MAX + 128], line[MSG_MAX];
 
 	last_line(r, line);
-	if (r->lost) {
-		*status = CARMY_STATUS_FAILED;
-		return gw_answer_execution(x->answer, x->execution_id,
-					   *status, NULL, "INTERNAL",
-					   "The gateway lost track of the "
-					   "tool: its effect may or may not "
-					   "have happened.");
-	}
 	if (r->timed_out) {
 		*status = CARMY_STATUS_TIMED_OUT;
 		snprintf(msg, sizeof(msg), "The tool did not finish within "
@@ -402,9 +394,10 @@ void gw_command_run(struct gw_exec *x)
 		close(r.in);
 	sv_finish(&r.sv, r.timed_out || r.lost);
 	environment_free(x, env);
-	if (answer(x, &r, &status) != 0)
-		gw_answer_error(x->answer, "INTERNAL", "Out of memory.",
-				x->execution_id, "running");
+	if (r.lost)
+		gw_exec_lost(x, "the process that watched it is gone");
+	else if (answer(x, &r, &status) != 0)
+		gw_exec_lost(x, "no memory for its answer");
 	else
 		gw_exec_record(x, status);
 	free(r.out);

@@ -2,7 +2,10 @@
  * config.c - the --tools and --tokens files. Both are JSON read with
  * jansson, strictly: an unknown field, a duplicate key or a value of the
  * wrong type stops the gateway before it serves anything, with the file
- * and the field named.
+ * and the field named. So does a file whose owner is neither the
+ * gateway's user nor root, or which group or others may write
+ * (open_trusted()); the tokens file, which holds secrets, must be closed
+ * to group and others altogether.
  *
  *   --tools:  {"tools": {"NAME": {"description": "...",
  *                                 "input_schema": {...},
@@ -14,6 +17,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,10 +64,32 @@ static json_t *load(int fd, const char *path, const char *top, char *err,
 	return root;
 }
 
-static int open_regular(const char *path, struct stat *st, char *err,
-			size_t err_len)
+/* "name (uid N)", or "uid N" for a uid without a name. */
+static void user_name(uid_t uid, char *buf, size_t size)
+{
+	struct passwd pw, *found = NULL;
+	char pwbuf[1024];
+
+	if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &found) == 0 &&
+	    found != NULL)
+		snprintf(buf, size, "%s (uid %u)", pw.pw_name, (unsigned)uid);
+	else
+		snprintf(buf, size, "uid %u", (unsigned)uid);
+}
+
+/*
+ * path, open, as a regular file whose owner is the gateway's user or root
+ * and which neither group nor others may write: whoever may write the
+ * tools file chooses the commands the gateway runs, as its user, and
+ * whoever may write the tokens file whom it serves. what says which file
+ * it is, for the error. The descriptor, or -1 with err set.
+ */
+static int open_trusted(const char *path, const char *what, struct stat *st,
+			char *err, size_t err_len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	uid_t me = geteuid();
+	char owner[300], self[300];
 
 	if (fd < 0) {
 		fail(err, err_len, "%s: %s", path, strerror(errno));
@@ -74,7 +100,17 @@ static int open_regular(const char *path, struct stat *st, char *err,
 		close(fd);
 		return -1;
 	}
-	return fd;
+	if ((st->st_uid == me || st->st_uid == 0) &&
+	    (st->st_mode & (S_IWGRP | S_IWOTH)) == 0)
+		return fd;
+	user_name(st->st_uid, owner, sizeof(owner));
+	user_name(me, self, sizeof(self));
+	fail(err, err_len, "%s: owner %s, mode %04o: %s, so it must be owned "
+	     "by %s, the gateway's user, or root, and writable by its owner "
+	     "only (chown it, chmod go-w it)", path, owner,
+	     (unsigned)(st->st_mode & 07777), what, self);
+	close(fd);
+	return -1;
 }
 
 /* ------------------------------------------------------------ tools */
@@ -296,7 +332,8 @@ int gw_tools_load(const char *path, struct gw_tools *t, char *err,
 	int fd, rc = 0;
 
 	memset(t, 0, sizeof(*t));
-	fd = open_regular(path, &st, err, err_len);
+	fd = open_trusted(path, "it says which commands the gateway runs",
+			  &st, err, err_len);
 	if (fd < 0)
 		return -1;
 	root = load(fd, path, "tools", err, err_len);
@@ -399,7 +436,8 @@ int gw_tokens_load(const char *path, struct gw_tokens *t, char *err,
 	int fd, rc = 0;
 
 	memset(t, 0, sizeof(*t));
-	fd = open_regular(path, &st, err, err_len);
+	fd = open_trusted(path, "it says whom the gateway serves", &st, err,
+			  err_len);
 	if (fd < 0)
 		return -1;
 	if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {

@@ -8,8 +8,11 @@
  * session from Carmy-Session ("default"); the request_id from the body or
  * the Idempotency-Key header. The fingerprint is the tool name, the
  * arguments converted to msgpack (libcarmy canonicalises maps, so key
- * order and whitespace do not matter) and, as metadata, the values of the
- * headers the tool lists in fingerprint_headers.
+ * order and whitespace do not matter, and pack() writes each number in
+ * one form, so 1, 1.0 and 1e0 are one) and, as metadata, the values of
+ * the headers the tool lists in fingerprint_headers. A header value is
+ * taken without its leading and trailing blanks (RFC 9110 5.5), so "sp"
+ * and "sp " are one session.
  *
  * carmy_try_begin() runs here, on libmicrohttpd's polling thread: it
  * answers what shared memory answers (a replay, a conflict, an uncertain
@@ -71,6 +74,21 @@ static int pack_str(msgpack_packer *pk, const char *s, size_t len)
 	       msgpack_pack_str_body(pk, s, len) != 0 ? -ENOMEM : 0;
 }
 
+/*
+ * A JSON real, in the one form its value has in a fingerprint: a whole
+ * number within int64's range is packed as that integer (1.0, 1e0 and
+ * -0.0 as 1, 1 and 0, as the literals 1 and 0 are), any other as a
+ * double. 2^63 is the first double past INT64_MAX; -2^63 is INT64_MIN.
+ * jansson reads no NaN or infinity.
+ */
+static int pack_real(msgpack_packer *pk, double d)
+{
+	if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
+	    d == (double)(int64_t)d)
+		return msgpack_pack_int64(pk, (int64_t)d);
+	return msgpack_pack_double(pk, d);
+}
+
 /* v as msgpack; -E2BIG if it nests deeper than GW_ARGS_DEPTH_MAX. */
 static int pack(msgpack_packer *pk, json_t *v, int depth)
 {
@@ -111,7 +129,7 @@ static int pack(msgpack_packer *pk, json_t *v, int depth)
 		rc = msgpack_pack_int64(pk, json_integer_value(v));
 		break;
 	case JSON_REAL:
-		rc = msgpack_pack_double(pk, json_real_value(v));
+		rc = pack_real(pk, json_real_value(v));
 		break;
 	case JSON_TRUE:
 		rc = msgpack_pack_true(pk);
@@ -186,10 +204,14 @@ static int pack_meta(const struct gw_request *rq, struct gw_call *c,
 			break;
 		}
 		rc = pack_str(&pk, t->fp_headers[i], strlen(t->fp_headers[i]));
-		if (rc == 0 && v == NULL && msgpack_pack_nil(&pk) != 0)
+		if (rc == 0 && v == NULL && msgpack_pack_nil(&pk) != 0) {
 			rc = -ENOMEM;
-		else if (rc == 0 && v != NULL)
-			rc = pack_str(&pk, v, strlen(v));
+		} else if (rc == 0 && v != NULL) {
+			size_t len;
+
+			v = gw_field_trim(v, &len);
+			rc = pack_str(&pk, v, len);
+		}
 	}
 	if (rc == 0) {
 		c->meta_mp = o.buf;
@@ -213,15 +235,27 @@ static bool id_set(char *dst, size_t *dst_len, const char *s, size_t len)
 	return true;
 }
 
-/*
- * The Idempotency-Key header's value: the IETF draft makes it a
- * structured-field string ("\"abc\""); a bare value is taken as it is.
- * NULL if the quoted form holds an escape (not supported).
- */
-static const char *unquote(const char *v, size_t *len)
+const char *gw_field_trim(const char *v, size_t *len)
 {
 	size_t n = strlen(v);
 
+	while (n > 0 && (*v == ' ' || *v == '\t')) {
+		v++;
+		n--;
+	}
+	while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+		n--;
+	*len = n;
+	return v;
+}
+
+/*
+ * The Idempotency-Key header's value (trimmed, n bytes): the IETF draft
+ * makes it a structured-field string ("\"abc\""); a bare value is taken
+ * as it is. NULL if the quoted form holds an escape (not supported).
+ */
+static const char *unquote(const char *v, size_t n, size_t *len)
+{
 	if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
 		if (memchr(v + 1, '"', n - 2) != NULL ||
 		    memchr(v + 1, '\\', n - 2) != NULL)
@@ -240,7 +274,7 @@ static int identity(const struct gw_request *rq, json_t *rid,
 	const char *session = rq->session;
 	const char *key = rq->key;
 	const char *body_rid = json_string_value(rid);
-	size_t klen = 0;
+	size_t slen, klen = 0;
 
 	if (!id_set(c->principal, &c->principal_len, rq->principal,
 		    strlen(rq->principal))) {
@@ -250,12 +284,17 @@ static int identity(const struct gw_request *rq, json_t *rid,
 	}
 	if (session == NULL)
 		session = "default";
-	if (!id_set(c->session, &c->session_len, session, strlen(session))) {
+	session = gw_field_trim(session, &slen);
+	if (!id_set(c->session, &c->session_len, session, slen)) {
 		gw_answer_error(a, "INVALID_ID", "The Carmy-Session header "
 				"must be 1 to 256 bytes.", NULL, NULL);
 		return -1;
 	}
-	if (key != NULL && (key = unquote(key, &klen)) == NULL) {
+	if (key != NULL) {
+		key = gw_field_trim(key, &klen);
+		key = unquote(key, klen, &klen);
+	}
+	if (rq->key != NULL && key == NULL) {
 		gw_answer_error(a, "INVALID_ID", "The Idempotency-Key header "
 				"is a quoted string with an escape in it.",
 				NULL, NULL);

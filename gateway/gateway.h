@@ -360,6 +360,10 @@ struct gw_request {
 int gw_execute(const struct gw_request *rq, struct gw_answer *a,
 	       void (*done)(void *arg), void *arg, struct gw_exec **xp);
 void gw_exec_start(struct gw_exec *x);
+/* A header value as RFC 9110 5.5 has it, without leading and trailing
+ * whitespace (SP, HTAB): where in v it starts, and into *len its length
+ * (0 for blanks alone). Used wherever a value names a call. */
+const char *gw_field_trim(const char *v, size_t *len);
 
 /* run.c. The counters the gateway stops on, and its stopping flag. */
 void gw_run_init(struct gateway *gw);
@@ -391,8 +395,17 @@ void gw_slot_put(struct gateway *gw);
  * GW_RECORD_WAIT_MS; if it still has not, the answer becomes
  * EXECUTION_UNCERTAIN (running) and x->owed holds the result, for
  * gw_exec_record_owed() once that answer is sent. Any other failure
- * makes the answer the error that says so. */
+ * (carmyd gone: DISCONNECTED) makes the answer gw_exec_unrecorded()'s. */
 void gw_exec_record(struct gw_exec *x, int status);
+/* x's tool ran and its result is not recorded (why: a code's name, or
+ * "out of memory"): answer 409 EXECUTION_UNCERTAIN, state interrupted
+ * (not retryable: the agent is to reconcile), as its retries will be. */
+void gw_exec_unrecorded(struct gw_exec *x, const char *why);
+/* The gateway lost track of x's tool (what: how), whose effect may or
+ * may not have happened: the call is made uncertain now
+ * (carmy_abandon()), for an operator to resolve, and answered 409
+ * EXECUTION_UNCERTAIN, interrupted, as its retries will be. */
+void gw_exec_lost(struct gw_exec *x, const char *what);
 /* x->owed, asked again until the store records it, carmyd gives up the
  * handle, or the gateway stops (the call then turns interrupted). Does
  * not touch x->answer. */

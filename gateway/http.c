@@ -243,13 +243,13 @@ static const char *principal(struct req *q, const struct named *h,
 	const char *auth = h->v[H_AUTHORIZATION];
 
 	if (gw->have_tokens) {
+		size_t n;
+
 		if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0 ||
 		    h->n[H_AUTHORIZATION] != 1)
 			return NULL;
-		auth += 7;
-		while (*auth == ' ')
-			auth++;
-		return gw_token_principal(&gw->tokens, auth, strlen(auth));
+		auth = gw_field_trim(auth + 7, &n);
+		return gw_token_principal(&gw->tokens, auth, n);
 	}
 	if (!q->l->is_unix)
 		return NULL;

@@ -7,11 +7,13 @@
  *                 [--log-level LEVEL]
  *
  * Every option and both files are checked before anything is served; a
- * mistake stops the gateway with one line naming it (exit 64, or 1 when a
- * socket cannot be opened). SIGTERM and SIGINT stop it: it stops accepting
- * connections, answers any further request on those open 503 (http.c),
- * waits for the executions running (each ends by its tool's timeout at the
- * latest) and for every answer to be sent, and exits 0.
+ * mistake stops the gateway with one line naming it (exit 64: a wrong
+ * option, --listen ADDR:PORT without --tokens, a file that is wrong or
+ * that others may write; 1 when a socket cannot be opened). SIGTERM and
+ * SIGINT stop it: it stops accepting connections, answers any further
+ * request on those open 503 (http.c), waits for the executions running
+ * (each ends by its tool's timeout at the latest) and for every answer to
+ * be sent, and exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -69,7 +71,9 @@ static const char usage_text[] =
 	"                     \"url\": \"http://host:port/path\",\n"
 	"                     \"timeout\": SECONDS, \"description\": \"...\",\n"
 	"                     \"input_schema\": {...},\n"
-	"                     \"fingerprint_headers\": [\"X-Header\"]}}}\n"
+	"                     \"fingerprint_headers\": [\"X-Header\"]}}},\n"
+	"                     in a file owned by the gateway's user or root\n"
+	"                     that only its owner may write\n"
 	"  --socket PATH      carmyd's socket (default: $CARMY_SOCKET, else\n"
 	"                     $XDG_RUNTIME_DIR/carmy/carmyd.sock, else\n"
 	"                     /tmp/carmy-$UID/carmyd.sock)\n"
@@ -81,7 +85,8 @@ static const char usage_text[] =
 	"                     times; sockets from systemd (LISTEN_FDS)\n"
 	"                     are served instead\n"
 	"  --tokens FILE      bearer tokens, JSON {\"tokens\": {\"TOKEN\":\n"
-	"                     \"PRINCIPAL\"}}, a file only its owner may read\n"
+	"                     \"PRINCIPAL\"}}, in such a file that only its\n"
+	"                     owner may read\n"
 	"  --foreground       stay in the foreground; print one line\n"
 	"                     \"carmy-gateway ready listen=... pid=...\" once\n"
 	"                     requests are accepted\n"
@@ -243,14 +248,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 /* ------------------------------------------------------------ sockets */
 
+/* A socket that cannot be opened: 1, the status to exit with. */
 static int fail_errno(const char *what, const char *where)
 {
 	fprintf(stderr, "carmy-gateway: %s %s: %s\n", what, where,
 		strerror(errno));
-	return -1;
+	return 1;
 }
 
-/* A Unix socket at path, after removing a stale one nobody listens on. */
+/* A Unix socket at path, after removing a stale one nobody listens on.
+ * 0, or the status to exit with. */
 static int listen_unix(const char *path, struct gw_listener *l)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -261,7 +268,7 @@ static int listen_unix(const char *path, struct gw_listener *l)
 		fprintf(stderr, "carmy-gateway: --listen unix:%s: needs an "
 			"absolute path shorter than %zu bytes\n", path,
 			sizeof(sa.sun_path));
-		return -1;
+		return EXIT_USAGE;
 	}
 	strcpy(sa.sun_path, path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -272,13 +279,13 @@ static int listen_unix(const char *path, struct gw_listener *l)
 			fprintf(stderr, "carmy-gateway: %s exists and is not a "
 				"socket\n", path);
 			close(fd);
-			return -1;
+			return 1;
 		}
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			fprintf(stderr, "carmy-gateway: something already "
 				"listens on %s\n", path);
 			close(fd);
-			return -1;
+			return 1;
 		}
 		unlink(path);
 		close(fd);
@@ -290,7 +297,7 @@ static int listen_unix(const char *path, struct gw_listener *l)
 	    chmod(path, 0600) != 0 || listen(fd, SOMAXCONN) != 0) {
 		fail_errno("cannot listen on", path);
 		close(fd);
-		return -1;
+		return 1;
 	}
 	l->fd = fd;
 	l->is_unix = true;
@@ -325,7 +332,8 @@ static void name_of(struct gw_listener *l, const struct sockaddr_storage *ss)
 	}
 }
 
-/* "127.0.0.1:8080", "[::1]:8080", "localhost:0". */
+/* "127.0.0.1:8080", "[::1]:8080", "localhost:0": 0, or the status to
+ * exit with (a spec that is not one: EXIT_USAGE). */
 static int listen_tcp(const char *spec, struct gw_listener *l)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
@@ -362,7 +370,7 @@ static int listen_tcp(const char *spec, struct gw_listener *l)
 	if (rc != 0) {
 		fprintf(stderr, "carmy-gateway: --listen %s: %s\n", spec,
 			gai_strerror(rc));
-		return -1;
+		return 1;
 	}
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 ||
@@ -374,7 +382,7 @@ static int listen_tcp(const char *spec, struct gw_listener *l)
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(ai);
-		return -1;
+		return 1;
 	}
 	freeaddrinfo(ai);
 	l->fd = fd;
@@ -383,19 +391,21 @@ static int listen_tcp(const char *spec, struct gw_listener *l)
 bad:
 	fprintf(stderr, "carmy-gateway: --listen needs ADDR:PORT (port "
 		"0-65535) or unix:PATH, got '%s'\n", spec);
-	return -1;
+	return EXIT_USAGE;
 }
 
 /*
  * Listening sockets handed over by systemd (or systemd-socket-activate):
  * $LISTEN_FDS of them from descriptor 3 on, when $LISTEN_PID is ours.
- * Returns how many (0: none were handed over), or -1.
+ * Returns how many (0: none were handed over), or -1 with *status the
+ * status to exit with.
  */
-static int inherited(struct gw_listener *ls, bool have_tokens)
+static int inherited(struct gw_listener *ls, bool have_tokens, int *status)
 {
 	char why[128];
 	int n = service_listen_fds(LISTEN_MAX, why, sizeof(why));
 
+	*status = 1;
 	if (n < 0) {
 		fprintf(stderr, "carmy-gateway: %s\n", why);
 		return -1;
@@ -420,41 +430,44 @@ static int inherited(struct gw_listener *ls, bool have_tokens)
 			fprintf(stderr, "carmy-gateway: the socket %s from "
 				"systemd needs --tokens: a TCP peer has no uid "
 				"to be its principal\n", ls[i].name);
+			*status = EXIT_USAGE;
 			return -1;
 		}
 	}
 	return n;
 }
 
+/* 0, or the status to exit with: EXIT_USAGE for a mistake in the
+ * options (a spec that is not one, TCP without --tokens), 1 for a socket
+ * that cannot be opened. */
 static int open_listeners(struct opts *o, struct gw_listener *ls,
 			  bool have_tokens)
 {
-	int n = inherited(ls, have_tokens);
+	int status, n = inherited(ls, have_tokens, &status);
 
 	if (n != 0) {
 		if (n > 0 && o->listen_given)
 			fprintf(stderr, "carmy-gateway: serving the sockets "
 				"systemd handed over; --listen is ignored\n");
 		o->n_listen = n < 0 ? 0 : (size_t)n;
-		return n < 0 ? -1 : 0;
+		return n < 0 ? status : 0;
 	}
 	for (size_t i = 0; i < o->n_listen; i++) {
 		const char *s = o->listen[i];
-		int rc;
 
 		ls[i].fd = -1;
 		if (strncmp(s, "unix:", 5) == 0) {
-			rc = listen_unix(s + 5, &ls[i]);
+			status = listen_unix(s + 5, &ls[i]);
 		} else if (!have_tokens) {
 			fprintf(stderr, "carmy-gateway: --listen %s needs "
 				"--tokens: a TCP peer has no uid to be its "
 				"principal (or listen on unix:PATH)\n", s);
-			rc = -1;
+			status = EXIT_USAGE;
 		} else {
-			rc = listen_tcp(s, &ls[i]);
+			status = listen_tcp(s, &ls[i]);
 		}
-		if (rc != 0)
-			return -1;
+		if (status != 0)
+			return status;
 	}
 	return 0;
 }
@@ -628,9 +641,10 @@ int main(int argc, char **argv)
 
 	for (i = 0; i < o.n_listen; i++)
 		ls[i].gw = &gw;
-	if (open_listeners(&o, ls, gw.have_tokens) != 0) {
+	status = open_listeners(&o, ls, gw.have_tokens);
+	if (status != 0) {
 		close_listeners(&o, ls);
-		return 1;
+		return status;
 	}
 	if (!o.foreground && daemonize("carmy-gateway", &ready_fd) != 0)
 		return 1;

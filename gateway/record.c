@@ -19,6 +19,11 @@
  *     handle (CARMY_EDISCONNECTED: carmyd makes the call interrupted) or
  *     the gateway stops (its connection to carmyd closes, and the call
  *     turns interrupted: carmyctl resolve settles it).
+ *
+ * A result that cannot be recorded at all (carmyd died while the tool
+ * ran: DISCONNECTED) leaves an execution dropped mid-flight, which the
+ * contract answers 409 EXECUTION_UNCERTAIN (interrupted): the tool ran,
+ * and the agent is to reconcile, not retry.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -77,7 +82,6 @@ void gw_exec_record(struct gw_exec *x, int status)
 	struct gw_answer *a = x->answer;
 	unsigned tries = 1;
 	carmy_t *c;
-	char msg[256];
 	int rc;
 
 	if (x->h == NULL)
@@ -130,10 +134,44 @@ void gw_exec_record(struct gw_exec *x, int status)
 		gw_handle_retire(&x->gw->carmyd, x->h);
 	log_error("execution %s: its result could not be recorded: %s",
 		  x->execution_id, carmy_errname(rc));
+	gw_exec_unrecorded(x, carmy_errname(rc));
+}
+
+void gw_exec_unrecorded(struct gw_exec *x, const char *why)
+{
+	char msg[320];
+
 	snprintf(msg, sizeof(msg), "The tool ran, but its result could not "
-		 "be recorded (%s): this request_id now reports "
-		 "EXECUTION_UNCERTAIN.", carmy_errname(rc));
-	gw_answer_error(a, "INTERNAL", msg, x->execution_id, "interrupted");
+		 "be recorded (%s): its effect may or may not have happened. "
+		 "Reconcile before you act on it%s", why,
+		 x->h != NULL ? "; this request_id reports "
+		 "EXECUTION_UNCERTAIN from now on." : ".");
+	gw_answer_error(x->answer, "EXECUTION_UNCERTAIN", msg,
+			x->execution_id, "interrupted");
+}
+
+void gw_exec_lost(struct gw_exec *x, const char *what)
+{
+	char msg[384];
+	int rc = x->h != NULL ? carmy_abandon(x->h->c, &x->r) : 0;
+	bool uncertain = rc == 0 || rc == CARMY_EDISCONNECTED;
+
+	if (uncertain)
+		log_warn("execution %s: the gateway lost track of its tool "
+			 "(%s): made uncertain, for an operator to resolve",
+			 x->execution_id, what);
+	else
+		log_error("execution %s: the gateway lost track of its tool "
+			  "(%s), and could not make it uncertain (%s): it "
+			  "stays running until the gateway's connection to "
+			  "carmyd closes", x->execution_id, what,
+			  carmy_errname(rc));
+	snprintf(msg, sizeof(msg), "The gateway lost track of the tool (%s): "
+		 "its effect may or may not have happened. Reconcile before "
+		 "you act on it; this request_id reports EXECUTION_UNCERTAIN "
+		 "until an operator resolves it.", what);
+	gw_answer_error(x->answer, "EXECUTION_UNCERTAIN", msg,
+			x->execution_id, uncertain ? "interrupted" : "running");
 }
 
 void gw_exec_record_owed(struct gw_exec *x)

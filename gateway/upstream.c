@@ -138,6 +138,19 @@ void gw_url_run(struct gw_exec *x)
 		gw_exec_not_started(x, msg);
 		free(b.buf);
 		return;
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		/* The request went, or may have, and no whole answer came:
+		 * the upstream may have done it. */
+		snprintf(msg, sizeof(msg), "the upstream: %s",
+			 errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
+		gw_exec_lost(x, msg);
+		free(b.buf);
+		return;
 	case CURLE_OPERATION_TIMEDOUT:
 		status = CARMY_STATUS_TIMED_OUT;
 		snprintf(msg, sizeof(msg), "The upstream did not answer within "
@@ -156,8 +169,7 @@ void gw_url_run(struct gw_exec *x)
 	}
 	free(b.buf);
 	if (rc != 0)
-		gw_answer_error(x->answer, "INTERNAL", "Out of memory.",
-				x->execution_id, "running");
+		gw_exec_lost(x, "no memory for its answer");
 	else
 		gw_exec_record(x, status);
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -61,6 +62,8 @@ static void setup(void)
 	fputs("{\"tools\": {\"t\": {\"command\": [\"/bin/true\"], "
 	      "\"fingerprint_headers\": [\"X-A\"]}}}", f);
 	fclose(f);
+	/* Whatever the umask: a tools file others may write is refused. */
+	ck_assert_int_eq(chmod(path, 0644), 0);
 	ck_assert_msg(gw_tools_load(path, &gw.tools, err, sizeof(err)) == 0,
 		      "%s", err);
 	unlink(path);
@@ -322,6 +325,29 @@ START_TEST(test_tokens_compare_whole)
 }
 END_TEST
 
+/* RFC 9110 5.5: a field value is taken without leading and trailing SP
+ * and HTAB; blanks inside stay, and blanks alone are empty. */
+START_TEST(test_field_trim)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "sp", "sp" }, { "sp ", "sp" }, { " \tsp\t ", "sp" },
+		{ "a b", "a b" }, { "\"k\" ", "\"k\"" }, { "", "" },
+		{ " \t ", "" }, { "x\r", "x\r" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		size_t len;
+		const char *v = gw_field_trim(cases[i].in, &len);
+
+		ck_assert_msg(len == strlen(cases[i].out) &&
+			      memcmp(v, cases[i].out, len) == 0,
+			      "'%s': '%.*s'", cases[i].in, (int)len, v);
+	}
+}
+END_TEST
+
 /* a is status with an error body of code want; a is freed. */
 static void expect_code(struct gw_answer *a, unsigned status,
 			const char *want)
@@ -423,6 +449,7 @@ START_TEST(test_tools_file_repeated_fingerprint_header_refused)
 	      "\"fingerprint_headers\": [\"X-Tenant\", \"X-B\", "
 	      "\"x-tenant\"]}}}", f);
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0644), 0);
 	ck_assert_int_eq(gw_tools_load(path, &t, err, sizeof(err)), -1);
 	unlink(path);
 	ck_assert_msg(strstr(err, "tool t2") != NULL &&
@@ -441,6 +468,7 @@ int main(void)
 	tcase_add_test(tc, test_seeds_and_nesting);
 	tcase_add_test(tc, test_mutated_bodies);
 	tcase_add_test(tc, test_tokens_compare_whole);
+	tcase_add_test(tc, test_field_trim);
 	tcase_add_test(tc, test_full_gateway_refuses_overloaded);
 	tcase_add_test(tc, test_repeated_fingerprint_header_refused);
 	tcase_add_test(tc, test_tools_file_repeated_fingerprint_header_refused);

@@ -336,12 +336,19 @@ START_TEST(test_group_writable_segment_needs_our_group_or_our_own)
 	st = seg(S_IFREG | 0660, 1001, getegid());
 	ck_assert_int_eq(trust_segment(&t, &st, 1001, "/s", why, sizeof(why)),
 			 0);
-	/* One we are not in. */
+	/* One we are not in: refused to a user (4321 here, whoever runs
+	 * this), not to root, an operator who may write it anyway. */
 	st = seg(S_IFREG | 0660, 1001, STRANGERS);
+	ck_assert_int_eq(trust_parse(&t, 4321, "1001", why, sizeof(why)), 0);
 	ck_assert_int_eq(trust_segment(&t, &st, 1001, "/s", why, sizeof(why)),
 			 CARMY_EUNTRUSTED);
 	ck_assert_msg(strstr(why, "group 4244") != NULL, "%s", why);
+	ck_assert_int_eq(trust_parse(&t, 0, "1001", why, sizeof(why)), 0);
+	ck_assert_int_eq(trust_segment(&t, &st, 1001, "/s", why, sizeof(why)),
+			 0);
 	/* Our own, shared with whichever group we chose. */
+	ck_assert_int_eq(trust_parse(&t, geteuid(), "1001", why, sizeof(why)),
+			 0);
 	st = seg(S_IFREG | 0660, geteuid(), STRANGERS);
 	ck_assert_int_eq(trust_segment(&t, &st, geteuid(), "/s", why,
 				       sizeof(why)), 0);
