@@ -731,7 +731,7 @@ static int take_lock(const struct carmyd_config *cfg)
  */
 static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 {
-	char kept[sizeof(cfg->shm_name) + 1];
+	char kept[sizeof(cfg->shm_name) + 1], name[sizeof(cfg->shm_name)];
 	size_t base = strlen(cfg->shm_name);
 	uint8_t r[8];
 	struct stat st;
@@ -740,6 +740,7 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 
 	if (cfg->shm_named)
 		return 0;
+	snprintf(name, sizeof(name), "%s", cfg->shm_name);
 	n = pread(lock_fd, kept, sizeof(kept) - 1, 0);
 	if (n > 0) {
 		kept[n] = '\0';
@@ -748,24 +749,27 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 		if (strlen(kept) == base + 17 &&
 		    strncmp(kept, cfg->shm_name, base) == 0 &&
 		    kept[base] == '.' &&
-		    strspn(kept + base + 1, "0123456789abcdef") == 16) {
-			memcpy(cfg->shm_name, kept, base + 18);
-			return 0;
-		}
+		    strspn(kept + base + 1, "0123456789abcdef") == 16)
+			memcpy(name, kept, base + 18);
 	}
-	fd = shm_open(cfg->shm_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
-	if (fd < 0 && errno == ENOENT)
+	/* The name, kept or default, if it is free or carmyd's user's. A
+	 * kept one can be taken too, once its segment is gone (a reboot,
+	 * an rm): the name is no secret, only hard to guess first. */
+	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (fd < 0 && errno == ENOENT) {
+		memcpy(cfg->shm_name, name, sizeof(name));
 		return 0;
+	}
 	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid()) {
 		close(fd);
+		memcpy(cfg->shm_name, name, sizeof(name));
 		return 0;
 	}
 	if (fd >= 0)
 		close(fd);
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
 		log_error("segment %s is another user's, and no name can be "
-			  "drawn to replace it: %s", cfg->shm_name,
-			  strerror(errno));
+			  "drawn to replace it: %s", name, strerror(errno));
 		return -1;
 	}
 	n = snprintf(kept, sizeof(kept), "%s.%02x%02x%02x%02x%02x%02x%02x"
@@ -780,8 +784,7 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 	log_warn("segment %s is held by a file carmyd's user does not own "
 		 "(another user made it first, or it is left from carmyd run "
 		 "as another user): using %.*s instead. Root can remove "
-		 "/dev/shm%s", cfg->shm_name, (int)(n - 1), kept,
-		 cfg->shm_name);
+		 "/dev/shm%s", name, (int)(n - 1), kept, name);
 	memcpy(cfg->shm_name, kept, (size_t)n - 1);
 	cfg->shm_name[n - 1] = '\0';
 	return 0;
@@ -838,8 +841,10 @@ static int listen_on(const struct carmyd_config *cfg)
  */
 static int open_log(const char *path)
 {
+	/* O_NONBLOCK: a FIFO planted there would block the open until
+	 * someone read it; without a reader it fails (ENXIO) instead. */
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
-			    O_NOFOLLOW | O_NOCTTY, 0600);
+			    O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
 	struct stat st;
 
 	if (fd < 0) {
@@ -848,12 +853,23 @@ static int open_log(const char *path)
 			" (a symbolic link: give the file itself)" : "");
 		return 1;
 	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_uid != geteuid()) {
+	if (fstat(fd, &st) != 0) {
+		fprintf(stderr, "carmyd: cannot open log file %s: %s\n", path,
+			strerror(errno));
+		close(fd);
+		return 1;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
 		fprintf(stderr, "carmyd: refusing log file %s: %s\n", path,
 			!S_ISREG(st.st_mode) ? "not a regular file" :
 			"it belongs to another user (give a file of carmyd's "
 			"own user)");
+		close(fd);
+		return 1;
+	}
+	if (fcntl(fd, F_SETFL, O_APPEND) != 0) {
+		fprintf(stderr, "carmyd: cannot open log file %s: %s\n", path,
+			strerror(errno));
 		close(fd);
 		return 1;
 	}

@@ -1209,51 +1209,46 @@ static int backend_open(struct store *s, const char *spec)
  */
 const char *store_spec_shown(const char *spec, char *buf, size_t size)
 {
-	const char *p = spec, *uri = strstr(spec, "://");
+	const char *p = spec;
 	size_t n = 0;
 
 	while (*p != '\0' && n + 1 < size) {
-		bool key = strncmp(p, "password=", 9) == 0 &&
+		const char *q = p + 8, *at;
+		bool key = strncmp(p, "password", 8) == 0 &&
 			   (p == spec || p[-1] == ' ' || p[-1] == '\t' ||
 			    p[-1] == ':' || p[-1] == '?' || p[-1] == '&');
-		const char *at;
 
-		if (key || (uri != NULL && p == uri + 3)) {
-			/* A URI's authority: user[:password]@host... */
-			at = key ? NULL : strpbrk(p, "@/ ");
-			if (!key && (at == NULL || *at != '@' ||
-				     memchr(p, ':', (size_t)(at - p)) == NULL)) {
-				buf[n++] = *p++;
-				continue;
-			}
-			if (key) {
-				n += (size_t)snprintf(buf + n, size - n,
-						      "password=***");
-				p += 9;
-				if (*p == '\'') {
-					for (p++; *p != '\0' && *p != '\'';
-					     p++)
-						if (*p == '\\' && p[1] != '\0')
-							p++;
-					if (*p == '\'')
-						p++;
-				} else {
-					p += strcspn(p, " \t&");
-				}
+		/* libpq allows blanks around a keyword's '='. */
+		while (key && (*q == ' ' || *q == '\t'))
+			q++;
+		if (key && *q == '=') {
+			for (q++; *q == ' ' || *q == '\t'; q++)
+				;
+			n += (size_t)snprintf(buf + n, size - n,
+					      "password=***");
+			if (*q == '\'') {
+				for (q++; *q != '\0' && *q != '\''; q++)
+					if (*q == '\\' && q[1] != '\0')
+						q++;
+				if (*q == '\'')
+					q++;
 			} else {
-				const char *colon = memchr(p, ':',
-							   (size_t)(at - p));
-
-				n += (size_t)snprintf(buf + n, size - n,
-						      "%.*s:***",
-						      (int)(colon - p), p);
-				p = at;
+				q += strcspn(q, " \t&");
 			}
-			if (n >= size)
-				n = size - 1;
-			continue;
+			p = q;
+		} else if (p - spec >= 3 && memcmp(p - 3, "://", 3) == 0 &&
+			   (at = strpbrk(p, "@/ ")) != NULL && *at == '@' &&
+			   memchr(p, ':', (size_t)(at - p)) != NULL) {
+			/* A URI's authority: user:password@host... */
+			n += (size_t)snprintf(buf + n, size - n, "%.*s:***",
+					      (int)((const char *)memchr(p, ':',
+						(size_t)(at - p)) - p), p);
+			p = at;
+		} else {
+			buf[n++] = *p++;
 		}
-		buf[n++] = *p++;
+		if (n >= size)
+			n = size - 1;
 	}
 	buf[n] = '\0';
 	return buf;

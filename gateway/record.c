@@ -153,8 +153,23 @@ void gw_exec_unrecorded(struct gw_exec *x, const char *why)
 void gw_exec_lost(struct gw_exec *x, const char *what)
 {
 	char msg[384];
-	int rc = x->h != NULL ? carmy_abandon(x->h->c, &x->r) : 0;
-	bool uncertain = rc == 0 || rc == CARMY_EDISCONNECTED;
+	bool uncertain;
+	int rc;
+
+	if (x->h == NULL) {
+		/* No request_id: nothing reserved, nothing to make uncertain. */
+		snprintf(msg, sizeof(msg), "The gateway lost track of the tool "
+			 "(%s): its effect may or may not have happened. "
+			 "Nothing was reserved (no request_id).", what);
+		gw_answer_error(x->answer, "INTERNAL", msg, NULL, NULL);
+		return;
+	}
+	rc = carmy_abandon(x->h->c, &x->r);
+	/* carmyd gone: the handle is given up, and its close (or carmyd's
+	 * sweep of the owner, once back) makes the call uncertain. */
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&x->gw->carmyd, x->h);
+	uncertain = rc == 0 || rc == CARMY_EDISCONNECTED;
 
 	if (uncertain)
 		log_warn("execution %s: the gateway lost track of its tool "

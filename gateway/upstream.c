@@ -132,23 +132,13 @@ void gw_url_run(struct gw_exec *x)
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_RESOLVE_PROXY:
 	case CURLE_COULDNT_CONNECT:
-		/* Nothing reached the upstream. */
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+		/* Nothing reached the upstream: no connection, or no TLS
+		 * session to send the request through. */
 		snprintf(msg, sizeof(msg), "the upstream: %s",
 			 errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
 		gw_exec_not_started(x, msg);
-		free(b.buf);
-		return;
-	case CURLE_SEND_ERROR:
-	case CURLE_RECV_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-		/* The request went, or may have, and no whole answer came:
-		 * the upstream may have done it. */
-		snprintf(msg, sizeof(msg), "the upstream: %s",
-			 errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
-		gw_exec_lost(x, msg);
 		free(b.buf);
 		return;
 	case CURLE_OPERATION_TIMEDOUT:
@@ -160,12 +150,14 @@ void gw_url_run(struct gw_exec *x)
 					 NULL, "TOOL_TIMEOUT", msg);
 		break;
 	default:
-		snprintf(msg, sizeof(msg), "The call to the upstream failed: "
-			 "%s.", errbuf[0] != '\0' ? errbuf :
-						    curl_easy_strerror(cc));
-		rc = gw_answer_execution(x->answer, x->execution_id, status,
-					 NULL, code, msg);
-		break;
+		/* The request went, or may have (sent in part, an answer cut
+		 * short, empty, malformed or too large, no memory for it):
+		 * the upstream may have done it. */
+		snprintf(msg, sizeof(msg), "the upstream: %s",
+			 errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
+		gw_exec_lost(x, msg);
+		free(b.buf);
+		return;
 	}
 	free(b.buf);
 	if (rc != 0)

@@ -587,9 +587,11 @@ int carmy_release(carmy_t *c, struct carmy_reservation *r);
  *   0                    uncertain; r is no longer a live reservation.
  *   CARMY_ENOT_RESERVED  r is not a live reservation of this handle.
  *   CARMY_ENOT_OWNER     carmyd found the entry held by another connection.
- *   CARMY_EDISCONNECTED  carmyd went away and did not give this handle its
- *                        reservations back: the entry is uncertain, as
- *                        every one of this handle's (r is no longer live).
+ *   CARMY_EDISCONNECTED  carmyd went away: if it gave this handle a new
+ *                        owner id, the entry is uncertain, as every one of
+ *                        the old owner's (r is no longer live); if it is
+ *                        not back yet, r stays live (abandon it again, or
+ *                        close the handle: either makes it uncertain).
  *   CARMY_EFORKED        as carmy_complete().
  *   -ENOTSUP             the carmyd serving c predates this call: nothing
  *                        was done (closing the handle makes every call it

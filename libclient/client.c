@@ -874,13 +874,16 @@ EXPORT int carmy_abandon(carmy_t *c, struct carmy_reservation *r)
 	       sizeof(exec));
 	rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
 	/* The connection broke (carmyd restarting?): with our owner id back,
-	 * say it again; without it, carmyd has made the entry uncertain
-	 * already, as our owner's. */
+	 * say it again (carmyd answers 0 if the first got through). Given a
+	 * new one, carmyd takes the old owner for dead and makes the entry
+	 * uncertain itself; with no carmyd yet, r stays live, to abandon
+	 * again or to leave to the handle's close. */
 	if (rc == CARMY_EDISCONNECTED &&
 	    reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == resv_owner(r))
 		rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
-	if (rc == 0 || rc == CARMY_EDISCONNECTED)
+	if (rc == 0 || (rc == CARMY_EDISCONNECTED &&
+			uatomic_read(&c->lost_owner) == resv_owner(r)))
 		resv_done(r);
 	return rc;
 }

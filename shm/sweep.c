@@ -75,8 +75,9 @@ int shm_record_result(const struct shm_view *v, uint32_t e, uint32_t owner,
  * as a sweep turns a dead owner's: its owner has lost track of what the
  * tool did (carmy_abandon()). The bucket first, with a CAS, then the
  * ticket LIVE; a crash between the two leaves an UNCERTAIN bucket with an
- * owner's ticket, which the next sweep settles to LIVE. Returns 0,
- * CARMY_ENOT_OWNER or CARMY_ENOT_RESERVED, as shm_record_result().
+ * owner's ticket, which the next sweep settles to LIVE. Returns 0 (also
+ * if e is uncertain as exec already), CARMY_ENOT_OWNER or
+ * CARMY_ENOT_RESERVED, as shm_record_result().
  */
 int shm_abandon(const struct shm_view *v, uint32_t e, uint32_t owner,
 		const uint8_t *exec)
@@ -87,6 +88,12 @@ int shm_abandon(const struct shm_view *v, uint32_t e, uint32_t owner,
 	if (e >= v->geo.capacity)
 		return CARMY_ENOT_RESERVED;
 	t = shm_load(&v->tickets[e]);
+	/* Sent again after a reconnect, when the first one got through:
+	 * uncertain already as exec, and that is the answer. */
+	if (SHM_T_WHAT(t) == SHM_TICKET_LIVE && published_at(v, e, &b, &w) &&
+	    SHM_W_STATE(w) == SHM_UNCERTAIN &&
+	    memcmp(shm_entry_at(v, e)->en_exec, exec, SHM_EXEC_LEN) == 0)
+		return 0;
 	if (SHM_T_WHAT(t) != owner)
 		return CARMY_ENOT_OWNER;
 	if (!published_at(v, e, &b, &w) || SHM_W_STATE(w) != SHM_RUNNING ||

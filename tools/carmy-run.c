@@ -786,16 +786,29 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 	runfmt_put_head(cap.buf, cap.exit_code);
 	rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
 	/* A durable store that failed (its database restarting, say) keeps
-	 * the reservation live: the same result is sent again for a while,
-	 * and recorded once. */
-	for (unsigned ms = 100, spent = 0;
-	     rc == CARMY_ESTORE && spent < STORE_RETRY_MS; spent += ms) {
-		struct timespec nap = { 0, (long)ms * 1000000 };
+	 * the reservation live: the same result is sent again, and recorded
+	 * once, until STORE_RETRY_MS from the first answer (each try may
+	 * itself wait for the store). */
+	if (rc == CARMY_ESTORE) {
+		struct timespec now;
+		uint64_t end;
 
-		while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
-			;
-		ms = ms * 2 > 1000 ? 1000 : ms * 2;
-		rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		end = (uint64_t)now.tv_sec * NSEC + (uint64_t)now.tv_nsec +
+		      STORE_RETRY_MS * 1000000ull;
+		for (unsigned ms = 100; rc == CARMY_ESTORE;) {
+			struct timespec nap = { 0, (long)ms * 1000000 };
+
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if ((uint64_t)now.tv_sec * NSEC +
+			    (uint64_t)now.tv_nsec >= end)
+				break;
+			while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
+				;
+			ms = ms * 2 > 1000 ? 1000 : ms * 2;
+			rc = carmy_complete(c, r, cap.status, cap.buf,
+					    cap.len);
+		}
 	}
 	if (rc == 0)
 		status = print_result(o, r->execution_id, cap.status, false,

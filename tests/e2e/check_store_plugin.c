@@ -566,10 +566,10 @@ START_TEST(test_a_password_in_the_store_spec_is_not_logged)
 
 	harness_path("examples/.libs/carmy_store_text.so", so, sizeof(so));
 	/* The file's name is the ARGS: its directories made first. */
-	snprintf(pw, sizeof(pw), "%s/store password=hunter2 postgresql:",
+	snprintf(pw, sizeof(pw), "%s/store password = hunter2 postgresql:",
 		 dir);
 	ck_assert_int_eq(mkdir(pw, 0700), 0);
-	snprintf(pw, sizeof(pw), "plugin:%s:%s/store password=hunter2 "
+	snprintf(pw, sizeof(pw), "plugin:%s:%s/store password = hunter2 "
 		 "postgresql://u:s3cret@db", so, dir);
 	snprintf(log, sizeof(log), "%s/carmyd.log", dir);
 	e2e_start(&x, args);
