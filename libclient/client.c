@@ -805,13 +805,15 @@ static int release_shared(carmy_t *c, struct carmy_reservation *r,
 	return rc;
 }
 
-EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
+/* What release and abandon check first: r is a live reservation of c's,
+ * running, in the process that connected c; its execution id into exec.
+ * 0 or the code to return. */
+static int running_exec(carmy_t *c, struct carmy_reservation *r,
+			uint8_t exec[SHM_EXEC_LEN])
 {
-	uint8_t exec[SHM_EXEC_LEN];
-	int rc;
-
 	uint32_t b;
 	uint64_t w;
+	int rc;
 
 	if (c == NULL || r == NULL)
 		return -EINVAL;
@@ -822,7 +824,17 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 		return rc;
 	/* Ours while running: nobody else writes it. */
 	memcpy(exec, shm_entry_at(&c->view, resv_entry(r))->en_exec,
-	       sizeof(exec));
+	       SHM_EXEC_LEN);
+	return 0;
+}
+
+EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+	int rc = running_exec(c, r, exec);
+
+	if (rc != 0)
+		return rc;
 	if (c->shared)
 		return release_shared(c, r, exec);
 	rc = shm_release(&c->view, resv_entry(r), resv_owner(r));
@@ -856,22 +868,12 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 EXPORT int carmy_abandon(carmy_t *c, struct carmy_reservation *r)
 {
 	uint8_t exec[SHM_EXEC_LEN];
-	uint32_t b;
-	uint64_t w;
-	int rc;
+	int rc = running_exec(c, r, exec);
 
-	if (c == NULL || r == NULL)
-		return -EINVAL;
-	if (forked(c))
-		return CARMY_EFORKED;
-	rc = owned(c, r, &b, &w);
 	if (rc != 0)
 		return rc;
 	if (!__atomic_load_n(&c->abandon, __ATOMIC_RELAXED))
 		return -ENOTSUP;	/* an older carmyd */
-	/* Ours while running: nobody else writes it. */
-	memcpy(exec, shm_entry_at(&c->view, resv_entry(r))->en_exec,
-	       sizeof(exec));
 	rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
 	/* The connection broke (carmyd restarting?): with our owner id back,
 	 * say it again (carmyd answers 0 if the first got through). Given a
