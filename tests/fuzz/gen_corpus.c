@@ -82,6 +82,14 @@ static void complete(msgpack_sbuffer *sb, uint32_t entry, uint32_t exec_of,
 	ok(wire_put_complete(sb, entry, exec, status, code, res, len));
 }
 
+static void abandon(msgpack_sbuffer *sb, uint32_t entry, uint32_t exec_of)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+
+	fw_exec(exec_of, exec);
+	ok(wire_put_reserve(sb, WIRE_ABANDON, entry, exec));
+}
+
 static void wire_seeds(void)
 {
 	static const uint8_t big[FW_MAX_RESULT + 8] = { 0 };
@@ -156,6 +164,20 @@ static void wire_seeds(void)
 		SEED("reserve_release", hello(&sb);
 		     ok(wire_put_reserve(&sb, WIRE_RESERVE, FW_E_LIVE, ex));
 		     ok(wire_put_reserve(&sb, WIRE_RELEASE, 0, ex)));
+		/* ABANDON: ours running (then its COMPLETE refused, and
+		 * the ABANDON again), another owner's, a completed one, a
+		 * released one, an unpublished claim, no entry. */
+		SEED("hello_abandon", hello(&sb);
+		     abandon(&sb, FW_E_LIVE, FW_E_LIVE);
+		     complete(&sb, FW_E_LIVE, FW_E_LIVE,
+			      CARMY_STATUS_COMPLETED, 0, "x", 1);
+		     abandon(&sb, FW_E_LIVE, FW_E_LIVE);
+		     abandon(&sb, FW_E_LIVE2, FW_E_LIVE);
+		     abandon(&sb, FW_E_OTHER, FW_E_OTHER);
+		     abandon(&sb, FW_E_DONE, FW_E_DONE);
+		     abandon(&sb, FW_E_TOMB, FW_E_TOMB);
+		     abandon(&sb, FW_E_CLAIM, FW_E_CLAIM);
+		     abandon(&sb, 0xffffffffu, 0));
 		SEED("resolve_wait_purge", hello(&sb);
 		     ok(wire_put_settle(&sb, WIRE_RESOLVE, part, plen, ex, fp, 1,
 					CARMY_STATUS_COMPLETED, "ok", 2, 0));

@@ -92,13 +92,20 @@ tests/fuzz/fuzz_journal: $(top_srcdir)/tests/fuzz/fuzz_journal.c \
 		$(top_srcdir)/tests/fuzz/fuzz_journal.c $(FUZZ_JOURNAL_SRCS) \
 		$(FUZZ_LIBS) -o $@
 
-# The corpus generator is an ordinary program (no libFuzzer main).
-tests/fuzz/gen_corpus: $(top_srcdir)/tests/fuzz/gen_corpus.c \
-		$(FUZZ_SHM_SRCS) $(FUZZ_WIRE_SRCS) $(FUZZ_DEPS)
-	@$(MKDIR_P) tests/fuzz
-	$(FUZZ_CC) -g -O1 -fsanitize=address,undefined -Wall -Wextra \
-		$(FUZZ_CPPFLAGS) $(top_srcdir)/tests/fuzz/gen_corpus.c \
-		$(FUZZ_SHM_SRCS) $(FUZZ_WIRE_SRCS) $(FUZZ_LIBS) -o $@
+# The corpus generator is an ordinary program (no libFuzzer main), built
+# by make check with the rest: tests/fuzz/corpus.test fails when the seeds
+# in the source tree are not what it writes (a segment layout or a wire
+# message changed, and a HELLO seed would be refused before anything is
+# fuzzed). make fuzz-corpus writes them anew.
+check_PROGRAMS += tests/fuzz/gen_corpus
+tests_fuzz_gen_corpus_SOURCES = tests/fuzz/gen_corpus.c \
+	tests/fuzz/fuzz_common.h
+tests_fuzz_gen_corpus_CFLAGS = $(AM_CFLAGS) $(URCU_CFLAGS) \
+	$(MSGPACK_CFLAGS) $(XXHASH_CFLAGS)
+tests_fuzz_gen_corpus_LDADD = shm/libshm.la libclient/libwire.la \
+	$(URCU_LIBS) $(MSGPACK_LIBS) $(XXHASH_LIBS) -lpthread
+TESTS += tests/fuzz/corpus.test
+dist_check_SCRIPTS += tests/fuzz/corpus.test
 
 fuzz-build: $(FUZZ_BINS)
 
@@ -146,12 +153,12 @@ fuzz-corpus: tests/fuzz/gen_corpus
 
 fuzz-clean:
 	rm -rf tests/fuzz/run
-	rm -f $(FUZZ_BINS) tests/fuzz/gen_corpus
+	rm -f $(FUZZ_BINS)
 
 .PHONY: fuzz fuzz-build fuzz-regress fuzz-corpus fuzz-clean
 
 EXTRA_DIST += tests/fuzz/fuzz_common.h tests/fuzz/fuzz_wire.c \
-	tests/fuzz/fuzz_segment.c tests/fuzz/fuzz_journal.c tests/fuzz/gen_corpus.c \
+	tests/fuzz/fuzz_segment.c tests/fuzz/fuzz_journal.c \
 	tests/fuzz/corpus tests/fuzz/crashes tests/fuzz/README.md
 
-CLEANFILES += $(FUZZ_BINS) tests/fuzz/gen_corpus
+CLEANFILES += $(FUZZ_BINS)
