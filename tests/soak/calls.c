@@ -35,7 +35,7 @@ struct soak_space {
 
 const char *const soak_phase_names[SOAK_P_COUNT] = {
 	"connect", "idle", "begin", "reserved", "tool", "after-tool",
-	"complete", "acked", "release",
+	"complete", "acked", "release", "abandon",
 };
 
 static void put_u8(uint8_t **p, unsigned v)

@@ -10,7 +10,9 @@
  *              the run, after the ack, and in the final pass);
  *   uncertain  every identity whose worker died (or disconnected) holding
  *              it answers EXECUTION_UNCERTAIN (interrupted) and never runs
- *              again, unless its completion landed, when it replays;
+ *              again, unless its completion landed, when it replays; one
+ *              its worker abandoned (carmy_abandon) answers so from then
+ *              on, and never replays;
  *   answers    no answer falls outside the contract (a conflict names the
  *              entry of the other fingerprint, no capacity refusal with
  *              room to spare, fail-closed answers only while carmyd was
@@ -67,6 +69,9 @@ struct resv {			/* one RESERVED answer a worker logged */
 	bool intent;		/* L: about to release, the tool did not run */
 	int rel_rc;		/* l: what release returned, or REL_UNKNOWN */
 	bool attempted;		/* A: the tool ran, complete was called */
+	bool abandoned;		/* G: about to give it up as uncertain */
+	int ab_rc;		/* g: what abandon returned, or REL_UNKNOWN */
+	uint64_t ab_t1;		/* g: when it returned */
 	bool completed;		/* C logged */
 	int c_rc;
 	uint64_t c_t1;
@@ -347,6 +352,7 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 		r->t0 = t0;
 		r->t1 = t1;
 		r->rel_rc = REL_UNKNOWN;
+		r->ab_rc = REL_UNKNOWN;
 		r->effect = -1;
 		snprintf(r->where, sizeof(r->where), "%s", where);
 		*cur_id = (int)id;
@@ -356,6 +362,8 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 	case 'l':
 	case 'A':
 	case 'C':
+	case 'G':
+	case 'g':
 		break;
 	default:
 		return;
@@ -379,6 +387,17 @@ static void pass1_line(struct checker *ck, const char *line, const char *where,
 				carmy_errname(rc));
 	} else if (line[0] == 'A') {
 		r->attempted = true;
+	} else if (line[0] == 'G') {
+		r->abandoned = true;
+	} else if (line[0] == 'g') {
+		if (sscanf(line, "g %llu %u %37s %d", &t0, &id, exec, &rc) != 4)
+			return;
+		r->ab_rc = rc;
+		r->ab_t1 = t0;
+		if (rc != 0 && !ck->cfg->carmyd_kills)
+			violate(ck, SOAK_K_ANSWERS, (unsigned)*cur_id,
+				"%s: abandon of %s failed: %s", where, r->exec,
+				carmy_errname(rc));
 	} else if (sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1, &id, exec,
 			  &rc) == 5) {
 		r->completed = true;
@@ -514,6 +533,8 @@ static void pass2_line(struct checker *ck, const char *line, const char *where,
 		ck->f->disconnects++;
 	if (line[0] == 'L')
 		ck->f->releases++;
+	if (line[0] == 'G')
+		ck->f->abandons++;
 	if (line[0] == 'C' && sscanf(line, "C %llu %llu %u %37s %d", &t0, &t1,
 				     &id, exec, &rc) == 5) {
 		r = id < ck->cfg->max_ids ? find_resv(&ck->ids[id], exec) :
@@ -585,6 +606,15 @@ static void pass2_line(struct checker *ck, const char *line, const char *where,
 				"variant %u (%s)",
 				where, id, var, carmy_errname(rc), exec, r->var,
 				r->where);
+		/* Abandoned before this begin: interrupted, but through
+		 * another carmyd of a shared store, which may know it only
+		 * as running (its row says so). */
+		if (rc == CARMY_EUNCERTAIN && r->ab_rc == 0 &&
+		    t0 > r->ab_t1 && state != CARMY_STATE_INTERRUPTED &&
+		    !(inst != r->inst && state == CARMY_STATE_RUNNING))
+			violate(ck, SOAK_K_UNCERTAIN, id, "%s: identity %u: "
+				"%s, abandoned (%s), answers %s", where, id,
+				exec, r->where, carmy_state_name(state));
 		if (state == CARMY_STATE_COMPLETED &&
 		    (r->effect < 0 || !r->attempted))
 			violate(ck, SOAK_K_WRONG, id, "%s: identity %u: %s is "
@@ -1014,7 +1044,8 @@ static void trace_line(const char *file, unsigned inst, const char *line,
 			&rc) == 5 && lid == id)
 		add_tline(v, n, t1, "%.8s carmyd %u: complete %s -> %s", file,
 			  inst, exec, carmy_errname(rc));
-	else if ((line[0] == 'L' || line[0] == 'l' || line[0] == 'A') &&
+	else if ((line[0] == 'L' || line[0] == 'l' || line[0] == 'A' ||
+		  line[0] == 'G' || line[0] == 'g') &&
 		 sscanf(line + 1, " %llu %u", &t0, &lid) == 2 && lid == id)
 		add_tline(v, n, t0, "%.8s carmyd %u: %s", file, inst, line);
 }

@@ -363,9 +363,9 @@ static void report(const char *name, bool carmyd_kills, struct totals *t)
 	       f->capacity, f->unavailable);
 	printf("# %s: %" PRIu64 " effects, %" PRIu64 " acknowledged "
 	       "completions, %" PRIu64 " releases, %" PRIu64 " disconnects, %"
-	       PRIu64 " identities interrupted in final passes\n", name,
-	       f->effects, f->acked, f->releases, f->disconnects,
-	       f->interrupted_final);
+	       PRIu64 " abandoned, %" PRIu64 " identities interrupted in "
+	       "final passes\n", name, f->effects, f->acked, f->releases,
+	       f->disconnects, f->abandons, f->interrupted_final);
 	printf("# %s: failures by kind:", name);
 	for (int k = 0; k < SOAK_KIND_COUNT; k++)
 		printf(" %s %" PRIu64 "%s", soak_kind_names[k], f->kinds[k],

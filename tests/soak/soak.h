@@ -54,6 +54,7 @@ enum soak_phase {
 	SOAK_P_COMPLETE,	/* inside carmy_complete */
 	SOAK_P_ACKED,		/* complete returned, logging */
 	SOAK_P_RELEASE,		/* giving the reservation back */
+	SOAK_P_ABANDON,		/* giving the call up as uncertain */
 	SOAK_P_COUNT
 };
 
@@ -218,7 +219,8 @@ struct soak_figures {
 	uint64_t calls, reserved, replays, conflicts, uncertain, capacity;
 	uint64_t unavailable;	/* fail-closed answers while carmyd was away */
 	uint64_t store_failed;	/* STORE_FAILED answers (begin, complete) */
-	uint64_t effects, acked, releases, disconnects, interrupted_final;
+	uint64_t effects, acked, releases, disconnects, abandons;
+	uint64_t interrupted_final;
 	uint64_t violations[SOAK_PROP_COUNT];
 	uint64_t kinds[SOAK_KIND_COUNT];
 };

@@ -175,6 +175,23 @@ static void run_tool(struct worker *w, unsigned id, unsigned var)
 			w->inc);
 	soak_result_bytes(&res, w->buf);
 	pause_us(w, w->cfg->tool_us, false);
+	if (k < 60) {
+		/* The agent lost track of what the tool did (a process it
+		 * started, a remote call cut off): it gives the call up as
+		 * uncertain, and goes on with the same handle. */
+		phase(w, SOAK_P_ABANDON);
+		soak_write_line(w->log, "G %llu %u %s\n",
+				(unsigned long long)harness_now_ns(), id, exec);
+		rc = carmy_abandon(w->c, r);
+		soak_write_line(w->log, "g %llu %u %s %d\n",
+				(unsigned long long)harness_now_ns(), id, exec,
+				rc);
+		phase(w, SOAK_P_IDLE);
+		if (rc == CARMY_EDISCONNECTED || rc == CARMY_EPROTOCOL ||
+		    rc == CARMY_EUNAVAILABLE)
+			reconnect(w);
+		return;
+	}
 
 	phase(w, SOAK_P_AFTER_TOOL);
 	soak_write_line(w->log, "A %llu %u %s\n",
