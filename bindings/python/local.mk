@@ -12,6 +12,7 @@ EXTRA_DIST += bindings/python/setup.py bindings/python/README.md \
 	bindings/python/tests/conftest.py bindings/python/tests/helpers.py \
 	bindings/python/tests/test_decorator.py \
 	bindings/python/tests/test_call.py \
+	bindings/python/tests/test_abandon.py \
 	bindings/python/tests/test_processes.py \
 	bindings/python/tests/test_operator.py \
 	bindings/python/tests/test_async.py \

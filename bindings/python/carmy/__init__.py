@@ -308,8 +308,10 @@ class Call:
     its status). Otherwise run the tool and call complete(); leaving the
     block with an exception records it as failed (cancelled for
     KeyboardInterrupt); leaving without completing releases the
-    reservation (the tool provably did not run). Raises what
-    Client.begin does: IdempotencyConflict, ExecutionUncertain, ...
+    reservation (the tool provably did not run). A call whose outcome
+    cannot be known is given up with abandon() instead: leaving the block
+    then records and releases nothing. Raises what Client.begin does:
+    IdempotencyConflict, ExecutionUncertain, ...
     """
 
     __slots__ = ("_client", "_tool", "_args", "_rid", "_meta", "_dumps",
@@ -365,6 +367,37 @@ class Call:
         _complete(self._r, _STATUS[status], data)
         self.result = result
         self.status = status
+
+    def abandon(self):
+        """Give the call up as uncertain, now: for a tool whose outcome
+        cannot be known (a subprocess or remote call it lost track of, its
+        effect may or may not have happened), which must be neither
+        completed with a made-up result nor released (it could run
+        twice). The execution is interrupted at once, as if this process
+        had died: every call with its request id raises
+        ExecutionUncertain (state "interrupted") until an operator
+        settles it (carmy.resolve(), ``carmyctl resolve``). Leaving the
+        block afterwards records and releases nothing, even if abandon()
+        raised.
+
+        Raises CarmyError NOT_RESERVED for a call that is not reserved
+        (a replay, completed or abandoned already); DaemonUnavailable
+        (code DISCONNECTED) when carmyd went away: the call is uncertain
+        already, or will be once the client closes, and abandon() may be
+        called again (NOT_RESERVED then if it was); CarmyError EOPNOTSUPP
+        (libcarmy's -ENOTSUP) when carmyd is too old for it: nothing was
+        done, and the call turns uncertain when the client closes. The
+        error carries the execution id.
+        """
+        if self._r is None:
+            raise CarmyError("the call is not reserved", "NOT_RESERVED")
+        self._done = True
+        try:
+            self._r.abandon()
+        except CarmyError as e:
+            if e.execution_id is None:
+                e.execution_id = self._r.execution_id
+            raise
 
     def __exit__(self, et, ev, tb):
         if self._r is None or self._done:

@@ -8,9 +8,9 @@
  * this module moves bytes to and from libcarmy, packs arguments as msgpack,
  * and answers a decorated function's replays (bind, pack, begin, loads)
  * without a Python frame. Every call that may block (connect, begin, wait,
- * complete, release, resolve) runs without the GIL. Errors are raised as
- * the exception the Python layer's factory builds from the code's stable
- * name (see _set_error_factory).
+ * complete, release, abandon, resolve) runs without the GIL. Errors are
+ * raised as the exception the Python layer's factory builds from the
+ * code's stable name (see _set_error_factory).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -47,8 +47,8 @@ typedef struct {
 	ClientObject *client;
 	struct carmy_reservation r;
 	int outcome;		/* CARMY_RESERVED or CARMY_REPLAY */
-	int live;		/* reserved, not yet completed or released */
-	int busy;		/* a complete/release is running */
+	int live;		/* reserved, not yet finished or given up */
+	int busy;		/* a complete/release/abandon is running */
 } ReservationObject;
 
 static PyTypeObject ClientType;
@@ -510,6 +510,36 @@ static PyObject *res_release(ReservationObject *self, PyObject *unused)
 		self->live = 0;
 	if (rc != 0)
 		return raise_code(rc, NULL);
+	Py_RETURN_NONE;
+}
+
+/*
+ * Reservation.abandon() -> None: the call made uncertain now
+ * (carmy_abandon()). On DISCONNECTED libcarmy may have let r go (carmyd
+ * came back under a new owner id: uncertain already) or kept it (carmyd is
+ * not back yet); it stays live here, as after a complete that failed, so
+ * that it can be abandoned again: libcarmy answers NOT_RESERVED then if it
+ * had let it go.
+ */
+static PyObject *res_abandon(ReservationObject *self, PyObject *unused)
+{
+	ClientObject *cl = self->client;
+	int rc;
+
+	(void)unused;
+	if (!self->live || self->busy)
+		return raise_code(CARMY_ENOT_RESERVED, NULL);
+	if (client_enter(cl) != 0)
+		return NULL;
+	self->busy = 1;
+	Py_BEGIN_ALLOW_THREADS
+	rc = carmy_abandon(cl->c, &self->r);
+	Py_END_ALLOW_THREADS
+	self->busy = 0;
+	client_leave(cl);
+	if (rc != 0)
+		return raise_code(rc, NULL);
+	self->live = 0;
 	Py_RETURN_NONE;
 }
 
@@ -1260,6 +1290,8 @@ static PyMethodDef res_methods[] = {
 	  "complete(status, result) -> None" },
 	{ "release", (PyCFunction)res_release, METH_NOARGS,
 	  "release() -> None" },
+	{ "abandon", (PyCFunction)res_abandon, METH_NOARGS,
+	  "abandon() -> None: give the call up as uncertain now" },
 	{ NULL, NULL, 0, NULL },
 };
 
