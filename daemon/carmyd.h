@@ -119,6 +119,7 @@ unsigned long owners_count(void);
  * s->lock (each says so), so carmyd's own writes to the segment are made
  * one at a time whichever event loop asks. */
 struct owed;			/* store.c */
+struct held_owner;		/* store.c */
 
 struct store {
 	pthread_mutex_t lock;
@@ -150,6 +151,12 @@ struct store {
 	uint64_t last_reclaim_ns;
 	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
+	/* Owner ids of the previous carmyd whose process still ran at the
+	 * end of the grace period: their running entries stay theirs until
+	 * that process exits or comes back for them (hold_running()),
+	 * sorted by id. */
+	struct held_owner *held;
+	size_t nheld;
 	/* Entries an operator's RESOLVE is on its way to the store for: a
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
 	uint32_t resolving[16];
@@ -314,11 +321,12 @@ int store_find_running(struct store *s, const struct shm_key *k,
  * -ENOMEM, ...). */
 int store_taken(struct store *s, struct store_op *op, uint32_t owner,
 		pid_t pid, uint8_t exec[SHM_EXEC_LEN], uint32_t *state);
-/* A shared store has recorded op, owner's RELEASE: give the entry back in
- * the segment. Takes s->lock. Returns 0 or a CARMY_E* code from
+/* The store has recorded op, owner's RELEASE sent before the entry was
+ * given back (or, a store of carmyd's own, failed to): give the entry back
+ * in the segment. Takes s->lock. Returns 0 or a CARMY_E* code from
  * shm_release_as(). */
-int store_release_shared(struct store *s, const struct store_op *op,
-			 uint32_t owner);
+int store_released(struct store *s, const struct store_op *op,
+		   uint32_t owner);
 /* A durable store has recorded op, a RESERVE: callers that found its entry
  * pending may now name its execution. Lock-free (the segment's own
  * atomics): any thread. */

@@ -259,7 +259,7 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 			  "carmyd's");
 		return DROPPED;
 	}
-	flags = (s->durable ? WIRE_F_DURABLE : 0) |
+	flags = (s->durable ? WIRE_F_DURABLE | WIRE_F_RELEASE_FIRST : 0) |
 		(s->shared ? WIRE_F_SHARED : 0) | WIRE_F_ABANDON;
 	/* A client of the previous carmyd, back for its owner id (and the
 	 * reservations it holds); else a new id. */
@@ -1074,8 +1074,8 @@ static void finish(struct store_op *op)
 			  "execution: %s", c->owner, op->entry,
 			  carmy_errname(rc));
 	} else if (rc == 0 && type == WIRE_RELEASE) {
-		if (s->shared && !op->gone)
-			rc = store_release_shared(s, op, c->owner);
+		if (!op->gone)
+			rc = store_released(s, op, c->owner);
 		told_of_release(c->loop->sv, op->entry);
 	} else if (rc == 0 && type == WIRE_RESOLVE) {
 		rc = store_resolve(s, op);
@@ -1088,9 +1088,13 @@ static void finish(struct store_op *op)
 		if (type == WIRE_RESERVE && s->shared)
 			store_reserve_failed(s, op, c->owner);
 		/* It may have committed: the identity may be free in the
-		 * store already, so the entry is not left standing here. */
+		 * store already, so the entry is not left standing here.
+		 * A store of ours only failed to record it: the entry is
+		 * given back (after a reboot it is uncertain). */
 		if (type == WIRE_RELEASE && s->shared && !op->gone)
 			store_owe_release(s, op);
+		else if (type == WIRE_RELEASE && !op->gone)
+			(void)store_released(s, op, c->owner);
 		log_warn("owner %u: the store failed a %s: %s", c->owner,
 			 type == WIRE_RESERVE ? "reservation" :
 			 type == WIRE_COMPLETE ? "completion" :

@@ -76,8 +76,8 @@
  * instance: a unique constraint on the identity, not a read then a write.
  * carmyd, not the store, tells replay from conflict from uncertain: it
  * compares the fingerprints. It sends a RELEASE before it frees the entry
- * in its own segment, so a release followed by a reserve on one instance
- * never finds its own withdrawn record. load() of a shared store hands over
+ * in its own segment (for every durable store), so a release followed by a
+ * reserve on one instance never finds its own withdrawn record. load() of a shared store hands over
  * only the executions this instance made (those it alone completes,
  * releases or resolves); every other identity is asked at reserve time.
  * A PURGE forgets in the store; another instance that cached the result

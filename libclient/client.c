@@ -64,6 +64,8 @@ struct carmy {
 	uint32_t epoch;			/* carmyd's start count (atomic) */
 	bool durable;			/* confirm reservations with carmyd */
 	bool shared;			/* ... whose store other carmyds share */
+	bool release_first;		/* ... which a RELEASE reaches before
+					 * the entry is given back */
 	bool abandon;			/* carmyd takes ABANDON (relaxed) */
 	int dead;			/* carmyd declared us gone */
 	int reconnect_ms;		/* how long complete/release try */
@@ -125,6 +127,7 @@ static int request(carmy_t *c, int type, msgpack_sbuffer *sb,
 static int exchange(carmy_t *c, int type, msgpack_sbuffer *sb,
 		    int timeout_ms, const uint8_t *exec,
 		    const struct shm_post *post, struct wire_msg *reply);
+static void take_flags(carmy_t *c, uint32_t flags);
 static void take_slot(carmy_t *c, const struct wire_msg *m);
 static int await_ack(carmy_t *c, const uint8_t *exec,
 		     const msgpack_sbuffer *sb, bool *posted, uint64_t spin_ns);
@@ -346,13 +349,7 @@ EXPORT int carmy_connect(carmy_t **out, const char *socket_path)
 	c->owner = m.u.hello_ok.owner;
 	c->max_result = m.u.hello_ok.max_result;
 	c->epoch = m.u.hello_ok.epoch;
-	__atomic_store_n(&c->durable,
-			 (m.u.hello_ok.flags & WIRE_F_DURABLE) != 0,
-			 __ATOMIC_RELAXED);
-	c->shared = (m.u.hello_ok.flags & WIRE_F_SHARED) != 0;
-	__atomic_store_n(&c->abandon,
-			 (m.u.hello_ok.flags & WIRE_F_ABANDON) != 0,
-			 __ATOMIC_RELAXED);
+	take_flags(c, m.u.hello_ok.flags);
 	take_slot(c, &m);
 	prefault_index(c);
 	/* Owners start their ticket searches far apart. */
@@ -385,10 +382,43 @@ EXPORT const char *carmy_trust_detail(void)
  * as it was. The copy's io lock may have been held by a thread the child
  * does not have: it is left as it is.
  */
+/*
+ * A handle closed after carmyd restarted, never given its owner id back
+ * (or after its segment was replaced): the new carmyd keeps this handle's
+ * running calls running while this process runs, since it may still come
+ * back with their results. It will not now: they are given up here in the
+ * segment, as carmy_abandon() has carmyd do (shm_abandon()), uncertain
+ * from now on rather than when this process exits. A handle carmyd still
+ * hears from needs none of it: carmyd sees the connection close.
+ */
+static void abandon_left(carmy_t *c)
+{
+	const struct shm_view *v = &c->view;
+	uint32_t owner = uatomic_read(&c->owner);
+
+	if (v->base == NULL || c->pid == 0 ||
+	    (!uatomic_read(&c->orphaned) &&
+	     uatomic_read(&shm_header(v)->sh_epoch) ==
+		     uatomic_read(&c->epoch)))
+		return;
+	for (uint32_t e = 0; e < v->geo.capacity; e++) {
+		uint64_t t = uatomic_read(&v->tickets[e]);
+		uint8_t exec[SHM_EXEC_LEN];
+
+		if (SHM_T_WHAT(t) != owner || SHM_T_PID(t) != c->pid)
+			continue;
+		/* Ours while running: nobody else writes it. */
+		memcpy(exec, shm_entry_at(v, e)->en_exec, sizeof(exec));
+		(void)shm_abandon(v, e, owner, exec);
+	}
+}
+
 EXPORT void carmy_close(carmy_t *c)
 {
 	if (c == NULL)
 		return;
+	if (!forked(c))
+		abandon_left(c);
 	handle_unlist(c);
 	shm_unmap(&c->view);
 	if (!forked(c))
@@ -782,26 +812,47 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 }
 
 /*
- * Release with a store other carmyds share: the store first, then the
- * entry, which carmyd gives back once the store has forgotten the
- * execution. The other way round, a call of this process could reserve
- * the identity again in between and find its own withdrawn execution in
- * the store (uncertain, for nothing). If the store did not hear of it, the
- * reservation stays as it was and release may be called again; a carmyd
- * that went away after the store forgot it leaves the entry to be swept
- * uncertain with the rest of this handle's calls if the owner id is not
- * given back (it never runs twice).
+ * Release with a durable store, the store first, then the entry, which
+ * carmyd gives back once the store has forgotten the execution.
+ *
+ * A store other carmyds share must hear of it first: the other way round,
+ * a call of this process could reserve the identity again in between and
+ * find its own withdrawn execution in the store (uncertain, for nothing).
+ * If the store did not hear of it, the reservation stays as it was and
+ * release may be called again; a carmyd that went away after the store
+ * forgot it leaves the entry to be swept uncertain with the rest of this
+ * handle's calls if the owner id is not given back (it never runs twice).
+ *
+ * A store of carmyd's own (the journal) is told first when carmyd takes
+ * it so (WIRE_F_RELEASE_FIRST): freed first, the entry could be claimed by
+ * another call before carmyd checked that the RELEASE named a call given
+ * back (released_here()), and the release would fail for nothing. Here a
+ * store that failed it has carmyd give the entry back anyway
+ * (STORE_FAILED: free on this host, after a reboot interrupted), and with
+ * no carmyd to tell, the entry is given back here, as it was before a
+ * release went first.
  */
-static int release_shared(carmy_t *c, struct carmy_reservation *r,
-			  const uint8_t exec[SHM_EXEC_LEN])
+static int release_first(carmy_t *c, struct carmy_reservation *r,
+			 const uint8_t exec[SHM_EXEC_LEN])
 {
 	int rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == resv_owner(r))
 		rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
-	if (rc == 0)
-		resv_done(r);
+	if (c->shared) {
+		if (rc == 0)
+			resv_done(r);
+		return rc;
+	}
+	if (rc != 0 && rc != CARMY_ESTORE) {
+		int own = shm_release(&c->view, resv_entry(r), resv_owner(r));
+
+		if (own != 0)
+			return own;
+		rc = CARMY_ESTORE;
+	}
+	resv_done(r);
 	return rc;
 }
 
@@ -835,8 +886,8 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 
 	if (rc != 0)
 		return rc;
-	if (c->shared)
-		return release_shared(c, r, exec);
+	if (c->release_first)
+		return release_first(c, r, exec);
 	rc = shm_release(&c->view, resv_entry(r), resv_owner(r));
 	if (rc != 0)
 		return rc;
@@ -1131,16 +1182,7 @@ static int reconnect(carmy_t *c, int wait_ms)
 					uatomic_set(&c->owner,
 						    m.u.hello_ok.owner);
 				}
-				__atomic_store_n(&c->durable,
-						 (m.u.hello_ok.flags &
-						  WIRE_F_DURABLE) != 0,
-						 __ATOMIC_RELAXED);
-				c->shared = (m.u.hello_ok.flags &
-					     WIRE_F_SHARED) != 0;
-				__atomic_store_n(&c->abandon,
-						 (m.u.hello_ok.flags &
-						  WIRE_F_ABANDON) != 0,
-						 __ATOMIC_RELAXED);
+				take_flags(c, m.u.hello_ok.flags);
 				take_slot(c, &m);
 				uatomic_set(&c->epoch, m.u.hello_ok.epoch);
 				uatomic_set(&c->dead, 0);
@@ -1390,6 +1432,19 @@ static int confirm(carmy_t *c, int type, uint32_t entry,
 			      reply ? reply : &m);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
+}
+
+/* What the HELLO reply's flags say of carmyd and its store. */
+static void take_flags(carmy_t *c, uint32_t flags)
+{
+	__atomic_store_n(&c->durable, (flags & WIRE_F_DURABLE) != 0,
+			 __ATOMIC_RELAXED);
+	c->shared = (flags & WIRE_F_SHARED) != 0;
+	c->release_first = (flags & WIRE_F_SHARED) != 0 ||
+			   (flags & (WIRE_F_DURABLE | WIRE_F_RELEASE_FIRST)) ==
+				   (WIRE_F_DURABLE | WIRE_F_RELEASE_FIRST);
+	__atomic_store_n(&c->abandon, (flags & WIRE_F_ABANDON) != 0,
+			 __ATOMIC_RELAXED);
 }
 
 /* The ack slot and bell the HELLO reply m gives us. carmyd marked the

@@ -55,7 +55,9 @@
  * WIRE_F_DURABLE: its store records reservations durably, so begin() may
  * answer "reserved" only once carmyd has (docs/journal.md). With
  * WIRE_F_SHARED too, the store is shared by several carmyds: a RELEASE is
- * sent before the entry is given back, and carmyd gives it back.
+ * sent before the entry is given back, and carmyd gives it back. So it is
+ * with WIRE_F_RELEASE_FIRST; without either, the client gives the entry
+ * back, then sends the RELEASE.
  *
  * With WIRE_F_DURABLE and an ack_slot below SHM_ACK_SLOTS (the
  * connection's own word in the segment, for as long as it is open), a
@@ -92,6 +94,7 @@
 #define WIRE_F_RESUMED 2u	/* the owner id asked for was given back */
 #define WIRE_F_SHARED 4u	/* its store is shared with other carmyds */
 #define WIRE_F_ABANDON 8u	/* it takes ABANDON */
+#define WIRE_F_RELEASE_FIRST 16u /* a RELEASE before the entry is freed */
 /* Bytes a message needs beyond its result: a RESOLVE, the largest, carries
  * the identity (three parts of up to CARMY_ID_MAX bytes) too. */
 #define WIRE_OVERHEAD (3 * (CARMY_ID_MAX + 5) + 128)

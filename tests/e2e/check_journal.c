@@ -472,8 +472,8 @@ START_TEST(test_acknowledged_results_survive_a_reboot_posted)
 }
 END_TEST
 
-/* A release frees the identity in the segment first, then has the journal
- * record it. After a carmyd restart the release reaches the carmyd that came
+/* A release has the journal record it, then frees the identity in the
+ * segment. After a carmyd restart the release reaches the carmyd that came
  * back, and a reboot after it finds the identity free; when no carmyd is
  * there, release says STORE_FAILED (free on this host, not in the journal)
  * instead of DISCONNECTED (which promises an uncertain entry), and a reboot
@@ -516,6 +516,163 @@ START_TEST(test_release_cut_off_by_a_restart_reaches_the_journal)
 	ck_assert_int_eq(carmy_release(c, &r), 0);
 	expect_interrupted(c, "released-alone", exec);
 	carmy_reservation_clear(&r);
+	finish(dir);
+}
+END_TEST
+
+/* A child that calls id on socket, reporting on out: its execution id if
+ * reserved (release: true), once go says so, release it; then begin's or
+ * release's return code. */
+static void releasing_child(const char *socket, const char *rid, bool release,
+			    int go, int out)
+{
+	struct carmy_call call = E2E_CALL("p", "s", rid);
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	carmy_t *h = NULL;
+	char b;
+	int rc;
+
+	if (carmy_connect(&h, socket) != 0 || read(go, &b, 1) != 1)
+		_exit(2);
+	rc = carmy_begin(h, &call, &r);
+	if (release) {
+		if (rc != CARMY_RESERVED ||
+		    write(out, r.execution_id, sizeof(r.execution_id)) !=
+			    (ssize_t)sizeof(r.execution_id) ||
+		    read(go, &b, 1) != 1)
+			_exit(3);
+		rc = carmy_release(h, &r);
+	}
+	if (write(out, &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+		_exit(4);
+	carmy_close(h);
+	_exit(0);
+}
+
+/* Wait until process pid sleeps waiting for carmyd (poll, ppoll or futex,
+ * read from /proc/PID/syscall) or has written to the pipe fd. */
+static void await_asleep(pid_t pid, int fd)
+{
+	char path[64], buf[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	for (uint64_t t0 = harness_now_ns();; sched_yield()) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		FILE *f = fopen(path, "r");
+		long nr = -1;
+
+		if (f != NULL && fgets(buf, sizeof(buf), f) != NULL)
+			nr = strtol(buf, NULL, 10);
+		if (f != NULL)
+			fclose(f);
+		if (nr == 7 || nr == 271 || nr == 202 || poll(&p, 1, 0) > 0)
+			return;
+		ck_assert_msg(harness_now_ns() - t0 < 20000000000ull,
+			      "process %d never slept waiting for carmyd",
+			      (int)pid);
+	}
+}
+
+/* One entry, given back by its owner while carmyd is held (SIGSTOP), and
+ * a call of another process that comes meanwhile: the release is
+ * recorded (0) and the identity is free after a reboot. (When the entry
+ * was freed before carmyd heard of the release, the other call could take
+ * it first, and carmyd could no longer tell that the RELEASE named a call
+ * given back: STORE_FAILED, and the identity interrupted after a reboot,
+ * though its tool never ran.) */
+START_TEST(test_a_release_is_recorded_when_another_call_comes_at_once)
+{
+	struct carmy_call first = E2E_CALL("p", "s", "given-back");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
+	int go[2][2], out[2][2], rc[2] = { -1, -1 };
+	const char *opts[16];
+	pid_t pid[2];
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "1", "256");
+	e2e_start(&d, opts);
+	fflush(NULL);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(pipe(go[i]), 0);
+		ck_assert_int_eq(pipe(out[i]), 0);
+		pid[i] = fork();
+		ck_assert_int_ge(pid[i], 0);
+		if (pid[i] == 0) {
+			close(go[i][1]);
+			close(out[i][0]);
+			releasing_child(d.socket, i == 0 ? "given-back" :
+							  "comes-at-once",
+					i == 0, go[i][0], out[i][1]);
+		}
+		close(go[i][0]);
+		close(out[i][1]);
+	}
+	ck_assert_int_eq(write(go[0][1], "g", 1), 1);
+	ck_assert_int_eq(e2e_read_full(out[0][0], exec, sizeof(exec),
+				       HARNESS_WAIT_MS), 0);
+
+	e2e_sigstop(d.pid);
+	ck_assert_int_eq(write(go[0][1], "g", 1), 1);
+	await_asleep(pid[0], out[0][0]);
+	ck_assert_int_eq(write(go[1][1], "g", 1), 1);
+	await_asleep(pid[1], out[1][0]);
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_msg(e2e_read_full(out[i][0], &rc[i], sizeof(rc[i]),
+					    HARNESS_WAIT_MS) == 0,
+			      "child %d never answered", i);
+		ck_assert_int_eq(harness_waitpid(pid[i], HARNESS_WAIT_MS), 0);
+		close(go[i][1]);
+		close(out[i][0]);
+	}
+	e2e_note("the other call: %s", carmy_errname(rc[1]));
+	ck_assert_msg(rc[0] == 0, "release: %s", carmy_errname(rc[0]));
+
+	e2e_kill9(&d);
+	lose_segment(&d);
+	e2e_restart(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &first, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, exec);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
+	finish(dir);
+}
+END_TEST
+
+/* A client that gives its entry back before it sends the RELEASE (a
+ * libcarmy from before WIRE_F_RELEASE_FIRST) has it recorded too: free
+ * after a reboot. */
+START_TEST(test_a_release_sent_after_the_entry_was_given_back_is_recorded)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "given-back-first");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	char dir[128], spec[160], exec[CARMY_EXECUTION_ID_LEN + 1];
+	uint8_t bytes[SHM_EXEC_LEN];
+	const char *opts[16];
+	struct shm_view v;
+
+	new_dir(dir, sizeof(dir));
+	journal_opts(opts, spec, sizeof(spec), dir, "64", "256");
+	e2e_start(&d, opts);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	e2e_exec_bytes(exec, bytes);
+	ck_assert_int_eq(shm_map(d.segment, true, &v), 0);
+	ck_assert_int_eq(shm_release(&v, resv_entry(&r), resv_owner(&r)), 0);
+	shm_unmap(&v);
+	ck_assert_int_eq(e2e_raw_release(d.socket, resv_entry(&r), bytes), 0);
+	carmy_reservation_clear(&r);
+
+	e2e_kill9(&d);
+	lose_segment(&d);
+	e2e_restart(&d, opts);
+	carmy_close(c);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_RESERVED);
+	ck_assert_str_ne(r.execution_id, exec);
+	ck_assert_int_eq(carmy_release(c, &r), 0);
 	finish(dir);
 }
 END_TEST
@@ -2149,6 +2306,8 @@ static Suite *journal_suite(void)
 	tcase_add_test(tc, test_a_torn_post_is_sent_again_not_acted_on);
 	tcase_add_test(tc, test_a_post_its_client_does_not_await_is_dropped);
 	tcase_add_test(tc, test_a_completion_whose_entry_was_purged_before_it_looked);
+	tcase_add_test(tc, test_a_release_is_recorded_when_another_call_comes_at_once);
+	tcase_add_test(tc, test_a_release_sent_after_the_entry_was_given_back_is_recorded);
 	suite_add_tcase(s, tc);
 	return s;
 }
