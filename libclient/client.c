@@ -383,13 +383,15 @@ EXPORT const char *carmy_trust_detail(void)
  * does not have: it is left as it is.
  */
 /*
- * A handle closed after carmyd restarted, never given its owner id back
- * (or after its segment was replaced): the new carmyd keeps this handle's
- * running calls running while this process runs, since it may still come
- * back with their results. It will not now: they are given up here in the
- * segment, as carmy_abandon() has carmyd do (shm_abandon()), uncertain
- * from now on rather than when this process exits. A handle carmyd still
- * hears from needs none of it: carmyd sees the connection close.
+ * A handle closed after it lost carmyd (carmyd restarted, or died and is
+ * not back, and the handle gave up on it; or its segment was replaced):
+ * a carmyd that comes back keeps this handle's running calls running
+ * while this process runs, since it may still come back with their
+ * results. It will not now: they are given up here in the segment, as
+ * carmy_abandon() has carmyd do (shm_abandon()), uncertain from now on
+ * rather than when this process exits. (A carmyd still serving the
+ * connection makes the same change when it sees it close; one CAS
+ * wins.) A handle carmyd still hears from needs none of it.
  */
 static void abandon_left(carmy_t *c)
 {
@@ -397,7 +399,7 @@ static void abandon_left(carmy_t *c)
 	uint32_t owner = uatomic_read(&c->owner);
 
 	if (v->base == NULL || c->pid == 0 ||
-	    (!uatomic_read(&c->orphaned) &&
+	    (!uatomic_read(&c->dead) && !uatomic_read(&c->orphaned) &&
 	     uatomic_read(&shm_header(v)->sh_epoch) ==
 		     uatomic_read(&c->epoch)))
 		return;
