@@ -34,6 +34,9 @@
 #include "daemon/carmyd.h"
 
 #define EXIT_USAGE 64
+/* A macro's value as a string literal. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char usage[] =
 	"usage: carmyd [OPTION]...\n"
@@ -64,8 +67,10 @@ static const char usage[] =
 	"                       executions are never forgotten\n"
 	"  --grace SECONDS      after a restart, how long clients of the previous\n"
 	"                       carmyd may come back for their running\n"
-	"                       reservations before these turn uncertain\n"
-	"                       (default 10; 0: at once)\n"
+	"                       reservations before those of a client whose\n"
+	"                       process exited turn uncertain; a client still\n"
+	"                       running keeps them until it exits (default 10;\n"
+	"                       0: every one uncertain at once)\n"
 	"  --threads N          event loops serving connections, 1..64\n"
 	"                       (default: one per two online CPUs, at most 8)\n"
 	"  --spin-us N          after an event, a loop polls for the next one\n"
@@ -78,8 +83,9 @@ static const char usage[] =
 	"                       place of the oldest that has not said HELLO, or\n"
 	"                       is refused with TOO_MANY_CLIENTS (default: the\n"
 	"                       descriptor limit, raised to its hard limit, less\n"
-	"                       what carmyd keeps for itself: 10 + 3 per event\n"
-	"                       loop + 32)\n"
+	"                       what carmyd keeps for itself: "
+	STR(CARMYD_FDS_FIXED) " + " STR(CARMYD_FDS_PER_LOOP) " per event\n"
+	"                       loop + " STR(CARMYD_FDS_RESERVE) ")\n"
 	"  --group NAME         share socket and segment with this group: its\n"
 	"                       members can write the segment, so they can forge\n"
 	"                       or destroy anyone's entries: trust them fully\n"
@@ -582,6 +588,20 @@ static int make_dirs(const struct carmyd_config *cfg)
 	char *slash;
 	int fd;
 
+	/* A directory given for the socket: its parent is not what to judge
+	 * (nor what a user meant), and the bind would fail anyway. */
+	if (stat(cfg->socket_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		size_t n = strlen(cfg->socket_path);
+
+		while (n > 0 && cfg->socket_path[n - 1] == '/')
+			n--;
+		log_error("the socket path %s is a directory: --socket (or "
+			  "$CARMY_SOCKET) takes the path of the socket "
+			  "itself, a file carmyd creates, such as "
+			  "%.*s/carmyd.sock", cfg->socket_path, (int)n,
+			  cfg->socket_path);
+		return -1;
+	}
 	strcpy(dir, cfg->socket_path);
 	slash = strrchr(dir, '/');
 	base = slash == NULL ? cfg->socket_path :

@@ -17,6 +17,7 @@
 
 #include "common/execid.h"
 #include "gateway/gateway.h"
+#include "tools/json.h"
 
 struct kind {
 	const char *code;
@@ -240,6 +241,38 @@ static bool ours(const struct carmy_reservation *r)
 	       ((char *)r->result)[h + CARMY_EXECUTION_ID_LEN] == '"';
 }
 
+/* len bytes as a JSON string: valid UTF-8 as it is, every other byte as
+ * U+FFFD (as tools/json.c prints them); NULL when out of memory. */
+static json_t *bytes_string(const char *buf, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)buf;
+	size_t o = 0;
+	json_t *v;
+	char *s;
+
+	if (len > (SIZE_MAX - 1) / 3)
+		return NULL;
+	s = malloc(3 * len + 1);
+	if (s == NULL)
+		return NULL;
+	for (size_t i = 0; i < len;) {
+		size_t n = p[i] < 0x80 ? 1 : json_utf8_len(p + i, len - i);
+
+		if (n == 0) {
+			memcpy(s + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		} else {
+			memcpy(s + o, p + i, n);
+			o += n;
+			i += n;
+		}
+	}
+	v = json_stringn(s, o);
+	free(s);
+	return v;
+}
+
 void gw_answer_replay(struct gw_answer *a, struct carmy_reservation *r)
 {
 	json_t *data;
@@ -259,16 +292,25 @@ void gw_answer_replay(struct gw_answer *a, struct carmy_reservation *r)
 		r->result_len = 0;
 		return;
 	}
-	/* Recorded by someone else (carmyctl resolve, say): a JSON result
-	 * becomes the data of a completed one; anything else says what it
-	 * was. Built from the record alone, so every replay is the same. */
+	/* Recorded by someone else (carmyctl resolve, say). The call
+	 * completed whatever its result is: a JSON result becomes the data,
+	 * any other the data as a JSON string of its bytes. A call that did
+	 * not complete says what it was. Built from the record alone, so
+	 * every replay is the same. */
 	data = json_loadb(r->result, r->result_len,
 			  JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
-	if (r->status == CARMY_STATUS_COMPLETED && data != NULL) {
-		if (gw_answer_execution(a, r->execution_id, r->status, data,
-					NULL, NULL) != 0)
+	if (r->status == CARMY_STATUS_COMPLETED) {
+		if (data == NULL)
+			data = bytes_string(r->result, r->result_len);
+		if (data == NULL) {
+			gw_answer_free(a);	/* 500, an empty body */
 			a->status = 500;
+		} else if (gw_answer_execution(a, r->execution_id, r->status,
+					       data, NULL, NULL) != 0) {
+			a->status = 500;
+		}
 	} else {
+		/* carmyd records no other status (INVALID_STATUS). */
 		static const struct {
 			int status;
 			const char *code;
@@ -277,15 +319,16 @@ void gw_answer_replay(struct gw_answer *a, struct carmy_reservation *r)
 			{ CARMY_STATUS_TIMED_OUT, "TOOL_TIMEOUT" },
 			{ CARMY_STATUS_CANCELLED, "CANCELLED" },
 		};
-		const char *code = "INTERNAL";
+		int status = CARMY_STATUS_FAILED;
+		const char *code = "TOOL_FAILED";
 
-		for (size_t i = 0; i < sizeof(codes) / sizeof(*codes); i++)
-			if (codes[i].status == r->status)
+		for (size_t i = 0; i < sizeof(codes) / sizeof(*codes); i++) {
+			if (codes[i].status == r->status) {
+				status = r->status;
 				code = codes[i].code;
-		if (gw_answer_execution(a, r->execution_id,
-					r->status == CARMY_STATUS_COMPLETED ?
-						CARMY_STATUS_FAILED : r->status,
-					NULL, code,
+			}
+		}
+		if (gw_answer_execution(a, r->execution_id, status, NULL, code,
 					"The execution's result was recorded "
 					"by another client than carmy-gateway, "
 					"in a form it cannot give back.") != 0)

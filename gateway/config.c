@@ -106,9 +106,10 @@ static int open_trusted(const char *path, const char *what, struct stat *st,
 	user_name(st->st_uid, owner, sizeof(owner));
 	user_name(me, self, sizeof(self));
 	fail(err, err_len, "%s: owner %s, mode %04o: %s, so it must be owned "
-	     "by %s, the gateway's user, or root, and writable by its owner "
-	     "only (chown it, chmod go-w it)", path, owner,
-	     (unsigned)(st->st_mode & 07777), what, self);
+	     "by %s, the gateway's user,%s and writable by its owner only "
+	     "(chown it, chmod go-w it)", path, owner,
+	     (unsigned)(st->st_mode & 07777), what, self,
+	     me == 0 ? "" : " or root,");
 	close(fd);
 	return -1;
 }

@@ -4,6 +4,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# quiet WHAT COMMAND [ARG]...: run COMMAND with its output in a log, kept
+# quiet when it succeeds; when it fails, say that WHAT failed, print the
+# end of its output and where the rest is, and exit.
+quiet() {
+	local what=$1 log st=0
+	shift
+	log=$(mktemp /tmp/carmy-quickstart-log.XXXXXX)
+	"$@" >"$log" 2>&1 || st=$?
+	if [ "$st" -ne 0 ]; then
+		{
+			echo "quickstart: $what failed (exit $st); the end of" \
+			     "its output:"
+			tail -n 40 "$log"
+			echo "quickstart: all of its output is in $log"
+		} >&2
+		exit 1
+	fi
+	rm -f "$log"
+}
+
 bash scripts/deps.sh
 # Out of tree, in _build/, so that .ci/run (which builds under _ci/) works
 # on the same checkout afterwards.
@@ -12,12 +32,13 @@ if [ -f config.status ]; then
 else
 	b=_build
 	if [ ! -f _build/config.status ]; then
-		autoreconf -fi >/dev/null 2>&1
+		quiet "autoreconf -fi" autoreconf -fi
 		mkdir -p _build
-		(cd _build && ../configure >/dev/null)
+		quiet "./configure (in _build/)" \
+			sh -c 'cd _build && exec ../configure'
 	fi
 fi
-make -C "$b" -j"$(nproc)" >/dev/null
+quiet "make -C $b" make -C "$b" -j"$(nproc)"
 
 run=$b/tools/carmy-run
 carmyd=$b/daemon/carmyd

@@ -69,7 +69,8 @@ static const char usage[] =
 	"       [--older-than AGE] [--newer-than AGE] [--limit N]\n"
 	"                               entries, one a line, with each call's\n"
 	"                               tool and arguments (cut to fit); S is\n"
-	"                               running, uncertain or completed; AGE\n"
+	"                               running, uncertain (or interrupted,\n"
+	"                               as clients call it) or completed; AGE\n"
 	"                               like 90s, 200ms, 15m, 2h, 7d, since\n"
 	"                               the call started (the AGE column)\n"
 	"  show EXECUTION_ID            one entry, with its call (tool,\n"
@@ -104,9 +105,9 @@ static const char usage[] =
 	"                               uncertain ones)\n"
 	"  forget EXECUTION_ID          forget one completed execution: a call\n"
 	"                               with its identity runs anew\n"
-	"  metrics                      the status in Prometheus text format;\n"
-	"                               carmy_up 0 (and exit 0) when no carmyd\n"
-	"                               answers\n"
+	"  metrics                      the status in Prometheus text format,\n"
+	"                               with --json too; carmy_up 0 (and exit\n"
+	"                               0) when no carmyd answers\n"
 	"  journal-check DIR            read a journal as carmyd would at start,\n"
 	"                               changing nothing\n"
 	"\n"
@@ -208,6 +209,7 @@ static const char *state_name(unsigned st);
 static const char *coarse_age(char *buf, size_t size, uint64_t ns);
 static void put_age(FILE *f, uint64_t ns);
 static int fail(const char *what, int code);
+static const char *journal_errname(int code);
 static int not_found(const struct ctl *x, const char *what, const char *id);
 static int not_completed(const char *id, unsigned state);
 static int bad_option(const char *cmd, int o, char **argv);
@@ -252,7 +254,16 @@ int main(int argc, char **argv)
 			x.json = true;
 			break;
 		case 'h':
-			fputs(usage, stdout);
+			/* Longer than stdout's buffer, so a write that fails
+			 * may fail within fputs(), where flush_stdout() cannot
+			 * see its errno: said here. */
+			errno = 0;
+			if (fputs(usage, stdout) == EOF && errno != 0) {
+				fprintf(stderr, "carmyctl: cannot write "
+					"standard output: %s\n",
+					strerror(errno));
+				return EXIT_IO;
+			}
 			return flush_stdout(0);
 		case 'V':
 			printf("carmyctl %s\n", PACKAGE_VERSION);
@@ -844,7 +855,8 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 			f.state = parse_state(optarg);
 			if (f.state < 0)
 				return usage_error("carmyctl list: --state is "
-						   "running, uncertain or "
+						   "running, uncertain (or "
+						   "interrupted) or "
 						   "completed, not '%s'", optarg);
 			break;
 		case 'p':
@@ -1261,6 +1273,13 @@ static int resolve_opts(struct ctl *x, int argc, char **argv, bool release,
 			return bad_option("resolve", o, argv);
 		}
 	}
+	/* What the command is about comes first: without it, no option
+	 * says anything. */
+	if (optind == argc)
+		return usage_error("carmyctl %s: no EXECUTION_ID: which "
+				   "execution? (carmyctl list --state "
+				   "uncertain shows the interrupted ones)",
+				   release ? "release" : "resolve");
 	if (v->committed < 0)
 		return usage_error("carmyctl resolve: say --committed or "
 				   "--not-committed%s", "");
@@ -1441,7 +1460,10 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 /*
  * Forget one completed execution, as a purge would: a call with its
  * identity then runs anew. Running and interrupted ones are refused
- * (NOT_COMPLETED): an interrupted one is resolved first.
+ * (NOT_COMPLETED): an interrupted one is resolved first. carmyd decides
+ * both, whether the user may forget first: what the table shows here is
+ * only the entry to name, lest a user who may not forget be told about
+ * its state instead.
  */
 static int cmd_forget(struct ctl *x, int argc, char **argv)
 {
@@ -1466,8 +1488,6 @@ static int cmd_forget(struct ctl *x, int argc, char **argv)
 	rc = look_up(x, "forget", id, true, &r);
 	if (rc != 0)
 		return rc;
-	if (r.state != SHM_COMPLETED)
-		return not_completed(id, r.state);
 	msgpack_sbuffer_init(&sb);
 	rc = wire_put_reserve(&sb, WIRE_FORGET, r.entry, r.exec_bytes);
 	if (rc == 0)
@@ -1509,7 +1529,7 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 		printf(",\"ok\":%s", rc == 0 ? "true" : "false");
 		if (rc != 0) {
 			printf(",\"error\":{\"code\":\"%s\",\"message\":",
-			       carmy_errname(rc));
+			       journal_errname(rc));
 			json_put_str(stdout, err);
 			printf("}}\n");
 			return EXIT_FAIL;
@@ -1528,7 +1548,7 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 	}
 	if (rc != 0) {
 		fprintf(stderr, "carmyctl: journal-check: %s: %s\n",
-			carmy_errname(rc), err);
+			journal_errname(rc), err);
 		return EXIT_FAIL;
 	}
 	printf("journal     %s: good\n", dir);
@@ -1903,6 +1923,8 @@ static int read_upto(const char *path, uint8_t *buf, size_t room, size_t *n)
 	return rc;
 }
 
+/* Clients (carmy-run, the gateway, the bindings) call an uncertain entry
+ * "interrupted" (carmy_state_name()): either name selects it. */
 static int parse_state(const char *s)
 {
 	if (strcmp(s, "running") == 0)
@@ -1950,6 +1972,18 @@ static int fail(const char *what, int code)
 	/* Full for the moment is as unavailable: try again later. */
 	return code == CARMY_EUNAVAILABLE || code == CARMY_ETOO_MANY_CLIENTS ?
 		       69 : EXIT_FAIL;
+}
+
+/* journal-check's name for what journal_check() returned: a journal's
+ * damage and format have names of their own, not those of the segment's
+ * whose codes they share. */
+static const char *journal_errname(int code)
+{
+	if (code == CARMY_ECORRUPT)
+		return "JOURNAL_DAMAGED";
+	if (code == CARMY_ELAYOUT)
+		return "JOURNAL_FORMAT_UNKNOWN";
+	return carmy_errname(code);
 }
 
 /* An execution the table does not hold: exit 1, NOT_FOUND. */
