@@ -6,11 +6,13 @@
  * The model: a ring of NB = 4 buckets and CAP = 2 tickets/entries in shared
  * memory; two client processes, client 1 reserving identity X and client 2
  * X too or Y, which collides with X (same home bucket, another tag);
- * client 1 may be SIGKILLed at any point; carmyd (one thread) completes,
- * sweeps dead owners, compacts and reclaims tombstones while the clients
- * run. The table starts empty, with a tombstone at the home bucket, full
- * of tombstones around a completed Z, or with every ticket in use (X
- * completed past a tombstone, Z): chosen nondeterministically (INIT).
+ * client 1 may be SIGKILLed at any point, and may abandon its reservation
+ * (carmy_abandon) and go on calling on it; carmyd (one thread) completes,
+ * abandons on request, sweeps dead owners, compacts and reclaims
+ * tombstones while the clients run. The table starts empty, with a
+ * tombstone at the home bucket, full of tombstones around a completed Z,
+ * or with every ticket in use (X completed past a tombstone, Z): chosen
+ * nondeterministically (INIT).
  *
  * Granularity: every shm_cas() is one atomic step; every shm_load(), every
  * shm_store() and every plain store to the segment is a step of its own.
@@ -113,6 +115,23 @@
  *                         `exchange`) and the wait for its reply (its
  *                         `owned` pre-check, which asks `shm_owns`, is left
  *                         out: carmyd checks everything again)
+ *    c_abandon            client 1 only: libclient/client.c:`carmy_abandon`:
+ *                         its ABANDON message (`confirm`) with the entry
+ *                         and the execution id the client made, and the
+ *                         wait for the reply (`running_exec`'s `owned`
+ *                         pre-check is left out, as for complete)
+ *      c_abandoned        the reply, and the check of it (misanswered)
+ *    c_use                what a RESERVED caller does with r: release,
+ *                         complete, abandon (client 1) or keep it running.
+ *                         After an abandon client 1 may call release,
+ *                         complete or abandon on r once more, and after a
+ *                         release or a completion abandon (late): the
+ *                         retry of `carmy_abandon` after a reconnect, an r
+ *                         left live by CARMY_EDISCONNECTED, or a caller
+ *                         that ignores the answer; libcarmy refuses most
+ *                         of these itself (`resv_done`, `owned`), the
+ *                         model leaves that out so that carmyd's and
+ *                         `shm_owns`'s checks must refuse them
  *    DIE, c_died          SIGKILL of client 1: a DIE point sits before each
  *                         of its writes to the segment or its socket;
  *                         c_died is the process gone and its socket closed
@@ -145,7 +164,9 @@
  *                         daemon/store.c:`store_sweep_dead`) or on the tick
  *                         (daemon/store.c:`store_tick`'s sweep of orphaned
  *                         tickets, from daemon/server.c:`on_tick`), an
- *                         unprompted reclaim (`store_tick`'s `reclaim`)
+ *                         unprompted reclaim (`store_tick`'s `reclaim`),
+ *                         an ABANDON request (daemon/request.c:`on_abandon`
+ *                         -> daemon/store.c:`store_abandon`)
  *    d_complete           shm/sweep.c:`shm_record_result`: the ticket load
  *                         and owner check, `published_at` (the en_bucket
  *                         load, the bucket word load: RUNNING, naming e),
@@ -153,6 +174,26 @@
  *                         RUNNING -> COMPLETED (lost: released meanwhile),
  *                         the ticket's CAS -> LIVE
  *    d_complete_done      the COMPLETE reply (`on_complete`'s
+ *                         `wire_put_reply`)
+ *    d_abandon            shm/sweep.c:`shm_abandon`: the ticket load; LIVE:
+ *                         `published_at` (the en_bucket load, the bucket
+ *                         word load) UNCERTAIN and the exec id equal: 0 at
+ *                         once (sent again, the first one through, or swept
+ *                         meanwhile); the owner check (ENOT_OWNER);
+ *                         `published_at` RUNNING and the exec id check
+ *                         (ENOT_RESERVED); the CAS RUNNING -> UNCERTAIN on
+ *                         the word read (lost: ENOT_RESERVED); the
+ *                         ticket's CAS from the owner's word -> LIVE.
+ *                         `shm_withdraw_pending` after it and
+ *                         `conn_wake_waiters` are not modelled (no store,
+ *                         no waiters). MUTATE_ABANDON_NO_TICKET drops the
+ *                         ticket's CAS, MUTATE_ABANDON_TOMB CASes to TOMB
+ *                         (an abandon taken for a release),
+ *                         MUTATE_ABANDON_ANY_STATE drops the RUNNING check,
+ *                         MUTATE_ABANDON_NO_OWNER the owner check,
+ *                         MUTATE_ABANDON_NO_EXEC the exec id check,
+ *                         MUTATE_ABANDON_NO_CHECKS both
+ *    d_abandon_done       the ABANDON reply (`on_abandon`'s
  *                         `wire_put_reply`)
  *    d_sweep              shm/sweep.c:`shm_sweep`: each ticket's load;
  *                         SWEEPING or a dead owner's (owner_dead:
@@ -213,7 +254,7 @@
  *    d_end, d_check       not C: every client has exited, carmyd sweeps
  *                         once more, and the final state is checked
  *
- *  proctype Monitor       not C: checks P2 and P4 in every state
+ *  proctype Monitor       not C: checks P2, P4 and P5 in every state
  *    end_monitor          (a valid end state: it waits for a violation)
  *
  * The properties (assertions; docs/model.md lists every assertion text):
@@ -236,6 +277,16 @@
  *     reservation or record (occ at r_claim and r_reserved), and an entry
  *     that holds one never has a FREE ticket (Monitor, ticket_lost): the
  *     identities held never outnumber the tickets.
+ *  P5 an abandoned execution stays uncertain: the CAS to UNCERTAIN hits
+ *     only the execution the ABANDON names, of the client that sent it,
+ *     never a completed one (d_abandon, misabandoned); it is never
+ *     completed (d_complete), released (c_rel_cas) or reserved again
+ *     (r_reserved); a carmy_begin that starts after it answers uncertain,
+ *     never a replay or absent (r_end); ABANDON answers 0 exactly when the
+ *     execution is uncertain (c_abandoned, misanswered); its entry,
+ *     ticket and UNCERTAIN bucket stay put, and once carmyd answered 0 the
+ *     ticket is LIVE, nobody's (Monitor, abandon_lost); a probe from its
+ *     home finds it uncertain at the end (uncertain_changed).
  *
  * Options (spin -D...; make model MODEL_FLAGS='-D...'):
  *  INIT=0|1|2|3   one starting table only (default: all four);
@@ -253,6 +304,8 @@
  *                 (pid_gone asked after looking) and OLD_ORPHAN_FREE
  *                 (an ORPHAN freed without looking)
  *  OLD_FULL       SHM_OUT_FULL without the sequence re-check (variant B)
+ *  NO_ABANDON     client 1 never abandons (the model as it was before
+ *                 carmy_abandon: the same states)
  *  MUTATE_*       remove one protocol step (see the labels above)
  */
 
@@ -267,6 +320,10 @@
 #endif
 #ifndef MAXRECL
 #define MAXRECL	1
+#endif
+#ifdef MUTATE_ABANDON_NO_CHECKS	/* both of shm_abandon's checks */
+#define MUTATE_ABANDON_NO_OWNER
+#define MUTATE_ABANDON_NO_EXEC
 #endif
 #ifdef OLD_SWEEP		/* both halves of variant A */
 #define OLD_PID_ORDER
@@ -318,6 +375,25 @@
 #define PID(t)		((t) >> 5)
 #define HELD(c)		TK(OWNER(c), c)
 
+/* shm_abandon's answers: 0, CARMY_ENOT_OWNER, CARMY_ENOT_RESERVED */
+#define A_OK		0
+#define A_NOT_OWNER	1
+#define A_NOT_RESERVED	2
+#ifndef NO_ABANDON
+#define AREQ(c)	areq[c]
+#else
+#define AREQ(c)	0
+#endif
+
+/* Client 1's calls on one reservation (late): 0 before the first, 1
+ * after an abandon, 2 after a release or a completion, 3 done. A release
+ * or a completion (LATE_RC, idempotent: shm_owns may start over) and an
+ * abandon (0 -> 1, else 3) move it on. */
+#define LATE_RC(l)	((l) == 1 || (l) == 3 -> 3 : 2)
+
+/* a client's execution ids: c * 16 + its fill count (make_exec) */
+#define MYEXEC(c, nfill)	((c) * 16 + (nfill))
+
 /* ---------------------------------------------------------- shared state */
 int  bk[NB];			/* bucket words */
 byte tk[CAP];			/* ticket words */
@@ -338,6 +414,13 @@ byte creq_e[3];
 byte creq_x[3];
 byte creq_id[3];		/* ghost: which identity it completes */
 bool rreq[3];			/* WIRE_RECLAIM pending */
+#ifndef NO_ABANDON
+bool areq[3];			/* WIRE_ABANDON pending */
+byte areq_e[3];
+byte areq_x[3];
+byte areq_id[3];		/* ghost: which identity it abandons */
+byte arc[3];			/* its reply: A_OK, A_NOT_OWNER, A_NOT_RESERVED */
+#endif
 
 /* ---------------------------------------------------------- ghost state */
 byte execs[4];			/* RESERVED answers not followed by a release */
@@ -345,6 +428,11 @@ byte done_res[4];		/* result recorded for an identity, 0 = none */
 byte done_exec[4];
 byte done_e[4];
 byte occ[CAP];			/* identity whose reservation/record is in e */
+#ifndef NO_ABANDON
+byte ab_exec[4];		/* execution an ABANDON made uncertain, 0 = none */
+byte ab_e[4];			/* and its entry */
+bool ab_told[CAP];		/* carmyd answered an ABANDON of e with 0 */
+#endif
 
 /* one CAS on a bucket word */
 inline cas_bk(bb, old, new, ok)
@@ -387,9 +475,10 @@ inline cas_tk(ee, old, new, ok)
 proctype Client(byte c)
 {
 	byte id, tkt, b, n, e, eb, eid, t, i, k, s, fe, fb, fst, res, ex, out;
-	byte ops, cur, nfill;
+	byte ops, cur, nfill, late;
 	int w, nw, fw;
-	bool ok, first, was_done, reclaimed;
+	bool ok, first, was_done, reclaimed, was_ab;
+	bool misanswered;	/* ghost: named after what it catches */
 
 	ops = (c == 1 -> 1 : NOPS2);
 	cur = c % CAP;			/* owners start apart (carmy_connect) */
@@ -411,7 +500,12 @@ r_restart:
 		s = seq;
 		n = 0; b = HOME(id); w = 0; nw = 0; e = 0; eb = 0; eid = 0;
 		if	/* ghost: did this call start after a completion? */
-		:: first -> was_done = (done_res[id] != 0); first = 0
+		:: first ->
+			was_done = (done_res[id] != 0); first = 0;
+#ifndef NO_ABANDON
+			/* and after an ABANDON of the identity? */
+			was_ab = (ab_exec[id] != 0)
+#endif
 		:: else
 		fi
 	}
@@ -464,7 +558,7 @@ r_fill:				DIE;
 				DIE;
 				atomic {
 					nfill++;
-					en_exec[tkt] = c * 16 + nfill;
+					en_exec[tkt] = MYEXEC(c, nfill);
 					en_res[tkt] = 0
 				}
 			:: else
@@ -500,6 +594,10 @@ r_reserved:		atomic {
 				assert(execs[id] == 0);
 				/* P2: a completed identity is never reserved */
 				assert(!was_done && done_res[id] == 0);
+#ifndef NO_ABANDON
+				/* nor an abandoned one (uncertain for good) */
+				assert(!was_ab && ab_exec[id] == 0);
+#endif
 				/* P4: our entry holds nothing else */
 				assert(occ[tkt] == 0);
 				execs[id]++;
@@ -578,20 +676,43 @@ r_replay:	b = fb;
 		fi;
 		/* P2: the one recorded result, and its execution id */
 		assert(done_res[id] != 0 && res == done_res[id] &&
-		       ex == done_exec[id])
+		       ex == done_exec[id]);
+#ifndef NO_ABANDON
+		/* an abandoned execution is never replayed as completed */
+		assert(!was_ab)
+#endif
 	:: out == 1 && fst != COMPLETED ->
 		/* EUNCERTAIN (running or interrupted) or ECONFLICT */
-		assert(!was_done)
+		assert(!was_done);
+#ifndef NO_ABANDON
+		/* after an abandon: uncertain (interrupted) */
+		assert(!was_ab || fst == UNCERTAIN)
+#endif
 	:: out == 2 || (out == 3 && reclaimed) || out == 5 ->
 		/* CAPACITY or DISCONNECTED: the identity was absent */
-		assert(!was_done)
+		assert(!was_done);
+#ifndef NO_ABANDON
+		assert(!was_ab)
+#endif
 	:: out == 0 ->
-		/* RESERVED: the tool runs; then release, complete or keep
-		 * (a second call of client 2 only looks: it keeps) */
+		/* RESERVED: the tool runs; then release, complete, abandon
+		 * (client 1) or keep (a second call of client 2 only looks:
+		 * it keeps). After an abandon, client 1 may still call
+		 * release, complete or abandon on r, and after a release or
+		 * completion abandon (late: 0 first, 1 after an abandon, 2
+		 * after a release or completion, 3 done): libcarmy would
+		 * refuse most of these itself (resv_done, owned), carmyd and
+		 * shm_owns must refuse them all. */
+c_use:
 		if
-		:: c == 1 || ops == NOPS2 ->
+		:: (c == 1 || ops == NOPS2) && late < 2 ->
 c_release:		/* shm_release */
-o_owns:			atomic { (seq & 1) == 0; s = seq }
+o_owns:			atomic {
+				(seq & 1) == 0; s = seq;
+#ifndef NO_ABANDON
+				late = LATE_RC(late)
+#endif
+			}
 			b = en_bucket[fe];
 			w = bk[b];
 			if
@@ -610,6 +731,10 @@ c_rel_cas:			DIE;
 					if
 					:: bk[b] == w ->
 						bk[b] = NEXT0(w, TOMB); ok = 1;
+#ifndef NO_ABANDON
+						/* never after an abandon */
+						assert(ab_exec[id] == 0);
+#endif
 						execs[id]--; occ[fe] = 0
 					:: else -> ok = 0
 					fi
@@ -627,17 +752,53 @@ c_rel_ticket:			t = tk[fe];
 				fi
 			:: else	/* ENOT_RESERVED / EDISCONNECTED */
 			fi
-		:: c == 1 || ops == NOPS2 ->
+		:: (c == 1 || ops == NOPS2) && late < 2 ->
 c_complete:		DIE;
 			atomic {
 				creq_e[c] = fe; creq_x[c] = en_exec[fe];
-				creq_id[c] = id; creq[c] = 1
+				creq_id[c] = id; creq[c] = 1;
+#ifndef NO_ABANDON
+				late = LATE_RC(late)
+#endif
 			}
 			creq[c] == 0
-		:: skip		/* still running when the client stops */
+#ifndef NO_ABANDON
+		:: c == 1 && late < 3 ->
+c_abandon:		/* libclient/client.c:carmy_abandon: its ABANDON
+			 * request (confirm) with the execution id it made */
+			DIE;
+			atomic {
+				areq_e[c] = fe; areq_x[c] = MYEXEC(c, nfill);
+				areq_id[c] = id; areq[c] = 1;
+				late = (late == 0 -> 1 : 3)
+			}
+c_abandoned:		atomic {
+				areq[c] == 0;
+				/* the answer is 0 exactly when the execution is
+				 * uncertain now (an UNCERTAIN bucket stays so,
+				 * moved only by compaction with en_bucket) */
+				b = en_bucket[fe]; w = bk[b];
+				misanswered = ((arc[c] == A_OK) !=
+					(ST(w) == UNCERTAIN && ENT(w) == fe &&
+					 en_exec[fe] == MYEXEC(c, nfill)));
+				assert(!misanswered);
+				arc[c] = 0; b = 0; w = 0
+			}
+#endif
+		:: late == 0	/* keep: still running when the client stops */
+		fi;
+#ifndef NO_ABANDON
+		if
+		:: atomic {
+			c == 1 && late != 0 && late < 3 ->	/* a late call */
+			b = 0; w = 0; t = 0; s = 0; ok = 0
+		   };
+		   goto c_use
+		:: true
 		fi
+#endif
 	fi;
-	atomic { w = 0; t = 0; b = 0; s = 0; fb = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0 }
+	atomic { w = 0; t = 0; b = 0; s = 0; fb = 0; fw = 0; nw = 0; fst = 0; out = 0; res = 0; ex = 0; ok = 0; late = 0 }
 	ops--;
 	if
 	:: ops > 0 -> goto c_op
@@ -647,7 +808,7 @@ c_complete:		DIE;
 	atomic {
 		fin[c] = 1;
 		id = 0; tkt = 0; fe = 0; ops = 0; cur = 0; nfill = 0;
-		first = 0; was_done = 0; reclaimed = 0
+		first = 0; was_done = 0; reclaimed = 0; was_ab = 0; late = 0
 	}
 	goto c_exit;
 c_died:
@@ -658,7 +819,7 @@ c_died:
 		id = 0; tkt = 0; b = 0; n = 0; e = 0; eb = 0; eid = 0; t = 0;
 		i = 0; k = 0; s = 0; fe = 0; fst = 0; res = 0; ex = 0; out = 0;
 		ops = 0; cur = 0; nfill = 0; w = 0; nw = 0; fb = 0; fw = 0; ok = 0;
-		first = 0; was_done = 0; reclaimed = 0
+		first = 0; was_done = 0; reclaimed = 0; was_ab = 0; late = 0
 	}
 c_exit:
 	skip
@@ -697,6 +858,10 @@ proctype Daemon()
 	/* ghosts for the checks, named after what they catch */
 	bool freed_but_published, running_left, live_without_ticket;
 	bool lost_identity, record_changed;
+#ifndef NO_ABANDON
+	byte rc;
+	bool misabandoned, uncertain_changed;
+#endif
 
 d_loop:
 	atomic {
@@ -705,16 +870,23 @@ d_loop:
 		:: creq[2] -> cc = 2; act = 1
 		:: rreq[1] -> cc = 1; act = 3
 		:: rreq[2] -> cc = 2; act = 3
+#ifndef NO_ABANDON
+		:: areq[1] -> cc = 1; act = 4
+		:: areq[2] -> cc = 2; act = 4
+#endif
 		:: dead[1] && nsweep < MAXSWEEP -> nsweep++; act = 2
 		:: nrecl < MAXRECL -> nrecl++; cc = 0; act = 3
-		:: ((fin[1] && !creq[1] && !rreq[1]) || gone[1]) &&
-		   fin[2] && !creq[2] && !rreq[2] -> goto d_end
+		:: ((fin[1] && !creq[1] && !rreq[1] && !AREQ(1)) || gone[1]) &&
+		   fin[2] && !creq[2] && !rreq[2] && !AREQ(2) -> goto d_end
 		fi
 	}
 	if
 	:: act == 1 -> goto d_complete
 	:: act == 2 -> goto d_sweep
 	:: act == 3 -> goto d_reclaim
+#ifndef NO_ABANDON
+	:: act == 4 -> goto d_abandon
+#endif
 	fi;
 
 	/* ------------------------------------------- shm_record_result */
@@ -746,6 +918,10 @@ d_complete:
 			eid = en_id[e];
 			assert(eid == creq_id[cc]);
 			assert(done_res[eid] == 0);	/* P2: never twice */
+#ifndef NO_ABANDON
+			/* never once abandoned: the late COMPLETE is refused */
+			assert(ab_exec[eid] == 0);
+#endif
 			done_res[eid] = en_res[e];
 			done_exec[eid] = en_exec[e];
 			done_e[eid] = e;
@@ -760,6 +936,94 @@ d_complete:
 d_complete_done:
 	atomic { creq[cc] = 0; e = 0; t = 0; bb = 0; w = 0; x = 0; ok = 0; cc = 0; act = 0 }
 	goto d_loop
+
+#ifndef NO_ABANDON
+	/* ------------------------------------------------- shm_abandon */
+d_abandon:
+	e = areq_e[cc];
+	t = tk[e];
+	if
+	:: WHAT(t) == T_LIVE ->
+		/* sent again after a reconnect, the first one through (or
+		 * swept meanwhile): uncertain as exec already, the answer 0 */
+		bb = en_bucket[e];
+		w = bk[bb];
+		if
+		:: LIVEST(ST(w)) && ENT(w) == e && ST(w) == UNCERTAIN ->
+			x = en_exec[e];
+			if
+			:: x == areq_x[cc] -> rc = A_OK; goto d_abandon_done
+			:: else
+			fi
+		:: else
+		fi
+	:: else
+	fi;
+#ifndef MUTATE_ABANDON_NO_OWNER
+	if
+	:: WHAT(t) != OWNER(cc) -> rc = A_NOT_OWNER; goto d_abandon_done
+	:: else
+	fi;
+#endif
+	bb = en_bucket[e];
+	w = bk[bb];
+	if
+#ifndef MUTATE_ABANDON_ANY_STATE
+	:: !(LIVEST(ST(w)) && ENT(w) == e) || ST(w) != RUNNING ->
+#else
+	:: !(LIVEST(ST(w)) && ENT(w) == e) ->	/* COMPLETED, UNCERTAIN too */
+#endif
+		rc = A_NOT_RESERVED; goto d_abandon_done
+	:: else
+	fi;
+#ifndef MUTATE_ABANDON_NO_EXEC
+	x = en_exec[e];
+	if
+	:: x != areq_x[cc] -> rc = A_NOT_RESERVED; goto d_abandon_done
+	:: else
+	fi;
+#endif
+	atomic {
+		if
+		:: bk[bb] == w ->
+#ifndef MUTATE_ABANDON_TOMB
+			bk[bb] = NEXTL(w, UNCERTAIN); ok = 1;
+#else
+			bk[bb] = NEXT0(w, TOMB); ok = 1;	/* as a release */
+#endif
+			/* ghost: the execution the request names, of the
+			 * client that sent it, and it was not completed */
+			eid = en_id[e];
+			misabandoned = en_exec[e] != areq_x[cc] ||
+				eid != areq_id[cc] || done_res[eid] != 0;
+			assert(!misabandoned);
+			ab_exec[eid] = en_exec[e]; ab_e[eid] = e;
+			eid = 0
+		:: else -> ok = 0			/* released meanwhile */
+		fi
+	}
+	if
+	:: !ok -> rc = A_NOT_RESERVED; goto d_abandon_done
+	:: else
+	fi;
+#ifndef MUTATE_ABANDON_NO_TICKET
+	cas_tk(e, t, T_LIVE, ok);
+#endif
+	rc = A_OK;
+	/* (shm_withdraw_pending: no store, no waiters in the model) */
+d_abandon_done:
+	atomic {
+		arc[cc] = rc;			/* on_abandon's reply */
+		if
+		:: rc == A_OK -> ab_told[e] = 1
+		:: else
+		fi;
+		areq[cc] = 0;
+		e = 0; t = 0; bb = 0; w = 0; x = 0; ok = 0; rc = 0; cc = 0;
+		act = 0
+	}
+	goto d_loop;
+#endif
 
 	/* --------------------------------------------------- shm_sweep */
 d_sweep:
@@ -1139,7 +1403,14 @@ d_check:
 				assert(!lost_identity);
 				record_changed = done_res[x] != 0 &&
 					!(ST(w) == COMPLETED && en_res[e] == done_res[x]);
-				assert(!record_changed)
+				assert(!record_changed);
+#ifndef NO_ABANDON
+				/* an abandoned identity: still uncertain, as
+				 * the execution abandoned */
+				uncertain_changed = ab_exec[x] != 0 &&
+					!(ST(w) == UNCERTAIN && en_exec[e] == ab_exec[x]);
+				assert(!uncertain_changed)
+#endif
 			:: else
 			fi
 		}
@@ -1166,16 +1437,41 @@ d_check:
 #define ALL_HOLD	(HOLDS(0) && HOLDS(1))
 #endif
 
+/* An abandoned execution, all along: its entry keeps identity and
+ * execution id, its ticket is never FREE, and the bucket en_bucket names
+ * holds it UNCERTAIN (so it is neither completed, nor released, nor
+ * reserved again); and once carmyd has answered an ABANDON of an entry
+ * with 0, that entry's ticket is LIVE: held by no owner, so no late
+ * complete or release of the owner can pass the owner check. */
+#ifndef NO_ABANDON
+#define KEPT_AB(x)	(ab_exec[x] == 0 || \
+		 (en_id[ab_e[x]] == x && en_exec[ab_e[x]] == ab_exec[x] && \
+		  tk[ab_e[x]] != T_FREE && \
+		  ST(bk[en_bucket[ab_e[x]]]) == UNCERTAIN && \
+		  ENT(bk[en_bucket[ab_e[x]]]) == ab_e[x]))
+#define TOLD_LIVE(e)	(!ab_told[e] || tk[e] == T_LIVE)
+#if CAP > 2
+#define ALL_TOLD	(TOLD_LIVE(0) && TOLD_LIVE(1) && TOLD_LIVE(2))
+#else
+#define ALL_TOLD	(TOLD_LIVE(0) && TOLD_LIVE(1))
+#endif
+#define ALL_AB	(KEPT_AB(IDX) && KEPT_AB(IDY) && ALL_TOLD)
+#else
+#define ALL_AB	1
+#endif
+
 proctype Monitor()
 {
-	bool record_lost, ticket_lost;
+	bool record_lost, ticket_lost, abandon_lost;
 end_monitor:
 	atomic {
-		!(KEPT(IDX) && KEPT(IDY) && KEPT(IDZ) && ALL_HOLD) ->
+		!(KEPT(IDX) && KEPT(IDY) && KEPT(IDZ) && ALL_HOLD && ALL_AB) ->
 		record_lost = !(KEPT(IDX) && KEPT(IDY) && KEPT(IDZ));
 		ticket_lost = !ALL_HOLD;
+		abandon_lost = !ALL_AB;
 		assert(!record_lost);
-		assert(!ticket_lost)
+		assert(!ticket_lost);
+		assert(!abandon_lost)
 	}
 }
 

@@ -9,9 +9,11 @@
 # is printed. The configurations (docs/model.md): carmy.pml with every
 # starting table and client 1 killed at any point; then carmyd declaring
 # client 1 dead while it runs (a carmyd restart), on the empty and the full
-# table; post.pml (posted requests and the loop's bell), without and with
-# the client's safety net. MODEL_FLAGS runs one configuration of your own
-# instead, of MODEL_FILE (default carmy.pml), e.g.
+# table (in both, client 1 may also abandon its reservation: carmy_abandon;
+# -DNO_ABANDON leaves that out); post.pml (posted requests and the loop's
+# bell), without and with the client's safety net. MODEL_FLAGS runs one
+# configuration of your own instead, of MODEL_FILE (default carmy.pml),
+# e.g.
 #   make model MODEL_FLAGS='-DRESTART -DOLD_SWEEP'
 #   make model MODEL_FILE=post.pml MODEL_FLAGS=-DMUTATE_NO_LAST_LOOK
 EXTRA_DIST += tests/model/carmy.pml tests/model/post.pml
