@@ -489,51 +489,26 @@ static PyObject *res_complete(ReservationObject *self, PyObject *const *a,
 	Py_RETURN_NONE;
 }
 
-/* Reservation.release() -> None */
-static PyObject *res_release(ReservationObject *self, PyObject *unused)
-{
-	ClientObject *cl = self->client;
-	int rc;
-
-	(void)unused;
-	if (!self->live || self->busy)
-		return raise_code(CARMY_ENOT_RESERVED, NULL);
-	if (client_enter(cl) != 0)
-		return NULL;
-	self->busy = 1;
-	Py_BEGIN_ALLOW_THREADS
-	rc = carmy_release(cl->c, &self->r);
-	Py_END_ALLOW_THREADS
-	self->busy = 0;
-	client_leave(cl);
-	if (rc == 0)
-		self->live = 0;
-	if (rc != 0)
-		return raise_code(rc, NULL);
-	Py_RETURN_NONE;
-}
-
 /*
- * Reservation.abandon() -> None: the call made uncertain now
- * (carmy_abandon()). On DISCONNECTED libcarmy may have let r go (carmyd
- * came back under a new owner id: uncertain already) or kept it (carmyd is
- * not back yet); it stays live here, as after a complete that failed, so
- * that it can be abandoned again: libcarmy answers NOT_RESERVED then if it
- * had let it go.
+ * Give the reservation up with fn (carmy_release(), carmy_abandon()). It
+ * stays live here unless fn returned 0: on DISCONNECTED libcarmy may have
+ * let r go (carmyd came back under a new owner id) or kept it (carmyd is
+ * not back yet), as after a complete that failed, so it can be given up
+ * again: libcarmy answers NOT_RESERVED then if it had let it go.
  */
-static PyObject *res_abandon(ReservationObject *self, PyObject *unused)
+static PyObject *res_give_up(ReservationObject *self,
+			     int (*fn)(carmy_t *, struct carmy_reservation *))
 {
 	ClientObject *cl = self->client;
 	int rc;
 
-	(void)unused;
 	if (!self->live || self->busy)
 		return raise_code(CARMY_ENOT_RESERVED, NULL);
 	if (client_enter(cl) != 0)
 		return NULL;
 	self->busy = 1;
 	Py_BEGIN_ALLOW_THREADS
-	rc = carmy_abandon(cl->c, &self->r);
+	rc = fn(cl->c, &self->r);
 	Py_END_ALLOW_THREADS
 	self->busy = 0;
 	client_leave(cl);
@@ -541,6 +516,21 @@ static PyObject *res_abandon(ReservationObject *self, PyObject *unused)
 		return raise_code(rc, NULL);
 	self->live = 0;
 	Py_RETURN_NONE;
+}
+
+/* Reservation.release() -> None */
+static PyObject *res_release(ReservationObject *self, PyObject *unused)
+{
+	(void)unused;
+	return res_give_up(self, carmy_release);
+}
+
+/* Reservation.abandon() -> None: the call made uncertain now
+ * (carmy_abandon()). */
+static PyObject *res_abandon(ReservationObject *self, PyObject *unused)
+{
+	(void)unused;
+	return res_give_up(self, carmy_abandon);
 }
 
 static PyObject *res_replayed(ReservationObject *self, void *unused)
