@@ -6,7 +6,10 @@
  * everything it started are killed, whatever process group they moved
  * to; and if carmy-gateway dies (kill -9), the watcher reads end of file
  * on its control socket and kills them too, while carmyd, seeing the
- * gateway's connection close, turns the execution uncertain.
+ * gateway's connection close, turns the execution uncertain. If the
+ * watcher is the one killed, the command dies with it, and what it
+ * started comes to the gateway, a subreaper too, which kills all of it
+ * before it makes the call uncertain (the orphans, below).
  *
  * The arguments go on the command's standard input as one line of JSON,
  * and CARMY_EXECUTION_ID, CARMY_PRINCIPAL, CARMY_SESSION and
@@ -53,6 +56,7 @@ struct run {
 	char err_buf[2 * ERR_KEEP];
 	size_t err_len;
 	bool exited, out_eof, timed_out, lost;
+	int lost_err;		/* what lost it; 0: the watcher ended */
 	int wstatus;
 };
 
@@ -150,7 +154,8 @@ static void write_input(struct run *r)
 	r->in = -1;
 }
 
-/* Read what is there; returns 0 at end of file, 1 otherwise. */
+/* Read what is there; returns 0 at end of file, 1 otherwise, -errno on
+ * an error. */
 static int read_output(struct run *r)
 {
 	char scratch[16384];
@@ -169,7 +174,7 @@ static int read_output(struct run *r)
 					cap = r->keep;
 				b = realloc(r->out, cap);
 				if (b == NULL)
-					return -1;
+					return -ENOMEM;
 				r->out = b;
 				r->out_cap = cap;
 			}
@@ -178,7 +183,7 @@ static int read_output(struct run *r)
 		}
 		n = read_some(r->sv.out, dst, room);
 		if (n < 0)
-			return errno == EAGAIN ? 1 : -1;
+			return errno == EAGAIN ? 1 : -errno;
 		if (n == 0)
 			return 0;
 		if (dst == scratch)
@@ -218,12 +223,12 @@ static int read_error(struct run *r)
 static void collect(struct run *r, uint32_t timeout_ms)
 {
 	uint64_t deadline = now_ms() + timeout_ms;
+	int rc;
 
 	while (!r->out_eof || !r->exited) {
 		struct pollfd pfd[4];
 		uint64_t now = now_ms();
 		nfds_t n = 0;
-		int rc;
 
 		if (now >= deadline) {
 			r->timed_out = !r->exited;
@@ -242,6 +247,7 @@ static void collect(struct run *r, uint32_t timeout_ms)
 			continue;
 		if (rc < 0) {
 			r->lost = true;
+			r->lost_err = errno;
 			return;
 		}
 		for (nfds_t i = 0; i < n; i++) {
@@ -255,6 +261,7 @@ static void collect(struct run *r, uint32_t timeout_ms)
 				rc = read_output(r);
 				if (rc < 0) {
 					r->lost = true;
+					r->lost_err = -rc;
 					return;
 				}
 				r->out_eof = rc == 0;
@@ -267,6 +274,7 @@ static void collect(struct run *r, uint32_t timeout_ms)
 				rc = sv_ended(&r->sv, &r->wstatus);
 				if (rc <= 0) {
 					r->lost = true;
+					r->lost_err = -rc;
 					return;
 				}
 				r->exited = true;
@@ -275,10 +283,142 @@ static void collect(struct run *r, uint32_t timeout_ms)
 	}
 	if (r->timed_out || !r->out_eof) {
 		sv_kill(&r->sv);
-		if (!r->exited && sv_ended(&r->sv, &r->wstatus) <= 0)
+		if (!r->exited && (rc = sv_ended(&r->sv, &r->wstatus)) <= 0) {
 			r->lost = true;
+			r->lost_err = -rc;
+		}
 		r->exited = true;
 	}
+}
+
+/* ------------------------------------------------------------ orphans */
+
+/*
+ * The gateway is a child subreaper: should a watcher die (kill -9), its
+ * command dies with it, and what the command started comes to the
+ * gateway, which kills all of it (sweep()) before it answers the call.
+ * With many commands running, an orphan cannot be told to be one call's
+ * or another's, so none ever comes to the gateway but from a watcher that
+ * died, or that gave up a kill (a process stuck in the kernel, another
+ * user's): a watcher whose command ended is let go (sv_let_go()) and
+ * stays, the reaper of what the command left running, until that has
+ * ended too. So every orphan is one to kill. Commands run in sessions of
+ * their own, which nothing they start can leave for the gateway's: the
+ * gateway's own children (the watchers, GET /metrics' carmyctl) are the
+ * ones in its session, and sv_kill_orphans() leaves them be.
+ */
+int gw_command_init(struct gateway *gw)
+{
+	pthread_mutex_init(&gw->orphan_lock, NULL);
+	gw->lingering = NULL;
+	gw->n_lingering = gw->cap_lingering = 0;
+	gw->orphans = false;
+	return sv_subreaper();
+}
+
+/* Under orphan_lock: kill the orphans, waiting up to wait_ms for them to
+ * die. What is left is killed again on each SIGCHLD (gw_command_reap()),
+ * which the death of each of them brings. Returns how many are left
+ * (sv_kill_orphans()). */
+static int sweep(struct gateway *gw, int wait_ms)
+{
+	int left = sv_kill_orphans(true, wait_ms);
+
+	gw->orphans = left != 0;
+	return left;
+}
+
+/* A watcher that ended other than by exit(0) was killed: what it reaped
+ * for its command came to us. */
+static bool ended_clean(int ws)
+{
+	return ws >= 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+}
+
+/* Under orphan_lock: reap the watchers let go that have ended. */
+static void reap_lingering(struct gateway *gw)
+{
+	for (size_t i = 0; i < gw->n_lingering;) {
+		int ws = -1;
+		pid_t p = waitpid(gw->lingering[i], &ws, WNOHANG);
+
+		if (p == 0) {
+			i++;
+			continue;
+		}
+		if (p < 0 || !ended_clean(ws))
+			gw->orphans = true;
+		gw->lingering[i] = gw->lingering[--gw->n_lingering];
+	}
+}
+
+void gw_command_reap(struct gateway *gw)
+{
+	pthread_mutex_lock(&gw->orphan_lock);
+	reap_lingering(gw);
+	if (gw->orphans)
+		sweep(gw, 0);
+	pthread_mutex_unlock(&gw->orphan_lock);
+}
+
+/* Let the watcher of a command that ended go, leaving what the command
+ * left running alone: a watcher that stays is reaped once it ends (it
+ * may have already: its SIGCHLD may have come before it was listed). */
+static void let_go(struct gateway *gw, struct supervised *sv)
+{
+	int ws = -1;
+	pid_t w = sv_let_go(sv, &ws);
+
+	pthread_mutex_lock(&gw->orphan_lock);
+	if (w > 0 && gw->n_lingering == gw->cap_lingering) {
+		size_t cap = gw->cap_lingering ? 2 * gw->cap_lingering : 16;
+		pid_t *p = realloc(gw->lingering, cap * sizeof(*p));
+
+		if (p != NULL) {
+			gw->lingering = p;
+			gw->cap_lingering = cap;
+		}
+	}
+	if (w > 0 && gw->n_lingering < gw->cap_lingering) {
+		gw->lingering[gw->n_lingering++] = w;
+		reap_lingering(gw);
+	} else if (w > 0) {
+		log_warn("no memory to list watcher %d: it stays a zombie "
+			 "once it ends", (int)w);
+	} else if (!ended_clean(ws)) {
+		sweep(gw, 0);
+	}
+	pthread_mutex_unlock(&gw->orphan_lock);
+}
+
+/* How a lost run was lost (ws: its watcher's wait status), and what was
+ * left of it (left: sweep()'s). */
+static void lost_what(const struct run *r, int ws, int left, char *what,
+		      size_t len)
+{
+	char how[96];
+
+	if (r->lost_err != 0)
+		snprintf(how, sizeof(how), "the gateway could not follow it: "
+			 "%s", strerror(r->lost_err));
+	else if (ws >= 0 && WIFSIGNALED(ws))
+		snprintf(how, sizeof(how), "the process that watched it died "
+			 "of signal %d", WTERMSIG(ws));
+	else if (ws >= 0 && WIFEXITED(ws))
+		snprintf(how, sizeof(how), "the process that watched it ended "
+			 "with status %d", WEXITSTATUS(ws));
+	else
+		snprintf(how, sizeof(how), "the process that watched it is "
+			 "gone");
+	if (left == 0)
+		snprintf(what, len, "%s; it and every process it started "
+			 "were killed", how);
+	else if (left > 0)
+		snprintf(what, len, "%s; %d of the processes it started could "
+			 "not be killed", how, left);
+	else
+		snprintf(what, len, "%s; the processes it started could not "
+			 "be listed", how);
 }
 
 /* ------------------------------------------------------------ answers */
@@ -355,9 +495,10 @@ static int answer(struct gw_exec *x, struct run *r, int *status)
 void gw_command_run(struct gw_exec *x)
 {
 	struct run r = { .in = -1, .err = -1 };
-	struct sv_io io = { -1, -1, NULL, true };
+	struct sv_io io = { -1, -1, NULL, true, true };
 	int in[2] = { -1, -1 }, err[2] = { -1, -1 }, rc, status;
-	char **env = environment(x);
+	int ws = -1, left = 0;
+	char **env = environment(x), what[192];
 	sigset_t none;
 
 	sigemptyset(&none);
@@ -366,7 +507,7 @@ void gw_command_run(struct gw_exec *x)
 		rc = env == NULL ? -ENOMEM : -errno;
 		goto fail;
 	}
-	io = (struct sv_io){ in[0], err[1], env, true };
+	io = (struct sv_io){ in[0], err[1], env, true, true };
 	rc = sv_start_io(&r.sv, x->call.tool->argv, &none, &io);
 	close(in[0]);
 	close(err[1]);
@@ -381,6 +522,7 @@ void gw_command_run(struct gw_exec *x)
 	r.out_cap = r.keep < 4096 ? r.keep : 4096;
 	r.out = malloc(r.out_cap);
 	r.lost = r.out == NULL;
+	r.lost_err = r.lost ? ENOMEM : 0;
 	set_nonblock(r.in);
 	set_nonblock(r.err);
 	set_nonblock(r.sv.out);
@@ -392,14 +534,31 @@ void gw_command_run(struct gw_exec *x)
 	}
 	if (r.in >= 0)
 		close(r.in);
-	sv_finish(&r.sv, r.timed_out || r.lost);
+	if (r.timed_out || r.lost) {
+		ws = sv_finish(&r.sv, true);
+		/* Before the call is answered: once it is said uncertain
+		 * (lost), nothing of the tool may run on. */
+		pthread_mutex_lock(&x->gw->orphan_lock);
+		left = sweep(x->gw, r.lost ? SV_KILL_WAIT_MS : 0);
+		pthread_mutex_unlock(&x->gw->orphan_lock);
+		if (left != 0)
+			log_warn("execution %s: %s; they are killed again as "
+				 "the gateway's children end", x->execution_id,
+				 left > 0 ? "processes its tool started could "
+				 "not be killed" : "the gateway's children "
+				 "could not be listed");
+	} else {
+		let_go(x->gw, &r.sv);
+	}
 	environment_free(x, env);
-	if (r.lost)
-		gw_exec_lost(x, "the process that watched it is gone");
-	else if (answer(x, &r, &status) != 0)
+	if (r.lost) {
+		lost_what(&r, ws, left, what, sizeof(what));
+		gw_exec_lost(x, what);
+	} else if (answer(x, &r, &status) != 0) {
 		gw_exec_lost(x, "no memory for its answer");
-	else
+	} else {
 		gw_exec_record(x, status);
+	}
 	free(r.out);
 	return;
 fail:

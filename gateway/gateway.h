@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -253,6 +254,15 @@ struct gateway {
 	struct gw_flight health;	/* GET /healthz */
 	struct gw_flight scrape;	/* GET /metrics */
 	struct gw_stats stats;
+	/* What comes to the gateway, a child subreaper, from command tools'
+	 * watchers (command.c): the pids of the watchers let go that stay
+	 * as the reapers of what their command left running, and whether
+	 * orphans may be left to kill. orphan_lock also makes one sweep of
+	 * the orphans at a time. */
+	pthread_mutex_t orphan_lock;
+	pid_t *lingering;
+	size_t n_lingering, cap_lingering;
+	bool orphans;
 };
 
 /* One listening socket, served by a libmicrohttpd daemon of its own. */
@@ -418,6 +428,13 @@ void gw_exec_not_started(struct gw_exec *x, const char *why);
  * release the reservation when the tool provably did not run). */
 void gw_command_run(struct gw_exec *x);
 void gw_url_run(struct gw_exec *x);
+/* command.c. Before any command runs, and before any thread: make the
+ * gateway a child subreaper, to which what a dying watcher leaves comes,
+ * to be killed. 0 or -errno. */
+int gw_command_init(struct gateway *gw);
+/* On SIGCHLD (main.c, the thread that reads the signals): reap the
+ * watchers let go that have ended, and kill what came to the gateway. */
+void gw_command_reap(struct gateway *gw);
 
 /* ------------------------------------------------------------ answer.c */
 

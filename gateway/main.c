@@ -580,8 +580,8 @@ static void announce(const struct opts *o, const struct gw_listener *ls,
 }
 
 /* Until SIGTERM or SIGINT, which it returns; SIGHUP is logged and
- * ignored. */
-static int serve(const sigset_t *sigs)
+ * ignored; SIGCHLD reaps what came to the gateway (command.c). */
+static int serve(struct gateway *gw, const sigset_t *sigs)
 {
 	int sig = 0;
 
@@ -590,6 +590,8 @@ static int serve(const sigset_t *sigs)
 			continue;
 		if (sig == SIGTERM || sig == SIGINT)
 			break;
+		if (sig == SIGCHLD)
+			gw_command_reap(gw);
 		if (sig == SIGHUP)
 			log_info("SIGHUP: nothing to reload; restart to read "
 				 "the files again");
@@ -629,11 +631,14 @@ int main(int argc, char **argv)
 	}
 	/* Every thread inherits this mask: the signals are read here, with
 	 * sigwait(), and a write to a tool that closed its input fails with
-	 * EPIPE instead of killing the gateway. */
+	 * EPIPE instead of killing the gateway. SIGCHLD too: a child that
+	 * ends is reaped by the thread that started it, but an orphan (what
+	 * a dying watcher left) or a watcher let go is reaped here. */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGCHLD);
 	sigaddset(&sigs, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	sigdelset(&sigs, SIGPIPE);
@@ -648,6 +653,14 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground && daemonize("carmy-gateway", &ready_fd) != 0)
 		return 1;
+	/* After the fork: it is not inherited. */
+	rc = gw_command_init(&gw);
+	if (rc != 0) {
+		log_error("cannot become a child subreaper, so the commands' "
+			  "processes could outlive their calls: %s",
+			  strerror(-rc));
+		return 1;
+	}
 	/* libcurl's global state, before any thread (url tools). */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		log_error("cannot set up libcurl");
@@ -671,7 +684,7 @@ int main(int argc, char **argv)
 	}
 	if (i == o.n_listen) {
 		announce(&o, ls, ready_fd);
-		sig = serve(&sigs);
+		sig = serve(&gw, &sigs);
 		status = 0;
 	} else {
 		status = 1;
@@ -693,6 +706,7 @@ int main(int argc, char **argv)
 	gw_tools_free(&gw.tools);
 	gw_tokens_free(&gw.tokens);
 	free(gw.env);
+	free(gw.lingering);
 	curl_global_cleanup();
 	return status;
 }

@@ -27,7 +27,10 @@
  *          SEGMENT_LAYOUT_MISMATCH, SEGMENT_CORRUPT, DISCONNECTED, out of
  *          memory...); after COMMAND ran, its result unrecorded
  *          (DISCONNECTED: uncertain, what it did printed) or carmy-run's
- *          own output unwritten (recorded: a retry prints it)
+ *          own output unwritten (recorded: a retry prints it); or
+ *          COMMAND_LOST: carmy-run lost track of COMMAND while it ran
+ *          (its watcher was killed, say), everything COMMAND started was
+ *          killed, and the call is uncertain
  *   71     IDEMPOTENCY_CONFLICT: the identity was used for another call
  *   72     EXECUTION_UNCERTAIN: the identity is running or was interrupted
  *   73     IDEMPOTENCY_CAPACITY: carmyd's table is full
@@ -61,7 +64,10 @@
  * connection, which carmyd takes as a dead owner, so the entry becomes
  * uncertain and is never freed for a second run; COMMAND's watcher
  * (supervise.c) then kills COMMAND and everything it started, so that
- * nothing of it goes on after the call was reported uncertain.
+ * nothing of it goes on after the call was reported uncertain. Should the
+ * watcher be the one killed, COMMAND dies with it, and carmy-run, a child
+ * subreaper, gets and kills what COMMAND started, before it reports the
+ * call uncertain (COMMAND_LOST).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -158,6 +164,14 @@ struct capture {
 	int status;		/* CARMY_STATUS_* */
 };
 
+/* How COMMAND was lost (RUN_LOST). */
+struct lost {
+	int err;		/* what lost it; 0: the watcher ended */
+	int watcher;		/* the watcher's wait status; -1: unknown */
+	int left;		/* COMMAND's processes still alive after the
+				 * kill; -errno: they could not be listed */
+};
+
 enum run_outcome {
 	RUN_DONE,		/* COMMAND ran and ended, or timed out */
 	RUN_NOT_STARTED,	/* a system error before COMMAND could start */
@@ -208,7 +222,9 @@ static const char usage_text[] =
 	"  69     DAEMON_UNAVAILABLE     carmyd cannot be reached (or\n"
 	"         TOO_MANY_CLIENTS: it serves all its --max-clients allows)\n"
 	"  70     any other internal or system error (PROTOCOL_ERROR, SEGMENT_*,\n"
-	"         DISCONNECTED, out of memory...)\n"
+	"         DISCONNECTED, out of memory...); COMMAND_LOST: COMMAND was\n"
+	"         lost while it ran (its watcher killed, say), all it started\n"
+	"         was killed, and the call is uncertain\n"
 	"  71     IDEMPOTENCY_CONFLICT   the identity was used for another call\n"
 	"  72     EXECUTION_UNCERTAIN    the identity is running or was interrupted\n"
 	"  73     IDEMPOTENCY_CAPACITY   carmyd's table is full\n"
@@ -254,7 +270,8 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 static int replay(const struct opts *o, const struct carmy_reservation *r);
 static enum run_outcome run_command(const struct opts *o,
 				    const struct cancelling *k,
-				    struct capture *cap, int *err);
+				    struct capture *cap, int *err,
+				    struct lost *lost);
 static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 				int sfd, struct capture *cap, int *err);
 static int capture_read(int fd, struct capture *cap, size_t max);
@@ -269,6 +286,8 @@ static int report_code(const struct opts *o, int code,
 static int report_unrecorded(const struct opts *o, int code,
 			     const struct carmy_reservation *r,
 			     const struct capture *cap);
+static int report_lost(const struct opts *o, const struct lost *lost,
+		       const struct carmy_reservation *r);
 static void name_socket(const struct opts *o, int code, char *why,
 			size_t len);
 static int exit_for(int code);
@@ -702,6 +721,7 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 			const struct cancelling *k)
 {
 	struct capture cap = { 0 };
+	struct lost lost = { 0 };
 	enum run_outcome out;
 	char msg[512], why[256];
 	int err = 0, rc, status;
@@ -718,7 +738,7 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 		out = RUN_NOT_STARTED;
 		err = ENOMEM;
 	} else {
-		out = run_command(o, k, &cap, &err);
+		out = run_command(o, k, &cap, &err, &lost);
 	}
 
 	switch (out) {
@@ -776,11 +796,7 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 		free(cap.buf);
 		/* Not released and not completed: closing the connection
 		 * leaves the entry uncertain, which is the truth. */
-		snprintf(msg, sizeof(msg),
-			 "%s COMMAND was started, so this identity now "
-			 "reports EXECUTION_UNCERTAIN.", carmy_strerror(-err));
-		return report(o, EXIT_INTERNAL, carmy_errname(-err), msg,
-			      r->execution_id, NULL);
+		return report_lost(o, &lost, r);
 	}
 
 	runfmt_put_head(cap.buf, cap.exit_code);
@@ -851,19 +867,31 @@ static int replay(const struct opts *o, const struct carmy_reservation *r)
  */
 static enum run_outcome run_command(const struct opts *o,
 				    const struct cancelling *k,
-				    struct capture *cap, int *err)
+				    struct capture *cap, int *err,
+				    struct lost *lost)
 {
 	struct supervised sv;
 	enum run_outcome out;
-	int rc;
+	int rc, ws;
 
-	rc = sv_start(&sv, o->cmd, &k->old);
+	/* So that what COMMAND starts comes to us should its watcher die. */
+	rc = sv_subreaper();
+	if (rc == 0)
+		rc = sv_start(&sv, o->cmd, &k->old);
 	if (rc != 0) {
 		*err = rc > 0 ? rc : -rc;
 		return rc > 0 ? RUN_EXEC_FAILED : RUN_NOT_STARTED;
 	}
 	out = collect(o, &sv, k->sfd, cap, err);
-	sv_finish(&sv, out != RUN_DONE);
+	ws = sv_finish(&sv, out != RUN_DONE);
+	if (out == RUN_LOST) {
+		/* Before the call is said uncertain: a watcher that died left
+		 * us what COMMAND started (COMMAND died with it), and one
+		 * still there killed what it could and left us the rest. */
+		lost->err = *err;
+		lost->watcher = ws;
+		lost->left = sv_kill_orphans(false, SV_KILL_WAIT_MS);
+	}
 	return out;
 }
 
@@ -959,6 +987,8 @@ static int wait_running(carmy_t *c, const struct carmy_call *call,
  * kill after it was reaped. At a deadline or a cancellation whatever still
  * runs of COMMAND is killed; if COMMAND itself had ended already (what is
  * left only holds its standard output open), its own status stands.
+ * RUN_LOST, with *err the error, or 0 if the watcher ended without a word
+ * (killed).
  */
 static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 				int sfd, struct capture *cap, int *err)
@@ -1016,7 +1046,7 @@ static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 			} else if (pfd[i].fd == sv->st) {
 				rc = sv_ended(sv, &wstatus);
 				if (rc <= 0) {
-					*err = rc < 0 ? -rc : ECHILD;
+					*err = rc < 0 ? -rc : 0;
 					return RUN_LOST;
 				}
 				exited = true;
@@ -1036,7 +1066,7 @@ static enum run_outcome collect(const struct opts *o, struct supervised *sv,
 		if (!exited) {
 			rc = sv_ended(sv, &wstatus);
 			if (rc <= 0) {
-				*err = rc < 0 ? -rc : ECHILD;
+				*err = rc < 0 ? -rc : 0;
 				return RUN_LOST;
 			}
 		}
@@ -1225,7 +1255,9 @@ static int report_code(const struct opts *o, int code,
  * carmy_complete()): what it did is said, with the exit code and the
  * output, for an operator to resolve the call by (carmyctl resolve). Over
  * --max-result, the call is recorded as failed with that code: its exit
- * code is said, its output, cut short, is not.
+ * code is said, its output, cut short, is not. A --max-result too small
+ * for the exit code alone (cap->keep is never under HEAD_LEN, and is
+ * HEAD_LEN only then) refuses every result, which is what to say.
  */
 static int report_unrecorded(const struct opts *o, int code,
 			     const struct carmy_reservation *r,
@@ -1236,7 +1268,17 @@ static int report_unrecorded(const struct opts *o, int code,
 	size_t len = cap->len - HEAD_LEN;
 	char msg[1024];
 
-	if (large)
+	if (large && cap->keep <= HEAD_LEN)
+		snprintf(msg, sizeof(msg), "%s COMMAND ran and exited %d; "
+			 "carmyd's --max-result is under %d bytes, too small "
+			 "for even the exit code (%d bytes) a carmy-run "
+			 "result starts with, so every result is too large "
+			 "whatever the output: the call is recorded as "
+			 "failed with this error, and replayed as such. Run "
+			 "carmyd with a larger --max-result.",
+			 carmy_strerror(code), cap->exit_code, HEAD_LEN,
+			 HEAD_LEN);
+	else if (large)
 		snprintf(msg, sizeof(msg), "%s COMMAND ran and exited %d; "
 			 "its output was over carmyd's --max-result, so the "
 			 "call is recorded as failed with this error, and "
@@ -1281,6 +1323,50 @@ static int report_unrecorded(const struct opts *o, int code,
 			"output: %s)\n", carmy_errname(code), msg,
 			strerror(errno));
 	return exit_for(code);
+}
+
+/*
+ * COMMAND was lost (RUN_LOST): what happened, and that the call is
+ * uncertain, to be resolved. What COMMAND started was killed already
+ * (run_command()): the operator who finds no effect and resolves the call
+ * as not run cannot be followed by one.
+ */
+static int report_lost(const struct opts *o, const struct lost *lost,
+		       const struct carmy_reservation *r)
+{
+	char what[160], stopped[192], msg[1024];
+	int ws = lost->watcher;
+
+	if (lost->err != 0)
+		snprintf(what, sizeof(what), "carmy-run lost track of COMMAND "
+			 "(%s)", strerror(lost->err));
+	else if (ws >= 0 && WIFSIGNALED(ws))
+		snprintf(what, sizeof(what), "The process watching COMMAND "
+			 "died (signal %d) while COMMAND ran", WTERMSIG(ws));
+	else if (ws >= 0 && WIFEXITED(ws))
+		snprintf(what, sizeof(what), "The process watching COMMAND "
+			 "ended (status %d) while COMMAND ran",
+			 WEXITSTATUS(ws));
+	else
+		snprintf(what, sizeof(what), "The process watching COMMAND "
+			 "is gone");
+	if (lost->left == 0)
+		snprintf(stopped, sizeof(stopped), "COMMAND and everything "
+			 "it started were stopped");
+	else if (lost->left > 0)
+		snprintf(stopped, sizeof(stopped), "COMMAND was stopped, but "
+			 "%d of the processes it started could not be (another "
+			 "user's, or stuck) and may still run", lost->left);
+	else
+		snprintf(stopped, sizeof(stopped), "COMMAND was stopped, but "
+			 "the processes it started could not be listed (%s) "
+			 "and may still run", strerror(-lost->left));
+	snprintf(msg, sizeof(msg), "%s; %s. Whether its effect happened is "
+		 "not known: the identity reports EXECUTION_UNCERTAIN until "
+		 "it is resolved (carmyctl resolve %s --committed --exit-code "
+		 "N, or --not-committed).", what, stopped, r->execution_id);
+	return report(o, EXIT_INTERNAL, "COMMAND_LOST", msg, r->execution_id,
+		      NULL);
 }
 
 /*

@@ -14,15 +14,28 @@
  * could commit its effect after an operator, finding none, had resolved
  * the call as not run.
  *
- * COMMAND itself gets SIGKILL if the watcher dies (PR_SET_PDEATHSIG). The
- * watcher ignores the signals a terminal sends a whole job, so that ^C
- * cannot take it before it has done its work; COMMAND gets back the
- * dispositions carmy-run had.
+ * COMMAND itself gets SIGKILL if the watcher dies (PR_SET_PDEATHSIG), but
+ * what COMMAND started does not: those become the children of the nearest
+ * subreaper above. So carmy-run is one too (sv_subreaper()): should the
+ * watcher be killed, they come to carmy-run, which kills them all
+ * (sv_kill_orphans()) before it reports the call uncertain. The watcher
+ * ignores the signals a terminal sends a whole job, so that ^C cannot
+ * take it before it has done its work; COMMAND gets back the dispositions
+ * carmy-run had.
+ *
+ * A caller that runs many commands at once (carmy-gateway) cannot tell
+ * whose watcher an orphan came from, so it kills every orphan, and no
+ * watcher may leave it any but in dying: one let go without a kill
+ * (sv_let_go()) stays, the reaper of what COMMAND left running, until
+ * all of that has ended. Its COMMANDs run in sessions of their own, so
+ * that the caller's own children, in its session, are told apart from
+ * the orphans, which can never join it.
  *
  * The watcher tells carmy-run, on a pipe, in records of two ints: whether
  * COMMAND was exec'd ('R') or why not ('E' exec's errno, 'F' the watcher's
- * own), then how it ended ('X', wait status).
+ * own), then how it ended ('X', wait status); let go, that it stays ('L').
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -30,9 +43,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +59,7 @@ enum {
 	REC_EXEC_FAILED = 'E',		/* exec failed: errno */
 	REC_SETUP_FAILED = 'F',		/* the watcher could not start it */
 	REC_EXITED = 'X',		/* COMMAND's wait status */
+	REC_LINGERING = 'L',		/* let go, it stays as a reaper */
 };
 
 struct rec {
@@ -57,9 +73,8 @@ struct rec {
 static const int job_signals[] = { SIGINT, SIGQUIT, SIGHUP, SIGTERM,
 				   SIGPIPE };
 #define NJOB (sizeof(job_signals) / sizeof(job_signals[0]))
-/* How long a kill waits for what it killed to die before leaving the rest
- * to init. */
-#define KILL_WAIT_MS 2000
+/* The most orphans a round of sv_kill_orphans() waits on at once. */
+#define WAIT_FDS 32
 
 static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
 		  pid_t parent, int ctl, int st, int out)
@@ -67,9 +82,20 @@ static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
 static void tell(int st, int type, int value);
 static void reap(pid_t cmd, int st, bool *cmd_reaped, bool block);
 static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped);
+static void linger(int ctl, int st) __attribute__((noreturn));
 static int read_rec(int fd, struct rec *r);
 static void close_others(const int *keep, int n);
 static void drain(int sfd);
+static int reap_watcher(pid_t watcher);
+static int list_children(pid_t **pids, size_t *n);
+static int proc_stat(pid_t pid, char *state, pid_t *ppid, pid_t *sid);
+static long ms_since(const struct timespec *t0);
+static void wait_any(const pid_t *pids, int n, int ms);
+
+int sv_subreaper(void)
+{
+	return prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 ? 0 : -errno;
+}
 
 int sv_start(struct supervised *s, char **argv, const sigset_t *mask)
 {
@@ -145,14 +171,89 @@ void sv_kill(struct supervised *s)
 	(void)send(s->ctl, "K", 1, MSG_NOSIGNAL);
 }
 
-void sv_finish(struct supervised *s, bool kill)
+int sv_finish(struct supervised *s, bool kill)
 {
 	(void)send(s->ctl, kill ? "K" : "Q", 1, MSG_NOSIGNAL);
 	close(s->ctl);
 	close(s->st);
 	close(s->out);
-	while (waitpid(s->watcher, NULL, 0) < 0 && errno == EINTR)
+	return reap_watcher(s->watcher);
+}
+
+pid_t sv_let_go(struct supervised *s, int *wstatus)
+{
+	struct rec r;
+	int n;
+
+	(void)send(s->ctl, "L", 1, MSG_NOSIGNAL);
+	close(s->ctl);
+	close(s->out);
+	/* 'L', or end of file: it has ended (or is ending: exit closes the
+	 * pipe before its parent can reap it). */
+	while ((n = read_rec(s->st, &r)) == 1 && r.type != REC_LINGERING)
 		;
+	close(s->st);
+	if (n == 1)
+		return s->watcher;
+	*wstatus = reap_watcher(s->watcher);
+	return 0;
+}
+
+/*
+ * Rounds of: list our children, reap the dead orphans, SIGKILL the live
+ * ones, wait for one of them to die. A dying orphan's children come to us
+ * before it can be reaped, so a round that finds no orphan, dead or alive,
+ * finds the last of them gone. An orphan is told by its parent (us) and
+ * session, read from /proc/PID/stat in one read: a pid listed that was
+ * reaped meanwhile (one of our own children, by the thread that started
+ * it) and reused is then someone else's, and left alone.
+ */
+int sv_kill_orphans(bool keep_session, int wait_ms)
+{
+	pid_t me = getpid(), sid = getsid(0);
+	struct timespec t0;
+	bool again = true;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		pid_t *pids, waits[WAIT_FDS], ppid, psid;
+		int alive = 0, killed = 0, reaped = 0, nw = 0, rc;
+		size_t n;
+		char state;
+
+		rc = list_children(&pids, &n);
+		if (rc < 0)
+			return rc;
+		for (size_t i = 0; i < n; i++) {
+			if (proc_stat(pids[i], &state, &ppid, &psid) != 0 ||
+			    ppid != me || (keep_session && psid == sid))
+				continue;
+			if (state == 'Z' || state == 'X') {
+				reaped += waitpid(pids[i], NULL, WNOHANG) > 0;
+				continue;
+			}
+			alive++;
+			if (kill(pids[i], SIGKILL) != 0)
+				continue;	/* not ours to kill */
+			killed++;
+			if (nw < WAIT_FDS)
+				waits[nw++] = pids[i];
+		}
+		free(pids);
+		/* The children list is read without a lock: a list that
+		 * changed while it was read may miss one, so none left is
+		 * said by two lists in a row. */
+		if (alive == 0 && reaped == 0 && !again)
+			return 0;
+		again = alive != 0 || reaped != 0;
+		if (alive == 0)
+			continue;
+		if (killed == 0 && reaped == 0)
+			return alive;
+		if (ms_since(&t0) >= wait_ms)
+			return alive;
+		wait_any(waits, nw, (int)(wait_ms - ms_since(&t0)));
+	}
 }
 
 /* ------------------------------------------------------------ watcher */
@@ -185,6 +286,10 @@ static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
 		_exit(0);
 	}
 	if (cmd == 0) {
+		/* First: whatever it starts is never in the caller's session,
+		 * even if we die before it is exec'd. */
+		if (io != NULL && io->new_session && setsid() < 0)
+			goto fail;
 		/* COMMAND gets carmy-run's dispositions, its mask from before
 		 * it blocked the cancelling signals, and its descriptors (all
 		 * of ours are close-on-exec). */
@@ -252,7 +357,9 @@ fail:
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n == 1 && c == 'Q')
-			_exit(0);	/* what is left runs on, under init */
+			_exit(0);	/* what is left runs on, above us */
+		if (n == 1 && c == 'L')
+			linger(ctl, st);
 		kill_all(cmd, st, sfd, &cmd_reaped);
 		if (n != 1)
 			_exit(0);	/* carmy-run is gone */
@@ -290,7 +397,7 @@ static void reap(pid_t cmd, int st, bool *cmd_reaped, bool block)
  * be reused before we reap it. A round waits for SIGCHLD (on sfd), not
  * for one child, so that thousands go in a few rounds. What cannot be
  * killed (another user's, after a setuid exec) is left to init, and so is
- * whatever is left after KILL_WAIT_MS, so that a process stuck in the
+ * whatever is left after SV_KILL_WAIT_MS, so that a process stuck in the
  * kernel cannot hold the timeout or the cancellation up for long: COMMAND's
  * end is still reported whenever it comes. Without the children list (no
  * CONFIG_PROC_CHILDREN, or /proc not mounted) only COMMAND is killed.
@@ -328,11 +435,33 @@ static void kill_all(pid_t cmd, int st, int sfd, bool *cmd_reaped)
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		ms = (now.tv_sec - t0.tv_sec) * 1000 +
 		     (now.tv_nsec - t0.tv_nsec) / 1000000;
-		if (ms >= KILL_WAIT_MS)
+		if (ms >= SV_KILL_WAIT_MS)
 			return;
-		if (poll(&pfd, 1, (int)(KILL_WAIT_MS - ms)) > 0)
+		if (poll(&pfd, 1, (int)(SV_KILL_WAIT_MS - ms)) > 0)
 			drain(sfd);
 	}
+}
+
+/*
+ * Let go ('L'): stay, the reaper of what COMMAND left running, until all
+ * of it has ended, so that none of it comes to our caller (what a dying
+ * child leaves comes to us, a subreaper, and is reaped here in turn).
+ * The caller is told that we stay, or finds us ended. Its going away no
+ * longer kills anything: ctl is closed.
+ */
+static void linger(int ctl, int st)
+{
+	pid_t p;
+
+	close(ctl);
+	while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
+		;
+	if (p == 0)
+		tell(st, REC_LINGERING, 0);
+	close(st);
+	while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+		;
+	_exit(0);
 }
 
 /* 1 and a whole record, 0 at end of file, or -errno. */
@@ -390,4 +519,156 @@ static void drain(int sfd)
 
 	while (read(sfd, &si, sizeof(si)) == sizeof(si))
 		;
+}
+
+/* ------------------------------------------------------------ orphans */
+
+static int reap_watcher(pid_t watcher)
+{
+	int ws;
+
+	while (waitpid(watcher, &ws, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return ws;
+}
+
+/*
+ * Our children's pids (malloc'd, *n of them), from each thread's
+ * /proc/self/task/TID/children: a process is the child of the thread
+ * that forked it, and an orphan of any thread. Without those files
+ * (no CONFIG_PROC_CHILDREN) every pid in /proc, for the caller to pick
+ * ours from by their parent. 0 or -errno.
+ */
+static int list_children(pid_t **pids, size_t *n)
+{
+	bool any = false, all = false;
+	size_t cap = 64;
+	struct dirent *de;
+	DIR *d;
+
+	*n = 0;
+	*pids = malloc(cap * sizeof(**pids));
+	if (*pids == NULL)
+		return -ENOMEM;
+again:
+	d = opendir(all ? "/proc" : "/proc/self/task");
+	if (d == NULL) {
+		free(*pids);
+		return -errno;
+	}
+	while ((de = readdir(d)) != NULL) {
+		char path[64];
+		long pid;
+		FILE *f = NULL;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		if (all) {
+			pid = strtol(de->d_name, NULL, 10);
+		} else {
+			snprintf(path, sizeof(path),
+				 "/proc/self/task/%.20s/children", de->d_name);
+			f = fopen(path, "re");
+			if (f == NULL)
+				continue;	/* a thread gone, or no file */
+			any = true;
+			if (fscanf(f, "%ld", &pid) != 1) {
+				fclose(f);
+				continue;
+			}
+		}
+		do {
+			if (*n == cap) {
+				pid_t *p = realloc(*pids,
+						   2 * cap * sizeof(*p));
+
+				if (p == NULL) {
+					if (f != NULL)
+						fclose(f);
+					closedir(d);
+					free(*pids);
+					return -ENOMEM;
+				}
+				*pids = p;
+				cap *= 2;
+			}
+			(*pids)[(*n)++] = (pid_t)pid;
+		} while (f != NULL && fscanf(f, "%ld", &pid) == 1);
+		if (f != NULL)
+			fclose(f);
+	}
+	closedir(d);
+	if (!any && !all) {
+		all = true;
+		goto again;
+	}
+	return 0;
+}
+
+/* From /proc/PID/stat, read at once: state, parent and session. 0, or
+ * -1 if there is no such process. */
+static int proc_stat(pid_t pid, char *state, pid_t *ppid, pid_t *sid)
+{
+	char path[32], buf[1024], *p;
+	int fd, pgrp;
+	ssize_t len;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return -1;
+	buf[len] = '\0';
+	/* After the last ')': the name in between may hold anything. */
+	p = strrchr(buf, ')');
+	if (p == NULL || sscanf(p + 1, " %c %d %d %d", state, ppid, &pgrp,
+				sid) != 4)
+		return -1;
+	return 0;
+}
+
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t0->tv_sec) * 1000 +
+	       (now.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/*
+ * Up to ms for one of pids (our unreaped children) to end: each one's
+ * pidfd turns readable when it does. Without pidfds (before Linux 5.3),
+ * a nap of 10 ms.
+ */
+static void wait_any(const pid_t *pids, int n, int ms)
+{
+	struct pollfd pfd[WAIT_FDS];
+	int k = 0;
+
+#ifdef SYS_pidfd_open
+	for (int i = 0; i < n; i++) {
+		int fd = (int)syscall(SYS_pidfd_open, pids[i], 0);
+
+		if (fd >= 0)
+			pfd[k++] = (struct pollfd){ fd, POLLIN, 0 };
+	}
+#else
+	(void)pids;
+	(void)n;
+#endif
+	if (k > 0) {
+		while (poll(pfd, (nfds_t)k, ms) < 0 && errno == EINTR)
+			;
+		while (k > 0)
+			close(pfd[--k].fd);
+		return;
+	}
+	if (ms > 10)
+		ms = 10;
+	nanosleep(&(struct timespec){ 0, ms * 1000000L }, NULL);
 }
