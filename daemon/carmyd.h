@@ -119,7 +119,6 @@ unsigned long owners_count(void);
  * s->lock (each says so), so carmyd's own writes to the segment are made
  * one at a time whichever event loop asks. */
 struct owed;			/* store.c */
-struct held_owner;		/* store.c */
 
 struct store {
 	pthread_mutex_t lock;
@@ -151,12 +150,6 @@ struct store {
 	uint64_t last_reclaim_ns;
 	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
 	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
-	/* Owner ids of the previous carmyd whose process still ran at the
-	 * end of the grace period: their running entries stay theirs until
-	 * that process exits or comes back for them (hold_running()),
-	 * sorted by id. */
-	struct held_owner *held;
-	size_t nheld;
 	/* Entries an operator's RESOLVE is on its way to the store for: a
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
 	uint32_t resolving[16];

@@ -89,10 +89,6 @@ static void *populate(void *arg);
 static void populate_end(struct store *s);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
-static void hold_running(struct store *s);
-static bool let_go_exited(struct store *s);
-static const struct held_owner *held_find(const struct store *s,
-					  uint32_t owner);
 static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size);
 
 int store_open(struct store *s, const struct carmyd_config *cfg)
@@ -195,9 +191,6 @@ void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 	 * releases still owed stay pending in the segment: the next carmyd
 	 * settles them at load. */
 	forget_owed(s);
-	free(s->held);
-	s->held = NULL;
-	s->nheld = 0;
 	if (s->ops != NULL)
 		s->ops->close(s->st);
 	s->ops = NULL;
@@ -253,9 +246,8 @@ int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn)
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if ((s->grace_until_ns == 0 && held_find(s, owner) == NULL) ||
-	    owner < SHM_OWNER_MIN || owner >= s->owner_base || pid <= 0 ||
-	    started == 0)
+	if (s->grace_until_ns == 0 || owner < SHM_OWNER_MIN ||
+	    owner >= s->owner_base || pid <= 0 || started == 0)
 		rc = -EPERM;
 	for (uint32_t e = 0; rc == 0 && e < s->view.geo.capacity; e++) {
 		uint64_t t = uatomic_read(&s->view.tickets[e]);
@@ -1066,13 +1058,10 @@ void store_tick(struct store *s)
 	pthread_mutex_lock(&s->lock);
 	if (s->grace_until_ns != 0 && clock_mono_ns() >= s->grace_until_ns) {
 		s->grace_until_ns = 0;
-		hold_running(s);
 		sweep_dead(s, "grace period over");
 	}
 	if (++s->ticks % 10 == 0) {
 		check(s);
-		if (s->nheld != 0 && let_go_exited(s))
-			sweep_dead(s, "a client of the previous carmyd exited");
 		sweep_dead(s, "orphaned tickets");
 		reclaim(s);
 	} else if (uatomic_read(&shm_header(&s->view)->sh_tombs) != 0) {
@@ -1809,147 +1798,9 @@ static bool dead_owner(uint32_t owner, void *arg)
 {
 	const struct store *s = arg;
 
-	if (owner < s->owner_base &&
-	    (s->grace_until_ns != 0 || held_find(s, owner) != NULL))
+	if (s->grace_until_ns != 0 && owner < s->owner_base)
 		return false;
 	return !owners_alive(owner);
-}
-
-/*
- * An owner id of the previous carmyd that no client took back within the
- * grace period, but whose process still runs: the process that claimed
- * every entry it holds (its pid is on each ticket), started before the
- * first of them (a reused pid cannot pass), as store_resume() asks. Its
- * tools may still be running, and their results are sent once the client
- * has something to say (libcarmy connects again only then): its entries
- * stay running, and its id can be taken back, until that process exits.
- */
-struct held_owner {
-	uint32_t owner;
-	uint32_t pid;
-	uint64_t pid_started_ns;	/* proc_start_ns() when held */
-	uint64_t first_ns;		/* its oldest entry's en_started_ns */
-	bool mixed;			/* tickets of more than one pid */
-};
-
-static int held_cmp(const void *a, const void *b)
-{
-	const struct held_owner *x = a, *y = b;
-
-	return x->owner < y->owner ? -1 : x->owner > y->owner;
-}
-
-static const struct held_owner *held_find(const struct store *s,
-					  uint32_t owner)
-{
-	const struct held_owner key = { .owner = owner };
-
-	return s->nheld == 0 ? NULL :
-	       bsearch(&key, s->held, s->nheld, sizeof(key), held_cmp);
-}
-
-/*
- * At the end of the grace period, under s->lock: hold every owner of the
- * previous carmyd that is not back but whose process still runs. Without
- * memory for the list, none is held: their entries turn uncertain, as they
- * always may.
- */
-static void hold_running(struct store *s)
-{
-	struct held_owner *h = NULL;
-	size_t n = 0, cap = 0, kept = 0;
-
-	for (uint32_t e = 0; e < s->view.geo.capacity; e++) {
-		uint64_t t = uatomic_read(&s->view.tickets[e]);
-		uint32_t owner = SHM_T_WHAT(t);
-		uint64_t at;
-
-		if (owner < SHM_OWNER_MIN || owner >= s->owner_base ||
-		    owners_alive(owner))
-			continue;
-		if (n == cap) {
-			struct held_owner *m;
-
-			cap = cap ? 2 * cap : 16;
-			m = realloc(h, cap * sizeof(*h));
-			if (m == NULL) {
-				free(h);
-				return;
-			}
-			h = m;
-		}
-		at = uatomic_read(&shm_entry_at(&s->view, e)->en_started_ns);
-		h[n++] = (struct held_owner){ .owner = owner,
-					      .pid = SHM_T_PID(t),
-					      .first_ns = at };
-	}
-	if (n != 0)
-		qsort(h, n, sizeof(*h), held_cmp);
-	/* One per owner, its oldest entry's start, mixed if two pids. */
-	for (size_t i = 0; i < n; i++) {
-		if (kept != 0 && h[kept - 1].owner == h[i].owner) {
-			struct held_owner *k = &h[kept - 1];
-
-			k->mixed |= k->pid != h[i].pid;
-			if (h[i].first_ns != 0 &&
-			    (k->first_ns == 0 || h[i].first_ns < k->first_ns))
-				k->first_ns = h[i].first_ns;
-			continue;
-		}
-		h[kept++] = h[i];
-	}
-	n = kept;
-	kept = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t started = h[i].mixed || pid_gone(h[i].pid, NULL) ?
-					   0 : proc_start_ns(h[i].pid);
-
-		/* A second of slack, as in store_resume(). */
-		if (started == 0 ||
-		    (h[i].first_ns != 0 && started > h[i].first_ns + 1000000000u))
-			continue;
-		h[i].pid_started_ns = started;
-		h[kept++] = h[i];
-	}
-	free(s->held);
-	s->held = kept != 0 ? h : NULL;
-	s->nheld = kept;
-	if (kept == 0)
-		free(h);
-	else
-		log_info("grace period over: %zu client%s of the previous "
-			 "carmyd still running, not back yet: their running "
-			 "entries stay theirs until they exit", kept,
-			 kept == 1 ? "" : "s");
-}
-
-/* Every second, under s->lock: forget the held owners that came back, and
- * let go of those whose process exited (or whose pid names another
- * process now). True if one was let go: a sweep makes its entries
- * uncertain. */
-static bool let_go_exited(struct store *s)
-{
-	size_t kept = 0;
-	bool gone = false;
-
-	for (size_t i = 0; i < s->nheld; i++) {
-		const struct held_owner *h = &s->held[i];
-
-		if (owners_alive(h->owner))
-			continue;
-		if (pid_gone(h->pid, NULL) ||
-		    proc_start_ns(h->pid) != h->pid_started_ns) {
-			gone = true;
-			continue;
-		}
-		s->held[kept++] = *h;
-	}
-	s->nheld = kept;
-	if (kept == 0) {
-		free(s->held);
-		s->held = NULL;
-	}
-	return gone;
 }
 
 /* The start of /proc/PID/NAME, NUL-terminated in buf: its length, or -1

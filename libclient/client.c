@@ -385,13 +385,12 @@ EXPORT const char *carmy_trust_detail(void)
 /*
  * A handle closed after it lost carmyd (carmyd restarted, or died and is
  * not back, and the handle gave up on it; or its segment was replaced):
- * a carmyd that comes back keeps this handle's running calls running
- * while this process runs, since it may still come back with their
- * results. It will not now: they are given up here in the segment, as
- * carmy_abandon() has carmyd do (shm_abandon()), uncertain from now on
- * rather than when this process exits. (A carmyd still serving the
- * connection makes the same change when it sees it close; one CAS
- * wins.) A handle carmyd still hears from needs none of it.
+ * a carmyd that comes back keeps this handle's running calls running for
+ * its grace period (--grace), for it to come back with their results. It
+ * will not now: they are given up here in the segment, as carmy_abandon()
+ * has carmyd do (shm_abandon()), uncertain from now on. (A carmyd still
+ * serving the connection makes the same change when it sees it close;
+ * one CAS wins.) A handle carmyd still hears from needs none of it.
  */
 static void abandon_left(carmy_t *c)
 {
