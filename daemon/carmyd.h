@@ -17,10 +17,11 @@
 
 #define CARMYD_DEFAULT_CAPACITY 10000
 #define CARMYD_DEFAULT_MAX_RESULT (16u * 1024)
-/* --grace: seconds the clients of a restarted carmyd's predecessor have to
- * come back for their running reservations (libcarmy reconnects by itself,
- * trying for CARMY_RECONNECT_MS). */
-#define CARMYD_DEFAULT_GRACE_S 10
+/* --grace: after a restart, the longest a client of the previous carmyd,
+ * its process still running, is waited for to come back for its running
+ * reservations (libcarmy connects again when it has a result to record).
+ * Ten minutes: an upgrade's restart in the middle of a long tool. */
+#define CARMYD_DEFAULT_GRACE_S 600
 /* --retain: completed executions are forgotten this long after they
  * finished (retain.c). A day: an agent's retries come within its session,
  * minutes to hours apart; a day still covers a job run again the next
@@ -119,6 +120,7 @@ unsigned long owners_count(void);
  * s->lock (each says so), so carmyd's own writes to the segment are made
  * one at a time whichever event loop asks. */
 struct owed;			/* store.c */
+struct held_owner;		/* store.c */
 
 struct store {
 	pthread_mutex_t lock;
@@ -149,7 +151,12 @@ struct store {
 	bool unlinked;		/* ... said to be gone from /dev/shm */
 	uint64_t last_reclaim_ns;
 	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
-	uint64_t grace_until_ns;	/* CLOCK_MONOTONIC; 0: no grace */
+	/* Owners of the previous carmyd whose client may still come back
+	 * for them (hold_previous()), sorted by id, held_left of them not
+	 * let go yet, until grace_until_ns (CLOCK_MONOTONIC) at most. */
+	struct held_owner *held;
+	size_t nheld, held_left;
+	uint64_t grace_until_ns;
 	/* Entries an operator's RESOLVE is on its way to the store for: a
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
 	uint32_t resolving[16];
@@ -175,11 +182,15 @@ const char *store_spec_shown(const char *spec, char *buf, size_t size);
 
 /* Open the store named by cfg->store and create, or validate and adopt,
  * the segment cfg->shm_name; load into it what the store holds, sweep the
- * previous carmyd's owners (leaving them cfg->grace_ms to come back), and
+ * previous carmyd's owners (holding those whose process still runs, for
+ * cfg->grace_ms at most, to come back), and
  * take the segment's liveness word. main() only, before the event loops
  * start. Returns 0 or a negative code (logged); store_close() undoes
  * whatever was done. */
 int store_open(struct store *s, const struct carmyd_config *cfg);
+/* Let go of the segment's liveness word: carmyd is stopping (clients read
+ * "no carmyd"). Takes s->lock; once the first loop has stopped. */
+void store_let_go_alive(struct store *s);
 /* Stop populating the segment, close the store, let go of the liveness word
  * (clients read "no carmyd" from then on) and unmap the segment; with
  * remove, unlink it too. main() only, once the event loops have stopped. */
@@ -190,10 +201,12 @@ void store_close(struct store *s, const struct carmyd_config *cfg,
  * -EOVERFLOW when the ids of this epoch are used up. */
 int store_new_owner(struct store *s, uint32_t *id);
 /* A client of the previous carmyd (pid, from SO_PEERCRED) asks for its
- * owner id back during the grace period: granted if every ticket of owner
- * was claimed by that process since it started; owner is then registered
- * to conn (owners_add()) before s->lock is let go. Returns 0, or -EPERM
- * when the id is not to be given back. */
+ * owner id back: granted if owner is held for that very process (it
+ * claimed every ticket of owner since it started); owner is then
+ * registered to conn (owners_add()) before s->lock is let go. Asked by
+ * the pid it is held for and refused (that pid names another process
+ * now), owner is held no more. Returns 0, or -EPERM when the id is not to
+ * be given back. */
 int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn);
 /* Does pid (from SO_PEERCRED) name the process the client knows as its
  * own, that is, is the client in carmyd's PID namespace? Reads
@@ -336,7 +349,8 @@ void store_sweep_dead(struct store *s, const char *why);
 /* Free what tombstones can be freed, at most once a millisecond. Takes
  * s->lock. Returns how many were freed. */
 uint32_t store_reclaim(struct store *s);
-/* The first loop's 100 ms tick: end the grace period when it is over,
+/* The first loop's 100 ms tick: let go of held owners whose process
+ * exited (each second) or whose --grace is over,
  * reclaim tombstones clients have made, and every second check the
  * segment header, sweep orphaned tickets and reclaim. Takes s->lock. */
 void store_tick(struct store *s);

@@ -65,10 +65,11 @@ static const char usage[] =
 	"                       hours apart, and a day still covers a job run\n"
 	"                       again the next morning). Running and interrupted\n"
 	"                       executions are never forgotten\n"
-	"  --grace SECONDS      after a restart, how long clients of the previous\n"
-	"                       carmyd may come back for their running\n"
-	"                       reservations before these turn uncertain\n"
-	"                       (default 10; 0: at once)\n"
+	"  --grace SECONDS      after a restart, a client of the previous carmyd\n"
+	"                       whose process still runs keeps its running\n"
+	"                       reservations, to come back with their results,\n"
+	"                       for this long at most (default 600; 0: none);\n"
+	"                       those of a process gone turn uncertain at once\n"
 	"  --threads N          event loops serving connections, 1..64\n"
 	"                       (default: one per two online CPUs, at most 8)\n"
 	"  --spin-us N          after an event, a loop polls for the next one\n"
@@ -265,7 +266,7 @@ static int parse_args(int argc, char **argv, struct carmyd_config *cfg)
 		case O_GRACE: {
 			uint32_t secs;
 
-			if (parse_u32("--grace", optarg, 0, 3600, false,
+			if (parse_u32("--grace", optarg, 0, 86400, false,
 				      &secs) != 0)
 				return -1;
 			cfg->grace_ms = secs * 1000;

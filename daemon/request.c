@@ -262,9 +262,17 @@ static int on_hello(struct conn *c, const struct wire_msg *m)
 	flags = (s->durable ? WIRE_F_DURABLE | WIRE_F_RELEASE_FIRST : 0) |
 		(s->shared ? WIRE_F_SHARED : 0) | WIRE_F_ABANDON;
 	/* A client of the previous carmyd, back for its owner id (and the
-	 * reservations it holds); else a new id. */
-	if (m->u.hello.owner != 0 &&
-	    store_resume(s, m->u.hello.owner, c->pid, c) == 0) {
+	 * reservations it holds); else a new id. Told to try again if its
+	 * process cannot be told for now: under a new id it would never
+	 * complete the calls it holds. */
+	rc = m->u.hello.owner != 0 ?
+		     store_resume(s, m->u.hello.owner, c->pid, c) : -EPERM;
+	if (rc == -EAGAIN) {
+		conn_fail(c, CARMY_EUNAVAILABLE, "cannot read /proc to tell "
+			  "a client of the previous carmyd: try again");
+		return DROPPED;
+	}
+	if (rc == 0) {
 		c->owner = m->u.hello.owner;
 		flags |= WIRE_F_RESUMED;
 		log_info("owner %u (pid %d) is back from epoch %u", c->owner,

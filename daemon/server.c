@@ -87,6 +87,7 @@ int server_run(struct store *s, const struct carmyd_config *cfg, int lfd)
 			rc = loop_run(&sv.loops[0]);
 			shm_bell_set(&s->view, sv.loops[0].bell, false);
 		}
+		store_let_go_alive(s);
 		loops_stop(&sv, started);
 	}
 	server_fini(&sv);
@@ -314,7 +315,7 @@ static void *loop_thread(void *arg)
  * closed and freed by server_fini() once every loop and the store are done
  * with them; their owners are not swept: carmyd is going away, and the
  * next carmyd's start-up sweep turns their running entries uncertain (or
- * gives them back to owners that return within the grace period).
+ * holds them for owners whose process still runs, to come back).
  */
 static int loop_run(struct loop *l)
 {

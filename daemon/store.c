@@ -65,7 +65,11 @@ static int vet_segment(struct store *s, const struct carmyd_config *cfg,
 		       const struct stat *st);
 static void recover(struct store *s, uint32_t grace_ms);
 static void forget_owed(struct store *s);
-static uint64_t proc_start_ns(uint32_t pid);
+static int proc_ticks(uint32_t pid, uint64_t *ticks);
+static uint64_t boot_time_ns(void);
+static struct held_owner *held_find(struct store *s, uint32_t owner);
+static void hold_previous(struct store *s, uint32_t grace_ms);
+static void held_check(struct store *s);
 static void check(struct store *s);
 static void check_header(struct store *s);
 static void check_linked(struct store *s);
@@ -90,6 +94,27 @@ static void populate_end(struct store *s);
 static bool dead_owner(uint32_t owner, void *arg);
 static bool pid_gone(uint32_t pid, void *arg);
 static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size);
+
+/*
+ * An owner id of the previous carmyd whose client may still come back for
+ * it: its running entries stay running, for their results, while the
+ * client's process runs. libcarmy connects again only when it has
+ * something to say, typically a tool's result at its end, so a tool
+ * running through a restart (an upgrade's) comes back whenever it ends.
+ */
+struct held_owner {
+	uint32_t owner;
+	uint32_t pid;
+	uint64_t pid_ticks;	/* its start, in clock ticks since boot */
+	uint64_t first_ns;	/* its oldest entry's en_started_ns */
+	bool mixed;		/* tickets of more than one pid: not held */
+	bool let_go;		/* back, refused, or its process exited */
+	bool gone;		/* held_check()'s, without the lock */
+};
+/* A clock stepped forward by up to this much between a reservation and a
+ * restart does not keep its client from being held (hold_previous()):
+ * more would let a pid reused that much later pass for the client. */
+#define HOLD_SLACK_NS (2 * 1000000000ull)
 
 int store_open(struct store *s, const struct carmyd_config *cfg)
 {
@@ -191,23 +216,40 @@ void store_close(struct store *s, const struct carmyd_config *cfg, bool remove)
 	 * releases still owed stay pending in the segment: the next carmyd
 	 * settles them at load. */
 	forget_owed(s);
+	free(s->held);
+	s->held = NULL;
+	s->nheld = s->held_left = 0;
 	if (s->ops != NULL)
 		s->ops->close(s->st);
 	s->ops = NULL;
 	if (s->plugin != NULL)
 		dlclose(s->plugin);
 	s->plugin = NULL;
-	/* Clients read "no carmyd" from here on. Before the unmap: the
-	 * kernel could not mark a word that is no longer mapped. */
-	if (s->holding)
-		shm_let_go_alive(&s->alive);
-	s->holding = false;
+	/* Before the unmap: the kernel could not mark a word that is no
+	 * longer mapped. */
+	store_let_go_alive(s);
 	shm_unmap(&s->view);
 	if (s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
 	if (remove && shm_unlink(cfg->shm_name) == 0)
 		log_info("removed segment %s", cfg->shm_name);
+}
+
+/*
+ * Clients read "no carmyd" from here on: carmyd is stopping, and serves
+ * no new request. A new call fails closed at once, and a handle closed
+ * from now on makes its running calls uncertain itself (libcarmy's
+ * abandon_left()), since no carmyd sweeps them: the next one would hold
+ * them for a process that lives on.
+ */
+void store_let_go_alive(struct store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->holding)
+		shm_let_go_alive(&s->alive);
+	s->holding = false;
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* Hand out the next owner id; ids are never reused within an epoch, and the
@@ -232,39 +274,47 @@ int store_new_owner(struct store *s, uint32_t *id)
 /*
  * A client of the previous carmyd asks for its owner id back, so that the
  * reservations it holds stay its own (it is running their tools). Granted
- * only during the grace period, for an id of an earlier epoch that nobody
- * has taken back yet, and only if every entry that id holds was claimed by
- * the asking process: its pid (the kernel's word, SO_PEERCRED) is on every
- * ticket, and it was running before each of those reservations was made,
- * so a reused pid cannot pass. The id is registered to conn before the lock
- * is let go, so the end of the grace period cannot sweep it in between.
- * Returns 0, or -EPERM when the id is not to be given back.
+ * to a held owner (hold_previous()) asked for by the process it is held
+ * for: its pid (the kernel's word, SO_PEERCRED), started at the same
+ * clock tick as the one held, so a reused pid cannot pass. Either way an
+ * owner asked for by its pid is no longer held: given back, it is a
+ * client like any other, whose disconnect ends its calls; refused, the
+ * asker is another process. Asked for by another pid, it stays held. The
+ * id is registered to conn before the lock is let go, so no sweep can
+ * come in between. Returns 0, -EPERM when the id is not given back, or
+ * -EAGAIN when there is no telling now (still held: to ask again).
  */
 int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn)
 {
-	uint64_t started = proc_start_ns((uint32_t)pid);
-	int rc = 0;
+	const char *why = NULL;
+	struct held_owner *h;
+	uint64_t ticks = 0;
+	int rc = -EPERM, alive;
 
+	/* The asker runs: its pid names it, unless /proc cannot be read
+	 * (out of descriptors, say), and then it is to ask again. */
+	alive = pid > 0 ? proc_ticks((uint32_t)pid, &ticks) : 0;
 	pthread_mutex_lock(&s->lock);
-	if (s->grace_until_ns == 0 || owner < SHM_OWNER_MIN ||
-	    owner >= s->owner_base || pid <= 0 || started == 0)
-		rc = -EPERM;
-	for (uint32_t e = 0; rc == 0 && e < s->view.geo.capacity; e++) {
-		uint64_t t = uatomic_read(&s->view.tickets[e]);
-		uint64_t at;
-
-		if (SHM_T_WHAT(t) != owner)
-			continue;
-		at = uatomic_read(&shm_entry_at(&s->view, e)->en_started_ns);
-		/* A second of slack: the kernel counts start times in clock
-		 * ticks since a boot time it gives in whole seconds. */
-		if (SHM_T_PID(t) != (uint32_t)pid ||
-		    (at != 0 && started > at + 1000000000u))
-			rc = -EPERM;
+	h = held_find(s, owner);
+	if (h != NULL && h->pid == (uint32_t)pid) {
+		if (alive < 0)
+			rc = -EAGAIN;
+		else if (alive == 0 || ticks != h->pid_ticks)
+			why = "another process now";
+		else if (owners_add(owner, conn) != 0)
+			why = "cannot register it";
+		else
+			rc = 0;
+		if (rc != -EAGAIN) {
+			h->let_go = true;
+			s->held_left--;
+		}
 	}
-	if (rc == 0 && owners_add(owner, conn) != 0)
-		rc = -EPERM;	/* taken back already (-EEXIST) */
 	pthread_mutex_unlock(&s->lock);
+	if (why != NULL)
+		log_info("owner %u of the previous carmyd not given back to pid "
+			 "%d (%s): its running entries turn uncertain", owner,
+			 (int)pid, why);
 	return rc;
 }
 
@@ -900,7 +950,7 @@ static void check(struct store *s)
 {
 	uint32_t was, n;
 
-	if (shm_restore_alive(&s->alive, &was)) {
+	if (s->holding && shm_restore_alive(&s->alive, &was)) {
 		if (s->alive_fixes++ == 0)
 			log_error("the segment's liveness word held %#x, not "
 				  "our keeper thread's id %u: a client wrote "
@@ -1053,14 +1103,18 @@ static uint32_t reclaim(struct store *s)
  * the owed releases again. */
 void store_tick(struct store *s)
 {
-	bool owed;
+	bool owed, held;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->grace_until_ns != 0 && clock_mono_ns() >= s->grace_until_ns) {
-		s->grace_until_ns = 0;
-		sweep_dead(s, "grace period over");
-	}
-	if (++s->ticks % 10 == 0) {
+	++s->ticks;
+	held = s->held != NULL &&
+	       (s->ticks % 10 == 0 || s->held_left == 0 ||
+		clock_mono_ns() >= s->grace_until_ns);
+	pthread_mutex_unlock(&s->lock);
+	if (held)
+		held_check(s);
+	pthread_mutex_lock(&s->lock);
+	if (s->ticks % 10 == 0) {
 		check(s);
 		sweep_dead(s, "orphaned tickets");
 		reclaim(s);
@@ -1779,10 +1833,10 @@ static void recover(struct store *s, uint32_t grace_ms)
 	s->next_owner = next;
 	s->epoch = uatomic_read(&h->sh_epoch) + 1;
 	s->owner_base = next;
-	/* The previous carmyd's clients may come back for their running
-	 * reservations: until the grace period ends, the sweep leaves them. */
+	/* The previous carmyd's clients that still run may come back for
+	 * their running reservations: the sweep leaves those. */
 	if (grace_ms > 0 && s->epoch > 1)
-		s->grace_until_ns = clock_mono_ns() + (uint64_t)grace_ms * 1000000u;
+		hold_previous(s, grace_ms);
 	sweep_dead(s, "start-up");
 	uatomic_set(&h->sh_owner_base, next);
 	uatomic_set(&h->sh_next_owner, next);
@@ -1791,16 +1845,182 @@ static void recover(struct store *s, uint32_t grace_ms)
 	shm_reclaim(&s->view);
 }
 
-/* An owner is dead when no connection holds its id, except that during the
- * grace period after a restart an owner of the previous carmyd may still
- * come back for its reservations (store_resume). */
+/* An owner is dead when no connection holds its id, except an owner of the
+ * previous carmyd still held for its client to come back (hold_previous()). */
 static bool dead_owner(uint32_t owner, void *arg)
 {
-	const struct store *s = arg;
+	struct store *s = arg;
 
-	if (s->grace_until_ns != 0 && owner < s->owner_base)
-		return false;
-	return !owners_alive(owner);
+	return !owners_alive(owner) && held_find(s, owner) == NULL;
+}
+
+static int held_cmp(const void *a, const void *b)
+{
+	const struct held_owner *x = a, *y = b;
+
+	return x->owner < y->owner ? -1 : x->owner > y->owner;
+}
+
+/* owner, if it is held and not let go; under s->lock. */
+static struct held_owner *held_find(struct store *s, uint32_t owner)
+{
+	const struct held_owner key = { .owner = owner };
+	struct held_owner *h;
+
+	if (s->held == NULL)
+		return NULL;
+	h = bsearch(&key, s->held, s->nheld, sizeof(key), held_cmp);
+	return h != NULL && !h->let_go ? h : NULL;
+}
+
+/*
+ * At start-up, before the first sweep: hold each owner of the previous
+ * carmyd whose process still runs, for grace_ms at most. That process
+ * claimed every entry the owner holds (its pid is on each ticket) and
+ * started before the first of them, so a reused pid is not held: a
+ * process started later could ask for the id and complete the calls with
+ * results of its own. The two times are on the wall clock (en_started_ns;
+ * the kernel's boot time plus the start's clock ticks), with HOLD_SLACK_NS
+ * of slack for the boot time's whole seconds and a clock stepped forward
+ * meanwhile (a bigger step lets the client go: its calls turn uncertain,
+ * never run twice). From then on the process is told by its start in
+ * clock ticks alone, which no clock step moves. The bound is for a
+ * process that lives on without its handle (an exec, a handle leaked): it
+ * will never come back. A process /proc cannot tell of now is not held,
+ * nor is any without memory for the list: their entries turn uncertain,
+ * as they always may. Each restart holds anew: a carmyd restarted again
+ * and again holds a client that does not come back for as long.
+ */
+static void hold_previous(struct store *s, uint32_t grace_ms)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t tick_ns = hz > 0 ? 1000000000u / (uint64_t)hz : 0, boot_ns;
+	struct held_owner *h = NULL;
+	size_t n = 0, cap = 0, kept = 0;
+
+	for (uint32_t e = 0; e < s->view.geo.capacity; e++) {
+		uint64_t t = uatomic_read(&s->view.tickets[e]);
+		uint32_t owner = SHM_T_WHAT(t);
+
+		if (owner < SHM_OWNER_MIN || owner >= s->owner_base)
+			continue;
+		if (n == cap) {
+			struct held_owner *m;
+
+			cap = cap ? 2 * cap : 16;
+			m = realloc(h, cap * sizeof(*h));
+			if (m == NULL) {
+				free(h);
+				return;
+			}
+			h = m;
+		}
+		h[n++] = (struct held_owner){
+			.owner = owner, .pid = SHM_T_PID(t),
+			.first_ns = uatomic_read(
+				&shm_entry_at(&s->view, e)->en_started_ns) };
+	}
+	if (n != 0)
+		qsort(h, n, sizeof(*h), held_cmp);
+	/* One per owner, with its oldest entry's start. */
+	for (size_t i = 0; i < n; i++) {
+		struct held_owner *k = kept != 0 ? &h[kept - 1] : NULL;
+
+		if (k != NULL && k->owner == h[i].owner) {
+			k->mixed |= k->pid != h[i].pid;
+			if (h[i].first_ns != 0 &&
+			    (k->first_ns == 0 || h[i].first_ns < k->first_ns))
+				k->first_ns = h[i].first_ns;
+			continue;
+		}
+		h[kept++] = h[i];
+	}
+	n = kept;
+	kept = 0;
+	boot_ns = boot_time_ns();
+	for (size_t i = 0; i < n; i++) {
+		uint64_t started;
+
+		if (h[i].mixed || boot_ns == 0 || tick_ns == 0 ||
+		    proc_ticks(h[i].pid, &h[i].pid_ticks) != 1)
+			continue;
+		started = boot_ns + h[i].pid_ticks * tick_ns;
+		if (h[i].first_ns != 0 &&
+		    started > h[i].first_ns + HOLD_SLACK_NS)
+			continue;
+		h[kept++] = h[i];
+	}
+	if (kept == 0) {
+		free(h);
+		return;
+	}
+	s->held = h;
+	s->nheld = kept;
+	s->held_left = kept;
+	s->grace_until_ns = clock_mono_ns() + (uint64_t)grace_ms * 1000000u;
+	log_info("%zu client%s of the previous carmyd still running: %s "
+		 "running entries stay theirs until they come back, exit, "
+		 "or --grace (%u s) has passed", kept, kept == 1 ? "" : "s",
+		 kept == 1 ? "its" : "their", grace_ms / 1000);
+}
+
+/*
+ * Each second and when --grace is over, from store_tick() without s->lock:
+ * let go of each held owner whose process exited or became another (a
+ * reused pid), and of all once --grace is over. The /proc reads are made
+ * without the lock, so that requests do not wait on them: only this
+ * thread changes the list's size or frees it, and an owner's pid and
+ * ticks never change (store_resume() only lets one go). An owner let go
+ * is dead from then on (its entries turn uncertain at the sweep here)
+ * unless it came back. The list goes when nobody is held.
+ */
+static void held_check(struct store *s)
+{
+	unsigned exited = 0, waited = 0;
+	bool over;
+
+	pthread_mutex_lock(&s->lock);
+	over = clock_mono_ns() >= s->grace_until_ns;
+	pthread_mutex_unlock(&s->lock);
+	for (size_t i = 0; i < s->nheld; i++) {
+		struct held_owner *h = &s->held[i];
+		uint64_t ticks = 0;
+
+		/* Failed to read (out of descriptors, say): no telling,
+		 * held. */
+		h->gone = proc_ticks(h->pid, &ticks) == 0 ||
+			  (ticks != 0 && ticks != h->pid_ticks);
+	}
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nheld; i++) {
+		struct held_owner *h = &s->held[i];
+
+		if (h->let_go || (!over && !h->gone))
+			continue;
+		h->let_go = true;
+		s->held_left--;
+		if (h->gone)
+			exited++;
+		else
+			waited++;
+	}
+	if (exited != 0)
+		log_info("%u client%s of the previous carmyd exited without "
+			 "coming back", exited, exited == 1 ? "" : "s");
+	if (waited != 0)
+		log_info("--grace is over: %u client%s of the previous carmyd "
+			 "still running did not come back", waited,
+			 waited == 1 ? "" : "s");
+	if (s->held_left == 0 || over) {
+		free(s->held);
+		s->held = NULL;
+		s->nheld = 0;
+		s->held_left = 0;
+		s->grace_until_ns = 0;
+	}
+	if (exited != 0 || waited != 0)
+		sweep_dead(s, "clients of the previous carmyd let go");
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* The start of /proc/PID/NAME, NUL-terminated in buf: its length, or -1
@@ -1892,45 +2112,58 @@ bool store_peer_pid_usable(pid_t pid)
 }
 
 /*
- * When process pid started, in CLOCK_REALTIME ns, or 0 if unknown: field 22
- * of /proc/PID/stat (clock ticks since boot; fields counted after the last
- * ')', since the name may hold any byte) plus btime from /proc/stat.
+ * Process pid's start, in clock ticks since boot (field 22 of
+ * /proc/PID/stat, fields counted after the last ')' since the name may
+ * hold any byte), into *ticks: 1; 0 if it is gone (no such process, or a
+ * zombie with no thread left, as pid_gone() tells); -1 if there is no
+ * telling (out of descriptors, say). The ticks name one process for good.
  */
-static uint64_t proc_start_ns(uint32_t pid)
+static int proc_ticks(uint32_t pid, uint64_t *ticks)
 {
-	char path[32], buf[1024], *p;
-	unsigned long long ticks = 0, btime = 0;
-	long hz = sysconf(_SC_CLK_TCK);
-	FILE *f;
+	unsigned long threads = 0;
+	char buf[1024], *p, state;
 	ssize_t n;
-	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (pid == 0 || pid > INT32_MAX)
 		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0 || hz <= 0)
-		return 0;
-	buf[n] = '\0';
+	n = read_proc((pid_t)pid, "stat", buf, sizeof(buf));
+	if (n < 0)
+		return errno == ENOENT || errno == ESRCH ? 0 : -1;
 	p = strrchr(buf, ')');
-	/* After ") " come field 3 (state) onwards: starttime is the 20th. */
-	for (int field = 3; p != NULL && field <= 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (p != NULL && field == 22)
-			ticks = strtoull(p + 1, NULL, 10);
+	if (p == NULL || p[1] != ' ')
+		return -1;
+	state = p[2];
+	/* From the state (field 3) on to starttime (field 22). */
+	p += 2;
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (p == NULL)
+			return -1;
+		p++;
+		if (field == 19)
+			threads = strtoul(p, NULL, 10);
 	}
-	f = fopen("/proc/stat", "re");
+	*ticks = strtoull(p, NULL, 10);
+	if ((state == 'Z' || state == 'X') && threads <= 1)
+		return 0;
+	return *ticks != 0 ? 1 : -1;
+}
+
+/* The wall clock's time at boot, in ns (btime in /proc/stat: computed by
+ * the kernel from the wall clock now, in whole seconds), or 0. */
+static uint64_t boot_time_ns(void)
+{
+	unsigned long long btime = 0;
+	char buf[256];
+	FILE *f = fopen("/proc/stat", "re");
+
 	if (f == NULL)
 		return 0;
 	while (fgets(buf, sizeof(buf), f) != NULL)
 		if (sscanf(buf, "btime %llu", &btime) == 1)
 			break;
 	fclose(f);
-	if (ticks == 0 || btime == 0)
-		return 0;
-	return btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
+	return btime * 1000000000ull;
 }
 
 /*

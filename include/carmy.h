@@ -164,8 +164,9 @@ struct carmy_reservation {
 /*
  * When carmyd restarts (or drops the connection), a handle connects again
  * by itself and asks for its owner id back, so that reservations it holds
- * stay its own: carmyd gives it back during its --grace period (default
- * 10 s), to the same process only. carmy_complete() and carmy_release()
+ * stay its own: a restarted carmyd holds it for this process while the
+ * process runs, for its --grace at most (default 600 s), and gives it back
+ * to this process only. carmy_complete() and carmy_release()
  * keep trying to reach carmyd for this long, in ms ($CARMY_RECONNECT_MS
  * overrides it at connect); carmy_begin() tries once, and fails closed with
  * CARMY_EUNAVAILABLE if no carmyd answers. If the id is not given back, the
@@ -486,7 +487,11 @@ int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
  *   CARMY_ENOT_OWNER         carmyd found the entry held by another
  *                            connection.
  *   CARMY_EDISCONNECTED      carmyd went away and did not give this handle
- *                            its reservations back: the entry is uncertain.
+ *                            its reservations back: the entry is
+ *                            uncertain; or no carmyd answered within the
+ *                            reconnect time (CARMY_RECONNECT_MS): r stays
+ *                            live, to complete again once carmyd is back
+ *                            (closing the handle makes it uncertain).
  *   CARMY_ESTORE             the durable store could not record it, or
  *                            could not tell in time whether it did (a
  *                            shared store whose database went away as it

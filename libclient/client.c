@@ -51,6 +51,7 @@ _Static_assert(EXECID_LEN == SHM_EXEC_LEN, "common/execid.h is the segment's exe
 /* Looks a begin takes at an identity a shared store holds (see begin). */
 #define TAKEN_ROUNDS 4
 #define LOOK_AGAIN 1000		/* confirm_reserve(): not a carmy code */
+#define GONE_MEANWHILE 1001	/* running_exec(): released meanwhile */
 /* How long a begin waits for a durable store's answer to a reservation it
  * found running, before it answers with that one anyway (see begin). */
 #define PENDING_WAIT_MS 5000
@@ -376,31 +377,31 @@ EXPORT const char *carmy_trust_detail(void)
 }
 
 /*
- * Nothing is sent, and the socket is closed, not shut down: in a forked
- * child (whose copy of the socket was closed at the fork already) this
- * frees the child's copy of the handle and leaves the parent's connection
- * as it was. The copy's io lock may have been held by a thread the child
- * does not have: it is left as it is.
- */
-/*
- * A handle closed after it lost carmyd (carmyd restarted, or died and is
- * not back, and the handle gave up on it; or its segment was replaced):
- * a carmyd that comes back keeps this handle's running calls running for
- * its grace period (--grace), for it to come back with their results. It
- * will not now: they are given up here in the segment, as carmy_abandon()
- * has carmyd do (shm_abandon()), uncertain from now on. (A carmyd still
- * serving the connection makes the same change when it sees it close;
- * one CAS wins.) A handle carmyd still hears from needs none of it.
+ * A handle closed after it lost carmyd (carmyd restarted, or is down, or
+ * died and is not back and the handle gave up on it; or its segment was
+ * replaced): a carmyd that comes back keeps this handle's running calls
+ * running while this process runs (--grace at most), for it to come back
+ * with their results. It will not now: they are given up here in the
+ * segment, as carmy_abandon() has carmyd do (shm_abandon()), uncertain
+ * from now on. (A carmyd still serving the connection makes the same
+ * change when it sees it close; one CAS wins.) A handle carmyd still hears
+ * from needs none of it.
  */
 static void abandon_left(carmy_t *c)
 {
 	const struct shm_view *v = &c->view;
 	uint32_t owner = uatomic_read(&c->owner);
+	bool served;
 
-	if (v->base == NULL || c->pid == 0 ||
-	    (!uatomic_read(&c->dead) && !uatomic_read(&c->orphaned) &&
-	     uatomic_read(&shm_header(v)->sh_epoch) ==
-		     uatomic_read(&c->epoch)))
+	if (v->base == NULL || c->pid == 0)
+		return;
+	/* Liveness first: a carmyd that restarted took the word after it
+	 * wrote its epoch, so an epoch read after it is that carmyd's. */
+	served = shm_daemon_alive(shm_header(v)) &&
+		 uatomic_read(&shm_header(v)->sh_epoch) ==
+			 uatomic_read(&c->epoch) &&
+		 !uatomic_read(&c->dead) && !uatomic_read(&c->orphaned);
+	if (served)
 		return;
 	for (uint32_t e = 0; e < v->geo.capacity; e++) {
 		uint64_t t = uatomic_read(&v->tickets[e]);
@@ -414,6 +415,13 @@ static void abandon_left(carmy_t *c)
 	}
 }
 
+/*
+ * Nothing is sent, and the socket is closed, not shut down: in a forked
+ * child (whose copy of the socket was closed at the fork already) this
+ * frees the child's copy of the handle and leaves the parent's connection
+ * as it was. The copy's io lock may have been held by a thread the child
+ * does not have: it is left as it is.
+ */
 EXPORT void carmy_close(carmy_t *c)
 {
 	if (c == NULL)
@@ -765,6 +773,37 @@ static int complete_msg(carmy_t *c, const uint8_t exec[SHM_EXEC_LEN],
 	return exchange(c, WIRE_COMPLETE, sb, -1, exec, NULL, &m);
 }
 
+/*
+ * Did carmyd do what r's handle asked before it went away, its answer
+ * lost? A carmyd that came back without giving us our owner id back
+ * cannot tell us (it holds an owner for its running entries only, and r's
+ * may have been the last), but the segment can: r's entry completed as
+ * r's execution with this very result, or, after a release, no longer r's
+ * execution's at all (carmyd frees a released entry once it is recorded;
+ * nothing else frees a running one). Only once the id was lost: with it,
+ * carmyd answers a request sent again.
+ */
+static bool completed_meanwhile(carmy_t *c, const struct carmy_reservation *r,
+				int status, int code, const void *data,
+				size_t len)
+{
+	uint8_t exec[SHM_EXEC_LEN];
+	bool same = false;
+
+	return resv_owner(r) == uatomic_read(&c->lost_owner) &&
+	       execid_parse(r->execution_id, exec) == 0 &&
+	       shm_look_as(&c->view, resv_entry(r), exec, status, code, data,
+			   len, &same) == SHM_COMPLETED && same;
+}
+
+static bool released_meanwhile(carmy_t *c, const struct carmy_reservation *r,
+			       const uint8_t exec[SHM_EXEC_LEN])
+{
+	return resv_owner(r) == uatomic_read(&c->lost_owner) &&
+	       shm_look_as(&c->view, resv_entry(r), exec, 0, 0, NULL, 0,
+			   NULL) == SHM_FREE;
+}
+
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 			  const void *result, size_t len)
 {
@@ -781,9 +820,6 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		return CARMY_EFORKED;
 	if (status < CARMY_STATUS_COMPLETED || status > CARMY_STATUS_CANCELLED)
 		return CARMY_EINVALID_STATUS;
-	rc = owned(c, r, &b, &w);
-	if (rc != 0)
-		return rc;
 	if (len > c->max_result) {
 		/* Recorded, not dropped: the call failed with this code. */
 		status = CARMY_STATUS_FAILED;
@@ -791,6 +827,14 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 		result = NULL;
 		len = 0;
 	}
+	rc = owned(c, r, &b, &w);
+	if (rc == CARMY_EDISCONNECTED &&
+	    completed_meanwhile(c, r, status, code, result, len)) {
+		resv_done(r);
+		return code;
+	}
+	if (rc != 0)
+		return rc;
 	en = shm_entry_at(&c->view, resv_entry(r));
 	memcpy(exec, en->en_exec, sizeof(exec));
 
@@ -806,6 +850,9 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 	    uatomic_read(&c->owner) == resv_owner(r))
 		rc = complete_msg(c, exec, &sb);
 	msgpack_sbuffer_destroy(&sb);
+	if (rc == CARMY_EDISCONNECTED &&
+	    completed_meanwhile(c, r, status, code, result, len))
+		rc = 0;
 	if (rc != 0)
 		return rc;
 	resv_done(r);
@@ -841,6 +888,8 @@ static int release_first(carmy_t *c, struct carmy_reservation *r,
 	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0 &&
 	    uatomic_read(&c->owner) == resv_owner(r))
 		rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
+	if (rc == CARMY_EDISCONNECTED && released_meanwhile(c, r, exec))
+		rc = 0;
 	if (c->shared) {
 		if (rc == 0)
 			resv_done(r);
@@ -859,7 +908,8 @@ static int release_first(carmy_t *c, struct carmy_reservation *r,
 
 /* What release and abandon check first: r is a live reservation of c's,
  * running, in the process that connected c; its execution id into exec.
- * 0 or the code to return. */
+ * 0, GONE_MEANWHILE (a release got through before carmyd went away:
+ * released_meanwhile()), or the code to return. */
 static int running_exec(carmy_t *c, struct carmy_reservation *r,
 			uint8_t exec[SHM_EXEC_LEN])
 {
@@ -872,6 +922,10 @@ static int running_exec(carmy_t *c, struct carmy_reservation *r,
 	if (forked(c))
 		return CARMY_EFORKED;
 	rc = owned(c, r, &b, &w);
+	if (rc == CARMY_EDISCONNECTED && execid_parse(r->execution_id,
+						      exec) == 0 &&
+	    released_meanwhile(c, r, exec))
+		return GONE_MEANWHILE;
 	if (rc != 0)
 		return rc;
 	/* Ours while running: nobody else writes it. */
@@ -885,6 +939,10 @@ EXPORT int carmy_release(carmy_t *c, struct carmy_reservation *r)
 	uint8_t exec[SHM_EXEC_LEN];
 	int rc = running_exec(c, r, exec);
 
+	if (rc == GONE_MEANWHILE) {
+		resv_done(r);
+		return 0;
+	}
 	if (rc != 0)
 		return rc;
 	if (c->release_first)
@@ -922,6 +980,10 @@ EXPORT int carmy_abandon(carmy_t *c, struct carmy_reservation *r)
 	uint8_t exec[SHM_EXEC_LEN];
 	int rc = running_exec(c, r, exec);
 
+	if (rc == GONE_MEANWHILE) {
+		resv_done(r);			/* released, not running */
+		return CARMY_ENOT_RESERVED;
+	}
 	if (rc != 0)
 		return rc;
 	if (!__atomic_load_n(&c->abandon, __ATOMIC_RELAXED))
@@ -1130,8 +1192,8 @@ static int hello(int fd, uint32_t owner, uint32_t epoch, int timeout_ms,
 /*
  * Connect again after carmyd restarted or dropped us, asking for our owner
  * id back so that the reservations we hold stay ours (a restarted carmyd
- * gives it back during its --grace period, to this process only). If it is
- * not given back we carry on under a new id, and what we held is uncertain.
+ * holds it for this process while it runs, --grace at most). If it is not
+ * given back we carry on under a new id, and what we held is uncertain.
  * Only to the same segment (same_segment()): a new one means our entries
  * are gone, and this handle with them. Tries for wait_ms while no carmyd answers (a restart
  * takes a moment), backing off from 5 to 100 ms between tries.

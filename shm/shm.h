@@ -571,6 +571,9 @@ int shm_wait_pending(const struct shm_view *v, uint32_t entry,
 		     const uint8_t *exec, int timeout_ms);
 bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word);
+int shm_look_as(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+		int status, int result_code, const void *data, size_t len,
+		bool *same);
 int shm_restore(const struct shm_view *v, const struct shm_key *k,
 		const struct shm_restored *r, uint32_t *cursor, bool insert);
 bool shm_lookup(const struct shm_view *v, const struct shm_key *k,

@@ -1,7 +1,8 @@
 /*
  * sweep.c - the table operations only carmyd performs: recording a result,
  * forgetting completed entries, turning a dead owner's entries uncertain,
- * and reclaiming tombstones.
+ * and reclaiming tombstones; and the readers they share with a client's
+ * look at an entry carmyd may be moving (shm_look_as()).
  *
  * carmyd performs them from one thread, so they never race each other; they
  * race only with clients, and every step that a client could also take is a
@@ -26,6 +27,9 @@ static bool give_back(const struct shm_view *v, uint32_t e,
 		      const uint8_t *exec);
 static void seq_open(struct shm_view *v);
 static void seq_close(struct shm_view *v);
+
+/* How many looks shm_look_as() takes while carmyd moves entries. */
+#define LOOK_SPINS (1u << 22)
 
 /*
  * Record the result of entry e for owner, which must hold its ticket and
@@ -183,6 +187,46 @@ bool shm_completed_as(const struct shm_view *v, uint32_t e,
 	       en->en_status == status && en->en_result_code == result_code &&
 	       en->en_result_len == len &&
 	       (len == 0 || memcmp(shm_result_area(v, e), data, len) == 0);
+}
+
+/*
+ * A client's look at entry e as execution exec: its state as
+ * shm_state_as() gives it (SHM_FREE: not published as exec), and with same
+ * (may be NULL) whether it is completed with exactly this status, code
+ * and result (shm_completed_as()). Made, as shm_owns() is, under an even,
+ * unchanged sh_move_seq: carmyd may move a finished entry meanwhile, and a
+ * look between its steps would find it nowhere. Returns the state, or -1
+ * when no steady look was had. (Here for the readers it is made of; a
+ * client's, not carmyd's, which holds the lock moves are made under.)
+ */
+int shm_look_as(const struct shm_view *v, uint32_t e, const uint8_t *exec,
+		int status, int result_code, const void *data, size_t len,
+		bool *same)
+{
+	const uint32_t *seqp = &shm_header(v)->sh_move_seq;
+
+	for (unsigned spins = 0; spins < LOOK_SPINS; spins++) {
+		uint32_t seq = shm_load(seqp);
+		unsigned state;
+		bool eq = false;
+
+		if (seq & 1) {
+			shm_cpu_relax();
+			continue;
+		}
+		shm_rmb();
+		state = shm_state_as(v, e, exec);
+		if (state == SHM_COMPLETED && same != NULL)
+			eq = shm_completed_as(v, e, exec, status, result_code,
+					      data, len);
+		shm_rmb();
+		if (shm_load(seqp) != seq)
+			continue;
+		if (same != NULL)
+			*same = eq;
+		return (int)state;
+	}
+	return -1;
 }
 
 /*

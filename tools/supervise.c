@@ -570,8 +570,18 @@ again:
 			snprintf(path, sizeof(path),
 				 "/proc/self/task/%.20s/children", de->d_name);
 			f = fopen(path, "re");
+			/* A thread gone, or no such file (a kernel without
+			 * CONFIG_PROC_CHILDREN); out of descriptors or memory,
+			 * the list would miss that thread's children. */
+			if (f == NULL && errno != ENOENT && errno != ESRCH) {
+				int e = errno;
+
+				closedir(d);
+				free(*pids);
+				return -e;
+			}
 			if (f == NULL)
-				continue;	/* a thread gone, or no file */
+				continue;
 			any = true;
 			if (fscanf(f, "%ld", &pid) != 1) {
 				fclose(f);

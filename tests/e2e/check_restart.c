@@ -5,8 +5,11 @@
  * EXECUTION_UNCERTAIN (interrupted); new identities work. Without a grace
  * period (--grace 0) a client connected before the restart can no longer
  * record anything; with one, the same process gets its reservations back
- * and completes them, and an owner that does not come back is uncertain
- * once the period ends, or at once if it closes its handle.
+ * and completes them, for as long as it runs: an owner whose process is
+ * gone is uncertain at once, one that exits later as it exits, one that
+ * came back and closes its handle as it closes, one that closes its handle
+ * while carmyd is down at once, and one that does not come back once the
+ * period ends.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -114,6 +117,18 @@ static void expect_interrupted(carmy_t *h, const struct carmy_call *call,
 		      carmy_state_name(r.state));
 	ck_assert_str_eq(r.execution_id, exec);
 	carmy_reservation_clear(&r);
+}
+
+/* carmyd started again with a long --grace, and old connected to it with
+ * call reserved in r: where the tests of a client that sees carmyd
+ * restart begin. */
+static void reserve_after_restart(const struct carmy_call *call,
+				  struct carmy_reservation *r)
+{
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	old = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(old, call, r), CARMY_RESERVED);
 }
 
 /* A new identity can be reserved, completed and replayed. */
@@ -327,10 +342,7 @@ START_TEST(test_owner_back_within_grace_completes_its_call)
 	struct carmy_reservation u = CARMY_RESERVATION_INIT;
 	char exec[CARMY_EXECUTION_ID_LEN + 1];
 
-	e2e_kill9(&d);
-	e2e_restart(&d, opts_long_grace);
-	old = e2e_connect(&d);
-	ck_assert_int_eq(carmy_begin(old, &held, &r), CARMY_RESERVED);
+	reserve_after_restart(&held, &r);
 	strcpy(exec, r.execution_id);
 
 	e2e_kill9(&d);
@@ -400,10 +412,7 @@ START_TEST(test_a_handle_closed_without_coming_back_leaves_its_calls_uncertain)
 	struct carmy_reservation u = CARMY_RESERVATION_INIT;
 	char exec[CARMY_EXECUTION_ID_LEN + 1];
 
-	e2e_kill9(&d);
-	e2e_restart(&d, opts_long_grace);
-	old = e2e_connect(&d);
-	ck_assert_int_eq(carmy_begin(old, &held, &r), CARMY_RESERVED);
+	reserve_after_restart(&held, &r);
 	strcpy(exec, r.execution_id);
 
 	e2e_kill9(&d);
@@ -482,28 +491,175 @@ static uint32_t ask_back(const char *path, uint32_t owner)
 	return m.u.hello_ok.flags;
 }
 
-/* An owner id of the previous carmyd that holds nothing is given back
- * once: while that connection lives, a second HELLO asking for it gets a
- * new id. Two connections never act as one owner (one could complete the
- * other's calls, and the first to hang up would not make the other's
- * uncertain). */
+/* An owner id of the previous carmyd is given back once: while that
+ * connection lives, a second HELLO asking for it gets a new id. Two
+ * connections never act as one owner (one could complete the other's
+ * calls, and the first to hang up would not make the other's uncertain).
+ * An id that held nothing is not held: nothing to come back for. */
 START_TEST(test_an_owner_id_is_given_back_to_one_connection)
 {
+	struct carmy_call call = E2E_CALL("p", "s", "one-connection");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
 	struct wire_msg m;
-	uint32_t owner;
+	uint32_t owner, idle;
 	int fd;
 
 	fd = hello_as(d.socket, 0, &m);
-	owner = m.u.hello_ok.owner;
+	idle = m.u.hello_ok.owner;
+	old = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(old, &call, &r), CARMY_RESERVED);
+	owner = owner_of(&d, getpid());
 	ck_assert_uint_ge(owner, SHM_OWNER_MIN);
+	ck_assert_uint_ne(owner, idle);
 	e2e_kill9(&d);
 	close(fd);
 	e2e_restart(&d, opts_long_grace);
+	ck_assert_uint_eq(ask_back(d.socket, idle) & WIRE_F_RESUMED, 0);
 	fd = hello_as(d.socket, owner, &m);
 	ck_assert_uint_ne(m.u.hello_ok.flags & WIRE_F_RESUMED, 0);
 	ck_assert_uint_eq(m.u.hello_ok.owner, owner);
 	ck_assert_uint_eq(ask_back(d.socket, owner) & WIRE_F_RESUMED, 0);
 	close(fd);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* The running entries of a client whose process is gone when carmyd comes
+ * back are uncertain at once, however long --grace is: it cannot come
+ * back. carmyd's start-up sweep, before it is ready, made them so. */
+START_TEST(test_a_client_gone_during_the_restart_is_uncertain_at_once)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "gone-meanwhile");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct e2e_child ch;
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	e2e_child_reserve(&ch, d.socket, &call, E2E_HOLD);
+	e2e_kill9(&d);
+	e2e_child_reap(&ch);
+	e2e_restart(&d, opts_long_grace);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_msg(r.state == CARMY_STATE_INTERRUPTED,
+		      "a gone client's call: %s", carmy_state_name(r.state));
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* Wait until call, held by a client of the previous carmyd that has just
+ * been reaped, is uncertain: carmyd looked at the held clients after that
+ * (it lets go of all it finds gone in one look) and swept. */
+static void await_let_go(const struct carmy_call *call, const char *exec)
+{
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	int rc = e2e_poll_begin(c, call, &r, CARMY_EUNCERTAIN,
+				CARMY_STATE_INTERRUPTED, 30000, NULL);
+
+	ck_assert_msg(rc == CARMY_EUNCERTAIN &&
+			      r.state == CARMY_STATE_INTERRUPTED,
+		      "after its held client exited: %s (%s)",
+		      carmy_errname(rc), carmy_state_name(r.state));
+	ck_assert_str_eq(r.execution_id, exec);
+	carmy_reservation_clear(&r);
+}
+
+/* A client of the previous carmyd whose process still runs keeps its call
+ * running, for its result, while it runs; when it exits without coming
+ * back, the call is uncertain then, not at the end of --grace (60 s;
+ * 30 s are awaited). */
+START_TEST(test_a_held_client_that_exits_is_uncertain_as_it_exits)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "held-then-exits");
+	struct carmy_call first = E2E_CALL("p", "s", "held-exits-first");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct e2e_child ch, early;
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	e2e_child_reserve(&ch, d.socket, &call, E2E_HOLD);
+	e2e_child_reserve(&early, d.socket, &first, E2E_HOLD);
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
+	ck_assert_str_eq(r.execution_id, ch.exec);
+	/* The other one exits first: once its call is uncertain, carmyd
+	 * has looked at both since, and this one is still held. */
+	e2e_child_reap(&early);
+	await_let_go(&first, early.exec);
+	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
+	e2e_child_reap(&ch);
+	await_let_go(&call, ch.exec);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* A client that came back is a client like any other: when it closes its
+ * handle, the calls it did not come back for are uncertain, though its
+ * process runs on (a gateway's handle, given up on and closed). */
+START_TEST(test_a_client_back_then_closed_leaves_the_rest_uncertain)
+{
+	struct carmy_call a = E2E_CALL("p", "s", "back-a");
+	struct carmy_call b = E2E_CALL("p", "s", "back-b");
+	struct carmy_reservation ra = CARMY_RESERVATION_INIT;
+	struct carmy_reservation rb = CARMY_RESERVATION_INIT;
+	struct carmy_reservation u = CARMY_RESERVATION_INIT;
+	char exec_b[CARMY_EXECUTION_ID_LEN + 1];
+	int rc;
+
+	reserve_after_restart(&a, &ra);
+	ck_assert_int_eq(carmy_begin(old, &b, &rb), CARMY_RESERVED);
+	strcpy(exec_b, rb.execution_id);
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	ck_assert_int_eq(carmy_complete(old, &ra, CARMY_STATUS_COMPLETED,
+					"a", 1), 0);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &b, &u), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(u.state, CARMY_STATE_RUNNING);
+	carmy_close(old);
+	old = NULL;
+	rc = e2e_poll_begin(c, &b, &u, CARMY_EUNCERTAIN,
+			    CARMY_STATE_INTERRUPTED, 30000, NULL);
+	ck_assert_msg(rc == CARMY_EUNCERTAIN &&
+			      u.state == CARMY_STATE_INTERRUPTED,
+		      "after the handle that came back closed: %s (%s)",
+		      carmy_errname(rc), carmy_state_name(u.state));
+	ck_assert_str_eq(u.execution_id, exec_b);
+	ck_assert_int_eq(carmy_begin(c, &a, &u), CARMY_REPLAY);
+	carmy_reservation_clear(&ra);
+	carmy_reservation_clear(&rb);
+	carmy_reservation_clear(&u);
+}
+END_TEST
+
+/* A handle closed while carmyd is down, before it noticed (it sent
+ * nothing since): no carmyd saw it close, and the one that comes back
+ * would hold its calls while this process runs. The handle makes them
+ * uncertain itself. */
+START_TEST(test_a_handle_closed_while_carmyd_is_down_leaves_its_calls_uncertain)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "closed-while-down");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation u = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+
+	reserve_after_restart(&call, &r);
+	strcpy(exec, r.execution_id);
+	e2e_kill9(&d);
+	carmy_close(old);
+	old = NULL;
+	e2e_restart(&d, opts_long_grace);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &call, &u), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(u.state, CARMY_STATE_INTERRUPTED);
+	ck_assert_str_eq(u.execution_id, exec);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&u);
 }
 END_TEST
 
@@ -512,13 +668,15 @@ END_TEST
 START_TEST(test_only_the_same_process_gets_its_owner_back)
 {
 	struct carmy_call call = E2E_CALL("p", "s", "not-yours");
+	struct carmy_call witness = E2E_CALL("p", "s", "not-yours-witness");
 	struct carmy_reservation r = CARMY_RESERVATION_INIT;
-	struct e2e_child ch;
+	struct e2e_child ch, other;
 	uint32_t owner;
 
 	e2e_kill9(&d);
 	e2e_restart(&d, opts_long_grace);
 	e2e_child_reserve(&ch, d.socket, &call, E2E_HOLD);
+	e2e_child_reserve(&other, d.socket, &witness, E2E_HOLD);
 	owner = owner_of(&d, ch.pid);
 	ck_assert_uint_ge(owner, SHM_OWNER_MIN);
 	e2e_kill9(&d);
@@ -526,13 +684,59 @@ START_TEST(test_only_the_same_process_gets_its_owner_back)
 	ck_assert_uint_eq(ask_back(d.socket, owner) & WIRE_F_RESUMED, 0);
 	/* An id nobody held is not handed out either. */
 	ck_assert_uint_eq(ask_back(d.socket, owner + 1000) & WIRE_F_RESUMED, 0);
-	/* Refused, it stays the child's: running, not swept. */
+	/* Refused, it stays the child's: running, not swept, also after
+	 * carmyd let go of another client (and swept) since. */
 	c = e2e_connect(&d);
+	e2e_child_reap(&other);
+	await_let_go(&witness, other.exec);
 	ck_assert_int_eq(carmy_begin(c, &call, &r), CARMY_EUNCERTAIN);
 	ck_assert_int_eq(r.state, CARMY_STATE_RUNNING);
 	ck_assert_str_eq(r.execution_id, ch.exec);
 	e2e_child_reap(&ch);
 	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* A completion and a release carmyd recorded before it died, their answers
+ * lost, as the last of the handle's calls: the carmyd that comes back
+ * holds no owner without running entries, so the handle gets a new id,
+ * and the segment says what was done. (A copy of each reservation, made
+ * before it was completed or released, stands for one whose answer never
+ * came: the library cannot tell the two apart.) Another result than the
+ * one recorded is not taken for it. */
+START_TEST(test_a_completion_whose_answer_was_lost_is_found_recorded)
+{
+	struct carmy_call a = E2E_CALL("p", "s", "lost-answer-a");
+	struct carmy_call b = E2E_CALL("p", "s", "lost-answer-b");
+	struct carmy_reservation ra = CARMY_RESERVATION_INIT;
+	struct carmy_reservation rb = CARMY_RESERVATION_INIT;
+	struct carmy_reservation u = CARMY_RESERVATION_INIT;
+	struct carmy_reservation ca, ca2, cb;
+
+	reserve_after_restart(&a, &ra);
+	ck_assert_int_eq(carmy_begin(old, &b, &rb), CARMY_RESERVED);
+	ca = ra;
+	ca2 = ra;
+	cb = rb;
+	ck_assert_int_eq(carmy_complete(old, &ra, CARMY_STATUS_COMPLETED,
+					"done", 4), 0);
+	ck_assert_int_eq(carmy_release(old, &rb), 0);
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	ck_assert_int_eq(carmy_complete(old, &ca2, CARMY_STATUS_COMPLETED,
+					"other", 5), CARMY_EDISCONNECTED);
+	ck_assert_int_eq(carmy_complete(old, &ca, CARMY_STATUS_COMPLETED,
+					"done", 4), 0);
+	ck_assert_int_eq(carmy_release(old, &cb), 0);
+	/* Both done with: no longer live reservations. */
+	ck_assert_int_eq(carmy_complete(old, &ca, CARMY_STATUS_COMPLETED,
+					"done", 4), CARMY_ENOT_RESERVED);
+	ck_assert_int_eq(carmy_release(old, &cb), CARMY_ENOT_RESERVED);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &a, &u), CARMY_REPLAY);
+	ck_assert_mem_eq(u.result, "done", 4);
+	ck_assert_int_eq(carmy_begin(c, &b, &u), CARMY_RESERVED);
+	carmy_reservation_clear(&u);
 }
 END_TEST
 
@@ -553,6 +757,11 @@ static Suite *restart_suite(void)
 	tcase_add_test(tc, test_a_handle_closed_without_coming_back_leaves_its_calls_uncertain);
 	tcase_add_test(tc, test_only_the_same_process_gets_its_owner_back);
 	tcase_add_test(tc, test_an_owner_id_is_given_back_to_one_connection);
+	tcase_add_test(tc, test_a_client_gone_during_the_restart_is_uncertain_at_once);
+	tcase_add_test(tc, test_a_held_client_that_exits_is_uncertain_as_it_exits);
+	tcase_add_test(tc, test_a_client_back_then_closed_leaves_the_rest_uncertain);
+	tcase_add_test(tc, test_a_handle_closed_while_carmyd_is_down_leaves_its_calls_uncertain);
+	tcase_add_test(tc, test_a_completion_whose_answer_was_lost_is_found_recorded);
 	suite_add_tcase(s, tc);
 	return s;
 }
