@@ -874,8 +874,12 @@ static enum run_outcome run_command(const struct opts *o,
 	enum run_outcome out;
 	int rc, ws;
 
-	/* So that what COMMAND starts comes to us should its watcher die. */
+	/* So that what COMMAND starts comes to us should its watcher die;
+	 * what was ours before it (a shell's job, inherited with its pid
+	 * when the shell exec()ed us) is not COMMAND's, and is spared. */
 	rc = sv_subreaper();
+	if (rc == 0)
+		(void)sv_spare();
 	if (rc == 0)
 		rc = sv_start(&sv, o->cmd, &k->old);
 	if (rc != 0) {

@@ -208,6 +208,38 @@ pid_t sv_let_go(struct supervised *s, int *wstatus)
  * reaped meanwhile (one of our own children, by the thread that started
  * it) and reused is then someone else's, and left alone.
  */
+/*
+ * The caller's children from before it started anything (sv_spare()): a
+ * shell's job it inherited (`x & exec carmy-run ...`), never a lost
+ * command's orphan, so never killed. Each stays the caller's unreaped
+ * child (sv_kill_orphans() does not reap them either), so its pid cannot
+ * be reused by an orphan that comes later.
+ */
+static pid_t *spared;
+static size_t nspared;
+
+int sv_spare(void)
+{
+	pid_t *pids;
+	size_t n;
+	int rc = list_children(&pids, &n);
+
+	if (rc < 0)
+		return rc;
+	free(spared);
+	spared = pids;
+	nspared = n;
+	return 0;
+}
+
+static bool is_spared(pid_t pid)
+{
+	for (size_t i = 0; i < nspared; i++)
+		if (spared[i] == pid)
+			return true;
+	return false;
+}
+
 int sv_kill_orphans(bool keep_session, int wait_ms)
 {
 	pid_t me = getpid(), sid = getsid(0);
@@ -225,7 +257,8 @@ int sv_kill_orphans(bool keep_session, int wait_ms)
 		if (rc < 0)
 			return rc;
 		for (size_t i = 0; i < n; i++) {
-			if (proc_stat(pids[i], &state, &ppid, &psid) != 0 ||
+			if (is_spared(pids[i]) ||
+			    proc_stat(pids[i], &state, &ppid, &psid) != 0 ||
 			    ppid != me || (keep_session && psid == sid))
 				continue;
 			if (state == 'Z' || state == 'X') {

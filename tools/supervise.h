@@ -111,4 +111,11 @@ pid_t sv_let_go(struct supervised *s, int *wstatus);
  */
 int sv_kill_orphans(bool keep_session, int wait_ms);
 
+/*
+ * Note the caller's children now, before it starts anything: those are
+ * not orphans, and sv_kill_orphans() leaves them be (and unreaped). 0, or
+ * -errno if they cannot be listed (then none is spared).
+ */
+int sv_spare(void);
+
 #endif /* TOOLS_SUPERVISE_H */
