@@ -488,10 +488,11 @@ int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
  *                            connection.
  *   CARMY_EDISCONNECTED      carmyd went away and did not give this handle
  *                            its reservations back: the entry is
- *                            uncertain; or no carmyd answered within the
- *                            reconnect time (CARMY_RECONNECT_MS): r stays
- *                            live, to complete again once carmyd is back
- *                            (closing the handle makes it uncertain).
+ *                            uncertain; or the handle could not get back
+ *                            to carmyd within the reconnect time
+ *                            (CARMY_RECONNECT_MS): r stays live, to
+ *                            complete again once carmyd is back (closing
+ *                            the handle makes it uncertain).
  *   CARMY_ESTORE             the durable store could not record it, or
  *                            could not tell in time whether it did (a
  *                            shared store whose database went away as it

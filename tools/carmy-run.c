@@ -878,8 +878,10 @@ static enum run_outcome run_command(const struct opts *o,
 	 * what was ours before it (a shell's job, inherited with its pid
 	 * when the shell exec()ed us) is not COMMAND's, and is spared. */
 	rc = sv_subreaper();
-	if (rc == 0)
-		(void)sv_spare();
+	if (rc == 0 && sv_spare() != 0)
+		fprintf(stderr, "carmy-run: cannot list the children it was "
+			"started with: should COMMAND be lost, they are "
+			"killed with what it started\n");
 	if (rc == 0)
 		rc = sv_start(&sv, o->cmd, &k->old);
 	if (rc != 0) {

@@ -18,7 +18,8 @@
  * what COMMAND started does not: those become the children of the nearest
  * subreaper above. So carmy-run is one too (sv_subreaper()): should the
  * watcher be killed, they come to carmy-run, which kills them all
- * (sv_kill_orphans()) before it reports the call uncertain. The watcher
+ * (sv_kill_orphans()) before it reports the call uncertain; only the
+ * children carmy-run had before it started COMMAND are spared (sv_spare()). The watcher
  * ignores the signals a terminal sends a whole job, so that ^C cannot
  * take it before it has done its work; COMMAND gets back the dispositions
  * carmy-run had.
@@ -200,15 +201,6 @@ pid_t sv_let_go(struct supervised *s, int *wstatus)
 }
 
 /*
- * Rounds of: list our children, reap the dead orphans, SIGKILL the live
- * ones, wait for one of them to die. A dying orphan's children come to us
- * before it can be reaped, so a round that finds no orphan, dead or alive,
- * finds the last of them gone. An orphan is told by its parent (us) and
- * session, read from /proc/PID/stat in one read: a pid listed that was
- * reaped meanwhile (one of our own children, by the thread that started
- * it) and reused is then someone else's, and left alone.
- */
-/*
  * The caller's children from before it started anything (sv_spare()): a
  * shell's job it inherited (`x & exec carmy-run ...`), never a lost
  * command's orphan, so never killed. Each stays the caller's unreaped
@@ -220,15 +212,22 @@ static size_t nspared;
 
 int sv_spare(void)
 {
-	pid_t *pids;
-	size_t n;
+	pid_t *pids, me = getpid(), ppid, psid;
+	size_t n, kept = 0;
+	char state;
 	int rc = list_children(&pids, &n);
 
 	if (rc < 0)
 		return rc;
+	/* Only our children: without CONFIG_PROC_CHILDREN the list holds
+	 * every process, whose pids their parents may free for reuse. */
+	for (size_t i = 0; i < n; i++)
+		if (proc_stat(pids[i], &state, &ppid, &psid) == 0 &&
+		    ppid == me)
+			pids[kept++] = pids[i];
 	free(spared);
 	spared = pids;
-	nspared = n;
+	nspared = kept;
 	return 0;
 }
 
@@ -240,6 +239,15 @@ static bool is_spared(pid_t pid)
 	return false;
 }
 
+/*
+ * Rounds of: list our children, reap the dead orphans, SIGKILL the live
+ * ones, wait for one of them to die. A dying orphan's children come to us
+ * before it can be reaped, so a round that finds no orphan, dead or alive,
+ * finds the last of them gone. An orphan is told by its parent (us) and
+ * session, read from /proc/PID/stat in one read: a pid listed that was
+ * reaped meanwhile (one of our own children, by the thread that started
+ * it) and reused is then someone else's, and left alone.
+ */
 int sv_kill_orphans(bool keep_session, int wait_ms)
 {
 	pid_t me = getpid(), sid = getsid(0);
@@ -638,6 +646,15 @@ again:
 			}
 			(*pids)[(*n)++] = (pid_t)pid;
 		} while (f != NULL && fscanf(f, "%ld", &pid) == 1);
+		/* A read that failed part way would have missed some. */
+		if (f != NULL && ferror(f) && errno != ESRCH) {
+			int e = errno;
+
+			fclose(f);
+			closedir(d);
+			free(*pids);
+			return -e;
+		}
 		if (f != NULL)
 			fclose(f);
 	}
