@@ -157,6 +157,7 @@ struct store {
 	struct held_owner *held;
 	size_t nheld, held_left;
 	uint64_t grace_until_ns;
+	bool loading;		/* store_open(): the store is being loaded */
 	/* Entries an operator's RESOLVE is on its way to the store for: a
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */
 	uint32_t resolving[16];

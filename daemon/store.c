@@ -184,10 +184,12 @@ int store_open(struct store *s, const struct carmyd_config *cfg)
 			 "another --store): loading it all", cfg->shm_name);
 	recover(s, fresh ? 0 : cfg->grace_ms);
 	rc = backend_load(s, load_all);
+	s->loading = false;
 	if (rc != 0) {
 		populate_end(s);
 		return rc;
 	}
+	store_sweep_dead(s, "start-up, the store loaded");
 	s->store_id = id;
 	uatomic_set(&h->sh_store, id);
 	/* For operators: carmyctl status shows it. */
@@ -1811,7 +1813,12 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 /*
  * Start a new epoch on the segment. Nobody is connected to us yet, so every
  * ticket still held belongs to a client of an earlier carmyd: its
- * connection is gone, and its running entries become uncertain.
+ * connection is gone, and its running entries become uncertain (unless it
+ * is held), but only once the store is loaded (store_open()): until then
+ * the sweep here leaves every owner of an earlier carmyd, so that no
+ * client looking at the segment meanwhile reads uncertain what the load
+ * is to settle otherwise (a shared store's reservation it never recorded
+ * is given back, and the identity may be another instance's).
  */
 static void recover(struct store *s, uint32_t grace_ms)
 {
@@ -1837,6 +1844,7 @@ static void recover(struct store *s, uint32_t grace_ms)
 	 * their running reservations: the sweep leaves those. */
 	if (grace_ms > 0 && s->epoch > 1)
 		hold_previous(s, grace_ms);
+	s->loading = true;
 	sweep_dead(s, "start-up");
 	uatomic_set(&h->sh_owner_base, next);
 	uatomic_set(&h->sh_next_owner, next);
@@ -1845,12 +1853,15 @@ static void recover(struct store *s, uint32_t grace_ms)
 	shm_reclaim(&s->view);
 }
 
-/* An owner is dead when no connection holds its id, except an owner of the
- * previous carmyd still held for its client to come back (hold_previous()). */
+/* An owner is dead when no connection holds its id, except an owner of an
+ * earlier carmyd while the store is loaded (recover()), or still held for
+ * its client to come back (hold_previous()). */
 static bool dead_owner(uint32_t owner, void *arg)
 {
 	struct store *s = arg;
 
+	if (s->loading && owner < s->owner_base)
+		return false;
 	return !owners_alive(owner) && held_find(s, owner) == NULL;
 }
 
