@@ -2056,41 +2056,15 @@ static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size)
 	return n;
 }
 
-/*
- * Has process pid exited, so that it can no longer write into an entry it
- * claimed? A kernel fact: no such process, or a zombie (state Z or X in
- * /proc/PID/stat, read after the last ')' since the name may hold any
- * byte) with no thread left. Z alone is not enough: a process whose main
- * thread called pthread_exit() shows Z while its other threads run, and
- * one of those may be the claimer. num_threads (field 20) counts the
- * zombie leader until it is reaped, so a process that has wholly exited
- * shows 1. A reused pid only makes us wait longer, never free too early.
- */
+/* Has process pid exited, so that it can no longer write into an entry it
+ * claimed? (proc_ticks(); no telling counts as not gone.) A reused pid
+ * only makes us wait longer, never free too early. */
 static bool pid_gone(uint32_t pid, void *arg)
 {
-	char buf[512], *p;
-	ssize_t n;
+	uint64_t ticks;
 
 	(void)arg;
-	if (pid == 0 || pid > INT32_MAX)
-		return true;
-	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-		return true;
-	n = read_proc((pid_t)pid, "stat", buf, sizeof(buf));
-	if (n < 0)
-		return errno == ENOENT;
-	p = strrchr(buf, ')');
-	if (p == NULL || p[1] != ' ' || (p[2] != 'Z' && p[2] != 'X'))
-		return false;
-	/* From the state (field 3) on to num_threads (field 20). */
-	p += 2;
-	for (int field = 3; field < 20; field++) {
-		p = strchr(p, ' ');
-		if (p == NULL)
-			return false;
-		p++;
-	}
-	return strtoul(p, NULL, 10) <= 1;
+	return proc_ticks(pid, &ticks) == 0;
 }
 
 /*
@@ -2125,9 +2099,13 @@ bool store_peer_pid_usable(pid_t pid)
 /*
  * Process pid's start, in clock ticks since boot (field 22 of
  * /proc/PID/stat, fields counted after the last ')' since the name may
- * hold any byte), into *ticks: 1; 0 if it is gone (no such process, or a
- * zombie with no thread left, as pid_gone() tells); -1 if there is no
+ * hold any byte), into *ticks: 1; 0 if it is gone; -1 if there is no
  * telling (out of descriptors, say). The ticks name one process for good.
+ * Gone is a kernel fact: no such process, or a zombie (state Z or X) with
+ * no thread left. Z alone is not enough: a process whose main thread
+ * called pthread_exit() shows Z while its other threads run, and one of
+ * those may be a claimer. num_threads (field 20) counts the zombie leader
+ * until it is reaped, so a process that has wholly exited shows 1.
  */
 static int proc_ticks(uint32_t pid, uint64_t *ticks)
 {
