@@ -56,10 +56,12 @@
 /* The descriptors one such call may hold (a command's pipes and its
  * watcher's, or an upstream's socket), kept free of connections. */
 #define GW_FDS_PER_RUN 8u
-/* A result the durable store could not record (CARMY_ESTORE) is sent
- * again, the wait doubling from GW_RECORD_RETRY_MS to at most
- * GW_RECORD_RETRY_MAX_MS, for GW_RECORD_WAIT_MS before the call is
- * answered; then in the background until recorded (record.c). */
+/* A result the durable store could not record (CARMY_ESTORE), or that
+ * found carmyd away (CARMY_EUNAVAILABLE), is sent again, the wait doubling
+ * from GW_RECORD_RETRY_MS to at most GW_RECORD_RETRY_MAX_MS, for
+ * GW_RECORD_WAIT_MS before the call is answered (a try that waits for
+ * carmyd may take CARMY_RECONNECT_MS more); then in the background until
+ * recorded (record.c). */
 #define GW_RECORD_RETRY_MS 50u
 #define GW_RECORD_RETRY_MAX_MS 2000u
 #define GW_RECORD_WAIT_MS 10000u
@@ -338,10 +340,12 @@ struct gw_exec {
 	void (*done)(void *arg);
 	void *arg;
 	/* A result still to record once the call is answered (record.c):
-	 * its bytes (malloc'd), their length and CARMY_STATUS_*. */
+	 * its bytes (malloc'd), their length, CARMY_STATUS_* and the last
+	 * answer to it (CARMY_ESTORE or CARMY_EUNAVAILABLE). */
 	char *owed;
 	size_t owed_len;
 	int owed_status;
+	int owed_rc;
 };
 
 /* execute.c. A POST /agent/execute, read whole: the principal
@@ -401,11 +405,13 @@ bool gw_slot_take(struct gateway *gw, bool force);
 void gw_slot_put(struct gateway *gw);
 
 /* record.c. Record x's answer (when it has a reservation) as status. A
- * store that cannot record it now (CARMY_ESTORE) is asked again for
- * GW_RECORD_WAIT_MS; if it still has not, the answer becomes
+ * store that cannot record it now (CARMY_ESTORE), or a carmyd not back
+ * from a restart yet (CARMY_EUNAVAILABLE), is asked again for
+ * GW_RECORD_WAIT_MS; if it still has not recorded it, the answer becomes
  * EXECUTION_UNCERTAIN (running) and x->owed holds the result, for
  * gw_exec_record_owed() once that answer is sent. Any other failure
- * (carmyd gone: DISCONNECTED) makes the answer gw_exec_unrecorded()'s. */
+ * (carmyd back without our calls: DISCONNECTED) makes the answer
+ * gw_exec_unrecorded()'s. */
 void gw_exec_record(struct gw_exec *x, int status);
 /* x's tool ran and its result is not recorded (why: a code's name, or
  * "out of memory"): answer 409 EXECUTION_UNCERTAIN, state interrupted

@@ -193,8 +193,8 @@ void gw_handle_retire(struct gw_carmyd *d, struct gw_handle *h)
 		h->retired = true;
 		if (d->cur == h)
 			d->cur = NULL;
-		log_warn("carmyd gave up this gateway's connection: "
-			 "connecting anew");
+		log_warn("this gateway's connection to carmyd is given up "
+			 "(lost, or carmyd away): connecting anew");
 	}
 	pthread_mutex_unlock(&d->lock);
 }

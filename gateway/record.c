@@ -5,11 +5,14 @@
  *
  * A durable store may fail to record a result (CARMY_ESTORE: the
  * journal's disk is full, the PostgreSQL server is away) while carmyd
- * keeps the reservation live: completing it again with the same bytes
- * answers 0 once the store has them. Until then the identity is running
- * to everyone, and stays so while the gateway's connection lives. So the
- * result is sent again, GW_RECORD_RETRY_MS after the failure, then twice
- * as long each time, GW_RECORD_RETRY_MAX_MS at most between two tries:
+ * keeps the reservation live, and carmyd itself may be away longer than
+ * libcarmy waits for it (CARMY_EUNAVAILABLE: restarting; the restarted
+ * carmyd holds the gateway's calls for it): completing it again with the
+ * same bytes answers 0 once they are recorded. Until then the identity is
+ * running to everyone, and stays so while the gateway's connection lives.
+ * So the result is sent again, GW_RECORD_RETRY_MS after the failure, then
+ * twice as long each time, GW_RECORD_RETRY_MAX_MS at most between two
+ * tries:
  *
  *   - for GW_RECORD_WAIT_MS, before the call is answered: recorded by
  *     then, it is answered as any other;
@@ -45,20 +48,25 @@ static void nap(unsigned ms)
 		;
 }
 
+/* Not recorded yet, the reservation still live: worth sending again. */
+static bool not_yet(int rc)
+{
+	return rc == CARMY_ESTORE || rc == CARMY_EUNAVAILABLE;
+}
+
 /*
- * Complete x's reservation with buf again while the store fails: until
- * deadline (ns, CLOCK_MONOTONIC), or with deadline 0 until the gateway
- * stops (then once more, at once). *tries counts the completions sent.
- * Returns the last one's answer.
+ * Complete x's reservation with buf again while it is not_yet() (rc: the
+ * last answer): until deadline (ns, CLOCK_MONOTONIC), or with deadline 0
+ * until the gateway stops (then once more, at once, unless carmyd was
+ * away). *tries counts the completions sent. Returns the last answer.
  */
-static int again(struct gw_exec *x, int status, const char *buf, size_t len,
-		 uint64_t deadline, unsigned *tries)
+static int again(struct gw_exec *x, int rc, int status, const char *buf,
+		 size_t len, uint64_t deadline, unsigned *tries)
 {
 	unsigned ms = GW_RECORD_RETRY_MS;
 	bool last = false;
-	int rc = CARMY_ESTORE;
 
-	while (rc == CARMY_ESTORE && !last) {
+	while (not_yet(rc) && !last) {
 		if (deadline != 0) {
 			uint64_t now = clock_mono_ns(), left;
 
@@ -68,6 +76,10 @@ static int again(struct gw_exec *x, int status, const char *buf, size_t len,
 			nap(ms < left ? ms : (unsigned)left);
 		} else {
 			last = gw_stop_sleep(x->gw, ms);
+			/* Stopping: once more at once, unless carmyd was
+			 * just not there (another try waits for it). */
+			if (last && rc == CARMY_EUNAVAILABLE)
+				break;
 		}
 		rc = carmy_complete(x->h->c, &x->r, status, buf, len);
 		(*tries)++;
@@ -92,10 +104,13 @@ void gw_exec_record(struct gw_exec *x, int status)
 		gw_answer_too_large(a, x->execution_id);
 	}
 	rc = carmy_complete(c, &x->r, status, a->body, a->len);
-	if (rc == CARMY_ESTORE) {
-		log_warn("execution %s: the store could not record its result "
-			 "(STORE_FAILED): sending it again", x->execution_id);
-		rc = again(x, status, a->body, a->len,
+	if (not_yet(rc)) {
+		log_warn("execution %s: %s (%s): sending it again",
+			 x->execution_id, rc == CARMY_ESTORE ?
+			 "the store could not record its result" :
+			 "carmyd could not be reached to record its result",
+			 carmy_errname(rc));
+		rc = again(x, rc, status, a->body, a->len,
 			   clock_mono_ns() +
 				   (uint64_t)GW_RECORD_WAIT_MS * 1000000u,
 			   &tries);
@@ -109,25 +124,30 @@ void gw_exec_record(struct gw_exec *x, int status)
 		gw_answer_too_large(a, x->execution_id);
 		return;
 	}
-	if (rc == CARMY_ESTORE) {
+	if (not_yet(rc)) {
+		char msg[400];
+
 		/* The result moves to x, its answer to what is true now. */
 		log_warn("execution %s: its result is still not recorded after "
-			 "%u tries: answered EXECUTION_UNCERTAIN (running), "
-			 "and sent again in the background", x->execution_id,
-			 tries);
+			 "%u tries (%s): answered EXECUTION_UNCERTAIN "
+			 "(running), and sent again in the background",
+			 x->execution_id, tries, carmy_errname(rc));
 		x->owed = a->body;
 		x->owed_len = a->len;
 		x->owed_status = status;
+		x->owed_rc = rc;
 		a->body = NULL;
 		a->len = 0;
-		gw_answer_error(a, "EXECUTION_UNCERTAIN", "The tool ran, but "
-				"carmyd's store could not record its result "
-				"(STORE_FAILED). The gateway goes on sending "
-				"it: send this request again later (Prefer: "
-				"wait=N waits for it) to get the result. "
-				"Should the gateway stop first, the call "
-				"turns interrupted.", x->execution_id,
-				"running");
+		snprintf(msg, sizeof(msg), "The tool ran, but %s (%s). The "
+			 "gateway goes on sending it: send this request again "
+			 "later (Prefer: wait=N waits for it) to get the "
+			 "result. Should the gateway stop first, the call "
+			 "turns interrupted.", rc == CARMY_ESTORE ?
+			 "carmyd's store could not record its result" :
+			 "carmyd could not be reached to record its result",
+			 carmy_errname(rc));
+		gw_answer_error(a, "EXECUTION_UNCERTAIN", msg,
+				x->execution_id, "running");
 		return;
 	}
 	if (rc == CARMY_EDISCONNECTED)
@@ -165,11 +185,13 @@ void gw_exec_lost(struct gw_exec *x, const char *what)
 		return;
 	}
 	rc = carmy_abandon(x->h->c, &x->r);
-	/* carmyd gone: the handle is given up, and its close (or carmyd's
-	 * sweep of the owner, once back) makes the call uncertain. */
-	if (rc == CARMY_EDISCONNECTED)
+	/* carmyd gone, or not back yet: the handle is given up, and its
+	 * close (or carmyd's sweep of the owner, once back) makes the call
+	 * uncertain. */
+	if (rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE)
 		gw_handle_retire(&x->gw->carmyd, x->h);
-	uncertain = rc == 0 || rc == CARMY_EDISCONNECTED;
+	uncertain = rc == 0 || rc == CARMY_EDISCONNECTED ||
+		    rc == CARMY_EUNAVAILABLE;
 
 	if (uncertain)
 		log_warn("execution %s: the gateway lost track of its tool "
@@ -194,7 +216,8 @@ void gw_exec_record_owed(struct gw_exec *x)
 	unsigned tries = 0;
 	int rc;
 
-	rc = again(x, x->owed_status, x->owed, x->owed_len, 0, &tries);
+	rc = again(x, x->owed_rc, x->owed_status, x->owed, x->owed_len, 0,
+		   &tries);
 	if (rc == 0 || rc == CARMY_ERESULT_TOO_LARGE) {
 		log_info("execution %s: its result is recorded, %u tries after "
 			 "its call was answered", x->execution_id, tries);
@@ -207,7 +230,7 @@ void gw_exec_record_owed(struct gw_exec *x)
 		  rc == CARMY_EDISCONNECTED ? "its calls answer "
 		  "EXECUTION_UNCERTAIN (interrupted) once carmyd has swept "
 		  "this gateway's connection" :
-		  rc == CARMY_ESTORE ? "its calls answer EXECUTION_UNCERTAIN "
+		  not_yet(rc) ? "its calls answer EXECUTION_UNCERTAIN "
 		  "(interrupted) once the gateway has stopped" :
 		  "carmyd refused it; its calls answer EXECUTION_UNCERTAIN: "
 		  "settle it with carmyctl resolve once the gateway stops");

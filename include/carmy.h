@@ -166,12 +166,14 @@ struct carmy_reservation {
  * by itself and asks for its owner id back, so that reservations it holds
  * stay its own: a restarted carmyd holds it for this process while the
  * process runs, for its --grace at most (default 600 s), and gives it back
- * to this process only. carmy_complete() and carmy_release()
- * keep trying to reach carmyd for this long, in ms ($CARMY_RECONNECT_MS
- * overrides it at connect); carmy_begin() tries once, and fails closed with
- * CARMY_EUNAVAILABLE if no carmyd answers. If the id is not given back, the
- * handle carries on under a new one and what it held reports
- * CARMY_EDISCONNECTED (its entries are uncertain).
+ * to this process only. carmy_complete(), carmy_release() and
+ * carmy_abandon() keep trying to reach carmyd for this long, in ms
+ * ($CARMY_RECONNECT_MS overrides it at connect), then answer
+ * CARMY_EUNAVAILABLE with the reservation still live (ask again);
+ * carmy_begin() tries once, and fails closed with CARMY_EUNAVAILABLE if no
+ * carmyd answers. If the id is not given back, the handle carries on under
+ * a new one and what it held reports CARMY_EDISCONNECTED (its entries are
+ * uncertain).
  */
 #define CARMY_RECONNECT_MS 10000
 
@@ -488,11 +490,14 @@ int carmy_try_begin(carmy_t *c, const struct carmy_call *call,
  *                            connection.
  *   CARMY_EDISCONNECTED      carmyd went away and did not give this handle
  *                            its reservations back: the entry is
- *                            uncertain; or the handle could not get back
- *                            to carmyd within the reconnect time
- *                            (CARMY_RECONNECT_MS): r stays live, to
- *                            complete again once carmyd is back (closing
- *                            the handle makes it uncertain).
+ *                            uncertain, and r is no longer live.
+ *   CARMY_EUNAVAILABLE       the handle could not get back to carmyd
+ *                            within the reconnect time
+ *                            (CARMY_RECONNECT_MS; carmyd restarting):
+ *                            r stays live, and completing it again with
+ *                            the same result answers 0 once carmyd is
+ *                            back and has recorded it (closing the
+ *                            handle makes it uncertain).
  *   CARMY_ESTORE             the durable store could not record it, or
  *                            could not tell in time whether it did (a
  *                            shared store whose database went away as it
@@ -540,8 +545,11 @@ int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
  *   CARMY_ENOT_RESERVED  r is not a live reservation of this handle.
  *   CARMY_EDISCONNECTED  carmyd declared this handle dead and did not give
  *                        its reservations back: the entry is uncertain.
- *                        With a shared store, the entry is still r's here
- *                        while the store may or may not have forgotten it.
+ *   CARMY_EUNAVAILABLE   the handle could not get back to carmyd within
+ *                        CARMY_RECONNECT_MS: r stays live, the entry still
+ *                        r's here (with a shared store, the store may or
+ *                        may not have heard of the release): release it
+ *                        again.
  *   CARMY_ESTORE         with a durable store: the identity was freed on
  *                        this host but the store could not record it
  *                        (carmyd did not come back within
@@ -593,11 +601,12 @@ int carmy_release(carmy_t *c, struct carmy_reservation *r);
  *   0                    uncertain; r is no longer a live reservation.
  *   CARMY_ENOT_RESERVED  r is not a live reservation of this handle.
  *   CARMY_ENOT_OWNER     carmyd found the entry held by another connection.
- *   CARMY_EDISCONNECTED  carmyd went away: if it gave this handle a new
- *                        owner id, the entry is uncertain, as every one of
- *                        the old owner's (r is no longer live); if it is
- *                        not back yet, r stays live (abandon it again, or
- *                        close the handle: either makes it uncertain).
+ *   CARMY_EDISCONNECTED  carmyd went away and gave this handle a new
+ *                        owner id: the entry is uncertain, as every one of
+ *                        the old owner's (r is no longer live).
+ *   CARMY_EUNAVAILABLE   carmyd is not back within CARMY_RECONNECT_MS: r
+ *                        stays live (abandon it again, or close the
+ *                        handle: either makes it uncertain).
  *   CARMY_EFORKED        as carmy_complete().
  *   -ENOTSUP             the carmyd serving c predates this call: nothing
  *                        was done (closing the handle makes every call it

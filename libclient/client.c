@@ -804,6 +804,65 @@ static bool released_meanwhile(carmy_t *c, const struct carmy_reservation *r,
 			   NULL) == SHM_FREE;
 }
 
+/*
+ * rc, what a reconnect() for r's sake failed with (or CARMY_EDISCONNECTED:
+ * a request sent again once back broke too), as the request's answer.
+ * While the handle holds r's owner id, carmyd has not said r is gone: one
+ * that answered nothing (not there yet, starting, stopping) or was full
+ * may yet come back, and holds a live client's calls for it (its
+ * --grace): r stays live, and the caller is told CARMY_EUNAVAILABLE, to
+ * ask again. With the id lost, the segment another's (orphaned), or an
+ * answer no retry will change (another layout, not to be trusted...), r is
+ * gone: CARMY_EDISCONNECTED.
+ */
+static int away(carmy_t *c, const struct carmy_reservation *r, int rc)
+{
+	bool may_come_back = rc == CARMY_EUNAVAILABLE ||
+			     rc == CARMY_ETOO_MANY_CLIENTS ||
+			     rc == CARMY_EDISCONNECTED;
+
+	if (may_come_back && !uatomic_read(&c->orphaned) &&
+	    uatomic_read(&c->owner) == resv_owner(r) &&
+	    uatomic_read(&c->lost_owner) != resv_owner(r))
+		return CARMY_EUNAVAILABLE;
+	return CARMY_EDISCONNECTED;
+}
+
+/*
+ * A request about r found its connection broken (carmyd restarting?): get
+ * back to carmyd. 0 when back with r's owner id, for the request to be
+ * sent again (if the first got through, carmyd says so); else what to
+ * answer, as away() tells it.
+ */
+static int back_for(carmy_t *c, const struct carmy_reservation *r)
+{
+	int rc = reconnect(c, c->reconnect_ms);
+
+	if (rc != 0)
+		return away(c, r, rc);
+	return uatomic_read(&c->owner) == resv_owner(r) ? 0 :
+							  CARMY_EDISCONNECTED;
+}
+
+/* confirm() of a request about r (RELEASE, ABANDON), sent again once back
+ * with r's owner id if its connection broke (back_for(); carmyd answers 0
+ * if the first got through). */
+static int confirm_again(carmy_t *c, const struct carmy_reservation *r,
+			 int type, const uint8_t exec[SHM_EXEC_LEN])
+{
+	int rc = confirm(c, type, resv_entry(r), exec, NULL);
+
+	if (rc != CARMY_EDISCONNECTED)
+		return rc;
+	rc = back_for(c, r);
+	if (rc == 0) {
+		rc = confirm(c, type, resv_entry(r), exec, NULL);
+		if (rc == CARMY_EDISCONNECTED)
+			rc = away(c, r, rc);
+	}
+	return rc;
+}
+
 EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 			  const void *result, size_t len)
 {
@@ -843,12 +902,14 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 			       len);
 	if (rc == 0)
 		rc = complete_msg(c, exec, &sb);
-	/* The connection broke (carmyd restarting?): get our owner id back
-	 * and send it again. If the first one got through, carmyd says so. */
-	if (rc == CARMY_EDISCONNECTED &&
-	    reconnect(c, c->reconnect_ms) == 0 &&
-	    uatomic_read(&c->owner) == resv_owner(r))
-		rc = complete_msg(c, exec, &sb);
+	if (rc == CARMY_EDISCONNECTED) {
+		rc = back_for(c, r);
+		if (rc == 0) {
+			rc = complete_msg(c, exec, &sb);
+			if (rc == CARMY_EDISCONNECTED)
+				rc = away(c, r, rc);
+		}
+	}
 	msgpack_sbuffer_destroy(&sb);
 	if (rc == CARMY_EDISCONNECTED &&
 	    completed_meanwhile(c, r, status, code, result, len))
@@ -883,11 +944,8 @@ EXPORT int carmy_complete(carmy_t *c, struct carmy_reservation *r, int status,
 static int release_first(carmy_t *c, struct carmy_reservation *r,
 			 const uint8_t exec[SHM_EXEC_LEN])
 {
-	int rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
+	int rc = confirm_again(c, r, WIRE_RELEASE, exec);
 
-	if (rc == CARMY_EDISCONNECTED && reconnect(c, c->reconnect_ms) == 0 &&
-	    uatomic_read(&c->owner) == resv_owner(r))
-		rc = confirm(c, WIRE_RELEASE, resv_entry(r), exec, NULL);
 	if (rc == CARMY_EDISCONNECTED && released_meanwhile(c, r, exec))
 		rc = 0;
 	if (c->shared) {
@@ -988,16 +1046,10 @@ EXPORT int carmy_abandon(carmy_t *c, struct carmy_reservation *r)
 		return rc;
 	if (!__atomic_load_n(&c->abandon, __ATOMIC_RELAXED))
 		return -ENOTSUP;	/* an older carmyd */
-	rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
-	/* The connection broke (carmyd restarting?): with our owner id back,
-	 * say it again (carmyd answers 0 if the first got through). Given a
-	 * new one, carmyd takes the old owner for dead and makes the entry
-	 * uncertain itself; with no carmyd yet, r stays live, to abandon
-	 * again or to leave to the handle's close. */
-	if (rc == CARMY_EDISCONNECTED &&
-	    reconnect(c, c->reconnect_ms) == 0 &&
-	    uatomic_read(&c->owner) == resv_owner(r))
-		rc = confirm(c, WIRE_ABANDON, resv_entry(r), exec, NULL);
+	/* Given a new owner id, carmyd takes the old owner for dead and makes
+	 * the entry uncertain itself; with no carmyd yet, r stays live, to
+	 * abandon again or to leave to the handle's close. */
+	rc = confirm_again(c, r, WIRE_ABANDON, exec);
 	if (rc == 0 || (rc == CARMY_EDISCONNECTED &&
 			uatomic_read(&c->lost_owner) == resv_owner(r)))
 		resv_done(r);
@@ -1147,8 +1199,12 @@ static int owned(carmy_t *c, struct carmy_reservation *r, uint32_t *b,
 
 	if (resv_owner(r) == 0)
 		return CARMY_ENOT_RESERVED;
-	if (!alive(c) && reconnect(c, c->reconnect_ms) != 0)
-		return CARMY_EDISCONNECTED;
+	if (!alive(c)) {
+		int back = reconnect(c, c->reconnect_ms);
+
+		if (back != 0)
+			return away(c, r, back);
+	}
 	owner = uatomic_read(&c->owner);
 	if (resv_owner(r) != owner)
 		return resv_owner(r) == uatomic_read(&c->lost_owner) ?
@@ -1230,10 +1286,14 @@ static int reconnect(carmy_t *c, int wait_ms)
 			retry = rc == CARMY_EDISCONNECTED ||
 				rc == CARMY_EUNAVAILABLE ||
 				rc == CARMY_ETOO_MANY_CLIENTS;
+			/* Not ours: that carmyd serves another segment, and
+			 * ours none (this handle is done). */
 			if (rc == 0 &&
 			    (strcmp(m.u.hello_ok.shm_name, c->shm_name) != 0 ||
-			     m.u.hello_ok.max_result != c->max_result))
-				rc = CARMY_EDISCONNECTED;	/* not ours */
+			     m.u.hello_ok.max_result != c->max_result)) {
+				uatomic_set(&c->orphaned, 1);
+				rc = CARMY_EDISCONNECTED;
+			}
 			/* The same name may hold a new segment (carmyd
 			 * --transient removed ours, or an operator did). */
 			if (rc == 0)

@@ -29,7 +29,7 @@ static const struct code_text texts[] = {
 	{ CARMY_ECAPACITY, "IDEMPOTENCY_CAPACITY",
 	  "The idempotency store is full; the call was refused without running. Raise carmyd's --capacity, set a shorter --retain, or run carmyctl purge --older-than AGE." },
 	{ CARMY_EUNAVAILABLE, "DAEMON_UNAVAILABLE",
-	  "carmyd cannot be reached; nothing was reserved and the tool must not run." },
+	  "carmyd cannot be reached. A call being begun was not reserved and must not run; a reservation being completed, released or abandoned stays live, to try again." },
 	{ CARMY_ERESULT_TOO_LARGE, "RESULT_TOO_LARGE",
 	  "The result exceeded carmyd's --max-result and was recorded as failed." },
 	{ CARMY_EINVALID_ARGS, "INVALID_ARGUMENTS",

@@ -26,7 +26,9 @@
  *   70     any other internal or system error (PROTOCOL_ERROR,
  *          SEGMENT_LAYOUT_MISMATCH, SEGMENT_CORRUPT, DISCONNECTED, out of
  *          memory...); after COMMAND ran, its result unrecorded
- *          (DISCONNECTED: uncertain, what it did printed) or carmy-run's
+ *          (DISCONNECTED, or DAEMON_UNAVAILABLE: carmyd not back from a
+ *          restart within CARMY_RECONNECT_MS and STORE_RETRY_MS more;
+ *          uncertain, what it did printed) or carmy-run's
  *          own output unwritten (recorded: a retry prints it); or
  *          COMMAND_LOST: carmy-run lost track of COMMAND while it ran
  *          (its watcher was killed, say), everything COMMAND started was
@@ -172,6 +174,12 @@ struct lost {
 				 * kill; -errno: they could not be listed */
 };
 
+/* Tries of a request about the reservation, see again(). */
+struct retry {
+	uint64_t end_ns;	/* CLOCK_MONOTONIC; 0 before the first */
+	unsigned ms;		/* the next wait */
+};
+
 enum run_outcome {
 	RUN_DONE,		/* COMMAND ran and ended, or timed out */
 	RUN_NOT_STARTED,	/* a system error before COMMAND could start */
@@ -222,9 +230,11 @@ static const char usage_text[] =
 	"  69     DAEMON_UNAVAILABLE     carmyd cannot be reached (or\n"
 	"         TOO_MANY_CLIENTS: it serves all its --max-clients allows)\n"
 	"  70     any other internal or system error (PROTOCOL_ERROR, SEGMENT_*,\n"
-	"         DISCONNECTED, out of memory...); COMMAND_LOST: COMMAND was\n"
-	"         lost while it ran (its watcher killed, say), all it started\n"
-	"         was killed, and the call is uncertain\n"
+	"         DISCONNECTED, out of memory...), also after COMMAND ran\n"
+	"         (DISCONNECTED, DAEMON_UNAVAILABLE: its result unrecorded);\n"
+	"         COMMAND_LOST: COMMAND was lost while it ran (its watcher\n"
+	"         killed, say), all it started was killed, and the call is\n"
+	"         uncertain\n"
 	"  71     IDEMPOTENCY_CONFLICT   the identity was used for another call\n"
 	"  72     EXECUTION_UNCERTAIN    the identity is running or was interrupted\n"
 	"  73     IDEMPOTENCY_CAPACITY   carmyd's table is full\n"
@@ -267,6 +277,7 @@ static int wait_running(carmy_t *c, const struct carmy_call *call,
 static int run_reserved(carmy_t *c, const struct opts *o,
 			struct carmy_reservation *r,
 			const struct cancelling *k);
+static bool again(struct retry *t);
 static int replay(const struct opts *o, const struct carmy_reservation *r);
 static enum run_outcome run_command(const struct opts *o,
 				    const struct cancelling *k,
@@ -753,7 +764,23 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 				 sig_name(err));
 		else
 			snprintf(why, sizeof(why), "%s", strerror(err));
+		/* Given back only once carmyd has it: while carmyd restarts,
+		 * asked again (the reservation stays live meanwhile). */
 		rc = carmy_release(c, r);
+		for (struct retry t = { 0 };
+		     rc == CARMY_EUNAVAILABLE && again(&t);)
+			rc = carmy_release(c, r);
+		if (rc == CARMY_EUNAVAILABLE) {
+			snprintf(msg, sizeof(msg),
+				 "carmyd could not be reached. COMMAND did "
+				 "not run (%s), but its reservation could not "
+				 "be released: the call turns uncertain when "
+				 "carmy-run exits (carmyctl resolve %s "
+				 "--not-committed frees it).", why,
+				 r->execution_id);
+			return report(o, EXIT_INTERNAL, carmy_errname(rc),
+				      msg, r->execution_id, NULL);
+		}
 		if (rc == CARMY_ESTORE) {
 			snprintf(msg, sizeof(msg),
 				 "COMMAND did not run (%s) and its reservation "
@@ -800,32 +827,14 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 	}
 
 	runfmt_put_head(cap.buf, cap.exit_code);
-	rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
-	/* A durable store that failed (its database restarting, say) keeps
+	/* A durable store that failed (its database restarting, say), or a
+	 * carmyd not back from a restart within CARMY_RECONNECT_MS, keeps
 	 * the reservation live: the same result is sent again, and recorded
-	 * once, until STORE_RETRY_MS from the first answer (each try may
-	 * itself wait for the store). */
-	if (rc == CARMY_ESTORE) {
-		struct timespec now;
-		uint64_t end;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		end = (uint64_t)now.tv_sec * NSEC + (uint64_t)now.tv_nsec +
-		      STORE_RETRY_MS * 1000000ull;
-		for (unsigned ms = 100; rc == CARMY_ESTORE;) {
-			struct timespec nap = { 0, (long)ms * 1000000 };
-
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			if ((uint64_t)now.tv_sec * NSEC +
-			    (uint64_t)now.tv_nsec >= end)
-				break;
-			while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
-				;
-			ms = ms * 2 > 1000 ? 1000 : ms * 2;
-			rc = carmy_complete(c, r, cap.status, cap.buf,
-					    cap.len);
-		}
-	}
+	 * once (each try may itself wait for the store, or for carmyd). */
+	rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
+	for (struct retry t = { 0 };
+	     (rc == CARMY_ESTORE || rc == CARMY_EUNAVAILABLE) && again(&t);)
+		rc = carmy_complete(c, r, cap.status, cap.buf, cap.len);
 	if (rc == 0)
 		status = print_result(o, r->execution_id, cap.status, false,
 				      cap.exit_code, cap.buf + HEAD_LEN,
@@ -834,6 +843,32 @@ static int run_reserved(carmy_t *c, const struct opts *o,
 		status = report_unrecorded(o, rc, r, &cap);
 	free(cap.buf);
 	return status;
+}
+
+/*
+ * Sending a request about the reservation again: again() waits before
+ * each try, 100 ms, then twice as long each time up to 1 s, and says no
+ * once STORE_RETRY_MS have passed since its first call.
+ */
+static bool again(struct retry *t)
+{
+	struct timespec now, nap;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (t->end_ns == 0) {
+		t->end_ns = (uint64_t)now.tv_sec * NSEC +
+			    (uint64_t)now.tv_nsec + STORE_RETRY_MS * 1000000ull;
+		t->ms = 100;
+	} else if ((uint64_t)now.tv_sec * NSEC + (uint64_t)now.tv_nsec >=
+		   t->end_ns) {
+		return false;
+	}
+	nap.tv_sec = 0;
+	nap.tv_nsec = (long)t->ms * 1000000;
+	while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
+		;
+	t->ms = t->ms * 2 > 1000 ? 1000 : t->ms * 2;
+	return true;
 }
 
 static int replay(const struct opts *o, const struct carmy_reservation *r)
@@ -1272,6 +1307,13 @@ static int report_unrecorded(const struct opts *o, int code,
 	bool large = code == CARMY_ERESULT_TOO_LARGE;
 	const void *out = cap->buf + HEAD_LEN;
 	size_t len = cap->len - HEAD_LEN;
+	/* carmyd away (not back from a restart): COMMAND ran all the same,
+	 * so not 69, whose COMMAND did not. */
+	int status = code == CARMY_EUNAVAILABLE ? EXIT_INTERNAL :
+						  exit_for(code);
+	const char *why = code == CARMY_EUNAVAILABLE ?
+		"carmyd could not be reached to record the result." :
+		carmy_strerror(code);
 	char msg[1024];
 
 	if (large && cap->keep <= HEAD_LEN)
@@ -1296,7 +1338,7 @@ static int report_unrecorded(const struct opts *o, int code,
 			 "reports EXECUTION_UNCERTAIN until it is resolved "
 			 "(carmyctl resolve %s --committed --exit-code %d "
 			 "--stdout-file FILE, with the output %s, or "
-			 "--not-committed).", carmy_strerror(code),
+			 "--not-committed).", why,
 			 cap->exit_code, r->execution_id, cap->exit_code,
 			 o->json ? "in \"stdout\"" : "on standard output");
 	signal(SIGPIPE, SIG_IGN);
@@ -1304,7 +1346,7 @@ static int report_unrecorded(const struct opts *o, int code,
 		if (!large && io_write_all(STDOUT_FILENO, out, len) != 0)
 			fprintf(stderr, "carmy-run: cannot write standard "
 				"output: %s\n", strerror(errno));
-		return report(o, exit_for(code), carmy_errname(code), msg,
+		return report(o, status, carmy_errname(code), msg,
 			      r->execution_id, large ?
 			      carmy_state_name(CARMY_STATE_COMPLETED) : NULL);
 	}
@@ -1328,7 +1370,7 @@ static int report_unrecorded(const struct opts *o, int code,
 		fprintf(stderr, "carmy-run: %s: %s (cannot write standard "
 			"output: %s)\n", carmy_errname(code), msg,
 			strerror(errno));
-	return exit_for(code);
+	return status;
 }
 
 /*

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +132,17 @@ static void reserve_after_restart(const struct carmy_call *call,
 	ck_assert_int_eq(carmy_begin(old, call, r), CARMY_RESERVED);
 }
 
+/* A handle whose requests give up on an absent carmyd after 100 ms. */
+static carmy_t *connect_impatient(void)
+{
+	carmy_t *h;
+
+	ck_assert_int_eq(setenv("CARMY_RECONNECT_MS", "100", 1), 0);
+	h = e2e_connect(&d);
+	ck_assert_int_eq(unsetenv("CARMY_RECONNECT_MS"), 0);
+	return h;
+}
+
 /* A new identity can be reserved, completed and replayed. */
 static void expect_new_works(carmy_t *h, const char *rid)
 {
@@ -218,7 +230,7 @@ START_TEST(test_client_connected_across_restart_is_disconnected)
 	expect_interrupted(c, &held2, r2.execution_id);
 	ck_assert_int_eq(carmy_release(old, &r2), CARMY_EDISCONNECTED);
 	rc = carmy_complete(old, &r, CARMY_STATUS_COMPLETED, "late", 4);
-	ck_assert_msg(rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE,
+	ck_assert_msg(rc == CARMY_EDISCONNECTED,
 		      "complete on a handle from before the restart: %s",
 		      carmy_errname(rc));
 	ck_assert_int_ne(carmy_begin(old, &held, &u), CARMY_RESERVED);
@@ -300,10 +312,7 @@ START_TEST(test_while_carmyd_is_down_only_a_handle_connected_before_replays)
 	char exec[CARMY_EXECUTION_ID_LEN + 1];
 	carmy_t *late = (carmy_t *)&late;
 
-	/* Its completion gives up on carmyd soon. */
-	ck_assert_int_eq(setenv("CARMY_RECONNECT_MS", "100", 1), 0);
-	old = e2e_connect(&d);
-	ck_assert_int_eq(unsetenv("CARMY_RECONNECT_MS"), 0);
+	old = connect_impatient();
 	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_RESERVED);
 	strcpy(exec, r.execution_id);
 	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED, "x", 1),
@@ -317,9 +326,10 @@ START_TEST(test_while_carmyd_is_down_only_a_handle_connected_before_replays)
 	/* The handle from before replays... */
 	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_REPLAY);
 	ck_assert_str_eq(r.execution_id, exec);
-	/* ...until a request of its finds no carmyd... */
+	/* ...until a request of its finds no carmyd (the reservation it
+	 * completes stays live: carmyd may yet come back)... */
 	ck_assert_int_eq(carmy_complete(old, &h, CARMY_STATUS_COMPLETED, "y", 1),
-			 CARMY_EDISCONNECTED);
+			 CARMY_EUNAVAILABLE);
 	/* ...and then it fails closed, a replay as much as a new call. */
 	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_EUNAVAILABLE);
 
@@ -330,6 +340,109 @@ START_TEST(test_while_carmyd_is_down_only_a_handle_connected_before_replays)
 	ck_assert_mem_eq(r.result, "x", 1);
 	carmy_reservation_clear(&r);
 	carmy_reservation_clear(&h);
+}
+END_TEST
+
+/* A completion that finds carmyd away for longer than the handle waits for
+ * it (a restart with a long load) is told DAEMON_UNAVAILABLE, not
+ * DISCONNECTED: the reservation is live, and the same completion sent once
+ * carmyd is back records the result. So do a release and an abandon. */
+START_TEST(test_a_completion_while_carmyd_is_away_stays_live)
+{
+	struct carmy_call done = E2E_CALL("p", "s", "completed-late");
+	struct carmy_call freed = E2E_CALL("p", "s", "released-late");
+	struct carmy_call given = E2E_CALL("p", "s", "abandoned-late");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+	struct carmy_reservation f = CARMY_RESERVATION_INIT;
+	struct carmy_reservation g = CARMY_RESERVATION_INIT;
+	struct carmy_reservation u = CARMY_RESERVATION_INIT;
+	char exec[CARMY_EXECUTION_ID_LEN + 1];
+
+	e2e_kill9(&d);
+	e2e_restart(&d, opts_long_grace);
+	old = connect_impatient();
+	ck_assert_int_eq(carmy_begin(old, &done, &r), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(old, &freed, &f), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_begin(old, &given, &g), CARMY_RESERVED);
+	strcpy(exec, r.execution_id);
+	e2e_kill9(&d);
+
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), CARMY_EUNAVAILABLE);
+	ck_assert_int_eq(carmy_release(old, &f), CARMY_EUNAVAILABLE);
+	ck_assert_int_eq(carmy_abandon(old, &g), CARMY_EUNAVAILABLE);
+	/* Not sent, so not settled: asked again, the same. */
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), CARMY_EUNAVAILABLE);
+
+	e2e_restart(&d, opts_long_grace);
+	c = e2e_connect(&d);
+	ck_assert_int_eq(carmy_begin(c, &done, &u), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(u.state, CARMY_STATE_RUNNING);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), 0);
+	ck_assert_int_eq(carmy_begin(c, &done, &u), CARMY_REPLAY);
+	ck_assert_str_eq(u.execution_id, exec);
+	ck_assert_uint_eq(u.result_len, 4);
+	ck_assert_mem_eq(u.result, "late", 4);
+	ck_assert_int_eq(carmy_release(old, &f), 0);
+	ck_assert_int_eq(carmy_begin(c, &freed, &u), CARMY_RESERVED);
+	ck_assert_int_eq(carmy_release(c, &u), 0);
+	ck_assert_int_eq(carmy_abandon(old, &g), 0);
+	ck_assert_int_eq(carmy_begin(c, &given, &u), CARMY_EUNCERTAIN);
+	ck_assert_int_eq(u.state, CARMY_STATE_INTERRUPTED);
+	carmy_reservation_clear(&r);
+	carmy_reservation_clear(&f);
+	carmy_reservation_clear(&g);
+	carmy_reservation_clear(&u);
+}
+END_TEST
+
+/* Told DAEMON_UNAVAILABLE while carmyd was away, a completion is told
+ * DISCONNECTED once carmyd is back without the handle's calls (--grace 0:
+ * none held): the entry is uncertain, and no retry can record it. */
+START_TEST(test_a_completion_away_then_not_held_is_disconnected)
+{
+	struct carmy_call call = E2E_CALL("p", "s", "away-not-held");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+
+	old = connect_impatient();
+	ck_assert_int_eq(carmy_begin(old, &call, &r), CARMY_RESERVED);
+	e2e_kill9(&d);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), CARMY_EUNAVAILABLE);
+	e2e_restart(&d, opts);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), CARMY_EDISCONNECTED);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), CARMY_EDISCONNECTED);
+	c = e2e_connect(&d);
+	expect_interrupted(c, &call, r.execution_id);
+	carmy_reservation_clear(&r);
+}
+END_TEST
+
+/* carmyd comes back on another segment at the same socket (its segment
+ * was removed, and it runs with another --max-result): what the handle
+ * reserved in the old one is served by nobody, for good. A completion is
+ * told DISCONNECTED, not DAEMON_UNAVAILABLE: sending it again could never
+ * record it. */
+START_TEST(test_a_completion_to_a_carmyd_on_another_segment_is_disconnected)
+{
+	static const char *const bigger[] = { "--capacity", "64",
+		"--max-result", "512", "--grace", "600", NULL };
+	struct carmy_call call = E2E_CALL("p", "s", "other-segment");
+	struct carmy_reservation r = CARMY_RESERVATION_INIT;
+
+	old = connect_impatient();
+	ck_assert_int_eq(carmy_begin(old, &call, &r), CARMY_RESERVED);
+	e2e_kill9(&d);
+	ck_assert_int_eq(shm_unlink(d.segment), 0);
+	e2e_restart(&d, bigger);
+	ck_assert_int_eq(carmy_complete(old, &r, CARMY_STATUS_COMPLETED,
+					"late", 4), CARMY_EDISCONNECTED);
+	ck_assert_int_eq(carmy_release(old, &r), CARMY_EDISCONNECTED);
+	carmy_reservation_clear(&r);
 }
 END_TEST
 
@@ -752,6 +865,9 @@ static Suite *restart_suite(void)
 	tcase_add_test(tc, test_handle_from_before_restart_reconnects_for_new_calls);
 	tcase_add_test(tc, test_begin_while_carmyd_is_down_fails_closed_but_replays);
 	tcase_add_test(tc, test_while_carmyd_is_down_only_a_handle_connected_before_replays);
+	tcase_add_test(tc, test_a_completion_while_carmyd_is_away_stays_live);
+	tcase_add_test(tc, test_a_completion_away_then_not_held_is_disconnected);
+	tcase_add_test(tc, test_a_completion_to_a_carmyd_on_another_segment_is_disconnected);
 	tcase_add_test(tc, test_owner_back_within_grace_completes_its_call);
 	tcase_add_test(tc, test_owner_not_back_is_uncertain_once_grace_ends);
 	tcase_add_test(tc, test_a_handle_closed_without_coming_back_leaves_its_calls_uncertain);

@@ -152,7 +152,7 @@ static void run_tool(struct worker *w, unsigned id, unsigned var)
 		soak_write_line(w->log, "l %llu %u %s %d\n",
 				(unsigned long long)harness_now_ns(), id, exec,
 				rc);
-		if (rc == CARMY_EDISCONNECTED)
+		if (rc == CARMY_EDISCONNECTED || rc == CARMY_EUNAVAILABLE)
 			reconnect(w);
 		phase(w, SOAK_P_IDLE);
 		return;

@@ -87,9 +87,13 @@ class DaemonUnavailable(CarmyError):
     """No carmyd answers (code DAEMON_UNAVAILABLE), or the connection to it
     was lost and not given back (code DISCONNECTED).
 
-    Raised when a call starts, nothing was reserved and the tool did not
-    run. Raised by a completion, the execution is uncertain (see
-    ExecutionUncertain).
+    Raised when a call starts (execution_id None): nothing was reserved
+    and the tool did not run. Raised about a reservation (by a completion,
+    a release or abandon(); execution_id set), after it was sent again for
+    about 10 s: with code DISCONNECTED the execution is uncertain (see
+    ExecutionUncertain); with code DAEMON_UNAVAILABLE carmyd is not back
+    from a restart yet and the reservation stays live until the client
+    closes, then it is uncertain too.
     """
 
     code = "DAEMON_UNAVAILABLE"
@@ -253,29 +257,43 @@ def _result_failure(exc):
         return _UNSERIALISABLE_RESULT
 
 
-# A completion that carmyd's durable store could not record (STORE_FAILED:
-# the reservation stays live, and the same completion answers once it is
-# recorded) is sent again after each of these pauses, in seconds: about
-# 10 s in all, as long as libcarmy waits for a carmyd that restarts
-# (CARMY_RECONNECT_MS).
-_STORE_RETRY_S = (0.01, 0.03, 0.1, 0.3, 1.0, 2.0, 2.0, 2.0, 2.0)
+# A completion that carmyd's durable store could not record (STORE_FAILED),
+# or any request about a reservation that found carmyd away for longer than
+# libcarmy waits for it (DAEMON_UNAVAILABLE: a restart; CARMY_RECONNECT_MS,
+# 10 s), leaves the reservation live, and the same request answers once
+# carmyd has it. It is sent again after each of these pauses, in seconds,
+# for about 10 s from the first answer (a try that waits for carmyd takes
+# 10 s itself).
+_RETRY_PAUSES_S = (0.01, 0.03, 0.1, 0.3, 1.0, 2.0, 2.0, 2.0, 2.0)
+_RETRY_FOR_S = 10.0
+_AWAY = ("DAEMON_UNAVAILABLE",)
+_NOT_YET = ("STORE_FAILED", "DAEMON_UNAVAILABLE")
 
 
-def _complete(r, status, data):
-    """r.complete(status, data), sent again while the store fails. What
-    still fails is raised, with the execution id: if the reservation is
-    still live, the entry stays running until the client closes, then it
-    is interrupted (see ExecutionUncertain)."""
-    for pause in _STORE_RETRY_S + (None,):
+def _again(r, fn, *args, codes=_AWAY):
+    """fn(*args), a request about reservation r, sent again while it fails
+    with one of codes and r stays live. What still fails is raised, with
+    the execution id: if r is still live, its entry stays running until
+    the client closes, then it is interrupted (see ExecutionUncertain)."""
+    end = None
+    for pause in _RETRY_PAUSES_S + (None,):
         try:
-            r.complete(status, data)
-            return
+            return fn(*args)
         except CarmyError as e:
-            if e.code != "STORE_FAILED" or pause is None or not r.live:
+            if end is None:
+                end = time.monotonic() + _RETRY_FOR_S
+            if (e.code not in codes or pause is None or not r.live or
+                    time.monotonic() >= end):
                 if e.execution_id is None:
                     e.execution_id = r.execution_id
                 raise
         time.sleep(pause)
+
+
+def _complete(r, status, data):
+    """r.complete(status, data), sent again while the store fails or
+    carmyd is away (see _again)."""
+    _again(r, r.complete, status, data, codes=_NOT_YET)
 
 
 def _finish_error(r, exc, dumps, message=None):
@@ -356,8 +374,9 @@ class Call:
     def complete(self, result, status="completed"):
         """Record result (serialised now: what the serializer raises
         leaves the reservation live) with status "completed", "failed",
-        "timed_out" or "cancelled". A store that fails (STORE_FAILED) is
-        tried again as the decorator does."""
+        "timed_out" or "cancelled". A store that fails (STORE_FAILED), or
+        a carmyd not back from a restart (DAEMON_UNAVAILABLE), is tried
+        again as the decorator does."""
         if self._r is None or self._done:
             raise CarmyError("the call is not reserved", "NOT_RESERVED")
         if status not in _STATUS:
@@ -382,29 +401,25 @@ class Call:
 
         Raises CarmyError NOT_RESERVED for a call that is not reserved
         (a replay, completed or abandoned already); DaemonUnavailable
-        (code DISCONNECTED) when carmyd went away: the call is uncertain
-        already, or will be once the client closes, and abandon() may be
-        called again (NOT_RESERVED then if it was); CarmyError EOPNOTSUPP
-        (libcarmy's -ENOTSUP) when carmyd is too old for it: nothing was
-        done, and the call turns uncertain when the client closes. The
-        error carries the execution id.
+        when carmyd went away: code DISCONNECTED, the call is uncertain
+        already; code DAEMON_UNAVAILABLE, carmyd was not back within about
+        20 s and the call will be uncertain once the client closes (or
+        abandon() is called again once carmyd is back); CarmyError
+        EOPNOTSUPP (libcarmy's -ENOTSUP) when carmyd is too old for it:
+        nothing was done, and the call turns uncertain when the client
+        closes. The error carries the execution id.
         """
         if self._r is None:
             raise CarmyError("the call is not reserved", "NOT_RESERVED")
         self._done = True
-        try:
-            self._r.abandon()
-        except CarmyError as e:
-            if e.execution_id is None:
-                e.execution_id = self._r.execution_id
-            raise
+        _again(self._r, self._r.abandon)
 
     def __exit__(self, et, ev, tb):
         if self._r is None or self._done:
             return False
         self._done = True
         if ev is None:
-            self._r.release()
+            _again(self._r, self._r.release)
         else:
             _finish_error(self._r, ev, self._dumps)
         return False
@@ -687,8 +702,9 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
     whose text cannot be serialised (its __str__ raises, msgpack refuses
     a lone surrogate) is recorded with its type and the fixed message
     "the exception's message could not be serialised". A completion
-    carmyd's durable store fails (CarmyError STORE_FAILED) is sent again
-    for about 10 s; if it still fails, that CarmyError, with the
+    carmyd's durable store fails (CarmyError STORE_FAILED), or that finds
+    carmyd restarting for longer than 10 s (DaemonUnavailable), is sent
+    again for about 10 s more; if it still fails, that CarmyError, with the
     execution id, is raised instead of the value or the tool's exception
     (which is its __context__), and the execution stays running until the
     client closes, then is interrupted: reconcile it.
@@ -771,7 +787,7 @@ def _release_abandoned(cfut):
         return
     r = cfut.result()
     if r.live:
-        _submit("io", r.release)
+        _submit("io", _again, r, r.release)
 
 
 async def _off_loop(kind, fn, *args, on_cancel=None):

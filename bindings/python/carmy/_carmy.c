@@ -491,10 +491,11 @@ static PyObject *res_complete(ReservationObject *self, PyObject *const *a,
 
 /*
  * Give the reservation up with fn (carmy_release(), carmy_abandon()). It
- * stays live here unless fn returned 0: on DISCONNECTED libcarmy may have
- * let r go (carmyd came back under a new owner id) or kept it (carmyd is
- * not back yet), as after a complete that failed, so it can be given up
- * again: libcarmy answers NOT_RESERVED then if it had let it go.
+ * stays live here unless fn returned 0: on DISCONNECTED libcarmy let r go
+ * (carmyd came back under a new owner id), on DAEMON_UNAVAILABLE it kept
+ * it (carmyd is not back yet), as after a complete that failed, so it can
+ * be given up again: libcarmy answers NOT_RESERVED then if it had let it
+ * go.
  */
 static PyObject *res_give_up(ReservationObject *self,
 			     int (*fn)(carmy_t *, struct carmy_reservation *))

@@ -1,8 +1,10 @@
 """The low-level form: with client.call(...) as call."""
+import time
+
 import pytest
 
 import carmy
-from helpers import append, lines
+from helpers import Carmyd, append, lines
 
 
 def test_runs_completes_then_replays(client, marker):
@@ -140,3 +142,43 @@ def test_an_exception_msgpack_cannot_pack_records_a_fixed_message(client):
         assert call.replayed and call.status == "failed"
         assert call.result == {"type": "ValueError",
                                "message": carmy._UNSERIALISABLE_MESSAGE}
+
+
+def test_a_completion_that_finds_carmyd_away_is_sent_again(marker,
+                                                           monkeypatch):
+    """carmyd is killed while the body runs and stays away for longer than
+    libcarmy waits for it (CARMY_RECONNECT_MS, 200 ms here): complete()'s
+    first try is refused DAEMON_UNAVAILABLE, the reservation live, and it
+    tries again after a pause. carmyd is started again in that pause (it
+    holds this process's call): the result is recorded, and replays."""
+    d = Carmyd().start()
+    real_sleep = time.sleep
+    paused = []
+
+    def sleep(s):
+        if not paused:
+            d.start()
+        paused.append(s)
+        real_sleep(s)
+
+    try:
+        monkeypatch.setenv("CARMY_RECONNECT_MS", "200")
+        c = carmy.connect(d.socket, principal="u", session="s")
+        monkeypatch.delenv("CARMY_RECONNECT_MS")
+        with c.call("pay", {"amount": 5}, request_id="away") as call:
+            append(marker, "ran")
+            eid = call.execution_id
+            d.kill()
+            monkeypatch.setattr(time, "sleep", sleep)
+            call.complete({"paid": 5})
+            monkeypatch.setattr(time, "sleep", real_sleep)
+        assert paused, "complete() was never refused"
+        c2 = carmy.connect(d.socket, principal="u", session="s")
+        with c2.call("pay", {"amount": 5}, request_id="away") as again:
+            assert again.replayed and again.result == {"paid": 5}
+            assert again.execution_id == eid
+        assert lines(marker) == [b"ran"]
+        c2.close()
+        c.close()
+    finally:
+        d.cleanup()

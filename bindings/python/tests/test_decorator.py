@@ -241,7 +241,7 @@ class StoreFailing:
 
 
 def test_a_completion_the_store_fails_is_sent_again(monkeypatch):
-    monkeypatch.setattr(carmy, "_STORE_RETRY_S", (0, 0, 0))
+    monkeypatch.setattr(carmy, "_RETRY_PAUSES_S", (0, 0, 0))
     r = StoreFailing(3)
     assert carmy._record(r, {"a": 1}, carmy._json_dumps) == {"a": 1}
     assert r.sent == [(carmy._carmy.STATUS_COMPLETED, b'{"a":1}')] * 4
@@ -251,7 +251,7 @@ def test_a_completion_the_store_fails_is_sent_again(monkeypatch):
 def test_a_store_that_keeps_failing_raises_store_failed(monkeypatch):
     """After the retries, the caller gets STORE_FAILED with the execution
     id (the tool's exception as its context)."""
-    monkeypatch.setattr(carmy, "_STORE_RETRY_S", (0, 0, 0))
+    monkeypatch.setattr(carmy, "_RETRY_PAUSES_S", (0, 0, 0))
     r = StoreFailing(99)
     with pytest.raises(carmy.CarmyError) as e:
         try:
