@@ -236,17 +236,52 @@ void gw_exec_record_owed(struct gw_exec *x)
 		  "settle it with carmyctl resolve once the gateway stops");
 }
 
+/*
+ * Give back x's reservation, whose tool provably did not run. carmyd away
+ * (CARMY_EUNAVAILABLE: restarting) is asked again as a result is, for
+ * GW_RECORD_WAIT_MS. Not given back then, or lost with carmyd, the handle
+ * is retired: its close makes the call uncertain, where it would stay
+ * running for as long as the gateway's connection lived. Returns
+ * carmy_release()'s last answer; *retired says whether it was retired.
+ */
+static int give_back(struct gw_exec *x, bool *retired)
+{
+	uint64_t deadline = clock_mono_ns() +
+			    (uint64_t)GW_RECORD_WAIT_MS * 1000000u;
+	unsigned ms = GW_RECORD_RETRY_MS;
+	int rc = carmy_release(x->h->c, &x->r);
+
+	if (rc == CARMY_EUNAVAILABLE)
+		log_warn("execution %s: its tool did not start, and carmyd "
+			 "could not be reached to give its reservation back "
+			 "(DAEMON_UNAVAILABLE): asking again",
+			 x->execution_id);
+	while (rc == CARMY_EUNAVAILABLE && clock_mono_ns() < deadline) {
+		nap(ms);
+		ms = ms >= GW_RECORD_RETRY_MAX_MS / 2 ? GW_RECORD_RETRY_MAX_MS :
+							 ms * 2;
+		rc = carmy_release(x->h->c, &x->r);
+	}
+	*retired = rc == CARMY_EUNAVAILABLE || rc == CARMY_EDISCONNECTED;
+	if (*retired)
+		gw_handle_retire(&x->gw->carmyd, x->h);
+	return rc;
+}
+
 void gw_exec_not_started(struct gw_exec *x, const char *why)
 {
 	char msg[512];
-	int rc = x->h != NULL ? carmy_release(x->h->c, &x->r) : 0;
+	bool retired = false;
+	int rc = x->h != NULL ? give_back(x, &retired) : 0;
 
 	if (rc != 0) {
 		snprintf(msg, sizeof(msg), "The tool could not be started "
 			 "(%s), and its reservation could not be released "
-			 "(%s).", why, carmy_errname(rc));
+			 "(%s)%s.", why, carmy_errname(rc), retired ?
+			 ": the call is interrupted, for carmyctl resolve "
+			 "--not-committed to free it" : "");
 		gw_answer_error(x->answer, "INTERNAL", msg, x->execution_id,
-				"running");
+				retired ? "interrupted" : "running");
 		return;
 	}
 	snprintf(msg, sizeof(msg), "The tool could not be started (%s); "
