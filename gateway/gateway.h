@@ -155,7 +155,8 @@ void gw_carmyd_init(struct gw_carmyd *d, const char *socket);
  * reached. */
 struct gw_handle *gw_handle_get(struct gw_carmyd *d, bool wait, int *code);
 void gw_handle_put(struct gw_carmyd *d, struct gw_handle *h);
-/* h answered CARMY_EDISCONNECTED: no new request gets it. */
+/* h answered CARMY_EDISCONNECTED (or lost track of a tool while carmyd was
+ * away): no new request gets it. */
 void gw_handle_retire(struct gw_carmyd *d, struct gw_handle *h);
 /* Whether a new connection to carmyd gets its HELLO answered now: 0, or a
  * libcarmy code (CARMY_EUNAVAILABLE also while an earlier probe waits). */

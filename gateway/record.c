@@ -239,49 +239,57 @@ void gw_exec_record_owed(struct gw_exec *x)
 /*
  * Give back x's reservation, whose tool provably did not run. carmyd away
  * (CARMY_EUNAVAILABLE: restarting) is asked again as a result is, for
- * GW_RECORD_WAIT_MS. Not given back then, or lost with carmyd, the handle
- * is retired: its close makes the call uncertain, where it would stay
- * running for as long as the gateway's connection lived. Returns
- * carmy_release()'s last answer; *retired says whether it was retired.
+ * GW_RECORD_WAIT_MS after the first answer, or until the gateway stops.
+ * Returns carmy_release()'s last answer.
  */
-static int give_back(struct gw_exec *x, bool *retired)
+static int give_back(struct gw_exec *x)
 {
-	uint64_t deadline = clock_mono_ns() +
-			    (uint64_t)GW_RECORD_WAIT_MS * 1000000u;
-	unsigned ms = GW_RECORD_RETRY_MS;
+	unsigned ms = GW_RECORD_RETRY_MS, tries = 1;
+	uint64_t deadline;
 	int rc = carmy_release(x->h->c, &x->r);
 
-	if (rc == CARMY_EUNAVAILABLE)
-		log_warn("execution %s: its tool did not start, and carmyd "
-			 "could not be reached to give its reservation back "
-			 "(DAEMON_UNAVAILABLE): asking again",
-			 x->execution_id);
-	while (rc == CARMY_EUNAVAILABLE && clock_mono_ns() < deadline) {
-		nap(ms);
+	if (rc != CARMY_EUNAVAILABLE)
+		return rc;
+	log_warn("execution %s: its tool did not start, and carmyd could not "
+		 "be reached to give its reservation back (DAEMON_UNAVAILABLE):"
+		 " asking again", x->execution_id);
+	deadline = clock_mono_ns() + (uint64_t)GW_RECORD_WAIT_MS * 1000000u;
+	while (rc == CARMY_EUNAVAILABLE) {
+		uint64_t now = clock_mono_ns(), left;
+
+		if (now >= deadline)
+			break;
+		left = (deadline - now) / 1000000u + 1;
+		if (gw_stop_sleep(x->gw, ms < left ? ms : (unsigned)left))
+			break;
 		ms = ms >= GW_RECORD_RETRY_MAX_MS / 2 ? GW_RECORD_RETRY_MAX_MS :
 							 ms * 2;
 		rc = carmy_release(x->h->c, &x->r);
+		tries++;
 	}
-	*retired = rc == CARMY_EUNAVAILABLE || rc == CARMY_EDISCONNECTED;
-	if (*retired)
-		gw_handle_retire(&x->gw->carmyd, x->h);
+	if (rc == 0)
+		log_info("execution %s: its reservation is given back, at try "
+			 "%u", x->execution_id, tries);
 	return rc;
 }
 
 void gw_exec_not_started(struct gw_exec *x, const char *why)
 {
 	char msg[512];
-	bool retired = false;
-	int rc = x->h != NULL ? give_back(x, &retired) : 0;
+	int rc = x->h != NULL ? give_back(x) : 0;
 
+	/* Gone with carmyd's owner id: carmyd made it uncertain. Still
+	 * refused otherwise: it runs until the gateway's connection closes,
+	 * and is uncertain then. */
+	if (rc == CARMY_EDISCONNECTED)
+		gw_handle_retire(&x->gw->carmyd, x->h);
 	if (rc != 0) {
 		snprintf(msg, sizeof(msg), "The tool could not be started "
 			 "(%s), and its reservation could not be released "
-			 "(%s)%s.", why, carmy_errname(rc), retired ?
-			 ": the call is interrupted, for carmyctl resolve "
-			 "--not-committed to free it" : "");
+			 "(%s).", why, carmy_errname(rc));
 		gw_answer_error(x->answer, "INTERNAL", msg, x->execution_id,
-				retired ? "interrupted" : "running");
+				rc == CARMY_EDISCONNECTED ? "interrupted" :
+							    "running");
 		return;
 	}
 	snprintf(msg, sizeof(msg), "The tool could not be started (%s); "
