@@ -59,6 +59,11 @@
 #ifndef CARMY_SHM_ATOMIC_H
 #define CARMY_SHM_ATOMIC_H
 
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
 #include <urcu/arch.h>
 #include <urcu/uatomic.h>
 
@@ -97,5 +102,35 @@
 #endif
 
 #define shm_cpu_relax()		caa_cpu_relax()
+
+/*
+ * One turn of a wait for carmyd to finish a move or a reclaim (an odd move
+ * sequence, a BLOCKED bucket): microseconds, unless carmyd's thread was
+ * preempted, and on a busy machine the waiters spinning may be what keeps
+ * it from running. So a turn pauses, every SHM_BUSY_TURNS-th one gives the
+ * CPU up and looks at the clock, and the wait ends (false) once it has
+ * lasted SHM_BUSY_NS: only a carmyd killed in the middle holds it that
+ * long. *spins and *since start at 0.
+ */
+#define SHM_BUSY_TURNS 1024u
+#define SHM_BUSY_NS 500000000ull
+static inline bool shm_busy_turn(unsigned *spins, uint64_t *since)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	if (++*spins % SHM_BUSY_TURNS != 0) {
+		shm_cpu_relax();
+		return true;
+	}
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (*since == 0)
+		*since = now;
+	else if (now - *since >= SHM_BUSY_NS)
+		return false;
+	sched_yield();
+	return true;
+}
 
 #endif /* CARMY_SHM_ATOMIC_H */

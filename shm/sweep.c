@@ -28,9 +28,6 @@ static bool give_back(const struct shm_view *v, uint32_t e,
 static void seq_open(struct shm_view *v);
 static void seq_close(struct shm_view *v);
 
-/* How many looks shm_look_as() takes while carmyd moves entries. */
-#define LOOK_SPINS (1u << 22)
-
 /*
  * Record the result of entry e for owner, which must hold its ticket and
  * have it RUNNING with execution id exec. The result goes in first, then
@@ -204,16 +201,17 @@ int shm_look_as(const struct shm_view *v, uint32_t e, const uint8_t *exec,
 		bool *same)
 {
 	const uint32_t *seqp = &shm_header(v)->sh_move_seq;
+	unsigned spins = 0;
+	uint64_t since = 0;
 
-	for (unsigned spins = 0; spins < LOOK_SPINS; spins++) {
+	for (bool first = true; first || shm_busy_turn(&spins, &since);
+	     first = false) {
 		uint32_t seq = shm_load(seqp);
 		unsigned state;
 		bool eq = false;
 
-		if (seq & 1) {
-			shm_cpu_relax();
+		if (seq & 1)
 			continue;
-		}
 		shm_rmb();
 		state = shm_state_as(v, e, exec);
 		if (state == SHM_COMPLETED && same != NULL)

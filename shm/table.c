@@ -27,11 +27,6 @@
 #include "shm/atomic.h"
 #include "shm/shm.h"
 
-/* How long a reserve spins on a BLOCKED bucket or an odd move sequence
- * (carmyd holds either for microseconds while it reclaims or compacts)
- * before giving up: only a carmyd killed in the middle holds it longer. */
-#define BUSY_SPINS (1u << 22)
-
 static uint32_t ticket_claim(const struct shm_view *v,
 			     const struct shm_claim *c);
 static void entry_fill(const struct shm_view *v, uint32_t e,
@@ -126,6 +121,7 @@ enum shm_outcome shm_reserve(const struct shm_view *v, const struct shm_key *k,
 	const uint64_t held = shm_ticket(c->owner, c->pid);
 	uint32_t ticket = UINT32_MAX, seq;
 	unsigned spins = 0;
+	uint64_t since = 0;
 
 restart:
 	/* carmyd may be moving finished entries: a probe that overlaps a
@@ -133,9 +129,8 @@ restart:
 	 * sequence is even and unchanged from start to finish. */
 	seq = shm_load(move_seq);
 	if (seq & 1) {
-		if (++spins > BUSY_SPINS)
+		if (!shm_busy_turn(&spins, &since))
 			goto busy;
-		shm_cpu_relax();
 		goto restart;
 	}
 	shm_rmb();
@@ -193,9 +188,8 @@ restart:
 			return SHM_OUT_RESERVED;
 		}
 		if (st == SHM_BLOCKED) {
-			if (++spins > BUSY_SPINS)
+			if (!shm_busy_turn(&spins, &since))
 				goto busy;
-			shm_cpu_relax();
 			goto restart;
 		}
 		if (st == SHM_TOMB || st > SHM_BLOCKED || SHM_W_TAG(w) != tag)
@@ -521,18 +515,19 @@ bool shm_owns(const struct shm_view *v, uint32_t entry, uint32_t owner,
 	      uint32_t *bucket, uint64_t *word)
 {
 	const uint32_t *seqp = &shm_header(v)->sh_move_seq;
+	unsigned spins = 0;
+	uint64_t since = 0;
 
 	*word = 0;
 	if (entry >= v->geo.capacity)
 		return false;
-	for (unsigned spins = 0; spins < BUSY_SPINS; spins++) {
+	for (bool first = true; first || shm_busy_turn(&spins, &since);
+	     first = false) {
 		uint32_t seq = shm_load(seqp), b;
 		uint64_t w;
 
-		if (seq & 1) {
-			shm_cpu_relax();
+		if (seq & 1)
 			continue;
-		}
 		shm_rmb();
 		b = shm_load(&shm_entry_at(v, entry)->en_bucket);
 		if (b >= v->geo.nbuckets)

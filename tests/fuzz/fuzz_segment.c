@@ -32,7 +32,7 @@
  * robust list). Clients only read it (shm_daemon_alive); in the template it
  * says "alive" (FS_FAKE_TID).
  *
- * shm_reserve() and shm_release() spin up to BUSY_SPINS while a bucket is
+ * shm_reserve() and shm_release() wait up to SHM_BUSY_NS while a bucket is
  * BLOCKED or sh_move_seq is odd, which only a carmyd killed mid-reclaim
  * leaves behind; carmyd's start-up repair (shm_unblock_all,
  * shm_repair_moves) therefore runs before any client operation, as it does

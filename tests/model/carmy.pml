@@ -45,7 +45,7 @@
  *    r_restart            shm/table.c:`shm_reserve`, its `restart:` label:
  *                         the even sh_move_seq load before the probe
  *                         (spinning on odd is blocking here; the
- *                         BUSY_SPINS give-up is not modelled)
+ *                         SHM_BUSY_NS give-up is not modelled)
  *    r_probe              the linear probe from the home bucket, one
  *                         bucket word load a step
  *    r_claim              shm/table.c:`ticket_claim`, called at a FREE
