@@ -55,6 +55,29 @@ static bool not_yet(int rc)
 }
 
 /*
+ * The wait before the next try, in ms: *ms, which then doubles, from
+ * GW_RECORD_RETRY_MS to GW_RECORD_RETRY_MAX_MS, cut to what is left before
+ * deadline (ns, CLOCK_MONOTONIC; 0: none). 0 once the deadline has passed.
+ */
+static unsigned next_wait(unsigned *ms, uint64_t deadline)
+{
+	unsigned w = *ms;
+
+	if (deadline != 0) {
+		uint64_t now = clock_mono_ns(), left;
+
+		if (now >= deadline)
+			return 0;
+		left = (deadline - now) / 1000000u + 1;
+		if (left < w)
+			w = (unsigned)left;
+	}
+	*ms = *ms >= GW_RECORD_RETRY_MAX_MS / 2 ? GW_RECORD_RETRY_MAX_MS :
+						   *ms * 2;
+	return w;
+}
+
+/*
  * Complete x's reservation with buf again while it is not_yet() (rc: the
  * last answer): until deadline (ns, CLOCK_MONOTONIC), or with deadline 0
  * until the gateway stops (then once more, at once, unless carmyd was
@@ -67,15 +90,14 @@ static int again(struct gw_exec *x, int rc, int status, const char *buf,
 	bool last = false;
 
 	while (not_yet(rc) && !last) {
-		if (deadline != 0) {
-			uint64_t now = clock_mono_ns(), left;
+		unsigned w = next_wait(&ms, deadline);
 
-			if (now >= deadline)
+		if (deadline != 0) {
+			if (w == 0)
 				break;
-			left = (deadline - now) / 1000000u + 1;
-			nap(ms < left ? ms : (unsigned)left);
+			nap(w);
 		} else {
-			last = gw_stop_sleep(x->gw, ms);
+			last = gw_stop_sleep(x->gw, w);
 			/* Stopping: once more at once, unless carmyd was
 			 * just not there (another try waits for it). */
 			if (last && rc == CARMY_EUNAVAILABLE)
@@ -83,8 +105,6 @@ static int again(struct gw_exec *x, int rc, int status, const char *buf,
 		}
 		rc = carmy_complete(x->h->c, &x->r, status, buf, len);
 		(*tries)++;
-		ms = ms >= GW_RECORD_RETRY_MAX_MS / 2 ? GW_RECORD_RETRY_MAX_MS :
-							 ms * 2;
 	}
 	return rc;
 }
@@ -255,15 +275,10 @@ static int give_back(struct gw_exec *x)
 		 " asking again", x->execution_id);
 	deadline = clock_mono_ns() + (uint64_t)GW_RECORD_WAIT_MS * 1000000u;
 	while (rc == CARMY_EUNAVAILABLE) {
-		uint64_t now = clock_mono_ns(), left;
+		unsigned w = next_wait(&ms, deadline);
 
-		if (now >= deadline)
+		if (w == 0 || gw_stop_sleep(x->gw, w))
 			break;
-		left = (deadline - now) / 1000000u + 1;
-		if (gw_stop_sleep(x->gw, ms < left ? ms : (unsigned)left))
-			break;
-		ms = ms >= GW_RECORD_RETRY_MAX_MS / 2 ? GW_RECORD_RETRY_MAX_MS :
-							 ms * 2;
 		rc = carmy_release(x->h->c, &x->r);
 		tries++;
 	}
