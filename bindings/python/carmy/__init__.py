@@ -203,11 +203,15 @@ def _serializer(name):
                          % (name,)) from None
 
 
+_WAIT_MAX_S = 24 * 3600  # libcarmy's carmy_wait() waits a day at most
+
+
 def _wait_ms(wait):
     if wait is None:
         return 0
-    if wait < 0:
-        raise ValueError("wait must be >= 0 seconds")
+    if not wait >= 0:  # negative, or NaN
+        raise ValueError("wait must be >= 0 seconds, not %r" % (wait,))
+    wait = min(wait, _WAIT_MAX_S)
     return max(1, int(wait * 1000)) if wait > 0 else 0
 
 
@@ -249,6 +253,14 @@ def _error_outcome(exc, dumps, message=None):
     return status, _failure(exc, dumps, message)
 
 
+def _serialising_failure(exc):
+    """The recorded message for exc, raised while the tool's result was
+    serialised: _result_failure()'s, or None for an interrupt
+    (KeyboardInterrupt, SystemExit...), recorded as if the tool had
+    raised it (a KeyboardInterrupt: cancelled)."""
+    return _result_failure(exc) if isinstance(exc, Exception) else None
+
+
 def _result_failure(exc):
     """The recorded message of a result whose serialising raised exc."""
     try:
@@ -273,8 +285,7 @@ _NOT_YET = ("STORE_FAILED", "DAEMON_UNAVAILABLE")
 def _again(r, fn, *args, codes=_AWAY):
     """fn(*args), a request about reservation r, sent again while it fails
     with one of codes and r stays live. What still fails is raised, with
-    the execution id: if r is still live, its entry stays running until
-    the client closes, then it is interrupted (see ExecutionUncertain)."""
+    the execution id; r may still be live then (see _lost())."""
     end = None
     for pause in _RETRY_PAUSES_S + (None,):
         try:
@@ -300,6 +311,20 @@ def _finish_error(r, exc, dumps, message=None):
     """Record exc (raised by the tool, or by serialising its result: then
     with message) as the call's outcome."""
     _complete(r, *_error_outcome(exc, dumps, message))
+
+
+def _lost(r):
+    """Abandon r if it is still live once its call is over: what was to
+    finish it failed for good (a completion the store or an absent carmyd
+    kept refusing), so the call turns uncertain now, for an operator to
+    settle, rather than running until the client closes. Best effort: if
+    carmyd is away still, or the client closed already (ValueError), the
+    client's close does it."""
+    if r.live:
+        try:
+            r.abandon()
+        except (CarmyError, ValueError):
+            pass
 
 
 def _replay(r, loads):
@@ -350,6 +375,9 @@ class Call:
         self.status = None
 
     def __enter__(self):
+        if self._r is not None:
+            raise RuntimeError("a Call is entered once: make another "
+                               "with Client.call()")
         args = None if self._args is None else _pack(self._args)
         meta = None if self._meta is None else _pack(self._meta)
         self._r = self._client._handle.begin(self._tool, self._rid, args,
@@ -415,13 +443,17 @@ class Call:
         _again(self._r, self._r.abandon)
 
     def __exit__(self, et, ev, tb):
-        if self._r is None or self._done:
+        if self._r is None:
             return False
-        self._done = True
-        if ev is None:
-            _again(self._r, self._r.release)
-        else:
-            _finish_error(self._r, ev, self._dumps)
+        try:
+            if not self._done:
+                self._done = True
+                if ev is None:
+                    _again(self._r, self._r.release)
+                else:
+                    _finish_error(self._r, ev, self._dumps)
+        finally:
+            _lost(self._r)
         return False
 
 
@@ -454,6 +486,8 @@ class Client:
         True records result with status and replays it from now on; False
         frees the request id so that the next call runs. Only carmyd's
         user, root or its --admin-group may."""
+        if status not in _STATUS:
+            raise ValueError("unknown status %r" % (status,))
         dumps = _serializer(serializer)[0]
         data = dumps(result) if committed else None
         self._handle.resolve(
@@ -635,6 +669,7 @@ class _Binder:
             raise TypeError("%s has no parameter %r (the key)"
                             % (fn.__qualname__, key))
         self.key = key
+        self.name = fn.__qualname__
         P = inspect.Parameter
         simple = all(p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
                      for p in params.values())
@@ -657,11 +692,24 @@ class _Binder:
         bound = self.sig.bind(*args, **kwargs)
         bound.apply_defaults()
         values = dict(bound.arguments)
+        extra = {}
         for n, p in self.sig.parameters.items():
             if p.kind == p.VAR_KEYWORD:
-                values.update(values.pop(n))
+                extra = values.pop(n)
             elif p.kind == p.VAR_POSITIONAL:
                 values[n] = list(values[n])
+        # **kwargs go in beside the parameters, by name. A keyword that
+        # Python binds to **kwargs although a positional-only or *args
+        # parameter has its name would take that parameter's place, and
+        # f(1, a=2) and f(2, a=1) would be one call: refused instead.
+        same = extra.keys() & values.keys()
+        if same:
+            raise TypeError(
+                "%s() got keyword argument %r, the name of one of its "
+                "positional-only or *args parameters: carmy binds "
+                "arguments by name and could not tell the two apart "
+                "(nothing was reserved)" % (self.name, min(same)))
+        values.update(extra)
         return values
 
     def __call__(self, args, kwargs):
@@ -688,17 +736,24 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
     running it; a retry with other arguments raises IdempotencyConflict. An
     exception is recorded as failed and a retry raises ToolFailed with its
     type and message; KeyboardInterrupt and asyncio.CancelledError record
-    "cancelled" and propagate. An argument msgpack cannot pack raises
-    TypeError before anything is reserved. With ``wait=SECONDS``, a call
-    running elsewhere is waited for (its result replayed) instead of
-    raising ExecutionUncertain. Works on ``async def`` functions too.
+    "cancelled" and propagate. An argument msgpack cannot pack raises what
+    msgpack raises (TypeError; OverflowError for an int beyond 64 bits;
+    ValueError for a container that holds itself, or a lone surrogate)
+    before anything is reserved, and so does a keyword argument that
+    **kwargs takes although a positional-only or *args parameter has its
+    name (TypeError: bound by name, the two could not be told apart).
+    With ``wait=SECONDS`` (at most a day), a call running elsewhere is
+    waited for (its result replayed) instead of raising
+    ExecutionUncertain. Works on ``async def`` functions too.
 
     Once the function has run, its outcome is recorded whatever the
     serializer refuses. A return value that cannot be serialised (whatever
     the serializer raises: TypeError, OverflowError, RecursionError...)
     is recorded as failed, with that exception's type and the message
     "the tool's result could not be serialised: " and its text; the
-    exception propagates, and a retry raises ToolFailed. An exception
+    exception propagates, and a retry raises ToolFailed. An interrupt
+    while the value is serialised is recorded as if the tool had raised
+    it (KeyboardInterrupt: cancelled). An exception
     whose text cannot be serialised (its __str__ raises, msgpack refuses
     a lone surrogate) is recorded with its type and the fixed message
     "the exception's message could not be serialised". A completion
@@ -706,8 +761,10 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
     carmyd restarting for longer than 10 s (DaemonUnavailable), is sent
     again for about 10 s more; if it still fails, that CarmyError, with the
     execution id, is raised instead of the value or the tool's exception
-    (which is its __context__), and the execution stays running until the
-    client closes, then is interrupted: reconcile it.
+    (which is its __context__), and the execution is made uncertain at
+    once (interrupted, as Call.abandon() does; if carmyd is away still,
+    once the client closes): reconcile it. So is a call interrupted before
+    its function started.
     """
     dumps, loads = _serializer(serializer)
     wait_ms = _wait_ms(wait)
@@ -749,8 +806,8 @@ def _record(r, value, dumps):
     and what dumps raised propagates."""
     try:
         data = dumps(value)
-    except Exception as e:  # noqa: BLE001 - whatever the serializer raises
-        _finish_error(r, e, dumps, _result_failure(e))
+    except BaseException as e:  # noqa: BLE001 - whatever dumps raises
+        _finish_error(r, e, dumps, _serialising_failure(e))
         raise
     _complete(r, _carmy.STATUS_COMPLETED, data)
     return value
@@ -841,16 +898,21 @@ def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
         if r.replayed:
             return _replay(r, loads)
         try:
-            value = await fn(*args, **kwargs)
-        except BaseException as e:
-            await _async_finish(r, e, dumps)
-            raise
-        try:
-            data = dumps(value)
-        except Exception as e:  # noqa: BLE001 - whatever it raises
-            await _async_finish(r, e, dumps, _result_failure(e))
-            raise
-        await _off_loop("io", _complete, r, _carmy.STATUS_COMPLETED, data)
+            try:
+                value = await fn(*args, **kwargs)
+            except BaseException as e:
+                await _async_finish(r, e, dumps)
+                raise
+            try:
+                data = dumps(value)
+            except BaseException as e:  # noqa: BLE001 - whatever it raises
+                await _async_finish(r, e, dumps, _serialising_failure(e))
+                raise
+            await _off_loop("io", _complete, r, _carmy.STATUS_COMPLETED,
+                            data)
+        finally:
+            if r.live:
+                await _off_loop("io", _lost, r)
         return value
 
     return wrapper

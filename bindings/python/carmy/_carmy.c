@@ -27,6 +27,13 @@
 #define PyObject_Vectorcall _PyObject_Vectorcall
 #endif
 
+/* Whether the interpreter is exiting: public from 3.13. */
+#if PY_VERSION_HEX >= 0x030d0000
+#define is_finalizing() Py_IsFinalizing()
+#else
+#define is_finalizing() _Py_IsFinalizing()
+#endif
+
 PyMODINIT_FUNC PyInit__carmy(void);
 
 /* Builds a CarmyError subclass instance: (name, message, execution_id,
@@ -234,6 +241,18 @@ static int begin_into(ClientObject *self, const struct carmy_call *call,
 	else
 		rc = carmy_begin(self->c, call, r);
 	Py_END_ALLOW_THREADS
+	/* The client was closed meanwhile (by another thread): no tool may
+	 * run on a handle about to close, so what was reserved goes back
+	 * (nothing ran) before the handle does, and the call is refused as
+	 * on a closed client. */
+	if (rc == CARMY_RESERVED && self->closing) {
+		Py_BEGIN_ALLOW_THREADS
+		(void)carmy_release(self->c, r);
+		Py_END_ALLOW_THREADS
+		carmy_reservation_clear(r);
+		client_leave(self);
+		return client_open(self);
+	}
 	client_leave(self);
 	if (rc != CARMY_RESERVED && rc != CARMY_REPLAY) {
 		raise_code(rc, r);
@@ -588,8 +607,42 @@ static PyObject *res_result(ReservationObject *self, void *unused)
 					 (Py_ssize_t)self->r.result_len);
 }
 
+/*
+ * Abandon res if it is still live when its caller lets go of it: whatever
+ * was to finish it failed (a completion its store or an absent carmyd kept
+ * refusing) or never came (an interrupt before the tool ran, or while its
+ * outcome was recorded; a Reservation dropped unfinished). The tool may or
+ * may not have run, so the call turns uncertain now, for an operator to
+ * settle, instead of staying running until the client closes. Best
+ * effort, and the exception being raised is kept: a carmyd that is away,
+ * or too old to abandon, leaves it to the client's close as before; so
+ * does the interpreter's exit.
+ */
+static void res_lost(ReservationObject *res)
+{
+	ClientObject *cl = res->client;
+	PyObject *et, *ev, *tb;
+	int rc;
+
+	if (!res->live || res->busy || cl == NULL || cl->c == NULL ||
+	    cl->closing || is_finalizing())
+		return;
+	PyErr_Fetch(&et, &ev, &tb);
+	cl->users++;
+	res->busy = 1;
+	Py_BEGIN_ALLOW_THREADS
+	rc = carmy_abandon(cl->c, &res->r);
+	Py_END_ALLOW_THREADS
+	res->busy = 0;
+	client_leave(cl);
+	if (rc == 0)
+		res->live = 0;
+	PyErr_Restore(et, ev, tb);
+}
+
 static void res_dealloc(ReservationObject *self)
 {
+	res_lost(self);
 	carmy_reservation_clear(&self->r);
 	Py_XDECREF(self->client);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -999,6 +1052,8 @@ static PyObject *run_call(IdempotentObject *self, struct carmy_reservation *r,
 	}
 	out = PyObject_CallFunctionObjArgs(self->run, res, t,
 					   kw != NULL ? kw : Py_None, NULL);
+	if (out == NULL)
+		res_lost((ReservationObject *)res);
 	Py_DECREF(res);
 	Py_DECREF(t);
 	Py_XDECREF(kw);

@@ -1,10 +1,11 @@
 """The low-level form: with client.call(...) as call."""
+import threading
 import time
 
 import pytest
 
 import carmy
-from helpers import Carmyd, append, lines
+from helpers import Carmyd, append, lines, wait_for
 
 
 def test_runs_completes_then_replays(client, marker):
@@ -182,3 +183,88 @@ def test_a_completion_that_finds_carmyd_away_is_sent_again(marker,
         c.close()
     finally:
         d.cleanup()
+
+
+def test_a_call_is_entered_once(client):
+    call = client.call("once", {"a": 1}, request_id="once")
+    with call:
+        call.complete("ok")
+    with pytest.raises(RuntimeError, match="entered once"):
+        with call:
+            raise AssertionError("must not enter")
+    with client.call("once", {"a": 1}, request_id="once") as again:
+        assert again.replayed and again.result == "ok"
+
+
+def test_a_block_left_with_its_completion_refused_is_uncertain(
+        client, monkeypatch):
+    """complete() refused for good (every try, as a store that stays down
+    would): leaving the block abandons the call, so a retry answers
+    interrupted rather than running."""
+    def refused(r, status, data):
+        raise carmy.CarmyError("store failed", "STORE_FAILED",
+                               r.execution_id)
+    monkeypatch.setattr(carmy, "_complete", refused)
+    with pytest.raises(carmy.CarmyError, match="store failed"):
+        with client.call("t", None, request_id="refused") as call:
+            call.complete("ok")
+    with pytest.raises(carmy.ExecutionUncertain) as e:
+        with client.call("t", None, request_id="refused"):
+            raise AssertionError("must not enter")
+    assert (e.value.state, e.value.execution_id) == ("interrupted",
+                                                      call.execution_id)
+
+
+def test_a_reservation_dropped_while_live_is_abandoned(client):
+    """The low-level handle's Reservation let go of unfinished: its call
+    turns uncertain now, not when the client closes."""
+    r = client._handle.begin("t", "dropped", None, None, 0)
+    assert r.live
+    eid = r.execution_id
+    del r
+    with pytest.raises(carmy.ExecutionUncertain) as e:
+        with client.call("t", None, request_id="dropped"):
+            raise AssertionError("must not enter")
+    assert (e.value.state, e.value.execution_id) == ("interrupted", eid)
+
+
+def test_a_client_closed_while_its_begin_waits_runs_nothing(carmyd,
+                                                             session,
+                                                             marker):
+    """A begin waiting (wait=) for another client's call, whose client is
+    closed meanwhile: once the other call is given back, the begin's
+    reservation goes back too (nothing ran) and it raises as a closed
+    client does; the identity is free for the next caller."""
+    other = carmy.connect(carmyd.socket, principal="p", session=session)
+    c = carmy.connect(carmyd.socket, principal="p", session=session)
+    holder = other.call("w", {"x": 1}, request_id="closing")
+    holder.__enter__()
+
+    @carmy.idempotent(c, tool="w", wait=60)
+    def f(x, *, request_id):
+        append(marker, "ran")
+        return "done"
+    def answers():
+        return carmy.status(socket=carmyd.socket)["uncertain_answers"]
+    got = []
+    before = answers()
+    th = threading.Thread(target=lambda: got.append(
+        pytest.raises(ValueError, f, 1, request_id="closing")))
+    th.start()
+    # The begin found the call running (counted), and waits with carmyd.
+    wait_for(lambda: answers() > before, "the begin to wait")
+    c.close()
+    holder.__exit__(None, None, None)
+    th.join(60)
+    assert not th.is_alive() and "closed" in str(got[0].value)
+    assert lines(marker) == []
+    with other.call("w", {"x": 1}, request_id="closing") as call:
+        assert not call.replayed
+        call.complete("second")
+    other.close()
+
+
+def test_resolve_names_an_unknown_status(client):
+    with pytest.raises(ValueError, match="unknown status 'done'"):
+        client.resolve("t", None, request_id="x", execution_id="exec_" +
+                       "0" * 32, committed=True, result=1, status="done")

@@ -511,3 +511,91 @@ def test_a_replay_reads_any_json_and_refuses_what_is_not(client):
     assert raw(1, request_id="sp") == {"a": [1, 2]}
     with pytest.raises(ValueError):
         raw(1, request_id="bad")
+
+
+def test_a_keyword_named_like_a_positional_only_parameter_is_refused(
+        client, marker):
+    """Bound by name, f(2, a=1) (a positional-only, the keyword going to
+    **kw) would be f(1)'s arguments: refused, and nothing reserved."""
+    @carmy.idempotent(client, tool="po")
+    def f(a, /, *, request_id, **kw):
+        append(marker, "f %r %r" % (a, kw))
+        return [a, kw]
+
+    @carmy.idempotent(client, tool="va")
+    def g(*a, request_id, **kw):
+        append(marker, "g %r %r" % (a, kw))
+        return [list(a), kw]
+    assert f(1, request_id="po") == [1, {}]
+    with pytest.raises(TypeError, match="keyword argument 'a'"):
+        f(2, request_id="po", a=1)
+    assert g(1, request_id="va") == [[1], {}]
+    with pytest.raises(TypeError, match="keyword argument 'a'"):
+        g(request_id="va", a=[1])
+    # Nothing was reserved for them: fresh ids run.
+    with pytest.raises(TypeError):
+        f(2, request_id="po-2", a=1)
+    assert f(2, request_id="po-2", b=1) == [2, {"b": 1}]
+    assert lines(marker) == [b"f 1 {}", b"g (1,) {}", b"f 2 {'b': 1}"]
+
+
+def test_an_interrupt_while_the_result_is_serialised_records_cancelled(
+        client, marker, monkeypatch):
+    """The function ran and returned; a KeyboardInterrupt in the
+    serializer is recorded as one the function raised (cancelled), not
+    left running."""
+    dumps, loads = carmy._SERIALIZERS["json"]
+
+    def interrupted(value):
+        if value == "interrupt me":
+            raise KeyboardInterrupt
+        return dumps(value)
+    monkeypatch.setitem(carmy._SERIALIZERS, "json", (interrupted, loads))
+
+    @carmy.idempotent(client, tool="ki")
+    def f(*, request_id):
+        append(marker, "ran")
+        return "interrupt me"
+    with pytest.raises(KeyboardInterrupt):
+        f(request_id="ki")
+    with pytest.raises(carmy.ToolFailed) as e:
+        f(request_id="ki")
+    assert e.value.status == "cancelled"
+    assert e.value.type == "KeyboardInterrupt"
+    assert lines(marker) == [b"ran"]
+
+
+def test_a_completion_that_fails_for_good_leaves_the_call_uncertain(
+        client, marker, monkeypatch):
+    """A completion refused after its retries (here every one is, as a
+    store that stays down would): the call is abandoned at once, so its
+    retries answer interrupted, not running, and the function never runs
+    again."""
+    def refused(r, status, data):
+        raise carmy.CarmyError("store failed", "STORE_FAILED",
+                               r.execution_id)
+    monkeypatch.setattr(carmy, "_complete", refused)
+
+    @carmy.idempotent(client, tool="lost")
+    def f(*, request_id):
+        append(marker, "ran")
+        return 1
+    with pytest.raises(carmy.CarmyError) as e:
+        f(request_id="lost")
+    assert e.value.code == "STORE_FAILED"
+    with pytest.raises(carmy.ExecutionUncertain) as u:
+        f(request_id="lost")
+    assert u.value.state == "interrupted"
+    assert u.value.execution_id == e.value.execution_id
+    assert lines(marker) == [b"ran"]
+
+
+def test_wait_is_at_most_a_day_and_not_nan(client):
+    @carmy.idempotent(client, tool="w", wait=1e20)
+    def f(*, request_id):
+        return 1
+    assert f(request_id="w") == 1
+    with pytest.raises(ValueError, match="wait must be"):
+        carmy.idempotent(client, tool="w", wait=float("nan"))
+    with pytest.raises(ValueError, match="wait must be"):
+        carmy.idempotent(client, tool="w", wait=-1)
