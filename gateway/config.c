@@ -470,11 +470,11 @@ int gw_tokens_load(const char *path, struct gw_tokens *t, char *err,
 			     "bearer token (letters, digits, - . _ ~ + /, "
 			     "then = padding)", path, t->n + 1);
 			rc = -1;
-		} else if (p == NULL || p[0] == '\0' ||
+		} else if (p == NULL || p[strspn(p, " \t")] == '\0' ||
 			   strlen(p) > CARMY_ID_MAX) {
 			fail(err, err_len, "%s: token number %zu: its "
-			     "principal must be a string of 1 to %d bytes",
-			     path, t->n + 1, CARMY_ID_MAX);
+			     "principal must be a string of 1 to %d bytes, "
+			     "not blanks alone", path, t->n + 1, CARMY_ID_MAX);
 			rc = -1;
 		} else {
 			x = &t->v[t->n++];

@@ -309,6 +309,14 @@ static int identity(const struct gw_request *rq, json_t *rid,
 	}
 	if (body_rid == NULL && key == NULL)
 		return 0;
+	/* The body's is taken as it is (JSON says exactly what it is), but
+	 * blanks alone are empty, as in the header. */
+	if (body_rid != NULL && json_string_length(rid) > 0 &&
+	    strspn(body_rid, " \t") == json_string_length(rid)) {
+		gw_answer_error(a, "INVALID_ID", "The request_id is blanks "
+				"alone, which is empty.", NULL, NULL);
+		return -1;
+	}
 	if (body_rid != NULL ?
 	    !id_set(c->request_id, &c->request_id_len, body_rid,
 		    json_string_length(rid)) :

@@ -482,6 +482,63 @@ static bool headers_too_large(struct MHD_Connection *conn)
 	return ci != NULL && ci->header_size > HEADERS_MAX;
 }
 
+/* What the fields of a request are checked for before anything else. */
+struct fields {
+	unsigned content_length;	/* Content-Length headers */
+	bool control;		/* a control character in a name or value */
+};
+
+static bool has_control(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		if ((c < 0x20 && c != '\t') || c == 0x7f)
+			return true;
+	}
+	return false;
+}
+
+static enum MHD_Result check_one(void *cls, enum MHD_ValueKind kind,
+				 const char *key, size_t key_size,
+				 const char *value, size_t value_size)
+{
+	struct fields *f = cls;
+
+	(void)kind;
+	if ((key != NULL && has_control(key, key_size)) ||
+	    (value != NULL && has_control(value, value_size))) {
+		f->control = true;
+		return MHD_NO;
+	}
+	if (key_size == 14 && strcasecmp(key, "Content-Length") == 0)
+		f->content_length++;
+	return MHD_YES;
+}
+
+/*
+ * Why the request's header fields are refused, or NULL. A control
+ * character other than HTAB (RFC 9110 5.5: invalid; libmicrohttpd passes
+ * a NUL on), since the values are read as C strings: "s\0x" and "s\0y"
+ * would be one session, one fingerprint header's value, one token. And
+ * Content-Length given twice (RFC 9112 6.3), which a proxy in front may
+ * read otherwise than libmicrohttpd does.
+ */
+static const char *fields_refused(struct MHD_Connection *conn)
+{
+	struct fields f = { 0, false };
+
+	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_one, &f);
+	if (f.control)
+		return "A header's name or value holds a control character "
+		       "(a NUL, say), which RFC 9110 does not allow; nothing "
+		       "ran and nothing was reserved.";
+	if (f.content_length > 1)
+		return "Content-Length is given more than once; nothing ran "
+		       "and nothing was reserved.";
+	return NULL;
+}
+
 static bool declared_too_large(struct MHD_Connection *conn)
 {
 	const char *cl = MHD_lookup_connection_value(
@@ -502,6 +559,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 				  size_t *upload_size, void **con_cls)
 {
 	struct req *q = *con_cls;
+	const char *why;
 
 	(void)version;
 	if (q == NULL) {
@@ -520,6 +578,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 			return send_error(q, "HEADERS_TOO_LARGE", "The request "
 					  "line and headers are larger than "
 					  "16 KiB.", NULL);
+		}
+		if ((why = fields_refused(conn)) != NULL) {
+			admit(q);
+			return send_error(q, "INVALID_REQUEST", why, NULL);
 		}
 		if (declared_too_large(conn)) {
 			admit(q);

@@ -644,7 +644,9 @@ int main(int argc, char **argv)
 	sigdelset(&sigs, SIGPIPE);
 	signal(SIGCHLD, SIG_DFL);
 
-	for (i = 0; i < o.n_listen; i++)
+	/* Every slot: systemd may hand over more sockets than --listen
+	 * named, and open_listeners() then serves those instead. */
+	for (i = 0; i < LISTEN_MAX; i++)
 		ls[i].gw = &gw;
 	status = open_listeners(&o, ls, gw.have_tokens);
 	if (status != 0) {
