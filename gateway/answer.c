@@ -192,16 +192,23 @@ int gw_answer_output(struct gw_answer *a, const char *exec_id,
 		     int *status)
 {
 	json_error_t je;
-	char msg[256];
+	char msg[512];
 	json_t *data;
 	int rc;
 
 	data = json_loadb(buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
 			  &je);
 	if (data == NULL) {
+		/* The tool ran to its end, and its effect may have happened:
+		 * said, lest the agent run it again under a new request_id
+		 * (valid JSON the gateway cannot carry, an integer beyond 64
+		 * bits or a key given twice, ends here too). */
 		*status = CARMY_STATUS_FAILED;
-		snprintf(msg, sizeof(msg), "%s is not one JSON value: %s.",
-			 whose, je.text);
+		snprintf(msg, sizeof(msg), "%s is not one JSON value the "
+			 "gateway can carry (%s), so it is lost; the tool ran "
+			 "and its effect may have happened. Do not send this "
+			 "call again under a new request_id: look for its "
+			 "effect instead.", whose, je.text);
 		return gw_answer_execution(a, exec_id, *status, NULL,
 					   "TOOL_OUTPUT_INVALID", msg);
 	}
