@@ -37,6 +37,7 @@
 #include "common/log.h"
 #include "common/service.h"
 #include "gateway/gateway.h"
+#include "tools/supervise.h"
 
 #define EXIT_USAGE 64
 #define LISTEN_MAX 16
@@ -613,6 +614,7 @@ int main(int argc, char **argv)
 	size_t i;
 
 	log_ident = "carmy-gateway";
+	sv_name_watchers(argc, argv);	/* before getopt reorders argv */
 	status = parse_opts(argc, argv, &o);
 	if (status >= 0)
 		return status;

@@ -314,6 +314,7 @@ int main(int argc, char **argv)
 	char why[8192] = "";	/* what to say instead of carmy_strerror() */
 	int rc, status, sig = 0;
 
+	sv_name_watchers(argc, argv);	/* before getopt reorders argv */
 	status = parse_opts(argc, argv, &o);
 	if (status >= 0) {
 		free(o.meta);

@@ -32,6 +32,12 @@
  * that the caller's own children, in its session, are told apart from
  * the orphans, which can never join it.
  *
+ * The watcher names itself "carmy-watcher" (its comm, and its command
+ * line where sv_name_watchers() was told where that lies), so that a kill
+ * by name meant for its caller (pkill carmy-run, killall carmy-gateway,
+ * pkill -f carmy-run) does not take it too: killed together, neither
+ * would be left to kill what COMMAND started, which init would inherit.
+ *
  * The watcher tells carmy-run, on a pipe, in records of two ints: whether
  * COMMAND was exec'd ('R') or why not ('E' exec's errno, 'F' the watcher's
  * own), then how it ended ('X', wait status); let go, that it stays ('L').
@@ -77,6 +83,12 @@ static const int job_signals[] = { SIGINT, SIGQUIT, SIGHUP, SIGTERM,
 /* The most orphans a round of sv_kill_orphans() waits on at once. */
 #define WAIT_FDS 32
 
+/* The caller's command line, for the watcher to overwrite with its name
+ * (see sv_name_watchers()): its strings, back to back, title_len bytes. */
+static char *title_at;
+static size_t title_len;
+static const char watcher_name[] = "carmy-watcher";
+
 static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
 		  pid_t parent, int ctl, int st, int out)
 	__attribute__((noreturn));
@@ -96,6 +108,39 @@ static void wait_any(const pid_t *pids, int n, int ms);
 int sv_subreaper(void)
 {
 	return prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 ? 0 : -errno;
+}
+
+void sv_name_watchers(int argc, char **argv)
+{
+	char *end;
+
+	if (argc < 1 || argv == NULL || argv[0] == NULL)
+		return;
+	end = argv[0] + strlen(argv[0]) + 1;
+	/* Only strings that lie back to back, as the kernel lays them out,
+	 * make one area (a caller that moved one does not have it). */
+	for (int i = 1; i < argc; i++) {
+		if (argv[i] != end)
+			return;
+		end += strlen(argv[i]) + 1;
+	}
+	title_at = argv[0];
+	title_len = (size_t)(end - argv[0]);
+}
+
+/* In the watcher, once COMMAND has its own copy of the arguments (which
+ * may lie in that area: carmy-run's do): its name, for ps and pkill. */
+static void name_watcher(void)
+{
+	(void)prctl(PR_SET_NAME, watcher_name);
+	if (title_len > 0) {
+		size_t n = sizeof(watcher_name) - 1;
+
+		if (n > title_len - 1)
+			n = title_len - 1;
+		memset(title_at, 0, title_len);
+		memcpy(title_at, watcher_name, n);
+	}
 }
 
 int sv_start(struct supervised *s, char **argv, const sigset_t *mask)
@@ -362,6 +407,7 @@ fail:
 		_exit(127);
 	}
 	close(ep[1]);
+	name_watcher();
 	/* What carmy-run held is not ours to hold: its connection to carmyd
 	 * above all, which would keep carmyd from seeing carmy-run die. */
 	close_others((const int[]){ ctl, st, sfd, ep[0] }, 4);

@@ -32,6 +32,15 @@ struct supervised {
 int sv_subreaper(void);
 
 /*
+ * Where the caller's command line lies (main's argc and argv, before
+ * anything moves a string of it), so that each watcher can write its own
+ * name there ("carmy-watcher") once COMMAND is started: a kill by name or
+ * by command line meant for the caller then misses the watcher. Without
+ * it, watchers rename only their comm (PR_SET_NAME).
+ */
+void sv_name_watchers(int argc, char **argv);
+
+/*
  * Start argv under a watcher; COMMAND gets signal mask *mask (the caller's
  * own may block what it waits for with a signalfd). 0: COMMAND was exec'd,
  * and s is set up. A positive errno: exec failed, COMMAND provably did not
