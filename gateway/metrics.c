@@ -110,22 +110,24 @@ static int run_capture(char *const argv[], char **out, size_t *len)
 	return 0;
 }
 
-/* `carmyctl --socket S metrics`: from $PATH, else from where Carmy's
- * programs are installed. */
+/* `carmyctl --socket S metrics`: $CARMYCTL if set (as the Python
+ * binding's operator functions take it), else from $PATH, else from
+ * where Carmy's programs are installed. */
 static void carmyd_metrics(const struct gateway *gw, char **out,
 			   size_t *len)
 {
+	const char *ctl = getenv("CARMYCTL");
 	char *argv[6], bin[512];
 	int n = 0;
 
-	argv[n++] = "carmyctl";
+	argv[n++] = ctl != NULL && ctl[0] != '\0' ? (char *)ctl : "carmyctl";
 	if (gw->carmyd.socket != NULL) {
 		argv[n++] = "--socket";
 		argv[n++] = (char *)gw->carmyd.socket;
 	}
 	argv[n++] = "metrics";
 	argv[n] = NULL;
-	if (run_capture(argv, out, len) == 0 && *len > 0)
+	if ((run_capture(argv, out, len) == 0 && *len > 0) || argv[0] == ctl)
 		return;
 	snprintf(bin, sizeof(bin), "%s/carmyctl", CARMY_BINDIR);
 	argv[0] = bin;
