@@ -23,10 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "carmy.h"
 #include "carmy_store.h"
@@ -150,6 +154,8 @@ struct ctl {
 	uid_t peer;		/* who does, once dialled: the segment's owner */
 	bool peered;
 	bool down;		/* no carmyd answered at the socket */
+	bool dir_trusted;	/* the socket's directory passed its check */
+	bool quiet_down;	/* attach() says "no carmyd" itself */
 	char why[TRUST_WHY_MAX];	/* what a failed check found */
 	size_t args_cols;	/* list: columns for a call's arguments */
 };
@@ -189,6 +195,7 @@ static int cmd_purge(struct ctl *x, int argc, char **argv);
 static int cmd_forget(struct ctl *x, int argc, char **argv);
 static int cmd_journal_check(struct ctl *x, int argc, char **argv);
 static int attach(struct ctl *x);
+static bool left_segment(struct ctl *x);
 static int map_segment(struct ctl *x);
 static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
 	       int *code);
@@ -1577,13 +1584,82 @@ static int attach(struct ctl *x)
 	int rc;
 
 	if (x->segment == NULL) {
+		x->quiet_down = true;
 		rc = dial_hello(x, false);
+		x->quiet_down = false;
+		if (rc == 69 && x->down) {
+			if (!left_segment(x)) {
+				fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: "
+					"no carmyd at %s, and no segment left "
+					"by one there; give --segment NAME to "
+					"read a segment without it\n", x->path);
+				return rc;
+			}
+			fprintf(stderr, "carmyctl: no carmyd at %s: reading "
+				"the segment it left, %s (a call shown running "
+				"there is watched by no carmyd until one "
+				"starts)\n", x->path, x->shm_name);
+			return map_segment(x);
+		}
 		if (rc != 0)
 			return rc;
 	} else {
 		snprintf(x->shm_name, sizeof(x->shm_name), "%s", x->segment);
 	}
 	return map_segment(x);
+}
+
+/*
+ * With no carmyd at the socket, the name of the segment the last one left
+ * there, into x->shm_name: the name kept in the socket's lock file (one
+ * carmyd drew when another user held its own, daemon/main.c:
+ * pick_segment()), else the one carmyd takes by default, /carmy.UID.HASH
+ * of the socket's path as given (UID the lock file's owner's: carmyd's).
+ * Only in a directory that passed the socket's check, whose files are a
+ * trusted user's; the segment itself is vetted as one named with
+ * --segment would be. false: no lock file, or no such segment.
+ */
+static bool left_segment(struct ctl *x)
+{
+	char lock[sizeof(x->path) + 8], kept[WIRE_SHM_NAME_MAX];
+	char name[WIRE_SHM_NAME_MAX], dflt[WIRE_SHM_NAME_MAX];
+	struct stat st;
+	ssize_t n;
+	size_t base;
+	int fd;
+
+	if (!x->dir_trusted)
+		return false;
+	snprintf(lock, sizeof(lock), "%s.lock", x->path);
+	fd = open(lock, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return false;
+	}
+	snprintf(dflt, sizeof(dflt), "/carmy.%u.%016llx",
+		 (unsigned)st.st_uid,
+		 (unsigned long long)XXH3_64bits(x->path, strlen(x->path)));
+	base = strlen(dflt);
+	snprintf(name, sizeof(name), "%s", dflt);
+	n = pread(fd, kept, sizeof(kept) - 1, 0);
+	close(fd);
+	if (n > 0) {
+		kept[n] = '\0';
+		kept[strcspn(kept, "\n")] = '\0';
+		/* As carmyd writes it: the default name, a dot, 16 hex. */
+		if (strlen(kept) == base + 17 &&
+		    strncmp(kept, dflt, base) == 0 && kept[base] == '.' &&
+		    strspn(kept + base + 1, "0123456789abcdef") == 16)
+			snprintf(name, sizeof(name), "%s", kept);
+	}
+	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	close(fd);
+	snprintf(x->shm_name, sizeof(x->shm_name), "%s", name);
+	return true;
 }
 
 /* Map x->shm_name read-only, in place of any segment mapped before.
@@ -1654,6 +1730,7 @@ static int dial_hello(struct ctl *x, bool quiet)
 	/* As libcarmy checks them: the directory before anything is sent,
 	 * the peer's uid once connected. */
 	rc = trust_socket_dir(&x->trust, x->path, x->why, sizeof(x->why));
+	x->dir_trusted = rc == 0;
 	if (rc == CARMY_EUNAVAILABLE) {
 		errno = ENOENT;
 	} else if (rc == CARMY_EUNTRUSTED) {
@@ -1670,9 +1747,11 @@ static int dial_hello(struct ctl *x, bool quiet)
 		if (quiet && (errno == ENOENT || errno == ECONNREFUSED))
 			return DIAL_NOT_YET;
 		x->down = true;
-		fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no carmyd at %s "
-			"(%s); give --segment NAME to read a segment without "
-			"it\n", x->path, strerror(errno));
+		if (!x->quiet_down)
+			fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no "
+				"carmyd at %s (%s); give --segment NAME to "
+				"read a segment without it\n", x->path,
+				strerror(errno));
 		return 69;
 	}
 	if (trust_peer(&x->trust, x->fd, x->path, &x->peer, x->why,
