@@ -697,6 +697,7 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 	uint64_t now = clock_real_ns();
 	static const char *const names[3] = { "principal", "session",
 					      "request_id" };
+	char age[AGE_TEXT_MAX];
 
 	if (!x->json) {
 		if (first && !full)
@@ -760,9 +761,9 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		       r->call.cl_format == CARMY_STORE_FORMAT_UNKNOWN ?
 			       "not kept (resolve with --result or "
 			       "--exit-code)" : "unknown");
-		printf("pid           %u\nage           ", r->pid);
-		put_age(stdout, now > r->started_ns ? now - r->started_ns : 0);
-		printf("\n");
+		printf("pid           %u\nage           %s\n", r->pid,
+		       coarse_age(age, sizeof(age), now > r->started_ns ?
+					now - r->started_ns : 0));
 		if (r->state == SHM_COMPLETED)
 			printf("status        %s%s%s\nresult        %u bytes\n",
 			       carmy_status_name(r->status),
@@ -770,11 +771,10 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 			       r->result_code ? carmy_errname(r->result_code) : "",
 			       r->result_len);
 		if (r->resolved_ns != 0) {
-			printf("resolved by   uid %u pid %u, ",
-			       r->resolved_uid, r->resolved_pid);
-			put_age(stdout, now > r->resolved_ns ?
-						now - r->resolved_ns : 0);
-			printf(" ago\n");
+			printf("resolved by   uid %u pid %u, %s ago\n",
+			       r->resolved_uid, r->resolved_pid,
+			       coarse_age(age, sizeof(age), now > r->resolved_ns ?
+						now - r->resolved_ns : 0));
 		}
 		return;
 	}
