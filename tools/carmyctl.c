@@ -216,6 +216,8 @@ static const char *state_name(unsigned st);
 static const char *coarse_age(char *buf, size_t size, uint64_t ns);
 static void put_age(FILE *f, uint64_t ns);
 static int fail(const char *what, int code);
+static void say(const char *what, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 static const char *journal_errname(int code);
 static int not_found(const struct ctl *x, const char *what, const char *id);
 static int not_completed(const char *id, unsigned state);
@@ -225,6 +227,9 @@ static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
 static int flush_stdout(int rc);
 static int usage_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
+
+/* The command running, for say(): whether it prints JSON. */
+static const struct ctl *running;
 
 int main(int argc, char **argv)
 {
@@ -240,6 +245,7 @@ int main(int argc, char **argv)
 	const char *cmd;
 	int o, rc;
 
+	running = &x;
 	log_level = LOG_ERROR;
 	/* Every unknown option is told by name, as bad_option() says it. */
 	opterr = 0;
@@ -542,6 +548,8 @@ static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics)
 
 	if (rc != 0)
 		return rc;
+	if (metrics)
+		x->json = false;	/* Prometheus text, whatever was asked */
 	rc = attach(x);
 	/* A scraper is told that no carmyd answers, and that is all. */
 	if (rc != 0 && metrics && x->down) {
@@ -1589,10 +1597,10 @@ static int attach(struct ctl *x)
 		x->quiet_down = false;
 		if (rc == 69 && x->down) {
 			if (!left_segment(x)) {
-				fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: "
-					"no carmyd at %s, and no segment left "
-					"by one there; give --segment NAME to "
-					"read a segment without it\n", x->path);
+				say("socket", "DAEMON_UNAVAILABLE", "no carmyd "
+				    "at %s, and no segment left by one there; "
+				    "give --segment NAME to read a segment "
+				    "without it", x->path);
 				return rc;
 			}
 			fprintf(stderr, "carmyctl: no carmyd at %s: reading "
@@ -2044,10 +2052,33 @@ static void put_age(FILE *f, uint64_t ns)
 	fprintf(f, "%6s", coarse_age(buf, sizeof(buf), ns));
 }
 
+/*
+ * A refusal or failure with its code: "carmyctl: WHAT: CODE: message" on
+ * standard error, and with --json {"error":{"code","message"}} on standard
+ * output too, so that a script reading the output has one object either
+ * way.
+ */
+static void say(const char *what, const char *code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "carmyctl: %s: %s: %s\n", what, code, msg);
+	if (running != NULL && running->json) {
+		printf("{\"error\":{\"code\":");
+		json_put_str(stdout, code);
+		printf(",\"message\":");
+		json_put_str(stdout, msg);
+		printf("}}\n");
+	}
+}
+
 static int fail(const char *what, int code)
 {
-	fprintf(stderr, "carmyctl: %s: %s: %s\n", what, carmy_errname(code),
-		carmy_strerror(code));
+	say(what, carmy_errname(code), "%s", carmy_strerror(code));
 	/* Full for the moment is as unavailable: try again later. */
 	return code == CARMY_EUNAVAILABLE || code == CARMY_ETOO_MANY_CLIENTS ?
 		       69 : EXIT_FAIL;
@@ -2068,21 +2099,20 @@ static const char *journal_errname(int code)
 /* An execution the table does not hold: exit 1, NOT_FOUND. */
 static int not_found(const struct ctl *x, const char *what, const char *id)
 {
-	fprintf(stderr, "carmyctl: %s: NOT_FOUND: no execution %s in the "
-		"table of segment %s (a completed one is forgotten after "
-		"carmyd's --retain, or by carmyctl purge or forget)\n", what,
-		id, x->shm_name);
+	say(what, "NOT_FOUND", "no execution %s in the table of segment %s "
+	    "(a completed one is forgotten after carmyd's --retain, or by "
+	    "carmyctl purge or forget)", id, x->shm_name);
 	return EXIT_FAIL;
 }
 
 /* forget of an execution that is not completed: exit 1, NOT_COMPLETED. */
 static int not_completed(const char *id, unsigned state)
 {
-	fprintf(stderr, "carmyctl: forget: NOT_COMPLETED: %s is %s: only a "
-		"completed execution can be forgotten%s\n", id,
-		state == SHM_UNCERTAIN ? "interrupted" : "running",
-		state == SHM_UNCERTAIN ? " (settle it first: carmyctl resolve "
-					 "or release)" : "");
+	say("forget", "NOT_COMPLETED", "%s is %s: only a completed execution "
+	    "can be forgotten%s", id,
+	    state == SHM_UNCERTAIN ? "interrupted" : "running",
+	    state == SHM_UNCERTAIN ? " (settle it first: carmyctl resolve or "
+				     "release)" : "");
 	return EXIT_FAIL;
 }
 
