@@ -744,7 +744,9 @@ def idempotent(client, tool=None, key="request_id", serializer="json",
     name (TypeError: bound by name, the two could not be told apart).
     With ``wait=SECONDS`` (at most a day), a call running elsewhere is
     waited for (its result replayed) instead of raising
-    ExecutionUncertain. Works on ``async def`` functions too.
+    ExecutionUncertain; on the main thread, signal handlers run while it
+    waits (^C ends it, nothing reserved). Works on ``async def``
+    functions too.
 
     Once the function has run, its outcome is recorded whatever the
     serializer refuses. A return value that cannot be serialised (whatever

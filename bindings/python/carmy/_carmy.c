@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "carmy.h"
 
@@ -225,22 +226,60 @@ static int as_wait_ms(PyObject *o, long *wait_ms)
 	return 0;
 }
 
+/* On the main thread, where Python runs signal handlers, a wait= is
+ * waited out in slices of this many milliseconds, between which they run:
+ * ^C ends a wait of a day at once. (Each slice begins again, so carmyd
+ * counts an uncertain answer a slice.) */
+#define WAIT_SLICE_MS 500
+
+static long mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 /* Begin call on self without the GIL (carmy_wait() for wait_ms > 0),
  * into *r: CARMY_RESERVED or CARMY_REPLAY, or -1 with the exception set
- * (r then cleared). */
+ * (r then cleared). A wait ends early, with nothing reserved, when a
+ * signal handler raises between its slices (KeyboardInterrupt). */
 static int begin_into(ClientObject *self, const struct carmy_call *call,
 		      long wait_ms, struct carmy_reservation *r)
 {
+	long end = wait_ms > 0 ? mono_ms() + wait_ms : 0, slice;
+	int sliced = _PyOS_IsMainThread();
 	int rc;
 
 	if (client_enter(self) != 0)
 		return -1;
-	Py_BEGIN_ALLOW_THREADS
-	if (wait_ms > 0)
-		rc = carmy_wait(self->c, call, r, (int)wait_ms);
-	else
-		rc = carmy_begin(self->c, call, r);
-	Py_END_ALLOW_THREADS
+	for (;;) {
+		slice = wait_ms > 0 ? end - mono_ms() : 0;
+		if (sliced && slice > WAIT_SLICE_MS)
+			slice = WAIT_SLICE_MS;
+		Py_BEGIN_ALLOW_THREADS
+		if (wait_ms > 0)
+			rc = carmy_wait(self->c, call, r,
+					slice > 0 ? (int)slice : 1);
+		else
+			rc = carmy_begin(self->c, call, r);
+		Py_END_ALLOW_THREADS
+		/* Still running elsewhere, and time left: the next slice,
+		 * once the handlers have run. */
+		if (wait_ms <= 0 || rc != CARMY_EUNCERTAIN ||
+		    r->state != CARMY_STATE_RUNNING || mono_ms() >= end)
+			break;
+		carmy_reservation_clear(r);
+		if (PyErr_CheckSignals() != 0) {
+			client_leave(self);
+			return -1;
+		}
+		/* Closed meanwhile (by another thread): the wait ends. */
+		if (self->closing) {
+			client_leave(self);
+			return client_open(self);
+		}
+	}
 	/* The client was closed meanwhile (by another thread): no tool may
 	 * run on a handle about to close, so what was reserved goes back
 	 * (nothing ran) before the handle does, and the call is refused as

@@ -268,3 +268,53 @@ def test_resolve_names_an_unknown_status(client):
     with pytest.raises(ValueError, match="unknown status 'done'"):
         client.resolve("t", None, request_id="x", execution_id="exec_" +
                        "0" * 32, committed=True, result=1, status="done")
+
+
+def test_a_signal_handler_ends_a_wait(carmyd, client, session, marker):
+    """A wait= on the main thread runs signal handlers while it waits: one
+    that raises ends it (^C's KeyboardInterrupt likewise), with nothing
+    reserved; the call waited for is untouched."""
+    import os
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+    other = carmy.connect(carmyd.socket, principal="user-42",
+                          session=session)
+    holder = other.call("w", {}, request_id="sig")
+    holder.__enter__()
+
+    @carmy.idempotent(client, tool="w", wait=600)
+    def f(*, request_id):
+        append(marker, "ran")
+
+    def answers():
+        return carmy.status(socket=carmyd.socket)["uncertain_answers"]
+    before = answers()
+
+    def signal_once_waiting():
+        wait_for(lambda: answers() > before, "the wait to begin")
+        os.kill(os.getpid(), signal.SIGUSR1)
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        t = threading.Thread(target=signal_once_waiting)
+        t.start()
+        started = time.monotonic()
+        with pytest.raises(Interrupted):
+            f(request_id="sig")
+        t.join()
+        # Not the 600 s asked for: the handler ended it.
+        assert time.monotonic() - started < 300
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert lines(marker) == []
+    with pytest.raises(carmy.ExecutionUncertain) as e:
+        with client.call("w", {}, request_id="sig"):
+            raise AssertionError("must not enter")
+    assert (e.value.state, e.value.execution_id) == ("running",
+                                                      holder.execution_id)
+    holder.__exit__(None, None, None)
+    other.close()
