@@ -444,9 +444,11 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
  * from the segment alone (replays, conflicts, uncertain calls, and with
  * the memory store new reservations), and -EAGAIN where carmy_begin()
  * would wait for carmyd: to connect again after a restart, for a durable
- * store to record a new reservation (or one it has not yet recorded), or
- * for carmyd to reclaim the index. Then nothing was reserved: call
- * carmy_begin() where waiting is fine, for the answer.
+ * store to record a new reservation (or one it has not yet recorded), for
+ * carmyd to reclaim the index, or to finish a move of entries that lasts
+ * longer than tens of microseconds (carmy_begin() waits up to 0.5 s).
+ * Then nothing was reserved: call carmy_begin() where waiting is fine, for
+ * the answer.
  *
  * Parameters:
  *   c, call, r  as for carmy_begin().

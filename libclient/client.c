@@ -556,6 +556,7 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
 	claim.pending = durable;
+	claim.hasty = try;
 	/* What the call is, for an operator who has to decide about it
 	 * (carmyctl list, show): its entry keeps the first bytes. */
 	summary.tool = call->tool;
@@ -606,7 +607,9 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 				return rc;
 			continue;
 		case SHM_OUT_BUSY:
-			return CARMY_EUNAVAILABLE;
+			/* A try that would wait for carmyd's move goes to
+			 * carmy_begin(), which waits longer. */
+			return try ? -EAGAIN : CARMY_EUNAVAILABLE;
 		case SHM_OUT_NODAEMON:
 			/* Stopped, or gone for good: a carmyd that comes back
 			 * on a new segment never says so in this one. */

@@ -438,6 +438,11 @@ struct shm_claim {
 	void *arg;
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
 	bool pending;		/* a durable store must confirm it first */
+	/* Never to wait long (carmy_try_begin()): a move or reclaim of
+	 * carmyd's still going after SHM_BUSY_TURNS pauses (tens of
+	 * microseconds) answers SHM_OUT_BUSY at once, not after
+	 * SHM_BUSY_NS. */
+	bool hasty;
 	const struct shm_summary *call;	/* what the call is, for its
 					 * struct shm_call; NULL: nothing */
 };

@@ -129,7 +129,8 @@ restart:
 	 * sequence is even and unchanged from start to finish. */
 	seq = shm_load(move_seq);
 	if (seq & 1) {
-		if (!shm_busy_turn(&spins, &since))
+		if (!shm_busy_turn(&spins, &since) ||
+		    (c->hasty && spins >= SHM_BUSY_TURNS))
 			goto busy;
 		goto restart;
 	}
@@ -188,7 +189,8 @@ restart:
 			return SHM_OUT_RESERVED;
 		}
 		if (st == SHM_BLOCKED) {
-			if (!shm_busy_turn(&spins, &since))
+			if (!shm_busy_turn(&spins, &since) ||
+			    (c->hasty && spins >= SHM_BUSY_TURNS))
 				goto busy;
 			goto restart;
 		}
