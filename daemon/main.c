@@ -106,6 +106,7 @@ static bool only_ours(int fd, const char *base);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
 static int pick_segment(struct carmyd_config *cfg, int lock_fd);
+static void note_segment(const struct carmyd_config *cfg, int lock_fd);
 static int listen_on(const struct carmyd_config *cfg);
 static int open_log(const char *path);
 
@@ -146,6 +147,7 @@ int main(int argc, char **argv)
 	lock_fd = take_lock(&cfg);
 	if (lock_fd < 0 || pick_segment(&cfg, lock_fd) != 0)
 		return 1;
+	note_segment(&cfg, lock_fd);
 	rcu_register_thread();
 	if (owners_init() != 0) {
 		log_error("cannot create the owner registry");
@@ -736,6 +738,32 @@ static int take_lock(const struct carmyd_config *cfg)
 		return -1;
 	}
 	return fd;
+}
+
+/*
+ * The lock file's second line: the segment this carmyd serves, for
+ * carmyctl to read once it is gone (tools/carmyctl.c: left_segment()).
+ * The first line stays pick_segment()'s (a kept name, or empty). Best
+ * effort: a carmyd that cannot write it serves all the same.
+ */
+static void note_segment(const struct carmyd_config *cfg, int lock_fd)
+{
+	char buf[2 * sizeof(cfg->shm_name) + 4];
+	ssize_t n = pread(lock_fd, buf, sizeof(cfg->shm_name), 0);
+	size_t kept = 0;
+
+	if (n > 0) {
+		buf[n] = '\0';
+		kept = strcspn(buf, "\n");
+		if (kept >= sizeof(cfg->shm_name))
+			kept = 0;
+	}
+	n = snprintf(buf + kept, sizeof(buf) - kept, "\n%s\n", cfg->shm_name);
+	if (n <= 0 || (size_t)n >= sizeof(buf) - kept ||
+	    ftruncate(lock_fd, 0) != 0 ||
+	    pwrite(lock_fd, buf, kept + (size_t)n, 0) != (ssize_t)kept + n)
+		log_warn("cannot note segment %s in the lock file: %s",
+			 cfg->shm_name, strerror(errno));
 }
 
 /*

@@ -30,8 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include "carmy.h"
 #include "carmy_store.h"
 #include "common/age.h"
@@ -194,7 +192,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release);
 static int cmd_purge(struct ctl *x, int argc, char **argv);
 static int cmd_forget(struct ctl *x, int argc, char **argv);
 static int cmd_journal_check(struct ctl *x, int argc, char **argv);
-static int attach(struct ctl *x);
+static int attach(struct ctl *x, bool reading);
 static bool left_segment(struct ctl *x);
 static int map_segment(struct ctl *x);
 static int ask(struct ctl *x, msgpack_sbuffer *sb, int type, int wait_ms,
@@ -550,7 +548,7 @@ static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics)
 		return rc;
 	if (metrics)
 		x->json = false;	/* Prometheus text, whatever was asked */
-	rc = attach(x);
+	rc = attach(x, true);
 	/* A scraper is told that no carmyd answers, and that is all. */
 	if (rc != 0 && metrics && x->down) {
 		print_metrics_down();
@@ -907,7 +905,7 @@ static int cmd_list(struct ctl *x, int argc, char **argv)
 	if (optind != argc)
 		return usage_error("carmyctl list: unexpected '%s'",
 				   argv[optind]);
-	rc = attach(x);
+	rc = attach(x, true);
 	if (rc != 0)
 		return rc;
 	x->args_cols = args_columns();
@@ -1170,7 +1168,7 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	if (rc != 0)
 		return rc;
 	id = argv[optind];
-	rc = attach(x);
+	rc = attach(x, false);
 	if (rc != 0)
 		return rc;
 	/* The execution names the identity and fingerprint carmyd checks. */
@@ -1452,7 +1450,7 @@ static int cmd_purge(struct ctl *x, int argc, char **argv)
 				   "needed%s", "");
 	rc = asks_carmyd(x, "purge");
 	if (rc == 0)
-		rc = attach(x);
+		rc = attach(x, false);
 	if (rc != 0)
 		return rc;
 	msgpack_sbuffer_init(&sb);
@@ -1586,16 +1584,17 @@ static int cmd_journal_check(struct ctl *x, int argc, char **argv)
 
 /* ------------------------------------------------------------ carmyd */
 
-/* Map the segment read-only: the one named, else the one carmyd says. */
-static int attach(struct ctl *x)
+/* Map the segment read-only: the one named, else the one carmyd says;
+ * for a reading command, with no carmyd there, the one it left. */
+static int attach(struct ctl *x, bool reading)
 {
 	int rc;
 
 	if (x->segment == NULL) {
-		x->quiet_down = true;
+		x->quiet_down = reading;
 		rc = dial_hello(x, false);
 		x->quiet_down = false;
-		if (rc == 69 && x->down) {
+		if (rc == 69 && x->down && reading) {
 			if (!left_segment(x)) {
 				say("socket", "DAEMON_UNAVAILABLE", "no carmyd "
 				    "at %s, and no segment left by one there; "
@@ -1618,22 +1617,22 @@ static int attach(struct ctl *x)
 }
 
 /*
- * With no carmyd at the socket, the name of the segment the last one left
- * there, into x->shm_name: the name kept in the socket's lock file (one
- * carmyd drew when another user held its own, daemon/main.c:
- * pick_segment()), else the one carmyd takes by default, /carmy.UID.HASH
- * of the socket's path as given (UID the lock file's owner's: carmyd's).
+ * With no carmyd at the socket, the name of the segment the last one there
+ * served, into x->shm_name: the second line of the socket's lock file,
+ * where each carmyd notes it at start (daemon/main.c: note_segment()).
  * Only in a directory that passed the socket's check, whose files are a
  * trusted user's; the segment itself is vetted as one named with
- * --segment would be. false: no lock file, or no such segment.
+ * --segment would be. false: no lock file, no name in it, or no such
+ * segment (gone with carmyd, --transient, or a reboot).
  */
 static bool left_segment(struct ctl *x)
 {
-	char lock[sizeof(x->path) + 8], kept[WIRE_SHM_NAME_MAX];
-	char name[WIRE_SHM_NAME_MAX], dflt[WIRE_SHM_NAME_MAX];
+	char lock[sizeof(x->path) + 8], buf[2 * WIRE_SHM_NAME_MAX + 2];
+	char name[WIRE_SHM_NAME_MAX];
+	const char *line;
 	struct stat st;
+	size_t len;
 	ssize_t n;
-	size_t base;
 	int fd;
 
 	if (!x->dir_trusted)
@@ -1646,22 +1645,22 @@ static bool left_segment(struct ctl *x)
 		close(fd);
 		return false;
 	}
-	snprintf(dflt, sizeof(dflt), "/carmy.%u.%016llx",
-		 (unsigned)st.st_uid,
-		 (unsigned long long)XXH3_64bits(x->path, strlen(x->path)));
-	base = strlen(dflt);
-	snprintf(name, sizeof(name), "%s", dflt);
-	n = pread(fd, kept, sizeof(kept) - 1, 0);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
 	close(fd);
-	if (n > 0) {
-		kept[n] = '\0';
-		kept[strcspn(kept, "\n")] = '\0';
-		/* As carmyd writes it: the default name, a dot, 16 hex. */
-		if (strlen(kept) == base + 17 &&
-		    strncmp(kept, dflt, base) == 0 && kept[base] == '.' &&
-		    strspn(kept + base + 1, "0123456789abcdef") == 16)
-			snprintf(name, sizeof(name), "%s", kept);
-	}
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	line = strchr(buf, '\n');
+	if (line == NULL)
+		return false;
+	line++;
+	len = strcspn(line, "\n");
+	/* A segment's name: /NAME, no other '/', as carmyd takes it. */
+	if (len < 2 || len >= sizeof(name) || line[len] != '\n' ||
+	    line[0] != '/' || memchr(line + 1, '/', len - 1) != NULL)
+		return false;
+	memcpy(name, line, len);
+	name[len] = '\0';
 	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
 	if (fd < 0)
 		return false;
@@ -1686,12 +1685,12 @@ static int map_segment(struct ctl *x)
 	 * (carmyd may be down) any trusted uid's. */
 	rc = shm_map_vetted(x->shm_name, false, vet_segment, x, &x->view);
 	if (rc == CARMY_EUNTRUSTED) {
-		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		say("trust", "DAEMON_UNTRUSTED", "%s", x->why);
 		return EXIT_UNTRUSTED;
 	}
 	if (rc != 0) {
-		fprintf(stderr, "carmyctl: cannot read segment %s: %s: %s\n",
-			x->shm_name, carmy_errname(rc), carmy_strerror(rc));
+		say("segment", carmy_errname(rc), "cannot read segment %s: %s",
+		    x->shm_name, carmy_strerror(rc));
 		return EXIT_FAIL;
 	}
 	x->mapped = true;
@@ -1742,7 +1741,7 @@ static int dial_hello(struct ctl *x, bool quiet)
 	if (rc == CARMY_EUNAVAILABLE) {
 		errno = ENOENT;
 	} else if (rc == CARMY_EUNTRUSTED) {
-		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		say("trust", "DAEMON_UNTRUSTED", "%s", x->why);
 		return EXIT_UNTRUSTED;
 	} else if (rc != 0) {
 		return fail("socket", rc);
@@ -1751,20 +1750,27 @@ static int dial_hello(struct ctl *x, bool quiet)
 		x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (rc != 0 || x->fd < 0 ||
 	    connect(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		int e = errno;
+
+		/* Not left open for a request to go out on. */
+		if (rc == 0 && x->fd >= 0) {
+			close(x->fd);
+			x->fd = -1;
+		}
+		errno = e;
 		/* Gone, or not listening yet: a carmyd on its way back. */
 		if (quiet && (errno == ENOENT || errno == ECONNREFUSED))
 			return DIAL_NOT_YET;
 		x->down = true;
 		if (!x->quiet_down)
-			fprintf(stderr, "carmyctl: DAEMON_UNAVAILABLE: no "
-				"carmyd at %s (%s); give --segment NAME to "
-				"read a segment without it\n", x->path,
-				strerror(errno));
+			say("socket", "DAEMON_UNAVAILABLE", "no carmyd at %s "
+			    "(%s); give --segment NAME to read a segment "
+			    "without it", x->path, strerror(errno));
 		return 69;
 	}
 	if (trust_peer(&x->trust, x->fd, x->path, &x->peer, x->why,
 		       sizeof(x->why)) != 0) {
-		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		say("trust", "DAEMON_UNTRUSTED", "%s", x->why);
 		return EXIT_UNTRUSTED;
 	}
 	x->peered = true;
@@ -1786,7 +1792,7 @@ static int trusting(struct ctl *x)
 	if (x->trusting)
 		return 0;
 	if (trust_init(&x->trust, x->why, sizeof(x->why)) != 0) {
-		fprintf(stderr, "carmyctl: DAEMON_UNTRUSTED: %s\n", x->why);
+		say("trust", "DAEMON_UNTRUSTED", "%s", x->why);
 		return EXIT_UNTRUSTED;
 	}
 	x->trusting = true;
@@ -1958,7 +1964,7 @@ static int look_up(struct ctl *x, const char *cmd, const char *id,
 				   "32 hex digits (lower case)", cmd);
 	rc = carmyd ? asks_carmyd(x, cmd) : 0;
 	if (rc == 0)
-		rc = attach(x);
+		rc = attach(x, !carmyd);
 	if (rc != 0)
 		return rc;
 	return find_exec(&x->view, id, r) ? 0 : not_found(x, cmd, id);

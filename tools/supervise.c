@@ -129,10 +129,10 @@ void sv_name_watchers(int argc, char **argv)
 }
 
 /* In the watcher, once COMMAND has its own copy of the arguments (which
- * may lie in that area: carmy-run's do): its name, for ps and pkill. */
+ * may lie in that area: carmy-run's do): its command line, for ps and
+ * pkill -f. (Its comm it takes as it starts: COMMAND's exec resets it.) */
 static void name_watcher(void)
 {
-	(void)prctl(PR_SET_NAME, watcher_name);
 	if (title_len > 0) {
 		size_t n = sizeof(watcher_name) - 1;
 
@@ -356,6 +356,7 @@ static void watch(char **argv, const sigset_t *mask, const struct sv_io *io,
 	sigset_t chld;
 	ssize_t n;
 
+	(void)prctl(PR_SET_NAME, watcher_name);
 	for (size_t i = 0; i < NJOB; i++)
 		sigaction(job_signals[i], &ign, &orig[i]);
 	/* Ignored, SIGCHLD would have the kernel reap for us. */

@@ -327,6 +327,17 @@ def _lost(r):
             pass
 
 
+def _complete_or_lose(r, status, data):
+    """_complete(), then _lost() if it failed for good, as one job on a
+    carmy thread: shielded, it runs to its end though the task awaiting it
+    is cancelled, so a call is never abandoned while its result is still
+    being sent."""
+    try:
+        _complete(r, status, data)
+    finally:
+        _lost(r)
+
+
 def _replay(r, loads):
     """The recorded outcome of a replayed reservation: a value, or a raise."""
     if r.result_code == "RESULT_TOO_LARGE":
@@ -888,7 +899,8 @@ async def _async_begin(handle, name, rid, packed, wait_ms):
 async def _async_finish(r, exc, dumps, message=None):
     """Record exc (raised by the tool, cancellations included, or by
     serialising its result: then with message) off the loop."""
-    await _off_loop("io", _complete, r, *_error_outcome(exc, dumps, message))
+    await _off_loop("io", _complete_or_lose, r,
+                    *_error_outcome(exc, dumps, message))
 
 
 def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
@@ -900,21 +912,17 @@ def _async_wrapper(fn, bind, name, handle, dumps, loads, wait_ms):
         if r.replayed:
             return _replay(r, loads)
         try:
-            try:
-                value = await fn(*args, **kwargs)
-            except BaseException as e:
-                await _async_finish(r, e, dumps)
-                raise
-            try:
-                data = dumps(value)
-            except BaseException as e:  # noqa: BLE001 - whatever it raises
-                await _async_finish(r, e, dumps, _serialising_failure(e))
-                raise
-            await _off_loop("io", _complete, r, _carmy.STATUS_COMPLETED,
-                            data)
-        finally:
-            if r.live:
-                await _off_loop("io", _lost, r)
+            value = await fn(*args, **kwargs)
+        except BaseException as e:
+            await _async_finish(r, e, dumps)
+            raise
+        try:
+            data = dumps(value)
+        except BaseException as e:  # noqa: BLE001 - whatever it raises
+            await _async_finish(r, e, dumps, _serialising_failure(e))
+            raise
+        await _off_loop("io", _complete_or_lose, r, _carmy.STATUS_COMPLETED,
+                        data)
         return value
 
     return wrapper

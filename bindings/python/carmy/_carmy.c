@@ -232,12 +232,16 @@ static int as_wait_ms(PyObject *o, long *wait_ms)
  * counts an uncertain answer a slice.) */
 #define WAIT_SLICE_MS 500
 
-static long mono_ms(void)
+/* The main thread's ident (threading.main_thread()), where Python runs
+ * signal handlers; 0 if it could not be learnt. Set at import. */
+static unsigned long main_ident;
+
+static long long mono_ms(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 /* Begin call on self without the GIL (carmy_wait() for wait_ms > 0),
@@ -247,8 +251,9 @@ static long mono_ms(void)
 static int begin_into(ClientObject *self, const struct carmy_call *call,
 		      long wait_ms, struct carmy_reservation *r)
 {
-	long end = wait_ms > 0 ? mono_ms() + wait_ms : 0, slice;
-	int sliced = _PyOS_IsMainThread();
+	long long end = wait_ms > 0 ? mono_ms() + wait_ms : 0, slice;
+	int sliced = main_ident != 0 &&
+		     PyThread_get_thread_ident() == main_ident;
 	int rc;
 
 	if (client_enter(self) != 0)
@@ -1468,6 +1473,29 @@ static int add_int(PyObject *m, const char *name, long v)
 	return PyModule_AddIntConstant(m, name, v);
 }
 
+/* threading.main_thread().ident, or 0 (and no exception left). */
+static unsigned long learn_main_ident(void)
+{
+	PyObject *th = PyImport_ImportModule("threading"), *mt = NULL;
+	PyObject *id = NULL;
+	unsigned long ident = 0;
+
+	if (th != NULL)
+		mt = PyObject_CallMethod(th, "main_thread", NULL);
+	if (mt != NULL)
+		id = PyObject_GetAttrString(mt, "ident");
+	if (id != NULL && PyLong_Check(id))
+		ident = PyLong_AsUnsignedLong(id);
+	if (PyErr_Occurred()) {
+		PyErr_Clear();
+		ident = 0;
+	}
+	Py_XDECREF(id);
+	Py_XDECREF(mt);
+	Py_XDECREF(th);
+	return ident;
+}
+
 PyMODINIT_FUNC PyInit__carmy(void)
 {
 	PyObject *m;
@@ -1479,6 +1507,7 @@ PyMODINIT_FUNC PyInit__carmy(void)
 	m = PyModule_Create(&carmy_module);
 	if (m == NULL)
 		return NULL;
+	main_ident = learn_main_ident();
 	if (add_int(m, "STATUS_COMPLETED", CARMY_STATUS_COMPLETED) ||
 	    add_int(m, "STATUS_FAILED", CARMY_STATUS_FAILED) ||
 	    add_int(m, "STATUS_TIMED_OUT", CARMY_STATUS_TIMED_OUT) ||

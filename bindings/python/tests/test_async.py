@@ -304,3 +304,39 @@ def test_a_wait_leaves_the_loop_free(carmyd, client, session, marker):
         return pending, await task
     assert asyncio.run(main()) == (True, "done")
     other.close()
+
+
+def test_a_task_cancelled_while_its_result_is_sent_records_it(
+        client, marker, monkeypatch):
+    """The task is cancelled while its completion is on its way (a retry
+    while carmyd restarts, here held on an event): the completion, shielded,
+    still records the result, and nothing abandons the call meanwhile; a
+    retry replays it."""
+    sending, cancelled = threading.Event(), threading.Event()
+    real = carmy._complete
+
+    def held(r, status, data):
+        sending.set()
+        assert cancelled.wait(WAIT_S)
+        real(r, status, data)
+    monkeypatch.setattr(carmy, "_complete", held)
+
+    @carmy.idempotent(client, tool="sent")
+    async def work(*, request_id):
+        append(marker, "ran")
+        return {"done": 1}
+
+    async def main():
+        task = asyncio.ensure_future(work(request_id="s1"))
+        while not sending.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        cancelled.set()
+        monkeypatch.setattr(carmy, "_complete", real)
+        # The completion is still on its way: a wait= sees it land.
+        return await carmy.idempotent(client, tool="sent", wait=WAIT_S)(
+            work.__wrapped__)(request_id="s1")
+    assert asyncio.run(main()) == {"done": 1}
+    assert lines(marker) == [b"ran"]
