@@ -108,6 +108,7 @@ static int take_lock(const struct carmyd_config *cfg);
 static int pick_segment(struct carmyd_config *cfg, int lock_fd);
 static void note_segment(const struct carmyd_config *cfg, int lock_fd);
 static int listen_on(const struct carmyd_config *cfg);
+static int clear_socket_path(const char *path);
 static int open_log(const char *path);
 
 int main(int argc, char **argv)
@@ -843,6 +844,54 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
  * connections queued on it before carmyd started are accepted first), or
  * a new one bound to socket_path.
  */
+/*
+ * What is at the socket's path before carmyd binds there. We hold the
+ * lock, so a socket nobody answers at is a dead carmyd's, and is replaced.
+ * Anything else stays as it is and carmyd does not start: a file of any
+ * other kind (a --socket mistyped to name a file, a journal, a FIFO), or
+ * a socket something listens at (another program's: it holds no lock of
+ * ours). 0, or -1 after saying why.
+ */
+static int clear_socket_path(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int probe, rc;
+
+	if (lstat(path, &st) != 0)
+		return 0;	/* nothing there (or nothing we may see) */
+	if (!S_ISSOCK(st.st_mode)) {
+		log_error("%s is there already and is not a socket (%s): "
+			  "carmyd replaces only a socket a carmyd left; give "
+			  "--socket a path of its own", path,
+			  S_ISREG(st.st_mode) ? "a regular file" :
+			  S_ISLNK(st.st_mode) ? "a symbolic link" :
+			  S_ISFIFO(st.st_mode) ? "a FIFO" : "not a file");
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (probe < 0) {
+		log_error("socket: %s", strerror(errno));
+		return -1;
+	}
+	rc = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+	if (rc == 0 || errno == EAGAIN) {
+		close(probe);
+		log_error("something listens at %s already, and it is no "
+			  "carmyd of this socket (that would hold %s.lock): "
+			  "give --socket a path of its own", path, path);
+		return -1;
+	}
+	close(probe);
+	if (unlink(path) != 0 && errno != ENOENT) {
+		log_error("cannot remove the dead socket %s: %s", path,
+			  strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static int listen_on(const struct carmyd_config *cfg)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -865,8 +914,10 @@ static int listen_on(const struct carmyd_config *cfg)
 		log_error("socket: %s", strerror(errno));
 		return -1;
 	}
-	/* We hold the lock, so a socket file here is a dead carmyd's. */
-	unlink(cfg->socket_path);
+	if (clear_socket_path(cfg->socket_path) != 0) {
+		close(fd);
+		return -1;
+	}
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
 	    chmod(cfg->socket_path, cfg->use_group ? 0660 : 0600) != 0 ||
 	    (cfg->use_group && chown(cfg->socket_path, (uid_t)-1, cfg->gid) != 0) ||
