@@ -1173,12 +1173,93 @@ static const char *missing_plugin_hint(const char *path)
 	       "Debian and Ubuntu, install the carmy-store-pg package)";
 }
 
+/* A file or directory on a plugin's way that only root or carmyd's user
+ * can change: owned by one of them, and writable by no one else (a
+ * directory may be, if sticky, like /tmp: others can add names there,
+ * not rename or remove ours). */
+static bool plugin_part_ok(const struct stat *st, bool dir)
+{
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return false;
+	if ((st->st_mode & (S_IWGRP | S_IWOTH)) == 0)
+		return true;
+	return dir && (st->st_mode & S_ISVTX) != 0;
+}
+
+/* Every directory above path (a string: "/a/b/c" gives "/a/b", "/a",
+ * "/"), each stat()ed as a directory on the way is followed. 0, or -1
+ * with why filled. */
+static int plugin_dirs_ok(const char *path, char *why, size_t size)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	size_t len = strlen(path);
+
+	if (len >= sizeof(dir))
+		return -1;
+	memcpy(dir, path, len + 1);
+	while (len > 1) {
+		while (len > 1 && dir[len - 1] != '/')
+			len--;
+		if (len > 1)
+			len--;
+		dir[len] = '\0';
+		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+		    !plugin_part_ok(&st, true)) {
+			snprintf(why, size, "%s, on its way, %s", dir,
+				 stat(dir, &st) != 0 ? "cannot be read" :
+				 "can be changed by a user other than root "
+				 "and carmyd's (owner, group or others may "
+				 "write it)");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * A plugin is code carmyd runs as its own user, its constructors before
+ * anything is checked: it is loaded only from an absolute path whose file
+ * and every directory on the way (the path as given, and as resolved
+ * through symbolic links) only root or carmyd's user can change, as the
+ * journal's directory and the log file are. Into resolved, the path to
+ * load. 0, or -1 after saying why.
+ */
+static int plugin_trusted(const char *path, char *resolved)
+{
+	char why[PATH_MAX + 160];
+	struct stat st;
+
+	if (path[0] != '/') {
+		log_error("--store plugin:%s: give the plugin's absolute path "
+			  "(a bare name would be looked for along the "
+			  "library search path)", path);
+		return -1;
+	}
+	if (realpath(path, resolved) == NULL)
+		return 0;	/* not there: dlopen() says so, with the hint */
+	if (stat(resolved, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    !plugin_part_ok(&st, false)) {
+		log_error("not loading store plugin %s: it is not a regular "
+			  "file that only root or carmyd's user can change "
+			  "(owner uid %u, mode %04o)", path,
+			  (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	if (plugin_dirs_ok(path, why, sizeof(why)) != 0 ||
+	    plugin_dirs_ok(resolved, why, sizeof(why)) != 0) {
+		log_error("not loading store plugin %s: %s", path, why);
+		return -1;
+	}
+	return 0;
+}
+
 /* --store SPEC: memory, journal:DIR or plugin:PATH.so[:ARGS]. */
 static int backend_open(struct store *s, const char *spec)
 {
 	const struct carmy_store_ops *ops;
 	const char *args = "", *jdir;
-	char err[512] = "", path[4096], shown[1024];
+	char err[512] = "", path[4096], shown[1024], resolved[PATH_MAX] = "";
 	int rc;
 
 	if (strcmp(spec, "memory") == 0) {
@@ -1197,7 +1278,10 @@ static int backend_open(struct store *s, const char *spec)
 		memcpy(path, spec + 7, n);
 		path[n] = '\0';
 		args = colon ? colon + 1 : "";
-		s->plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (plugin_trusted(path, resolved) != 0)
+			return -EPERM;
+		s->plugin = dlopen(resolved[0] ? resolved : path,
+				   RTLD_NOW | RTLD_LOCAL);
 		if (s->plugin == NULL) {
 			const char *why = dlerror();
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -607,6 +608,65 @@ START_TEST(test_what_is_not_a_plugin_is_refused)
 }
 END_TEST
 
+/* Copy file from to to, with mode. */
+static void copy_file(const char *from, const char *to, mode_t mode)
+{
+	char buf[65536];
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ssize_t n;
+
+	ck_assert_int_ge(in, 0);
+	ck_assert_int_ge(out, 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		ck_assert_int_eq(write(out, buf, (size_t)n), n);
+	ck_assert_int_eq(n, 0);
+	ck_assert_int_eq(fchmod(out, mode), 0);
+	close(in);
+	close(out);
+}
+
+/* A plugin is code carmyd runs: not from a path another user could have
+ * changed (a directory others may write, a file others may write), nor
+ * from a bare name looked for along the library search path. The same
+ * file, where only carmyd's user can change it, loads. */
+START_TEST(test_a_plugin_others_could_change_is_refused)
+{
+	char so[256], sub[128], path[256], spec2[512];
+	const char *const args[] = { "--store", spec2, NULL };
+	struct carmyd_proc x;
+
+	harness_path("examples/.libs/carmy_store_text.so", so, sizeof(so));
+	/* A directory others may write (not sticky). */
+	snprintf(sub, sizeof(sub), "%s/open", dir);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	ck_assert_int_eq(chmod(sub, 0777), 0);
+	snprintf(path, sizeof(path), "%s/carmy_store_text.so", sub);
+	copy_file(so, path, 0644);
+	snprintf(spec2, sizeof(spec2), "plugin:%s:%s/store1.txt", path, dir);
+	ck_assert_int_eq(harness_start(&x, args), -1);
+	harness_stop(&x);
+	/* A file others may write, in a directory of ours. */
+	snprintf(sub, sizeof(sub), "%s/ours", dir);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	snprintf(path, sizeof(path), "%s/carmy_store_text.so", sub);
+	copy_file(so, path, 0666);
+	snprintf(spec2, sizeof(spec2), "plugin:%s:%s/store2.txt", path, dir);
+	ck_assert_int_eq(harness_start(&x, args), -1);
+	harness_stop(&x);
+	/* A bare name. */
+	snprintf(spec2, sizeof(spec2), "plugin:carmy_store_text.so:%s/s.txt",
+		 dir);
+	ck_assert_int_eq(harness_start(&x, args), -1);
+	harness_stop(&x);
+	/* The same file, writable by its owner only: it loads. */
+	ck_assert_int_eq(chmod(path, 0644), 0);
+	snprintf(spec2, sizeof(spec2), "plugin:%s:%s/store3.txt", path, dir);
+	ck_assert_int_eq(harness_start(&x, args), 0);
+	harness_stop(&x);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("store_plugin");
@@ -618,6 +678,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_plugin_store_survives_a_reboot);
+	tcase_add_test(tc, test_a_plugin_others_could_change_is_refused);
 	tcase_add_test(tc, test_resolutions_and_purges_survive_a_reboot);
 	tcase_add_test(tc, test_a_partial_last_line_is_cut_before_the_next_record);
 	tcase_add_test(tc, test_a_damaged_line_stops_carmyd);
