@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Install what building and testing Carmy needs on Debian/Ubuntu.
+# Install what building and testing Carmy needs on Debian/Ubuntu; with
+# --build, what building it needs only (the quick start's: no database or
+# cache servers, which Debian starts as services once installed).
 set -euo pipefail
 # g++ builds one test only, tests/libclient/check_cxx (the headers from C++).
 pkgs=(build-essential g++ autoconf automake libtool m4 pkg-config
       liburcu-dev libmsgpack-dev libxxhash-dev check libsubunit-dev
-      python3 procps valgrind spin
-      python3-dev python3-pytest python3-msgpack python3-setuptools
-      redis-server libhiredis-dev postgresql libpq-dev
-      libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl
+      python3 procps python3-dev python3-msgpack python3-setuptools
+      libhiredis-dev libpq-dev
+      libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
       scdoc man-db groff-base)
+case "${1:-}" in
+--build) ;;
+"") pkgs+=(valgrind spin python3-pytest redis-server postgresql curl) ;;
+*) echo "usage: $0 [--build]" >&2; exit 64 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

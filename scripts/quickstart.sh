@@ -24,7 +24,7 @@ quiet() {
 	rm -f "$log"
 }
 
-bash scripts/deps.sh
+bash scripts/deps.sh --build
 # Out of tree, in _build/, so that .ci/run (which builds under _ci/) works
 # on the same checkout afterwards.
 if [ -f config.status ]; then
