@@ -37,4 +37,28 @@ static inline uint64_t clock_coarse_ns(void)
 	return clock_ns_of(CLOCK_REALTIME_COARSE);
 }
 
+/* A wall-clock time real, read with the monotonic time mono, as a clock
+ * that never runs faster than the monotonic one: real itself, unless it
+ * went further than mono since the last call (*last_real and *last_mono,
+ * both 0 before the first); then the last value plus the monotonic time
+ * since, and *ahead how much further real went (else 0). A step back is
+ * followed. Updates *last_real and *last_mono. */
+static inline uint64_t clock_real_bounded(uint64_t real, uint64_t mono,
+					  uint64_t *last_real,
+					  uint64_t *last_mono, uint64_t *ahead)
+{
+	*ahead = 0;
+	if (*last_mono != 0 && mono >= *last_mono) {
+		uint64_t bound = *last_real + (mono - *last_mono);
+
+		if (real > bound) {
+			*ahead = real - bound;
+			real = bound;
+		}
+	}
+	*last_real = real;
+	*last_mono = mono;
+	return real;
+}
+
 #endif

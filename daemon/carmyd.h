@@ -401,6 +401,8 @@ struct retain {
 	int level;		/* fill warned of: 0 none, 1 past 80%, 2 past 95% */
 	uint64_t refused;	/* refusals counted at the last look */
 	uint64_t refused_ns;	/* CLOCK_MONOTONIC of the last seen, 0 none */
+	uint64_t clock_real;	/* retention's clock at the last pass, */
+	uint64_t clock_mono;	/* and CLOCK_MONOTONIC then; 0: none yet */
 };
 /* Start watching s with cfg's --retain. main() only, once the store is
  * open. Returns 0 or -errno (logged). */

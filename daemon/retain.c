@@ -120,11 +120,36 @@ static void *retain_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * The time a pass measures ages against: the wall clock (entries carry
+ * wall-clock finish times, which outlive carmyd), but never ahead of the
+ * last pass's by more than the monotonic clock went on since. A wall clock
+ * stepped forward (date -s, NTP on a machine that booted with a wrong
+ * time) would otherwise make every completed entry old at once, and the
+ * pass forget them all, so that their retries ran again: then retention
+ * follows the monotonic clock, and entries are kept longer, never less. A
+ * step back is followed (entries are kept longer then too).
+ */
+static uint64_t retention_now(struct retain *r)
+{
+	uint64_t ahead, now;
+
+	now = clock_real_bounded(clock_real_ns(), clock_mono_ns(),
+				 &r->clock_real, &r->clock_mono, &ahead);
+	if (ahead > 60 * 1000000000ull)
+		log_warn("retention: the wall clock went %llu s further than "
+			 "the monotonic one since the last pass: ages are "
+			 "counted by the monotonic clock, so no entry is "
+			 "forgotten early", (unsigned long long)(ahead /
+							 1000000000ull));
+	return now;
+}
+
 /* One retention pass. Returns whether it stopped at RETAIN_PASS_MAX with
  * more to forget. */
 static bool pass(struct retain *r)
 {
-	uint64_t now = clock_real_ns();
+	uint64_t now = retention_now(r);
 	struct store_forgot f;
 	char age[AGE_TEXT_MAX];
 
