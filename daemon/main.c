@@ -777,59 +777,6 @@ static void note_segment(const struct carmyd_config *cfg, int lock_fd)
  * and with it the same segment. Clients learn the name from carmyd.
  * 0, or -1 after saying why.
  */
-/*
- * The segment the last carmyd at this socket served, as note_segment()
- * wrote it, if it is one of this user's default names (/carmy.UID.HASH,
- * with a kept random part or not) other than name, and is there and
- * carmyd's user's: the same socket reached by another spelling of its
- * path (relative, through a symbolic link), whose default name hashes
- * otherwise. Served again, not passed over for an empty table under
- * which every completed call would run again. Into out; false if none.
- */
-static bool served_before(int lock_fd, const char *name, char *out,
-			  size_t size)
-{
-	char buf[2 * sizeof(((struct carmyd_config *)0)->shm_name) + 2];
-	char prefix[32];
-	const char *line;
-	struct stat st;
-	ssize_t n = pread(lock_fd, buf, sizeof(buf) - 1, 0);
-	size_t len, p;
-	int fd;
-
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	line = strchr(buf, '\n');
-	if (line == NULL)
-		return false;
-	line++;
-	len = strcspn(line, "\n");
-	p = (size_t)snprintf(prefix, sizeof(prefix), "/carmy.%u.",
-			     (unsigned)getuid());
-	if (line[len] != '\n' || len >= size ||
-	    (len != p + 16 && len != p + 33) ||
-	    strncmp(line, prefix, p) != 0 ||
-	    strspn(line + p, "0123456789abcdef") != 16 ||
-	    (len == p + 33 && (line[p + 16] != '.' ||
-			       strspn(line + p + 17, "0123456789abcdef") != 16)))
-		return false;
-	memcpy(out, line, len);
-	out[len] = '\0';
-	if (strcmp(out, name) == 0)
-		return false;
-	fd = shm_open(out, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
-	if (fd < 0)
-		return false;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_uid != geteuid()) {
-		close(fd);
-		return false;
-	}
-	close(fd);
-	return true;
-}
-
 static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 {
 	char kept[sizeof(cfg->shm_name) + 1], name[sizeof(cfg->shm_name)];
@@ -841,13 +788,6 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 
 	if (cfg->shm_named)
 		return 0;
-	if (served_before(lock_fd, cfg->shm_name, name, sizeof(name))) {
-		log_info("segment %s, which the last carmyd at %s served (its "
-			 "path spelled otherwise, which names %s), is served "
-			 "again", name, cfg->socket_path, cfg->shm_name);
-		memcpy(cfg->shm_name, name, sizeof(name));
-		return 0;
-	}
 	snprintf(name, sizeof(name), "%s", cfg->shm_name);
 	n = pread(lock_fd, kept, sizeof(kept) - 1, 0);
 	if (n > 0) {
