@@ -803,7 +803,7 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 	/* The name, kept or default, if it is free or carmyd's user's. A
 	 * kept one can be taken too, once its segment is gone (a reboot,
 	 * an rm): the name is no secret, only hard to guess first. */
-	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
 	if (fd < 0 && errno == ENOENT) {
 		memcpy(cfg->shm_name, name, sizeof(name));
 		return 0;

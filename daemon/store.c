@@ -1835,7 +1835,7 @@ static int attach_segment(struct store *s, const struct carmyd_config *cfg)
 	void *base;
 	int rc;
 
-	s->fd = shm_open(cfg->shm_name, O_RDWR | O_CLOEXEC, 0);
+	s->fd = shm_open(cfg->shm_name, O_RDWR | O_NONBLOCK | O_CLOEXEC, 0);
 	if (s->fd < 0 || fstat(s->fd, &st) != 0) {
 		rc = -errno;
 		log_error("cannot open segment %s: %s", cfg->shm_name,

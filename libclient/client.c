@@ -1718,7 +1718,7 @@ static int same_segment(carmy_t *c)
 	struct stat st;
 	int fd, rc = CARMY_EDISCONNECTED;
 
-	fd = shm_open(c->shm_name, O_RDONLY | O_CLOEXEC, 0);
+	fd = shm_open(c->shm_name, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
 	if (fd < 0 && errno != ENOENT)
 		return -errno;
 	if (fd >= 0 && fstat(fd, &st) == 0) {

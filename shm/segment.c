@@ -288,7 +288,8 @@ int shm_map_vetted(const char *name, bool writable,
 	void *base;
 	int fd, rc;
 
-	fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK |
+		      O_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) != 0) {

@@ -1661,7 +1661,8 @@ static bool left_segment(struct ctl *x)
 		return false;
 	memcpy(name, line, len);
 	name[len] = '\0';
-	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+		      0);
 	if (fd < 0)
 		return false;
 	close(fd);
