@@ -760,9 +760,11 @@ static void note_segment(const struct carmyd_config *cfg, int lock_fd)
 			kept = 0;
 	}
 	n = snprintf(buf + kept, sizeof(buf) - kept, "\n%s\n", cfg->shm_name);
+	/* Written over, then cut to length: never a moment without the
+	 * kept name of the first line. */
 	if (n <= 0 || (size_t)n >= sizeof(buf) - kept ||
-	    ftruncate(lock_fd, 0) != 0 ||
-	    pwrite(lock_fd, buf, kept + (size_t)n, 0) != (ssize_t)kept + n)
+	    pwrite(lock_fd, buf, kept + (size_t)n, 0) != (ssize_t)kept + n ||
+	    ftruncate(lock_fd, (off_t)kept + n) != 0)
 		log_warn("cannot note segment %s in the lock file: %s",
 			 cfg->shm_name, strerror(errno));
 }
@@ -875,12 +877,16 @@ static int clear_socket_path(const char *path)
 		log_error("socket: %s", strerror(errno));
 		return -1;
 	}
+	/* Only a refused connection says nobody listens: anything else
+	 * (accepted, a full queue, no permission) leaves it be. */
 	rc = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
-	if (rc == 0 || errno == EAGAIN) {
+	if (rc == 0 || errno != ECONNREFUSED) {
 		close(probe);
-		log_error("something listens at %s already, and it is no "
+		log_error("something listens at %s already (%s), and it is no "
 			  "carmyd of this socket (that would hold %s.lock): "
-			  "give --socket a path of its own", path, path);
+			  "give --socket a path of its own", path,
+			  rc == 0 ? "it accepted a connection" :
+				    strerror(errno), path);
 		return -1;
 	}
 	close(probe);

@@ -20,8 +20,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -1173,17 +1175,32 @@ static const char *missing_plugin_hint(const char *path)
 	       "Debian and Ubuntu, install the carmy-store-pg package)";
 }
 
+/* Is gid carmyd's user's private group (its name the user's, no other
+ * members), whose write permission gives no one else anything? The
+ * usual group of files made under umask 002. */
+static bool private_group(gid_t gid)
+{
+	struct passwd *pw = getpwuid(geteuid());
+	struct group *gr = getgrgid(gid);
+
+	return pw != NULL && gr != NULL && gid == pw->pw_gid &&
+	       strcmp(gr->gr_name, pw->pw_name) == 0 &&
+	       (gr->gr_mem == NULL || gr->gr_mem[0] == NULL);
+}
+
 /* A file or directory on a plugin's way that only root or carmyd's user
  * can change: owned by one of them, and writable by no one else (a
  * directory may be, if sticky, like /tmp: others can add names there,
- * not rename or remove ours). */
+ * not rename or remove ours; group write is nobody else's when the group
+ * is carmyd's user's private one). */
 static bool plugin_part_ok(const struct stat *st, bool dir)
 {
 	if (st->st_uid != 0 && st->st_uid != geteuid())
 		return false;
-	if ((st->st_mode & (S_IWGRP | S_IWOTH)) == 0)
-		return true;
-	return dir && (st->st_mode & S_ISVTX) != 0;
+	if ((st->st_mode & S_IWOTH) != 0)
+		return dir && (st->st_mode & S_ISVTX) != 0;
+	return (st->st_mode & S_IWGRP) == 0 || private_group(st->st_gid) ||
+	       (dir && (st->st_mode & S_ISVTX) != 0);
 }
 
 /* Every directory above path (a string: "/a/b/c" gives "/a/b", "/a",
@@ -1236,8 +1253,13 @@ static int plugin_trusted(const char *path, char *resolved)
 			  "library search path)", path);
 		return -1;
 	}
-	if (realpath(path, resolved) == NULL)
-		return 0;	/* not there: dlopen() says so, with the hint */
+	if (realpath(path, resolved) == NULL) {
+		/* Never a path not checked: what realpath() left in
+		 * resolved is not the plugin. */
+		log_error("cannot load store plugin %s: %s%s", path,
+			  strerror(errno), missing_plugin_hint(path));
+		return -1;
+	}
 	if (stat(resolved, &st) != 0 || !S_ISREG(st.st_mode) ||
 	    !plugin_part_ok(&st, false)) {
 		log_error("not loading store plugin %s: it is not a regular "
@@ -1280,8 +1302,7 @@ static int backend_open(struct store *s, const char *spec)
 		args = colon ? colon + 1 : "";
 		if (plugin_trusted(path, resolved) != 0)
 			return -EPERM;
-		s->plugin = dlopen(resolved[0] ? resolved : path,
-				   RTLD_NOW | RTLD_LOCAL);
+		s->plugin = dlopen(resolved, RTLD_NOW | RTLD_LOCAL);
 		if (s->plugin == NULL) {
 			const char *why = dlerror();
 
