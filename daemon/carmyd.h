@@ -13,6 +13,7 @@
 #include <sys/un.h>
 
 #include "carmy_store.h"
+#include "common/clock.h"
 #include "shm/shm.h"
 
 #define CARMYD_DEFAULT_CAPACITY 10000
@@ -401,8 +402,7 @@ struct retain {
 	int level;		/* fill warned of: 0 none, 1 past 80%, 2 past 95% */
 	uint64_t refused;	/* refusals counted at the last look */
 	uint64_t refused_ns;	/* CLOCK_MONOTONIC of the last seen, 0 none */
-	uint64_t clock_real;	/* retention's clock at the last pass, */
-	uint64_t clock_mono;	/* and CLOCK_MONOTONIC then; 0: none yet */
+	struct clock_held clock;	/* retention's wall clock */
 };
 /* Start watching s with cfg's --retain. main() only, once the store is
  * open. Returns 0 or -errno (logged). */

@@ -122,26 +122,26 @@ static void *retain_thread(void *arg)
 
 /*
  * The time a pass measures ages against: the wall clock (entries carry
- * wall-clock finish times, which outlive carmyd), but never ahead of the
- * last pass's by more than the monotonic clock went on since. A wall clock
- * stepped forward (date -s, NTP on a machine that booted with a wrong
- * time) would otherwise make every completed entry old at once, and the
- * pass forget them all, so that their retries ran again: then retention
- * follows the monotonic clock, and entries are kept longer, never less. A
- * step back is followed (entries are kept longer then too).
+ * wall-clock finish times, which outlive carmyd), held back by a step
+ * forward (date -s, a first NTP sync on a machine that booted with a
+ * wrong time) for --retain of boot time (clock_real_held()): a step would
+ * otherwise make every completed entry old at once, and the pass forget
+ * them all, so that their retries ran again. Entries are kept longer
+ * instead, by at most the step. Suspend is no step: the boot clock counts
+ * it.
  */
 static uint64_t retention_now(struct retain *r)
 {
-	uint64_t ahead, now;
+	uint64_t stepped, now;
 
-	now = clock_real_bounded(clock_real_ns(), clock_mono_ns(),
-				 &r->clock_real, &r->clock_mono, &ahead);
-	if (ahead > 60 * 1000000000ull)
-		log_warn("retention: the wall clock went %llu s further than "
-			 "the monotonic one since the last pass: ages are "
-			 "counted by the monotonic clock, so no entry is "
-			 "forgotten early", (unsigned long long)(ahead /
-							 1000000000ull));
+	now = clock_real_held(&r->clock, clock_real_ns(), clock_boot_ns(),
+			      r->age_ns, &stepped);
+	if (stepped != 0)
+		log_warn("retention: the wall clock stepped %llu s forward: "
+			 "for the next %s ages are counted as if it had not, "
+			 "so that no completed entry is forgotten early",
+			 (unsigned long long)(stepped / 1000000000ull),
+			 "--retain");
 	return now;
 }
 

@@ -19,7 +19,7 @@ tests_common_check_log_SOURCES = tests/common/check_log.c
 tests_common_check_log_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_common_check_log_LDADD = common/liblog.la $(CHECK_LIBS)
 
-# The bounded wall clock retention counts ages by (common/clock.h).
+# The held wall clock retention counts ages by (common/clock.h).
 check_PROGRAMS += tests/common/check_clock
 TESTS += tests/common/check_clock
 tests_common_check_clock_SOURCES = tests/common/check_clock.c
