@@ -547,7 +547,7 @@ static int cmd_status(struct ctl *x, int argc, char **argv, bool metrics)
 	if (rc != 0)
 		return rc;
 	if (metrics)
-		x->json = false;	/* Prometheus text, whatever was asked */
+		x->json = false;	/* Prometheus text whatever is asked */
 	rc = attach(x, true);
 	/* A scraper is told that no carmyd answers, and that is all. */
 	if (rc != 0 && metrics && x->down) {
@@ -779,8 +779,9 @@ static void print_row(const struct ctl *x, const struct row *r, bool first,
 		if (r->resolved_ns != 0) {
 			printf("resolved by   uid %u pid %u, %s ago\n",
 			       r->resolved_uid, r->resolved_pid,
-			       coarse_age(age, sizeof(age), now > r->resolved_ns ?
-						now - r->resolved_ns : 0));
+			       coarse_age(age, sizeof(age),
+					  now > r->resolved_ns ?
+						  now - r->resolved_ns : 0));
 		}
 		return;
 	}
