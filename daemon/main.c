@@ -154,11 +154,15 @@ int main(int argc, char **argv)
 		log_error("cannot create the owner registry");
 		return 1;
 	}
+	/* What is at the socket's path is looked at before a segment is
+	 * made for a carmyd that could not listen there. */
+	if (cfg.listen_fd < 0 && clear_socket_path(cfg.socket_path) != 0)
+		return 1;
 	if (store_open(&store, &cfg) != 0)
 		return 1;
 	lfd = listen_on(&cfg);
 	if (lfd < 0) {
-		store_close(&store, &cfg, false);
+		store_close(&store, &cfg, cfg.transient);
 		return 1;
 	}
 
@@ -918,10 +922,6 @@ static int listen_on(const struct carmyd_config *cfg)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		log_error("socket: %s", strerror(errno));
-		return -1;
-	}
-	if (clear_socket_path(cfg->socket_path) != 0) {
-		close(fd);
 		return -1;
 	}
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
