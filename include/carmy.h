@@ -446,7 +446,7 @@ int carmy_begin(carmy_t *c, const struct carmy_call *call,
  * would wait for carmyd: to connect again after a restart, for a durable
  * store to record a new reservation (or one it has not yet recorded), for
  * carmyd to reclaim the index, or to finish a move of entries that lasts
- * longer than tens of microseconds (carmy_begin() waits up to 0.5 s).
+ * longer than tens of microseconds (carmy_begin() waits up to 2 s).
  * Then nothing was reserved: call carmy_begin() where waiting is fine, for
  * the answer.
  *

@@ -59,7 +59,6 @@
 #ifndef CARMY_SHM_ATOMIC_H
 #define CARMY_SHM_ATOMIC_H
 
-#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -107,13 +106,15 @@
  * One turn of a wait for carmyd to finish a move or a reclaim (an odd move
  * sequence, a BLOCKED bucket): microseconds, unless carmyd's thread was
  * preempted, and on a busy machine the waiters spinning may be what keeps
- * it from running. So a turn pauses, every SHM_BUSY_TURNS-th one gives the
- * CPU up and looks at the clock, and the wait ends (false) once it has
- * lasted SHM_BUSY_NS: only a carmyd killed in the middle holds it that
- * long. *spins and *since start at 0.
+ * it from running. So a turn pauses, every SHM_BUSY_TURNS-th one sleeps
+ * SHM_BUSY_NAP_NS (a sched_yield() gives the CPU to whichever task the
+ * scheduler likes, which need not be carmyd's) and looks at the clock, and
+ * the wait ends (false) once it has lasted SHM_BUSY_NS: only a carmyd
+ * killed in the middle holds it that long. *spins and *since start at 0.
  */
 #define SHM_BUSY_TURNS 1024u
-#define SHM_BUSY_NS 500000000ull
+#define SHM_BUSY_NAP_NS 50000L
+#define SHM_BUSY_NS 2000000000ull
 static inline bool shm_busy_turn(unsigned *spins, uint64_t *since)
 {
 	struct timespec ts;
@@ -129,7 +130,9 @@ static inline bool shm_busy_turn(unsigned *spins, uint64_t *since)
 		*since = now;
 	else if (now - *since >= SHM_BUSY_NS)
 		return false;
-	sched_yield();
+	ts.tv_sec = 0;
+	ts.tv_nsec = SHM_BUSY_NAP_NS;
+	nanosleep(&ts, NULL);
 	return true;
 }
 
