@@ -517,11 +517,18 @@ static inline uint8_t *shm_result_area(const struct shm_view *v, uint32_t e)
 	return v->results + (size_t)e * v->geo.result_stride;
 }
 
+/*
+ * The prefetches below are always inlined. GCC 12 (-O1 and above) keeps
+ * a function of four __builtin_prefetch() calls out of line, finds that it
+ * reads and writes nothing, deems it const and deletes every call to it:
+ * the hints vanished without a word (tests/shm/prefetch.test).
+ */
+
 /* Ask for k's home bucket ahead of the probe: a client hashes the identity,
  * then spends a few hundred nanoseconds fingerprinting the call, long enough
  * for the cache line to arrive. A hint only: it reads nothing. */
-static inline void shm_prefetch_home(const struct shm_view *v,
-				     const struct shm_key *k)
+static inline __attribute__((always_inline)) void
+shm_prefetch_home(const struct shm_view *v, const struct shm_key *k)
 {
 	__builtin_prefetch(&v->buckets[(uint32_t)k->hash &
 				       (v->geo.nbuckets - 1)]);
@@ -532,7 +539,8 @@ static inline void shm_prefetch_home(const struct shm_view *v,
  * touched since carmyd zeroed them, they are not in any cache, and the CAS
  * that publishes the entry waits for every store before it. A hint,
  * reading and writing nothing. */
-static inline void shm_prefetch_entry(const struct shm_view *v, uint32_t e)
+static inline __attribute__((always_inline)) void
+shm_prefetch_entry(const struct shm_view *v, uint32_t e)
 {
 	const struct shm_entry *en = shm_entry_at(v, e);
 
@@ -545,8 +553,8 @@ static inline void shm_prefetch_entry(const struct shm_view *v, uint32_t e)
 /* The same for the entry an owner's cursor points at, the ticket it most
  * likely claims next. Like shm_prefetch_home, for a client to issue before
  * it fingerprints the call. */
-static inline void shm_prefetch_claim(const struct shm_view *v,
-				      const uint32_t *cursor)
+static inline __attribute__((always_inline)) void
+shm_prefetch_claim(const struct shm_view *v, const uint32_t *cursor)
 {
 	uint32_t e = __atomic_load_n(cursor, __ATOMIC_RELAXED);
 
