@@ -208,6 +208,14 @@ else
 fi
 dpkg -L carmy | grep -q '/sysusers\.d/carmy\.conf$' ||
 	fail "carmy ships a sysusers.d file"
+# The gateway's user is made by the gateway's package, a member of carmy.
+dpkg -L carmy-gateway | grep -q '/sysusers\.d/carmy-gateway\.conf$' ||
+	fail "carmy-gateway ships a sysusers.d file"
+conf=$(dpkg -L carmy | grep '/sysusers\.d/carmy\.conf$' | head -n 1)
+! grep -qE '^[um][[:space:]]+carmy-gateway[[:space:]]' "$conf" ||
+	fail "carmy's sysusers.d file leaves the gateway's user to its package"
+id -nG carmy-gateway 2>/dev/null | grep -qw carmy ||
+	fail "carmy-gateway's package made its user, a member of carmy"
 getent passwd "$user" >/dev/null || fail "the package made the user $user"
 for d in $runtime; do
 	install -d -o "$user" -g "$group" -m "${runtime_mode:-0755}" "/run/$d"

@@ -8,6 +8,7 @@ systemd_made = systemd/carmyd.service systemd/carmy-gateway.service
 systemd_sockets = systemd/carmyd.socket systemd/carmy-gateway.socket
 EXTRA_DIST += systemd/carmyd.service.in systemd/carmy-gateway.service.in \
 	$(systemd_sockets) systemd/sysusers.d/carmy.conf \
+	systemd/sysusers.d/carmy-gateway.conf \
 	systemd/tmpfiles.d/carmy.conf
 CLEANFILES += $(systemd_made)
 # Made whether or not they are installed: tests/systemd/ verifies them.
@@ -22,7 +23,8 @@ AM_DISTCHECK_CONFIGURE_FLAGS += \
 	--with-systemdsystemunitdir=$$dc_install_base/$(systemdsystemunitdir)
 endif
 if HAVE_SYSUSERSDIR
-sysusers_DATA = systemd/sysusers.d/carmy.conf
+sysusers_DATA = systemd/sysusers.d/carmy.conf \
+	systemd/sysusers.d/carmy-gateway.conf
 AM_DISTCHECK_CONFIGURE_FLAGS += \
 	--with-sysusersdir=$$dc_install_base/$(sysusersdir)
 endif
