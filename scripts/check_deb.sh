@@ -109,6 +109,13 @@ wrong=
 for pkg in carmy carmy-gateway; do
 	unit=carmyd; [ "$pkg" = carmy ] || unit=$pkg
 	out=$(maint "$pkg" postinst configure) || fail "$pkg.postinst configure"
+	# Each package makes its own user, carmy's never the gateway's.
+	grep -qE "^systemd-sysusers( .*)? $pkg\.conf$" <<<"$out" ||
+		wrong="$wrong; $pkg.postinst does not run sysusers on $pkg.conf"
+	if [ "$pkg" = carmy ] &&
+	   grep -q '^systemd-sysusers .*carmy-gateway' <<<"$out"; then
+		wrong="$wrong; carmy.postinst makes the gateway's user"
+	fi
 	if [ "$pkg" = carmy ]; then
 		for u in "$unit.socket" "$unit.service"; do
 			grep -qx "deb-systemd-helper enable $u" <<<"$out" ||
@@ -138,7 +145,7 @@ for pkg in carmy carmy-gateway; do
 	done
 done
 [ -z "$wrong" ] || fail "maintainer scripts:${wrong#;}"
-ok "maintainer scripts: an upgrade restarts the services, never a socket; the gateway's units are not enabled at install"
+ok "maintainer scripts: each makes its own user; an upgrade restarts the services, never a socket; the gateway's units are not enabled at install"
 
 # --- install -------------------------------------------------------------
 dpkg -s carmy >/dev/null 2>&1 && apt-get purge -y -qq "${pkgs[@]}" >/dev/null
@@ -214,7 +221,7 @@ dpkg -L carmy-gateway | grep -q '/sysusers\.d/carmy-gateway\.conf$' ||
 conf=$(dpkg -L carmy | grep '/sysusers\.d/carmy\.conf$' | head -n 1)
 ! grep -qE '^[um][[:space:]]+carmy-gateway[[:space:]]' "$conf" ||
 	fail "carmy's sysusers.d file leaves the gateway's user to its package"
-id -nG carmy-gateway 2>/dev/null | grep -qw carmy ||
+id -nG carmy-gateway 2>/dev/null | tr ' ' '\n' | grep -qx carmy ||
 	fail "carmy-gateway's package made its user, a member of carmy"
 getent passwd "$user" >/dev/null || fail "the package made the user $user"
 for d in $runtime; do

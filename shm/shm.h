@@ -518,10 +518,10 @@ static inline uint8_t *shm_result_area(const struct shm_view *v, uint32_t e)
 }
 
 /*
- * The prefetches below are always inlined. GCC 12 (-O1 and above) keeps
- * a function of four __builtin_prefetch() calls out of line, finds that it
- * reads and writes nothing, deems it const and deletes every call to it:
- * the hints vanished without a word (tests/shm/prefetch.test).
+ * The prefetches below are always inlined. Left out of line, a function
+ * of __builtin_prefetch() calls that only loads fields of v is found pure
+ * (GCC 12 at -O1, -O2 and -Os), and a call to a pure function whose result
+ * is unused is deleted, hints and all (tests/shm/prefetch.test).
  */
 
 /* Ask for k's home bucket ahead of the probe: a client hashes the identity,

@@ -21,6 +21,7 @@ static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 static uint32_t reclaim_cluster(struct shm_view *v, uint32_t s, uint32_t f);
 static uint32_t reclaim_without_free(struct shm_view *v);
 static void compact(struct shm_view *v);
+static bool any_tomb(const struct shm_view *v);
 static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
 			  struct shm_sweep_stats *st);
 static bool give_back(const struct shm_view *v, uint32_t e,
@@ -453,12 +454,19 @@ static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
  * entries after the current bucket; a TOMB below that lowest home is
  * crossed by nobody. An entry whose home cannot be computed (scribbled
  * identity) counts as crossing its whole cluster. Returns the number freed.
+ *
+ * Without a tombstone there is nothing to move or free, and the index is
+ * only looked at (any_tomb()): carmyd reclaims every second, on its event
+ * loop, and the walks below over millions of buckets took tens of
+ * milliseconds there.
  */
 uint32_t shm_reclaim(struct shm_view *v)
 {
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
 	uint32_t z, i, seen, freed = 0;
 
+	if (!any_tomb(v))
+		return 0;
 	compact(v);
 
 	for (z = 0; z < n; z++)
@@ -644,6 +652,29 @@ static void compact(struct shm_view *v)
 		}
 		seq_close(v);
 	}
+}
+
+/*
+ * Is any bucket a tombstone? A pass over the bucket words with no branch
+ * on what each holds, so that it runs as fast as they can be read (the
+ * walks of shm_reclaim() branch on states as random as a half-full index
+ * makes them), stopping at the end of the first stretch that has one. A
+ * tombstone made behind the pass is left for the next reclaim: its maker
+ * counted it in sh_tombs, which asks for one.
+ */
+static bool any_tomb(const struct shm_view *v)
+{
+	const uint32_t n = v->geo.nbuckets, stretch = 4096;
+	unsigned tombs = 0;
+
+	for (uint32_t p = 0; p < n && tombs == 0;) {
+		uint32_t end = n - p > stretch ? p + stretch : n;
+
+		for (; p < end; p++)
+			tombs |= SHM_W_STATE(shm_load(&v->buckets[p])) ==
+				 SHM_TOMB;
+	}
+	return tombs != 0;
 }
 
 /*
