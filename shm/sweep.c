@@ -600,8 +600,8 @@ static uint32_t reclaim_without_free(struct shm_view *v)
  * own cluster (no FREE bucket lies between home and entry: reclaim frees
  * only tombstones nobody's path crosses), so an entry with no TOMB before
  * it in its cluster has nowhere to go, and its home, which costs a hash of
- * its identity and a read of its entry record, is not computed. Without
- * tombstones the pass reads nothing but bucket words.
+ * its identity and a read of its entry record, is not computed. Run only
+ * where any_tomb() found a tombstone: without one nothing can move.
  */
 static void compact(struct shm_view *v)
 {
@@ -659,8 +659,9 @@ static void compact(struct shm_view *v)
  * on what each holds, so that it runs as fast as they can be read (the
  * walks of shm_reclaim() branch on states as random as a half-full index
  * makes them), stopping at the end of the first stretch that has one. A
- * tombstone made behind the pass is left for the next reclaim: its maker
- * counted it in sh_tombs, which asks for one.
+ * tombstone made behind the pass is left for a later reclaim: the next
+ * tick's where its maker counted it in sh_tombs, else the once-a-second
+ * one.
  */
 static bool any_tomb(const struct shm_view *v)
 {

@@ -828,6 +828,57 @@ START_TEST(test_index_full_of_tombstones_is_reclaimed)
 }
 END_TEST
 
+/* A request id whose identity's home bucket is b. */
+static void homed_at(char rid[32], uint32_t b)
+{
+	struct shm_key k;
+
+	for (int i = 0; i < 10000000; i++) {
+		snprintf(rid, 32, "h%d", i);
+		key(&k, rid);
+		if (((uint32_t)k.hash & (view.geo.nbuckets - 1)) == b)
+			return;
+	}
+	ck_abort_msg("no identity found homed at bucket %u", b);
+}
+
+/* A reclaim first looks for a tombstone, in stretches of 4,096 buckets:
+ * one past the first stretch, or in the last bucket, is found and freed;
+ * with none, a pass changes nothing. */
+START_TEST(test_a_lone_tombstone_anywhere_is_reclaimed)
+{
+	static uint64_t before[8192];
+	const uint32_t at[] = { 4095, 4096, 4097, 8191 };
+	struct shm_found f;
+	char rid[32];
+	uint32_t seq;
+
+	teardown();
+	setup_cap(4096, 64);
+	ck_assert_uint_eq(view.geo.nbuckets, 8192);
+	for (int i = 0; i < 100; i++) {
+		snprintf(rid, sizeof(rid), "live%d", i);
+		ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f),
+				 SHM_OUT_RESERVED);
+	}
+	memcpy(before, view.buckets, sizeof(before));
+	seq = shm_header(&view)->sh_move_seq;
+	ck_assert_uint_eq(shm_reclaim(&view), 0);
+	ck_assert_int_eq(memcmp(before, view.buckets, sizeof(before)), 0);
+	ck_assert_uint_eq(shm_header(&view)->sh_move_seq, seq);
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		homed_at(rid, at[i]);
+		ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f),
+				 SHM_OUT_RESERVED);
+		ck_assert_uint_eq(f.bucket, at[i]);
+		ck_assert_int_eq(shm_release(&view, f.entry, OWNER_A), 0);
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[at[i]]), SHM_TOMB);
+		ck_assert_uint_eq(shm_reclaim(&view), 1);
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[at[i]]), SHM_FREE);
+	}
+}
+END_TEST
+
 /* Find n request ids whose identities share one home bucket. */
 static void colliding(char ids[][32], int n)
 {
@@ -1405,6 +1456,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
+	tcase_add_test(tc, test_a_lone_tombstone_anywhere_is_reclaimed);
 	tcase_add_test(tc, test_running_entry_moves_home_and_can_still_be_released);
 	tcase_add_test(tc, test_finished_entry_moves_home_so_tombstones_go);
 	tcase_add_test(tc, test_move_cut_short_by_a_crash_is_repaired);
