@@ -71,3 +71,28 @@ int sockpath_client(char *buf, size_t size, const char *system_path)
 		return n;
 	return put(size, snprintf(buf, size, "%s", system_path));
 }
+
+bool sockpath_noted_segment(int fd, char *name, size_t size)
+{
+	char buf[256];
+	const char *line;
+	ssize_t n;
+	size_t len;
+
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	line = strchr(buf, '\n');
+	if (line == NULL)
+		return false;
+	line++;
+	len = strcspn(line, "\n");
+	/* /NAME with no other '/', whole, as carmyd's --segment takes it. */
+	if (len < 2 || len >= size || line[len] != '\n' || line[0] != '/' ||
+	    memchr(line + 1, '/', len - 1) != NULL)
+		return false;
+	memcpy(name, line, len);
+	name[len] = '\0';
+	return true;
+}

@@ -1,9 +1,11 @@
 /*
- * sockpath.h - where carmyd listens and clients look for it by default.
+ * sockpath.h - where carmyd listens and clients look for it by default,
+ * and what its lock file says.
  */
 #ifndef CARMY_COMMON_SOCKPATH_H
 #define CARMY_COMMON_SOCKPATH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The system-wide carmyd's socket: the carmyd.service unit listens here
@@ -29,5 +31,13 @@ int sockpath_own(char *buf, size_t size);
  * (NUL-terminated), or -ENAMETOOLONG.
  */
 int sockpath_client(char *buf, size_t size, const char *system_path);
+
+/*
+ * The segment a socket's lock file (PATH.lock, open as fd) names on its
+ * second line, where carmyd notes the segment it serves: into name (size
+ * bytes) if that line is a whole /NAME with no other '/' that fits.
+ * Returns true if so; whether that segment exists is the caller's to see.
+ */
+bool sockpath_noted_segment(int fd, char *name, size_t size);
 
 #endif

@@ -106,6 +106,9 @@ static bool only_ours(int fd, const char *base);
 static int make_dirs(const struct carmyd_config *cfg);
 static int take_lock(const struct carmyd_config *cfg);
 static int pick_segment(struct carmyd_config *cfg, int lock_fd);
+static int path_segment(struct carmyd_config *cfg, int lock_fd,
+			const char *left);
+static bool ours_segment(const char *name);
 static void note_segment(const struct carmyd_config *cfg, int lock_fd);
 static int listen_on(const struct carmyd_config *cfg);
 static int clear_socket_path(const char *path);
@@ -148,7 +151,6 @@ int main(int argc, char **argv)
 	lock_fd = take_lock(&cfg);
 	if (lock_fd < 0 || pick_segment(&cfg, lock_fd) != 0)
 		return 1;
-	note_segment(&cfg, lock_fd);
 	rcu_register_thread();
 	if (owners_init() != 0) {
 		log_error("cannot create the owner registry");
@@ -173,6 +175,9 @@ int main(int argc, char **argv)
 		store_close(&store, &cfg, false);
 		return 1;
 	}
+	/* Only now: a start that failed served nothing, and must not send
+	 * the next one to its segment (pick_segment()). */
+	note_segment(&cfg, lock_fd);
 	log_info("ready: socket %s, segment %s, capacity %u, max-result %u, "
 		 "epoch %u, %u event loop%s, spin-us %u, store %s, "
 		 "max-clients %u, retain %s", cfg.socket_path, cfg.shm_name,
@@ -746,10 +751,12 @@ static int take_lock(const struct carmyd_config *cfg)
 }
 
 /*
- * The lock file's second line: the segment this carmyd serves, for
- * carmyctl to read once it is gone (tools/carmyctl.c: left_segment()).
- * The first line stays pick_segment()'s (a kept name, or empty). Best
- * effort: a carmyd that cannot write it serves all the same.
+ * The lock file's second line: the segment this carmyd serves, noted once
+ * it started (a start that failed served nothing), for the next start to
+ * serve (pick_segment()) and for carmyctl to read once it is gone
+ * (tools/carmyctl.c: left_segment()). The first line stays
+ * path_segment()'s (a kept name, or empty). Best effort: a carmyd that
+ * cannot write it serves all the same.
  */
 static void note_segment(const struct carmyd_config *cfg, int lock_fd)
 {
@@ -774,26 +781,120 @@ static void note_segment(const struct carmyd_config *cfg, int lock_fd)
 }
 
 /*
- * The segment's name, unless --segment gave it: /carmy.UID.HASH of the
- * socket's path. Anyone can make a file of that name in /dev/shm first,
+ * The segment the last carmyd at this socket served, as note_segment()
+ * left it in the lock file's second line, into name (size bytes): true if
+ * the lock file is carmyd's user's (not one another user left in a
+ * directory that was open) and names a segment that is there and is
+ * carmyd's user's (only such a segment holds entries of this socket that
+ * carmyd can serve).
+ */
+static bool left_segment(int lock_fd, char *name, size_t size)
+{
+	struct stat st;
+
+	if (fstat(lock_fd, &st) != 0 || st.st_uid != geteuid())
+		return false;
+	return sockpath_noted_segment(lock_fd, name, size) &&
+	       ours_segment(name);
+}
+
+/* Whether a segment of that name is there and is carmyd's user's. */
+static bool ours_segment(const char *name)
+{
+	struct stat st;
+	bool ours;
+	int fd;
+
+	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	       st.st_uid == geteuid();
+	close(fd);
+	return ours;
+}
+
+
+/*
+ * The segment's name. --segment gives it. Else it is the one the last
+ * carmyd at this socket served, if that is still there: the lock file
+ * sits beside the socket, so every spelling of the socket's path (a
+ * relative one, "//" or "/./", a directory reached through a symbolic
+ * link) finds it, and a restart under another spelling, or without the
+ * --segment the last start had, serves the same entries rather than an
+ * empty table that would run their calls again. Else the path's own
+ * name (path_segment()). Where both are there and differ (made for this
+ * socket by carmyds of before this rule, or one of them with --segment):
+ * with a durable store, whose records both segments were loaded from,
+ * the last served is the one that is not behind; with the memory store
+ * each is the only record of its calls, carmyd cannot tell which ones
+ * clients will retry, and does not start. 0, or -1 after saying why.
+ */
+static int pick_segment(struct carmyd_config *cfg, int lock_fd)
+{
+	char left[sizeof(cfg->shm_name)];
+	bool is_left = left_segment(lock_fd, left, sizeof(left));
+
+	if (cfg->shm_named) {
+		if (is_left && strcmp(left, cfg->shm_name) != 0)
+			log_warn("serving segment %s, as --segment says; the "
+				 "last carmyd at %s served %s, which is still "
+				 "there: its entries are not served now",
+				 cfg->shm_name, cfg->socket_path, left);
+		return 0;
+	}
+	/* Read before: path_segment() may write the lock file afresh. */
+	if (path_segment(cfg, lock_fd, is_left ? left : NULL) != 0)
+		return -1;
+	if (!is_left || strcmp(left, cfg->shm_name) == 0)
+		return 0;
+	if (!ours_segment(cfg->shm_name))
+		log_info("serving segment %s, which the last carmyd at %s "
+			 "served (under another spelling of the path, or named "
+			 "with --segment); this path's own name would be %s",
+			 left, cfg->socket_path, cfg->shm_name);
+	else if (cfg->store != NULL && strcmp(cfg->store, "memory") != 0)
+		log_warn("serving segment %s, which the last carmyd at %s "
+			 "served; %s, the one this spelling of the path names, "
+			 "was served before it and is behind the store: remove "
+			 "it", left, cfg->socket_path, cfg->shm_name);
+	else {
+		log_error("two segments hold entries of %s: %s, which the last "
+			  "carmyd here served, and %s, the one this spelling "
+			  "of the path names; with the memory store each is "
+			  "the only record of its calls, and carmyd cannot "
+			  "tell which ones clients will retry. Start with "
+			  "--segment NAME to serve one; remove the other only "
+			  "once none of its calls will be retried",
+			  cfg->socket_path, left, cfg->shm_name);
+		return -1;
+	}
+	memcpy(cfg->shm_name, left, sizeof(left));
+	return 0;
+}
+
+/*
+ * The segment's name from the socket's path: /carmy.UID.HASH of the path
+ * as given. Anyone can make a file of that name in /dev/shm first,
  * and its sticky bit keeps carmyd from removing another user's: carmyd
  * would never start. So a name held by a file that is not carmyd's user's
  * is passed over for one with a random part, kept in the lock file (in
  * the socket's directory, carmyd's own), where the next start finds it
- * and with it the same segment. Clients learn the name from carmyd.
- * 0, or -1 after saying why.
+ * and with it the same segment, with left (the last served, or NULL) on
+ * the line after it. Clients learn the name from carmyd. 0, or -1 after
+ * saying why.
  */
-static int pick_segment(struct carmyd_config *cfg, int lock_fd)
+static int path_segment(struct carmyd_config *cfg, int lock_fd,
+			const char *left)
 {
 	char kept[sizeof(cfg->shm_name) + 1], name[sizeof(cfg->shm_name)];
-	size_t base = strlen(cfg->shm_name);
+	char lines[2 * sizeof(cfg->shm_name) + 4];
+	size_t base = strlen(cfg->shm_name), len;
 	uint8_t r[8];
 	struct stat st;
 	ssize_t n;
 	int fd;
 
-	if (cfg->shm_named)
-		return 0;
 	snprintf(name, sizeof(name), "%s", cfg->shm_name);
 	n = pread(lock_fd, kept, sizeof(kept) - 1, 0);
 	if (n > 0) {
@@ -829,8 +930,12 @@ static int pick_segment(struct carmyd_config *cfg, int lock_fd)
 	n = snprintf(kept, sizeof(kept), "%s.%02x%02x%02x%02x%02x%02x%02x"
 		     "%02x\n", cfg->shm_name, r[0], r[1], r[2], r[3], r[4], r[5],
 		     r[6], r[7]);
-	if (ftruncate(lock_fd, 0) != 0 ||
-	    pwrite(lock_fd, kept, (size_t)n, 0) != n || fsync(lock_fd) != 0) {
+	/* The second line (note_segment()) stays until a start succeeds. */
+	len = snprintf(lines, sizeof(lines), "%s%s%s", kept, left ? left : "",
+		       left ? "\n" : "");
+	if (len >= sizeof(lines) || ftruncate(lock_fd, 0) != 0 ||
+	    pwrite(lock_fd, lines, len, 0) != (ssize_t)len ||
+	    fsync(lock_fd) != 0) {
 		log_error("cannot keep a segment name in the lock file: %s",
 			  strerror(errno));
 		return -1;

@@ -37,6 +37,7 @@
 #include "common/execid.h"
 #include "common/log.h"
 #include "common/runfmt.h"
+#include "common/sockpath.h"
 #include "libclient/trust.h"
 #include "libclient/wire.h"
 #include "shm/shm.h"
@@ -1620,20 +1621,17 @@ static int attach(struct ctl *x, bool reading)
 /*
  * With no carmyd at the socket, the name of the segment the last one there
  * served, into x->shm_name: the second line of the socket's lock file,
- * where each carmyd notes it at start (daemon/main.c: note_segment()).
- * Only in a directory that passed the socket's check, whose files are a
- * trusted user's; the segment itself is vetted as one named with
- * --segment would be. false: no lock file, no name in it, or no such
- * segment (gone with carmyd, --transient, or a reboot).
+ * where each carmyd notes it once it started (daemon/main.c:
+ * note_segment()). Only in a directory that passed the socket's check,
+ * whose files are a trusted user's; the segment itself is vetted as one
+ * named with --segment would be. false: no lock file, no name in it, or
+ * no such segment (gone with carmyd, --transient, or a reboot).
  */
 static bool left_segment(struct ctl *x)
 {
-	char lock[sizeof(x->path) + 8], buf[2 * WIRE_SHM_NAME_MAX + 2];
-	char name[WIRE_SHM_NAME_MAX];
-	const char *line;
+	char lock[sizeof(x->path) + 8], name[WIRE_SHM_NAME_MAX];
 	struct stat st;
-	size_t len;
-	ssize_t n;
+	bool noted;
 	int fd;
 
 	if (!x->dir_trusted)
@@ -1646,22 +1644,10 @@ static bool left_segment(struct ctl *x)
 		close(fd);
 		return false;
 	}
-	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	noted = sockpath_noted_segment(fd, name, sizeof(name));
 	close(fd);
-	if (n <= 0)
+	if (!noted)
 		return false;
-	buf[n] = '\0';
-	line = strchr(buf, '\n');
-	if (line == NULL)
-		return false;
-	line++;
-	len = strcspn(line, "\n");
-	/* A segment's name: /NAME, no other '/', as carmyd takes it. */
-	if (len < 2 || len >= sizeof(name) || line[len] != '\n' ||
-	    line[0] != '/' || memchr(line + 1, '/', len - 1) != NULL)
-		return false;
-	memcpy(name, line, len);
-	name[len] = '\0';
 	fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
 		      0);
 	if (fd < 0)

@@ -115,6 +115,10 @@ tests_e2e_check_fork_SOURCES = tests/e2e/check_fork.c $(E2E_SOURCES)
 tests_e2e_check_fork_CFLAGS = $(TEST_CFLAGS)
 tests_e2e_check_fork_LDADD = $(TEST_LIBS)
 
+# Which segment carmyd serves when the socket's path is spelt otherwise.
+TESTS += tests/e2e/segment.test
+dist_check_SCRIPTS += tests/e2e/segment.test
+
 # Two carmyds sharing one real PostgreSQL through the PostgreSQL store
 # (stores/pg/): tests/e2e/shared.test starts a throwaway cluster and runs
 # check_shared.
