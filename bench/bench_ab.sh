@@ -37,6 +37,9 @@ for b in "$base" "$this"; do
 		exit 2
 	fi
 done
+# Absolute: carmyd loads a store plugin only from an absolute path, and
+# make passes "." for this build's directory.
+base=$(cd "$base" && pwd) && this=$(cd "$this" && pwd) || exit 2
 case $procs$ops$pairs in
 *[!0-9]* | '')
 	echo "make bench-ab: PROCS, OPS and PAIRS are counts" >&2

@@ -27,6 +27,9 @@
 set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
 store=${7:-memory} rounds=${8:-1}
+# Absolute: carmyd loads a store plugin only from an absolute path, and
+# make passes "." for the build directory.
+builddir=$(cd "$builddir" && pwd) || exit 1
 
 . "$(dirname "$0")/bench_lib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/carmy-bench.XXXXXX") || exit 1
