@@ -118,6 +118,7 @@ struct daemon_info {
 	uint32_t free_entries;	/* FREE tickets */
 	uint32_t free_buckets;	/* FREE index buckets */
 	uint32_t tombs;		/* released buckets not yet reclaimed */
+	bool durable;		/* a journal or PostgreSQL: cycles wait */
 };
 
 /* Shared by every carmyd worker; set before the fork. */
@@ -203,6 +204,8 @@ static const char *faults_str(const struct bench_stats *s, char *buf,
 	return buf;
 }
 
+static void slow_mode_note(const struct daemon_info *di,
+			   const struct bench_stats *base);
 static void print_table(const struct opts *o, const struct daemon_info *di,
 			const struct bench_machine *mc, double timer_us, struct bench_stats st[][MAX_PROC_COUNTS],
 			const bool ran[][MAX_PROC_COUNTS],
@@ -650,6 +653,7 @@ static int daemon_probe(const struct opts *o, struct carmy_fig *cf,
 		return -1;
 	}
 	di->max_result = (uint32_t)carmy_max_result(c);
+	di->durable = carmy_durable(c) == 1;
 	if (di->max_result < RESULT_LEN) {
 		fprintf(stderr, "carmy-bench: carmyd's --max-result is %u; the "
 			"figures record %d-byte results\n", di->max_result,
@@ -1375,6 +1379,30 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 			       st[FIG_CYCLE][base].ops_per_s);
 		sep = "";
 	}
+	if (base >= 0 && !sep[0])
+		slow_mode_note(di, &st[FIG_CYCLE][base]);
+}
+
+/*
+ * With the memory store a lone client and carmyd's loop each poll for the
+ * other: where both keep a CPU, a few switches of the CPU in a hundred
+ * cycles at most. Where they do not (one CPU for both, other work on the
+ * CPUs, a side that slept and is woken), a cycle waits for a switch, which
+ * the scheduling: line prices (on a virtual machine tens of microseconds
+ * to another CPU), and the one-process figure the ratios are taken against
+ * is another figure: say so.
+ */
+static void slow_mode_note(const struct daemon_info *di,
+			   const struct bench_stats *base)
+{
+	if (di->durable || base->csw_per_op < 0.1)
+		return;
+	printf("  (the cycle with %d process%s switched the CPU %.3f times a "
+	       "cycle, where a client and carmyd's loop that both keep "
+	       "polling switch a few times in a hundred: its cycles waited "
+	       "for switches, which the scheduling: line prices, and the "
+	       "ratios above are against it)\n", base->procs,
+	       base->procs == 1 ? "" : "es", base->csw_per_op);
 }
 
 static void print_json(const struct opts *o, const struct daemon_info *di,
