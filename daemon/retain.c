@@ -27,6 +27,7 @@
 #include "common/age.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "daemon/carmyd.h"
 
 #define WATCH_NS (1000ull * 1000 * 1000)
@@ -96,6 +97,7 @@ static void *retain_thread(void *arg)
 	struct retain *r = arg;
 	uint64_t due = clock_mono_ns();
 
+	thread_name("carmyd-retain");
 	pthread_mutex_lock(&r->lock);
 	while (!r->stop) {
 		uint64_t now, wake;

@@ -40,6 +40,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/service.h"
+#include "common/thread.h"
 #include "daemon/carmyd.h"
 #include "daemon/server.h"
 #include "libclient/wire.h"
@@ -302,6 +303,7 @@ static void *loop_thread(void *arg)
 {
 	struct loop *l = arg;
 
+	thread_name("carmyd-loop%u", (unsigned)(l - l->sv->loops));
 	rcu_register_thread();	/* the owner registry is RCU */
 	loop_run(l);
 	/* Stopped: a post now would wait for nobody. */

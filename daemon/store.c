@@ -49,6 +49,7 @@
 #include "common/execid.h"
 #include "common/hugepage.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "daemon/carmyd.h"
 #include "stores/journal/journal.h"
 
@@ -2355,6 +2356,7 @@ static void *populate(void *arg)
 	struct timespec t0, t1;
 	char huge[64];
 
+	thread_name("carmyd-populate");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
 	for (size_t off = 0; off < size; off += POPULATE_STEP) {

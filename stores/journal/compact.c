@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/io.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "stores/journal/internal.h"
 #include "stores/journal/journal.h"
 
@@ -222,6 +223,7 @@ static void *compactor(void *arg)
 {
 	struct jnl *j = arg;
 
+	thread_name("carmyd-compact");
 	pthread_mutex_lock(&j->lock);
 	for (;;) {
 		while (!j->compact_go && !j->stopping)

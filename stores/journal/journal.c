@@ -54,6 +54,7 @@
 #include "carmy_store.h"
 #include "common/io.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "stores/journal/internal.h"
 #include "stores/journal/journal.h"
 
@@ -786,6 +787,7 @@ static void *writer(void *arg)
 {
 	struct jnl *j = arg;
 
+	thread_name("carmyd-journal");
 	pthread_mutex_lock(&j->lock);
 	for (;;) {
 		while (!can_start(j) && !(j->stopping && j->head == NULL))

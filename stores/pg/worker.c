@@ -22,6 +22,7 @@
 #include "carmy_store.h"
 #include "common/clock.h"
 #include "common/execid.h"
+#include "common/thread.h"
 #include "stores/pg/pg.h"
 
 #define TRIES_MAX 20		/* runs of one batch before -EAGAIN */
@@ -136,6 +137,7 @@ void *pg_work(void *arg)
 {
 	struct pg_worker *s = arg;
 
+	thread_name("carmyd-pg%u", s->index);
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		size_t n;

@@ -118,6 +118,9 @@ tests_e2e_check_fork_LDADD = $(TEST_LIBS)
 # Which segment carmyd serves when the socket's path is spelt otherwise.
 TESTS += tests/e2e/segment.test
 dist_check_SCRIPTS += tests/e2e/segment.test
+# carmyd's threads are named.
+TESTS += tests/e2e/threads.test
+dist_check_SCRIPTS += tests/e2e/threads.test
 
 # Two carmyds sharing one real PostgreSQL through the PostgreSQL store
 # (stores/pg/): tests/e2e/shared.test starts a throwaway cluster and runs
