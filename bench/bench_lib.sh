@@ -44,6 +44,21 @@ wait_ready() {
 	done
 }
 
+# pg_bindir: where PostgreSQL's server programs are, $PG_BINDIR if set,
+# else the last /usr/lib/postgresql/*/bin that has them; nothing if none.
+pg_bindir() {
+	local d bindir=${PG_BINDIR:-}
+
+	if [ -z "$bindir" ]; then
+		for d in /usr/lib/postgresql/*/bin; do
+			[ -x "$d/postgres" ] && bindir=$d
+		done
+	fi
+	if [ -n "$bindir" ] && [ -x "$bindir/postgres" ]; then
+		echo "$bindir"
+	fi
+}
+
 # PostgreSQL with the server's defaults (fsync on, synchronous_commit on),
 # listening on a socket only, in $tmp/pg. It refuses to run as root: then
 # the cluster belongs to nobody, and the temp directory is opened to it for
@@ -51,14 +66,10 @@ wait_ready() {
 # pg_start PREFIX: sets pg_pid and pg_conninfo; returns 1 when no cluster
 # could be started, having said why on stderr after the caller's PREFIX.
 pg_start() {
-	local why=$1 as=() d bindir=${PG_BINDIR:-}
+	local why=$1 as=() bindir
 
+	bindir=$(pg_bindir)
 	if [ -z "$bindir" ]; then
-		for d in /usr/lib/postgresql/*/bin; do
-			[ -x "$d/postgres" ] && bindir=$d
-		done
-	fi
-	if [ -z "$bindir" ] || [ ! -x "$bindir/postgres" ]; then
 		echo "${why}no server found in /usr/lib/postgresql/*/bin (set PG_BINDIR)" >&2
 		return 1
 	fi

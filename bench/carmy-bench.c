@@ -1379,7 +1379,7 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 			       st[FIG_CYCLE][base].ops_per_s);
 		sep = "";
 	}
-	if (base >= 0 && !sep[0])
+	if (base >= 0 && !sep[0])	/* a ratio was printed */
 		slow_mode_note(di, &st[FIG_CYCLE][base]);
 }
 

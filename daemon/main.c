@@ -814,7 +814,6 @@ static bool ours_segment(const char *name)
 	return ours;
 }
 
-
 /*
  * The segment's name. --segment gives it. Else it is the one the last
  * carmyd at this socket served, if that is still there: the lock file
