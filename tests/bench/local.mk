@@ -8,3 +8,10 @@ TESTS += tests/bench/bench-ab.test
 dist_check_SCRIPTS += tests/bench/bench-ab.test
 TESTS += tests/bench/bench-make.test
 dist_check_SCRIPTS += tests/bench/bench-make.test
+
+# carmy-bench.test's hold of carmyd's segment population (preloaded): a
+# real shared object, not installed.
+check_LTLIBRARIES += tests/bench/populate_gate.la
+tests_bench_populate_gate_la_SOURCES = tests/bench/populate_gate.c tests/gate.h
+tests_bench_populate_gate_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath /nowhere

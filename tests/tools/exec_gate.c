@@ -18,30 +18,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "tests/gate.h"
 
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
-
-/* Block on FIFO dir/name, opened with flags, until the other end opens. */
-static void meet(const char *dir, const char *name, int flags)
-{
-	char path[4096];
-	int fd;
-
-	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >=
-	    (int)sizeof(path))
-		return;
-	do
-		fd = open(path, flags | O_CLOEXEC);
-	while (fd < 0 && errno == EINTR);
-	if (fd >= 0)
-		close(fd);
-}
 
 /* Hold an exec of file, if it lies in the gate's directory. */
 static void hold(const char *file)
@@ -55,8 +38,7 @@ static void hold(const char *file)
 	n = strlen(dir);
 	if (n == 0 || strncmp(file, dir, n) != 0 || file[n] != '/')
 		return;
-	meet(dir, "at", O_WRONLY);
-	meet(dir, "go", O_RDONLY);
+	gate_hold(dir);
 	errno = saved;
 }
 

@@ -23,6 +23,6 @@ tests_tools_journal_uncall_LDADD = stores/libstores.la common/libcommon.la \
 # carmy-run.test's hold of COMMAND's exec (preloaded): a real shared
 # object, not installed.
 check_LTLIBRARIES += tests/tools/exec_gate.la
-tests_tools_exec_gate_la_SOURCES = tests/tools/exec_gate.c
+tests_tools_exec_gate_la_SOURCES = tests/tools/exec_gate.c tests/gate.h
 tests_tools_exec_gate_la_LDFLAGS = -module -avoid-version -shared \
 	-rpath /nowhere
