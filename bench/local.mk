@@ -28,6 +28,27 @@ CARMY_BENCH_PG = no
 endif
 EXTRA_DIST += bench/bench_make.sh bench/bench_lib.sh bench/bench_ab.sh
 
+# carmy-stall: the longest calls to a running carmyd, one client's, back
+# to back (make bench-stall).
+noinst_PROGRAMS += bench/carmy-stall
+bench_carmy_stall_SOURCES = bench/carmy-stall.c
+bench_carmy_stall_LDADD = libclient/libcarmy.la
+
+# make bench-stall: carmy-stall against a throwaway carmyd with a table of
+# millions of entries, once it has read its segment in: how long its event
+# loop holds calls up while its tick walks the table; see
+# bench/bench_stall.sh.
+CARMY_STALL_CAPACITY = 3000000
+CARMY_STALL_SECONDS = 5
+# Each round keeps about a million completed calls: two fit the table.
+CARMY_STALL_ROUNDS = 2
+.PHONY: bench-stall
+bench-stall: all
+	bash $(top_srcdir)/bench/bench_stall.sh $(builddir) \
+		$(CARMY_STALL_CAPACITY) $(CARMY_STALL_SECONDS) \
+		$(CARMY_STALL_ROUNDS)
+EXTRA_DIST += bench/bench_stall.sh
+
 # make bench: carmy-bench against a throwaway carmyd, redis-server and
 # PostgreSQL cluster (temp sockets; a table big enough for the run), stopped
 # by a trap whatever happens; see bench/bench_make.sh. Not part of make

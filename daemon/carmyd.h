@@ -151,6 +151,16 @@ struct store {
 	char shm_name[64];	/* the segment's name, for the log */
 	bool unlinked;		/* ... said to be gone from /dev/shm */
 	uint64_t last_reclaim_ns;
+	uint32_t reclaim_cursor;	/* where the ticks' reclaim goes on */
+	uint32_t reclaim_left;	/* ... and how much of the ring is left */
+	uint32_t slice;		/* the tick's next slice of the table */
+	/* What this pass of the ticks over the table found so far
+	 * (store_tick()): sweep_dead()'s counts, buckets BLOCKED by nobody,
+	 * whether it met a tombstone. */
+	struct shm_sweep_stats pass_swept;
+	uint32_t pass_scribbled;
+	bool pass_tomb;
+	bool tomb_seen;		/* a pass met one: tick_reclaim() */
 	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
 	/* Owners of the previous carmyd whose client may still come back
 	 * for them (hold_previous()), sorted by id, held_left of them not

@@ -77,6 +77,12 @@ static void check(struct store *s);
 static void check_header(struct store *s);
 static void check_linked(struct store *s);
 static void sweep_dead(struct store *s, const char *why);
+static void sweep_range(struct store *s, uint32_t from, uint32_t to,
+			struct shm_sweep_stats *st);
+static void swept_said(const char *why, const struct shm_sweep_stats *st);
+static void scribbled_said(struct store *s, uint32_t n);
+static void tick_slice(struct store *s);
+static void tick_reclaim(struct store *s);
 static uint32_t reclaim(struct store *s);
 static int backend_open(struct store *s, const char *spec);
 static uint64_t store_identity(const char *spec);
@@ -945,15 +951,14 @@ int store_released(struct store *s, const struct store_op *op,
  * Every second, under the lock: what clients may have written over that
  * would stop every new call while we run. The liveness word must hold our
  * keeper's thread id (else clients read "no carmyd" and fail
- * DAEMON_UNAVAILABLE); no bucket may be BLOCKED, since none of our reclaims
- * is in flight while we hold the lock (else every probe meeting it spins,
- * then fails busy); and the header must match our private copy. Each is
+ * DAEMON_UNAVAILABLE), and the header must match our private copy. Each is
  * put back. A scribble logs once, when first seen: a client that keeps
- * writing is repaired every second, told of once more when it stops.
+ * writing is repaired every second, told of once more when it stops. The
+ * buckets are checked likewise, a slice a tick (tick_slice()).
  */
 static void check(struct store *s)
 {
-	uint32_t was, n;
+	uint32_t was;
 
 	if (s->holding && shm_restore_alive(&s->alive, &was)) {
 		if (s->alive_fixes++ == 0)
@@ -969,7 +974,19 @@ static void check(struct store *s)
 				 "held since", s->alive_fixes);
 		s->alive_fixes = 0;
 	}
-	n = shm_unblock_scribbled(&s->view);
+	check_header(s);
+	check_linked(s);
+}
+
+/*
+ * A pass over the buckets has ended: say what it found BLOCKED by nobody
+ * (a client's write: no reclaim of ours is in flight while we hold the
+ * lock, and every probe meeting a BLOCKED bucket spins, then fails busy),
+ * which tick_slice() made tombstones. Once when first seen, once more when
+ * a pass finds none.
+ */
+static void scribbled_said(struct store *s, uint32_t n)
+{
 	if (n != 0) {
 		if (s->bucket_fixes++ == 0)
 			log_error("%u bucket%s BLOCKED (or in no valid state) "
@@ -984,8 +1001,6 @@ static void check(struct store *s)
 				 s->bucket_fixes);
 		s->bucket_fixes = 0;
 	}
-	check_header(s);
-	check_linked(s);
 }
 
 /*
@@ -1054,21 +1069,35 @@ void store_sweep_dead(struct store *s, const char *why)
 
 static void sweep_dead(struct store *s, const char *why)
 {
+	struct shm_sweep_stats st = { 0 };
+
+	sweep_range(s, 0, s->view.geo.capacity, &st);
+	swept_said(why, &st);
+}
+
+/* Sweep the tickets [from, to), adding what was done to st. */
+static void sweep_range(struct store *s, uint32_t from, uint32_t to,
+			struct shm_sweep_stats *st)
+{
 	/* A shared store: a running entry it never confirmed is given back
 	 * (shm/sweep.c, unconfirmed()); the others know nothing of it. */
 	const struct shm_sweep_ops ops = { dead_owner, pid_gone, s };
-	struct shm_sweep_stats st = { 0 };
 
-	shm_sweep_since(&s->view, &ops, s->shared ? s->started_ns : 0, &st);
-	if (st.uncertain || st.freed || st.settled || st.orphaned ||
-	    st.given_back)
+	shm_sweep_range(&s->view, &ops, s->shared ? s->started_ns : 0, from,
+			to, st);
+}
+
+static void swept_said(const char *why, const struct shm_sweep_stats *st)
+{
+	if (st->uncertain || st->freed || st->settled || st->orphaned ||
+	    st->given_back)
 		log_info("%s: %u running entr%s now uncertain, %u never "
 			 "confirmed by the store given back, %u unfinished "
 			 "claim%s given back, %u held until their process "
-			 "exits, %u settled", why, st.uncertain,
-			 st.uncertain == 1 ? "y" : "ies", st.given_back,
-			 st.freed, st.freed == 1 ? "" : "s", st.orphaned,
-			 st.settled);
+			 "exits, %u settled", why, st->uncertain,
+			 st->uncertain == 1 ? "y" : "ies", st->given_back,
+			 st->freed, st->freed == 1 ? "" : "s", st->orphaned,
+			 st->settled);
 }
 
 /* Free what tombstones can be freed. Clients count the tombstones they make
@@ -1088,8 +1117,13 @@ static uint32_t reclaim(struct store *s)
 	uint64_t now = clock_mono_ns();
 
 	/* A RECLAIM request costs a scan of the index: at most one per
-	 * millisecond, however many clients ask. */
-	if (now - s->last_reclaim_ns < 1000000)
+	 * millisecond, however many clients ask, while the index has a
+	 * FREE bucket. A client asks when its probe found none; if there is
+	 * one now, it was made since, and the client's next probe finds it.
+	 * If there is none, the last reclaim's room was taken already:
+	 * refusing this one would answer IDEMPOTENCY_CAPACITY with entries
+	 * free. */
+	if (now - s->last_reclaim_ns < 1000000 && shm_any_free(&s->view))
 		return 0;
 	s->last_reclaim_ns = now;
 
@@ -1099,13 +1133,101 @@ static uint32_t reclaim(struct store *s)
 
 	if (seen != 0)
 		uatomic_add(hint, -seen);
-	log_debug("reclaimed %u tombstones", n);
+	s->reclaim_left = 0;	/* the ring is done, for what was counted */
+	log_debug("reclaimed %u tombstones in %.3f ms", n,
+		  (double)(clock_mono_ns() - now) / 1e6);
 	return n;
 }
 
-/* Every 100 ms: reclaim if clients have released anything. Every second:
- * check the header, settle orphaned tickets, reclaim regardless, and send
- * the owed releases again. */
+#define TICK_SLICES 10u
+#define TICK_SLICE_BUCKETS (1u << 18)
+
+/*
+ * The ticks give tombstones back a stretch of the index at a time: whole
+ * clusters (shm_reclaim_some()), 2^14 buckets a step, steps until 2 ms or
+ * 2^18 buckets have gone. A walk of the whole index takes tens of
+ * milliseconds on a table of millions of entries, which the loop would
+ * hold every call up for at once; a stretch costs more where more live
+ * entries must be moved (compacted), hence the clock. Once clients
+ * counted tombstones in sh_tombs, or a pass of tick_slice() met one nobody
+ * counted, the ticks walk the ring once round from where they are,
+ * starting again at each count: every tombstone counted is walked over
+ * after its count. A client's RECLAIM, which needs room now, walks the
+ * ring whole (reclaim()).
+ */
+#define TICK_RECLAIM_STEP (1u << 14)
+#define TICK_RECLAIM_NS 2000000u
+
+static void tick_reclaim(struct store *s)
+{
+	uint32_t *hint = &shm_header(&s->view)->sh_tombs;
+	uint32_t seen = uatomic_read(hint), walked, total = 0, n = 0;
+	const uint64_t t0 = clock_mono_ns();
+
+	if (seen != 0 || s->tomb_seen) {
+		if (seen != 0)
+			uatomic_add(hint, -seen);
+		s->tomb_seen = false;
+		s->reclaim_left = s->view.geo.nbuckets;
+	}
+	while (s->reclaim_left != 0 && total < TICK_SLICE_BUCKETS &&
+	       clock_mono_ns() - t0 < TICK_RECLAIM_NS) {
+		n += shm_reclaim_some(&s->view, &s->reclaim_cursor,
+				      TICK_RECLAIM_STEP, &walked);
+		total += walked;
+		s->reclaim_left -= walked < s->reclaim_left ? walked :
+							       s->reclaim_left;
+	}
+	if (total != 0)
+		log_debug("reclaimed %u tombstones in a stretch of %u buckets",
+			  n, total);
+}
+
+/*
+ * The ticks walk the table a slice at a time: the tickets for dead owners
+ * and orphaned claims (sweep_dead()'s), the buckets for a client's BLOCKED
+ * words (shm_unblock_scribbled()) and for tombstones nobody counted in
+ * sh_tombs. A whole walk of a table of millions of entries takes tens of
+ * milliseconds, which the loop would hold every call up for at once. A
+ * pass is ten slices, a second, up to 4 Mi buckets (a table of up to
+ * 2,097,152 entries); a bigger index takes a slice of 2^18 buckets a tick,
+ * with its share of the tickets, about 1.5 ms on this project's VMs. What
+ * a pass found is said at its end, as one walk would have said it.
+ */
+
+static void tick_slice(struct store *s)
+{
+	const uint64_t k = s->slice, cap = s->view.geo.capacity,
+		       nb = s->view.geo.nbuckets;
+	const uint64_t n = nb / TICK_SLICE_BUCKETS > TICK_SLICES ?
+				   nb / TICK_SLICE_BUCKETS : TICK_SLICES;
+	const uint32_t tf = (uint32_t)(cap * k / n),
+		       tt = (uint32_t)(cap * (k + 1) / n),
+		       bf = (uint32_t)(nb * k / n),
+		       bt = (uint32_t)(nb * (k + 1) / n);
+
+	sweep_range(s, tf, tt, &s->pass_swept);
+	s->pass_scribbled += shm_unblock_scribbled_range(&s->view, bf, bt);
+	if (!s->pass_tomb)
+		s->pass_tomb = shm_any_tomb(&s->view, bf, bt);
+	if (++s->slice < n)
+		return;
+	log_debug("the tick's pass over the table is done: %" PRIu64
+		  " tickets, %" PRIu64 " buckets in %" PRIu64 " slices", cap,
+		  nb, n);
+	swept_said("orphaned tickets", &s->pass_swept);
+	scribbled_said(s, s->pass_scribbled);
+	s->tomb_seen |= s->pass_tomb;
+	s->slice = 0;
+	s->pass_swept = (struct shm_sweep_stats){ 0 };
+	s->pass_scribbled = 0;
+	s->pass_tomb = false;
+}
+
+/* Every 100 ms: a slice of the table's walks (tick_slice()) and, while
+ * tombstones are to be given back, a stretch of the index
+ * (tick_reclaim()). Every second: check the header and the liveness word,
+ * and send the owed releases again. */
 void store_tick(struct store *s)
 {
 	bool owed, held;
@@ -1119,13 +1241,10 @@ void store_tick(struct store *s)
 	if (held)
 		held_check(s);
 	pthread_mutex_lock(&s->lock);
-	if (s->ticks % 10 == 0) {
+	if (s->ticks % 10 == 0)
 		check(s);
-		sweep_dead(s, "orphaned tickets");
-		reclaim(s);
-	} else if (uatomic_read(&shm_header(&s->view)->sh_tombs) != 0) {
-		reclaim(s);
-	}
+	tick_slice(s);
+	tick_reclaim(s);
 	owed = s->ticks % 10 == 0 && s->owed != NULL;
 	pthread_mutex_unlock(&s->lock);
 	if (owed)

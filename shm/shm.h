@@ -670,15 +670,24 @@ void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 	       struct shm_sweep_stats *st);
 void shm_sweep_since(const struct shm_view *v, const struct shm_sweep_ops *ops,
 		     uint64_t unconfirmed_since_ns, struct shm_sweep_stats *st);
+void shm_sweep_range(const struct shm_view *v, const struct shm_sweep_ops *ops,
+		     uint64_t unconfirmed_since_ns, uint32_t from, uint32_t to,
+		     struct shm_sweep_stats *st);
 bool shm_give_back_unrecorded(const struct shm_view *v, uint32_t e);
 bool shm_give_back_as(const struct shm_view *v, uint32_t e,
 		      const uint8_t *exec);
 uint32_t shm_reclaim(struct shm_view *v);
+uint32_t shm_reclaim_some(struct shm_view *v, uint32_t *cursor,
+			  uint32_t budget, uint32_t *walked);
+bool shm_any_tomb(const struct shm_view *v, uint32_t from, uint32_t to);
+bool shm_any_free(const struct shm_view *v);
 int shm_entry_key(const struct shm_view *v, uint32_t e,
 		  uint8_t id[3 * CARMY_ID_MAX], struct shm_key *k);
 bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
 uint32_t shm_unblock_scribbled(const struct shm_view *v);
+uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
+				     uint32_t to);
 void shm_repair_moves(struct shm_view *v);
 
 #endif /* CARMY_SHM_H */

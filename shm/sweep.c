@@ -20,8 +20,8 @@ static bool published_at(const struct shm_view *v, uint32_t e, uint32_t *b,
 			 uint64_t *w);
 static uint32_t reclaim_cluster(struct shm_view *v, uint32_t s, uint32_t f);
 static uint32_t reclaim_without_free(struct shm_view *v);
-static void compact(struct shm_view *v);
-static bool any_tomb(const struct shm_view *v);
+static void compact(struct shm_view *v, uint32_t from, uint32_t len,
+		    bool tomb_before);
 static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
 			  struct shm_sweep_stats *st);
 static bool give_back(const struct shm_view *v, uint32_t e,
@@ -397,7 +397,18 @@ void shm_sweep(const struct shm_view *v, const struct shm_sweep_ops *ops,
 void shm_sweep_since(const struct shm_view *v, const struct shm_sweep_ops *ops,
 		     uint64_t unconfirmed_since_ns, struct shm_sweep_stats *st)
 {
-	for (uint32_t e = 0; e < v->geo.capacity; e++) {
+	shm_sweep_range(v, ops, unconfirmed_since_ns, 0, v->geo.capacity, st);
+}
+
+/* shm_sweep_since() of the tickets [from, to) only: carmyd's ticks sweep
+ * the table a slice at a time. */
+void shm_sweep_range(const struct shm_view *v, const struct shm_sweep_ops *ops,
+		     uint64_t unconfirmed_since_ns, uint32_t from, uint32_t to,
+		     struct shm_sweep_stats *st)
+{
+	if (to > v->geo.capacity)
+		to = v->geo.capacity;
+	for (uint32_t e = from; e < to; e++) {
 		uint64_t t = shm_load(&v->tickets[e]);
 		uint32_t what = SHM_T_WHAT(t);
 
@@ -453,30 +464,67 @@ static void settle_orphan(const struct shm_view *v, uint32_t e, uint64_t t,
  * A cluster is walked backwards, remembering the lowest home of the live
  * entries after the current bucket; a TOMB below that lowest home is
  * crossed by nobody. An entry whose home cannot be computed (scribbled
- * identity) counts as crossing its whole cluster. Returns the number freed.
+ * identity) counts as crossing its whole cluster. Before that, a cluster
+ * that holds a tombstone is compacted (compact()). Returns the number
+ * freed.
  *
  * Without a tombstone there is nothing to move or free, and the index is
- * only looked at (any_tomb()): carmyd reclaims every second, on its event
- * loop, and the walks below over millions of buckets took tens of
- * milliseconds there.
+ * only looked at (shm_any_tomb()). With one, the whole ring is walked:
+ * tens of milliseconds for millions of buckets, which carmyd's event loop
+ * spends only when a client asks (RECLAIM: its probe found no room); its
+ * ticks walk a stretch at a time (shm_reclaim_some()).
  */
 uint32_t shm_reclaim(struct shm_view *v)
 {
+	uint32_t cursor = 0, walked;
+
+	if (!shm_any_tomb(v, 0, v->geo.nbuckets))
+		return 0;
+	return shm_reclaim_some(v, &cursor, v->geo.nbuckets, &walked);
+}
+
+/*
+ * shm_reclaim() of a stretch of the ring: from the first FREE bucket at or
+ * after *cursor, cluster by cluster, until budget buckets or more were
+ * walked (whole clusters: a cluster is never left half done) or the whole
+ * ring was. *cursor is left at the FREE bucket that ended the last cluster
+ * walked, where the next call goes on, and *walked says how many buckets
+ * were looked at. A cluster is what lies between two FREE buckets at the
+ * time of the walk, so each stretch is reclaimed as the whole ring would
+ * be: inserters aim at the FREE bucket after the cluster, and entries'
+ * paths never leave theirs. Returns the number freed.
+ */
+uint32_t shm_reclaim_some(struct shm_view *v, uint32_t *cursor,
+			  uint32_t budget, uint32_t *walked)
+{
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
+	const uint32_t start = *cursor & mask;
 	uint32_t z, i, seen, freed = 0;
 
-	if (!any_tomb(v))
-		return 0;
-	compact(v);
-
-	for (z = 0; z < n; z++)
-		if (SHM_W_STATE(shm_load(&v->buckets[z])) == SHM_FREE)
+	for (;;) {
+		for (seen = 0; seen < n; seen++)
+			if (SHM_W_STATE(shm_load(
+				    &v->buckets[(start + seen) & mask])) ==
+			    SHM_FREE)
+				break;
+		if (seen < n)
 			break;
-	if (z == n)
-		return reclaim_without_free(v);
+		/* No FREE bucket: the ring is one cluster, compacted whole
+		 * (where it starts is unknown), then one tombstone freed the
+		 * slow way gives the walk its start, and the walk the rest.
+		 * Else every tombstone is crossed. */
+		compact(v, 0, n, true);
+		if (reclaim_without_free(v) == 0) {
+			*walked = n;
+			return freed;
+		}
+		freed++;
+	}
+	z = (start + seen) & mask;
+	*cursor = z;
 
-	/* Walk the ring once from a FREE bucket, cluster by cluster. */
-	for (i = (z + 1) & mask, seen = 1; seen < n;) {
+	/* At most once round the ring from z, cluster by cluster. */
+	for (i = (z + 1) & mask, seen = 1; seen < n && seen < budget;) {
 		uint32_t s = i;
 		bool tombs = false;
 		unsigned st;
@@ -488,11 +536,15 @@ uint32_t shm_reclaim(struct shm_view *v)
 			i = (i + 1) & mask;
 			seen++;
 		}
-		if (tombs)
+		if (tombs) {
+			compact(v, s, (i - s) & mask, false);
 			freed += reclaim_cluster(v, s, i);
+		}
+		*cursor = i;
 		i = (i + 1) & mask;
 		seen++;
 	}
+	*walked = seen;
 	return freed;
 }
 
@@ -539,8 +591,9 @@ static uint32_t reclaim_cluster(struct shm_view *v, uint32_t s, uint32_t f)
 /*
  * Every bucket is live or a tombstone, so no insert can be in flight (there
  * is nowhere to publish). Free one tombstone that no live entry's path
- * crosses; with a FREE bucket back in the ring, the next shm_reclaim() does
- * the rest the usual way. Worst case O(n x live), only in this corner.
+ * crosses; with a FREE bucket back in the ring, the walk of
+ * shm_reclaim_some() does the rest the usual way. Worst case O(n x live),
+ * only in this corner.
  */
 static uint32_t reclaim_without_free(struct shm_view *v)
 {
@@ -596,21 +649,24 @@ static uint32_t reclaim_without_free(struct shm_view *v)
  * long. If the owner of a RUNNING entry releases it through the old bucket
  * mid-move, the old bucket's CAS fails and the new copy is dropped.
  *
- * The scan is one pass over the bucket words. An entry's home is in its
- * own cluster (no FREE bucket lies between home and entry: reclaim frees
- * only tombstones nobody's path crosses), so an entry with no TOMB before
- * it in its cluster has nowhere to go, and its home, which costs a hash of
- * its identity and a read of its entry record, is not computed. Run only
- * where any_tomb() found a tombstone: without one nothing can move.
+ * The scan is one pass over the len bucket words from from: a cluster
+ * that holds a tombstone (without one nothing can move), just before
+ * reclaim_cluster() frees what it can of it, or the whole ring when no
+ * bucket is FREE. tomb_before says whether a tombstone may lie before
+ * from in its cluster (true where from may be mid-cluster). An entry's
+ * home is in its own cluster (no FREE bucket lies between home and entry:
+ * reclaim frees only tombstones nobody's path crosses), so an entry with
+ * no TOMB before it in its cluster has nowhere to go, and its home, which
+ * costs a hash of its identity and a read of its entry record, is not
+ * computed.
  */
-static void compact(struct shm_view *v)
+static void compact(struct shm_view *v, uint32_t from, uint32_t len,
+		    bool tomb_before)
 {
-	const uint32_t n = v->geo.nbuckets, mask = n - 1;
-	/* Bucket 0 may be mid-cluster (clusters wrap): assume a TOMB
-	 * before it until the first FREE bucket says otherwise. */
-	bool tomb_before = true;
+	const uint32_t mask = v->geo.nbuckets - 1;
 
-	for (uint32_t p = 0; p < n; p++) {
+	for (uint32_t k = 0; k < len; k++) {
+		const uint32_t p = (from + k) & mask;
 		uint64_t w = shm_load(&v->buckets[p]), wt = 0, nw;
 		unsigned st = SHM_W_STATE(w);
 		uint32_t home, t, e = SHM_W_ENTRY(w);
@@ -654,22 +710,33 @@ static void compact(struct shm_view *v)
 	}
 }
 
-/*
- * Is any bucket a tombstone? A pass over the bucket words with no branch
- * on what each holds, so that it runs as fast as they can be read (the
- * walks of shm_reclaim() branch on states as random as a half-full index
- * makes them), stopping at the end of the first stretch that has one. A
- * tombstone made behind the pass is left for a later reclaim: the next
- * tick's where its maker counted it in sh_tombs, else the once-a-second
- * one.
- */
-static bool any_tomb(const struct shm_view *v)
+/* Is any bucket FREE? Stops at the first. */
+bool shm_any_free(const struct shm_view *v)
 {
-	const uint32_t n = v->geo.nbuckets, stretch = 4096;
+	for (uint32_t p = 0; p < v->geo.nbuckets; p++)
+		if (SHM_W_STATE(shm_load(&v->buckets[p])) == SHM_FREE)
+			return true;
+	return false;
+}
+
+/*
+ * Is any bucket of [from, to) a tombstone? A pass over the bucket words with
+ * no branch on what each holds, so that it runs as fast as they can be read
+ * (the walks of shm_reclaim() branch on states as random as a half-full
+ * index makes them), stopping at the end of the first stretch that has
+ * one. A tombstone made behind the pass is left for a later reclaim: the
+ * next tick's where its maker counted it in sh_tombs, else the next pass
+ * of carmyd's ticks over the index.
+ */
+bool shm_any_tomb(const struct shm_view *v, uint32_t from, uint32_t to)
+{
+	const uint32_t stretch = 4096;
 	unsigned tombs = 0;
 
-	for (uint32_t p = 0; p < n && tombs == 0;) {
-		uint32_t end = n - p > stretch ? p + stretch : n;
+	if (to > v->geo.nbuckets)
+		to = v->geo.nbuckets;
+	for (uint32_t p = from; p < to && tombs == 0;) {
+		uint32_t end = to - p > stretch ? p + stretch : to;
 
 		for (; p < end; p++)
 			tombs |= SHM_W_STATE(shm_load(&v->buckets[p])) ==
@@ -805,9 +872,18 @@ void shm_unblock_all(const struct shm_view *v)
  */
 uint32_t shm_unblock_scribbled(const struct shm_view *v)
 {
+	return shm_unblock_scribbled_range(v, 0, v->geo.nbuckets);
+}
+
+/* shm_unblock_scribbled() of the buckets [from, to) only. */
+uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
+				     uint32_t to)
+{
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < v->geo.nbuckets; i++) {
+	if (to > v->geo.nbuckets)
+		to = v->geo.nbuckets;
+	for (uint32_t i = from; i < to; i++) {
 		uint64_t w = shm_load(&v->buckets[i]);
 
 		if (SHM_W_STATE(w) >= SHM_BLOCKED &&

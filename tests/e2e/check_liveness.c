@@ -30,9 +30,11 @@ static char logdir[64], logpath[96];
 #define ALIVE_FIXED "liveness word held"
 #define ALIVE_AGAIN "liveness word was written over again"
 #define BUCKETS_FIXED "with no reclaim of ours in flight"
-/* Logged at debug level by every 1-second tick (after the check), and by
- * the 100 ms ones only when clients made tombstones: no call here does. */
-#define TICKED "reclaimed "
+/* Logged at debug level at the end of each pass of carmyd's tick over the
+ * table: here (64 entries) a pass is ten 100 ms ticks, the one whose 1 s
+ * check puts the liveness word and header back among them; so between two
+ * such lines came a check and a whole pass over the buckets. */
+#define TICKED "the tick's pass over the table is done"
 
 static const char *const opts[] = { "--capacity", "64", "--max-result",
 				    "256", "--grace", "0", "--log-level",
@@ -69,7 +71,7 @@ static bool await_logged(const char *what, int n, int ms)
 	return e2e_await_logged(logpath, what, n, ms);
 }
 
-/* Wait for carmyd's next `ticks` 1-second checks (a debug line each). */
+/* Wait for carmyd to end ticks - 1 more passes over the table (TICKED). */
 static void await_checks(int ticks)
 {
 	ck_assert_msg(await_logged(TICKED, logged(TICKED) + ticks - 1, 15000),

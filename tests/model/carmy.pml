@@ -214,8 +214,16 @@
  *                         TOMB: the store of FREE (lost: look again).
  *                         OLD_ORPHAN_FREE: one CAS -> FREE instead
  *                         (variant A)
- *    d_reclaim            shm/sweep.c:`shm_reclaim`
- *      d_compact          shm/sweep.c:`compact`: each bucket word's load;
+ *    d_reclaim            shm/sweep.c:`shm_reclaim`, `shm_reclaim_some`
+ *      d_findfree         `shm_reclaim_some`'s scan for the first FREE
+ *                         bucket at or after its cursor (anywhere: the
+ *                         ticks'; a RECLAIM's is 0)
+ *      d_walk             its walk of the ring from there, cluster by
+ *                         cluster; it may stop after any cluster (the
+ *                         budget of a tick's stretch)
+ *      d_compact          shm/sweep.c:`compact` of a cluster that holds a
+ *                         tombstone, before its `reclaim_cluster`: each
+ *                         bucket word's load;
  *                         the home through `shm_entry_home` (here: the
  *                         entry's identity against the word's tag); the
  *                         walk from home to the first TOMB or FREE;
@@ -227,12 +235,10 @@
  *                         C opens and closes the sequence around each
  *                         move, and skips an entry with no TOMB before it
  *                         in its cluster on its word alone; the model
- *                         opens it before the pass's first move and closes
- *                         it after the pass, so a probe that starts
- *                         between two moves of one pass is not explored
- *      d_findfree         `shm_reclaim`'s scan for the first FREE bucket
- *      d_walk             `shm_reclaim`'s walk of the ring from there,
- *                         cluster by cluster
+ *                         opens it before the cluster's first move and
+ *                         closes it after the cluster, so a probe that
+ *                         starts between two moves in one cluster is not
+ *                         explored
  *      d_cluster          shm/sweep.c:`reclaim_cluster`: the load of the
  *                         end word (not FREE: return), the CAS FREE ->
  *                         BLOCKED (lost: return), `seq_open`, the backward
@@ -245,7 +251,9 @@
  *      d_nofree           shm/sweep.c:`reclaim_without_free`: `seq_open`,
  *                         for each TOMB the scan for a live entry whose
  *                         path crosses it, the CAS TOMB -> FREE of the
- *                         first one crossed by none, `seq_close`
+ *                         first one crossed by none, `seq_close`; one
+ *                         freed, `shm_reclaim_some` looks for a FREE
+ *                         bucket again and walks from it
  *    d_reclaim_done       `shm_reclaim`'s return; the RECLAIM reply
  *                         (`on_reclaim`'s `wire_put_reply`)
  *      seq = seq | 1      shm/sweep.c:`seq_open`; seq = seq + 1 is
@@ -849,6 +857,72 @@ inline P3_UNNAMED(e)
 	i = 0
 }
 
+/* shm/sweep.c:`compact`, the step for bucket p: its word's load; a live
+ * entry's home; the walk from there to the first TOMB or FREE; if a TOMB,
+ * the move (seq_open at the first move of the compaction: batch). Uses
+ * the Daemon's locals. */
+inline compact_at()
+{
+	w = bk[p];
+	if
+	:: LIVEST(ST(w)) ->
+		e = ENT(w);
+		eid = en_id[e];		/* shm_entry_home: hash + tag check */
+		if
+		:: eid == TAG(w) && HOME(eid) != p ->
+			home = HOME(eid);
+			tt = home;
+			do
+			:: tt != p ->
+				wt = bk[tt];
+				if
+				:: ST(wt) == TOMB || ST(wt) == FREE -> break
+				:: else -> tt = (tt + 1) % NB
+				fi
+			:: else -> break
+			od;
+			if
+			:: tt != p && ST(wt) == TOMB ->
+				if
+				:: batch == 0 -> seq = seq | 1	/* seq_open */
+				:: else
+				fi;
+				batch++;
+				nw = W(ST(w), VER(wt) + 1, TAG(w), e);
+				cas_bk(tt, wt, nw, ok);
+				if
+				:: ok ->
+					atomic {
+						if
+						:: en_bucket[e] == p -> en_bucket[e] = tt; ok = 1
+						:: else -> ok = 0
+						fi
+					}
+					if
+					:: ok -> cas_bk(p, w, NEXT0(w, TOMB), ok)
+					:: else
+					fi;
+					if
+					:: !ok ->	/* released through p: drop the copy */
+						atomic {
+							if
+							:: en_bucket[e] == tt -> en_bucket[e] = p
+							:: else
+							fi
+						}
+						cas_bk(tt, nw, NEXT0(nw, TOMB), ok)
+					:: else
+					fi
+				:: else
+				fi
+			:: else
+			fi
+		:: else
+		fi
+	:: else
+	fi;
+}
+
 proctype Daemon()
 {
 	byte act, cc, e, t, sw, bb, p, tt, home, z, i, sidx, seen, f, clen;
@@ -1137,90 +1211,22 @@ d_settle_orphan:
 
 	/* ------------------------------------------------- shm_reclaim */
 d_reclaim:
-d_compact:
-	p = 0; batch = 0;
-	do
-	:: p < NB ->
-		w = bk[p];
-		if
-		:: LIVEST(ST(w)) ->
-			e = ENT(w);
-			eid = en_id[e];		/* shm_entry_home: hash + tag check */
-			if
-			:: eid == TAG(w) && HOME(eid) != p ->
-				home = HOME(eid);
-				tt = home;
-				do
-				:: tt != p ->
-					wt = bk[tt];
-					if
-					:: ST(wt) == TOMB || ST(wt) == FREE -> break
-					:: else -> tt = (tt + 1) % NB
-					fi
-				:: else -> break
-				od;
-				if
-				:: tt != p && ST(wt) == TOMB ->
-					if
-					:: batch == 0 -> seq = seq | 1	/* seq_open */
-					:: else
-					fi;
-					batch++;
-					nw = W(ST(w), VER(wt) + 1, TAG(w), e);
-					cas_bk(tt, wt, nw, ok);
-					if
-					:: ok ->
-						atomic {
-							if
-							:: en_bucket[e] == p -> en_bucket[e] = tt; ok = 1
-							:: else -> ok = 0
-							fi
-						}
-						if
-						:: ok -> cas_bk(p, w, NEXT0(w, TOMB), ok)
-						:: else
-						fi;
-						if
-						:: !ok ->	/* released through p: drop the copy */
-							atomic {
-								if
-								:: en_bucket[e] == tt -> en_bucket[e] = p
-								:: else
-								fi
-							}
-							cas_bk(tt, nw, NEXT0(nw, TOMB), ok)
-						:: else
-						fi
-					:: else
-					fi
-				:: else
-				fi
-			:: else
-			fi
-		:: else
-		fi;
-		atomic { p++; e = 0; eid = 0; home = 0; tt = 0; w = 0; wt = 0; nw = 0; ok = 0 }
-	:: else -> break
-	od;
-	if
-	:: batch != 0 -> seq = seq + 1		/* seq_close: the next even */
-	:: else
-	fi;
-	atomic { p = 0; batch = 0 }
-
 d_findfree:
-	/* One step: while carmyd scans, clients only turn FREE buckets
-	 * non-FREE (nobody but carmyd frees one), so the scan's answer is
-	 * what a snapshot at its last load gives. */
+	/* From the ticks' cursor, which may be anywhere in the ring (a
+	 * RECLAIM's starts at 0). One step: while carmyd scans, clients only
+	 * turn FREE buckets non-FREE (nobody but carmyd frees one), so the
+	 * scan's answer is what a snapshot at its last load gives. */
+	select (z : 0 .. NB - 1);
 	atomic {
-		z = 0;
+		seen = 0;
 		do
-		:: z < NB && ST(bk[z]) != FREE -> z++
+		:: seen < NB && ST(bk[(z + seen) % NB]) != FREE -> seen++
 		:: else -> break
-		od
+		od;
+		z = (z + seen) % NB
 	}
 	if
-	:: z == NB -> goto d_nofree
+	:: seen == NB -> goto d_nofree
 	:: else
 	fi;
 
@@ -1245,8 +1251,23 @@ d_walk:
 		if
 		:: tombs -> skip	/* a release the real scan missed */
 		:: tombs ->
-d_cluster:		f = i;
+			f = i;
 			clen = (f - sidx + NB) % NB;
+d_compact:		/* compact(v, s, len): this cluster's buckets */
+			k = 0; batch = 0;
+			do
+			:: k < clen ->
+				p = (sidx + k) % NB;
+				compact_at();
+				atomic { k++; p = 0; e = 0; eid = 0; home = 0; tt = 0; w = 0; wt = 0; nw = 0; ok = 0 }
+			:: else -> break
+			od;
+			if
+			:: batch != 0 -> seq = seq + 1	/* seq_close: the next even */
+			:: else
+			fi;
+			atomic { k = 0; batch = 0 }
+d_cluster:
 			lowest = NONE;
 			wf = bk[f];
 			if
@@ -1299,13 +1320,30 @@ d_cluster_done:
 			atomic { f = 0; clen = 0; lowest = 0; wf = 0; blocked = 0; k = 0 }
 		:: else
 		fi;
-		atomic { i = (i + 1) % NB; seen++; sidx = 0; w = 0 }
+		atomic { i = (i + 1) % NB; seen++; sidx = 0; w = 0 };
+		if
+		:: skip
+		:: goto d_reclaim_done	/* its budget spent: a tick's stretch */
+		fi
 	:: else -> break
 	od;
 	goto d_reclaim_done;
 
 d_nofree:
-	/* reclaim_without_free: no insert can be in flight */
+	/* No FREE bucket: the whole ring compacted as one cluster, then
+	 * reclaim_without_free (no insert can be in flight) */
+	p = 0; batch = 0;
+	do
+	:: p < NB ->
+		compact_at();
+		atomic { p++; e = 0; eid = 0; home = 0; tt = 0; w = 0; wt = 0; nw = 0; ok = 0 }
+	:: else -> break
+	od;
+	if
+	:: batch != 0 -> seq = seq + 1	/* seq_close: the next even */
+	:: else
+	fi;
+	atomic { p = 0; batch = 0 };
 	seq = seq | 1;
 	tt = 0;
 	do
@@ -1347,6 +1385,12 @@ d_nofree:
 	:: else -> break
 	od;
 	seq = seq + 1;
+	if
+	:: ok ->	/* one freed: the walk goes on from a FREE bucket */
+		atomic { ok = 0; tt = 0; wt = 0; p = 0; crossed = 0 };
+		goto d_findfree
+	:: else
+	fi;
 
 d_reclaim_done:
 	atomic {

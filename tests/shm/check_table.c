@@ -610,6 +610,62 @@ START_TEST(test_blocked_buckets_nobody_holds_become_tombstones)
 }
 END_TEST
 
+/* carmyd's ticks walk the table a slice at a time: each walk over a range
+ * looks at that range only, ranges running past the end stop there, and
+ * slices that cover the table do what one walk of it does. */
+START_TEST(test_the_walks_over_a_range_keep_to_it)
+{
+	const uint32_t nb = view.geo.nbuckets, cap = view.geo.capacity;
+	const uint32_t half = nb / 2, tick = cap / 2;
+	struct shm_sweep_stats st = { 0 };
+	uint32_t blocked = 0, low = 0, t, tomb;
+
+	for (uint32_t b = 0; b < nb; b += 3) {
+		if (SHM_W_STATE(view.buckets[b]) != SHM_FREE)
+			continue;
+		view.buckets[b] = shm_word(SHM_BLOCKED, b, b, b);
+		blocked++;
+		low += b < half;
+	}
+	ck_assert_uint_gt(low, 0);
+	ck_assert_uint_gt(blocked, low);
+	ck_assert(!shm_any_tomb(&view, 0, nb));
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, half, nb + 99),
+			  blocked - low);
+	for (uint32_t b = 0; b < nb; b += 3)
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]),
+				  b < half ? SHM_BLOCKED : SHM_TOMB);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, 0, half), low);
+	ck_assert_uint_eq(shm_unblock_scribbled(&view), 0);
+	ck_assert_uint_eq(shm_header(&view)->sh_tombs, blocked);
+
+	/* Tombstones now at 0, 3, 6...: a range between two has none. */
+	for (tomb = 1; SHM_W_STATE(view.buckets[tomb]) != SHM_TOMB; tomb++)
+		;
+	ck_assert(!shm_any_tomb(&view, 1, tomb));
+	ck_assert(shm_any_tomb(&view, tomb, tomb + 1));
+	ck_assert(!shm_any_tomb(&view, tomb + 1, tomb + 3));
+	ck_assert(!shm_any_tomb(&view, nb, nb + 10));
+	ck_assert(shm_any_tomb(&view, nb - 1, nb + 10) ==
+		  (SHM_W_STATE(view.buckets[nb - 1]) == SHM_TOMB));
+
+	/* A dead owner's unpublished claims at both ends of both halves of
+	 * the tickets. */
+	view.tickets[0] = view.tickets[tick - 1] = view.tickets[tick] =
+		view.tickets[cap - 1] = shm_ticket(OWNER_A, 4242);
+	shm_sweep_range(&view, &sweep_a, 0, tick, cap + 99, &st);
+	ck_assert_uint_eq(st.freed, 2);
+	ck_assert_uint_eq(view.tickets[tick], SHM_TICKET_FREE);
+	ck_assert_uint_eq(view.tickets[0], shm_ticket(OWNER_A, 4242));
+	ck_assert_uint_eq(view.tickets[tick - 1], shm_ticket(OWNER_A, 4242));
+	shm_sweep_range(&view, &sweep_a, 0, 0, tick, &st);
+	ck_assert_uint_eq(st.freed, 4);
+	ck_assert_uint_eq(view.tickets[cap - 1], SHM_TICKET_FREE);
+	for (t = 0; t < cap; t++)
+		ck_assert_uint_eq(view.tickets[t], SHM_TICKET_FREE);
+}
+END_TEST
+
 START_TEST(test_sweep_turns_running_uncertain_and_frees_unpublished)
 {
 	struct shm_sweep_stats st = { 0 };
@@ -821,9 +877,11 @@ START_TEST(test_index_full_of_tombstones_is_reclaimed)
 	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
 		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]), SHM_TOMB);
 	ck_assert_uint_eq(shm_header(&view)->sh_tombs, 64);
-	/* One pass frees one (no FREE bucket to guard), the next the rest. */
-	ck_assert_uint_eq(shm_reclaim(&view), 1);
-	ck_assert_uint_eq(shm_reclaim(&view), 63);
+	/* One pass frees one (no FREE bucket to guard), then walks the ring
+	 * from it and frees the rest: a RECLAIM leaves room for more than
+	 * the next call. */
+	ck_assert_uint_eq(shm_reclaim(&view), 64);
+	ck_assert_uint_eq(shm_reclaim(&view), 0);
 	ck_assert_int_eq(reserve("after", OWNER_A, 1, &f), SHM_OUT_RESERVED);
 }
 END_TEST
@@ -842,9 +900,105 @@ static void homed_at(char rid[32], uint32_t b)
 	ck_abort_msg("no identity found homed at bucket %u", b);
 }
 
+/* carmyd's ticks reclaim a stretch of the ring at a time: whole clusters
+ * from the first FREE bucket at or after the cursor, until the budget is
+ * walked; the cursor is left on the FREE bucket that ended the stretch.
+ * Stretch after stretch frees what one whole reclaim frees, and compacts
+ * on the way: every entry is still found where its probe looks. */
+START_TEST(test_reclaim_goes_a_stretch_at_a_time)
+{
+	struct shm_found f[96], g;
+	uint32_t cursor = 5, walked, freed = 0, calls = 0, tombs = 0;
+	char rid[32];
+
+	teardown();
+	setup_cap(128, 64);	/* 256 buckets */
+	ck_assert_uint_eq(view.geo.nbuckets, 256);
+	for (int i = 0; i < 96; i++) {
+		snprintf(rid, sizeof(rid), "s%d", i);
+		ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f[i]),
+				 SHM_OUT_RESERVED);
+	}
+	/* Two in three released: tombstones before live entries, which
+	 * compaction moves back towards their homes. */
+	for (int i = 0; i < 96; i++)
+		if (i % 3 != 2) {
+			ck_assert_int_eq(shm_release(&view, f[i].entry,
+						     OWNER_A), 0);
+			tombs++;
+		}
+	while (shm_any_tomb(&view, 0, view.geo.nbuckets)) {
+		uint32_t before = cursor;
+
+		ck_assert_uint_lt(calls++, 256 / 16 + 2);
+		freed += shm_reclaim_some(&view, &cursor, 16, &walked);
+		ck_assert_uint_ge(walked, 16);
+		ck_assert_uint_le(walked, view.geo.nbuckets);
+		ck_assert_uint_lt(cursor, view.geo.nbuckets);
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[cursor]), SHM_FREE);
+		ck_assert_uint_ne(cursor, before);
+	}
+	ck_assert_uint_gt(calls, 2);	/* stretches, not the whole ring */
+	ck_assert_uint_eq(freed, tombs);
+	for (int i = 2; i < 96; i += 3) {
+		snprintf(rid, sizeof(rid), "s%d", i);
+		ck_assert_int_eq(reserve(rid, OWNER_B, 1, &g), SHM_OUT_FOUND);
+		ck_assert_uint_eq(g.entry, f[i].entry);
+		ck_assert_int_eq(shm_release(&view, f[i].entry, OWNER_A), 0);
+	}
+	/* A budget as big as the ring walks it whole, once. */
+	ck_assert_uint_eq(shm_reclaim_some(&view, &cursor, 256, &walked), 32);
+	ck_assert_uint_eq(walked, 256);
+	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]), SHM_FREE);
+}
+END_TEST
+
+/* No FREE bucket, and every tombstone crossed: 32 tombstones at buckets 0
+ * to 31 and 32 live entries homed at 0 past them, at 32 to 63. Nothing
+ * can be freed as the ring is; compacted as one cluster, the entries
+ * move back onto the tombstones, and the 32 buckets they left are freed:
+ * the index has room again, and every entry is found. */
+START_TEST(test_a_ring_of_crossed_tombstones_is_compacted_first)
+{
+	struct shm_found f[32], g;
+	char rid[32][16];
+	uint32_t n = 0;
+
+	teardown();
+	setup_cap(32, 64);	/* 64 buckets */
+	for (int i = 0; n < 64; i++) {
+		struct shm_key k;
+
+		snprintf(rid[n % 32], sizeof(rid[0]), "z%d", i);
+		key(&k, rid[n % 32]);
+		if (((uint32_t)k.hash & (view.geo.nbuckets - 1)) != 0)
+			continue;
+		ck_assert_int_eq(reserve(rid[n % 32], OWNER_A, 1, &f[n % 32]),
+				 SHM_OUT_RESERVED);
+		ck_assert_uint_eq(f[n % 32].bucket, n);
+		if (++n == 32)	/* the first 32 become the tombstones */
+			for (int j = 0; j < 32; j++)
+				ck_assert_int_eq(shm_release(&view, f[j].entry,
+							     OWNER_A), 0);
+	}
+	ck_assert(!shm_any_free(&view));
+	ck_assert_uint_eq(shm_reclaim(&view), 32);
+	for (uint32_t b = 0; b < 64; b++)
+		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]),
+				  b < 32 ? SHM_RUNNING : SHM_FREE);
+	for (int j = 0; j < 32; j++) {
+		ck_assert_int_eq(reserve(rid[j], OWNER_B, 1, &g),
+				 SHM_OUT_FOUND);
+		ck_assert_uint_eq(g.entry, f[j].entry);
+	}
+}
+END_TEST
+
 /* A reclaim first looks for a tombstone, in stretches of 4,096 buckets:
  * one past the first stretch, or in the last bucket, is found and freed;
  * with none, a pass changes nothing. */
+
 START_TEST(test_a_lone_tombstone_anywhere_is_reclaimed)
 {
 	static uint64_t before[8192];
@@ -1450,12 +1604,15 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_liveness_word_reads_dead_once_its_holder_is_gone);
 	tcase_add_test(tc, test_restore_alive_puts_back_only_a_scribbled_word);
 	tcase_add_test(tc, test_blocked_buckets_nobody_holds_become_tombstones);
+	tcase_add_test(tc, test_the_walks_over_a_range_keep_to_it);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
 	tcase_add_test(tc, test_sweep_gives_back_what_was_never_confirmed);
 	tcase_add_test(tc, test_give_back_as_frees_only_that_running_execution);
 	tcase_add_test(tc, test_bucket_left_blocked_is_busy_until_unblocked);
 	tcase_add_test(tc, test_reclaim_keeps_entries_reachable);
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
+	tcase_add_test(tc, test_reclaim_goes_a_stretch_at_a_time);
+	tcase_add_test(tc, test_a_ring_of_crossed_tombstones_is_compacted_first);
 	tcase_add_test(tc, test_a_lone_tombstone_anywhere_is_reclaimed);
 	tcase_add_test(tc, test_running_entry_moves_home_and_can_still_be_released);
 	tcase_add_test(tc, test_finished_entry_moves_home_so_tombstones_go);
