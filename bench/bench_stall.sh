@@ -5,7 +5,7 @@
 #
 #   bench_stall.sh BUILDDIR CAPACITY SECONDS [ROUNDS]
 #
-# A throwaway carmyd with CAPACITY entries (--max-result 1K), once it has
+# A throwaway carmyd with CAPACITY entries (--max-result 128), once it has
 # read its segment in; then, ROUNDS times (default 2), carmy-stall for
 # SECONDS with calls completed (the table fills) and for SECONDS with
 # calls released (each leaves a tombstone to reclaim). Each run's line is

@@ -9,7 +9,8 @@
  * it to reclaim). It prints how many calls were made, the longest, and how
  * many took longer than 0.1, 1 and 5 ms; with --over MS, each call longer
  * than MS milliseconds too, with when it started. A table that fills up
- * (IDEMPOTENCY_CAPACITY) ends the run early, said on its line. A call held
+ * (IDEMPOTENCY_CAPACITY) ends the run early, said on its line; the refused
+ * call is timed with the others, not counted among the calls. A call held
  * up longer
  * than a few microseconds waited for carmyd's event loop: work the loop
  * did meanwhile (its tick's walks of the table), or another process on
@@ -104,8 +105,8 @@ static int parse(int argc, char **argv, struct stall_opts *o)
 			o->over_ms = positive(optarg, 3600000);
 			if (o->over_ms < 0) {
 				fprintf(stderr, "carmy-stall: --over: expected "
-					"milliseconds above 0, not '%s'\n",
-					optarg);
+					"milliseconds above 0 and up to "
+					"3600000, not '%s'\n", optarg);
 				return 2;
 			}
 			break;
@@ -173,20 +174,15 @@ int main(int argc, char **argv)
 		else if (rc >= 0)
 			rc = CARMY_EPROTOCOL;	/* a new identity is new */
 		carmy_reservation_clear(&r);
-		if (rc == CARMY_ECAPACITY) {
-			full = true;	/* what was measured stands */
-			t = now_ns();
-			break;
-		}
-		if (rc != 0) {
+		t = now_ns();
+		took = t - t0;
+		if (rc != 0 && rc != CARMY_ECAPACITY) {
 			fprintf(stderr, "carmy-stall: call %llu: %s: %s\n",
 				(unsigned long long)calls, carmy_errname(rc),
 				carmy_strerror(rc));
 			carmy_close(c);
 			return 1;
 		}
-		t = now_ns();
-		took = t - t0;
 		if (took > longest)
 			longest = took;
 		for (int k = 0; k < 3; k++)
@@ -194,6 +190,10 @@ int main(int argc, char **argv)
 		if (o.over_ms > 0 && (double)took > o.over_ms * 1e6)
 			printf("  at %.3f s: %.1f ms\n",
 			       (double)(t0 - start) / 1e9, (double)took / 1e6);
+		if (rc == CARMY_ECAPACITY) {
+			full = true;	/* what was measured stands */
+			break;
+		}
 	}
 	carmy_close(c);
 	printf("%s: %llu calls in %.2f s (%.0f a second); the longest %.2f "

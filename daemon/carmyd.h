@@ -147,10 +147,13 @@ struct store {
 	struct shm_alive alive;	/* our hold on sh_alive */
 	bool holding;		/* ... taken */
 	uint32_t alive_fixes;	/* checks in a row that found sh_alive not ours */
-	uint32_t bucket_fixes;	/* ... that found buckets BLOCKED by nobody */
+	uint32_t bucket_fixes;	/* passes that found buckets BLOCKED by nobody */
+	uint32_t scribbled;	/* ... how many, in all */
+	bool scribble_said;	/* ... logged (scribbled_said()) */
 	char shm_name[64];	/* the segment's name, for the log */
 	bool unlinked;		/* ... said to be gone from /dev/shm */
 	uint64_t last_reclaim_ns;
+	uint32_t reclaim_freed;	/* by the last reclaim() */
 	uint32_t reclaim_cursor;	/* where the ticks' reclaim goes on */
 	uint32_t reclaim_left;	/* ... and how much of the ring is left */
 	uint32_t slice;		/* the tick's next slice of the table */

@@ -979,27 +979,39 @@ static void check(struct store *s)
 }
 
 /*
- * A pass over the buckets has ended: say what it found BLOCKED by nobody
- * (a client's write: no reclaim of ours is in flight while we hold the
- * lock, and every probe meeting a BLOCKED bucket spins, then fails busy),
- * which tick_slice() made tombstones. Once when first seen, once more when
- * a pass finds none.
+ * A pass over the buckets has ended, having made tombstones of n that were
+ * BLOCKED by nobody (a client's write: no reclaim of ours is in flight
+ * while we hold the lock, and every probe meeting a BLOCKED bucket spins,
+ * then fails busy). A write may land in the middle of a pass, which meets
+ * the buckets before it only in the next one; so a write is said once,
+ * with its count, at the end of the pass after the first that met it, and
+ * a client that keeps writing is said again once it stops, after more
+ * than two passes in a row met its writes.
  */
 static void scribbled_said(struct store *s, uint32_t n)
 {
 	if (n != 0) {
-		if (s->bucket_fixes++ == 0)
-			log_error("%u bucket%s BLOCKED (or in no valid state) "
-				  "with no reclaim of ours in flight: a client "
-				  "wrote over them (reserves that meet a "
-				  "BLOCKED one fail busy); made tombstones", n,
-				  n == 1 ? " was" : "s were");
-	} else if (s->bucket_fixes != 0) {
-		if (s->bucket_fixes > 1)
+		s->scribbled += n;
+		s->bucket_fixes++;
+	}
+	if (s->bucket_fixes == 0)
+		return;
+	if (!s->scribble_said && (n == 0 || s->bucket_fixes > 1)) {
+		log_error("%u bucket%s BLOCKED (or in no valid state) with no "
+			  "reclaim of ours in flight: a client wrote over "
+			  "them (reserves that meet a BLOCKED one fail busy); "
+			  "made tombstones", s->scribbled,
+			  s->scribbled == 1 ? " was" : "s were");
+		s->scribble_said = true;
+	}
+	if (n == 0) {
+		if (s->bucket_fixes > 2)
 			log_warn("buckets were BLOCKED by clients again at %u "
-				 "checks in a row; none are since",
+				 "passes in a row; none are since",
 				 s->bucket_fixes);
 		s->bucket_fixes = 0;
+		s->scribbled = 0;
+		s->scribble_said = false;
 	}
 }
 
@@ -1117,13 +1129,15 @@ static uint32_t reclaim(struct store *s)
 	uint64_t now = clock_mono_ns();
 
 	/* A RECLAIM request costs a scan of the index: at most one per
-	 * millisecond, however many clients ask, while the index has a
-	 * FREE bucket. A client asks when its probe found none; if there is
-	 * one now, it was made since, and the client's next probe finds it.
-	 * If there is none, the last reclaim's room was taken already:
-	 * refusing this one would answer IDEMPOTENCY_CAPACITY with entries
-	 * free. */
-	if (now - s->last_reclaim_ns < 1000000 && shm_any_free(&s->view))
+	 * millisecond, however many clients ask, unless the last one freed
+	 * something and the index has no FREE bucket left. A client asks
+	 * when its probe found none: if there is one now, it was made
+	 * since, and the client's next probe finds it; if there is none,
+	 * the room the last reclaim made was taken already, and refusing
+	 * this one would answer IDEMPOTENCY_CAPACITY with entries free. A
+	 * last reclaim that freed nothing says there is nothing to free. */
+	if (now - s->last_reclaim_ns < 1000000 &&
+	    (s->reclaim_freed == 0 || shm_any_free(&s->view)))
 		return 0;
 	s->last_reclaim_ns = now;
 
@@ -1133,6 +1147,7 @@ static uint32_t reclaim(struct store *s)
 
 	if (seen != 0)
 		uatomic_add(hint, -seen);
+	s->reclaim_freed = n;
 	s->reclaim_left = 0;	/* the ring is done, for what was counted */
 	log_debug("reclaimed %u tombstones in %.3f ms", n,
 		  (double)(clock_mono_ns() - now) / 1e6);
@@ -1189,8 +1204,8 @@ static void tick_reclaim(struct store *s)
  * words (shm_unblock_scribbled()) and for tombstones nobody counted in
  * sh_tombs. A whole walk of a table of millions of entries takes tens of
  * milliseconds, which the loop would hold every call up for at once. A
- * pass is ten slices, a second, up to 4 Mi buckets (a table of up to
- * 2,097,152 entries); a bigger index takes a slice of 2^18 buckets a tick,
+ * pass is ten slices, a second, up to 2 Mi buckets (a table of up to
+ * 1,048,576 entries); a bigger index takes a slice of 2^18 buckets a tick,
  * with its share of the tickets, about 1.5 ms on this project's VMs. What
  * a pass found is said at its end, as one walk would have said it.
  */

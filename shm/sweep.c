@@ -484,35 +484,45 @@ uint32_t shm_reclaim(struct shm_view *v)
 }
 
 /*
- * shm_reclaim() of a stretch of the ring: from the first FREE bucket at or
- * after *cursor, cluster by cluster, until budget buckets or more were
+ * shm_reclaim() of a stretch of the ring: from the last FREE bucket at or
+ * before *cursor, cluster by cluster, until budget buckets or more were
  * walked (whole clusters: a cluster is never left half done) or the whole
  * ring was. *cursor is left at the FREE bucket that ended the last cluster
- * walked, where the next call goes on, and *walked says how many buckets
- * were looked at. A cluster is what lies between two FREE buckets at the
- * time of the walk, so each stretch is reclaimed as the whole ring would
- * be: inserters aim at the FREE bucket after the cluster, and entries'
- * paths never leave theirs. Returns the number freed.
+ * walked, where the next call goes on, and *walked says how far past the
+ * old cursor that is (the whole ring: nbuckets). A cluster is what lies
+ * between two FREE buckets at the time of the walk, so each stretch is
+ * reclaimed as the whole ring would be: inserters aim at the FREE bucket
+ * after the cluster, and entries' paths never leave theirs. Returns the
+ * number freed.
  */
 uint32_t shm_reclaim_some(struct shm_view *v, uint32_t *cursor,
 			  uint32_t budget, uint32_t *walked)
 {
 	const uint32_t n = v->geo.nbuckets, mask = n - 1;
 	const uint32_t start = *cursor & mask;
-	uint32_t z, i, seen, freed = 0;
+	uint32_t z, i, back, seen, freed = 0;
 
-	for (;;) {
-		for (seen = 0; seen < n; seen++)
+	/* Start just after a FREE bucket at or before the cursor: an insert
+	 * may have taken the FREE bucket the last stretch ended at since,
+	 * joining its cluster to the next one, which a start at the next FREE
+	 * bucket would skip. */
+	for (int tries = 0;; tries++) {
+		for (back = 0; back < n; back++)
 			if (SHM_W_STATE(shm_load(
-				    &v->buckets[(start + seen) & mask])) ==
+				    &v->buckets[(start - back) & mask])) ==
 			    SHM_FREE)
 				break;
-		if (seen < n)
+		if (back < n)
 			break;
 		/* No FREE bucket: the ring is one cluster, compacted whole
 		 * (where it starts is unknown), then one tombstone freed the
-		 * slow way gives the walk its start, and the walk the rest.
-		 * Else every tombstone is crossed. */
+		 * slow way gives the walk its start, and the walk the rest;
+		 * three tries, should clients take each one first. Else
+		 * every tombstone is crossed. */
+		if (tries == 3) {
+			*walked = n;
+			return freed;
+		}
 		compact(v, 0, n, true);
 		if (reclaim_without_free(v) == 0) {
 			*walked = n;
@@ -520,11 +530,13 @@ uint32_t shm_reclaim_some(struct shm_view *v, uint32_t *cursor,
 		}
 		freed++;
 	}
-	z = (start + seen) & mask;
-	*cursor = z;
+	z = (start - back) & mask;
 
-	/* At most once round the ring from z, cluster by cluster. */
-	for (i = (z + 1) & mask, seen = 1; seen < n && seen < budget;) {
+	/* Whole clusters from z, at least one (it reaches past the cursor:
+	 * only carmyd frees a bucket), at most once round the ring. */
+	i = (z + 1) & mask;
+	seen = 1;
+	do {
 		uint32_t s = i;
 		bool tombs = false;
 		unsigned st;
@@ -543,8 +555,9 @@ uint32_t shm_reclaim_some(struct shm_view *v, uint32_t *cursor,
 		*cursor = i;
 		i = (i + 1) & mask;
 		seen++;
-	}
-	*walked = seen;
+	} while (seen < n && seen < budget);
+	/* How far the cursor went on: what the call walked first. */
+	*walked = seen >= n ? n : (*cursor - start) & mask;
 	return freed;
 }
 

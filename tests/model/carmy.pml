@@ -215,9 +215,11 @@
  *                         OLD_ORPHAN_FREE: one CAS -> FREE instead
  *                         (variant A)
  *    d_reclaim            shm/sweep.c:`shm_reclaim`, `shm_reclaim_some`
- *      d_findfree         `shm_reclaim_some`'s scan for the first FREE
- *                         bucket at or after its cursor (anywhere: the
- *                         ticks'; a RECLAIM's is 0)
+ *      d_findfree         `shm_reclaim_some`'s scan for a FREE bucket to
+ *                         start after: C's is the last at or before its
+ *                         cursor (anywhere: the ticks'; a RECLAIM's is 0),
+ *                         the model's the first after any bucket, so any
+ *                         FREE bucket
  *      d_walk             its walk of the ring from there, cluster by
  *                         cluster; it may stop after any cluster (the
  *                         budget of a tick's stretch)
@@ -1212,10 +1214,11 @@ d_settle_orphan:
 	/* ------------------------------------------------- shm_reclaim */
 d_reclaim:
 d_findfree:
-	/* From the ticks' cursor, which may be anywhere in the ring (a
-	 * RECLAIM's starts at 0). One step: while carmyd scans, clients only
-	 * turn FREE buckets non-FREE (nobody but carmyd frees one), so the
-	 * scan's answer is what a snapshot at its last load gives. */
+	/* Any FREE bucket: C starts after the last one at or before the
+	 * ticks' cursor, which may be anywhere in the ring (a RECLAIM's is
+	 * 0). One step: while carmyd scans, clients only turn FREE buckets
+	 * non-FREE (nobody but carmyd frees one), so the scan's answer is
+	 * what a snapshot at its last load gives. */
 	select (z : 0 .. NB - 1);
 	atomic {
 		seen = 0;

@@ -932,7 +932,9 @@ START_TEST(test_reclaim_goes_a_stretch_at_a_time)
 
 		ck_assert_uint_lt(calls++, 256 / 16 + 2);
 		freed += shm_reclaim_some(&view, &cursor, 16, &walked);
-		ck_assert_uint_ge(walked, 16);
+		/* The cursor goes on by the budget at least, less the FREE
+		 * bucket the stretch starts on (it counts). */
+		ck_assert_uint_ge(walked, 15);
 		ck_assert_uint_le(walked, view.geo.nbuckets);
 		ck_assert_uint_lt(cursor, view.geo.nbuckets);
 		ck_assert_uint_eq(SHM_W_STATE(view.buckets[cursor]), SHM_FREE);
@@ -951,6 +953,57 @@ START_TEST(test_reclaim_goes_a_stretch_at_a_time)
 	ck_assert_uint_eq(walked, 256);
 	for (uint32_t b = 0; b < view.geo.nbuckets; b++)
 		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]), SHM_FREE);
+}
+END_TEST
+
+/* The n-th identity (from 0) homed at bucket b, in rid. */
+static void homed_nth(char rid[32], uint32_t b, int nth)
+{
+	struct shm_key k;
+
+	for (int i = 0; i < 10000000; i++) {
+		snprintf(rid, 32, "n%d", i);
+		key(&k, rid);
+		if (((uint32_t)k.hash & (view.geo.nbuckets - 1)) == b &&
+		    nth-- == 0)
+			return;
+	}
+	ck_abort_msg("no identity found homed at bucket %u", b);
+}
+
+/* A stretch goes on from the last FREE bucket at or before the cursor: a
+ * client may have taken the FREE bucket the last stretch ended at, which
+ * joined that cluster to the next, and a start after the next FREE bucket
+ * would skip a tombstone in it until the walk came round again. */
+START_TEST(test_a_stretch_goes_on_where_a_cluster_grew_over_the_cursor)
+{
+	struct shm_found f;
+	uint32_t cursor = 63, walked;
+	char rid[32];
+
+	teardown();
+	setup_cap(32, 64);	/* 64 buckets */
+	for (int j = 0; j < 2; j++) {	/* live at 0 and 1, FREE at 2 */
+		homed_nth(rid, 0, j);
+		ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f),
+				 SHM_OUT_RESERVED);
+		ck_assert_uint_eq(f.bucket, (uint32_t)j);
+	}
+	homed_nth(rid, 3, 0);		/* a tombstone at 3, FREE at 4 */
+	ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(f.bucket, 3);
+	ck_assert_int_eq(shm_release(&view, f.entry, OWNER_A), 0);
+	/* One cluster, [0, 2): the cursor stops at 2. */
+	ck_assert_uint_eq(shm_reclaim_some(&view, &cursor, 1, &walked), 0);
+	ck_assert_uint_eq(cursor, 2);
+	ck_assert_uint_eq(walked, 3);
+	homed_nth(rid, 2, 0);		/* a client takes 2: [0, 4) now */
+	ck_assert_int_eq(reserve(rid, OWNER_A, 1, &f), SHM_OUT_RESERVED);
+	ck_assert_uint_eq(f.bucket, 2);
+	ck_assert_uint_eq(shm_reclaim_some(&view, &cursor, 1, &walked), 1);
+	ck_assert_uint_eq(SHM_W_STATE(view.buckets[3]), SHM_FREE);
+	ck_assert_uint_eq(cursor, 4);	/* the cluster's end as walked */
+	ck_assert_uint_eq(walked, 2);
 }
 END_TEST
 
@@ -1613,6 +1666,8 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_index_full_of_tombstones_is_reclaimed);
 	tcase_add_test(tc, test_reclaim_goes_a_stretch_at_a_time);
 	tcase_add_test(tc, test_a_ring_of_crossed_tombstones_is_compacted_first);
+	tcase_add_test(tc,
+		       test_a_stretch_goes_on_where_a_cluster_grew_over_the_cursor);
 	tcase_add_test(tc, test_a_lone_tombstone_anywhere_is_reclaimed);
 	tcase_add_test(tc, test_running_entry_moves_home_and_can_still_be_released);
 	tcase_add_test(tc, test_finished_entry_moves_home_so_tombstones_go);
