@@ -1209,7 +1209,6 @@ static void tick_reclaim(struct store *s)
  * with its share of the tickets, about 1.5 ms on this project's VMs. What
  * a pass found is said at its end, as one walk would have said it.
  */
-
 static void tick_slice(struct store *s)
 {
 	const uint64_t k = s->slice, cap = s->view.geo.capacity,
