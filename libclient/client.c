@@ -95,6 +95,7 @@ struct carmy {
 	uint64_t exec_seed;		/* execution ids: keyed hash of a */
 	uint8_t exec_key[16];		/* random key, see new_exec_id() */
 	uint32_t ticket_cursor;		/* where our next ticket search starts */
+	uint32_t ticket_crowd;		/* shm_claim.crowd */
 	uint64_t prefault;		/* entries mapped ahead: lo << 32 | hi,
 					 * see prefault_ahead() (atomic) */
 	struct shm_stats *stats;	/* our stripe of the answer counts */
@@ -555,6 +556,7 @@ static int begin(carmy_t *c, const struct carmy_call *call,
 	claim.make_exec = new_exec_id;
 	claim.arg = c;
 	claim.cursor = &c->ticket_cursor;
+	claim.crowd = &c->ticket_crowd;
 	claim.pending = durable;
 	claim.hasty = try;
 	/* What the call is, for an operator who has to decide about it

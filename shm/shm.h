@@ -422,6 +422,9 @@ struct shm_found {
 /* What a new reservation carries into its entry. The execution id and the
  * start time are made only once the identity is known to be new, so a
  * replay never pays for them. */
+#define SHM_CROWD_FREE_NEXT 0x80000000u
+#define SHM_CROWD_MOVE 4u
+
 struct shm_claim {
 	uint32_t owner;
 	uint32_t pid;
@@ -437,6 +440,11 @@ struct shm_claim {
 	uint64_t (*make_exec)(void *arg, uint8_t exec[SHM_EXEC_LEN]);
 	void *arg;
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
+	/* Claims in a row that found the ticket after the owner's last one
+	 * taken since, with SHM_CROWD_FREE_NEXT if that ticket was FREE at
+	 * the last claim: after SHM_CROWD_MOVE of them the cursor moves
+	 * away (ticket_claim()). NULL: it never moves. Relaxed atomics. */
+	uint32_t *crowd;
 	bool pending;		/* a durable store must confirm it first */
 	/* Never to wait long (carmy_try_begin()): a move or reclaim of
 	 * carmyd's still going after SHM_BUSY_TURNS pauses (tens of

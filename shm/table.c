@@ -961,6 +961,40 @@ void shm_ack_wake(const struct shm_view *v, uint32_t slot)
 /* ------------------------------------------------------------ helpers */
 
 /*
+ * Two owners whose cursors meet in one free stretch take its tickets by
+ * turns, each finding its next one just taken by the other, and every
+ * claim then pulls the tickets' line and the entries' lines from the
+ * other's CPU: a reserve about twice as slow (docs/performance.md, "Owners
+ * that claim side by side"). The sign of it: the ticket after an owner's
+ * last claim was FREE then and is taken now. After SHM_CROWD_MOVE such
+ * claims in a row the owner's cursor moves to a place picked by a hash of
+ * its owner id and its ticket, so that two owners that move at once go
+ * apart; a claim that finds its ticket FREE ends the count. skipped says
+ * whether this claim found the cursor's ticket taken, i the ticket it
+ * took, next where the search would go on. Returns where it goes on.
+ */
+static uint32_t crowd_step(const struct shm_view *v, const struct shm_claim *c,
+			   bool skipped, uint32_t i, uint32_t next)
+{
+	uint32_t w = __atomic_load_n(c->crowd, __ATOMIC_RELAXED);
+	uint32_t count = w & ~SHM_CROWD_FREE_NEXT;
+
+	if (!skipped)
+		count = 0;
+	else if (w & SHM_CROWD_FREE_NEXT)
+		count++;
+	if (count >= SHM_CROWD_MOVE) {
+		next = (uint32_t)(XXH3_64bits_withSeed(&i, sizeof(i), c->owner) %
+				  v->geo.capacity);
+		count = 0;
+	}
+	if (shm_load(&v->tickets[next]) == SHM_TICKET_FREE)
+		count |= SHM_CROWD_FREE_NEXT;
+	__atomic_store_n(c->crowd, count, __ATOMIC_RELAXED);
+	return next;
+}
+
+/*
  * Take a FREE ticket for the claimer. Tickets are the capacity: there are
  * exactly capacity of them, so the (capacity + 1)th concurrent entry finds
  * none. Each owner searches from its own cursor and moves it past what it
@@ -982,6 +1016,8 @@ static uint32_t ticket_claim(const struct shm_view *v,
 			    SHM_TICKET_FREE) {
 			uint32_t next = i + 1 == cap ? 0 : i + 1;
 
+			if (c->crowd != NULL)
+				next = crowd_step(v, c, n > 0, i, next);
 			shm_store(c->cursor, next);
 			/* This owner's next claim most likely takes the next
 			 * ticket: have its entry's lines on their way by

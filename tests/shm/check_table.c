@@ -81,6 +81,26 @@ static enum shm_outcome reserve(const char *rid, uint32_t owner, uint8_t fpb,
 	return shm_reserve(&view, &k, &c, f);
 }
 
+/* A reservation of rid by owner whose ticket search starts at *cursor and
+ * keeps its crowd count in *crowd: the entry it took, or UINT32_MAX. */
+static uint32_t claim_at(const char *rid, uint32_t owner, uint32_t *cursor,
+			 uint32_t *crowd)
+{
+	uint8_t fp[SHM_FP_LEN], exec[SHM_EXEC_LEN];
+	struct shm_claim c = { .owner = owner, .pid = 1, .fp = fp,
+			       .make_exec = make_exec, .arg = exec,
+			       .cursor = cursor, .crowd = crowd };
+	struct shm_found f;
+	struct shm_key k;
+
+	memset(fp, 1, sizeof(fp));
+	memset(exec, 3, sizeof(exec));
+	key(&k, rid);
+	if (shm_reserve(&view, &k, &c, &f) != SHM_OUT_RESERVED)
+		return UINT32_MAX;
+	return f.entry;
+}
+
 static bool dead_a(uint32_t owner, void *arg)
 {
 	(void)arg;
@@ -97,6 +117,60 @@ static bool gone_from_1000(uint32_t pid, void *arg)
 static const struct shm_sweep_ops sweep_a = { dead_a, gone_from_1000, NULL };
 
 /* ------------------------------------------------------------ geometry */
+
+/* ------------------------------------------------------------ tickets */
+
+/* Two owners whose cursors meet take turns on the tickets (each finds its
+ * next one just taken by the other) only until one of them has found that
+ * SHM_CROWD_MOVE times in a row: then its cursor moves away, and from
+ * there on each owner's entries sit side by side again. */
+START_TEST(test_owners_claiming_side_by_side_move_apart)
+{
+	uint32_t cur_a = 100, cur_b = 100, crowd_a = 0, crowd_b = 0;
+	uint32_t a[24], b[24];
+	char rid[16];
+
+	teardown();
+	setup_cap(1000, 64);
+	for (int i = 0; i < 24; i++) {
+		snprintf(rid, sizeof(rid), "a%d", i);
+		a[i] = claim_at(rid, OWNER_A, &cur_a, &crowd_a);
+		snprintf(rid, sizeof(rid), "b%d", i);
+		b[i] = claim_at(rid, OWNER_B, &cur_b, &crowd_b);
+		ck_assert_uint_ne(a[i], UINT32_MAX);
+		ck_assert_uint_ne(b[i], UINT32_MAX);
+	}
+	/* They met: the first claims alternate. */
+	ck_assert_uint_eq(a[0], 100);
+	ck_assert_uint_eq(b[0], 101);
+	ck_assert_uint_eq(a[1], 102);
+	/* And parted: the last ten of each are a run of their own. */
+	for (int i = 15; i < 24; i++) {
+		ck_assert_uint_eq(a[i], (a[i - 1] + 1) % 1000);
+		ck_assert_uint_eq(b[i], (b[i - 1] + 1) % 1000);
+	}
+}
+END_TEST
+
+/* An owner walking through tickets that others took long ago (every other
+ * one here) skips one at each claim, but never one that was FREE at its
+ * last claim: its cursor stays on its way. */
+START_TEST(test_an_owner_among_old_entries_keeps_its_way)
+{
+	uint32_t cur = 0, crowd = 0, e;
+	char rid[16];
+
+	teardown();
+	setup_cap(1000, 64);
+	for (uint32_t i = 1; i < 40; i += 2)
+		view.tickets[i] = shm_ticket(OWNER_B, 1);
+	for (uint32_t i = 0; i < 20; i++) {
+		snprintf(rid, sizeof(rid), "a%u", i);
+		e = claim_at(rid, OWNER_A, &cur, &crowd);
+		ck_assert_uint_eq(e, 2 * i);
+	}
+}
+END_TEST
 
 START_TEST(test_geometry_rejects_out_of_range)
 {
@@ -1644,6 +1718,8 @@ static Suite *table_suite(void)
 	/* The scribbling and racing tests take seconds on a loaded VM. */
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_geometry_rejects_out_of_range);
+	tcase_add_test(tc, test_owners_claiming_side_by_side_move_apart);
+	tcase_add_test(tc, test_an_owner_among_old_entries_keeps_its_way);
 	tcase_add_test(tc, test_a_reservation_writes_its_call);
 	tcase_add_test(tc, test_call_fill_saturates_and_zeroes);
 	tcase_add_test(tc, test_sane_rejects_mismatched_layout_and_corruption);
