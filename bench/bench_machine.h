@@ -11,7 +11,10 @@
  * and whether the segment can be in huge pages here, which take that cost
  * once per 2 MiB instead of per 4 KiB; and what it costs to hand the CPU
  * to another process, on the same CPU and on another; and, for the durable
- * stores, what a flush to the disk costs, which bounds every commit.
+ * stores, what a flush to the disk costs, which bounds every commit; and
+ * whether the CPU kept one pace: some hosts run a virtual CPU far slower
+ * at times, for milliseconds to a tenth of a second, and a figure of a
+ * fraction of a second can fall in such a time.
  */
 #ifndef CARMY_BENCH_MACHINE_H
 #define CARMY_BENCH_MACHINE_H
@@ -19,6 +22,10 @@
 #include <stdint.h>
 
 #define BENCH_DISK_FLUSHES 200	/* timed by bench_machine_disk() */
+#define BENCH_PACE_PIECES 2048	/* at most, kept by bench_machine_pace() */
+/* A piece that took this many times the fastest or longer ran at a slow
+ * pace (docs/performance.md, "The CPU's two paces"). */
+#define BENCH_PACE_SLOW 1.25
 
 /* A flush to the disk, timed by bench_machine_disk(): a 4 KiB write and
  * fdatasync() into a file whose blocks were written and flushed before,
@@ -58,6 +65,17 @@ struct bench_machine {
 	 * loop take turns on a CPU, and when one wakes the other. */
 	double switch_us, wake_us;
 	struct bench_disk disk;	/* dir NULL: not timed */
+	/* The CPU's pace: the µs each piece of fixed work took (an XXH3 hash
+	 * of 256 bytes, 20,000 times: about half a millisecond on the
+	 * machines of docs/performance.md), timed between the figures. */
+	double pace_us[BENCH_PACE_PIECES];
+	unsigned pace_n;
+};
+
+/* The pieces timed so far: the fastest (µs; 0 if none) and the share of
+ * them at BENCH_PACE_SLOW times that or longer. */
+struct bench_pace {
+	double fast_us, slow_share;
 };
 
 /* Read what is known before the run and start the CPU time count. */
@@ -71,6 +89,14 @@ void bench_machine_pages(struct bench_machine *m);
 /* Measure what handing the CPU to another process costs (switch_us,
  * wake_us): a few tenths of a second, before the figures. */
 void bench_machine_switches(struct bench_machine *m);
+
+/* Time n more pieces of the CPU's pace (as many as there is room for):
+ * about n x 0.5 ms. */
+void bench_machine_pace(struct bench_machine *m, unsigned n);
+
+/* Sum up the pieces timed so far. */
+void bench_machine_pace_sum(const struct bench_machine *m,
+			    struct bench_pace *p);
 
 /* Time a flush to the disk in dir into d, through a file of 1 MiB made
  * there (unlinked at once): a tenth of a second on a disk of 0.5 ms a

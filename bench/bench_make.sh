@@ -5,10 +5,12 @@
 # quoted, never asserted: this is not part of make check.
 #
 #   bench_make.sh BUILDDIR OPS PROCS PG_OPS REDIS_BUILT PG_BUILT \
-#                 [memory|journal|pg] [ROUNDS]
+#                 [memory|journal|pg] [ROUNDS] [REDIS_OPS]
 #
 # OPS is per process and figure (PG_OPS for PostgreSQL, whose every write
-# waits for an fsync); PROCS a comma-separated list; *_BUILT yes or no, from
+# waits for an fsync, REDIS_OPS for Redis, default OPS, whose round trips
+# take tens of microseconds where Carmy's figures take one or less); PROCS
+# a comma-separated list; *_BUILT yes or no, from
 # configure. With "journal", carmyd records into a journal in the temp
 # directory (--store journal:DIR, on the same disk as PostgreSQL's data)
 # and only the reserve + complete cycle is measured: the durable against
@@ -26,7 +28,7 @@
 # PG_STORE_ARGS='connections=8'.
 set -u
 builddir=$1 ops=$2 procs=$3 pg_ops=$4 redis_built=$5 pg_built=$6
-store=${7:-memory} rounds=${8:-1}
+store=${7:-memory} rounds=${8:-1} redis_ops=${9:-$2}
 # Absolute: carmyd loads a store plugin only from an absolute path, and
 # make passes "." for the build directory.
 builddir=$(cd "$builddir" && pwd) || exit 1
@@ -87,7 +89,7 @@ else
 	redis_pid=$!
 	if wait_ready "$redis_pid" 20 redis-cli -s "$tmp/redis.sock" ping; then
 		echo "redis-server ready socket=$tmp/redis.sock pid=$redis_pid"
-		peers+=(--redis "$tmp/redis.sock")
+		peers+=(--redis "$tmp/redis.sock" --redis-ops "$redis_ops")
 	else
 		echo "make bench: skipping Redis: redis-server did not start:" >&2
 		cat "$tmp/redis.log" >&2

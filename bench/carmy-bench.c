@@ -3,7 +3,8 @@
  *
  *   carmy-bench [--socket PATH] [--procs 1,2] [--ops N] [--replay-set K]
  *               [--only FIGURE,...] [--echo-cpu N] [--rounds N] [--json]
- *               [--redis SOCKET] [--pg CONNINFO] [--pg-ops N]
+ *               [--redis SOCKET] [--redis-ops N] [--pg CONNINFO]
+ *               [--pg-ops N]
  *
  * For each process count P it forks P workers, each with its own
  * carmy_connect(), started together, each doing --ops timed operations:
@@ -66,6 +67,11 @@ enum fig {
 static const char *const fig_names[FIG_COUNT] = {
 	"cas-insert", "lookup", "msgpack-rt", "reserve", "replay", "cycle",
 };
+
+/* Pieces of the CPU's pace timed before the figures and after each round
+ * (bench_machine_pace(): about half a millisecond each). */
+#define PACE_PIECES_FIRST 100
+#define PACE_PIECES_ROUND 20
 
 /* The floor each carmyd figure is divided by. */
 static const int fig_floor[FIG_COUNT] = {
@@ -156,6 +162,22 @@ static void capacity_fail(const struct opts *o, const struct daemon_info *di,
 			  const char *what) __attribute__((noreturn));
 static void carmy_figure(struct bench_figure *f, enum fig which,
 			 struct carmy_fig *cf);
+
+/* The CPU's pace: how often this machine's CPU ran slow, so that a
+ * figure measured in such a time is not taken for a slow Carmy. */
+static void print_pace(const struct bench_machine *mc)
+{
+	struct bench_pace p;
+
+	bench_machine_pace_sum(mc, &p);
+	if (p.fast_us <= 0)
+		return;
+	printf("cpu: a fixed piece of work took %.0f µs at the CPU's fastest; "
+	       "%.0f%% of %u pieces, timed before the figures and after each "
+	       "round, took %.2fx that or longer\n", p.fast_us,
+	       100.0 * p.slow_share, mc->pace_n, BENCH_PACE_SLOW);
+}
+
 /* The machine, so that a reader can tell a busy or slow one from a slow
  * Carmy: busy time counts everyone's work, this bench's and carmyd's
  * included (all of it on P CPUs when the bench runs P processes), so
@@ -188,6 +210,7 @@ static void print_machine(const struct bench_machine *mc)
 		printf("scheduling: handing the CPU to another process costs "
 		       "%.2f µs on the same CPU (one CPU only)\n",
 		       mc->switch_us);
+	print_pace(mc);
 	if (mc->disk.dir != NULL)
 		printf("disk: a 4 KiB write and fdatasync() in %s take %.0f "
 		       "µs (the median of %d; 90%% within %.0f µs), what every "
@@ -240,6 +263,10 @@ static void print_peers(const struct opts *o,
 static void print_rounds(const struct opts *o,
 			 const bool ran[][MAX_PROC_COUNTS],
 			 const struct peer_results *pr, const struct rounds *rd);
+static void print_floor_rounds(const struct opts *o,
+			       const bool ran[][MAX_PROC_COUNTS],
+			       const struct rounds *rd);
+static double div_or(double a, double b);
 static void print_peers_json(const struct opts *o,
 			     const struct peer_results *pr,
 			     const struct rounds *rd);
@@ -328,7 +355,7 @@ int main(int argc, char **argv)
 	timer_us = bench_timer_overhead_us();
 
 	/* Round by round, each process count runs its figures and then the
-	 * peers' (Redis's with the same ops, PostgreSQL's with its own): every
+	 * peers' (with --redis-ops and --pg-ops, ops of their own): every
 	 * round sees Carmy and its peers at the same moment of this noisy
 	 * machine, and the round with the median ops/s stands for the
 	 * figure. */
@@ -336,6 +363,7 @@ int main(int argc, char **argv)
 	bench_machine_start(&mc);
 	bench_machine_pages(&mc);
 	bench_machine_switches(&mc);
+	bench_machine_pace(&mc, PACE_PIECES_FIRST);
 	mc.disk = disk;
 	for (int k = 0; k < o.nprocs; k++) {
 		for (int r = 0; r < o.rounds; r++) {
@@ -345,6 +373,7 @@ int main(int argc, char **argv)
 				if (peers_run(&o, &pr, (enum peer_kind)kind, k,
 					      r, maxp, &rd) != 0)
 					goto fail;
+			bench_machine_pace(&mc, PACE_PIECES_ROUND);
 		}
 		keep_medians(&o, k, &rd, st, ran, &pr);
 	}
@@ -402,6 +431,8 @@ static void usage(FILE *out)
 		"  --json           print one JSON object instead of a table\n"
 		"  --redis SOCKET   run the same workload against the Redis\n"
 		"                   server on this Unix socket (SET NX, SET, GET)\n"
+		"  --redis-ops N    ops per process and figure for Redis\n"
+		"                   (default: --ops)\n"
 		"  --pg CONNINFO    and against PostgreSQL (INSERT ... ON CONFLICT\n"
 		"                   DO NOTHING, UPDATE, SELECT), e.g.\n"
 		"                   'host=/tmp/pgdir user=me dbname=postgres'\n"
@@ -480,6 +511,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "redis", required_argument, NULL, 'R' },
 		{ "pg", required_argument, NULL, 'P' },
 		{ "pg-ops", required_argument, NULL, 'N' },
+		{ "redis-ops", required_argument, NULL, 'M' },
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "disk", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
@@ -515,6 +547,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'n':
 		case 'N':
+		case 'M':
 		case 'k':
 			errno = 0;
 			v = strtoull(optarg, &end, 10);
@@ -524,7 +557,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				fprintf(stderr, "carmy-bench: --%s: expected an "
 					"integer from 1 to %s\n",
 					ch == 'n' ? "ops" : ch == 'N' ? "pg-ops" :
-					"replay-set",
+					ch == 'M' ? "redis-ops" : "replay-set",
 					ch != 'k' ? "100000000" : "1000000");
 				return -1;
 			}
@@ -532,6 +565,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				o->ops = v;
 			else if (ch == 'N')
 				o->peer_ops[PEER_PG] = v;
+			else if (ch == 'M')
+				o->peer_ops[PEER_REDIS] = v;
 			else
 				o->replay_set = (uint32_t)v;
 			break;
@@ -607,9 +642,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			argv[optind]);
 		return -1;
 	}
-	o->peer_ops[PEER_REDIS] = o->ops;
-	if (o->peer_ops[PEER_PG] == 0)
-		o->peer_ops[PEER_PG] = o->ops;
+	for (int p = 0; p < PEER_COUNT; p++)
+		if (o->peer_ops[p] == 0)
+			o->peer_ops[p] = o->ops;
 	return 0;
 }
 
@@ -1195,7 +1230,7 @@ static int peers_prepare(const struct opts *o, struct peer_results *pr,
 
 /* The peer's figures for procs[k], round r of them, in the order the
  * carmyd ones ran, into rd. A peer with an op count of its own
- * (PostgreSQL's --pg-ops) gets a harness block of that size for the
+ * (--redis-ops, --pg-ops) gets a harness block of that size for the
  * round, and carmyd's is put back after. Returns 0 or -1 (said why). */
 static int peers_run(const struct opts *o, struct peer_results *pr,
 		     enum peer_kind kind, int k, int r, int maxp,
@@ -1446,6 +1481,36 @@ static void print_table(const struct opts *o, const struct daemon_info *di,
 	}
 	if (base >= 0 && !sep[0])	/* a ratio was printed */
 		slow_mode_note(di, &st[FIG_CYCLE][base]);
+	print_floor_rounds(o, ran, rd);
+}
+
+/* With --rounds, each figure over its floor in every round: a round that
+ * met a slow time of the CPU (the cpu: line) stands out, and the median
+ * quoted above is the middle one of these. */
+static void print_floor_rounds(const struct opts *o,
+			       const bool ran[][MAX_PROC_COUNTS],
+			       const struct rounds *rd)
+{
+	const char *head = "\nEach figure over its floor, round by round:\n";
+
+	if (o->rounds < 2)
+		return;
+	for (int k = 0; k < o->nprocs; k++) {
+		for (int g = 0; g < FIG_COUNT; g++) {
+			int fl = fig_floor[g];
+
+			if (fl < 0 || !ran[fl][k] || !ran[g][k])
+				continue;
+			printf("%s  %-7s / %-10s %3d procs:", head,
+			       fig_names[g], fig_names[fl], o->procs[k]);
+			head = "";
+			for (int r = 0; r < o->rounds; r++)
+				printf(" %6.2fx",
+				       div_or(rd->carmy[g][k][r].median_us,
+					      rd->carmy[fl][k][r].median_us));
+			printf("\n");
+		}
+	}
 }
 
 /*
@@ -1476,6 +1541,7 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 		       const struct peer_results *pr, const struct rounds *rd)
 {
 	int base = scaling_base(o, ran);
+	struct bench_pace pace;
 	bool first = true;
 	char fb[24];
 
@@ -1498,7 +1564,10 @@ static void print_json(const struct opts *o, const struct daemon_info *di,
 		json_str(mc->disk.dir);
 	else
 		printf("null");
-	printf("},");
+	bench_machine_pace_sum(mc, &pace);
+	printf(",\"pace_pieces\":%u,\"pace_fast_us\":%.1f,"
+	       "\"pace_slow_share\":%.3f},", mc->pace_n, pace.fast_us,
+	       pace.slow_share);
 	if (di->capacity != 0 || di->pid != 0) {
 		printf("\"carmyd\":{\"pid\":%u,\"capacity\":%u,"
 		       "\"buckets\":%u,"

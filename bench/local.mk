@@ -52,23 +52,29 @@ EXTRA_DIST += bench/bench_stall.sh
 # make bench: carmy-bench against a throwaway carmyd, redis-server and
 # PostgreSQL cluster (temp sockets; a table big enough for the run), stopped
 # by a trap whatever happens; see bench/bench_make.sh. Not part of make
-# check: figures are quoted, never asserted. PostgreSQL gets fewer ops: each
-# of its writes waits for an fsync, and its medians settle long before.
-CARMY_BENCH_OPS = 200000
-CARMY_BENCH_PG_OPS = 20000
+# check: figures are quoted, never asserted. The peers get fewer ops: each
+# of PostgreSQL's writes waits for an fsync, a Redis round trip takes tens
+# of microseconds, and their medians settle long before.
+CARMY_BENCH_OPS = 100000
+CARMY_BENCH_REDIS_OPS = 20000
+CARMY_BENCH_PG_OPS = 4000
 CARMY_BENCH_PROCS = 1,2
 # Rounds of every figure (carmy-bench --rounds): each round Carmy's figures
 # and then the peers', the round with the median ops/s quoted and the
-# median of the rounds' ratios. Each round's cycles stay in carmyd's table:
-# here about 1.1 GiB of segment per round.
-CARMY_BENCH_ROUNDS = 1
+# median of the rounds' ratios. Five, because this kind of machine's CPU
+# runs at half its pace at times, for up to a tenth of a second, longer
+# than one of Carmy's figures takes (docs/performance.md, "The CPU's two
+# paces"). Each round's cycles stay in carmyd's table: here about 0.65 GiB
+# of segment per round.
+CARMY_BENCH_ROUNDS = 5
 # Options for the benchmarked carmyd, e.g. make bench CARMYD_ARGS='--spin-us 0'.
 CARMYD_ARGS =
 .PHONY: bench
 bench: all
 	CARMYD_ARGS='$(CARMYD_ARGS)' bash $(top_srcdir)/bench/bench_make.sh $(builddir) \
 		$(CARMY_BENCH_OPS) $(CARMY_BENCH_PROCS) $(CARMY_BENCH_PG_OPS) \
-		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG) memory $(CARMY_BENCH_ROUNDS)
+		$(CARMY_BENCH_REDIS) $(CARMY_BENCH_PG) memory $(CARMY_BENCH_ROUNDS) \
+		$(CARMY_BENCH_REDIS_OPS)
 
 # make bench-journal: the durable store against the durable peer. A carmyd
 # with --store journal:DIR and PostgreSQL (synchronous_commit on), both on
