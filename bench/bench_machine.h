@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define BENCH_DISK_FLUSHES 200	/* timed by bench_machine_disk() */
-#define BENCH_PACE_PIECES 2048	/* at most, kept by bench_machine_pace() */
+#define BENCH_PACE_PIECES 5120	/* at most, kept by bench_machine_pace() */
 /* A piece that took this many times the fastest or longer ran at a slow
  * pace (docs/performance.md, "The CPU's two paces"). */
 #define BENCH_PACE_SLOW 1.25

@@ -72,6 +72,9 @@ static const char *const fig_names[FIG_COUNT] = {
  * (bench_machine_pace(): about half a millisecond each). */
 #define PACE_PIECES_FIRST 100
 #define PACE_PIECES_ROUND 20
+_Static_assert(PACE_PIECES_FIRST + PACE_PIECES_ROUND * MAX_ROUNDS *
+		       MAX_PROC_COUNTS <= BENCH_PACE_PIECES,
+	       "every round's pieces have room");
 
 /* The floor each carmyd figure is divided by. */
 static const int fig_floor[FIG_COUNT] = {

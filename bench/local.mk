@@ -62,10 +62,10 @@ CARMY_BENCH_PROCS = 1,2
 # Rounds of every figure (carmy-bench --rounds): each round Carmy's figures
 # and then the peers', the round with the median ops/s quoted and the
 # median of the rounds' ratios. Five, because this kind of machine's CPU
-# runs at half its pace at times, for up to a tenth of a second, longer
-# than one of Carmy's figures takes (docs/performance.md, "The CPU's two
-# paces"). Each round's cycles stay in carmyd's table: here about 0.65 GiB
-# of segment per round.
+# runs at about 60% of its pace at times, for up to a tenth of a second,
+# longer than one of Carmy's figures takes (docs/performance.md, "The
+# CPU's two paces"). Each round's cycles stay in carmyd's table: here
+# about 0.65 GiB of segment per round.
 CARMY_BENCH_ROUNDS = 5
 # Options for the benchmarked carmyd, e.g. make bench CARMYD_ARGS='--spin-us 0'.
 CARMYD_ARGS =

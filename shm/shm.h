@@ -419,12 +419,13 @@ struct shm_found {
 	uint8_t exec[SHM_EXEC_LEN];
 };
 
-/* What a new reservation carries into its entry. The execution id and the
- * start time are made only once the identity is known to be new, so a
- * replay never pays for them. */
+/* shm_claim.crowd: the flag and the count at which the cursor moves. */
 #define SHM_CROWD_FREE_NEXT 0x80000000u
 #define SHM_CROWD_MOVE 4u
 
+/* What a new reservation carries into its entry. The execution id and the
+ * start time are made only once the identity is known to be new, so a
+ * replay never pays for them. */
 struct shm_claim {
 	uint32_t owner;
 	uint32_t pid;
@@ -440,10 +441,11 @@ struct shm_claim {
 	uint64_t (*make_exec)(void *arg, uint8_t exec[SHM_EXEC_LEN]);
 	void *arg;
 	uint32_t *cursor;	/* where this owner looks for a ticket next */
-	/* Claims in a row that found the ticket after the owner's last one
-	 * taken since, with SHM_CROWD_FREE_NEXT if that ticket was FREE at
-	 * the last claim: after SHM_CROWD_MOVE of them the cursor moves
-	 * away (ticket_claim()). NULL: it never moves. Relaxed atomics. */
+	/* Claims that found the ticket after the owner's last one taken
+	 * since it was seen FREE, counted until a claim finds its ticket
+	 * FREE, with SHM_CROWD_FREE_NEXT if the ticket after the last claim
+	 * was FREE then: at SHM_CROWD_MOVE the cursor moves away
+	 * (ticket_claim()). NULL: it never moves. Relaxed atomics. */
 	uint32_t *crowd;
 	bool pending;		/* a durable store must confirm it first */
 	/* Never to wait long (carmy_try_begin()): a move or reclaim of

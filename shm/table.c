@@ -984,8 +984,9 @@ static uint32_t crowd_step(const struct shm_view *v, const struct shm_claim *c,
 	else if (w & SHM_CROWD_FREE_NEXT)
 		count++;
 	if (count >= SHM_CROWD_MOVE) {
-		next = (uint32_t)(XXH3_64bits_withSeed(&i, sizeof(i), c->owner) %
-				  v->geo.capacity);
+		uint64_t h = XXH3_64bits_withSeed(&i, sizeof(i), c->owner);
+
+		next = (uint32_t)(h % v->geo.capacity);
 		count = 0;
 	}
 	if (shm_load(&v->tickets[next]) == SHM_TICKET_FREE)

@@ -152,6 +152,49 @@ START_TEST(test_owners_claiming_side_by_side_move_apart)
 }
 END_TEST
 
+/* The count behind a move: a claim that finds the ticket after the
+ * owner's last one, FREE then, taken since (here taken by the test, as
+ * another owner would) counts one; a claim that finds its ticket FREE
+ * ends the count; the cursor moves at the SHM_CROWD_MOVEth (4th). */
+START_TEST(test_a_crowd_is_counted_until_a_free_ticket)
+{
+	uint32_t cur = 100, crowd = 0, e, last;
+	char rid[16];
+	int n = 0;
+
+	teardown();
+	setup_cap(1000, 64);
+	snprintf(rid, sizeof(rid), "a%d", n++);
+	last = claim_at(rid, OWNER_A, &cur, &crowd);
+	ck_assert_uint_eq(last, 100);
+	for (int round = 0; round < 2; round++) {
+		/* Three taken behind its back: counted, no move. */
+		for (int i = 0; i < 3; i++) {
+			view.tickets[last + 1] = shm_ticket(OWNER_B, 1);
+			snprintf(rid, sizeof(rid), "a%d", n++);
+			e = claim_at(rid, OWNER_A, &cur, &crowd);
+			ck_assert_uint_eq(e, last + 2);
+			ck_assert_uint_eq(cur, e + 1);
+			last = e;
+		}
+		/* One FREE: the count ends. */
+		snprintf(rid, sizeof(rid), "a%d", n++);
+		e = claim_at(rid, OWNER_A, &cur, &crowd);
+		ck_assert_uint_eq(e, last + 1);
+		last = e;
+	}
+	/* Four in a row: the fourth claim moves the cursor away. */
+	for (int i = 0; i < 4; i++) {
+		view.tickets[last + 1] = shm_ticket(OWNER_B, 1);
+		snprintf(rid, sizeof(rid), "a%d", n++);
+		e = claim_at(rid, OWNER_A, &cur, &crowd);
+		ck_assert_uint_eq(e, last + 2);
+		last = e;
+	}
+	ck_assert_uint_ne(cur, last + 1);
+}
+END_TEST
+
 /* An owner walking through tickets that others took long ago (every other
  * one here) skips one at each claim, but never one that was FREE at its
  * last claim: its cursor stays on its way. */
@@ -1720,6 +1763,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_geometry_rejects_out_of_range);
 	tcase_add_test(tc, test_owners_claiming_side_by_side_move_apart);
 	tcase_add_test(tc, test_an_owner_among_old_entries_keeps_its_way);
+	tcase_add_test(tc, test_a_crowd_is_counted_until_a_free_ticket);
 	tcase_add_test(tc, test_a_reservation_writes_its_call);
 	tcase_add_test(tc, test_call_fill_saturates_and_zeroes);
 	tcase_add_test(tc, test_sane_rejects_mismatched_layout_and_corruption);
