@@ -1124,6 +1124,18 @@ uint32_t store_reclaim(struct store *s)
 	return n;
 }
 
+/* Clients count the tombstones they make in sh_tombs: a pass about to walk
+ * the index takes what they counted so far off, and returns it. */
+static uint32_t take_tomb_count(struct store *s)
+{
+	uint32_t *hint = &shm_header(&s->view)->sh_tombs;
+	uint32_t seen = uatomic_read(hint);
+
+	if (seen != 0)
+		uatomic_add(hint, -seen);
+	return seen;
+}
+
 static uint32_t reclaim(struct store *s)
 {
 	uint64_t now = clock_mono_ns();
@@ -1141,12 +1153,10 @@ static uint32_t reclaim(struct store *s)
 		return 0;
 	s->last_reclaim_ns = now;
 
-	uint32_t *hint = &shm_header(&s->view)->sh_tombs;
-	uint32_t seen = uatomic_read(hint);
-	uint32_t n = shm_reclaim(&s->view);
+	uint32_t n;
 
-	if (seen != 0)
-		uatomic_add(hint, -seen);
+	(void)take_tomb_count(s);
+	n = shm_reclaim(&s->view);
 	s->reclaim_freed = n;
 	s->reclaim_left = 0;	/* the ring is done, for what was counted */
 	log_debug("reclaimed %u tombstones in %.3f ms", n,
@@ -1175,13 +1185,10 @@ static uint32_t reclaim(struct store *s)
 
 static void tick_reclaim(struct store *s)
 {
-	uint32_t *hint = &shm_header(&s->view)->sh_tombs;
-	uint32_t seen = uatomic_read(hint), walked, total = 0, n = 0;
+	uint32_t walked, total = 0, n = 0;
 	const uint64_t t0 = clock_mono_ns();
 
-	if (seen != 0 || s->tomb_seen) {
-		if (seen != 0)
-			uatomic_add(hint, -seen);
+	if (take_tomb_count(s) != 0 || s->tomb_seen) {
 		s->tomb_seen = false;
 		s->reclaim_left = s->view.geo.nbuckets;
 	}
@@ -1200,9 +1207,9 @@ static void tick_reclaim(struct store *s)
 
 /*
  * The ticks walk the table a slice at a time: the tickets for dead owners
- * and orphaned claims (sweep_dead()'s), the buckets for a client's BLOCKED
- * words (shm_unblock_scribbled()) and for tombstones nobody counted in
- * sh_tombs. A whole walk of a table of millions of entries takes tens of
+ * and orphaned claims (sweep_dead()'s), the buckets, in one read of each,
+ * for a client's BLOCKED words (shm_unblock_scribbled()) and for
+ * tombstones nobody counted in sh_tombs. A whole walk of a table of millions of entries takes tens of
  * milliseconds, which the loop would hold every call up for at once. A
  * pass is ten slices, a second, up to 2 Mi buckets (a table of up to
  * 1,048,576 entries); a bigger index takes a slice of 2^18 buckets a tick,
@@ -1219,11 +1226,12 @@ static void tick_slice(struct store *s)
 		       tt = (uint32_t)(cap * (k + 1) / n),
 		       bf = (uint32_t)(nb * k / n),
 		       bt = (uint32_t)(nb * (k + 1) / n);
+	bool tomb;
 
 	sweep_range(s, tf, tt, &s->pass_swept);
-	s->pass_scribbled += shm_unblock_scribbled_range(&s->view, bf, bt);
-	if (!s->pass_tomb)
-		s->pass_tomb = shm_any_tomb(&s->view, bf, bt);
+	s->pass_scribbled += shm_unblock_scribbled_range(&s->view, bf, bt,
+							 &tomb);
+	s->pass_tomb |= tomb;
 	if (++s->slice < n)
 		return;
 	log_debug("the tick's pass over the table is done: %" PRIu64

@@ -697,7 +697,7 @@ bool shm_entry_home(const struct shm_view *v, uint64_t w, uint32_t *home);
 void shm_unblock_all(const struct shm_view *v);
 uint32_t shm_unblock_scribbled(const struct shm_view *v);
 uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
-				     uint32_t to);
+				     uint32_t to, bool *tomb);
 void shm_repair_moves(struct shm_view *v);
 
 #endif /* CARMY_SHM_H */

@@ -885,17 +885,15 @@ void shm_unblock_all(const struct shm_view *v)
  */
 uint32_t shm_unblock_scribbled(const struct shm_view *v)
 {
-	return shm_unblock_scribbled_range(v, 0, v->geo.nbuckets);
+	return shm_unblock_scribbled_range(v, 0, v->geo.nbuckets, NULL);
 }
 
-/* shm_unblock_scribbled() of the buckets [from, to) only. */
-uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
-				     uint32_t to)
+/* Turn the scribbled words of [from, to) into tombstones; how many. */
+static uint32_t unblock_stretch(const struct shm_view *v, uint32_t from,
+				uint32_t to)
 {
 	uint32_t n = 0;
 
-	if (to > v->geo.nbuckets)
-		to = v->geo.nbuckets;
 	for (uint32_t i = from; i < to; i++) {
 		uint64_t w = shm_load(&v->buckets[i]);
 
@@ -903,8 +901,43 @@ uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
 		    shm_cas(&v->buckets[i], w, shm_next(w, SHM_TOMB)) == w)
 			n++;
 	}
+	return n;
+}
+
+/*
+ * shm_unblock_scribbled() of the buckets [from, to) only, and, if tomb is
+ * not NULL, whether any of them is a tombstone (one made here included):
+ * carmyd's ticks ask both of each slice, and each word is read once. The
+ * words are read a stretch at a time with no branch on what each holds
+ * (as shm_any_tomb() reads them); a stretch with a scribbled word in it is
+ * walked again to turn it.
+ */
+uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
+				     uint32_t to, bool *tomb)
+{
+	const uint32_t stretch = 4096;
+	unsigned tombs = 0;
+	uint32_t n = 0;
+
+	if (to > v->geo.nbuckets)
+		to = v->geo.nbuckets;
+	for (uint32_t p = from; p < to;) {
+		uint32_t start = p, end = to - p > stretch ? p + stretch : to;
+		unsigned odd = 0;
+
+		for (; p < end; p++) {
+			unsigned st = SHM_W_STATE(shm_load(&v->buckets[p]));
+
+			odd |= st >= SHM_BLOCKED;
+			tombs |= st == SHM_TOMB;
+		}
+		if (odd)
+			n += unblock_stretch(v, start, end);
+	}
 	if (n != 0)
 		(void)shm_add_return(&shm_header(v)->sh_tombs, n);
+	if (tomb != NULL)
+		*tomb = tombs != 0 || n != 0;
 	return n;
 }
 

@@ -736,6 +736,7 @@ START_TEST(test_the_walks_over_a_range_keep_to_it)
 	const uint32_t half = nb / 2, tick = cap / 2;
 	struct shm_sweep_stats st = { 0 };
 	uint32_t blocked = 0, low = 0, t, tomb;
+	bool seen = true;
 
 	for (uint32_t b = 0; b < nb; b += 3) {
 		if (SHM_W_STATE(view.buckets[b]) != SHM_FREE)
@@ -747,12 +748,15 @@ START_TEST(test_the_walks_over_a_range_keep_to_it)
 	ck_assert_uint_gt(low, 0);
 	ck_assert_uint_gt(blocked, low);
 	ck_assert(!shm_any_tomb(&view, 0, nb));
-	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, half, nb + 99),
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, half, nb + 99,
+						      &seen),
 			  blocked - low);
+	ck_assert(seen);	/* the tombstones it made */
 	for (uint32_t b = 0; b < nb; b += 3)
 		ck_assert_uint_eq(SHM_W_STATE(view.buckets[b]),
 				  b < half ? SHM_BLOCKED : SHM_TOMB);
-	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, 0, half), low);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, 0, half, NULL),
+			  low);
 	ck_assert_uint_eq(shm_unblock_scribbled(&view), 0);
 	ck_assert_uint_eq(shm_header(&view)->sh_tombs, blocked);
 
@@ -765,6 +769,19 @@ START_TEST(test_the_walks_over_a_range_keep_to_it)
 	ck_assert(!shm_any_tomb(&view, nb, nb + 10));
 	ck_assert(shm_any_tomb(&view, nb - 1, nb + 10) ==
 		  (SHM_W_STATE(view.buckets[nb - 1]) == SHM_TOMB));
+	/* The tick's one read of each word says the same, with nothing
+	 * left to turn; a range with none says so whatever came before. */
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, 1, tomb, &seen),
+			  0);
+	ck_assert(!seen);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, tomb, tomb + 1,
+						      &seen), 0);
+	ck_assert(seen);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, tomb + 1,
+						      tomb + 3, &seen), 0);
+	ck_assert(!seen);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, 0, nb, &seen), 0);
+	ck_assert(seen);
 
 	/* A dead owner's unpublished claims at both ends of both halves of
 	 * the tickets. */
@@ -780,6 +797,40 @@ START_TEST(test_the_walks_over_a_range_keep_to_it)
 	ck_assert_uint_eq(view.tickets[cap - 1], SHM_TICKET_FREE);
 	for (t = 0; t < cap; t++)
 		ck_assert_uint_eq(view.tickets[t], SHM_TICKET_FREE);
+}
+END_TEST
+
+/* The tick reads the buckets a stretch (4,096) at a time: a scribbled word
+ * or a tombstone in a later stretch, or one stretch of a range that starts
+ * in the middle of another, is found, and a word just outside the range
+ * is not. */
+START_TEST(test_the_ticks_read_of_the_buckets_spans_stretches)
+{
+	const uint32_t s = 4096, scribbled = 2 * s + 7, tomb = s + 5;
+	uint32_t nb;
+	bool seen = false;
+
+	teardown();
+	setup_cap(8192, 64);
+	nb = view.geo.nbuckets;
+	ck_assert_uint_ge(nb, 4 * s);
+	view.buckets[tomb] = shm_word(SHM_TOMB, tomb, tomb, tomb);
+	view.buckets[scribbled] = shm_word(SHM_BLOCKED, 1, 1, 1);
+	view.buckets[nb - 1] = shm_word(7, 2, 2, 2);
+
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, tomb + 1,
+						      scribbled, &seen), 0);
+	ck_assert(!seen);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, s + 1, tomb + 1,
+						      &seen), 0);
+	ck_assert(seen);
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, tomb + 1, nb,
+						      &seen), 2);
+	ck_assert(seen);
+	ck_assert_uint_eq(SHM_W_STATE(view.buckets[scribbled]), SHM_TOMB);
+	ck_assert_uint_eq(SHM_W_STATE(view.buckets[nb - 1]), SHM_TOMB);
+	ck_assert_uint_eq(shm_header(&view)->sh_tombs, 2);
+	ck_assert_uint_eq(shm_unblock_scribbled(&view), 0);
 }
 END_TEST
 
@@ -1778,6 +1829,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_restore_alive_puts_back_only_a_scribbled_word);
 	tcase_add_test(tc, test_blocked_buckets_nobody_holds_become_tombstones);
 	tcase_add_test(tc, test_the_walks_over_a_range_keep_to_it);
+	tcase_add_test(tc, test_the_ticks_read_of_the_buckets_spans_stretches);
 	tcase_add_test(tc, test_sweep_turns_running_uncertain_and_frees_unpublished);
 	tcase_add_test(tc, test_sweep_gives_back_what_was_never_confirmed);
 	tcase_add_test(tc, test_give_back_as_frees_only_that_running_execution);
