@@ -167,10 +167,12 @@ struct store {
 	uint64_t retain_ms;	/* sh_retain_ms: --retain as the header tells it */
 	/* Owners of the previous carmyd whose client may still come back
 	 * for them (hold_previous()), sorted by id, held_left of them not
-	 * let go yet, until grace_until_ns (CLOCK_MONOTONIC) at most. */
+	 * let go yet, until grace_until_ns (CLOCK_MONOTONIC) at most;
+	 * the header tells operators held_left and grace_until_real_ns
+	 * (held_tell()). */
 	struct held_owner *held;
 	size_t nheld, held_left;
-	uint64_t grace_until_ns;
+	uint64_t grace_until_ns, grace_until_real_ns;
 	bool loading;		/* store_open(): the store is being loaded */
 	/* Entries an operator's RESOLVE is on its way to the store for: a
 	 * second one waits its turn (answered NOT_INTERRUPTED meanwhile). */

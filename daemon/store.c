@@ -73,6 +73,7 @@ static uint64_t boot_time_ns(void);
 static struct held_owner *held_find(struct store *s, uint32_t owner);
 static void hold_previous(struct store *s, uint32_t grace_ms);
 static void held_check(struct store *s);
+static void held_tell(struct store *s);
 static void check(struct store *s);
 static void check_header(struct store *s);
 static void check_linked(struct store *s);
@@ -319,6 +320,7 @@ int store_resume(struct store *s, uint32_t owner, pid_t pid, void *conn)
 		if (rc != -EAGAIN) {
 			h->let_go = true;
 			s->held_left--;
+			held_tell(s);
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -1055,7 +1057,10 @@ static void check_header(struct store *s)
 	    h->sh_next_owner == s->next_owner &&
 	    h->sh_move_seq == s->view.move_seq &&
 	    h->sh_loaded == 1 && h->sh_store == s->store_id &&
-	    h->sh_retain_ms == s->retain_ms)
+	    h->sh_retain_ms == s->retain_ms &&
+	    h->sh_held == (uint32_t)s->held_left &&
+	    h->sh_held_until_ns ==
+		    (s->held_left != 0 ? s->grace_until_real_ns : 0))
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));
@@ -1068,6 +1073,7 @@ static void check_header(struct store *s)
 	uatomic_set(&h->sh_move_seq, s->view.move_seq);
 	uatomic_set(&h->sh_store, s->store_id);
 	uatomic_set(&h->sh_retain_ms, s->retain_ms);
+	held_tell(s);
 	uatomic_set(&h->sh_loaded, 1);
 }
 
@@ -2091,6 +2097,7 @@ static void recover(struct store *s, uint32_t grace_ms)
 	 * their running reservations: the sweep leaves those. */
 	if (grace_ms > 0 && s->epoch > 1)
 		hold_previous(s, grace_ms);
+	held_tell(s);	/* not what an earlier carmyd left there */
 	s->loading = true;
 	sweep_dead(s, "start-up");
 	uatomic_set(&h->sh_owner_base, next);
@@ -2216,6 +2223,8 @@ static void hold_previous(struct store *s, uint32_t grace_ms)
 	s->nheld = kept;
 	s->held_left = kept;
 	s->grace_until_ns = clock_mono_ns() + (uint64_t)grace_ms * 1000000u;
+	s->grace_until_real_ns = clock_real_ns() +
+				 (uint64_t)grace_ms * 1000000u;
 	log_info("%zu client%s of the previous carmyd still running: %s "
 		 "running entries stay theirs until they come back, exit, "
 		 "or --grace (%u s) has passed", kept, kept == 1 ? "" : "s",
@@ -2276,9 +2285,21 @@ static void held_check(struct store *s)
 		s->held_left = 0;
 		s->grace_until_ns = 0;
 	}
+	held_tell(s);
 	if (exited != 0 || waited != 0)
 		sweep_dead(s, "clients of the previous carmyd let go");
 	pthread_mutex_unlock(&s->lock);
+}
+
+/* Under s->lock (or before the loops run): tell operators, in the header,
+ * how many clients are still held and until when (carmyctl status). */
+static void held_tell(struct store *s)
+{
+	struct shm_header *h = shm_header(&s->view);
+
+	uatomic_set(&h->sh_held, (uint32_t)s->held_left);
+	uatomic_set(&h->sh_held_until_ns,
+		    s->held_left != 0 ? s->grace_until_real_ns : 0);
 }
 
 /* The start of /proc/PID/NAME, NUL-terminated in buf: its length, or -1

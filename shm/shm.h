@@ -184,7 +184,14 @@ struct shm_header {
 	 * not used: no process acts on it, so it is not part of the layout
 	 * signature ---- */
 	uint64_t sh_retain_ms;
-	uint8_t sh_reserved[SHM_HEADER_SIZE - 144];
+	/* ---- for operators too, told the same way: how many clients of
+	 * the previous carmyd it still holds (their running calls stay
+	 * theirs), and when --grace lets them go (CLOCK_REALTIME ns); both
+	 * 0 when it holds none ---- */
+	uint32_t sh_held;
+	uint32_t sh_pad;
+	uint64_t sh_held_until_ns;
+	uint8_t sh_reserved[SHM_HEADER_SIZE - 160];
 };
 #define SHM_RETAIN_NEVER UINT64_MAX
 

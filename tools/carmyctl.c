@@ -66,8 +66,10 @@ static const char usage[] =
 	"\n"
 	"  status                       capacity and fill, entries by state,\n"
 	"                               result bytes, the oldest completed\n"
-	"                               entry, carmyd's --retain, and the\n"
-	"                               answers clients were given\n"
+	"                               entry, carmyd's --retain, the\n"
+	"                               clients it holds from before its\n"
+	"                               restart, and the answers clients\n"
+	"                               were given\n"
 	"  list [--state S] [--principal P] [--session S]\n"
 	"       [--older-than AGE] [--newer-than AGE] [--limit N]\n"
 	"                               entries, one a line, with each call's\n"
@@ -220,6 +222,8 @@ static void say(const char *what, const char *code, const char *fmt, ...)
 static const char *journal_errname(int code);
 static int not_found(const struct ctl *x, const char *what, const char *id);
 static int not_completed(const char *id, unsigned state);
+static int still_running(struct ctl *x, const char *what,
+			 const struct row *r);
 static int bad_option(const char *cmd, int o, char **argv);
 static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
 		      const char *what, bool json);
@@ -343,6 +347,8 @@ struct tally {
 	uint64_t oldest_ns;	/* finished_ns of the oldest completed, or 0 */
 	uint64_t now_ns;
 	uint64_t retain_ms;	/* sh_retain_ms */
+	uint32_t held;		/* sh_held, 0 while no carmyd is up */
+	uint64_t held_until_ns;	/* sh_held_until_ns, likewise */
 	bool up;
 };
 
@@ -383,6 +389,20 @@ static void tally(const struct shm_view *v, struct tally *t)
 	}
 	t->retain_ms = __atomic_load_n(&h->sh_retain_ms, __ATOMIC_RELAXED);
 	t->up = shm_daemon_alive(h);
+	/* What a carmyd that is gone held is nobody's now: the next one
+	 * holds anew. */
+	if (t->up) {
+		t->held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
+		t->held_until_ns = __atomic_load_n(&h->sh_held_until_ns,
+						   __ATOMIC_RELAXED);
+	}
+}
+
+/* How long until the held clients are let go (--grace), in ns; 0 if past
+ * (or the clock was stepped). */
+static uint64_t held_left_ns(const struct tally *t)
+{
+	return t->held_until_ns > t->now_ns ? t->held_until_ns - t->now_ns : 0;
 }
 
 /* Seconds since the oldest completed entry finished; 0 if there is none
@@ -430,6 +450,11 @@ static void print_metrics(const struct shm_view *v, const struct tally *t)
 			printf("carmy_retain_seconds %.3f\n",
 			       (double)t->retain_ms / 1e3);
 	}
+	printf("# HELP carmy_held_clients Clients of the previous carmyd "
+	       "still held: their running calls stay theirs until they come "
+	       "back or exit, or --grace is over.\n"
+	       "# TYPE carmy_held_clients gauge\ncarmy_held_clients %u\n",
+	       t->held);
 	printf("# HELP carmy_result_bytes Bytes of recorded results.\n"
 	       "# TYPE carmy_result_bytes gauge\n"
 	       "carmy_result_bytes %llu\n", (unsigned long long)t->bytes);
@@ -496,6 +521,13 @@ static void print_status_json(const struct ctl *x, const struct tally *t)
 		printf("\"retain_ms\":%llu,", (unsigned long long)t->retain_ms);
 	else
 		printf("\"retain_ms\":null,");
+	if (!t->up)
+		printf("\"held_clients\":null,\"held_until_ns\":null,");
+	else if (t->held == 0)
+		printf("\"held_clients\":0,\"held_until_ns\":null,");
+	else
+		printf("\"held_clients\":%u,\"held_until_ns\":%llu,", t->held,
+		       (unsigned long long)t->held_until_ns);
 	printf("\"reserves\":%llu,\"replays\":%llu,\"conflicts\":%llu,"
 	       "\"uncertain_answers\":%llu,\"capacity_refusals\":%llu}\n",
 	       (unsigned long long)t->ans[0], (unsigned long long)t->ans[1],
@@ -532,6 +564,17 @@ static void print_status_text(const struct ctl *x, const struct tally *t)
 	else
 		printf("oldest      no completed entry\n");
 	printf("retain      %s\n", retain_text(age, t));
+	if (t->held != 0)
+		printf("held        %u client%s of the previous carmyd, for "
+		       "%s more at most (--grace): %s running calls stay "
+		       "running (resolve refuses them) until %s back or "
+		       "exit%s\n", t->held, t->held == 1 ? "" : "s",
+		       coarse_age(age, sizeof(age), held_left_ns(t)),
+		       t->held == 1 ? "its" : "their",
+		       t->held == 1 ? "it comes" : "they come",
+		       t->held == 1 ? "s" : "");
+	else if (t->up)
+		printf("held        none\n");
 	printf("answers     %llu reserved, %llu replayed, %llu conflicts, "
 	       "%llu uncertain, %llu refused for capacity\n",
 	       (unsigned long long)t->ans[0], (unsigned long long)t->ans[1],
@@ -1199,6 +1242,8 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 	msgpack_sbuffer_destroy(&sb);
 	if (rc != 0)
 		return rc;
+	if (code == CARMY_ENOT_INTERRUPTED && r.state == SHM_RUNNING)
+		return still_running(x, what, &r);
 	if (code != 0)
 		return fail(what, code);
 	if (x->json)
@@ -1208,6 +1253,41 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 		printf("%s resolved as %s\n", id,
 		       v.committed ? "committed" : "not committed (released)");
 	return 0;
+}
+
+/*
+ * NOT_INTERRUPTED for a call that runs: said so, and, for a client of the
+ * previous carmyd while the one up holds such clients, until when at most
+ * (--grace). Its ticket tells: an owner id below sh_owner_base is an
+ * earlier carmyd's, one it holds or one that came back.
+ */
+static int still_running(struct ctl *x, const char *what, const struct row *r)
+{
+	const struct shm_header *h = shm_header(&x->view);
+	uint64_t ticket = __atomic_load_n(&x->view.tickets[r->entry],
+					  __ATOMIC_RELAXED);
+	uint32_t owner = SHM_T_WHAT(ticket);
+	struct tally t = { .now_ns = clock_real_ns() };
+	char age[AGE_TEXT_MAX];
+
+	if (shm_daemon_alive(h)) {
+		t.held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
+		t.held_until_ns = __atomic_load_n(&h->sh_held_until_ns,
+						  __ATOMIC_RELAXED);
+	}
+	if (t.held == 0 || owner < SHM_OWNER_MIN ||
+	    owner >= __atomic_load_n(&h->sh_owner_base, __ATOMIC_RELAXED)) {
+		say(what, "NOT_INTERRUPTED", "%s is running: only an "
+		    "interrupted execution can be resolved", r->exec);
+		return EXIT_FAIL;
+	}
+	say(what, "NOT_INTERRUPTED", "%s is running: its client (pid %u) is "
+	    "one of the previous carmyd's, whose calls carmyd holds until "
+	    "they come back or exit, for %s more at most (--grace; carmyctl "
+	    "status); only an interrupted execution can be resolved",
+	    r->exec, (unsigned)SHM_T_PID(ticket),
+	    coarse_age(age, sizeof(age), held_left_ns(&t)));
+	return EXIT_FAIL;
 }
 
 /* resolve's (or release's) options and EXECUTION_ID, checked against each
