@@ -1213,14 +1213,15 @@ static void tick_reclaim(struct store *s)
 
 /*
  * The ticks walk the table a slice at a time: the tickets for dead owners
- * and orphaned claims (sweep_dead()'s), the buckets, in one read of each,
- * for a client's BLOCKED words (shm_unblock_scribbled()) and for
- * tombstones nobody counted in sh_tombs. A whole walk of a table of millions of entries takes tens of
- * milliseconds, which the loop would hold every call up for at once. A
- * pass is ten slices, a second, up to 2 Mi buckets (a table of up to
- * 1,048,576 entries); a bigger index takes a slice of 2^18 buckets a tick,
- * with its share of the tickets, about 1.5 ms on this project's VMs. What
- * a pass found is said at its end, as one walk would have said it.
+ * and orphaned claims (sweep_dead()'s), and the buckets, in one read of
+ * each, for words a client scribbled (shm_unblock_scribbled_range()) and
+ * for tombstones nobody counted in sh_tombs. A whole walk of a table of
+ * millions of entries takes tens of milliseconds, which the loop would
+ * hold every call up for at once. A pass is ten slices, a second, up to 2
+ * Mi buckets (a table of up to 1,048,576 entries); a bigger index takes a
+ * slice of 2^18 buckets a tick, with its share of the tickets, about 1.5
+ * ms on this project's VMs. What a pass found is said at its end, as one
+ * walk would have said it.
  */
 static void tick_slice(struct store *s)
 {

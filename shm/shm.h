@@ -186,8 +186,9 @@ struct shm_header {
 	uint64_t sh_retain_ms;
 	/* ---- for operators too, told the same way: how many clients of
 	 * the previous carmyd it still holds (their running calls stay
-	 * theirs), and when --grace lets them go (CLOCK_REALTIME ns); both
-	 * 0 when it holds none ---- */
+	 * theirs), and when --grace lets them go at the latest (ns since
+	 * the Unix epoch; carmyd itself counts it on its monotonic clock);
+	 * both 0 when it holds none ---- */
 	uint32_t sh_held;
 	uint32_t sh_pad;
 	uint64_t sh_held_until_ns;

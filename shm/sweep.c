@@ -907,10 +907,10 @@ static uint32_t unblock_stretch(const struct shm_view *v, uint32_t from,
 /*
  * shm_unblock_scribbled() of the buckets [from, to) only, and, if tomb is
  * not NULL, whether any of them is a tombstone (one made here included):
- * carmyd's ticks ask both of each slice, and each word is read once. The
- * words are read a stretch at a time with no branch on what each holds
- * (as shm_any_tomb() reads them); a stretch with a scribbled word in it is
- * walked again to turn it.
+ * carmyd's ticks ask both of each slice. The words are read a stretch at
+ * a time (counted from from) with no branch on what each holds, as
+ * shm_any_tomb() reads them; only a stretch with a scribbled word in it
+ * is read again, to turn that word.
  */
 uint32_t shm_unblock_scribbled_range(const struct shm_view *v, uint32_t from,
 				     uint32_t to, bool *tomb)

@@ -222,7 +222,7 @@ static void say(const char *what, const char *code, const char *fmt, ...)
 static const char *journal_errname(int code);
 static int not_found(const struct ctl *x, const char *what, const char *id);
 static int not_completed(const char *id, unsigned state);
-static int still_running(struct ctl *x, const char *what,
+static int still_running(const struct ctl *x, const char *what,
 			 const struct row *r);
 static int bad_option(const char *cmd, int o, char **argv);
 static int plain_args(struct ctl *x, const char *cmd, int argc, char **argv,
@@ -398,11 +398,13 @@ static void tally(const struct shm_view *v, struct tally *t)
 	}
 }
 
-/* How long until the held clients are let go (--grace), in ns; 0 if past
- * (or the clock was stepped). */
-static uint64_t held_left_ns(const struct tally *t)
+/* From now until until (both CLOCK_REALTIME ns), or 0 if it is past. The
+ * held clients' end (sh_held_until_ns) is on this clock, where carmyd
+ * lets them go on its monotonic clock: after a clock step or a suspend,
+ * "0 more" may still see some held, for at most as long. */
+static uint64_t time_left_ns(uint64_t until, uint64_t now)
 {
-	return t->held_until_ns > t->now_ns ? t->held_until_ns - t->now_ns : 0;
+	return until > now ? until - now : 0;
 }
 
 /* Seconds since the oldest completed entry finished; 0 if there is none
@@ -569,7 +571,8 @@ static void print_status_text(const struct ctl *x, const struct tally *t)
 		       "%s more at most (--grace): %s running calls stay "
 		       "running (resolve refuses them) until %s back or "
 		       "exit%s\n", t->held, t->held == 1 ? "" : "s",
-		       coarse_age(age, sizeof(age), held_left_ns(t)),
+		       coarse_age(age, sizeof(age),
+				  time_left_ns(t->held_until_ns, t->now_ns)),
 		       t->held == 1 ? "its" : "their",
 		       t->held == 1 ? "it comes" : "they come",
 		       t->held == 1 ? "s" : "");
@@ -1256,37 +1259,43 @@ static int cmd_resolve(struct ctl *x, int argc, char **argv, bool release)
 }
 
 /*
- * NOT_INTERRUPTED for a call that runs: said so, and, for a client of the
- * previous carmyd while the one up holds such clients, until when at most
- * (--grace). Its ticket tells: an owner id below sh_owner_base is an
- * earlier carmyd's, one it holds or one that came back.
+ * NOT_INTERRUPTED for a call that was running when resolve looked: if it
+ * still is (the same execution in the same entry; carmyd's refusal may be
+ * for a call that completed or left since), said so, and, for a client of
+ * the previous carmyd while the carmyd up holds such clients, until when
+ * at most (--grace). Its ticket tells: an owner id below sh_owner_base is
+ * an earlier carmyd's, still held or come back.
  */
-static int still_running(struct ctl *x, const char *what, const struct row *r)
+static int still_running(const struct ctl *x, const char *what,
+			 const struct row *r)
 {
 	const struct shm_header *h = shm_header(&x->view);
 	uint64_t ticket = __atomic_load_n(&x->view.tickets[r->entry],
 					  __ATOMIC_RELAXED);
-	uint32_t owner = SHM_T_WHAT(ticket);
-	struct tally t = { .now_ns = clock_real_ns() };
+	uint32_t owner = SHM_T_WHAT(ticket), held = 0;
+	uint64_t until = 0;
 	char age[AGE_TEXT_MAX];
+	struct row now;
 
+	if (!find_exec(&x->view, r->exec, &now) || now.entry != r->entry ||
+	    now.state != SHM_RUNNING)
+		return fail(what, CARMY_ENOT_INTERRUPTED);
 	if (shm_daemon_alive(h)) {
-		t.held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
-		t.held_until_ns = __atomic_load_n(&h->sh_held_until_ns,
-						  __ATOMIC_RELAXED);
+		held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
+		until = __atomic_load_n(&h->sh_held_until_ns, __ATOMIC_RELAXED);
 	}
-	if (t.held == 0 || owner < SHM_OWNER_MIN ||
+	if (held == 0 || owner < SHM_OWNER_MIN ||
 	    owner >= __atomic_load_n(&h->sh_owner_base, __ATOMIC_RELAXED)) {
 		say(what, "NOT_INTERRUPTED", "%s is running: only an "
 		    "interrupted execution can be resolved", r->exec);
 		return EXIT_FAIL;
 	}
 	say(what, "NOT_INTERRUPTED", "%s is running: its client (pid %u) is "
-	    "one of the previous carmyd's, whose calls carmyd holds until "
-	    "they come back or exit, for %s more at most (--grace; carmyctl "
-	    "status); only an interrupted execution can be resolved",
-	    r->exec, (unsigned)SHM_T_PID(ticket),
-	    coarse_age(age, sizeof(age), held_left_ns(&t)));
+	    "from before carmyd's restart; while carmyd holds it, it is let "
+	    "go when it exits, or in %s at most (--grace; carmyctl status); "
+	    "only an interrupted execution can be resolved", r->exec,
+	    (unsigned)SHM_T_PID(ticket),
+	    coarse_age(age, sizeof(age), time_left_ns(until, clock_real_ns())));
 	return EXIT_FAIL;
 }
 

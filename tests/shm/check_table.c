@@ -800,10 +800,10 @@ START_TEST(test_the_walks_over_a_range_keep_to_it)
 }
 END_TEST
 
-/* The tick reads the buckets a stretch (4,096) at a time: a scribbled word
- * or a tombstone in a later stretch, or one stretch of a range that starts
- * in the middle of another, is found, and a word just outside the range
- * is not. */
+/* The tick reads the buckets a stretch (4,096, counted from the range's
+ * start) at a time: a scribbled word or a tombstone in any stretch of a
+ * range, first, middle or last, is found, whatever the stretches after
+ * it hold, and a word just outside the range is not. */
 START_TEST(test_the_ticks_read_of_the_buckets_spans_stretches)
 {
 	const uint32_t s = 4096, scribbled = 2 * s + 7, tomb = s + 5;
@@ -822,6 +822,16 @@ START_TEST(test_the_ticks_read_of_the_buckets_spans_stretches)
 						      scribbled, &seen), 0);
 	ck_assert(!seen);
 	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, s + 1, tomb + 1,
+						      &seen), 0);
+	ck_assert(seen);
+	/* The tombstone in the middle stretch of three, then in the first
+	 * of two. */
+	seen = false;
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, 0, scribbled,
+						      &seen), 0);
+	ck_assert(seen);
+	seen = false;
+	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, s, scribbled,
 						      &seen), 0);
 	ck_assert(seen);
 	ck_assert_uint_eq(shm_unblock_scribbled_range(&view, tomb + 1, nb,
