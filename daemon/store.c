@@ -74,6 +74,7 @@ static struct held_owner *held_find(struct store *s, uint32_t owner);
 static void hold_previous(struct store *s, uint32_t grace_ms);
 static void held_check(struct store *s);
 static void held_tell(struct store *s);
+static uint64_t held_until(const struct store *s);
 static void check(struct store *s);
 static void check_header(struct store *s);
 static void check_linked(struct store *s);
@@ -1059,8 +1060,7 @@ static void check_header(struct store *s)
 	    h->sh_loaded == 1 && h->sh_store == s->store_id &&
 	    h->sh_retain_ms == s->retain_ms &&
 	    h->sh_held == (uint32_t)s->held_left &&
-	    h->sh_held_until_ns ==
-		    (s->held_left != 0 ? s->grace_until_real_ns : 0))
+	    h->sh_held_until_ns == held_until(s))
 		return;
 	log_error("segment header failed its sanity check (%s): a client "
 		  "wrote over it; restoring it", carmy_errname(rc));
@@ -1159,10 +1159,9 @@ static uint32_t reclaim(struct store *s)
 		return 0;
 	s->last_reclaim_ns = now;
 
-	uint32_t n;
-
 	(void)take_tomb_count(s);
-	n = shm_reclaim(&s->view);
+	uint32_t n = shm_reclaim(&s->view);
+
 	s->reclaim_freed = n;
 	s->reclaim_left = 0;	/* the ring is done, for what was counted */
 	log_debug("reclaimed %u tombstones in %.3f ms", n,
@@ -2292,6 +2291,13 @@ static void held_check(struct store *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* When --grace lets the held clients go, as the header tells it: 0 when
+ * none is held. */
+static uint64_t held_until(const struct store *s)
+{
+	return s->held_left != 0 ? s->grace_until_real_ns : 0;
+}
+
 /* Under s->lock (or before the loops run): tell operators, in the header,
  * how many clients are still held and until when (carmyctl status). */
 static void held_tell(struct store *s)
@@ -2299,8 +2305,7 @@ static void held_tell(struct store *s)
 	struct shm_header *h = shm_header(&s->view);
 
 	uatomic_set(&h->sh_held, (uint32_t)s->held_left);
-	uatomic_set(&h->sh_held_until_ns,
-		    s->held_left != 0 ? s->grace_until_real_ns : 0);
+	uatomic_set(&h->sh_held_until_ns, held_until(s));
 }
 
 /* The start of /proc/PID/NAME, NUL-terminated in buf: its length, or -1

@@ -222,6 +222,8 @@ static void say(const char *what, const char *code, const char *fmt, ...)
 static const char *journal_errname(int code);
 static int not_found(const struct ctl *x, const char *what, const char *id);
 static int not_completed(const char *id, unsigned state);
+static void held_read(const struct shm_header *h, uint32_t *held,
+		      uint64_t *until_ns);
 static int still_running(const struct ctl *x, const char *what,
 			 const struct row *r);
 static int bad_option(const char *cmd, int o, char **argv);
@@ -389,12 +391,21 @@ static void tally(const struct shm_view *v, struct tally *t)
 	}
 	t->retain_ms = __atomic_load_n(&h->sh_retain_ms, __ATOMIC_RELAXED);
 	t->up = shm_daemon_alive(h);
-	/* What a carmyd that is gone held is nobody's now: the next one
-	 * holds anew. */
-	if (t->up) {
-		t->held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
-		t->held_until_ns = __atomic_load_n(&h->sh_held_until_ns,
-						   __ATOMIC_RELAXED);
+	held_read(h, &t->held, &t->held_until_ns);
+}
+
+/* How many clients of the previous carmyd the carmyd up holds, and until
+ * when (sh_held, sh_held_until_ns); 0 and 0 while no carmyd is up: what a
+ * carmyd that is gone held is nobody's now, the next one holds anew. */
+static void held_read(const struct shm_header *h, uint32_t *held,
+		      uint64_t *until_ns)
+{
+	*held = 0;
+	*until_ns = 0;
+	if (shm_daemon_alive(h)) {
+		*held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
+		*until_ns = __atomic_load_n(&h->sh_held_until_ns,
+					    __ATOMIC_RELAXED);
 	}
 }
 
@@ -1270,20 +1281,17 @@ static int still_running(const struct ctl *x, const char *what,
 			 const struct row *r)
 {
 	const struct shm_header *h = shm_header(&x->view);
-	uint64_t ticket = __atomic_load_n(&x->view.tickets[r->entry],
-					  __ATOMIC_RELAXED);
-	uint32_t owner = SHM_T_WHAT(ticket), held = 0;
-	uint64_t until = 0;
+	uint64_t ticket, until;
+	uint32_t owner, held;
 	char age[AGE_TEXT_MAX];
 	struct row now;
 
 	if (!find_exec(&x->view, r->exec, &now) || now.entry != r->entry ||
 	    now.state != SHM_RUNNING)
 		return fail(what, CARMY_ENOT_INTERRUPTED);
-	if (shm_daemon_alive(h)) {
-		held = __atomic_load_n(&h->sh_held, __ATOMIC_RELAXED);
-		until = __atomic_load_n(&h->sh_held_until_ns, __ATOMIC_RELAXED);
-	}
+	ticket = __atomic_load_n(&x->view.tickets[r->entry], __ATOMIC_RELAXED);
+	owner = SHM_T_WHAT(ticket);
+	held_read(h, &held, &until);
 	if (held == 0 || owner < SHM_OWNER_MIN ||
 	    owner >= __atomic_load_n(&h->sh_owner_base, __ATOMIC_RELAXED)) {
 		say(what, "NOT_INTERRUPTED", "%s is running: only an "
